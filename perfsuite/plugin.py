@@ -1,0 +1,192 @@
+"""The pytest plugin: options, ini keys, parametrization, fixtures and the end-of-run table.
+
+Load it with ``pytest_plugins = ("perfsuite.plugin",)`` in a root ``conftest.py``.
+Tests that take the ``variant`` and ``case`` arguments are parametrized over every
+selected variant x case, with ids such as ``naive-b8h16s1024d64-bf16-causal-cuda``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+
+from perfsuite import machine, settings
+from perfsuite.cost_model import forward_bytes, forward_flop
+from perfsuite.evidence import Evidence, VariantUnsupported, gather_evidence
+from perfsuite.results import BenchmarkResult, SkippedResult, markdown_table, text_table, write_run
+from perfsuite.variants import get_variant
+
+RUN_KEY = pytest.StashKey["SuiteRun"]()
+
+
+class SuiteRun:
+    """State of one pytest run: settings, evidence per (variant, case), recorded results."""
+
+    def __init__(self, resolved: settings.SuiteSettings):
+        self.settings = resolved
+        self._evidence: dict[tuple[str, str], Evidence | BaseException] = {}
+        self.results: dict[tuple[str, str], BenchmarkResult] = {}
+        self.skipped: dict[tuple[str, str], SkippedResult] = {}
+
+    def evidence(self, variant, case) -> Evidence:
+        """Gather evidence once per (variant, case); re-raise its skip or error for every test."""
+        key = (variant.name, case.id)
+        if key not in self._evidence:
+            try:
+                self._evidence[key] = gather_evidence(variant, case, self.settings.seed, self.settings.traces_dir)
+            except BaseException as exc:  # cached so the other tests of this pair see it too
+                if not isinstance(exc, Exception):
+                    raise
+                self._evidence[key] = exc
+        found = self._evidence[key]
+        if isinstance(found, VariantUnsupported):
+            self.skipped[key] = SkippedResult(variant.name, case.id, str(found))
+            pytest.skip(f"variant {variant.name} cannot run case {case.id}: {found}")
+        if isinstance(found, BaseException):
+            raise found
+        return found
+
+
+def _raw_settings(config: pytest.Config) -> settings.RawSettings:
+    raw: settings.RawSettings = {}
+    for name, spec in settings.SETTINGS.items():
+        option = config.getoption(spec.option.lstrip("-").replace("-", "_")) if spec.option else None
+        ini = config.getini(spec.ini_key)
+        if option is not None:
+            raw[name] = (option, f"option {spec.option}={option!r}")
+        elif ini:
+            raw[name] = (ini, f"ini key {spec.ini_key}={ini!r} in {config.inipath}")
+        else:
+            raw[name] = (spec.default, f"built-in default {spec.ini_key}={spec.default!r}")
+    return raw
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("perfsuite", "attention benchmark suite")
+    for spec in settings.SETTINGS.values():
+        parser.addini(spec.ini_key, spec.help, default="")
+        if spec.option:
+            group.addoption(spec.option, default=None, help=f"{spec.help} (ini: {spec.ini_key})")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    try:
+        resolved = settings.resolve(_raw_settings(config), torch.cuda.is_available())
+    except settings.SettingsError as exc:
+        raise pytest.UsageError(f"perfsuite: {exc}") from None
+    config.stash[RUN_KEY] = SuiteRun(resolved)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    run = config.stash[RUN_KEY].settings
+    return [
+        f"perfsuite: seed={run.seed} devices={','.join(run.devices)} torch={torch.__version__} "
+        f"threads={torch.get_num_threads()}",
+        f"perfsuite: variants={','.join(run.variants)}",
+        f"perfsuite: cases={' '.join(c.id for c in run.cases)}",
+        f"perfsuite: traces -> {run.traces_dir}, table -> {run.results_dir / 'table.md'}",
+    ]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if not {"variant", "case"} <= set(metafunc.fixturenames):
+        return
+    run = metafunc.config.stash[RUN_KEY].settings
+    pairs = [(get_variant(v), c) for v in run.variants for c in run.cases]
+    ids = [f"{v.name}-{c.id}" for v, c in pairs]
+    metafunc.parametrize(("variant", "case"), pairs, ids=ids)
+
+
+@pytest.fixture
+def perfsuite_run(request: pytest.FixtureRequest) -> SuiteRun:
+    """The run's ``SuiteRun`` (settings, evidence cache, results)."""
+    return request.config.stash[RUN_KEY]
+
+
+@pytest.fixture
+def attention_evidence(perfsuite_run: SuiteRun, variant, case) -> Evidence:
+    """Evidence for this test's variant and case; skips with the reason when it cannot run."""
+    return perfsuite_run.evidence(variant, case)
+
+
+def benchmark_extra_info(evidence: Evidence) -> dict[str, object]:
+    """The facts stored with each saved benchmark (units in the key names)."""
+    case, first = evidence.case, evidence.forwards[0]
+    read, written = forward_bytes(case)
+    lane = "device" if case.device == "cuda" else "cpu"
+    return {
+        "schema_version": 1,
+        "variant": evidence.variant.name,
+        "case": case.id,
+        "case_fields": dataclasses.asdict(case),
+        "sdpa_backend": evidence.variant.sdpa_backend,
+        "flop": forward_flop(case),
+        "bytes_read": read,
+        "bytes_written": written,
+        "cpu_ops_per_forward": first.cpu_op_count,
+        "kernels_per_forward": first.kernel_count,
+        "score_copies_per_forward": evidence.score_copies(lane)[0],
+        "memcpy_per_forward": first.memcpy_counts,
+        "allocated_bytes_per_forward": first.allocated_bytes.get(case.device, 0),
+        "peak_memory_bytes": first.peak_bytes.get(case.device, 0),
+        "max_abs_error": evidence.comparison.max_abs_error,
+        "trace_file": str(evidence.trace_path),
+    }
+
+
+def record_result(run: SuiteRun, evidence: Evidence, median_s: float | None, rounds: int | None) -> BenchmarkResult:
+    """Store the table row of a finished benchmark."""
+    case, first = evidence.case, evidence.forwards[0]
+    on_cuda = case.device == "cuda"
+    result = BenchmarkResult(
+        variant=evidence.variant.name,
+        case_id=case.id,
+        device=case.device,
+        flop=forward_flop(case),
+        median_s=median_s,
+        rounds=rounds,
+        work_per_forward=first.kernel_count if on_cuda else first.cpu_op_count,
+        work_unit="kernels" if on_cuda else "ops",
+        score_copies_per_forward=evidence.score_copies("device" if on_cuda else "cpu")[0],
+        allocated_bytes=first.allocated_bytes.get(case.device, 0),
+        peak_bytes=first.peak_bytes.get(case.device, 0),
+        max_abs_error=evidence.comparison.max_abs_error,
+        correct=evidence.comparison.failure is None,
+    )
+    run.results[(result.variant, result.case_id)] = result
+    return result
+
+
+def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
+    machine_info["perfsuite"] = machine.torch_machine_info(list(config.stash[RUN_KEY].settings.devices))
+
+
+def group_skips(skipped: list[SkippedResult]) -> dict[tuple[str, str], list[str]]:
+    """(variant, reason) -> case ids, so one reason is printed once."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for skip in skipped:
+        groups.setdefault((skip.variant, skip.reason), []).append(skip.case_id)
+    return groups
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
+    run = config.stash[RUN_KEY]
+    if not run.results and not run.skipped:
+        return
+    results, skipped = list(run.results.values()), list(run.skipped.values())
+    info = machine.torch_machine_info(list(run.settings.devices))
+    table_path, run_path = write_run(Path(run.settings.results_dir), results, skipped, info)
+    terminalreporter.section("perfsuite: attention at a glance")
+    terminalreporter.write_line(text_table(results))
+    for (variant, reason), case_ids in group_skips(skipped).items():
+        terminalreporter.write_line(f"skipped {variant} on {len(case_ids)} case(s) ({', '.join(case_ids)}): {reason}")
+    terminalreporter.write_line(f"table: {table_path}   run: {run_path}   traces: {run.settings.traces_dir}")
+    if all(r.median_s is None for r in results):
+        terminalreporter.write_line("timing was disabled in this run; the timed run is: pytest -c benchmarks.ini")
+
+
+__all__ = ["SuiteRun", "markdown_table"]

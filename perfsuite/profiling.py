@@ -1,0 +1,55 @@
+"""Run a forward under ``torch.profiler`` and keep its Chrome trace.
+
+Profiling is separate from timing: the profiler adds overhead, so its numbers are
+counts (ops, kernels, copies, bytes), never latencies for the benchmark table.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import tempfile
+from pathlib import Path
+from typing import Callable
+
+import torch
+from torch.profiler import ProfilerActivity, profile, record_function, schedule
+
+from perfsuite.storage import write_bytes_atomic
+from perfsuite.trace_summary import WindowSummary, summarize_windows
+
+FORWARD_ANNOTATION = "perfsuite::forward"
+# wait 1 step, warm up 1 (discarded, absorbs lazy init), record ACTIVE_STEPS.
+WAIT_STEPS, WARMUP_STEPS, ACTIVE_STEPS = 1, 1, 2
+
+
+def activities_for(device: str) -> list[ProfilerActivity]:
+    """CPU activity always; CUDA activity (CUPTI/roctracer) for a CUDA device."""
+    return [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+
+
+def profile_forwards(forward: Callable[[], object], device: str, trace_path: Path) -> list[WindowSummary]:
+    """Profile ``forward`` over a wait/warmup/active schedule and summarise each active forward.
+
+    Each call is wrapped in ``record_function(FORWARD_ANNOTATION)``; CUDA work is
+    synchronized before the step ends so its kernels land in the recorded step.
+    The trace is written gzip-compressed to ``trace_path`` (``.json.gz``) atomically,
+    then read back by ``perfsuite.trace_summary``: the summaries come from the file,
+    exactly as they would for a trace recorded elsewhere.
+    Returns one ``WindowSummary`` per active forward (``ACTIVE_STEPS`` of them).
+    """
+    steps = WAIT_STEPS + WARMUP_STEPS + ACTIVE_STEPS
+    plan = schedule(wait=WAIT_STEPS, warmup=WARMUP_STEPS, active=ACTIVE_STEPS, repeat=1)
+    with profile(activities=activities_for(device), schedule=plan, record_shapes=True, profile_memory=True) as prof:
+        for _ in range(steps):
+            with record_function(FORWARD_ANNOTATION):
+                forward()
+            if device == "cuda":
+                torch.cuda.synchronize()
+            prof.step()
+    with tempfile.TemporaryDirectory() as scratch:
+        raw = Path(scratch) / "trace.json"
+        prof.export_chrome_trace(str(raw))
+        trace = json.loads(raw.read_text(encoding="utf-8"))
+        write_bytes_atomic(trace_path, gzip.compress(raw.read_bytes(), compresslevel=6))
+    return summarize_windows(trace, FORWARD_ANNOTATION)

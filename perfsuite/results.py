@@ -1,0 +1,112 @@
+"""Per-benchmark results and the end-of-run table (the post's "at a glance" table)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from perfsuite.storage import write_text_atomic
+
+SCHEMA_VERSION = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchmarkResult:
+    """What one variant did on one case.
+
+    ``median_s`` is None when timing was disabled (the default ``pytest`` run) or the
+    benchmark did not run; ``work_per_forward`` counts CPU ops on the CPU and device
+    kernels on CUDA (``work_unit`` says which). Byte counts are per forward.
+    """
+
+    variant: str
+    case_id: str
+    device: str
+    flop: int
+    median_s: float | None
+    rounds: int | None
+    work_per_forward: int
+    work_unit: str
+    score_copies_per_forward: int
+    allocated_bytes: int
+    peak_bytes: int
+    max_abs_error: float
+    correct: bool
+
+    @property
+    def achieved_tflops(self) -> float | None:
+        """FLOP / median seconds / 1e12; None without a timing."""
+        return self.flop / self.median_s / 1e12 if self.median_s else None
+
+
+@dataclasses.dataclass(frozen=True)
+class SkippedResult:
+    """A variant that could not run a case, with torch's or the suite's reason."""
+
+    variant: str
+    case_id: str
+    reason: str
+
+
+def format_bytes(size: int) -> str:
+    """Binary units, as the profiler and the post write them: ``4.0 MiB``."""
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def _row(result: BenchmarkResult) -> list[str]:
+    median = f"{result.median_s * 1e3:.3f}" if result.median_s else "not timed"
+    tflops = f"{result.achieved_tflops:.3f}" if result.achieved_tflops else "-"
+    error = f"{result.max_abs_error:.1e}" + ("" if result.correct else " FAIL")
+    return [
+        result.variant,
+        result.case_id,
+        median,
+        tflops,
+        f"{result.work_per_forward} {result.work_unit}",
+        str(result.score_copies_per_forward),
+        format_bytes(result.allocated_bytes),
+        format_bytes(result.peak_bytes),
+        error,
+    ]
+
+
+HEADER = ["variant", "case", "median ms", "TFLOP/s", "ops or kernels / fwd", "score copies / fwd",
+          "allocated / fwd", "peak memory", "max abs error"]
+
+
+def markdown_table(results: list[BenchmarkResult], skipped: list[SkippedResult]) -> str:
+    """The run's table in GitHub Markdown, skipped variants listed under it with reasons."""
+    rows = [HEADER, ["---"] * len(HEADER)] + [_row(r) for r in results]
+    lines = ["| " + " | ".join(row) + " |" for row in rows]
+    if skipped:
+        lines += ["", "Skipped (cannot run here):"]
+        lines += [f"- `{s.variant}` on `{s.case_id}`: {s.reason}" for s in skipped]
+    return "\n".join(lines) + "\n"
+
+
+def text_table(results: list[BenchmarkResult]) -> str:
+    """The same table aligned in columns for the terminal."""
+    rows = [HEADER] + [_row(r) for r in results]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
+    fmt = lambda row: "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
+    return "\n".join([fmt(rows[0]), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows[1:]])
+
+
+def write_run(directory: Path, results: list[BenchmarkResult], skipped: list[SkippedResult], machine: dict[str, Any]) -> tuple[Path, Path]:
+    """Write ``table.md`` and ``run.json`` (schema ``SCHEMA_VERSION``) into ``directory`` atomically."""
+    table = write_text_atomic(directory / "table.md", markdown_table(results, skipped))
+    payload = {
+        "schema_version": SCHEMA_VERSION,
+        "machine": machine,
+        "results": [dataclasses.asdict(r) | {"achieved_tflops": r.achieved_tflops} for r in results],
+        "skipped": [dataclasses.asdict(s) for s in skipped],
+    }
+    run = write_text_atomic(directory / "run.json", json.dumps(payload, indent=2, sort_keys=True) + "\n")
+    return table, run

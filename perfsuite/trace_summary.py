@@ -1,0 +1,254 @@
+"""Read Kineto / Chrome trace files and summarise what happened in annotated windows.
+
+The same code reads a trace this suite just exported and one recorded elsewhere (the
+A100 / MI250 traces under ``tests/data/traces``). Event categories follow Kineto's
+Chrome-trace export: ``cpu_op`` (ATen ops, with ``Input Dims`` when shapes are
+recorded), ``user_annotation`` (``record_function`` ranges and ``ProfilerStep#N``),
+``cuda_runtime``/``cuda_driver`` (launch API calls, HIP calls on ROCm), ``kernel``,
+``gpu_memcpy``, ``gpu_memset`` (device lanes, linked to their launch by ``correlation``)
+and ``cpu_instant_event`` ``[memory]`` (allocator events, when memory is profiled).
+Timestamps and durations are microseconds.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import gzip
+import json
+import re
+from pathlib import Path
+from typing import Any, Iterable
+
+# A device kernel whose name matches one of these is a copy, like a Memcpy on the copy engine.
+COPY_KERNEL_PATTERNS = (
+    re.compile(r"direct_copy_kernel"),
+    re.compile(r"\bcopy_kernel"),
+    re.compile(r"copy_device_to_device"),
+)
+CPU_COPY_OPS = ("aten::copy_", "aten::clone")
+_MEMCPY_KIND_RE = re.compile(r"^Memcpy (\w+)")
+_MEMORY_DEVICE_TYPES = {0: "cpu", 1: "cuda"}
+_LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
+_DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+class TraceError(ValueError):
+    """A file that cannot be read as a Kineto / Chrome trace; the message names the file."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CopyRecord:
+    """One copy seen in a window.
+
+    ``lane``: ``"cpu"`` for an ATen copy op, ``"device"`` for a ``gpu_memcpy`` event or a
+    copy kernel. ``kind``: the op name, the Memcpy kind as the profiler spells it
+    (``"DtoD"``, ``"HtoD"``) or ``"copy kernel"``. ``shape``: destination dims of the ATen
+    op that made it, when recorded. ``size_bytes``: from the event, when recorded.
+    ``dtype_conversion``: the ATen op's source and destination dtypes differ (a cast such
+    as SDPA math's fp32 -> bf16, which moves data but is not a duplicate of it).
+    """
+
+    lane: str
+    kind: str
+    name: str
+    shape: tuple[int, ...] | None
+    size_bytes: int | None
+    dtype_conversion: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowSummary:
+    """What one annotated window (one forward, one profiler step) did.
+
+    Counts are per window. ``cpu_ops``/``kernels``/``launch_calls`` map names to counts;
+    ``allocated_bytes`` sums allocations by device (``"cpu"``, ``"cuda"``);
+    ``peak_bytes`` is the highest live allocation above the level at the window's start.
+    """
+
+    annotation: str
+    start_us: float
+    duration_us: float
+    cpu_ops: dict[str, int]
+    kernels: dict[str, int]
+    launch_calls: dict[str, int]
+    device_time_us: float
+    memcpy_counts: dict[str, int]
+    memcpy_bytes: dict[str, int]
+    memset_count: int
+    copies: tuple[CopyRecord, ...]
+    allocated_bytes: dict[str, int]
+    peak_bytes: dict[str, int]
+
+    @property
+    def cpu_op_count(self) -> int:
+        return sum(self.cpu_ops.values())
+
+    @property
+    def kernel_count(self) -> int:
+        return sum(self.kernels.values())
+
+    @property
+    def copy_kernel_count(self) -> int:
+        return sum(1 for c in self.copies if c.kind == "copy kernel")
+
+    def copies_of_shape(self, shape: Iterable[int], lane: str) -> int:
+        """Same-dtype copies on ``lane`` whose destination has exactly ``shape`` (e.g. the scores)."""
+        wanted = tuple(shape)
+        return sum(1 for c in self.copies if c.lane == lane and c.shape == wanted and not c.dtype_conversion)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["copies"] = [dataclasses.asdict(c) for c in self.copies]
+        return data
+
+
+def load_trace(path: str | Path) -> dict[str, Any]:
+    """Load a ``.json`` or ``.json.gz`` Chrome trace.
+
+    Returns the trace as a dict with a ``traceEvents`` list (a bare list of events is
+    wrapped). Raises ``TraceError`` naming the file when it is missing, not JSON,
+    truncated, or has no ``traceEvents``.
+    """
+    path = Path(path)
+    opener = gzip.open if path.name.endswith(".gz") else open
+    try:
+        with opener(path, "rt", encoding="utf-8") as handle:
+            data = json.load(handle)
+    except FileNotFoundError:
+        raise TraceError(f"{path}: no such trace file") from None
+    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise TraceError(f"{path}: not a readable Chrome/Kineto trace ({exc})") from None
+    if isinstance(data, list):
+        data = {"traceEvents": data}
+    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
+        raise TraceError(f"{path}: JSON without a 'traceEvents' list, so not a profiler trace")
+    return data
+
+
+def _first_dims(event: dict[str, Any]) -> tuple[int, ...] | None:
+    dims = event.get("args", {}).get("Input Dims")
+    if not dims or not isinstance(dims[0], list):
+        return None
+    return tuple(dims[0])
+
+
+def _converts_dtype(event: dict[str, Any] | None) -> bool:
+    """True for ``aten::copy_`` whose destination and source dtypes differ (``Input type``)."""
+    types = (event or {}).get("args", {}).get("Input type") or []
+    return (event or {}).get("name") == "aten::copy_" and len(types) >= 2 and types[0] != types[1]
+
+
+def _is_copy_kernel(name: str) -> bool:
+    return any(p.search(name) for p in COPY_KERNEL_PATTERNS)
+
+
+def _memcpy_kind(name: str) -> str:
+    match = _MEMCPY_KIND_RE.match(name)
+    return match.group(1) if match else name
+
+
+class TraceIndex:
+    """Events of one trace grouped for window queries; build once, query many windows."""
+
+    def __init__(self, trace: dict[str, Any]):
+        events = [e for e in trace["traceEvents"] if isinstance(e, dict)]
+        by_cat = collections.defaultdict(list)
+        for event in events:
+            by_cat[event.get("cat")].append(event)
+        self.annotations = by_cat["user_annotation"]
+        self.cpu_ops = by_cat["cpu_op"]
+        self.launches = [e for c in _LAUNCH_CATEGORIES for e in by_cat[c]]
+        self.device_events = [e for c in _DEVICE_CATEGORIES for e in by_cat[c]]
+        self.memory = [e for e in by_cat["cpu_instant_event"] if e.get("name") == "[memory]"]
+        self.memory.sort(key=lambda e: e.get("ts", 0))
+        self.op_by_external_id = {
+            e["args"]["External id"]: e for e in self.cpu_ops if "External id" in e.get("args", {})
+        }
+
+    def windows(self, annotation: str) -> list[dict[str, Any]]:
+        """Annotation events named ``annotation`` or ``annotation#N``, in time order."""
+        pattern = re.compile(re.escape(annotation) + r"(#\d+)?$")
+        found = [e for e in self.annotations if pattern.match(str(e.get("name", ""))) and "dur" in e]
+        return sorted(found, key=lambda e: e["ts"])
+
+    def summarize(self, window: dict[str, Any]) -> WindowSummary:
+        """Summarise one window event (as returned by ``windows``)."""
+        start, end, pid = window["ts"], window["ts"] + window["dur"], window.get("pid")
+
+        def inside(e: dict[str, Any]) -> bool:
+            return e.get("pid") == pid and start <= e.get("ts", -1) <= end
+
+        ops = [e for e in self.cpu_ops if inside(e)]
+        launches = [e for e in self.launches if inside(e)]
+        correlations = {e.get("args", {}).get("correlation") for e in launches}
+        device = [e for e in self.device_events if e.get("args", {}).get("correlation") in correlations]
+        kernels = [e for e in device if e.get("cat") == "kernel"]
+        memcpys = [e for e in device if e.get("cat") == "gpu_memcpy"]
+        memcpy_bytes: dict[str, int] = collections.Counter()
+        for e in memcpys:
+            memcpy_bytes[_memcpy_kind(e["name"])] += int(e.get("args", {}).get("bytes", 0))
+        allocated, peak = self._memory(start, end, pid)
+        return WindowSummary(
+            annotation=window["name"],
+            start_us=float(start),
+            duration_us=float(window["dur"]),
+            cpu_ops=dict(collections.Counter(e["name"] for e in ops)),
+            kernels=dict(collections.Counter(e["name"] for e in kernels)),
+            launch_calls=dict(collections.Counter(e["name"] for e in launches)),
+            device_time_us=float(sum(e.get("dur", 0) for e in kernels)),
+            memcpy_counts=dict(collections.Counter(_memcpy_kind(e["name"]) for e in memcpys)),
+            memcpy_bytes=dict(memcpy_bytes),
+            memset_count=sum(1 for e in device if e.get("cat") == "gpu_memset"),
+            copies=tuple(self._cpu_copies(ops) + self._device_copies(device)),
+            allocated_bytes=allocated,
+            peak_bytes=peak,
+        )
+
+    def _cpu_copies(self, ops: list[dict[str, Any]]) -> list[CopyRecord]:
+        """Outermost ``aten::copy_``/``aten::clone`` ops (a clone's inner copy_ is not counted twice)."""
+        copy_ops = sorted((e for e in ops if e["name"] in CPU_COPY_OPS), key=lambda e: e["ts"])
+        records, open_until = [], {}
+        for e in copy_ops:
+            tid = e.get("tid")
+            if e["ts"] < open_until.get(tid, float("-inf")):
+                continue  # nested inside a copy already counted
+            open_until[tid] = e["ts"] + e.get("dur", 0)
+            records.append(CopyRecord("cpu", e["name"], e["name"], _first_dims(e), None, _converts_dtype(e)))
+        return records
+
+    def _device_copies(self, device: list[dict[str, Any]]) -> list[CopyRecord]:
+        records = []
+        for e in device:
+            is_memcpy = e.get("cat") == "gpu_memcpy"
+            if not (is_memcpy or (e.get("cat") == "kernel" and _is_copy_kernel(e["name"]))):
+                continue
+            args = e.get("args", {})
+            op = self.op_by_external_id.get(args.get("External id"))
+            shape = _first_dims(op) if op else None
+            kind = _memcpy_kind(e["name"]) if is_memcpy else "copy kernel"
+            size = args.get("bytes") if is_memcpy else None
+            records.append(CopyRecord("device", kind, e["name"], shape, size, _converts_dtype(op)))
+        return records
+
+    def _memory(self, start: float, end: float, pid: Any) -> tuple[dict[str, int], dict[str, int]]:
+        allocated: dict[str, int] = collections.Counter()
+        peak: dict[str, int] = {}
+        level_at_start: dict[str, int] = {}
+        for e in self.memory:
+            if e.get("pid") != pid or not (start <= e.get("ts", -1) <= end):
+                continue
+            args = e.get("args", {})
+            device = _MEMORY_DEVICE_TYPES.get(args.get("Device Type"), str(args.get("Device Type")))
+            size, total = int(args.get("Bytes", 0)), int(args.get("Total Allocated", 0))
+            level_at_start.setdefault(device, total - size)
+            if size > 0:
+                allocated[device] += size
+            peak[device] = max(peak.get(device, 0), total - level_at_start[device])
+        return dict(allocated), peak
+
+
+def summarize_windows(trace: dict[str, Any], annotation: str) -> list[WindowSummary]:
+    """Summaries of every window named ``annotation`` (or ``annotation#N``) in ``trace``."""
+    index = TraceIndex(trace)
+    return [index.summarize(w) for w in index.windows(annotation)]

@@ -1,0 +1,93 @@
+"""Registry of attention variants.
+
+A variant is a function ``fn(query, key, value, *, causal, scale, causal_masked_out)``
+returning the attention output ``[batch, num_heads, seq_len_q, head_dim]``; see
+``perfsuite.inputs.AttentionInputs`` for the arguments. It is registered with
+``@register_variant(...)``, which returns the function unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Callable
+
+import torch
+
+VariantFn = Callable[..., torch.Tensor]
+
+_POSITIONAL = ("query", "key", "value")
+_KEYWORD_ONLY = ("causal", "scale", "causal_masked_out")
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """A registered attention implementation.
+
+    ``sdpa_backend``: the ``torch.nn.attention.SDPBackend`` member name the variant is
+    pinned to (``"FLASH_ATTENTION"``), or ``None`` when it is not pinned.
+    ``copies_scores_when_masked``: True when the implementation is expected to copy the
+    ``[batch, num_heads, seq_len_q, seq_len_kv]`` score matrix once per masked forward
+    (the out-of-place ``masked_fill`` of the post); the profiler test asserts it.
+    """
+
+    name: str
+    fn: VariantFn
+    description: str
+    sdpa_backend: str | None = None
+    copies_scores_when_masked: bool = False
+
+    def expected_score_copies(self, causal: bool) -> int:
+        """Score-sized copies one forward must make: 1 for a masked copying variant, else 0."""
+        return 1 if (self.copies_scores_when_masked and causal) else 0
+
+
+_REGISTRY: dict[str, Variant] = {}
+
+
+def check_signature(name: str, fn: VariantFn) -> None:
+    """Raise ``TypeError`` unless ``fn`` takes (query, key, value, *, causal, scale, causal_masked_out)."""
+    params = inspect.signature(fn).parameters
+    positional = [p.name for p in params.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    keyword = [p.name for p in params.values() if p.kind is p.KEYWORD_ONLY]
+    if tuple(positional) != _POSITIONAL or set(keyword) != set(_KEYWORD_ONLY):
+        raise TypeError(
+            f"attention variant {name!r} has signature {inspect.signature(fn)}; expected "
+            f"({', '.join(_POSITIONAL)}, *, {', '.join(_KEYWORD_ONLY)})"
+        )
+
+
+def register_variant(
+    name: str,
+    description: str,
+    *,
+    sdpa_backend: str | None = None,
+    copies_scores_when_masked: bool = False,
+) -> Callable[[VariantFn], VariantFn]:
+    """Decorator that registers ``fn`` under ``name`` and returns it unchanged.
+
+    Raises:
+        ValueError: ``name`` is already registered.
+        TypeError: ``fn`` does not have the variant signature.
+    """
+
+    def decorate(fn: VariantFn) -> VariantFn:
+        if name in _REGISTRY:
+            raise ValueError(f"attention variant {name!r} is already registered")
+        check_signature(name, fn)
+        _REGISTRY[name] = Variant(name, fn, description, sdpa_backend, copies_scores_when_masked)
+        return fn
+
+    return decorate
+
+
+def get_variant(name: str) -> Variant:
+    """Return the variant called ``name``; ``ValueError`` lists the known names otherwise."""
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown attention variant {name!r}; known: {', '.join(_REGISTRY)}")
+    return _REGISTRY[name]
+
+
+def variant_names() -> list[str]:
+    """Names of all registered variants, in registration order."""
+    return list(_REGISTRY)

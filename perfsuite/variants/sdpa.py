@@ -1,0 +1,42 @@
+"""``F.scaled_dot_product_attention``: torch's own dispatch and each backend pinned.
+
+Pinned variants use ``torch.nn.attention.sdpa_kernel`` with a single backend, so torch
+cannot fall back to another one: when the backend cannot run a case, torch raises
+``RuntimeError: No available kernel`` and the suite reports a skip with torch's reasons.
+"""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from perfsuite.variants.registry import register_variant
+
+# Variant name -> SDPBackend member name, as torch spells the backends.
+PINNED_BACKENDS = {
+    "sdpa_math": "MATH",
+    "sdpa_flash": "FLASH_ATTENTION",
+    "sdpa_efficient": "EFFICIENT_ATTENTION",
+    "sdpa_cudnn": "CUDNN_ATTENTION",
+}
+
+
+@register_variant("sdpa", "F.scaled_dot_product_attention, torch picks the backend")
+def sdpa_attention(query, key, value, *, causal, scale, causal_masked_out):
+    """SDPA with ``is_causal``; the precomputed mask is not used."""
+    return F.scaled_dot_product_attention(query, key, value, is_causal=causal, scale=scale)
+
+
+def _pinned(backend_name: str):
+    backend = getattr(SDPBackend, backend_name)
+
+    def pinned_attention(query, key, value, *, causal, scale, causal_masked_out):
+        with sdpa_kernel([backend]):
+            return F.scaled_dot_product_attention(query, key, value, is_causal=causal, scale=scale)
+
+    pinned_attention.__doc__ = f"SDPA restricted to SDPBackend.{backend_name}, no fallback."
+    return pinned_attention
+
+
+for _name, _backend in PINNED_BACKENDS.items():
+    register_variant(_name, f"SDPA pinned to SDPBackend.{_backend}", sdpa_backend=_backend)(_pinned(_backend))
