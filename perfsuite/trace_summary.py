@@ -165,6 +165,8 @@ class TraceIndex:
         self.op_by_external_id = {
             e["args"]["External id"]: e for e in self.cpu_ops if "External id" in e.get("args", {})
         }
+        self.launch_by_correlation = {e.get("args", {}).get("correlation"): e for e in self.launches}
+        self.host_pids = {e.get("pid") for e in self.cpu_ops + self.launches}
 
     def windows(self, annotation: str) -> list[dict[str, Any]]:
         """Annotation events named ``annotation`` or ``annotation#N``, in time order."""
@@ -172,12 +174,23 @@ class TraceIndex:
         found = [e for e in self.annotations if pattern.match(str(e.get("name", ""))) and "dur" in e]
         return sorted(found, key=lambda e: e["ts"])
 
+    def whole_trace(self) -> dict[str, Any]:
+        """A pseudo-window spanning every CPU-side event of every process."""
+        host = self.cpu_ops + self.launches + self.annotations + self.memory
+        if not host:
+            return {"name": "whole trace", "ts": 0, "dur": 0, "pid": None}
+        start = min(e.get("ts", 0) for e in host)
+        end = max(e.get("ts", 0) + e.get("dur", 0) for e in host)
+        return {"name": "whole trace", "ts": start, "dur": end - start, "pid": None}
+
     def summarize(self, window: dict[str, Any]) -> WindowSummary:
-        """Summarise one window event (as returned by ``windows``)."""
+        """Summarise one window event (from ``windows`` or ``whole_trace``; pid None = any process)."""
         start, end, pid = window["ts"], window["ts"] + window["dur"], window.get("pid")
+        if pid not in self.host_pids:
+            pid = None  # some traces give annotations another pid namespace than ops (containers)
 
         def inside(e: dict[str, Any]) -> bool:
-            return e.get("pid") == pid and start <= e.get("ts", -1) <= end
+            return (pid is None or e.get("pid") == pid) and start <= e.get("ts", -1) <= end
 
         ops = [e for e in self.cpu_ops if inside(e)]
         launches = [e for e in self.launches if inside(e)]
@@ -224,19 +237,34 @@ class TraceIndex:
             if not (is_memcpy or (e.get("cat") == "kernel" and _is_copy_kernel(e["name"]))):
                 continue
             args = e.get("args", {})
-            op = self.op_by_external_id.get(args.get("External id"))
+            op = self._launching_op(args)
             shape = _first_dims(op) if op else None
             kind = _memcpy_kind(e["name"]) if is_memcpy else "copy kernel"
             size = args.get("bytes") if is_memcpy else None
             records.append(CopyRecord("device", kind, e["name"], shape, size, _converts_dtype(op)))
         return records
 
+    def _launching_op(self, args: dict[str, Any]) -> dict[str, Any] | None:
+        """The ATen op that issued a device event: by ``External id``, else the innermost
+        op enclosing its launch call on the same thread (older Kineto traces)."""
+        op = self.op_by_external_id.get(args.get("External id"))
+        if op is not None and op.get("name") in CPU_COPY_OPS:
+            return op
+        launch = self.launch_by_correlation.get(args.get("correlation"))
+        if launch is None:
+            return op
+        enclosing = [
+            e for e in self.cpu_ops
+            if e.get("tid") == launch.get("tid") and e["ts"] <= launch["ts"] <= e["ts"] + e.get("dur", 0)
+        ]
+        return max(enclosing, key=lambda e: e["ts"]) if enclosing else op
+
     def _memory(self, start: float, end: float, pid: Any) -> tuple[dict[str, int], dict[str, int]]:
         allocated: dict[str, int] = collections.Counter()
         peak: dict[str, int] = {}
         level_at_start: dict[str, int] = {}
         for e in self.memory:
-            if e.get("pid") != pid or not (start <= e.get("ts", -1) <= end):
+            if (pid is not None and e.get("pid") != pid) or not (start <= e.get("ts", -1) <= end):
                 continue
             args = e.get("args", {})
             device = _MEMORY_DEVICE_TYPES.get(args.get("Device Type"), str(args.get("Device Type")))
