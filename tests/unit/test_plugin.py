@@ -1,0 +1,81 @@
+"""The plugin end to end, in a scratch project made by pytester."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+SUITE = (Path(__file__).resolve().parents[1] / "suite" / "test_attention.py").read_text()
+TINY = "--perfsuite-shapes=1x2x16x8"
+
+
+@pytest.fixture
+def project(pytester):
+    pytester.makeconftest('pytest_plugins = ("perfsuite.plugin",)')
+    pytester.makepyfile(test_attention=SUITE)
+    return pytester
+
+
+@pytest.mark.parametrize(
+    "args, ini, expected",
+    [
+        (["--perfsuite-dtypes=fp32,fp9"], "", ["option --perfsuite-dtypes='fp32,fp9'", "dtype 'fp9' is not supported", "allowed: fp64"]),
+        ([], "perfsuite_cpu_shapes = 2x2x8x0", ["ini key perfsuite_cpu_shapes='2x2x8x0'", "head_dim=0", "at least 1"]),
+        (["--perfsuite-variants=naive,flash3"], "", ["unknown attention variant 'flash3'", "known: naive"]),
+        (["--perfsuite-devices=tpu"], "", ["device 'tpu' is not supported; allowed: cpu, cuda"]),
+        (["--perfsuite-seed=-3"], "", ["seed '-3' is not a non-negative integer"]),
+    ],
+    ids=["dtype", "ini-shape", "variant", "device", "seed"],
+)
+def test_bad_values_stop_collection_with_a_usage_error(project, args, ini, expected):
+    project.makeini(f"[pytest]\n{ini}\n")
+    result = project.runpytest_subprocess(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = result.stderr.str()
+    assert "perfsuite:" in err
+    for text in expected:
+        assert text in err
+
+
+def test_header_prints_seed_and_cases(project):
+    result = project.runpytest_subprocess(TINY, "--perfsuite-seed=7", "--perfsuite-variants=naive", "--co")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines([
+        "perfsuite: seed=7 devices=cpu *",
+        "perfsuite: variants=naive",
+        "perfsuite: cases=b1h2s16d8-fp32-causal-cpu b1h2s16d8-bf16-causal-cpu",
+        "*<Function test_benchmark?naive-b1h2s16d8-fp32-causal-cpu?>",
+    ])
+
+
+def test_timed_run_saves_a_baseline_with_extra_info_and_a_table(project):
+    project.makeini(
+        "[pytest]\naddopts = --benchmark-autosave --benchmark-storage=bench "
+        "--benchmark-max-time=0.01 --benchmark-min-rounds=3 --perfsuite-results=out\n"
+        "perfsuite_cpu_dtypes = fp32\n"
+    )
+    result = project.runpytest_subprocess(TINY, "-v")
+    outcomes = result.parseoutcomes()
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    assert outcomes["passed"] == 3 * 5 and outcomes["skipped"] == 3 * 2
+    result.stdout.fnmatch_lines([
+        "*perfsuite: attention at a glance*",
+        "naive * b1h2s16d8-fp32-causal-cpu *1 *",
+        "skipped sdpa_efficient on 1 case(s) (b1h2s16d8-fp32-causal-cpu): SDPBackend.EFFICIENT_ATTENTION has no kernel*",
+    ])
+    saved = json.loads(next(Path(project.path, "bench").rglob("*.json")).read_text())
+    assert saved["machine_info"]["perfsuite"]["torch_version"]
+    infos = {b["extra_info"]["variant"]: b["extra_info"] for b in saved["benchmarks"]}
+    assert set(infos) == {"naive", "naive_inplace", "sdpa", "sdpa_math", "sdpa_flash"}
+    assert {v: i["score_copies_per_forward"] for v, i in infos.items()} == {
+        "naive": 1, "naive_inplace": 0, "sdpa": 0, "sdpa_math": 0, "sdpa_flash": 0,
+    }
+    for info in infos.values():
+        assert info["flop"] > 0 and info["achieved_tflops"] > 0 and info["max_abs_error"] < 1e-4
+        assert Path(project.path, info["trace_file"]).exists()
+    table = Path(project.path, "out", "table.md").read_text()
+    assert table.startswith("| variant | case | median ms |") and "Skipped (cannot run here):" in table
+
+    compared = project.runpytest_subprocess(TINY, "--benchmark-compare", "--benchmark-compare-fail=median:1000%")
+    assert compared.ret == pytest.ExitCode.OK
+    compared.stdout.fnmatch_lines(["*0001_*"])

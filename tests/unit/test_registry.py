@@ -1,0 +1,37 @@
+import pytest
+
+from perfsuite.variants import get_variant, variant_names
+from perfsuite.variants.registry import register_variant
+
+
+def test_builtin_variants_are_registered_in_order():
+    assert variant_names()[:7] == [
+        "naive", "naive_inplace", "sdpa", "sdpa_math", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn",
+    ]
+    assert get_variant("sdpa_flash").sdpa_backend == "FLASH_ATTENTION"
+    assert get_variant("naive").expected_score_copies(causal=True) == 1
+    assert get_variant("naive").expected_score_copies(causal=False) == 0
+    assert get_variant("naive_inplace").expected_score_copies(causal=True) == 0
+
+
+def test_register_returns_the_function_unchanged_and_refuses_duplicates():
+    def attention(query, key, value, *, causal, scale, causal_masked_out):
+        return query
+
+    assert register_variant("test_only_identity", "for a test")(attention) is attention
+    with pytest.raises(ValueError, match="'test_only_identity' is already registered"):
+        register_variant("test_only_identity", "again")(attention)
+
+
+def test_register_checks_the_signature():
+    def wrong(q, k, v, causal):
+        return q
+
+    with pytest.raises(TypeError, match="expected \\(query, key, value, \\*, causal, scale, causal_masked_out\\)"):
+        register_variant("test_only_wrong", "bad")(wrong)
+    assert "test_only_wrong" not in variant_names()
+
+
+def test_unknown_variant_lists_the_known_ones():
+    with pytest.raises(ValueError, match="unknown attention variant 'flash3'; known: naive, naive_inplace"):
+        get_variant("flash3")
