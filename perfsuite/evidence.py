@@ -80,6 +80,13 @@ def run_once(variant: Variant, case: AttentionCase, forward: Callable[[], torch.
         warnings.simplefilter("always")
         try:
             return forward()
+        except torch.OutOfMemoryError:
+            if case.device == "cuda":
+                torch.cuda.empty_cache()
+            raise VariantUnsupported(
+                f"out of {case.device} memory (one score matrix of this case is {case.score_bytes} bytes); "
+                "choose smaller shapes with --perfsuite-shapes"
+            ) from None
         except (RuntimeError, NotImplementedError) as exc:
             if not _UNSUPPORTED_RE.search(str(exc)):
                 raise

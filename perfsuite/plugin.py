@@ -146,6 +146,7 @@ def record_result(run: SuiteRun, evidence: Evidence, median_s: float | None, rou
         case_id=case.id,
         device=case.device,
         flop=forward_flop(case),
+        bytes_moved=sum(forward_bytes(case)),
         median_s=median_s,
         rounds=rounds,
         work_per_forward=first.kernel_count if on_cuda else first.cpu_op_count,
@@ -162,6 +163,18 @@ def record_result(run: SuiteRun, evidence: Evidence, median_s: float | None, rou
 
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
     machine_info["perfsuite"] = machine.torch_machine_info(list(config.stash[RUN_KEY].settings.devices))
+
+
+def pytest_benchmark_compare_machine_info(config, benchmarksession, machine_info, compared_benchmark) -> None:
+    """Say plainly when the baseline came from other hardware or another torch."""
+    ours = machine_info.get("perfsuite", {})
+    theirs = compared_benchmark.get("machine_info", {}).get("perfsuite", {})
+    for key in ("device_names", "torch_version", "cuda_version", "cudnn_version", "num_threads"):
+        if ours.get(key) != theirs.get(key):
+            benchmarksession.logger.warning(
+                f"perfsuite: baseline {key} is {theirs.get(key)!r}, this run has {ours.get(key)!r}; "
+                "timings from different hardware or software are not comparable"
+            )
 
 
 def group_skips(skipped: list[SkippedResult]) -> dict[tuple[str, str], list[str]]:

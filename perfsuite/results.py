@@ -25,6 +25,7 @@ class BenchmarkResult:
     case_id: str
     device: str
     flop: int
+    bytes_moved: int
     median_s: float | None
     rounds: int | None
     work_per_forward: int
@@ -39,6 +40,11 @@ class BenchmarkResult:
     def achieved_tflops(self) -> float | None:
         """FLOP / median seconds / 1e12; None without a timing."""
         return self.flop / self.median_s / 1e12 if self.median_s else None
+
+    @property
+    def achieved_gbps(self) -> float | None:
+        """Minimum bytes moved (``cost_model.forward_bytes``) / median seconds / 1e9."""
+        return self.bytes_moved / self.median_s / 1e9 if self.median_s else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,7 +68,7 @@ def format_bytes(size: int) -> str:
 
 def _row(result: BenchmarkResult) -> list[str]:
     median = f"{result.median_s * 1e3:.3f}" if result.median_s else "not timed"
-    tflops = f"{result.achieved_tflops:.3f}" if result.achieved_tflops else "-"
+    tflops = f"{result.achieved_tflops:.3g}" if result.achieved_tflops else "-"
     error = f"{result.max_abs_error:.1e}" + ("" if result.correct else " FAIL")
     return [
         result.variant,
@@ -105,7 +111,10 @@ def write_run(directory: Path, results: list[BenchmarkResult], skipped: list[Ski
     payload = {
         "schema_version": SCHEMA_VERSION,
         "machine": machine,
-        "results": [dataclasses.asdict(r) | {"achieved_tflops": r.achieved_tflops} for r in results],
+        "results": [
+            dataclasses.asdict(r) | {"achieved_tflops": r.achieved_tflops, "achieved_gbps": r.achieved_gbps}
+            for r in results
+        ],
         "skipped": [dataclasses.asdict(s) for s in skipped],
     }
     run = write_text_atomic(directory / "run.json", json.dumps(payload, indent=2, sort_keys=True) + "\n")

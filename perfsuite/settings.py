@@ -38,7 +38,7 @@ SETTINGS = {
     "variants": Setting("perfsuite_variants", "--perfsuite-variants", "all", "attention variants to run, or 'all'"),
     "devices": Setting("perfsuite_devices", "--perfsuite-devices", "auto", "cpu, cuda, or auto (cuda when available, else cpu)"),
     "cpu_shapes": Setting("perfsuite_cpu_shapes", None, "2x8x256x64 1x8x1024x64", "CPU shapes BxHxSxD"),
-    "cuda_shapes": Setting("perfsuite_cuda_shapes", None, "8x16x1024x64 4x16x4096x64 1x16x16384x64", "CUDA shapes BxHxSxD"),
+    "cuda_shapes": Setting("perfsuite_cuda_shapes", None, "8x16x1024x64 4x16x4096x64 2x16x8192x64", "CUDA shapes BxHxSxD"),
     "shapes": Setting("perfsuite_shapes", "--perfsuite-shapes", "", "shapes BxHxSxD for every device (overrides the per-device keys)"),
     "cpu_dtypes": Setting("perfsuite_cpu_dtypes", None, "fp32 bf16", "CPU dtypes"),
     "cuda_dtypes": Setting("perfsuite_cuda_dtypes", None, "bf16", "CUDA dtypes"),

@@ -1,0 +1,53 @@
+from pathlib import Path
+
+import pytest
+
+from perfsuite import settings
+from perfsuite.results import BenchmarkResult, SkippedResult, format_bytes, markdown_table
+
+
+def raw(**overrides):
+    values = {name: (spec.default, f"default {name}") for name, spec in settings.SETTINGS.items()}
+    values.update({name: (value, f"option {name}") for name, value in overrides.items()})
+    return values
+
+
+def test_defaults_pick_cpu_without_cuda_and_cuda_with_it():
+    cpu = settings.resolve(raw(), cuda_available=False)
+    assert cpu.devices == ("cpu",) and {c.device for c in cpu.cases} == {"cpu"}
+    assert {c.dtype for c in cpu.cases} == {"fp32", "bf16"} and all(c.causal for c in cpu.cases)
+    cuda = settings.resolve(raw(), cuda_available=True)
+    assert cuda.cases[0].id == "b8h16s1024d64-bf16-causal-cuda"
+
+
+def test_common_options_override_per_device_keys():
+    resolved = settings.resolve(raw(shapes="1x1x8x8", dtypes="fp16", causal="both", devices="cpu"), cuda_available=True)
+    assert [c.id for c in resolved.cases] == ["b1h1s8d8-fp16-causal-cpu", "b1h1s8d8-fp16-noncausal-cpu"]
+    assert resolved.traces_dir == Path("perfsuite-results") / "traces"
+
+
+def test_errors_name_the_source():
+    with pytest.raises(settings.SettingsError, match=r"^option dtypes: dtype 'fp9'"):
+        settings.resolve(raw(dtypes="fp9"), cuda_available=False)
+    with pytest.raises(settings.SettingsError, match="option shapes is empty"):
+        settings.resolve(raw(shapes=" , "), cuda_available=False)
+
+
+def result(median_s, correct=True):
+    return BenchmarkResult("naive", "b1h1s8d8-fp32-causal-cpu", "cpu", 2_000_000, 1000, median_s, 10, 45, "ops", 1,
+                           4 * 1024 * 1024, 3 * 1024, 1.5e-7, correct)
+
+
+def test_markdown_table_rows_and_skips():
+    text = markdown_table([result(0.002), result(None, correct=False)], [SkippedResult("sdpa_cudnn", "c", "no kernel")])
+    lines = text.splitlines()
+    assert lines[2] == "| naive | b1h1s8d8-fp32-causal-cpu | 2.000 | 0.001 | 45 ops | 1 | 4.0 MiB | 3.0 KiB | 1.5e-07 |"
+    assert lines[3].split(" | ")[2] == "not timed" and lines[3].endswith("FAIL |")
+    assert lines[-1] == "- `sdpa_cudnn` on `c`: no kernel"
+
+
+def test_rates_and_bytes():
+    assert result(0.002).achieved_tflops == pytest.approx(1e-3)
+    assert result(0.002).achieved_gbps == pytest.approx(5e-4)
+    assert result(None).achieved_tflops is None
+    assert format_bytes(512) == "512 B" and format_bytes(3 * 1024**3) == "3.0 GiB"
