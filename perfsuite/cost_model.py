@@ -5,8 +5,10 @@ FLOP: the two matmuls ``Q K^T`` and ``P V`` each cost ``2 * head_dim`` FLOP per
 where ``pairs`` counts the (query, key) pairs that are not masked out. This is the
 count of FlashAttention's benchmarks (``benchmarks/benchmark_flash_attention.py``:
 ``4 * batch * seqlen**2 * nheads * headdim``, halved for causal) and of
-``torch.utils.flop_counter`` for SDPA without a mask; for causal we count the exact
-unmasked pairs of a top-left causal mask instead of halving. Softmax and scaling
+``torch.utils.flop_counter`` for SDPA without a mask. For masks with a structure a kernel
+can skip (top-left and bottom-right causal, sliding window) we count the exact attended
+pairs instead of halving; for masks without one (boolean, padding, additive) every pair
+is counted, since fused kernels compute them all. Softmax and scaling
 (O(pairs) FLOP, not ``O(pairs * head_dim)``) are left out, as both sources do.
 
 Bytes: the minimum a fused kernel must move: read query, key and value once and write
@@ -18,24 +20,31 @@ minimum shows how close a variant comes to the ideal.
 from __future__ import annotations
 
 from perfsuite.cases import AttentionCase
+from perfsuite.masks import window_size
 
 
-def attended_pairs(seq_len_q: int, seq_len_kv: int, causal: bool) -> int:
-    """(query, key) pairs that take part in softmax; causal is top-left aligned (key j <= query i)."""
-    if not causal:
-        return seq_len_q * seq_len_kv
-    return sum(min(i + 1, seq_len_kv) for i in range(seq_len_q))
+def attended_pairs(case: AttentionCase) -> int:
+    """(query, key) pairs counted as work for ``case`` (see the module docstring)."""
+    sq, skv = case.seq_len_q, case.seq_len_kv
+    if case.mask == "causal":
+        return sum(min(i + 1, skv) for i in range(sq))
+    offset = skv - sq
+    if case.mask == "causal_br":
+        return sum(min(max(i + offset + 1, 0), skv) for i in range(sq))
+    window = window_size(case.mask)
+    if window is not None:
+        return sum(max(min(i + offset, skv - 1) - max(i + offset - window + 1, 0) + 1, 0) for i in range(sq))
+    return sq * skv
 
 
 def forward_flop(case: AttentionCase) -> int:
     """FLOP of one forward of ``case`` (see module docstring for the formula and source)."""
-    pairs = attended_pairs(case.seq_len_q, case.seq_len_kv, case.causal)
-    return 4 * case.batch * case.num_heads * pairs * case.head_dim
+    return 4 * case.batch * case.num_heads * attended_pairs(case) * case.head_dim
 
 
 def forward_bytes(case: AttentionCase) -> tuple[int, int]:
     """``(bytes_read, bytes_written)``: query+key+value read once, output written once."""
-    per_row = case.batch * case.num_heads * case.head_dim * case.element_size_bytes
-    read = per_row * (case.seq_len_q + 2 * case.seq_len_kv)
-    written = per_row * case.seq_len_q
+    per_row = case.batch * case.head_dim * case.element_size_bytes
+    read = per_row * (case.num_heads * case.seq_len_q + 2 * case.num_kv_heads * case.seq_len_kv)
+    written = per_row * case.num_heads * case.seq_len_q
     return read, written

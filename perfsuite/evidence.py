@@ -16,6 +16,7 @@ import torch
 
 from perfsuite.cases import AttentionCase
 from perfsuite.inputs import AttentionInputs, make_inputs
+from perfsuite.masks import fully_masked_rows
 from perfsuite.profiling import profile_forwards
 from perfsuite.reference import Comparison, compare_with_reference, reference_attention
 from perfsuite.trace_summary import WindowSummary
@@ -44,7 +45,7 @@ class Evidence:
 
     @property
     def expected_score_copies(self) -> int:
-        return self.variant.expected_score_copies(self.case.causal)
+        return self.variant.expected_score_copies(hides_keys=self.case.mask not in ("noncausal", "additive"))
 
     def score_copies(self, lane: str) -> list[int]:
         """Score-sized copies per profiled forward on ``lane`` (``"cpu"`` or ``"device"``)."""
@@ -56,14 +57,7 @@ def bind(variant: Variant, inputs: AttentionInputs) -> Callable[[], torch.Tensor
 
     def forward() -> torch.Tensor:
         with torch.no_grad():
-            return variant.fn(
-                inputs.query,
-                inputs.key,
-                inputs.value,
-                causal=inputs.causal,
-                scale=inputs.scale,
-                causal_masked_out=inputs.causal_masked_out,
-            )
+            return variant.fn(inputs.query, inputs.key, inputs.value, mask=inputs.mask, scale=inputs.scale)
 
     return forward
 
@@ -102,6 +96,13 @@ def unsupported_reason(variant: Variant, case: AttentionCase, exc: Exception, ca
     return f"{backend} has no kernel for {case.dtype} on {case.device}; torch: '{error}'{detail}"
 
 
+def check_output(variant: Variant, case: AttentionCase, inputs: AttentionInputs, output: torch.Tensor,
+                 label: str) -> Comparison:
+    """Compare ``output`` with the float64 reference, holding fully masked rows to the variant's rule."""
+    rows = fully_masked_rows(inputs.mask, case.score_shape)
+    return compare_with_reference(output, reference_attention(inputs), label, rows, variant.fully_masked_rows)
+
+
 def gather_evidence(variant: Variant, case: AttentionCase, seed: int, trace_dir: Path) -> Evidence:
     """Check support, compare with the float64 reference, and profile the variant on ``case``.
 
@@ -115,7 +116,7 @@ def gather_evidence(variant: Variant, case: AttentionCase, seed: int, trace_dir:
     forward = bind(variant, inputs)
     output = run_once(variant, case, forward)
     label = f"variant {variant.name} on case {case.id} (seed {seed})"
-    comparison = compare_with_reference(output, reference_attention(inputs), label)
+    comparison = check_output(variant, case, inputs, output, label)
     trace_path = trace_dir / f"{variant.name}-{case.id}.pt.trace.json.gz"
     forwards = profile_forwards(forward, case.device, trace_path)
     return Evidence(variant, case, comparison, tuple(forwards), trace_path)

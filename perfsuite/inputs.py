@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import torch
 
 from perfsuite.cases import AttentionCase
+from perfsuite.masks import AttentionMask, build_mask
 
 
 @dataclasses.dataclass(frozen=True)
@@ -15,41 +15,38 @@ class AttentionInputs:
     """Tensors one forward consumes.
 
     ``query``: ``[batch, num_heads, seq_len_q, head_dim]``; ``key``/``value``:
-    ``[batch, num_heads, seq_len_kv, head_dim]``, all in the case's dtype and device.
-    ``causal_masked_out``: bool ``[seq_len_q, seq_len_kv]``, True where a key is hidden
-    from a query (``j > i``, top-left alignment), built once per case outside the timed
-    call as the post does; ``None`` for non-causal cases.
-    ``scale``: the softmax scale, ``1 / sqrt(head_dim)`` as in "Attention Is All You Need".
+    ``[batch, num_kv_heads, seq_len_kv, head_dim]``, in the case's dtype and device
+    (strided views of a ``[batch, seq, heads, head_dim]`` layout for non-contiguous cases).
+    ``mask``: the case's ``AttentionMask``, built once outside the timed call.
+    ``scale``: the softmax scale.
     """
 
     query: torch.Tensor
     key: torch.Tensor
     value: torch.Tensor
-    causal: bool
-    causal_masked_out: torch.Tensor | None
+    mask: AttentionMask
     scale: float
 
+    def replace(self, **changes) -> "AttentionInputs":
+        return dataclasses.replace(self, **changes)
 
-def causal_masked_out(seq_len_q: int, seq_len_kv: int, device: str) -> torch.Tensor:
-    """Bool ``[seq_len_q, seq_len_kv]``, True above the diagonal (keys after the query)."""
-    ones = torch.ones(seq_len_q, seq_len_kv, dtype=torch.bool, device=device)
-    return ones.triu(diagonal=1)
+
+def draw_tensor(generator: torch.Generator, batch: int, heads: int, seq_len: int, head_dim: int,
+                case: AttentionCase) -> torch.Tensor:
+    """Standard normal ``[batch, heads, seq_len, head_dim]`` drawn in float32 on the CPU, then
+    converted, so the values are identical on every device; non-contiguous when the case says so."""
+    if case.contiguous:
+        sample = torch.randn(batch, heads, seq_len, head_dim, generator=generator)
+    else:
+        sample = torch.randn(batch, seq_len, heads, head_dim, generator=generator).transpose(1, 2)
+    return sample.to(device=case.device, dtype=case.torch_dtype)
 
 
 def make_inputs(case: AttentionCase, seed: int) -> AttentionInputs:
-    """Standard-normal query/key/value for ``case``, drawn on the CPU from ``seed``.
-
-    Drawing on the CPU in float32 and then converting makes the values identical on
-    every device, so CPU and CUDA runs of one seed compare the same numbers.
-    """
+    """Query/key/value and mask for ``case`` from ``seed``."""
     generator = torch.Generator().manual_seed(seed)
-    q_shape = (case.batch, case.num_heads, case.seq_len_q, case.head_dim)
-    kv_shape = (case.batch, case.num_heads, case.seq_len_kv, case.head_dim)
-
-    def draw(shape: tuple[int, ...]) -> torch.Tensor:
-        sample = torch.randn(shape, generator=generator, dtype=torch.float32)
-        return sample.to(device=case.device, dtype=case.torch_dtype)
-
-    query, key, value = draw(q_shape), draw(kv_shape), draw(kv_shape)
-    mask = causal_masked_out(case.seq_len_q, case.seq_len_kv, case.device) if case.causal else None
-    return AttentionInputs(query, key, value, case.causal, mask, 1.0 / math.sqrt(case.head_dim))
+    query = draw_tensor(generator, case.batch, case.num_heads, case.seq_len_q, case.head_dim, case)
+    key = draw_tensor(generator, case.batch, case.num_kv_heads, case.seq_len_kv, case.head_dim, case)
+    value = draw_tensor(generator, case.batch, case.num_kv_heads, case.seq_len_kv, case.head_dim, case)
+    mask = build_mask(case.mask, case.score_shape, case.torch_dtype, case.device, generator)
+    return AttentionInputs(query, key, value, mask, case.softmax_scale)

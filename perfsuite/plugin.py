@@ -56,11 +56,11 @@ def _raw_settings(config: pytest.Config) -> settings.RawSettings:
         option = config.getoption(spec.option.lstrip("-").replace("-", "_")) if spec.option else None
         ini = config.getini(spec.ini_key)
         if option is not None:
-            raw[name] = (option, f"option {spec.option}={option!r}")
+            raw[name] = settings.RawValue(option, f"option {spec.option}={option!r}", "option")
         elif ini:
-            raw[name] = (ini, f"ini key {spec.ini_key}={ini!r} in {config.inipath}")
+            raw[name] = settings.RawValue(ini, f"ini key {spec.ini_key}={ini!r} in {config.inipath}", "ini")
         else:
-            raw[name] = (spec.default, f"built-in default {spec.ini_key}={spec.default!r}")
+            raw[name] = settings.RawValue(spec.default, f"built-in default {spec.ini_key}={spec.default!r}", "default")
     return raw
 
 
@@ -85,7 +85,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return [
         f"perfsuite: seed={run.seed} devices={','.join(run.devices)} torch={torch.__version__} "
         f"threads={torch.get_num_threads()}",
-        f"perfsuite: variants={','.join(run.variants)}",
+        f"perfsuite: variants={','.join(run.variants)} case set={run.case_set}",
         f"perfsuite: cases={' '.join(c.id for c in run.cases)}",
         f"perfsuite: traces -> {run.traces_dir}, table -> {run.results_dir / 'table.md'}",
     ]

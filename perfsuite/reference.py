@@ -51,13 +51,24 @@ class Comparison:
 def reference_attention(inputs: AttentionInputs) -> torch.Tensor:
     """Attention in float64 from the same inputs, ``[batch, num_heads, seq_len_q, head_dim]``.
 
-    ``softmax(q @ k^T * scale + mask) @ v`` with masked scores set to ``-inf``.
+    ``softmax(q @ k^T * scale + additive, hidden keys at -inf) @ v``, key/value heads
+    repeated for grouped-query attention (``repeat_interleave``, as SDPA's ``enable_gqa``).
+    **A query that sees no key returns zeros**: that is SDPA's behaviour (its
+    ``_safe_softmax``, and every CPU backend measured), and the only finite answer. Variants
+    registered with ``fully_masked_rows="nan"`` (a plain softmax of ``-inf`` everywhere) are
+    held to NaN in exactly those rows instead (see ``compare_with_reference``).
     """
     q, k, v = (t.to(torch.float64) for t in (inputs.query, inputs.key, inputs.value))
+    groups = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
     scores = torch.matmul(q, k.transpose(-2, -1)) * inputs.scale
-    if inputs.causal_masked_out is not None:
-        scores = scores.masked_fill(inputs.causal_masked_out, float("-inf"))
-    return torch.matmul(torch.softmax(scores, dim=-1), v)
+    mask = inputs.mask
+    if mask.additive is not None:
+        scores = scores + mask.additive.to(torch.float64)
+    if mask.masked_out is not None:
+        scores = scores.masked_fill(mask.masked_out, float("-inf"))
+    weights = torch.softmax(scores, dim=-1).nan_to_num(nan=0.0)  # all -inf rows -> zeros
+    return torch.matmul(weights, v)
 
 
 def _describe(index: tuple[int, ...], actual: torch.Tensor, expected: torch.Tensor) -> str:
@@ -65,14 +76,36 @@ def _describe(index: tuple[int, ...], actual: torch.Tensor, expected: torch.Tens
     return f"worst element at [batch, head, query, dim] = {list(index)}: got {got!r}, expected {want!r}"
 
 
-def compare_with_reference(actual: torch.Tensor, expected: torch.Tensor, label: str) -> Comparison:
+def _check_nan_rows(actual64: torch.Tensor, rows: torch.Tensor, label: str) -> str | None:
+    """For ``fully_masked_rows="nan"`` variants: fully masked rows must be NaN, and only they."""
+    finite_rows = torch.isfinite(actual64).all(dim=-1)
+    wrong = rows & finite_rows.cpu()
+    if wrong.any():
+        index = [int(i) for i in wrong.nonzero()[0]]
+        return f"{label}: row [batch, head, query] = {index} sees no key and was expected to be NaN, got finite values"
+    return None
+
+
+def compare_with_reference(actual: torch.Tensor, expected: torch.Tensor, label: str,
+                           fully_masked: torch.Tensor | None = None, fully_masked_result: str = "zeros") -> Comparison:
     """Compare a variant's output with the float64 reference.
 
-    ``label`` names the variant and case in the message. Non-finite outputs always fail.
+    ``label`` names the variant and case in the message. ``fully_masked`` (bool
+    ``[batch, num_heads, seq_len_q]``) marks rows that see no key; with
+    ``fully_masked_result="nan"`` those rows must be NaN and are left out of the numeric
+    comparison, otherwise they must equal the reference's zeros. Any other non-finite
+    output fails.
     """
     if actual.shape != expected.shape:
         return Comparison(float("inf"), f"{label}: output shape {list(actual.shape)} != {list(expected.shape)}")
     actual64 = actual.detach().to(torch.float64)
+    expected = expected.clone()
+    if fully_masked is not None and fully_masked_result == "nan" and fully_masked.any():
+        failure = _check_nan_rows(actual64, fully_masked, label)
+        if failure:
+            return Comparison(float("inf"), failure)
+        rows = fully_masked.to(actual64.device).unsqueeze(-1).expand_as(actual64)
+        actual64 = actual64.masked_fill(rows, 0.0)
     non_finite = ~torch.isfinite(actual64)
     if non_finite.any():
         index = tuple(int(i) for i in non_finite.nonzero()[0])

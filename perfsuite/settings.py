@@ -2,7 +2,8 @@
 
 Each setting has a command-line option (``--perfsuite-dtypes``) that wins over the ini
 key (``perfsuite_cpu_dtypes`` in ``benchmarks.ini`` or ``pyproject.toml``), which wins
-over the built-in default. Lists are separated by spaces or commas. A bad value raises
+over the built-in default; shapes, dtypes and masks default to the chosen case set, and
+a case set named on the command line wins over the ini keys. Lists are separated by spaces or commas. A bad value raises
 ``SettingsError`` naming the value, where it came from and what is allowed.
 """
 
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from perfsuite import cases
+from perfsuite.case_sets import get_case_set
 from perfsuite.cases import AttentionCase
 from perfsuite.variants import get_variant, variant_names
 
@@ -32,25 +34,39 @@ class Setting:
     help: str
 
 
-# The CPU defaults finish the timed run in a few minutes on 2 cores; the CUDA defaults
-# start from the post's case (8 x 16 x 1024 x 64 bf16 causal) and add longer sequences.
+# Cases come from a named case set (perfsuite.case_sets), refined by ini keys, overridden
+# by command-line options; "cases" names exact case ids and overrides all of them.
 SETTINGS = {
     "variants": Setting("perfsuite_variants", "--perfsuite-variants", "all", "attention variants to run, or 'all'"),
     "devices": Setting("perfsuite_devices", "--perfsuite-devices", "auto", "cpu, cuda, or auto (cuda when available, else cpu)"),
-    "cpu_shapes": Setting("perfsuite_cpu_shapes", None, "2x8x256x64 1x8x1024x64", "CPU shapes BxHxSxD"),
-    "cuda_shapes": Setting("perfsuite_cuda_shapes", None, "8x16x1024x64 4x16x4096x64 2x16x8192x64", "CUDA shapes BxHxSxD"),
-    "shapes": Setting("perfsuite_shapes", "--perfsuite-shapes", "", "shapes BxHxSxD for every device (overrides the per-device keys)"),
-    "cpu_dtypes": Setting("perfsuite_cpu_dtypes", None, "fp32 bf16", "CPU dtypes"),
-    "cuda_dtypes": Setting("perfsuite_cuda_dtypes", None, "bf16", "CUDA dtypes"),
-    "dtypes": Setting("perfsuite_dtypes", "--perfsuite-dtypes", "", "dtypes for every device (overrides the per-device keys)"),
-    "causal": Setting("perfsuite_causal", "--perfsuite-causal", "causal", "causal, noncausal or both"),
-    "seed": Setting("perfsuite_seed", "--perfsuite-seed", "0", "seed of the random query/key/value"),
+    "case_set": Setting("perfsuite_case_set", "--perfsuite-case-set", "default", "named case set (smoke, default, llm-decode, ...)"),
+    "shapes": Setting("perfsuite_shapes", "--perfsuite-shapes", "", "shapes BxH[:Hkv]xS[:Skv]xD for every device"),
+    "cpu_shapes": Setting("perfsuite_cpu_shapes", None, "", "CPU shapes"),
+    "cuda_shapes": Setting("perfsuite_cuda_shapes", None, "", "CUDA shapes"),
+    "dtypes": Setting("perfsuite_dtypes", "--perfsuite-dtypes", "", "dtypes for every device (fp32 bf16 ...)"),
+    "cpu_dtypes": Setting("perfsuite_cpu_dtypes", None, "", "CPU dtypes"),
+    "cuda_dtypes": Setting("perfsuite_cuda_dtypes", None, "", "CUDA dtypes"),
+    "masks": Setting("perfsuite_masks", "--perfsuite-masks", "", "masks for every device (causal noncausal causal_br bool additive padding window<W>, both)"),
+    "cpu_masks": Setting("perfsuite_cpu_masks", None, "", "CPU masks"),
+    "cuda_masks": Setting("perfsuite_cuda_masks", None, "", "CUDA masks"),
+    "cases": Setting("perfsuite_cases", "--perfsuite-cases", "", "exact case ids (b1h4kv2q3k7d8-fp32-bool-cpu), replacing the above"),
+    "extra_cases": Setting("perfsuite_extra_cases", "--perfsuite-extra-cases", "", "case ids added to the others"),
+    "seed": Setting("perfsuite_seed", "--perfsuite-seed", "0", "seed of the random query/key/value and masks"),
     "results": Setting("perfsuite_results", "--perfsuite-results", "perfsuite-results", "folder for the Markdown table and run summary"),
     "traces": Setting("perfsuite_traces", "--perfsuite-traces", "", "folder for Chrome traces (default: RESULTS/traces)"),
 }
 
-# name -> (raw value, where it came from)
-RawSettings = dict[str, tuple[str, str]]
+
+@dataclasses.dataclass(frozen=True)
+class RawValue:
+    """A setting's text, a description of where it came from, and from which layer."""
+
+    value: str
+    source: str
+    origin: str  # "option", "ini" or "default"
+
+
+RawSettings = dict[str, RawValue]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +75,7 @@ class SuiteSettings:
 
     variants: tuple[str, ...]
     devices: tuple[str, ...]
+    case_set: str
     cases: tuple[AttentionCase, ...]
     seed: int
     results_dir: Path
@@ -69,65 +86,88 @@ def split_list(text: str) -> list[str]:
     return [item for item in re.split(r"[\s,]+", text.strip()) if item]
 
 
-def _parse_each(name: str, raw: RawSettings, parse: Callable[[str], object]) -> list:
-    value, source = raw[name]
-    items = split_list(value)
+def _parse_items(raw: RawValue, parse: Callable[[str], object], what: str) -> list:
+    items = split_list(raw.value)
     if not items:
-        raise SettingsError(f"{source} is empty; give at least one value ({SETTINGS[name].help})")
+        raise SettingsError(f"{raw.source} is empty; give at least one value ({what})")
     parsed = []
     for item in items:
         try:
             parsed.append(parse(item))
         except ValueError as exc:
-            raise SettingsError(f"{source}: {exc}") from None
+            raise SettingsError(f"{raw.source}: {exc}") from None
     return parsed
 
 
 def _resolve_devices(raw: RawSettings, cuda_available: bool) -> tuple[str, ...]:
-    value, _ = raw["devices"]
-    if value.strip().lower() == "auto":
+    if raw["devices"].value.strip().lower() == "auto":
         return ("cuda",) if cuda_available else ("cpu",)
-    return tuple(dict.fromkeys(_parse_each("devices", raw, cases.parse_device)))
+    return tuple(dict.fromkeys(_parse_items(raw["devices"], cases.parse_device, "cpu or cuda")))
 
 
 def _resolve_variants(raw: RawSettings) -> tuple[str, ...]:
-    value, _ = raw["variants"]
-    if value.strip().lower() == "all":
+    if raw["variants"].value.strip().lower() == "all":
         return tuple(variant_names())
-    return tuple(v.name for v in _parse_each("variants", raw, get_variant))
+    return tuple(v.name for v in _parse_items(raw["variants"], get_variant, "variant names"))
 
 
-def _pick(raw: RawSettings, common: str, per_device: str) -> str:
-    """The common setting when given, else the device's own."""
-    return common if raw[common][0].strip() else per_device
+def _device_field(raw: RawSettings, case_set_name: str, device: str, field: str) -> RawValue:
+    """Option > case set named on the command line > ini (common, then per device) > case set."""
+    common, own = raw[field], raw[f"{device}_{field}"]
+    if common.origin == "option" and common.value.strip():
+        return common
+    from_set = RawValue(getattr(getattr(get_case_set(case_set_name), device), field),
+                        f"case set {case_set_name!r} ({device} {field})", "default")
+    if raw["case_set"].origin == "option":
+        return from_set
+    for candidate in (common, own):
+        if candidate.origin == "ini" and candidate.value.strip():
+            return candidate
+    return from_set
 
 
 def _parse_seed(raw: RawSettings) -> int:
-    value, source = raw["seed"]
+    value = raw["seed"].value
     try:
         seed = int(value)
     except ValueError:
         seed = -1
     if seed < 0:
-        raise SettingsError(f"{source}: seed {value!r} is not a non-negative integer")
+        raise SettingsError(f"{raw['seed'].source}: seed {value!r} is not a non-negative integer")
     return seed
+
+
+def _resolve_cases(raw: RawSettings, devices: tuple[str, ...], case_set_name: str) -> list[AttentionCase]:
+    if raw["cases"].value.strip():
+        return _parse_items(raw["cases"], cases.parse_case_id, "case ids")
+    found: list[AttentionCase] = []
+    for device in devices:
+        shapes = _parse_items(_device_field(raw, case_set_name, device, "shapes"), cases.parse_shape, "shapes")
+        dtypes = _parse_items(_device_field(raw, case_set_name, device, "dtypes"), cases.parse_dtype, "dtypes")
+        masks = _parse_items(_device_field(raw, case_set_name, device, "masks"), cases.parse_masks, "masks")
+        flat_masks = [m for group in masks for m in group]
+        found += cases.build_cases(shapes, list(dict.fromkeys(dtypes)), device, list(dict.fromkeys(flat_masks)))
+    return found
 
 
 def resolve(raw: RawSettings, cuda_available: bool) -> SuiteSettings:
     """Build ``SuiteSettings`` from raw values; raises ``SettingsError`` on a bad one."""
+    case_set_name = raw["case_set"].value.strip()
+    try:
+        get_case_set(case_set_name)
+    except ValueError as exc:
+        raise SettingsError(f"{raw['case_set'].source}: {exc}") from None
     devices = _resolve_devices(raw, cuda_available)
-    causal_flags = _parse_each("causal", raw, cases.parse_causal)[0]
-    all_cases: list[AttentionCase] = []
-    for device in devices:
-        shapes = _parse_each(_pick(raw, "shapes", f"{device}_shapes"), raw, cases.parse_shape)
-        dtypes = _parse_each(_pick(raw, "dtypes", f"{device}_dtypes"), raw, cases.parse_dtype)
-        all_cases += cases.build_cases(shapes, list(dict.fromkeys(dtypes)), device, causal_flags)
-    results_dir = Path(raw["results"][0])
-    traces = raw["traces"][0].strip()
+    resolved_cases = _resolve_cases(raw, devices, case_set_name)
+    if raw["extra_cases"].value.strip():
+        resolved_cases += _parse_items(raw["extra_cases"], cases.parse_case_id, "case ids")
+    results_dir = Path(raw["results"].value)
+    traces = raw["traces"].value.strip()
     return SuiteSettings(
         variants=_resolve_variants(raw),
-        devices=devices,
-        cases=tuple(all_cases),
+        devices=tuple(dict.fromkeys(c.device for c in resolved_cases)) or devices,
+        case_set=case_set_name,
+        cases=tuple(dict.fromkeys(resolved_cases)),
         seed=_parse_seed(raw),
         results_dir=results_dir,
         traces_dir=Path(traces) if traces else results_dir / "traces",

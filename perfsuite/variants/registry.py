@@ -1,8 +1,8 @@
 """Registry of attention variants.
 
-A variant is a function ``fn(query, key, value, *, causal, scale, causal_masked_out)``
-returning the attention output ``[batch, num_heads, seq_len_q, head_dim]``; see
-``perfsuite.inputs.AttentionInputs`` for the arguments. It is registered with
+A variant is a function ``fn(query, key, value, *, mask, scale)`` returning the attention
+output ``[batch, num_heads, seq_len_q, head_dim]``; ``mask`` is a ``perfsuite.masks.AttentionMask``
+(its ``is_causal`` is the causal flag), see ``perfsuite.inputs.AttentionInputs``. It is registered with
 ``@register_variant(...)``, which returns the function unchanged.
 """
 
@@ -17,7 +17,8 @@ import torch
 VariantFn = Callable[..., torch.Tensor]
 
 _POSITIONAL = ("query", "key", "value")
-_KEYWORD_ONLY = ("causal", "scale", "causal_masked_out")
+_KEYWORD_ONLY = ("mask", "scale")
+FULLY_MASKED_ROW_RESULTS = ("zeros", "nan")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,8 +28,11 @@ class Variant:
     ``sdpa_backend``: the ``torch.nn.attention.SDPBackend`` member name the variant is
     pinned to (``"FLASH_ATTENTION"``), or ``None`` when it is not pinned.
     ``copies_scores_when_masked``: True when the implementation is expected to copy the
-    ``[batch, num_heads, seq_len_q, seq_len_kv]`` score matrix once per masked forward
-    (the out-of-place ``masked_fill`` of the post); the profiler test asserts it.
+    ``[batch, num_heads, seq_len_q, seq_len_kv]`` score matrix once per forward that hides
+    keys (the out-of-place ``masked_fill`` of the post); the profiler test asserts it.
+    ``fully_masked_rows``: what the variant returns for a query that sees no key:
+    ``"zeros"`` (SDPA's ``_safe_softmax`` semantics, the reference's) or ``"nan"`` (a plain
+    softmax over all ``-inf``); the equivalence check asserts it.
     """
 
     name: str
@@ -36,17 +40,18 @@ class Variant:
     description: str
     sdpa_backend: str | None = None
     copies_scores_when_masked: bool = False
+    fully_masked_rows: str = "zeros"
 
-    def expected_score_copies(self, causal: bool) -> int:
-        """Score-sized copies one forward must make: 1 for a masked copying variant, else 0."""
-        return 1 if (self.copies_scores_when_masked and causal) else 0
+    def expected_score_copies(self, hides_keys: bool) -> int:
+        """Score-sized copies one forward must make: 1 for a copying variant whose mask hides keys, else 0."""
+        return 1 if (self.copies_scores_when_masked and hides_keys) else 0
 
 
 _REGISTRY: dict[str, Variant] = {}
 
 
 def check_signature(name: str, fn: VariantFn) -> None:
-    """Raise ``TypeError`` unless ``fn`` takes (query, key, value, *, causal, scale, causal_masked_out)."""
+    """Raise ``TypeError`` unless ``fn`` takes (query, key, value, *, mask, scale)."""
     params = inspect.signature(fn).parameters
     positional = [p.name for p in params.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     keyword = [p.name for p in params.values() if p.kind is p.KEYWORD_ONLY]
@@ -63,19 +68,23 @@ def register_variant(
     *,
     sdpa_backend: str | None = None,
     copies_scores_when_masked: bool = False,
+    fully_masked_rows: str = "zeros",
 ) -> Callable[[VariantFn], VariantFn]:
     """Decorator that registers ``fn`` under ``name`` and returns it unchanged.
 
     Raises:
-        ValueError: ``name`` is already registered.
+        ValueError: ``name`` is already registered, or ``fully_masked_rows`` is not
+            one of ``FULLY_MASKED_ROW_RESULTS``.
         TypeError: ``fn`` does not have the variant signature.
     """
 
     def decorate(fn: VariantFn) -> VariantFn:
         if name in _REGISTRY:
             raise ValueError(f"attention variant {name!r} is already registered")
+        if fully_masked_rows not in FULLY_MASKED_ROW_RESULTS:
+            raise ValueError(f"fully_masked_rows={fully_masked_rows!r}; allowed: {', '.join(FULLY_MASKED_ROW_RESULTS)}")
         check_signature(name, fn)
-        _REGISTRY[name] = Variant(name, fn, description, sdpa_backend, copies_scores_when_masked)
+        _REGISTRY[name] = Variant(name, fn, description, sdpa_backend, copies_scores_when_masked, fully_masked_rows)
         return fn
 
     return decorate

@@ -21,18 +21,26 @@ PINNED_BACKENDS = {
 }
 
 
+def call_sdpa(query, key, value, mask, scale):
+    """SDPA with the case's mask (``is_causal`` or ``attn_mask``) and GQA when key/value have fewer heads."""
+    return F.scaled_dot_product_attention(
+        query, key, value, attn_mask=mask.sdpa_mask, is_causal=mask.is_causal, scale=scale,
+        enable_gqa=key.shape[1] != query.shape[1],
+    )
+
+
 @register_variant("sdpa", "F.scaled_dot_product_attention, torch picks the backend")
-def sdpa_attention(query, key, value, *, causal, scale, causal_masked_out):
-    """SDPA with ``is_causal``; the precomputed mask is not used."""
-    return F.scaled_dot_product_attention(query, key, value, is_causal=causal, scale=scale)
+def sdpa_attention(query, key, value, *, mask, scale):
+    """SDPA with torch's own backend choice."""
+    return call_sdpa(query, key, value, mask, scale)
 
 
 def _pinned(backend_name: str):
     backend = getattr(SDPBackend, backend_name)
 
-    def pinned_attention(query, key, value, *, causal, scale, causal_masked_out):
+    def pinned_attention(query, key, value, *, mask, scale):
         with sdpa_kernel([backend]):
-            return F.scaled_dot_product_attention(query, key, value, is_causal=causal, scale=scale)
+            return call_sdpa(query, key, value, mask, scale)
 
     pinned_attention.__doc__ = f"SDPA restricted to SDPBackend.{backend_name}, no fallback."
     return pinned_attention

@@ -9,13 +9,14 @@ def test_builtin_variants_are_registered_in_order():
         "naive", "naive_inplace", "sdpa", "sdpa_math", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn",
     ]
     assert get_variant("sdpa_flash").sdpa_backend == "FLASH_ATTENTION"
-    assert get_variant("naive").expected_score_copies(causal=True) == 1
-    assert get_variant("naive").expected_score_copies(causal=False) == 0
-    assert get_variant("naive_inplace").expected_score_copies(causal=True) == 0
+    assert get_variant("naive").expected_score_copies(hides_keys=True) == 1
+    assert get_variant("naive").expected_score_copies(hides_keys=False) == 0
+    assert get_variant("naive_inplace").expected_score_copies(hides_keys=True) == 0
+    assert get_variant("naive").fully_masked_rows == "nan" and get_variant("sdpa_math").fully_masked_rows == "zeros"
 
 
 def test_register_returns_the_function_unchanged_and_refuses_duplicates():
-    def attention(query, key, value, *, causal, scale, causal_masked_out):
+    def attention(query, key, value, *, mask, scale):
         return query
 
     assert register_variant("test_only_identity", "for a test")(attention) is attention
@@ -27,7 +28,7 @@ def test_register_checks_the_signature():
     def wrong(q, k, v, causal):
         return q
 
-    with pytest.raises(TypeError, match="expected \\(query, key, value, \\*, causal, scale, causal_masked_out\\)"):
+    with pytest.raises(TypeError, match="expected \\(query, key, value, \\*, mask, scale\\)"):
         register_variant("test_only_wrong", "bad")(wrong)
     assert "test_only_wrong" not in variant_names()
 

@@ -6,9 +6,10 @@ from perfsuite import settings
 from perfsuite.results import BenchmarkResult, SkippedResult, format_bytes, markdown_table
 
 
-def raw(**overrides):
-    values = {name: (spec.default, f"default {name}") for name, spec in settings.SETTINGS.items()}
-    values.update({name: (value, f"option {name}") for name, value in overrides.items()})
+def raw(ini=None, **options):
+    values = {name: settings.RawValue(spec.default, f"default {name}", "default") for name, spec in settings.SETTINGS.items()}
+    values.update({name: settings.RawValue(value, f"ini {name}", "ini") for name, value in (ini or {}).items()})
+    values.update({name: settings.RawValue(value, f"option {name}", "option") for name, value in options.items()})
     return values
 
 
@@ -21,16 +22,39 @@ def test_defaults_pick_cpu_without_cuda_and_cuda_with_it():
 
 
 def test_common_options_override_per_device_keys():
-    resolved = settings.resolve(raw(shapes="1x1x8x8", dtypes="fp16", causal="both", devices="cpu"), cuda_available=True)
+    resolved = settings.resolve(raw(shapes="1x1x8x8", dtypes="fp16", masks="both", devices="cpu"), cuda_available=True)
     assert [c.id for c in resolved.cases] == ["b1h1s8d8-fp16-causal-cpu", "b1h1s8d8-fp16-noncausal-cpu"]
     assert resolved.traces_dir == Path("perfsuite-results") / "traces"
+
+
+def test_ini_keys_refine_the_case_set_but_a_set_named_on_the_command_line_wins():
+    ini = {"cpu_shapes": "1x2x4x4", "masks": "bool"}
+    from_ini = settings.resolve(raw(ini=ini), cuda_available=False)
+    assert {c.shape_id for c in from_ini.cases} == {"b1h2s4d4"} and {c.mask for c in from_ini.cases} == {"bool"}
+    from_option = settings.resolve(raw(ini=ini, case_set="gqa"), cuda_available=False)
+    assert {c.shape_id for c in from_option.cases} == {"b2h8kv2s512d64", "b2h8kv1s512d64"}
+
+
+def test_explicit_case_ids_replace_and_extra_ids_add():
+    exact = settings.resolve(raw(cases="b1h2s4d4-fp32-bool-cpu"), cuda_available=False)
+    assert [c.id for c in exact.cases] == ["b1h2s4d4-fp32-bool-cpu"]
+    extra = settings.resolve(raw(case_set="smoke", extra_cases="b1h2s4d4-fp32-bool-cpu"), cuda_available=False)
+    assert [c.id for c in extra.cases] == ["b2h8s256d64-fp32-causal-cpu", "b1h2s4d4-fp32-bool-cpu"]
+
+
+def test_every_case_set_resolves_on_both_devices():
+    from perfsuite.case_sets import CASE_SETS
+
+    for name in CASE_SETS:
+        for cuda in (False, True):
+            assert settings.resolve(raw(case_set=name), cuda_available=cuda).cases
 
 
 def test_errors_name_the_source():
     with pytest.raises(settings.SettingsError, match=r"^option dtypes: dtype 'fp9'"):
         settings.resolve(raw(dtypes="fp9"), cuda_available=False)
-    with pytest.raises(settings.SettingsError, match="option shapes is empty"):
-        settings.resolve(raw(shapes=" , "), cuda_available=False)
+    with pytest.raises(settings.SettingsError, match="option case_set: case set 'huge' is unknown; known: smoke"):
+        settings.resolve(raw(case_set="huge"), cuda_available=False)
 
 
 def result(median_s, correct=True):

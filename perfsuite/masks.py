@@ -1,0 +1,154 @@
+"""Attention masks: which keys each query may attend to, in every form the variants need.
+
+Conventions (the suite's, stated once):
+
+* A boolean mask means **True = attend**, as ``F.scaled_dot_product_attention`` defines it.
+  ``masked_out`` is its negation, the form ``masked_fill`` takes.
+* An additive (float) mask is **added** to the scaled scores; a float mask of 0/1 is a bias
+  of 0 or 1, not a selection. ``-inf`` entries hide keys.
+* Causal alignment is explicit. ``causal`` is **top-left**: query ``i`` sees keys ``j <= i``
+  (what ``is_causal=True`` does). ``causal_br`` is **bottom-right**: query ``i`` sees keys
+  ``j <= i + seq_len_kv - seq_len_q`` (``torch.nn.attention.bias.causal_lower_right``, what
+  KV-cache decoding needs: the last query sees every key). With ``seq_len_q > seq_len_kv``
+  the first ``seq_len_q - seq_len_kv`` rows of a bottom-right mask see no key at all.
+* ``window{W}`` is a bottom-right causal sliding window: query ``i`` sees the ``W`` keys
+  ending at its own position, ``0 <= i + seq_len_kv - seq_len_q - j < W``.
+* ``padding`` hides, per batch row, the keys at or after that row's length (drawn from
+  the seed, at least 1). ``bool`` is a random mask (80% attend) over
+  ``[batch, 1, seq_len_q, seq_len_kv]``; it can hide every key of a row.
+* ``additive`` is a random N(0, 1) bias over ``[1, num_heads, seq_len_q, seq_len_kv]``.
+
+Masks are built once per case, outside the timed call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import warnings
+
+import torch
+from torch.nn.attention.bias import causal_lower_right
+
+PLAIN_KINDS = ("noncausal", "causal", "causal_br", "bool", "additive", "padding")
+_WINDOW_RE = re.compile(r"^window(\d+)$")
+
+
+def parse_mask_kind(text: str) -> str:
+    """Validate a mask kind: one of ``PLAIN_KINDS`` or ``window<W>`` with ``W >= 1``.
+
+    Raises:
+        ValueError: naming the value and the allowed kinds.
+    """
+    name = text.strip().lower()
+    window = _WINDOW_RE.match(name)
+    if name in PLAIN_KINDS or (window and int(window.group(1)) >= 1):
+        return name
+    raise ValueError(f"mask {text!r} is not supported; allowed: {', '.join(PLAIN_KINDS)}, window<W> (W >= 1)")
+
+
+def window_size(kind: str) -> int | None:
+    match = _WINDOW_RE.match(kind)
+    return int(match.group(1)) if match else None
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionMask:
+    """One case's mask in the forms the variants consume.
+
+    ``kind``: the mask kind. ``is_causal``: pass ``is_causal=True`` to SDPA (top-left
+    causal with nothing else). ``allowed``: bool, True = attend, broadcastable to
+    ``[batch, num_heads, seq_len_q, seq_len_kv]``, or None (all keys). ``masked_out``:
+    ``~allowed`` for ``masked_fill``. ``additive``: float bias in the inputs' dtype, or None.
+    ``sdpa_mask``: what to pass as SDPA's ``attn_mask`` (a bool or float tensor, a
+    ``CausalBias``, or None).
+    """
+
+    kind: str
+    is_causal: bool
+    allowed: torch.Tensor | None
+    masked_out: torch.Tensor | None
+    additive: torch.Tensor | None
+    sdpa_mask: object | None
+
+    def with_additive(self, additive: torch.Tensor | None) -> "AttentionMask":
+        """The same key selection with another additive bias (SDPA gets one float mask)."""
+        return compose(self.kind, self.allowed, additive, top_left_causal=False)
+
+
+def compose(kind: str, allowed: torch.Tensor | None, additive: torch.Tensor | None, *,
+            top_left_causal: bool = False, causal_bias: object | None = None) -> AttentionMask:
+    """Build an ``AttentionMask`` from a bool selection and/or an additive bias.
+
+    SDPA takes one ``attn_mask``: a bias and a selection are merged into a float mask with
+    ``-inf`` at hidden keys; ``is_causal`` is only used for plain top-left causal.
+    """
+    masked_out = None if allowed is None else ~allowed
+    if additive is None:
+        sdpa_mask = None if top_left_causal else (causal_bias if causal_bias is not None else allowed)
+    else:
+        sdpa_mask = additive if masked_out is None else additive.masked_fill(masked_out, float("-inf"))
+    is_causal = top_left_causal and additive is None
+    return AttentionMask(kind, is_causal, allowed, masked_out, additive, sdpa_mask)
+
+
+def causal_allowed(seq_len_q: int, seq_len_kv: int, device: str, bottom_right: bool) -> torch.Tensor:
+    """Bool ``[seq_len_q, seq_len_kv]``, True where query ``i`` may see key ``j``."""
+    offset = seq_len_kv - seq_len_q if bottom_right else 0
+    ones = torch.ones(seq_len_q, seq_len_kv, dtype=torch.bool, device=device)
+    return ones.tril(diagonal=offset)
+
+
+def window_allowed(seq_len_q: int, seq_len_kv: int, window: int, device: str) -> torch.Tensor:
+    """Bool ``[seq_len_q, seq_len_kv]`` of a bottom-right sliding window of ``window`` keys."""
+    i = torch.arange(seq_len_q, device=device).unsqueeze(1) + (seq_len_kv - seq_len_q)
+    j = torch.arange(seq_len_kv, device=device).unsqueeze(0)
+    distance = i - j
+    return (distance >= 0) & (distance < window)
+
+
+def build_mask(kind: str, shape: tuple[int, int, int, int], dtype: torch.dtype, device: str,
+               generator: torch.Generator) -> AttentionMask:
+    """The mask of ``kind`` for scores of ``shape = (batch, num_heads, seq_len_q, seq_len_kv)``.
+
+    Random masks draw from ``generator`` on the CPU, so every device sees the same mask.
+    """
+    batch, num_heads, seq_len_q, seq_len_kv = shape
+    if kind == "noncausal":
+        return compose(kind, None, None)
+    if kind == "causal":
+        return compose(kind, causal_allowed(seq_len_q, seq_len_kv, device, False), None, top_left_causal=True)
+    if kind == "causal_br":
+        allowed = causal_allowed(seq_len_q, seq_len_kv, device, True)
+        with warnings.catch_warnings():
+            # torch warns of NaN rows when seq_len_q > seq_len_kv; the suite checks what happens
+            warnings.filterwarnings("ignore", message="Lower right causal bias will produce NaNs")
+            bias = causal_lower_right(seq_len_q, seq_len_kv)
+        return compose(kind, allowed, None, causal_bias=bias)
+    if kind == "bool":
+        draw = torch.rand(batch, 1, seq_len_q, seq_len_kv, generator=generator)
+        return compose(kind, (draw < 0.8).to(device), None)
+    if kind == "additive":
+        bias = torch.randn(1, num_heads, seq_len_q, seq_len_kv, generator=generator)
+        return compose(kind, None, bias.to(device=device, dtype=dtype))
+    if kind == "padding":
+        lengths = torch.randint(1, seq_len_kv + 1, (batch,), generator=generator)
+        allowed = torch.arange(seq_len_kv).view(1, 1, 1, -1) < lengths.view(-1, 1, 1, 1)
+        return compose(kind, allowed.to(device), None)
+    window = window_size(kind)
+    if window is not None:
+        return compose(kind, window_allowed(seq_len_q, seq_len_kv, window, device), None)
+    raise ValueError(f"mask {kind!r} is not supported")
+
+
+def fully_masked_rows(mask: AttentionMask, shape: tuple[int, int, int, int]) -> torch.Tensor:
+    """Bool ``[batch, num_heads, seq_len_q]``: True for query rows that see no key.
+
+    Only the selection counts; additive ``-inf`` entries are not inspected (the suite's
+    additive masks are finite).
+    """
+    batch, num_heads, seq_len_q, _ = shape
+    if mask.allowed is None:
+        return torch.zeros(batch, num_heads, seq_len_q, dtype=torch.bool)
+    sees_nothing = ~mask.allowed.any(dim=-1)
+    return sees_nothing.expand(batch, num_heads, seq_len_q).cpu()
