@@ -91,6 +91,11 @@ class AttentionCase:
         return self.mask in ("causal", "causal_br") or self.mask.startswith("window")
 
     @property
+    def hides_keys(self) -> bool:
+        """True when the mask hides some keys from some queries (not for noncausal or additive)."""
+        return self.mask not in ("noncausal", "additive")
+
+    @property
     def torch_dtype(self) -> torch.dtype:
         return DTYPES[self.dtype]
 

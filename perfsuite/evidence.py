@@ -18,7 +18,7 @@ from perfsuite.cases import AttentionCase
 from perfsuite.inputs import AttentionInputs, make_inputs
 from perfsuite.masks import fully_masked_rows
 from perfsuite.profiling import profile_forwards
-from perfsuite.reference import Comparison, compare_with_reference, reference_attention
+from perfsuite.reference import Comparison, compare_with_reference, reference_attention, tolerances
 from perfsuite.trace_summary import WindowSummary
 from perfsuite.variants import Variant
 
@@ -45,7 +45,7 @@ class Evidence:
 
     @property
     def expected_score_copies(self) -> int:
-        return self.variant.expected_score_copies(hides_keys=self.case.mask not in ("noncausal", "additive"))
+        return self.variant.expected_score_copies(self.case.hides_keys)
 
     def score_copies(self, lane: str) -> list[int]:
         """Score-sized copies per profiled forward on ``lane`` (``"cpu"`` or ``"device"``)."""
@@ -100,7 +100,8 @@ def check_output(variant: Variant, case: AttentionCase, inputs: AttentionInputs,
                  label: str) -> Comparison:
     """Compare ``output`` with the float64 reference, holding fully masked rows to the variant's rule."""
     rows = fully_masked_rows(inputs.mask, case.score_shape)
-    return compare_with_reference(output, reference_attention(inputs), label, rows, variant.fully_masked_rows)
+    expected = reference_attention(inputs)
+    return compare_with_reference(output, expected, label, rows, variant.fully_masked_rows, tolerances(inputs, expected))
 
 
 def gather_evidence(variant: Variant, case: AttentionCase, seed: int, trace_dir: Path) -> Evidence:

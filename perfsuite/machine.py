@@ -10,7 +10,7 @@ import torch
 def device_name(device: str) -> str:
     """``torch.cuda.get_device_name()`` on CUDA; the CPU's model name (or architecture) on CPU."""
     if device == "cuda":
-        return torch.cuda.get_device_name()
+        return torch.cuda.get_device_name() if torch.cuda.is_available() else "cuda (not available)"
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
             for line in cpuinfo:

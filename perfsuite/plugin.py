@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from pytest_benchmark.session import PerformanceRegression
 
 from perfsuite import machine, settings
 from perfsuite.cost_model import forward_bytes, forward_flop
@@ -30,6 +31,7 @@ class SuiteRun:
         self._evidence: dict[tuple[str, str], Evidence | BaseException] = {}
         self.results: dict[tuple[str, str], BenchmarkResult] = {}
         self.skipped: dict[tuple[str, str], SkippedResult] = {}
+        self.written: tuple[Path, Path] | None = None  # (table.md, run.json) once written
 
     def evidence(self, variant, case) -> Evidence:
         """Gather evidence once per (variant, case); re-raise its skip or error for every test."""
@@ -58,7 +60,8 @@ def _raw_settings(config: pytest.Config) -> settings.RawSettings:
         if option is not None:
             raw[name] = settings.RawValue(option, f"option {spec.option}={option!r}", "option")
         elif ini:
-            raw[name] = settings.RawValue(ini, f"ini key {spec.ini_key}={ini!r} in {config.inipath}", "ini")
+            where = "-o" if any(o.startswith(f"{spec.ini_key}=") for o in config.getoption("override_ini") or []) else config.inipath
+            raw[name] = settings.RawValue(ini, f"ini key {spec.ini_key}={ini!r} from {where}", "ini")
         else:
             raw[name] = settings.RawValue(spec.default, f"built-in default {spec.ini_key}={spec.default!r}", "default")
     return raw
@@ -185,14 +188,34 @@ def group_skips(skipped: list[SkippedResult]) -> dict[tuple[str, str], list[str]
     return groups
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
-    run = config.stash[RUN_KEY]
-    if not run.results and not run.skipped:
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Write table.md and run.json before any summary hook can fail."""
+    run = session.config.stash[RUN_KEY]
+    if run.results or run.skipped:
+        info = machine.torch_machine_info(list(run.settings.devices))
+        run.written = write_run(Path(run.settings.results_dir), list(run.results.values()), list(run.skipped.values()), info)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config):
+    """Print the table after pytest-benchmark's; a regression it finds fails the run without a traceback."""
+    try:
+        yield
+    except PerformanceRegression:
+        terminalreporter.write_line(
+            "perfsuite: performance regressed beyond --benchmark-compare-fail (see 'Performance has regressed' above)",
+            red=True,
+        )
+        terminalreporter._session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    finally:
+        print_table(terminalreporter, config.stash[RUN_KEY])
+
+
+def print_table(terminalreporter, run: SuiteRun) -> None:
+    if not run.written:
         return
     results, skipped = list(run.results.values()), list(run.skipped.values())
-    info = machine.torch_machine_info(list(run.settings.devices))
-    table_path, run_path = write_run(Path(run.settings.results_dir), results, skipped, info)
+    table_path, run_path = run.written
     terminalreporter.section("perfsuite: attention at a glance")
     terminalreporter.write_line(text_table(results))
     for (variant, reason), case_ids in group_skips(skipped).items():

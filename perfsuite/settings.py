@@ -108,7 +108,7 @@ def _resolve_devices(raw: RawSettings, cuda_available: bool) -> tuple[str, ...]:
 def _resolve_variants(raw: RawSettings) -> tuple[str, ...]:
     if raw["variants"].value.strip().lower() == "all":
         return tuple(variant_names())
-    return tuple(v.name for v in _parse_items(raw["variants"], get_variant, "variant names"))
+    return tuple(dict.fromkeys(v.name for v in _parse_items(raw["variants"], get_variant, "variant names")))
 
 
 def _device_field(raw: RawSettings, case_set_name: str, device: str, field: str) -> RawValue:
@@ -142,7 +142,7 @@ def _resolve_cases(raw: RawSettings, devices: tuple[str, ...], case_set_name: st
         return _parse_items(raw["cases"], cases.parse_case_id, "case ids")
     found: list[AttentionCase] = []
     for device in devices:
-        shapes = _parse_items(_device_field(raw, case_set_name, device, "shapes"), cases.parse_shape, "shapes")
+        shapes = list(dict.fromkeys(_parse_items(_device_field(raw, case_set_name, device, "shapes"), cases.parse_shape, "shapes")))
         dtypes = _parse_items(_device_field(raw, case_set_name, device, "dtypes"), cases.parse_dtype, "dtypes")
         masks = _parse_items(_device_field(raw, case_set_name, device, "masks"), cases.parse_masks, "masks")
         flat_masks = [m for group in masks for m in group]

@@ -55,6 +55,7 @@ class CopyRecord:
     shape: tuple[int, ...] | None
     size_bytes: int | None
     dtype_conversion: bool = False
+    types: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,6 +124,8 @@ def load_trace(path: str | Path) -> dict[str, Any]:
         data = {"traceEvents": data}
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
         raise TraceError(f"{path}: JSON without a 'traceEvents' list, so not a profiler trace")
+    if not any(isinstance(e, dict) and "ph" in e for e in data["traceEvents"]):
+        raise TraceError(f"{path}: 'traceEvents' holds no trace events (nothing was recorded)")
     return data
 
 
@@ -131,6 +134,12 @@ def _first_dims(event: dict[str, Any]) -> tuple[int, ...] | None:
     if not dims or not isinstance(dims[0], list):
         return None
     return tuple(dims[0])
+
+
+def _tensor_types(event: dict[str, Any] | None) -> tuple[str, ...]:
+    """``Input type`` of an ATen op without the scalar/empty entries (``("c10::BFloat16", "float")``)."""
+    types = (event or {}).get("args", {}).get("Input type") or []
+    return tuple(t for t in types if t and t != "Scalar")
 
 
 def _converts_dtype(event: dict[str, Any] | None) -> bool:
@@ -167,6 +176,10 @@ class TraceIndex:
         }
         self.launch_by_correlation = {e.get("args", {}).get("correlation"): e for e in self.launches}
         self.host_pids = {e.get("pid") for e in self.cpu_ops + self.launches}
+
+    def annotation_names(self) -> list[str]:
+        """Distinct annotation names, ``#N`` suffixes folded (``ProfilerStep``)."""
+        return sorted({re.sub(r"#\d+$", "", str(e.get("name", ""))) for e in self.annotations})
 
     def windows(self, annotation: str) -> list[dict[str, Any]]:
         """Annotation events named ``annotation`` or ``annotation#N``, in time order."""
@@ -227,7 +240,7 @@ class TraceIndex:
             if e["ts"] < open_until.get(tid, float("-inf")):
                 continue  # nested inside a copy already counted
             open_until[tid] = e["ts"] + e.get("dur", 0)
-            records.append(CopyRecord("cpu", e["name"], e["name"], _first_dims(e), None, _converts_dtype(e)))
+            records.append(CopyRecord("cpu", e["name"], e["name"], _first_dims(e), None, _converts_dtype(e), _tensor_types(e)))
         return records
 
     def _device_copies(self, device: list[dict[str, Any]]) -> list[CopyRecord]:
@@ -241,7 +254,7 @@ class TraceIndex:
             shape = _first_dims(op) if op else None
             kind = _memcpy_kind(e["name"]) if is_memcpy else "copy kernel"
             size = args.get("bytes") if is_memcpy else None
-            records.append(CopyRecord("device", kind, e["name"], shape, size, _converts_dtype(op)))
+            records.append(CopyRecord("device", kind, e["name"], shape, size, _converts_dtype(op), _tensor_types(op)))
         return records
 
     def _launching_op(self, args: dict[str, Any]) -> dict[str, Any] | None:

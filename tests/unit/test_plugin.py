@@ -79,3 +79,37 @@ def test_timed_run_saves_a_baseline_with_extra_info_and_a_table(project):
     compared = project.runpytest_subprocess(TINY, "--benchmark-compare", "--benchmark-compare-fail=median:1000%")
     assert compared.ret == pytest.ExitCode.OK
     compared.stdout.fnmatch_lines(["*0001_*"])
+
+
+def test_a_regression_fails_the_run_cleanly_and_still_writes_the_table(project):
+    project.makeini(
+        "[pytest]\naddopts = --benchmark-autosave --benchmark-storage=bench "
+        "--benchmark-max-time=0.01 --benchmark-min-rounds=3 --perfsuite-results=out --perfsuite-variants=naive\n"
+        "perfsuite_cpu_dtypes = fp32\n"
+    )
+    assert project.runpytest_subprocess(TINY).ret == pytest.ExitCode.OK
+    saved = next(Path(project.path, "bench").rglob("*.json"))
+    baseline = json.loads(saved.read_text())
+    for bench in baseline["benchmarks"]:  # pretend the baseline was 1000x faster
+        for key in ("min", "max", "mean", "median", "q1", "q3"):
+            bench["stats"][key] /= 1000
+    saved.write_text(json.dumps(baseline))
+    (Path(project.path, "out") / "table.md").unlink()
+
+    result = project.runpytest_subprocess(TINY, "--benchmark-compare", "--benchmark-compare-fail=median:10%")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    output = result.stdout.str() + result.stderr.str()
+    assert "perfsuite: performance regressed beyond --benchmark-compare-fail" in output
+    assert "Traceback" not in output
+    assert "perfsuite: attention at a glance" in output
+    assert Path(project.path, "out", "table.md").exists()
+
+
+def test_cuda_requested_without_cuda_skips_with_the_reason(project):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    result = project.runpytest_subprocess(TINY, "--perfsuite-devices=cuda", "--perfsuite-variants=naive", "-rs")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["*device cuda is not available on this machine*"])

@@ -1,7 +1,13 @@
 import pytest
 
-from perfsuite.variants import get_variant, variant_names
+from perfsuite.variants import get_variant, registry, variant_names
 from perfsuite.variants.registry import register_variant
+
+
+@pytest.fixture(autouse=True)
+def scratch_registry(monkeypatch):
+    """Variants registered here vanish after the test."""
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
 
 
 def test_builtin_variants_are_registered_in_order():
