@@ -1,17 +1,28 @@
-"""Command line: `perfsuite trace FILE_OR_DIR` prints what each annotated window did.
+"""Command line.
 
-Exit codes: 0 success; 2 bad arguments, an unreadable trace, or no window of that name
+  perfsuite trace FILE_OR_DIR [--annotation NAME] [--json]   what each window and the whole trace did
+  perfsuite trace diff A B [--annotation NAME] [--json]      what changed from trace A to trace B
+  perfsuite trace --rules                                    the kernel family rules
+  perfsuite report RUN.json [--markdown F] [--html F] [--plots DIR]
+
+Exit codes: 0 success; 2 bad arguments, an unreadable file, or no window of that name
 (the message names the file).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
-from perfsuite.results import format_bytes
+from perfsuite.kernel_families import rules_markdown
+from perfsuite.trace_report import describe, describe_diff, diff
 from perfsuite.trace_summary import TraceError, TraceIndex, WindowSummary, load_trace
+
+
+class CliError(Exception):
+    """A user error: printed as one line, exit code 2."""
 
 
 def trace_files(target: Path) -> list[Path]:
@@ -21,72 +32,81 @@ def trace_files(target: Path) -> list[Path]:
     return [target]
 
 
-def describe(summary: WindowSummary, top: int, has_device: bool) -> list[str]:
-    """Readable lines for one window: ops, kernels, copies, launches, memory."""
-    device = f", {summary.kernel_count} device kernels ({summary.device_time_us:.1f} us on device)" if has_device else ""
-    lines = [f"  {summary.annotation}: {summary.cpu_op_count} CPU ops{device}, window {summary.duration_us:.1f} us"]
-    for name, count in sorted(summary.kernels.items(), key=lambda kv: -kv[1])[:top]:
-        lines.append(f"    kernel x{count}: {name[:140]}")
-    for kind, count in sorted(summary.memcpy_counts.items()):
-        lines.append(f"    Memcpy {kind} x{count}, {format_bytes(summary.memcpy_bytes.get(kind, 0))}")
-    for copy in summary.copies:
-        what = f"dtype conversion {' <- '.join(copy.types)}" if copy.dtype_conversion else "copy"
-        shape = list(copy.shape) if copy.shape is not None else "?"
-        lines.append(f"    {copy.lane} {what}: {copy.kind} of {shape}")
-    if summary.launch_calls:
-        calls = ", ".join(f"{name} x{n}" for name, n in sorted(summary.launch_calls.items()))
-        lines.append(f"    launch API: {calls}")
-    for device, size in sorted(summary.allocated_bytes.items()):
-        lines.append(f"    allocated on {device}: {format_bytes(size)}, peak {format_bytes(summary.peak_bytes.get(device, 0))}")
-    return lines
-
-
 def load_index(path: Path, in_folder: bool) -> TraceIndex | None:
     """The trace's index; in a folder a non-trace file is reported and passed over."""
     try:
         return TraceIndex(load_trace(path))
     except TraceError as exc:
         if not in_folder:
-            raise
+            raise CliError(str(exc)) from None
         print(f"perfsuite trace: skipping {exc}", file=sys.stderr)
         return None
 
 
-def print_file(path: Path, index: TraceIndex, args: argparse.Namespace) -> bool:
-    """Print one trace's windows; False when the annotation names no window in it."""
-    windows = index.windows(args.annotation) if args.annotation else [index.whole_trace()]
+def summaries(path: Path, index: TraceIndex, annotation: str | None) -> list[WindowSummary]:
+    """Windows named ``annotation`` (or none), then the whole trace."""
+    whole = index.summarize(index.whole_trace())
+    if not annotation:
+        return [whole]
+    windows = index.windows(annotation)
     if not windows:
         seen = ", ".join(index.annotation_names()[:12]) or "none"
-        print(f"perfsuite trace: {path}: no window named {args.annotation!r}; annotations in it: {seen}", file=sys.stderr)
-        return False
+        raise CliError(f"{path}: no window named {annotation!r}; annotations in it: {seen}")
+    return [index.summarize(w) for w in windows] + [whole]
+
+
+def print_trace(path: Path, index: TraceIndex, args: argparse.Namespace) -> dict:
+    found = summaries(path, index, args.annotation)
+    windows, whole = found[:-1], found[-1]
     shown = windows[:1] if args.first else windows
-    print(f"{path.name}: {len(windows)} window(s) named {args.annotation or 'whole trace'}")
-    for window in shown:
-        print("\n".join(describe(index.summarize(window), args.top, bool(index.device_events))))
-    return True
+    if not args.json:
+        print(f"{path.name}: {len(windows)} window(s) named {args.annotation}" if args.annotation else f"{path.name}:")
+        for summary in shown + [whole]:
+            print("\n".join(describe(summary, args.top, bool(index.device_events))))
+    return {"file": str(path), "windows": [s.to_dict() for s in shown], "whole_trace": whole.to_dict()}
 
 
 def run_trace(args: argparse.Namespace) -> int:
-    target = Path(args.target)
+    if args.rules:
+        print(rules_markdown())
+        return 0
+    if not args.targets:
+        raise CliError("give a trace file or folder (or: trace diff A B)")
+    if args.targets[0] == "diff":
+        return run_diff(args)
+    if len(args.targets) != 1:
+        raise CliError(f"give one trace file or folder, got {len(args.targets)}: {' '.join(args.targets)}")
+    target = Path(args.targets[0])
     files = trace_files(target)
     if not files:
-        print(f"perfsuite trace: no .json or .json.gz files in {target}", file=sys.stderr)
-        return 2
-    status, read = 0, 0
+        raise CliError(f"no .json or .json.gz files in {target}")
+    reports = []
     for path in files:
-        try:
-            index = load_index(path, target.is_dir())
-        except TraceError as exc:
-            print(f"perfsuite trace: {exc}", file=sys.stderr)
-            return 2
-        if index is None:
-            continue
-        read += 1
-        status = status if print_file(path, index, args) else 2
-    if not read:
-        print(f"perfsuite trace: no readable trace in {target}", file=sys.stderr)
-        return 2
-    return status
+        index = load_index(path, target.is_dir())
+        if index is not None:
+            reports.append(print_trace(path, index, args))
+    if not reports:
+        raise CliError(f"no readable trace in {target}")
+    if args.json:
+        print(json.dumps(reports, indent=2))
+    return 0
+
+
+def run_diff(args: argparse.Namespace) -> int:
+    if len(args.targets) != 3:
+        raise CliError("trace diff takes two trace files: perfsuite trace diff A B")
+    picked = []
+    for name in args.targets[1:]:
+        path = Path(name)
+        found = summaries(path, load_index(path, in_folder=False), args.annotation)
+        picked.append(found[0])  # the first window, or the whole trace
+    change = diff(*picked)
+    if args.json:
+        print(json.dumps(change.to_dict(), indent=2))
+    else:
+        print(f"{args.targets[1]} -> {args.targets[2]} ({args.annotation or 'whole trace'}):")
+        print("\n".join(describe_diff(change)))
+    return 0
 
 
 def positive_int(text: str) -> int:
@@ -96,16 +116,36 @@ def positive_int(text: str) -> int:
     return value
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="perfsuite", description=__doc__.splitlines()[0])
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="perfsuite", description="perfsuite: attention traces and reports",
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    trace = commands.add_parser("trace", help="summarise Kineto/Chrome trace files")
-    trace.add_argument("target", help="a .json/.json.gz trace or a folder of them")
-    trace.add_argument("--annotation", help="record_function name or ProfilerStep (default: whole trace)")
+    trace = commands.add_parser("trace", help="summarise Kineto/Chrome trace files, or diff two")
+    trace.add_argument("targets", nargs="*", help="a .json/.json.gz trace or a folder of them; or: diff A B")
+    trace.add_argument("--annotation", help="record_function name or ProfilerStep (default: whole trace only)")
     trace.add_argument("--first", action="store_true", help="only the first window of each file")
-    trace.add_argument("--top", type=positive_int, default=8, help="kernels to list per window (default 8)")
-    args = parser.parse_args(argv)
-    return run_trace(args)
+    trace.add_argument("--top", type=positive_int, default=8, help="kernels to list by device time (default 8)")
+    trace.add_argument("--json", action="store_true", help="print JSON instead of text")
+    trace.add_argument("--rules", action="store_true", help="print the kernel family rules and exit")
+    report = commands.add_parser("report", help="the results table, as Markdown/HTML, and plots, from a saved run")
+    report.add_argument("run", help="perfsuite run.json or a pytest-benchmark JSON file")
+    report.add_argument("--markdown", help="write the Markdown report here")
+    report.add_argument("--html", help="write the self-contained HTML report here")
+    report.add_argument("--plots", help="write the plots (PNG and SVG) into this folder")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "trace":
+            return run_trace(args)
+        from perfsuite.report_cli import run_report
+
+        return run_report(args)
+    except CliError as exc:
+        print(f"perfsuite {args.command}: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ import re
 from pathlib import Path
 from typing import Any, Iterable
 
+from perfsuite.kernel_families import kernel_family, sdpa_backends
+
 # A device kernel whose name matches one of these is a copy, like a Memcpy on the copy engine.
 COPY_KERNEL_PATTERNS = (
     re.compile(r"direct_copy_kernel"),
@@ -62,7 +64,11 @@ class CopyRecord:
 class WindowSummary:
     """What one annotated window (one forward, one profiler step) did.
 
-    Counts are per window. ``cpu_ops``/``kernels``/``launch_calls`` map names to counts;
+    Counts are per window. ``cpu_ops``/``kernels``/``launch_calls`` map names to counts,
+    ``kernel_time_us`` kernel names to their summed device time; ``launch_time_us`` is the
+    CPU time spent in launch API calls (``cudaLaunchKernel``, ``cuLaunchKernelEx``,
+    ``hipLaunchKernel``, ...). ``memcpy_counts``/``memcpy_bytes`` are keyed by kind (``DtoD``),
+    ``memcpy_routes`` by kind and memory (``HtoD Pinned -> Device``);
     ``allocated_bytes`` sums allocations by device (``"cpu"``, ``"cuda"``);
     ``peak_bytes`` is the highest live allocation above the level at the window's start.
     """
@@ -72,11 +78,15 @@ class WindowSummary:
     duration_us: float
     cpu_ops: dict[str, int]
     kernels: dict[str, int]
+    kernel_time_us: dict[str, float]
     launch_calls: dict[str, int]
+    launch_time_us: float
     device_time_us: float
     memcpy_counts: dict[str, int]
     memcpy_bytes: dict[str, int]
+    memcpy_routes: dict[str, int]
     memset_count: int
+    memset_bytes: int
     copies: tuple[CopyRecord, ...]
     allocated_bytes: dict[str, int]
     peak_bytes: dict[str, int]
@@ -90,6 +100,18 @@ class WindowSummary:
         return sum(self.kernels.values())
 
     @property
+    def sdpa_backends(self) -> list[str]:
+        """SDPA backends whose dispatch op ran in this window (``["FLASH_ATTENTION"]``)."""
+        return sdpa_backends(self.cpu_ops)
+
+    def kernel_families(self) -> dict[str, int]:
+        """Kernel count per family (``perfsuite.kernel_families``)."""
+        families: dict[str, int] = collections.Counter()
+        for name, count in self.kernels.items():
+            families[kernel_family(name)] += count
+        return dict(families)
+
+    @property
     def copy_kernel_count(self) -> int:
         return sum(1 for c in self.copies if c.kind == "copy kernel")
 
@@ -101,6 +123,8 @@ class WindowSummary:
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["copies"] = [dataclasses.asdict(c) for c in self.copies]
+        data["kernel_families"] = self.kernel_families()
+        data["sdpa_backends"] = self.sdpa_backends
         return data
 
 
@@ -155,6 +179,11 @@ def _is_copy_kernel(name: str) -> bool:
 def _memcpy_kind(name: str) -> str:
     match = _MEMCPY_KIND_RE.match(name)
     return match.group(1) if match else name
+
+
+def _memcpy_route(name: str) -> str:
+    """``Memcpy HtoD (Pinned -> Device)`` -> ``HtoD Pinned -> Device``."""
+    return name.removeprefix("Memcpy ").replace("(", "").replace(")", "")
 
 
 class TraceIndex:
@@ -212,8 +241,12 @@ class TraceIndex:
         kernels = [e for e in device if e.get("cat") == "kernel"]
         memcpys = [e for e in device if e.get("cat") == "gpu_memcpy"]
         memcpy_bytes: dict[str, int] = collections.Counter()
+        kernel_time: dict[str, float] = collections.Counter()
         for e in memcpys:
             memcpy_bytes[_memcpy_kind(e["name"])] += int(e.get("args", {}).get("bytes", 0))
+        for e in kernels:
+            kernel_time[e["name"]] += float(e.get("dur", 0))
+        memsets = [e for e in device if e.get("cat") == "gpu_memset"]
         allocated, peak = self._memory(start, end, pid)
         return WindowSummary(
             annotation=window["name"],
@@ -221,11 +254,15 @@ class TraceIndex:
             duration_us=float(window["dur"]),
             cpu_ops=dict(collections.Counter(e["name"] for e in ops)),
             kernels=dict(collections.Counter(e["name"] for e in kernels)),
+            kernel_time_us=dict(kernel_time),
             launch_calls=dict(collections.Counter(e["name"] for e in launches)),
-            device_time_us=float(sum(e.get("dur", 0) for e in kernels)),
+            launch_time_us=float(sum(e.get("dur", 0) for e in launches if "aunch" in e["name"])),
+            device_time_us=float(sum(kernel_time.values())),
             memcpy_counts=dict(collections.Counter(_memcpy_kind(e["name"]) for e in memcpys)),
             memcpy_bytes=dict(memcpy_bytes),
-            memset_count=sum(1 for e in device if e.get("cat") == "gpu_memset"),
+            memcpy_routes=dict(collections.Counter(_memcpy_route(e["name"]) for e in memcpys)),
+            memset_count=len(memsets),
+            memset_bytes=sum(int(e.get("args", {}).get("bytes", 0)) for e in memsets),
             copies=tuple(self._cpu_copies(ops) + self._device_copies(device)),
             allocated_bytes=allocated,
             peak_bytes=peak,

@@ -31,7 +31,7 @@ def test_folder_skips_non_traces_but_a_named_file_must_be_one(tmp_path, capsys):
     assert main(["trace", str(tmp_path)]) == 0
     captured = capsys.readouterr()
     assert "skipping" in captured.err and "run.json" in captured.err
-    assert "a.pt.trace.json.gz: 1 window(s) named whole trace" in captured.out
+    assert captured.out.startswith("a.pt.trace.json.gz:\n  whole trace: 4 CPU ops")
     assert main(["trace", str(tmp_path / "run.json")]) == 2
     assert "not a profiler trace" in capsys.readouterr().err
 
@@ -40,3 +40,35 @@ def test_bad_top_is_refused():
     with pytest.raises(SystemExit) as info:
         main(["trace", str(TRACES), "--top", "0"])
     assert info.value.code == 2
+
+
+def test_json_output_has_windows_and_the_whole_trace(capsys):
+    assert main(["trace", str(TRACES / "mi250_toy_train.json.gz"), "--annotation", "ProfilerStep", "--json"]) == 0
+    [report] = json.loads(capsys.readouterr().out)
+    assert [w["annotation"] for w in report["windows"]] == ["ProfilerStep#1", "ProfilerStep#2"]
+    assert report["whole_trace"]["memcpy_counts"] == {"HtoD": 2}
+
+
+def test_diff_names_what_changed(tmp_path, capsys):
+    from perfsuite.cases import AttentionCase
+    from perfsuite.evidence import gather_evidence
+    from perfsuite.variants import get_variant
+
+    case = AttentionCase(1, 2, 16, 16, 8, "fp32", "cpu", "causal")
+    a = gather_evidence(get_variant("naive_inplace"), case, 0, tmp_path).trace_path
+    b = gather_evidence(get_variant("naive"), case, 0, tmp_path).trace_path
+    assert main(["trace", "diff", str(a), str(b), "--annotation", "perfsuite::forward"]) == 0
+    out = capsys.readouterr().out
+    assert "CPU ops: +1 aten::clone (added)  [0 -> 1]" in out
+    assert "copies: +1 cpu aten::clone [1, 2, 16, 16] (added)" in out
+    assert main(["trace", "diff", str(a), str(a)]) == 0
+    assert "no change in kernels, ops, memcpy or copies" in capsys.readouterr().out
+    assert main(["trace", "diff", str(a)]) == 2
+
+
+def test_rules_list_every_family(capsys):
+    from perfsuite.kernel_families import FAMILY_RULES
+
+    assert main(["trace", "--rules"]) == 0
+    out = capsys.readouterr().out
+    assert all(f"| {family} |" in out for family, _ in FAMILY_RULES)
