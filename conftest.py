@@ -1,8 +1,7 @@
-"""Root conftest: loads the perfsuite pytest plugin and the hypothesis profile."""
+"""Root conftest: the hypothesis profile. (The perfsuite plugin loads by its pytest11 entry point.)"""
 
 from perfsuite.strategies import PROFILE_ENV, load_profile
 
-pytest_plugins = ("perfsuite.plugin",)
 HYPOTHESIS_PROFILE = load_profile()
 
 

@@ -1,6 +1,6 @@
 """The pytest plugin: options, ini keys, parametrization, fixtures and the end-of-run table.
 
-Load it with ``pytest_plugins = ("perfsuite.plugin",)`` in a root ``conftest.py``.
+Installed with perfsuite, it loads through its ``pytest11`` entry point.
 Tests that take the ``variant`` and ``case`` arguments are parametrized over every
 selected variant x case, with ids such as ``naive-b8h16s1024d64-bf16-causal-cuda``.
 """
@@ -17,6 +17,7 @@ from pytest_benchmark.session import PerformanceRegression
 from perfsuite import machine, settings
 from perfsuite.cost_model import forward_bytes, forward_flop
 from perfsuite.evidence import Evidence, VariantUnsupported, gather_evidence
+from perfsuite.peaks import measured_peaks
 from perfsuite.results import BenchmarkResult, SkippedResult, markdown_table, text_table, write_run
 from perfsuite.variants import get_variant
 
@@ -32,6 +33,20 @@ class SuiteRun:
         self.results: dict[tuple[str, str], BenchmarkResult] = {}
         self.skipped: dict[tuple[str, str], SkippedResult] = {}
         self.written: tuple[Path, Path] | None = None  # (table.md, run.json) once written
+        self._machine: dict | None = None
+
+    def machine_info(self) -> dict:
+        """Versions and devices, plus measured peaks after a timed run (measured once, cached)."""
+        if self._machine is None:
+            info = machine.torch_machine_info(list(self.settings.devices))
+            timed = [r for r in self.results.values() if r.median_s]
+            if timed:
+                devices = sorted({r.device for r in timed})
+                dtypes = sorted({c.dtype for c in self.settings.cases})
+                cache = Path(self.settings.results_dir) / "peaks.json"
+                info["peaks"] = measured_peaks(devices[0], dtypes, cache)
+            self._machine = info
+        return self._machine
 
     def evidence(self, variant, case) -> Evidence:
         """Gather evidence once per (variant, case); re-raise its skip or error for every test."""
@@ -136,6 +151,8 @@ def benchmark_extra_info(evidence: Evidence) -> dict[str, object]:
         "allocated_bytes_per_forward": first.allocated_bytes.get(case.device, 0),
         "peak_memory_bytes": first.peak_bytes.get(case.device, 0),
         "max_abs_error": evidence.comparison.max_abs_error,
+        "correct": evidence.comparison.failure is None,
+        "sdpa_backends_ran": first.sdpa_backends,
         "trace_file": str(evidence.trace_path),
     }
 
@@ -165,7 +182,7 @@ def record_result(run: SuiteRun, evidence: Evidence, median_s: float | None, rou
 
 
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
-    machine_info["perfsuite"] = machine.torch_machine_info(list(config.stash[RUN_KEY].settings.devices))
+    machine_info["perfsuite"] = config.stash[RUN_KEY].machine_info()
 
 
 def pytest_benchmark_compare_machine_info(config, benchmarksession, machine_info, compared_benchmark) -> None:
@@ -192,8 +209,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     """Write table.md and run.json before any summary hook can fail."""
     run = session.config.stash[RUN_KEY]
     if run.results or run.skipped:
-        info = machine.torch_machine_info(list(run.settings.devices))
-        run.written = write_run(Path(run.settings.results_dir), list(run.results.values()), list(run.skipped.values()), info)
+        run.written = write_run(Path(run.settings.results_dir), list(run.results.values()), list(run.skipped.values()),
+                                run.machine_info())
 
 
 @pytest.hookimpl(wrapper=True)

@@ -66,7 +66,7 @@ def format_bytes(size: int) -> str:
     raise AssertionError("unreachable")
 
 
-def _row(result: BenchmarkResult) -> list[str]:
+def table_row(result: BenchmarkResult) -> list[str]:
     median = f"{result.median_s * 1e3:.3f}" if result.median_s else "not timed"
     tflops = f"{result.achieved_tflops:.3g}" if result.achieved_tflops else "-"
     error = f"{result.max_abs_error:.1e}" + ("" if result.correct else " FAIL")
@@ -89,7 +89,7 @@ HEADER = ["variant", "case", "median ms", "TFLOP/s", "ops or kernels / fwd", "sc
 
 def markdown_table(results: list[BenchmarkResult], skipped: list[SkippedResult]) -> str:
     """The run's table in GitHub Markdown, skipped variants listed under it with reasons."""
-    rows = [HEADER, ["---"] * len(HEADER)] + [_row(r) for r in results]
+    rows = [HEADER, ["---"] * len(HEADER)] + [table_row(r) for r in results]
     lines = ["| " + " | ".join(row) + " |" for row in rows]
     if skipped:
         lines += ["", "Skipped (cannot run here):"]
@@ -99,7 +99,7 @@ def markdown_table(results: list[BenchmarkResult], skipped: list[SkippedResult])
 
 def text_table(results: list[BenchmarkResult]) -> str:
     """The same table aligned in columns for the terminal."""
-    rows = [HEADER] + [_row(r) for r in results]
+    rows = [HEADER] + [table_row(r) for r in results]
     widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
     fmt = lambda row: "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
     return "\n".join([fmt(rows[0]), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows[1:]])

@@ -10,5 +10,7 @@ status=0
 .venv/bin/python -m pytest -c benchmarks.ini -p no:cacheprovider \
     --perfsuite-devices cuda --perfsuite-shapes "8x16x1024x64 4x16x4096x64" --perfsuite-dtypes bf16 \
     --perfsuite-results perfsuite-results/gpu --benchmark-max-time=0.2 --benchmark-min-rounds=10 "$@" || status=$?
-.venv/bin/python -m perfsuite trace perfsuite-results/gpu/traces --annotation perfsuite::forward --first
+.venv/bin/perfsuite trace perfsuite-results/gpu/traces --annotation perfsuite::forward --first --top 5
+.venv/bin/perfsuite report perfsuite-results/gpu/run.json --markdown perfsuite-results/gpu/report.md \
+    --html perfsuite-results/gpu/report.html --plots perfsuite-results/gpu
 exit $status

@@ -11,7 +11,6 @@ TINY = "--perfsuite-shapes=1x2x16x8"
 
 @pytest.fixture
 def project(pytester):
-    pytester.makeconftest('pytest_plugins = ("perfsuite.plugin",)')
     pytester.makepyfile(test_attention=SUITE)
     return pytester
 

@@ -1,0 +1,127 @@
+"""Plots of a saved run (matplotlib, written as PNG and SVG).
+
+* ``latency_bars``: median latency per variant per case (log scale);
+* ``scaling``: latency and TFLOP/s against seq_len_kv per variant (log-log), for cases that
+  differ only in sequence length: the naive variants' quadratic curve against fused kernels;
+* ``roofline``: achieved TFLOP/s against arithmetic intensity (FLOP per byte of the minimum
+  traffic), under the measured memory-bandwidth and matmul roofs of the device. Causal FLOP
+  count only attended pairs, so a kernel computing whole diagonal blocks can sit slightly
+  above a roof measured with a plain matmul.
+"""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (after choosing the non-interactive backend)
+
+from perfsuite.cases import parse_case_id  # noqa: E402
+from perfsuite.report import SavedRun  # noqa: E402
+from perfsuite.results import BenchmarkResult  # noqa: E402
+
+
+def _save(figure, folder: Path, name: str) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = [folder / f"{name}.png", folder / f"{name}.svg"]
+    for path in paths:
+        figure.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(figure)
+    return paths
+
+
+def _timed(run: SavedRun) -> list[BenchmarkResult]:
+    return [r for r in run.results if r.median_s]
+
+
+def latency_bars(run: SavedRun, folder: Path) -> list[Path]:
+    """Grouped bars: one group per case, one bar per variant."""
+    results = _timed(run)
+    cases = list(dict.fromkeys(r.case_id for r in results))
+    variants = list(dict.fromkeys(r.variant for r in results))
+    by_key = {(r.variant, r.case_id): r.median_s * 1e3 for r in results}
+    width = 0.8 / max(len(variants), 1)
+    figure, axes = plt.subplots(figsize=(max(6, 1.6 * len(cases)), 4.5))
+    for i, variant in enumerate(variants):
+        xs = [c + i * width for c in range(len(cases))]
+        axes.bar(xs, [by_key.get((variant, case), 0) for case in cases], width, label=variant)
+    axes.set_xticks([c + 0.4 - width / 2 for c in range(len(cases))], cases, rotation=25, ha="right", fontsize=8)
+    axes.set_yscale("log")
+    axes.set_ylabel("median latency (ms, log scale)")
+    axes.set_title("Attention forward latency per variant and case")
+    axes.legend(fontsize=8, ncols=2)
+    return _save(figure, folder, "latency")
+
+
+def _sequence_groups(results: list[BenchmarkResult]) -> dict[str, list[BenchmarkResult]]:
+    """Cases that differ only in seq_len, grouped under a label like b1h8d64-fp32-causal-cpu."""
+    groups = collections.defaultdict(list)
+    for r in results:
+        case = parse_case_id(r.case_id)
+        label = f"b{case.batch}h{case.num_heads}d{case.head_dim}-{case.dtype}-{case.mask}-{case.device}"
+        groups[label].append(r)
+    return {k: v for k, v in groups.items() if len({parse_case_id(r.case_id).seq_len_kv for r in v}) > 1}
+
+
+def scaling(run: SavedRun, folder: Path) -> list[Path]:
+    """Latency and TFLOP/s against seq_len_kv, log-log, one line per variant (largest group)."""
+    groups = _sequence_groups(_timed(run))
+    if not groups:
+        return []
+    label, results = max(groups.items(), key=lambda kv: len(kv[1]))
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5))
+    for variant in dict.fromkeys(r.variant for r in results):
+        points = sorted((parse_case_id(r.case_id).seq_len_kv, r) for r in results if r.variant == variant)
+        seq = [s for s, _ in points]
+        left.plot(seq, [r.median_s * 1e3 for _, r in points], marker="o", label=variant)
+        right.plot(seq, [r.achieved_tflops for _, r in points], marker="o", label=variant)
+    for axes, ylabel in ((left, "median latency (ms)"), (right, "achieved TFLOP/s")):
+        axes.set_xscale("log", base=2)
+        axes.set_yscale("log")
+        axes.set_xlabel("seq_len")
+        axes.set_ylabel(ylabel)
+        axes.grid(True, which="both", alpha=0.3)
+    left.legend(fontsize=8)
+    figure.suptitle(f"Scaling with sequence length ({label})")
+    figure.tight_layout()
+    return _save(figure, folder, "scaling")
+
+
+def roofline(run: SavedRun, folder: Path) -> list[Path]:
+    """Achieved TFLOP/s against FLOP/byte under the measured roofs; nothing without peaks."""
+    peaks = run.peaks
+    results = _timed(run)
+    if not peaks or not results:
+        return []
+    intensity = [r.flop / r.bytes_moved for r in results]
+    ridge = max(peaks["matmul_tflops"].values()) * 1e3 / peaks["memory_gbps"]  # FLOP/byte where the roofs meet
+    low, high = min(min(intensity) / 2, ridge / 4), max(intensity) * 2
+    figure, axes = plt.subplots(figsize=(7.5, 5))
+    xs = [low * (high / low) ** (i / 100) for i in range(101)]
+    bandwidth_tbps = peaks["memory_gbps"] / 1e3
+    for dtype, peak in sorted(peaks["matmul_tflops"].items()):
+        axes.plot(xs, [min(peak, x * bandwidth_tbps) for x in xs], linestyle="--",
+                  label=f"roof {dtype}: {peak:.3g} TFLOP/s, {peaks['memory_gbps']:.0f} GB/s")
+    markers = dict(zip(dict.fromkeys(r.variant for r in results), "osD^vP*Xh"))
+    for r, x in zip(results, intensity):
+        dtype = parse_case_id(r.case_id).dtype
+        axes.scatter(x, r.achieved_tflops, marker=markers[r.variant], s=40,
+                     color="tab:blue" if dtype == "fp32" else "tab:red", alpha=0.8)
+    for variant, marker in markers.items():
+        axes.scatter([], [], marker=marker, color="gray", label=variant)
+    axes.set_xscale("log")
+    axes.set_yscale("log")
+    axes.set_xlabel("arithmetic intensity (FLOP per byte of query/key/value/output)")
+    axes.set_ylabel("achieved TFLOP/s")
+    axes.set_title("Roofline (blue: fp32, red: other dtypes)")
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend(fontsize=7)
+    return _save(figure, folder, "roofline")
+
+
+def all_plots(run: SavedRun, folder: Path) -> list[Path]:
+    """Every plot the run has data for; returns the files written."""
+    return latency_bars(run, folder) + scaling(run, folder) + roofline(run, folder)
