@@ -4,9 +4,11 @@
   perfsuite trace diff A B [--annotation NAME] [--json]      what changed from trace A to trace B
   perfsuite trace --rules                                    the kernel family rules
   perfsuite report RUN.json [--markdown F] [--html F] [--plots DIR]
+  perfsuite compare BASE.json HEAD.json                      timing verdicts with intervals + structural diff
+  perfsuite ab [--base-tree DIR] [--head-tree DIR]           A/B gate, base and head interleaved in one run
 
-Exit codes: 0 success; 2 bad arguments, an unreadable file, or no window of that name
-(the message names the file).
+Exit codes: 0 success; 1 a regression (compare, ab); 2 bad arguments, an unreadable file,
+or no window of that name (the message names the file).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import json
 import sys
 from pathlib import Path
 
+from perfsuite.compare import BaselineError
+from perfsuite.gate_cli import add_commands, run_ab_command, run_compare
 from perfsuite.kernel_families import rules_markdown
 from perfsuite.trace_report import describe, describe_diff, diff
 from perfsuite.trace_summary import TraceError, TraceIndex, WindowSummary, load_trace
@@ -132,6 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--markdown", help="write the Markdown report here")
     report.add_argument("--html", help="write the self-contained HTML report here")
     report.add_argument("--plots", help="write the plots (PNG and SVG) into this folder")
+    add_commands(commands)
     return parser
 
 
@@ -140,10 +145,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "trace":
             return run_trace(args)
+        if args.command == "compare":
+            return run_compare(args)
+        if args.command == "ab":
+            return run_ab_command(args)
         from perfsuite.report_cli import run_report
 
         return run_report(args)
-    except CliError as exc:
+    except (CliError, BaselineError) as exc:
         print(f"perfsuite {args.command}: {exc}", file=sys.stderr)
         return 2
 

@@ -17,6 +17,7 @@ from pytest_benchmark.session import PerformanceRegression
 from perfsuite import machine, settings
 from perfsuite.cost_model import forward_bytes, forward_flop
 from perfsuite.evidence import Evidence, VariantUnsupported, gather_evidence
+from perfsuite.fingerprint import fingerprint
 from perfsuite.peaks import measured_peaks
 from perfsuite.results import BenchmarkResult, SkippedResult, markdown_table, text_table, write_run
 from perfsuite.variants import get_variant
@@ -153,6 +154,7 @@ def benchmark_extra_info(evidence: Evidence) -> dict[str, object]:
         "max_abs_error": evidence.comparison.max_abs_error,
         "correct": evidence.comparison.failure is None,
         "sdpa_backends_ran": first.sdpa_backends,
+        "fingerprint": fingerprint(first, case.device),
         "trace_file": str(evidence.trace_path),
     }
 
