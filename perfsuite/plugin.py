@@ -17,9 +17,12 @@ from pytest_benchmark.session import PerformanceRegression
 from perfsuite import machine, settings
 from perfsuite.cost_model import forward_bytes, forward_flop
 from perfsuite.evidence import Evidence, VariantUnsupported, gather_evidence
+from perfsuite.compare import UNPAIRED_METHOD, BaselineError, check_compatible, compare_runs, gate_failed, markdown
 from perfsuite.fingerprint import fingerprint
+from perfsuite.gate_stats import GateSettings
+from perfsuite.storage import write_text_atomic
 from perfsuite.peaks import measured_peaks
-from perfsuite.results import BenchmarkResult, SkippedResult, markdown_table, text_table, write_run
+from perfsuite.results import BenchmarkResult, SkippedResult, text_table, write_run
 from perfsuite.variants import get_variant
 
 RUN_KEY = pytest.StashKey["SuiteRun"]()
@@ -35,6 +38,7 @@ class SuiteRun:
         self.skipped: dict[tuple[str, str], SkippedResult] = {}
         self.written: tuple[Path, Path] | None = None  # (table.md, run.json) once written
         self._machine: dict | None = None
+        self.baseline: dict | None = None  # the run --benchmark-compare loaded
 
     def machine_info(self) -> dict:
         """Versions and devices, plus measured peaks after a timed run (measured once, cached)."""
@@ -85,6 +89,13 @@ def _raw_settings(config: pytest.Config) -> settings.RawSettings:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("perfsuite", "attention benchmark suite")
+    group.addoption("--perfsuite-gate", action="store_true",
+                    help="with --benchmark-compare: judge each benchmark with perfsuite's statistics and "
+                         "fingerprints (needs per-round data: --benchmark-save-data in both runs)")
+    group.addoption("--perfsuite-fail-on-structure", action="store_true",
+                    help="with --perfsuite-gate: any structural change (ops, kernels, copies, bytes, backend) fails")
+    group.addoption("--perfsuite-gate-force", action="store_true",
+                    help="with --perfsuite-gate: compare with a baseline from other hardware or torch anyway")
     for spec in settings.SETTINGS.values():
         parser.addini(spec.ini_key, spec.help, default="")
         if spec.option:
@@ -188,7 +199,8 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
 
 
 def pytest_benchmark_compare_machine_info(config, benchmarksession, machine_info, compared_benchmark) -> None:
-    """Say plainly when the baseline came from other hardware or another torch."""
+    """Say plainly when the baseline came from other hardware or another torch; keep it for the gate."""
+    config.stash[RUN_KEY].baseline = compared_benchmark
     ours = machine_info.get("perfsuite", {})
     theirs = compared_benchmark.get("machine_info", {}).get("perfsuite", {})
     for key in ("device_names", "torch_version", "cuda_version", "cudnn_version", "num_threads"):
@@ -228,6 +240,35 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         terminalreporter._session.exitstatus = pytest.ExitCode.TESTS_FAILED
     finally:
         print_table(terminalreporter, config.stash[RUN_KEY])
+        if config.getoption("perfsuite_gate"):
+            run_gate(terminalreporter, config)
+
+
+def run_gate(terminalreporter, config: pytest.Config) -> None:
+    """perfsuite's verdicts against the --benchmark-compare baseline; a regression fails the run."""
+    run = config.stash[RUN_KEY]
+    terminalreporter.section("perfsuite: regression gate")
+    if run.baseline is None:
+        terminalreporter.write_line("no baseline to judge against: use --perfsuite-gate with --benchmark-compare", red=True)
+        terminalreporter._session.exitstatus = pytest.ExitCode.USAGE_ERROR
+        return
+    session = config._benchmarksession
+    head = {"machine_info": {"perfsuite": run.machine_info()},
+            "benchmarks": [b.as_dict(include_data=True) for b in session.benchmarks]}
+    try:
+        check_compatible(run.baseline, head, "the baseline", "this run", config.getoption("perfsuite_gate_force"))
+    except BaselineError as exc:
+        terminalreporter.write_line(f"perfsuite: {exc}", red=True)
+        terminalreporter._session.exitstatus = pytest.ExitCode.USAGE_ERROR
+        return
+    settings = GateSettings()
+    comparisons = compare_runs(run.baseline, head, settings)
+    report = markdown(comparisons, settings, "perfsuite gate: baseline -> this run", UNPAIRED_METHOD)
+    terminalreporter.write_line(report)
+    write_text_atomic(Path(run.settings.results_dir) / "gate.md", report)
+    if gate_failed(comparisons, config.getoption("perfsuite_fail_on_structure")):
+        terminalreporter.write_line("perfsuite: the gate found a regression", red=True)
+        terminalreporter._session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def print_table(terminalreporter, run: SuiteRun) -> None:
@@ -244,4 +285,4 @@ def print_table(terminalreporter, run: SuiteRun) -> None:
         terminalreporter.write_line("timing was disabled in this run; the timed run is: pytest -c benchmarks.ini")
 
 
-__all__ = ["SuiteRun", "markdown_table"]
+__all__ = ["SuiteRun"]

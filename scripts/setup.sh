@@ -13,5 +13,5 @@ if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
     echo "perfsuite setup: installing ${PERFSUITE_TORCH:-torch==2.13.0}"
     .venv/bin/python -m pip install --quiet --disable-pip-version-check ${PERFSUITE_TORCH:-torch==2.13.0}  # unquoted: may hold pip options
 fi
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e .
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
 echo "perfsuite setup: $(.venv/bin/python -c 'import torch; print("torch", torch.__version__, "cuda available:", torch.cuda.is_available())')"
