@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import platform
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +22,19 @@ from typing import Any
 from perfsuite.compare import BaselineError, BenchmarkComparison
 from perfsuite.fingerprint import diff_fingerprints
 from perfsuite.gate_stats import GateSettings, paired_ratio, verdict
+
+# The same, fixed process conditions for both sides:
+# - idle OpenMP threads of the side that just finished a block would spin (libgomp busy-waits
+#   after a parallel region) and steal a core from the side being timed;
+# - glibc adapts its mmap threshold to each process's allocation history, so two processes
+#   running identical code could serve the score matrix from the heap in one and from fresh
+#   mmap'd (page-faulting) memory in the other: measured up to 2x apart. Fixed thresholds
+#   disable that adaptation (mallopt(3): setting them turns the dynamic threshold off).
+WORKER_ENV = {
+    "OMP_WAIT_POLICY": "PASSIVE",
+    "MALLOC_MMAP_THRESHOLD_": str(32 * 2**20),
+    "MALLOC_TRIM_THRESHOLD_": str(256 * 2**20),
+}
 
 PAIRED_METHOD = ("percentile bootstrap (Efron & Tibshirani 1993) of the median of per-block-pair log ratios, "
                  "base and head interleaved ABAB in one run")
@@ -39,14 +54,23 @@ class Side:
         return self.slowdown if self.slow_variant in (None, variant) else 0.0
 
 
+def no_aslr_prefix() -> list[str]:
+    """``setarch <arch> -R`` where available: both workers get the same address-space layout,
+    so cache-set aliasing of the big buffers does not differ at random between them."""
+    setarch = shutil.which("setarch")
+    if not setarch or subprocess.run([setarch, platform.machine(), "-R", "true"], capture_output=True).returncode:
+        return []
+    return [setarch, platform.machine(), "-R"]
+
+
 class WorkerProcess:
     """A running ``perfsuite.ab_worker`` for one side."""
 
     def __init__(self, side: Side):
-        env = dict(os.environ, PYTHONPATH=str(side.tree.resolve()))
+        env = dict(os.environ, PYTHONPATH=str(side.tree.resolve()), **WORKER_ENV)
         self.side = side
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "perfsuite.ab_worker"], cwd=side.tree, env=env, text=True,
+            no_aslr_prefix() + [sys.executable, "-m", "perfsuite.ab_worker"], cwd=side.tree, env=env, text=True,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
         )
 

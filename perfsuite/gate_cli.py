@@ -19,7 +19,7 @@ from perfsuite.storage import write_text_atomic
 
 def add_gate_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--alpha", type=float, default=0.01, help="two-sided level of the interval (default 0.01)")
-    parser.add_argument("--min-effect", type=float, default=0.03, help="smallest change that counts (default 0.03 = 3%%)")
+    parser.add_argument("--min-effect", type=float, default=0.05, help="smallest change that counts (default 0.05 = 5%%)")
     parser.add_argument("--fail-on-structure", action="store_true", help="any structural change fails the gate")
     parser.add_argument("--force", action="store_true", help="compare runs from different hardware/software anyway")
     parser.add_argument("--markdown", help="also write the Markdown verdict here (e.g. $GITHUB_STEP_SUMMARY)")

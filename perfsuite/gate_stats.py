@@ -51,10 +51,10 @@ class RatioEstimate:
 
 @dataclasses.dataclass(frozen=True)
 class GateSettings:
-    """``alpha``: two-sided level of the interval; ``min_effect``: smallest change worth a verdict (0.03 = 3%)."""
+    """``alpha``: two-sided level of the interval; ``min_effect``: smallest change worth a verdict (0.05 = 5%)."""
 
     alpha: float = 0.01
-    min_effect: float = 0.03
+    min_effect: float = 0.05
 
     def false_alarm_rate(self, benchmarks: int = 1) -> float:
         """Upper bound of the probability that identical code is flagged (see module docstring)."""

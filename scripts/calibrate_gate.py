@@ -52,7 +52,7 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=12)
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--alpha", type=float, default=0.01)
-    parser.add_argument("--min-effect", type=float, default=0.03)
+    parser.add_argument("--min-effect", type=float, default=0.05)
     parser.add_argument("--out", default="perfsuite-results/calibration.json")
     args = parser.parse_args()
     cases = smoke_cases(args.case_set)
