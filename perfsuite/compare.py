@@ -9,12 +9,12 @@ names or torch versions are refused unless forced.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
 from perfsuite.fingerprint import diff_fingerprints
 from perfsuite.gate_stats import GateSettings, RatioEstimate, unpaired_ratio, verdict
+from perfsuite.storage import read_json
 
 
 class BaselineError(ValueError):
@@ -37,12 +37,7 @@ class BenchmarkComparison:
 def load_benchmark_file(path: str | Path) -> dict[str, Any]:
     """Read a pytest-benchmark JSON file; ``BaselineError`` naming it when corrupt or truncated."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise BaselineError(f"{path}: no such baseline file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BaselineError(f"{path}: corrupt or truncated baseline ({exc}); it was not skipped in favour of another") from None
+    data = read_json(path, BaselineError, "baseline file (it is not skipped in favour of another)")
     if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
         raise BaselineError(f"{path}: not a pytest-benchmark file (no 'benchmarks' list)")
     return data

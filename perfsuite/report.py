@@ -6,10 +6,10 @@ from __future__ import annotations
 import base64
 import dataclasses
 import html
-import json
 from pathlib import Path
 from typing import Any
 
+from perfsuite.storage import read_json
 from perfsuite.results import HEADER, BenchmarkResult, SkippedResult, markdown_table, table_row
 
 
@@ -63,12 +63,7 @@ def _from_pytest_benchmark(data: dict[str, Any], path: Path) -> SavedRun:
 def load_run(path: str | Path) -> SavedRun:
     """Read a run; raises ``ReportError`` naming the file when it is not one."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ReportError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ReportError(f"{path}: not readable JSON ({exc})") from None
+    data = read_json(path, ReportError, "run file")
     try:
         if isinstance(data, dict) and "results" in data and "schema_version" in data:
             run = _from_perfsuite(data, path)

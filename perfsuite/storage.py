@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 
 def _umask() -> int:
@@ -37,3 +39,14 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
 def write_text_atomic(path: str | Path, text: str) -> Path:
     """``write_bytes_atomic`` for UTF-8 text."""
     return write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def read_json(path: Path, error: type[Exception], what: str) -> Any:
+    """Parse the JSON file ``path``; raise ``error`` naming the file and ``what`` it should be
+    when it is missing, unreadable, truncated or not JSON."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise error(f"{path}: no such {what}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise error(f"{path}: corrupt or truncated {what} ({exc})") from None

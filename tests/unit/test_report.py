@@ -41,7 +41,7 @@ def test_a_pytest_benchmark_file_is_read_from_its_extra_info(tmp_path):
 
 
 @pytest.mark.parametrize("content, message", [
-    ("not json", "not readable JSON"),
+    ("not json", "corrupt or truncated run file"),
     ('{"a": 1}', "neither a perfsuite run.json nor a pytest-benchmark JSON file"),
     ('{"schema_version": 1, "results": [{"variant": "x"}]}', "missing or malformed field"),
     ('{"schema_version": 1, "results": []}', "holds no perfsuite results"),
@@ -61,7 +61,7 @@ def test_report_command_writes_files_and_refuses_bad_input(tmp_path, capsys):
     assert "![latency.png](latency.png)" in (out / "report.md").read_text()
     assert (out / "report.html").stat().st_size > 10_000
     assert main(["report", str(tmp_path / "missing.json")]) == 2
-    assert "no such file" in capsys.readouterr().err
+    assert "no such run file" in capsys.readouterr().err
 
 
 def test_peaks_are_measured_once_and_cached(tmp_path, monkeypatch):
