@@ -75,7 +75,7 @@ def test_timed_run_saves_a_baseline_with_extra_info_and_a_table(project):
     table = Path(project.path, "out", "table.md").read_text()
     assert table.startswith("| variant | case | median ms |") and "Skipped (cannot run here):" in table
 
-    compared = project.runpytest_subprocess(TINY, "--benchmark-compare", "--benchmark-compare-fail=median:1000%")
+    compared = project.runpytest_subprocess(TINY, "--benchmark-compare")  # no fail threshold: timings are not asserted
     assert compared.ret == pytest.ExitCode.OK
     compared.stdout.fnmatch_lines(["*0001_*"])
 
