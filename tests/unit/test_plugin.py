@@ -112,3 +112,28 @@ def test_cuda_requested_without_cuda_skips_with_the_reason(project):
     result = project.runpytest_subprocess(TINY, "--perfsuite-devices=cuda", "--perfsuite-variants=naive", "-rs")
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(["*device cuda is not available on this machine*"])
+
+
+def test_perfsuite_gate_judges_against_the_compared_baseline(project):
+    project.makeini(
+        "[pytest]\naddopts = --benchmark-autosave --benchmark-save-data --benchmark-storage=bench "
+        "--benchmark-max-time=0.01 --benchmark-min-rounds=8 --perfsuite-results=out --perfsuite-variants=naive\n"
+        "perfsuite_cpu_dtypes = fp32\n"
+    )
+    assert project.runpytest_subprocess(TINY).ret == pytest.ExitCode.OK
+    saved = next(Path(project.path, "bench").rglob("*.json"))
+    baseline = json.loads(saved.read_text())
+    for bench in baseline["benchmarks"]:  # a baseline 1000x faster, and without the masked_fill clone
+        bench["stats"]["data"] = [t / 1000 for t in bench["stats"]["data"]]
+        bench["extra_info"]["fingerprint"]["cpu_ops"].pop("aten::clone")
+    saved.write_text(json.dumps(baseline))
+
+    result = project.runpytest_subprocess(TINY, "--benchmark-compare", "--perfsuite-gate")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*perfsuite: regression gate*", "*`naive/b1h2s16d8-fp32-causal-cpu`*slower*+1 aten::clone*",
+                                 "*the gate found a regression*"])
+    assert "slower" in Path(project.path, "out", "gate.md").read_text()
+
+    no_baseline = project.runpytest_subprocess(TINY, "--perfsuite-gate")
+    assert no_baseline.ret == pytest.ExitCode.USAGE_ERROR
+    no_baseline.stdout.fnmatch_lines(["*use --perfsuite-gate with --benchmark-compare*"])
