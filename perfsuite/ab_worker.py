@@ -41,8 +41,12 @@ class Worker:
         from perfsuite.timing import synchronized
         from perfsuite.variants import get_variant
 
+        from perfsuite.evidence import device_unavailable_reason
+
         case = parse_case_id(request["case"])
         variant = get_variant(request["variant"])
+        if device_unavailable_reason(case.device):
+            return {"unsupported": device_unavailable_reason(case.device)}
         forward = synchronized(bind(variant, make_inputs(case, request["seed"])), case.device)
         try:
             run_once(variant, case, forward)

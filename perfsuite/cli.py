@@ -1,4 +1,4 @@
-"""Command line.
+"""Commands:
 
   perfsuite trace FILE_OR_DIR [--annotation NAME] [--json]   what each window and the whole trace did
   perfsuite trace diff A B [--annotation NAME] [--json]      what changed from trace A to trace B
@@ -102,6 +102,8 @@ def run_diff(args: argparse.Namespace) -> int:
     picked = []
     for name in args.targets[1:]:
         path = Path(name)
+        if path.is_dir():
+            raise CliError(f"{path} is a folder; trace diff compares two trace files")
         found = summaries(path, load_index(path, in_folder=False), args.annotation)
         picked.append(found[0])  # the first window, or the whole trace
     change = diff(*picked)

@@ -79,7 +79,17 @@ def _compare_one(key: str, base: dict[str, Any] | None, head: dict[str, Any] | N
 
 
 def compare_runs(base: dict[str, Any], head: dict[str, Any], settings: GateSettings) -> list[BenchmarkComparison]:
-    """Compare every benchmark of either run, in a stable order."""
+    """Compare every benchmark of either run, in a stable order.
+
+    Raises ``BaselineError`` when an entry lacks its stats or holds non-numeric round times.
+    """
+    try:
+        return _compare_all(base, head, settings)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BaselineError(f"a benchmark entry is malformed ({type(exc).__name__}: {exc})") from None
+
+
+def _compare_all(base: dict[str, Any], head: dict[str, Any], settings: GateSettings) -> list[BenchmarkComparison]:
     base_by_key = {benchmark_key(b): b for b in base["benchmarks"]}
     head_by_key = {benchmark_key(b): b for b in head["benchmarks"]}
     keys = list(dict.fromkeys(list(base_by_key) + list(head_by_key)))
@@ -105,15 +115,25 @@ def markdown(comparisons: list[BenchmarkComparison], settings: GateSettings, tit
         ratio = f"{c.estimate.ratio:.3f} [{c.estimate.low:.3f}, {c.estimate.high:.3f}]" if c.estimate else "-"
         mark = {"slower": "**slower**", "faster": "faster"}.get(c.verdict, c.verdict)
         note = f" ({c.note})" if c.note else ""
-        structure = "<br>".join(c.structure) if c.structure else "same"
+        structure = "-" if c.verdict == "missing" else ("<br>".join(c.structure) if c.structure else "same")
         rows.append(f"| `{c.key}` | {_ms(c.base_median_s)} | {_ms(c.head_median_s)} | {ratio} | {mark}{note} | {structure} |")
     counts = {v: sum(c.verdict == v for c in comparisons) for v in ("slower", "faster", "no change", "inconclusive", "missing")}
     timed = sum(1 for c in comparisons if c.estimate)
     rows += ["", ", ".join(f"{n} {v}" for v, n in counts.items() if n) + f" of {len(comparisons)} benchmarks.",
              f"Method: {method}. Verdicts need a change of at least {settings.min_effect:.0%} and an interval that "
-             f"excludes 1; false-alarm bound for identical code: {settings.false_alarm_rate():.2%} per benchmark, "
-             f"{settings.false_alarm_rate(max(timed, 1)):.2%} for these {max(timed, 1)}."]
+             f"excludes 1."]
+    if method == UNPAIRED_METHOD:
+        rows.append("Two separate runs: drift of the machine between them is not controlled, so there is no "
+                    "false-alarm bound; gate with `perfsuite ab` (interleaved), which has one.")
+    elif timed:
+        rows.append(f"False-alarm bound for identical code: {settings.false_alarm_rate():.2%} per benchmark, "
+                    f"{settings.false_alarm_rate(timed):.2%} for these {timed} (union bound).")
     return "\n".join(rows) + "\n"
+
+
+def judged_nothing(comparisons: list[BenchmarkComparison]) -> bool:
+    """True when no benchmark was in both runs: a gate that compared nothing must not pass."""
+    return not any(c.verdict != "missing" for c in comparisons)
 
 
 UNPAIRED_METHOD = "percentile bootstrap (Efron & Tibshirani 1993) of the ratio of median round times of two separate runs"

@@ -12,9 +12,19 @@ from pathlib import Path
 
 from perfsuite import settings as suite_settings
 from perfsuite.compare import (UNPAIRED_METHOD, BaselineError, check_compatible, compare_runs, gate_failed,
-                               load_benchmark_file, markdown)
+                               judged_nothing, load_benchmark_file, markdown)
 from perfsuite.gate_stats import GateSettings
 from perfsuite.storage import write_text_atomic
+
+
+def at_least(minimum: int):
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{text} is below {minimum}")
+        return value
+
+    return parse
 
 
 def add_gate_options(parser: argparse.ArgumentParser) -> None:
@@ -39,20 +49,23 @@ def add_commands(commands) -> None:
     ab.add_argument("--case-set", default="smoke", help="case set (default smoke)")
     ab.add_argument("--cases", help="exact case ids instead of a case set")
     ab.add_argument("--devices", default="auto", help="cpu, cuda or auto")
-    ab.add_argument("--blocks", type=int, default=12, help="block pairs per benchmark (default 12)")
-    ab.add_argument("--rounds", type=int, default=8, help="rounds per block (default 8)")
+    ab.add_argument("--blocks", type=at_least(2), default=12, help="block pairs per benchmark (default 12)")
+    ab.add_argument("--rounds", type=at_least(1), default=8, help="rounds per block (default 8)")
     ab.add_argument("--head-slowdown", type=float, default=0.0, help="calibration: busy work added to head, as a fraction")
     ab.add_argument("--slow-variant", help="calibration: the variant that gets --head-slowdown (default all)")
     ab.add_argument("--json", help="write raw blocks and verdicts here")
     add_gate_options(ab)
 
 
-def _finish(report: str, failed: bool, args: argparse.Namespace) -> int:
+def _finish(report: str, failed: bool, args: argparse.Namespace, comparisons) -> int:
     print(report, end="")
     if args.markdown:
         path = Path(args.markdown)
         previous = path.read_text() if path.exists() else ""
         write_text_atomic(path, previous + report)
+    if judged_nothing(comparisons):
+        print("perfsuite: nothing was compared (no benchmark in both runs): not a pass", file=sys.stderr)
+        return 2
     return 1 if failed else 0
 
 
@@ -63,7 +76,8 @@ def run_compare(args: argparse.Namespace) -> int:
         print(f"perfsuite compare: warning (forced): {problem}", file=sys.stderr)
     comparisons = compare_runs(base, head, settings)
     title = f"perfsuite compare: {Path(args.base).name} -> {Path(args.head).name}"
-    return _finish(markdown(comparisons, settings, title, UNPAIRED_METHOD), gate_failed(comparisons, args.fail_on_structure), args)
+    report = markdown(comparisons, settings, title, UNPAIRED_METHOD)
+    return _finish(report, gate_failed(comparisons, args.fail_on_structure), args, comparisons)
 
 
 def resolve_case_ids(args: argparse.Namespace) -> list[str]:
@@ -92,6 +106,9 @@ def run_ab_command(args: argparse.Namespace) -> int:
         raise BaselineError(str(exc)) from None
     if args.base_variant or args.head_variant:
         variants = [args.head_variant or args.base_variant]
+    for tree in (args.base_tree, args.head_tree):
+        if not (Path(tree) / "perfsuite" / "__init__.py").is_file():
+            raise BaselineError(f"{tree}: no perfsuite package there (a source tree of this project is needed)")
     base = Side(Path(args.base_tree), args.base_variant)
     head = Side(Path(args.head_tree), args.head_variant, args.head_slowdown, args.slow_variant)
     results, info = run_ab(base, head, variants, case_ids, blocks=args.blocks, rounds=args.rounds, settings=settings,
@@ -101,4 +118,5 @@ def run_ab_command(args: argparse.Namespace) -> int:
     comparisons = [r.comparison for r in results]
     title = f"perfsuite A/B: {args.base_tree}{':' + args.base_variant if args.base_variant else ''} -> " \
             f"{args.head_tree}{':' + args.head_variant if args.head_variant else ''}"
-    return _finish(render(comparisons, settings, title, PAIRED_METHOD), gate_failed(comparisons, args.fail_on_structure), args)
+    report = render(comparisons, settings, title, PAIRED_METHOD)
+    return _finish(report, gate_failed(comparisons, args.fail_on_structure), args, comparisons)

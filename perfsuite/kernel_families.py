@@ -51,7 +51,8 @@ def kernel_family(name: str) -> str:
 def rules_markdown() -> str:
     """The rule table as Markdown (for the README and ``perfsuite trace --rules``)."""
     rows = ["| family | rule (regex searched in the kernel name) |", "| --- | --- |"]
-    rows += [f"| {family} | `{pattern}` |" for family, pattern in FAMILY_RULES]
+    # "|" inside a table cell must be escaped, even inside backticks (GitHub Markdown)
+    rows += [f"| {family} | `{pattern.replace('|', chr(92) + '|')}` |" for family, pattern in FAMILY_RULES]
     return "\n".join(rows)
 
 

@@ -17,7 +17,8 @@ from pytest_benchmark.session import PerformanceRegression
 from perfsuite import machine, settings
 from perfsuite.cost_model import forward_bytes, forward_flop
 from perfsuite.evidence import Evidence, VariantUnsupported, gather_evidence
-from perfsuite.compare import UNPAIRED_METHOD, BaselineError, check_compatible, compare_runs, gate_failed, markdown
+from perfsuite.compare import (UNPAIRED_METHOD, BaselineError, check_compatible, compare_runs, gate_failed,
+                               judged_nothing, load_benchmark_file, markdown)
 from perfsuite.fingerprint import fingerprint
 from perfsuite.gate_stats import GateSettings
 from perfsuite.storage import write_text_atomic
@@ -38,20 +39,25 @@ class SuiteRun:
         self.skipped: dict[tuple[str, str], SkippedResult] = {}
         self.written: tuple[Path, Path] | None = None  # (table.md, run.json) once written
         self._machine: dict | None = None
+        self._peaks: dict | None = None
         self.baseline: dict | None = None  # the run --benchmark-compare loaded
 
     def machine_info(self) -> dict:
-        """Versions and devices, plus measured peaks after a timed run (measured once, cached)."""
+        """Versions and devices (the same at the start and the end of a run)."""
         if self._machine is None:
-            info = machine.torch_machine_info(list(self.settings.devices))
-            timed = [r for r in self.results.values() if r.median_s]
-            if timed:
-                devices = sorted({r.device for r in timed})
-                dtypes = sorted({c.dtype for c in self.settings.cases})
-                cache = Path(self.settings.results_dir) / "peaks.json"
-                info["peaks"] = measured_peaks(devices[0], dtypes, cache)
-            self._machine = info
+            self._machine = machine.torch_machine_info(list(self.settings.devices))
         return self._machine
+
+    def peaks(self) -> dict | None:
+        """Measured peaks after a timed run (measured once per machine, cached), else None."""
+        timed = [r for r in self.results.values() if r.median_s]
+        if not timed:
+            return None
+        if self._peaks is None:
+            dtypes = sorted({c.dtype for c in self.settings.cases})
+            cache = Path(self.settings.results_dir) / "peaks.json"
+            self._peaks = measured_peaks(sorted({r.device for r in timed})[0], dtypes, cache)
+        return self._peaks
 
     def evidence(self, variant, case) -> Evidence:
         """Gather evidence once per (variant, case); re-raise its skip or error for every test."""
@@ -110,9 +116,38 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[RUN_KEY] = SuiteRun(resolved)
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """With --perfsuite-gate, the baseline --benchmark-compare will load must exist and be whole."""
+    config = session.config
+    if config.getoption("perfsuite_gate"):
+        check_gate_baseline(config)
+
+
+def check_gate_baseline(config: pytest.Config) -> None:
+    """UsageError when there is nothing to compare with, or the baseline file is corrupt: pytest-benchmark
+    would skip a corrupt newest file and compare with an older one."""
+    benchmarks = getattr(config, "_benchmarksession", None)
+    compare = config.getoption("benchmark_compare", None)
+    if benchmarks is None or not compare:
+        raise pytest.UsageError("perfsuite: --perfsuite-gate judges against a saved run: add --benchmark-compare[=NUM]")
+    files = benchmarks.storage.query("[0-9][0-9][0-9][0-9]_" if compare is True else compare)
+    if not files:
+        raise pytest.UsageError(f"perfsuite: no saved run matching {compare!r} in {benchmarks.storage}")
+    chosen = files[-1]
+    try:
+        load_benchmark_file(chosen)
+    except BaselineError as exc:
+        raise pytest.UsageError(f"perfsuite: {exc}") from None
+
+
 def pytest_report_header(config: pytest.Config) -> list[str]:
     run = config.stash[RUN_KEY].settings
-    return [
+    notes = []
+    if any(c.mask == "causal" and c.seq_len_q != c.seq_len_kv for c in run.cases):
+        notes.append("perfsuite: note: 'causal' is top-left; with seq_len_q != seq_len_kv (decode, prefill with a "
+                     "cache) you likely want --perfsuite-masks causal_br")
+    return notes + [
         f"perfsuite: seed={run.seed} devices={','.join(run.devices)} torch={torch.__version__} "
         f"threads={torch.get_num_threads()}",
         f"perfsuite: variants={','.join(run.variants)} case set={run.case_set}",
@@ -198,6 +233,13 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
     machine_info["perfsuite"] = config.stash[RUN_KEY].machine_info()
 
 
+def pytest_benchmark_update_json(config: pytest.Config, benchmarks, output_json: dict) -> None:
+    """Store the measured peaks with the saved baseline (outside machine_info, which is compared)."""
+    peaks = config.stash[RUN_KEY].peaks()
+    if peaks:
+        output_json["perfsuite_peaks"] = peaks
+
+
 def pytest_benchmark_compare_machine_info(config, benchmarksession, machine_info, compared_benchmark) -> None:
     """Say plainly when the baseline came from other hardware or another torch; keep it for the gate."""
     config.stash[RUN_KEY].baseline = compared_benchmark
@@ -223,8 +265,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     """Write table.md and run.json before any summary hook can fail."""
     run = session.config.stash[RUN_KEY]
     if run.results or run.skipped:
-        run.written = write_run(Path(run.settings.results_dir), list(run.results.values()), list(run.skipped.values()),
-                                run.machine_info())
+        info = dict(run.machine_info(), peaks=run.peaks())
+        run.written = write_run(Path(run.settings.results_dir), list(run.results.values()), list(run.skipped.values()), info)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -249,7 +291,7 @@ def run_gate(terminalreporter, config: pytest.Config) -> None:
     run = config.stash[RUN_KEY]
     terminalreporter.section("perfsuite: regression gate")
     if run.baseline is None:
-        terminalreporter.write_line("no baseline to judge against: use --perfsuite-gate with --benchmark-compare", red=True)
+        terminalreporter.write_line("pytest-benchmark loaded no baseline to judge against", red=True)
         terminalreporter._session.exitstatus = pytest.ExitCode.USAGE_ERROR
         return
     session = config._benchmarksession
@@ -263,6 +305,9 @@ def run_gate(terminalreporter, config: pytest.Config) -> None:
         return
     settings = GateSettings()
     comparisons = compare_runs(run.baseline, head, settings)
+    if judged_nothing(comparisons):
+        terminalreporter.write_line("perfsuite: the gate judged nothing: no benchmark of this run is in the baseline", red=True)
+        terminalreporter._session.exitstatus = pytest.ExitCode.USAGE_ERROR
     report = markdown(comparisons, settings, "perfsuite gate: baseline -> this run", UNPAIRED_METHOD)
     terminalreporter.write_line(report)
     write_text_atomic(Path(run.settings.results_dir) / "gate.md", report)

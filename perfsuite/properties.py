@@ -4,8 +4,9 @@ Each ``check_*`` takes a variant, a case and a seed, runs the variant (under
 ``torch.no_grad()``), and returns ``None`` when the property holds or a message naming the
 variant, the case, the seed and the command that reproduces it as an ordinary suite test.
 They raise ``perfsuite.evidence.VariantUnsupported`` when the variant cannot run the case.
-The hypothesis tests in ``tests/properties`` draw the cases; users can call these checks on
-their own variants the same way.
+The hypothesis tests in ``tests/properties`` draw the cases; ``test_property_cases.py`` runs
+every check as an ordinary test parametrized over the suite's variants and cases (how a
+hypothesis failure is rerun); users can call these checks on their own variants the same way.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from perfsuite.variants import Variant
 
 def reproduce_hint(variant: Variant, case: AttentionCase, seed: int) -> str:
     """The command that runs this variant on this case as a normal parametrized test."""
-    return (f"reproduce: pytest tests/suite --perfsuite-cases {case.id} --perfsuite-seed {seed} "
-            f"--perfsuite-variants {variant.name}")
+    return (f"reproduce: pytest tests/properties/test_property_cases.py --perfsuite-cases {case.id} "
+            f"--perfsuite-seed {seed} --perfsuite-variants {variant.name}")
 
 
 def _fail(variant: Variant, case: AttentionCase, seed: int, what: str) -> str:
@@ -212,4 +213,31 @@ def check_score_copies(variant: Variant, case: AttentionCase, seed: int) -> str 
     expected = variant.expected_score_copies(case.hides_keys)
     if counts != [expected] * len(forwards):
         return _fail(variant, case, seed, f"score-sized copies per forward {counts}, expected {expected}")
+    return None
+
+
+ALL_CHECKS = {
+    "matches_reference": check_matches_reference,
+    "batch_and_head_independence": check_batch_and_head_independence,
+    "causality": check_causality,
+    "masked_keys_do_not_matter": check_masked_keys_do_not_matter,
+    "nan_in_masked_keys_or_values": lambda v, c, s: check_masked_keys_do_not_matter(v, c, s, nan=True),
+    "nan_masked_key_for_masked_fill": check_nan_masked_key,
+    "shift_invariance": check_shift_invariance,
+    "score_copies": check_score_copies,
+}
+
+
+def applicable(name: str, variant: Variant, case: AttentionCase) -> str | None:
+    """None when check ``name`` applies to ``variant`` on ``case``, else why not (a skip reason)."""
+    if name == "causality" and not case.causal:
+        return f"{case.mask} is not a causal mask"
+    if name in ("masked_keys_do_not_matter", "nan_in_masked_keys_or_values", "nan_masked_key_for_masked_fill") and not case.hides_keys:
+        return f"{case.mask} hides no key"
+    if name == "nan_masked_key_for_masked_fill" and variant.name not in ("naive", "naive_inplace"):
+        return "only the masked_fill variants promise this"
+    if name == "shift_invariance" and case.dtype not in ("fp32", "fp64"):
+        return "shift invariance is checked in fp32/fp64 (bf16/fp16 cannot hold score + 100 exactly)"
+    if name == "score_copies" and not case.contiguous:
+        return "strided inputs: matmul copies them, which can look score-sized"
     return None

@@ -57,7 +57,8 @@ def _from_pytest_benchmark(data: dict[str, Any], path: Path) -> SavedRun:
             allocated_bytes=info["allocated_bytes_per_forward"], peak_bytes=info["peak_memory_bytes"],
             max_abs_error=info["max_abs_error"], correct=info.get("correct", True),
         ))
-    return SavedRun(path, results, [], data.get("machine_info", {}).get("perfsuite", {}))
+    machine = dict(data.get("machine_info", {}).get("perfsuite", {}), peaks=data.get("perfsuite_peaks"))
+    return SavedRun(path, results, [], machine)
 
 
 def load_run(path: str | Path) -> SavedRun:
@@ -81,7 +82,8 @@ def load_run(path: str | Path) -> SavedRun:
 def _machine_line(run: SavedRun) -> str:
     m = run.machine
     names = ", ".join(f"{d}: {n}" for d, n in m.get("device_names", {}).items())
-    return f"torch {m.get('torch_version', '?')}, CUDA {m.get('cuda_version')}, {m.get('num_threads', '?')} threads; {names}"
+    cuda = f"CUDA {m['cuda_version']}" if m.get("cuda_version") else "no CUDA"
+    return f"torch {m.get('torch_version', '?')}, {cuda}, {m.get('num_threads', '?')} threads; {names}"
 
 
 def markdown_report(run: SavedRun, plot_names: list[str] = ()) -> str:

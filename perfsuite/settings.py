@@ -50,7 +50,7 @@ SETTINGS = {
     "cpu_masks": Setting("perfsuite_cpu_masks", None, "", "CPU masks"),
     "cuda_masks": Setting("perfsuite_cuda_masks", None, "", "CUDA masks"),
     "cases": Setting("perfsuite_cases", "--perfsuite-cases", "", "exact case ids (b1h4kv2q3k7d8-fp32-bool-cpu), replacing the above"),
-    "extra_cases": Setting("perfsuite_extra_cases", "--perfsuite-extra-cases", "", "case ids added to the others"),
+    "extra_cases": Setting("perfsuite_extra_cases", "--perfsuite-extra-cases", "", "case ids added to the others (not to --perfsuite-cases)"),
     "seed": Setting("perfsuite_seed", "--perfsuite-seed", "0", "seed of the random query/key/value and masks"),
     "results": Setting("perfsuite_results", "--perfsuite-results", "perfsuite-results", "folder for the Markdown table and run summary"),
     "traces": Setting("perfsuite_traces", "--perfsuite-traces", "", "folder for Chrome traces (default: RESULTS/traces)"),
@@ -159,7 +159,7 @@ def resolve(raw: RawSettings, cuda_available: bool) -> SuiteSettings:
         raise SettingsError(f"{raw['case_set'].source}: {exc}") from None
     devices = _resolve_devices(raw, cuda_available)
     resolved_cases = _resolve_cases(raw, devices, case_set_name)
-    if raw["extra_cases"].value.strip():
+    if raw["extra_cases"].value.strip() and not raw["cases"].value.strip():
         resolved_cases += _parse_items(raw["extra_cases"], cases.parse_case_id, "case ids")
     results_dir = Path(raw["results"].value)
     traces = raw["traces"].value.strip()

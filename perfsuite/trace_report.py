@@ -72,6 +72,7 @@ class TraceDiff:
     copies: list[tuple[str, float, float]]
     device_time_us: tuple[float, float]
     window_us: tuple[float, float]
+    allocated_bytes: dict[str, tuple[int, int]]
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -93,6 +94,8 @@ def diff(a: WindowSummary, b: WindowSummary) -> TraceDiff:
         copies=_count_delta(_copy_counts(a), _copy_counts(b)),
         device_time_us=(a.device_time_us, b.device_time_us),
         window_us=(a.duration_us, b.duration_us),
+        allocated_bytes={d: (a.allocated_bytes.get(d, 0), b.allocated_bytes.get(d, 0))
+                         for d in sorted(set(a.allocated_bytes) | set(b.allocated_bytes))},
     )
 
 
@@ -104,8 +107,11 @@ def describe_diff(change: TraceDiff) -> list[str]:
             delta = after - before
             state = " (added)" if not before else " (removed)" if not after else ""
             lines.append(f"  {title}: {delta:+g} {name[:120]}{state}  [{before:g} -> {after:g}]")
+    for device, (before, after) in change.allocated_bytes.items():
+        if before != after:
+            lines.append(f"  allocated on {device}: {format_bytes(before)} -> {format_bytes(after)}")
     if not lines:
-        lines.append("  no change in kernels, ops, memcpy or copies")
+        lines.append("  no change in kernels, ops, memcpy, copies or memory")
     (dev_a, dev_b), (win_a, win_b) = change.device_time_us, change.window_us
     if dev_a or dev_b:
         lines.append(f"  device time: {dev_a:.1f} -> {dev_b:.1f} us")

@@ -146,3 +146,25 @@ def test_ab_run_reports_structure_between_two_variants():
 def test_ab_worker_errors_surface(tmp_path):
     with pytest.raises(BaselineError, match="unknown attention variant 'nope'"):
         run_ab(Side(Path("."), "nope"), Side(Path(".")), ["naive"], ["b1h2s16d8-fp32-causal-cpu"], blocks=2, rounds=1)
+
+
+def test_nothing_compared_is_not_a_pass(tmp_path, capsys):
+    good = saved_run(tmp_path / "a.json", [1.0] * 10)
+    empty = json.loads(good.read_text())
+    empty["benchmarks"] = []
+    (tmp_path / "empty.json").write_text(json.dumps(empty))
+    assert main(["compare", str(tmp_path / "empty.json"), str(good)]) == 2
+    assert "nothing was compared" in capsys.readouterr().err
+
+
+def test_malformed_entries_and_bad_arguments_are_usage_errors(tmp_path, capsys):
+    good = saved_run(tmp_path / "a.json", [1.0] * 10)
+    broken = json.loads(good.read_text())
+    del broken["benchmarks"][0]["stats"]
+    (tmp_path / "broken.json").write_text(json.dumps(broken))
+    assert main(["compare", str(tmp_path / "broken.json"), str(good)]) == 2
+    assert "malformed" in capsys.readouterr().err
+    assert main(["ab", "--base-tree", str(tmp_path), "--cases", "b1h2s16d8-fp32-causal-cpu"]) == 2
+    assert "no perfsuite package there" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["ab", "--blocks", "0"])

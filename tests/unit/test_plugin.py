@@ -136,4 +136,10 @@ def test_perfsuite_gate_judges_against_the_compared_baseline(project):
 
     no_baseline = project.runpytest_subprocess(TINY, "--perfsuite-gate")
     assert no_baseline.ret == pytest.ExitCode.USAGE_ERROR
-    no_baseline.stdout.fnmatch_lines(["*use --perfsuite-gate with --benchmark-compare*"])
+    assert "add --benchmark-compare" in no_baseline.stderr.str()
+
+    newest = sorted(Path(project.path, "bench").rglob("*.json"))[-1]
+    newest.write_text(newest.read_text()[:100])  # truncated: must not be skipped for an older run
+    truncated = project.runpytest_subprocess(TINY, "--benchmark-compare", "--perfsuite-gate")
+    assert truncated.ret == pytest.ExitCode.USAGE_ERROR
+    assert newest.name in truncated.stderr.str() and "corrupt or truncated" in truncated.stderr.str()
