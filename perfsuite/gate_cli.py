@@ -13,7 +13,7 @@ from pathlib import Path
 from perfsuite import settings as suite_settings
 from perfsuite.compare import (UNPAIRED_METHOD, BaselineError, check_compatible, compare_runs, gate_failed,
                                judged_nothing, load_benchmark_file, markdown)
-from perfsuite.gate_stats import GateSettings
+from perfsuite.gate_stats import SEPARATE_RUNS_MIN_EFFECT, GateSettings
 from perfsuite.storage import write_text_atomic
 
 
@@ -29,7 +29,8 @@ def at_least(minimum: int):
 
 def add_gate_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--alpha", type=float, default=0.01, help="two-sided level of the interval (default 0.01)")
-    parser.add_argument("--min-effect", type=float, default=0.05, help="smallest change that counts (default 0.05 = 5%%)")
+    parser.add_argument("--min-effect", type=float, default=None,
+                        help="smallest change that counts (default 0.05 for ab, 0.15 for compare of separate runs)")
     parser.add_argument("--fail-on-structure", action="store_true", help="any structural change fails the gate")
     parser.add_argument("--force", action="store_true", help="compare runs from different hardware/software anyway")
     parser.add_argument("--markdown", help="also write the Markdown verdict here (e.g. $GITHUB_STEP_SUMMARY)")
@@ -70,7 +71,7 @@ def _finish(report: str, failed: bool, args: argparse.Namespace, comparisons) ->
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    settings = GateSettings(args.alpha, args.min_effect)
+    settings = GateSettings(args.alpha, SEPARATE_RUNS_MIN_EFFECT if args.min_effect is None else args.min_effect)
     base, head = load_benchmark_file(args.base), load_benchmark_file(args.head)
     for problem in check_compatible(base, head, args.base, args.head, args.force):
         print(f"perfsuite compare: warning (forced): {problem}", file=sys.stderr)
@@ -98,7 +99,7 @@ def run_ab_command(args: argparse.Namespace) -> int:
     from perfsuite.compare import markdown as render
     from perfsuite.variants import get_variant, variant_names
 
-    settings = GateSettings(args.alpha, args.min_effect)
+    settings = GateSettings(args.alpha, GateSettings.min_effect if args.min_effect is None else args.min_effect)
     try:
         case_ids = resolve_case_ids(args)
         variants = variant_names() if args.variants == "all" else [get_variant(v).name for v in suite_settings.split_list(args.variants)]

@@ -20,7 +20,7 @@ from perfsuite.evidence import Evidence, VariantUnsupported, gather_evidence
 from perfsuite.compare import (UNPAIRED_METHOD, BaselineError, check_compatible, compare_runs, gate_failed,
                                judged_nothing, load_benchmark_file, markdown)
 from perfsuite.fingerprint import fingerprint
-from perfsuite.gate_stats import GateSettings
+from perfsuite.gate_stats import SEPARATE_RUNS_MIN_EFFECT, GateSettings
 from perfsuite.storage import write_text_atomic
 from perfsuite.peaks import measured_peaks
 from perfsuite.results import BenchmarkResult, SkippedResult, text_table, write_run
@@ -303,7 +303,7 @@ def run_gate(terminalreporter, config: pytest.Config) -> None:
         terminalreporter.write_line(f"perfsuite: {exc}", red=True)
         terminalreporter._session.exitstatus = pytest.ExitCode.USAGE_ERROR
         return
-    settings = GateSettings()
+    settings = GateSettings(min_effect=SEPARATE_RUNS_MIN_EFFECT)
     comparisons = compare_runs(run.baseline, head, settings)
     if judged_nothing(comparisons):
         terminalreporter.write_line("perfsuite: the gate judged nothing: no benchmark of this run is in the baseline", red=True)
