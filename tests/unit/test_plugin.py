@@ -80,19 +80,27 @@ def test_timed_run_saves_a_baseline_with_extra_info_and_a_table(project):
     compared.stdout.fnmatch_lines(["*0001_*"])
 
 
-def test_a_regression_fails_the_run_cleanly_and_still_writes_the_table(project):
+def saved_naive_baseline(project, edit):
+    """Run naive once with autosave (per-round data kept), then let ``edit`` change each saved benchmark."""
     project.makeini(
-        "[pytest]\naddopts = --benchmark-autosave --benchmark-storage=bench "
-        "--benchmark-max-time=0.01 --benchmark-min-rounds=3 --perfsuite-results=out --perfsuite-variants=naive\n"
+        "[pytest]\naddopts = --benchmark-autosave --benchmark-save-data --benchmark-storage=bench "
+        "--benchmark-max-time=0.01 --benchmark-min-rounds=8 --perfsuite-results=out --perfsuite-variants=naive\n"
         "perfsuite_cpu_dtypes = fp32\n"
     )
     assert project.runpytest_subprocess(TINY).ret == pytest.ExitCode.OK
     saved = next(Path(project.path, "bench").rglob("*.json"))
     baseline = json.loads(saved.read_text())
-    for bench in baseline["benchmarks"]:  # pretend the baseline was 1000x faster
+    for bench in baseline["benchmarks"]:
+        edit(bench)
+    saved.write_text(json.dumps(baseline))
+
+
+def test_a_regression_fails_the_run_cleanly_and_still_writes_the_table(project):
+    def thousand_times_faster(bench):
         for key in ("min", "max", "mean", "median", "q1", "q3"):
             bench["stats"][key] /= 1000
-    saved.write_text(json.dumps(baseline))
+
+    saved_naive_baseline(project, thousand_times_faster)
     (Path(project.path, "out") / "table.md").unlink()
 
     result = project.runpytest_subprocess(TINY, "--benchmark-compare", "--benchmark-compare-fail=median:10%")
@@ -115,18 +123,11 @@ def test_cuda_requested_without_cuda_skips_with_the_reason(project):
 
 
 def test_perfsuite_gate_judges_against_the_compared_baseline(project):
-    project.makeini(
-        "[pytest]\naddopts = --benchmark-autosave --benchmark-save-data --benchmark-storage=bench "
-        "--benchmark-max-time=0.01 --benchmark-min-rounds=8 --perfsuite-results=out --perfsuite-variants=naive\n"
-        "perfsuite_cpu_dtypes = fp32\n"
-    )
-    assert project.runpytest_subprocess(TINY).ret == pytest.ExitCode.OK
-    saved = next(Path(project.path, "bench").rglob("*.json"))
-    baseline = json.loads(saved.read_text())
-    for bench in baseline["benchmarks"]:  # a baseline 1000x faster, and without the masked_fill clone
+    def faster_and_without_the_clone(bench):
         bench["stats"]["data"] = [t / 1000 for t in bench["stats"]["data"]]
         bench["extra_info"]["fingerprint"]["cpu_ops"].pop("aten::clone")
-    saved.write_text(json.dumps(baseline))
+
+    saved_naive_baseline(project, faster_and_without_the_clone)
 
     result = project.runpytest_subprocess(TINY, "--benchmark-compare", "--perfsuite-gate")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
