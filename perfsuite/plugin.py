@@ -25,6 +25,7 @@ from perfsuite.storage import write_text_atomic
 from perfsuite.peaks import measured_peaks
 from perfsuite.results import BenchmarkResult, SkippedResult, text_table, write_run
 from perfsuite.variants import get_variant
+from perfsuite.variants.user import load_entry_point_variants, load_variant_spec
 
 RUN_KEY = pytest.StashKey["SuiteRun"]()
 
@@ -95,6 +96,9 @@ def _raw_settings(config: pytest.Config) -> settings.RawSettings:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("perfsuite", "attention benchmark suite")
+    group.addoption("--perfsuite-variant", action="append", default=[], metavar="MODULE:FUNCTION",
+                    help="add your own attention function as a variant (repeatable); installed packages can "
+                         "also declare them in the entry point group perfsuite.variants")
     group.addoption("--perfsuite-gate", action="store_true",
                     help="with --benchmark-compare: judge each benchmark with perfsuite's statistics and "
                          "fingerprints (needs per-round data: --benchmark-save-data in both runs)")
@@ -109,6 +113,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    try:
+        load_entry_point_variants()
+        for spec in config.getoption("perfsuite_variant"):
+            load_variant_spec(spec)
+    except ValueError as exc:
+        raise pytest.UsageError(f"perfsuite: option --perfsuite-variant / entry points: {exc}") from None
     try:
         resolved = settings.resolve(_raw_settings(config), torch.cuda.is_available())
     except settings.SettingsError as exc:

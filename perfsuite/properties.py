@@ -240,4 +240,6 @@ def applicable(name: str, variant: Variant, case: AttentionCase) -> str | None:
         return "shift invariance is checked in fp32/fp64 (bf16/fp16 cannot hold score + 100 exactly)"
     if name == "score_copies" and not case.contiguous:
         return "strided inputs: matmul copies them, which can look score-sized"
+    if name == "score_copies" and case.head_dim == case.seq_len_kv:
+        return "head_dim == seq_len_kv: a copy of the output has the score matrix's shape"
     return None

@@ -1,0 +1,1 @@
+"""Example user package for perfsuite (README: "Your own attention")."""

@@ -1,0 +1,75 @@
+"""Users' own attention functions as suite variants.
+
+Two ways in, both checked like the built-ins (signature, equivalence, profiler, timing):
+
+* on the command line: ``--perfsuite-variant package.module:function`` (repeatable);
+* from an installed package: an entry point in the group ``perfsuite.variants`` whose object
+  is a variant function (registered under the entry point's name) or a module whose
+  functions register themselves with ``@register_variant``.
+
+A function that is not registered yet is registered under its own name, with the defaults
+of ``register_variant`` (no expected score copies, fully masked rows must be zeros); a
+function decorated with ``@register_variant`` keeps what its decorator declared.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import inspect
+from types import ModuleType
+
+from perfsuite.variants import registry
+
+ENTRY_POINT_GROUP = "perfsuite.variants"
+
+
+def _register_function(name: str, fn, source: str) -> str:
+    for known in registry._REGISTRY.values():
+        if known.fn is fn:
+            return known.name  # registered by its own decorator
+    try:
+        doc = (inspect.getdoc(fn) or source).splitlines()[0]
+        registry.register_variant(name, f"user variant from {source}: {doc}")(fn)
+    except TypeError as exc:
+        raise ValueError(f"{source}: {exc}") from None
+    return name
+
+
+def load_variant_spec(spec: str) -> str:
+    """Import ``module:function`` and register it; returns the variant name.
+
+    Raises:
+        ValueError: malformed spec, missing module or function, wrong signature, or a name
+            already taken by another variant; the message names the spec.
+    """
+    module_name, sep, function_name = spec.partition(":")
+    if not sep or not module_name or not function_name:
+        raise ValueError(f"variant spec {spec!r} is not package.module:function")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"variant spec {spec!r}: cannot import {module_name!r} ({exc})") from None
+    fn = getattr(module, function_name, None)
+    if not callable(fn):
+        raise ValueError(f"variant spec {spec!r}: module {module_name!r} has no function {function_name!r}")
+    return _register_function(function_name, fn, spec)
+
+
+def load_entry_point_variants() -> list[str]:
+    """Register the variants of every installed ``perfsuite.variants`` entry point; returns their names.
+
+    Raises ``ValueError`` naming the entry point when one cannot be loaded or registered.
+    """
+    names = []
+    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        source = f"entry point {entry.name} = {entry.value}"
+        try:
+            loaded = entry.load()
+        except Exception as exc:  # any import error of a user package
+            raise ValueError(f"{source}: cannot be loaded ({type(exc).__name__}: {exc})") from None
+        if isinstance(loaded, ModuleType):
+            names += [v.name for v in registry._REGISTRY.values() if v.fn.__module__ == loaded.__name__]
+        else:
+            names.append(_register_function(entry.name, loaded, source))
+    return names
