@@ -160,7 +160,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return notes + [
         f"perfsuite: seed={run.seed} devices={','.join(run.devices)} torch={torch.__version__} "
         f"threads={torch.get_num_threads()}",
-        f"perfsuite: variants={','.join(run.variants)} case set={run.case_set}",
+        f"perfsuite: variants={','.join(run.variants)}",
+        f"perfsuite: cases from {run.cases_from}",
         f"perfsuite: cases={' '.join(c.id for c in run.cases)}",
         f"perfsuite: traces -> {run.traces_dir}, table -> {run.results_dir / 'table.md'}",
     ]

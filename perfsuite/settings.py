@@ -77,6 +77,7 @@ class SuiteSettings:
     devices: tuple[str, ...]
     case_set: str
     cases: tuple[AttentionCase, ...]
+    cases_from: str
     seed: int
     results_dir: Path
     traces_dir: Path
@@ -137,17 +138,25 @@ def _parse_seed(raw: RawSettings) -> int:
     return seed
 
 
-def _resolve_cases(raw: RawSettings, devices: tuple[str, ...], case_set_name: str) -> list[AttentionCase]:
+def _describe_source(value: RawValue) -> str:
+    """``option --perfsuite-shapes``, ``ini key perfsuite_cpu_masks``, ``case set 'default'``."""
+    return value.source.split(" (")[0] if value.source.startswith("case set") else value.source.split("=")[0]
+
+
+def _resolve_cases(raw: RawSettings, devices: tuple[str, ...], case_set_name: str) -> tuple[list[AttentionCase], str]:
+    """The cases, and where they came from (for the run header)."""
     if raw["cases"].value.strip():
-        return _parse_items(raw["cases"], cases.parse_case_id, "case ids")
+        return _parse_items(raw["cases"], cases.parse_case_id, "case ids"), _describe_source(raw["cases"])
     found: list[AttentionCase] = []
+    sources: list[str] = []
     for device in devices:
-        shapes = list(dict.fromkeys(_parse_items(_device_field(raw, case_set_name, device, "shapes"), cases.parse_shape, "shapes")))
-        dtypes = _parse_items(_device_field(raw, case_set_name, device, "dtypes"), cases.parse_dtype, "dtypes")
-        masks = _parse_items(_device_field(raw, case_set_name, device, "masks"), cases.parse_masks, "masks")
-        flat_masks = [m for group in masks for m in group]
-        found += cases.build_cases(shapes, list(dict.fromkeys(dtypes)), device, list(dict.fromkeys(flat_masks)))
-    return found
+        fields = [_device_field(raw, case_set_name, device, f) for f in ("shapes", "dtypes", "masks")]
+        sources += [_describe_source(f) for f in fields]
+        shapes = _parse_items(fields[0], cases.parse_shape, "shapes")
+        dtypes = _parse_items(fields[1], cases.parse_dtype, "dtypes")
+        masks = [m for group in _parse_items(fields[2], cases.parse_masks, "masks") for m in group]
+        found += cases.build_cases(list(dict.fromkeys(shapes)), list(dict.fromkeys(dtypes)), device, list(dict.fromkeys(masks)))
+    return found, "; ".join(dict.fromkeys(sources))
 
 
 def resolve(raw: RawSettings, cuda_available: bool) -> SuiteSettings:
@@ -158,7 +167,7 @@ def resolve(raw: RawSettings, cuda_available: bool) -> SuiteSettings:
     except ValueError as exc:
         raise SettingsError(f"{raw['case_set'].source}: {exc}") from None
     devices = _resolve_devices(raw, cuda_available)
-    resolved_cases = _resolve_cases(raw, devices, case_set_name)
+    resolved_cases, cases_from = _resolve_cases(raw, devices, case_set_name)
     if raw["extra_cases"].value.strip() and not raw["cases"].value.strip():
         resolved_cases += _parse_items(raw["extra_cases"], cases.parse_case_id, "case ids")
     results_dir = Path(raw["results"].value)
@@ -168,6 +177,7 @@ def resolve(raw: RawSettings, cuda_available: bool) -> SuiteSettings:
         devices=tuple(dict.fromkeys(c.device for c in resolved_cases)) or devices,
         case_set=case_set_name,
         cases=tuple(dict.fromkeys(resolved_cases)),
+        cases_from=cases_from,
         seed=_parse_seed(raw),
         results_dir=results_dir,
         traces_dir=Path(traces) if traces else results_dir / "traces",

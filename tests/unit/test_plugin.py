@@ -41,7 +41,8 @@ def test_header_prints_seed_and_cases(project):
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines([
         "perfsuite: seed=7 devices=cpu *",
-        "perfsuite: variants=naive case set=default",
+        "perfsuite: variants=naive",
+        "perfsuite: cases from option --perfsuite-shapes; case set 'default'",
         "perfsuite: cases=b1h2s16d8-fp32-causal-cpu b1h2s16d8-bf16-causal-cpu",
         "*<Function test_benchmark?naive-b1h2s16d8-fp32-causal-cpu?>",
     ])
