@@ -122,6 +122,12 @@ def _masked_rows_for_key(mask: AttentionMask, case: AttentionCase, key_index: in
     return ~allowed[..., key_index].cpu()
 
 
+def _keys_hidden_somewhere(mask: AttentionMask, case: AttentionCase) -> torch.Tensor:
+    """Indices of keys that the mask hides from at least one query row (may be empty)."""
+    allowed = mask.allowed.expand(case.batch, case.num_heads, case.seq_len_q, case.seq_len_kv)
+    return (~allowed).any(dim=(0, 1, 2)).nonzero().flatten()
+
+
 def check_masked_keys_do_not_matter(variant: Variant, case: AttentionCase, seed: int, nan: bool = False) -> str | None:
     """Property 4: replacing a masked-out key and value leaves the rows that cannot see it unchanged.
 
@@ -132,10 +138,9 @@ def check_masked_keys_do_not_matter(variant: Variant, case: AttentionCase, seed:
     keeps them unchanged when only the key is NaN (checked by ``check_nan_masked_key``).
     """
     inputs = make_inputs(case, seed)
-    hidden_somewhere = (~inputs.mask.allowed.expand(case.batch, case.num_heads, case.seq_len_q, case.seq_len_kv)).any(dim=(0, 1, 2))
-    if not hidden_somewhere.any():
+    candidates = _keys_hidden_somewhere(inputs.mask, case)
+    if not len(candidates):
         return None
-    candidates = hidden_somewhere.nonzero().flatten()
     key_index = int(candidates[torch.randint(0, len(candidates), (1,), generator=_generator(seed))])
     base = _run(variant, case, inputs)
     key, value = inputs.key.clone(), inputs.value.clone()
@@ -163,10 +168,10 @@ def check_nan_masked_key(variant: Variant, case: AttentionCase, seed: int) -> st
     """Property 4, NaN key only, for ``masked_fill`` variants: a NaN score that is masked is
     overwritten with ``-inf``, so rows that cannot see the key are unchanged."""
     inputs = make_inputs(case, seed)
-    hidden_any = (~inputs.mask.allowed.expand(case.batch, case.num_heads, case.seq_len_q, case.seq_len_kv)).any(dim=(0, 1, 2))
-    if not hidden_any.any():
+    candidates = _keys_hidden_somewhere(inputs.mask, case)
+    if not len(candidates):
         return None
-    key_index = int(hidden_any.nonzero().flatten()[0])
+    key_index = int(candidates[0])
     key = inputs.key.clone()
     key[:, :, key_index] = float("nan")
     base = _run(variant, case, inputs)

@@ -97,6 +97,11 @@ def get_variant(name: str) -> Variant:
     return _REGISTRY[name]
 
 
+def registered_variants() -> list[Variant]:
+    """All registered variants, in registration order."""
+    return list(_REGISTRY.values())
+
+
 def variant_names() -> list[str]:
     """Names of all registered variants, in registration order."""
     return list(_REGISTRY)

@@ -25,7 +25,7 @@ ENTRY_POINT_GROUP = "perfsuite.variants"
 
 
 def _register_function(name: str, fn, source: str) -> str:
-    for known in registry._REGISTRY.values():
+    for known in registry.registered_variants():
         if known.fn is fn:
             return known.name  # registered by its own decorator
     try:
@@ -69,7 +69,7 @@ def load_entry_point_variants() -> list[str]:
         except Exception as exc:  # any import error of a user package
             raise ValueError(f"{source}: cannot be loaded ({type(exc).__name__}: {exc})") from None
         if isinstance(loaded, ModuleType):
-            names += [v.name for v in registry._REGISTRY.values() if v.fn.__module__ == loaded.__name__]
+            names += [v.name for v in registry.registered_variants() if v.fn.__module__ == loaded.__name__]
         else:
             names.append(_register_function(entry.name, loaded, source))
     return names
