@@ -37,7 +37,7 @@ class Worker:
         from perfsuite.evidence import VariantUnsupported, bind, run_once
         from perfsuite.fingerprint import fingerprint
         from perfsuite.inputs import make_inputs
-        from perfsuite.profiling import profile_forwards
+        from perfsuite.profiling import profile_steps
         from perfsuite.timing import synchronized
         from perfsuite.variants import get_variant
 
@@ -53,7 +53,7 @@ class Worker:
         except VariantUnsupported as exc:
             return {"unsupported": str(exc)}
         with tempfile.TemporaryDirectory() as scratch:
-            summary = profile_forwards(forward, case.device, Path(scratch) / "t.json.gz")[0]
+            summary = profile_steps(forward, case.device, Path(scratch) / "t.json.gz")[0]
         extra_s = request.get("slowdown", 0.0) * statistics.median(self._times(forward, 7))
         self.forward = forward if not extra_s else (lambda: (forward(), _spin(extra_s)))
         self._times(self.forward, 5)  # warm-up

@@ -44,8 +44,12 @@ def load_benchmark_file(path: str | Path) -> dict[str, Any]:
 
 
 def benchmark_key(bench: dict[str, Any]) -> str:
+    """``variant/case`` for the forward (older runs have no mode), ``variant/case/mode`` otherwise."""
     info = bench.get("extra_info") or {}
-    return f"{info['variant']}/{info['case']}" if "variant" in info and "case" in info else bench.get("name", "?")
+    if "variant" not in info or "case" not in info:
+        return bench.get("name", "?")
+    mode = info.get("mode", "forward")
+    return f"{info['variant']}/{info['case']}" + ("" if mode == "forward" else f"/{mode}")
 
 
 def check_compatible(base: dict[str, Any], head: dict[str, Any], base_name: str, head_name: str, force: bool) -> list[str]:

@@ -15,6 +15,14 @@ Bytes: the minimum a fused kernel must move: read query, key and value once and 
 the output once, ``element_size * batch * num_heads * head_dim * (2*seq_len_q + 2*seq_len_kv)``.
 Unfused variants move far more (the score matrix, several times); GB/s against this
 minimum shows how close a variant comes to the ideal.
+
+Modes: backward costs 2.5x the forward FLOP and forward+backward 3.5x, the convention of
+FlashAttention's ``benchmarks/benchmark_flash_attention.py`` (``flops(..., mode)``) and
+tritonbench: five matmuls in backward (``dV = P^T dO``, ``dP = dO V^T``, ``dQ = dS K``,
+``dK = dS^T Q``, and ``S = Q K^T`` recomputed by fused kernels) against two in forward.
+``torch.utils.flop_counter`` counts 2x for an unfused backward, which keeps ``P`` and recomputes
+nothing (``tests/unit/test_modes.py`` checks both counts). Minimum backward bytes: read query,
+key, value, output and the output's gradient, write the three input gradients.
 """
 
 from __future__ import annotations
@@ -48,3 +56,28 @@ def forward_bytes(case: AttentionCase) -> tuple[int, int]:
     read = per_row * (case.num_heads * case.seq_len_q + 2 * case.num_kv_heads * case.seq_len_kv)
     written = per_row * case.num_heads * case.seq_len_q
     return read, written
+
+
+# FLOP of a mode relative to one forward (see the module docstring for the source).
+MODE_FLOP_FACTOR = {"forward": 1.0, "backward": 2.5, "forward_backward": 3.5}
+
+
+def mode_flop(case: AttentionCase, mode: str) -> int:
+    """FLOP of one step of ``mode`` (``perfsuite.modes.MODES``) on ``case``."""
+    return round(MODE_FLOP_FACTOR[mode] * forward_flop(case))
+
+
+def backward_bytes(case: AttentionCase) -> tuple[int, int]:
+    """``(bytes_read, bytes_written)`` of a backward: q, k, v, output and its gradient read; dq, dk, dv written."""
+    read, written = forward_bytes(case)
+    return read + 2 * written, read
+
+
+def mode_bytes(case: AttentionCase, mode: str) -> tuple[int, int]:
+    """``(bytes_read, bytes_written)`` at minimum for one step of ``mode``."""
+    if mode == "forward":
+        return forward_bytes(case)
+    if mode == "backward":
+        return backward_bytes(case)
+    (fr, fw), (br, bw) = forward_bytes(case), backward_bytes(case)
+    return fr + br, fw + bw

@@ -1,29 +1,39 @@
-"""Run one variant on one case: can it run, is it correct, what did the profiler see.
+"""Run one variant on one case in one mode: can it run, is it correct, what did the profiler see.
 
-The evidence is gathered once per (variant, case) and shared by the equivalence test,
-the profiler test and the benchmark, so none of them repeats the others' work.
+A variant is prepared once per case (inputs drawn, ``prepare`` run: block masks built,
+``torch.compile`` set up) and its evidence gathered once per mode; both are shared by the
+equivalence test, the profiler tests and the benchmark, so none of them repeats the others'
+work and a compiled variant compiles once per case and grad mode.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+import time
 import warnings
 from pathlib import Path
 from typing import Callable
 
 import torch
 
+from perfsuite import compile_stats
 from perfsuite.cases import AttentionCase
-from perfsuite.inputs import AttentionInputs, make_inputs
+from perfsuite.compile_stats import CompileActivity
+from perfsuite.inputs import AttentionInputs, make_grad_output, make_inputs
 from perfsuite.masks import fully_masked_rows
-from perfsuite.profiling import profile_forwards
-from perfsuite.reference import Comparison, compare_with_reference, reference_attention, tolerances
+from perfsuite.modes import GRADIENT_MODES, Step, StepResult, make_step
+from perfsuite.profiling import profile_steps, step_annotation
+from perfsuite.saved_tensors import SavedForBackward, measure_saved
+from perfsuite.reference import (Comparison, compare_gradients, compare_with_reference, reference_attention,
+                                 tolerances)
+from perfsuite.timing import synchronized
 from perfsuite.trace_summary import WindowSummary
 from perfsuite.variants import Variant
+from perfsuite.variants.registry import VariantFn
 
 # Messages with which torch refuses a case it has no kernel for (not a bug of the variant).
-_UNSUPPORTED_RE = re.compile(r"No available kernel|No viable backend|not implemented for '\w+'")
+_UNSUPPORTED_RE = re.compile(r"No available kernel|No viable backend|not implemented for '\w+'|does not support backward on")
 
 
 class VariantUnsupported(Exception):
@@ -31,33 +41,60 @@ class VariantUnsupported(Exception):
 
 
 @dataclasses.dataclass(frozen=True)
-class Evidence:
-    """Correctness and profiler facts for one variant on one case.
+class PreparedCase:
+    """A variant bound to one case: its inputs, the gradient that seeds backward
+    (``[B, H, Sq, D]``) and the function ``Variant.for_case`` returned."""
 
-    ``forwards``: one summary per profiled forward; ``trace_path``: the gzip Chrome trace.
+    variant: Variant
+    case: AttentionCase
+    inputs: AttentionInputs
+    grad_output: torch.Tensor
+    fn: VariantFn
+
+
+@dataclasses.dataclass(frozen=True)
+class Evidence:
+    """Correctness and profiler facts for one variant on one case in one mode.
+
+    ``comparison``: outputs (and gradients, in gradient modes) against float64, or None with
+    ``not_compared`` saying why. ``steps``: one summary per profiled step; ``trace_path``: the
+    gzip Chrome trace. ``step``: the callable the benchmark times. ``first_call_s``: wall time
+    of the first call (compilation included, for compiled variants). ``compile_first_call``:
+    what ``torch.compile`` did in that call; ``compile_while_profiled``: what it did during the
+    profiled calls (should be nothing). ``saved_for_backward``: what one forward of the
+    forward_backward step saved for backward (None in other modes).
     """
 
     variant: Variant
     case: AttentionCase
-    comparison: Comparison
-    forwards: tuple[WindowSummary, ...]
+    mode: str
+    comparison: Comparison | None
+    not_compared: str | None
+    steps: tuple[WindowSummary, ...]
     trace_path: Path
+    step: Step
+    first_call_s: float
+    compile_first_call: CompileActivity
+    compile_while_profiled: CompileActivity
+    saved_for_backward: SavedForBackward | None = None
 
     @property
     def expected_score_copies(self) -> int:
         return self.variant.expected_score_copies(self.case.hides_keys)
 
     def score_copies(self, lane: str) -> list[int]:
-        """Score-sized copies per profiled forward on ``lane`` (``"cpu"`` or ``"device"``)."""
-        return [f.copies_of_shape(self.case.score_shape, lane) for f in self.forwards]
+        """Score-sized copies per profiled step on ``lane`` (``"cpu"`` or ``"device"``)."""
+        return [f.copies_of_shape(self.case.score_shape, lane) for f in self.steps]
 
 
 def bind(variant: Variant, inputs: AttentionInputs) -> Callable[[], torch.Tensor]:
-    """A no-argument forward of ``variant`` on ``inputs``, run under ``torch.no_grad()``."""
+    """A no-argument forward of ``variant`` on ``inputs`` (prepared for them), run under ``torch.no_grad()``."""
+
+    fn = variant.for_case(inputs)
 
     def forward() -> torch.Tensor:
         with torch.no_grad():
-            return variant.fn(inputs.query, inputs.key, inputs.value, mask=inputs.mask, scale=inputs.scale)
+            return fn(inputs.query, inputs.key, inputs.value, mask=inputs.mask, scale=inputs.scale)
 
     return forward
 
@@ -68,7 +105,7 @@ def device_unavailable_reason(device: str) -> str | None:
     return None
 
 
-def run_once(variant: Variant, case: AttentionCase, forward: Callable[[], torch.Tensor]) -> torch.Tensor:
+def run_once(variant: Variant, case: AttentionCase, forward: Callable[[], object]) -> object:
     """First call of the forward; a refusal by torch becomes ``VariantUnsupported`` with its reasons."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -89,8 +126,10 @@ def run_once(variant: Variant, case: AttentionCase, forward: Callable[[], torch.
 
 def unsupported_reason(variant: Variant, case: AttentionCase, exc: Exception, caught: list) -> str:
     """One line: the backend, the dtype/device, torch's error (first sentence) and its warnings."""
-    backend = f"SDPBackend.{variant.sdpa_backend}" if variant.sdpa_backend else "its kernels"
     error = str(exc).splitlines()[0].split(". ")[0].rstrip(".")
+    if "backward" in error:
+        return f"{variant.name} has no backward on {case.device} in torch {torch.__version__}; torch: '{error}'"
+    backend = f"SDPBackend.{variant.sdpa_backend}" if variant.sdpa_backend else "its kernels"
     notes = sorted({str(w.message).splitlines()[0] for w in caught})
     detail = f"; torch warned: {' | '.join(notes)}" if notes else ""
     return f"{backend} has no kernel for {case.dtype} on {case.device}; torch: '{error}'{detail}"
@@ -104,20 +143,55 @@ def check_output(variant: Variant, case: AttentionCase, inputs: AttentionInputs,
     return compare_with_reference(output, expected, label, rows, variant.fully_masked_rows, tolerances(inputs, expected))
 
 
-def gather_evidence(variant: Variant, case: AttentionCase, seed: int, trace_dir: Path) -> Evidence:
-    """Check support, compare with the float64 reference, and profile the variant on ``case``.
+def prepare_case(variant: Variant, case: AttentionCase, seed: int) -> PreparedCase:
+    """Draw ``case``'s inputs from ``seed`` and run the variant's per-case ``prepare``.
 
-    Raises ``VariantUnsupported`` (a skip, with the reason) when the device or the
-    backend cannot run the case; any other error propagates as a test error.
+    Raises ``VariantUnsupported`` when the device is missing or torch refuses the case.
     """
     reason = device_unavailable_reason(case.device)
     if reason:
         raise VariantUnsupported(reason)
     inputs = make_inputs(case, seed)
-    forward = bind(variant, inputs)
-    output = run_once(variant, case, forward)
-    label = f"variant {variant.name} on case {case.id} (seed {seed})"
-    comparison = check_output(variant, case, inputs, output, label)
-    trace_path = trace_dir / f"{variant.name}-{case.id}.pt.trace.json.gz"
-    forwards = profile_forwards(forward, case.device, trace_path)
-    return Evidence(variant, case, comparison, tuple(forwards), trace_path)
+    fn = run_once(variant, case, lambda: variant.for_case(inputs))
+    return PreparedCase(variant, case, inputs, make_grad_output(case, seed), fn)
+
+
+def _compare(prepared: PreparedCase, mode: str, result: StepResult, seed: int) -> tuple[Comparison | None, str | None]:
+    variant, case, inputs = prepared.variant, prepared.case, prepared.inputs
+    in_mode = "" if mode == "forward" else f" in mode {mode}"
+    label = f"variant {variant.name} on case {case.id}{in_mode} (seed {seed})"
+    output = check_output(variant, case, inputs, result.output, label)
+    if result.gradients is None or output.failure:
+        return output, None
+    rows = int(fully_masked_rows(inputs.mask, case.score_shape).sum())
+    if variant.fully_masked_rows == "nan" and rows:
+        return None, (f"{variant.name} returns NaN for the {rows} query rows of this case that see no key, so its "
+                      "gradients are NaN everywhere: nothing to compare (the forward check holds those rows to NaN)")
+    gradients = compare_gradients(result.gradients, inputs, prepared.grad_output, label)
+    return Comparison(max(output.max_abs_error, gradients.max_abs_error), gradients.failure), None
+
+
+def gather_evidence(variant: Variant, case: AttentionCase, seed: int, trace_dir: Path, mode: str = "forward",
+                    prepared: PreparedCase | None = None) -> Evidence:
+    """Check support, compare with the float64 reference, and profile the variant on ``case`` in ``mode``.
+
+    ``prepared`` (from ``prepare_case``) is reused when given, so modes share one preparation.
+    Raises ``VariantUnsupported`` (a skip, with the reason) when the device or the backend
+    cannot run the case, or the variant has no backward; any other error propagates.
+    """
+    if mode in GRADIENT_MODES and variant.forward_only:
+        raise VariantUnsupported(f"{variant.name} has no backward: {variant.forward_only}")
+    prepared = prepared or prepare_case(variant, case, seed)
+    step = make_step(mode, prepared.fn, prepared.inputs, prepared.grad_output)
+    before, started = compile_stats.snapshot(), time.perf_counter()
+    result = run_once(variant, case, synchronized(step, case.device))
+    first_call_s = time.perf_counter() - started
+    compiled = compile_stats.since(before)
+    comparison, not_compared = _compare(prepared, mode, result, seed)
+    suffix = "" if mode == "forward" else f"-{mode}"
+    trace_path = trace_dir / f"{variant.name}-{case.id}{suffix}.pt.trace.json.gz"
+    before = compile_stats.snapshot()
+    saved = measure_saved(step, case.score_shape) if mode == "forward_backward" else None
+    steps = profile_steps(step, case.device, trace_path, step_annotation(mode))
+    return Evidence(variant, case, mode, comparison, not_compared, tuple(steps), trace_path, step,
+                    first_call_s, compiled, compile_stats.since(before), saved)

@@ -50,3 +50,13 @@ def make_inputs(case: AttentionCase, seed: int) -> AttentionInputs:
     value = draw_tensor(generator, case.batch, case.num_kv_heads, case.seq_len_kv, case.head_dim, case)
     mask = build_mask(case.mask, case.score_shape, case.torch_dtype, case.device, generator)
     return AttentionInputs(query, key, value, mask, case.softmax_scale)
+
+
+GRAD_OUTPUT_SEED_OFFSET = 1_000_003  # a stream of its own, so inputs do not change with modes
+
+
+def make_grad_output(case: AttentionCase, seed: int) -> torch.Tensor:
+    """Standard normal ``[batch, num_heads, seq_len_q, head_dim]`` that seeds backward, from ``seed``."""
+    generator = torch.Generator().manual_seed(seed + GRAD_OUTPUT_SEED_OFFSET)
+    sample = torch.randn(case.batch, case.num_heads, case.seq_len_q, case.head_dim, generator=generator)
+    return sample.to(device=case.device, dtype=case.torch_dtype)

@@ -2,7 +2,10 @@
 
 Installed with perfsuite, it loads through its ``pytest11`` entry point.
 Tests that take the ``variant`` and ``case`` arguments are parametrized over every
-selected variant x case, with ids such as ``naive-b8h16s1024d64-bf16-causal-cuda``.
+selected variant x case, with ids such as ``naive-b8h16s1024d64-bf16-causal-cuda``; tests that
+also take ``mode`` over every selected mode too (``...-cuda-forward_backward``). Compiled
+variants run on ``perfsuite_compiled_cases`` when it is set, and tests marked
+``perfsuite_compiled_only`` only see compiled variants.
 """
 
 from __future__ import annotations
@@ -15,8 +18,8 @@ import torch
 from pytest_benchmark.session import PerformanceRegression
 
 from perfsuite import machine, settings
-from perfsuite.cost_model import forward_bytes, forward_flop
-from perfsuite.evidence import Evidence, VariantUnsupported, gather_evidence
+from perfsuite.cost_model import mode_bytes, mode_flop
+from perfsuite.evidence import Evidence, PreparedCase, VariantUnsupported, gather_evidence, prepare_case
 from perfsuite.compare import (UNPAIRED_METHOD, BaselineError, check_compatible, compare_runs, gate_failed,
                                judged_nothing, load_benchmark_file, markdown)
 from perfsuite.fingerprint import fingerprint
@@ -35,9 +38,10 @@ class SuiteRun:
 
     def __init__(self, resolved: settings.SuiteSettings):
         self.settings = resolved
-        self._evidence: dict[tuple[str, str], Evidence | BaseException] = {}
-        self.results: dict[tuple[str, str], BenchmarkResult] = {}
-        self.skipped: dict[tuple[str, str], SkippedResult] = {}
+        self._prepared: dict[tuple[str, str], PreparedCase | Exception] = {}
+        self._evidence: dict[tuple[str, str, str], Evidence | Exception] = {}
+        self.results: dict[tuple[str, str, str], BenchmarkResult] = {}
+        self.skipped: dict[tuple[str, str, str], SkippedResult] = {}
         self.written: tuple[Path, Path] | None = None  # (table.md, run.json) once written
         self._machine: dict | None = None
         self._peaks: dict | None = None
@@ -60,23 +64,43 @@ class SuiteRun:
             self._peaks = measured_peaks(sorted({r.device for r in timed})[0], dtypes, cache)
         return self._peaks
 
-    def evidence(self, variant, case) -> Evidence:
-        """Gather evidence once per (variant, case); re-raise its skip or error for every test."""
+    def prepared(self, variant, case) -> PreparedCase:
+        """Inputs and per-case setup, once per (variant, case) for every mode (raises its cached error)."""
         key = (variant.name, case.id)
+        if key not in self._prepared:
+            self._prepared[key] = _capture(lambda: prepare_case(variant, case, self.settings.seed))
+        return _unwrap(self._prepared[key])
+
+    def evidence(self, variant, case, mode: str = "forward") -> Evidence:
+        """Gather evidence once per (variant, case, mode); re-raise its skip or error for every test."""
+        key = (variant.name, case.id, mode)
         if key not in self._evidence:
-            try:
-                self._evidence[key] = gather_evidence(variant, case, self.settings.seed, self.settings.traces_dir)
-            except BaseException as exc:  # cached so the other tests of this pair see it too
-                if not isinstance(exc, Exception):
-                    raise
-                self._evidence[key] = exc
+            self._evidence[key] = _capture(lambda: gather_evidence(
+                variant, case, self.settings.seed, self.settings.traces_dir, mode, self.prepared(variant, case)))
         found = self._evidence[key]
         if isinstance(found, VariantUnsupported):
-            self.skipped[key] = SkippedResult(variant.name, case.id, str(found))
-            pytest.skip(f"variant {variant.name} cannot run case {case.id}: {found}")
-        if isinstance(found, BaseException):
-            raise found
-        return found
+            self.skipped[key] = SkippedResult(variant.name, case.id, str(found), mode)
+            pytest.skip(f"variant {variant.name} cannot run case {case.id} in mode {mode}: {found}")
+        return _unwrap(found)
+
+    def cases_for(self, variant) -> tuple:
+        """The cases ``variant`` runs: ``perfsuite_compiled_cases`` for compiled variants when set."""
+        compiled = self.settings.compiled_cases
+        return compiled if variant.compiled and compiled is not None else self.settings.cases
+
+
+def _capture(make):
+    """``make()``, or the exception it raised (cached so every test of the pair sees it)."""
+    try:
+        return make()
+    except Exception as exc:
+        return exc
+
+
+def _unwrap(found):
+    if isinstance(found, Exception):
+        raise found
+    return found
 
 
 def _raw_settings(config: pytest.Config) -> settings.RawSettings:
@@ -113,6 +137,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "perfsuite_compiled_only: parametrize only over torch.compile variants")
     try:
         load_entry_point_variants()
         for spec in config.getoption("perfsuite_variant"):
@@ -160,20 +185,40 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return notes + [
         f"perfsuite: seed={run.seed} devices={','.join(run.devices)} torch={torch.__version__} "
         f"threads={torch.get_num_threads()}",
-        f"perfsuite: variants={','.join(run.variants)}",
+        f"perfsuite: variants={','.join(run.variants)} modes={','.join(run.modes)}",
         f"perfsuite: cases from {run.cases_from}",
         f"perfsuite: cases={' '.join(c.id for c in run.cases)}",
+        *compiled_header(run),
         f"perfsuite: traces -> {run.traces_dir}, table -> {run.results_dir / 'table.md'}",
     ]
+
+
+def compiled_header(run: settings.SuiteSettings) -> list[str]:
+    """One header line when compiled variants run on their own cases."""
+    compiled = [v for v in run.variants if get_variant(v).compiled]
+    if not compiled or run.compiled_cases is None:
+        return []
+    return [f"perfsuite: compiled variants ({', '.join(compiled)}) run only on perfsuite_compiled_cases="
+            f"{' '.join(c.id for c in run.compiled_cases)} (each compiles per case; set it empty for every case)"]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if not {"variant", "case"} <= set(metafunc.fixturenames):
         return
-    run = metafunc.config.stash[RUN_KEY].settings
-    pairs = [(get_variant(v), c) for v in run.variants for c in run.cases]
-    ids = [f"{v.name}-{c.id}" for v, c in pairs]
-    metafunc.parametrize(("variant", "case"), pairs, ids=ids)
+    run = metafunc.config.stash[RUN_KEY]
+    variants = [get_variant(v) for v in run.settings.variants]
+    if metafunc.definition.get_closest_marker("perfsuite_compiled_only"):
+        variants = [v for v in variants if v.compiled]
+    pairs = [(v, c) for v in variants for c in run.cases_for(v)]
+    names: tuple[str, ...] = ("variant", "case")
+    params = [pytest.param(v, c, id=f"{v.name}-{c.id}") for v, c in pairs]
+    if "mode" in metafunc.fixturenames:
+        names += ("mode",)
+        params = [pytest.param(v, c, m, id=f"{v.name}-{c.id}-{m}") for v, c in pairs for m in run.settings.modes]
+    if not params:
+        skip = pytest.mark.skip(reason="no torch.compile variant among the selected variants (--perfsuite-variants)")
+        params = [pytest.param(*[None] * len(names), marks=skip, id="no-compiled-variant")]
+    metafunc.parametrize(names, params)
 
 
 @pytest.fixture
@@ -184,22 +229,39 @@ def perfsuite_run(request: pytest.FixtureRequest) -> SuiteRun:
 
 @pytest.fixture
 def attention_evidence(perfsuite_run: SuiteRun, variant, case) -> Evidence:
-    """Evidence for this test's variant and case; skips with the reason when it cannot run."""
+    """Forward evidence for this test's variant and case; skips with the reason when it cannot run."""
     return perfsuite_run.evidence(variant, case)
 
 
+@pytest.fixture
+def mode_evidence(perfsuite_run: SuiteRun, variant, case, mode) -> Evidence:
+    """Evidence for this test's variant, case and mode; skips with the reason when it cannot run."""
+    return perfsuite_run.evidence(variant, case, mode)
+
+
+def compile_info(evidence: Evidence) -> dict[str, object] | None:
+    """torch.compile facts of a compiled variant's evidence (None for eager variants)."""
+    if not evidence.variant.compiled:
+        return None
+    first = evidence.compile_first_call
+    return {"first_call_s": evidence.first_call_s, "graphs_compiled": first.graphs_compiled,
+            "graph_breaks": first.graph_breaks,
+            "graphs_compiled_while_profiled": evidence.compile_while_profiled.graphs_compiled}
+
+
 def benchmark_extra_info(evidence: Evidence) -> dict[str, object]:
-    """The facts stored with each saved benchmark (units in the key names)."""
-    case, first = evidence.case, evidence.forwards[0]
-    read, written = forward_bytes(case)
+    """The facts stored with each saved benchmark (units in the key names; counts per timed step)."""
+    case, first = evidence.case, evidence.steps[0]
+    read, written = mode_bytes(case, evidence.mode)
     lane = "device" if case.device == "cuda" else "cpu"
     return {
         "schema_version": 1,
         "variant": evidence.variant.name,
         "case": case.id,
+        "mode": evidence.mode,
         "case_fields": dataclasses.asdict(case),
         "sdpa_backend": evidence.variant.sdpa_backend,
-        "flop": forward_flop(case),
+        "flop": mode_flop(case, evidence.mode),
         "bytes_read": read,
         "bytes_written": written,
         "cpu_ops_per_forward": first.cpu_op_count,
@@ -208,8 +270,10 @@ def benchmark_extra_info(evidence: Evidence) -> dict[str, object]:
         "memcpy_per_forward": first.memcpy_counts,
         "allocated_bytes_per_forward": first.allocated_bytes.get(case.device, 0),
         "peak_memory_bytes": first.peak_bytes.get(case.device, 0),
-        "max_abs_error": evidence.comparison.max_abs_error,
-        "correct": evidence.comparison.failure is None,
+        "max_abs_error": evidence.comparison.max_abs_error if evidence.comparison else None,
+        "correct": evidence.comparison.failure is None if evidence.comparison else None,
+        "not_compared": evidence.not_compared,
+        "compile": compile_info(evidence),
         "sdpa_backends_ran": first.sdpa_backends,
         "fingerprint": fingerprint(first, case.device),
         "trace_file": str(evidence.trace_path),
@@ -218,14 +282,15 @@ def benchmark_extra_info(evidence: Evidence) -> dict[str, object]:
 
 def record_result(run: SuiteRun, evidence: Evidence, median_s: float | None, rounds: int | None) -> BenchmarkResult:
     """Store the table row of a finished benchmark."""
-    case, first = evidence.case, evidence.forwards[0]
+    case, first = evidence.case, evidence.steps[0]
     on_cuda = case.device == "cuda"
+    comparison = evidence.comparison
     result = BenchmarkResult(
         variant=evidence.variant.name,
         case_id=case.id,
         device=case.device,
-        flop=forward_flop(case),
-        bytes_moved=sum(forward_bytes(case)),
+        flop=mode_flop(case, evidence.mode),
+        bytes_moved=sum(mode_bytes(case, evidence.mode)),
         median_s=median_s,
         rounds=rounds,
         work_per_forward=first.kernel_count if on_cuda else first.cpu_op_count,
@@ -233,10 +298,12 @@ def record_result(run: SuiteRun, evidence: Evidence, median_s: float | None, rou
         score_copies_per_forward=evidence.score_copies("device" if on_cuda else "cpu")[0],
         allocated_bytes=first.allocated_bytes.get(case.device, 0),
         peak_bytes=first.peak_bytes.get(case.device, 0),
-        max_abs_error=evidence.comparison.max_abs_error,
-        correct=evidence.comparison.failure is None,
+        max_abs_error=comparison.max_abs_error if comparison else None,
+        correct=comparison.failure is None if comparison else None,
+        mode=evidence.mode,
+        compile_s=evidence.first_call_s if evidence.variant.compiled else None,
     )
-    run.results[(result.variant, result.case_id)] = result
+    run.results[(result.variant, result.case_id, result.mode)] = result
     return result
 
 
@@ -264,11 +331,13 @@ def pytest_benchmark_compare_machine_info(config, benchmarksession, machine_info
             )
 
 
-def group_skips(skipped: list[SkippedResult]) -> dict[tuple[str, str], list[str]]:
-    """(variant, reason) -> case ids, so one reason is printed once."""
-    groups: dict[tuple[str, str], list[str]] = {}
+def group_skips(skipped: list[SkippedResult]) -> dict[tuple[str, str], tuple[list[str], list[str]]]:
+    """(variant, reason) -> (case ids, modes), so one reason is printed once."""
+    groups: dict[tuple[str, str], tuple[list[str], list[str]]] = {}
     for skip in skipped:
-        groups.setdefault((skip.variant, skip.reason), []).append(skip.case_id)
+        case_ids, modes = groups.setdefault((skip.variant, skip.reason), ([], []))
+        case_ids += [] if skip.case_id in case_ids else [skip.case_id]
+        modes += [] if skip.mode in modes else [skip.mode]
     return groups
 
 
@@ -334,8 +403,10 @@ def print_table(terminalreporter, run: SuiteRun) -> None:
     table_path, run_path = run.written
     terminalreporter.section("perfsuite: attention at a glance")
     terminalreporter.write_line(text_table(results))
-    for (variant, reason), case_ids in group_skips(skipped).items():
-        terminalreporter.write_line(f"skipped {variant} on {len(case_ids)} case(s) ({', '.join(case_ids)}): {reason}")
+    for (variant, reason), (case_ids, modes) in group_skips(skipped).items():
+        shown = ", ".join(case_ids[:3]) + (f", and {len(case_ids) - 3} more in table.md" if len(case_ids) > 3 else "")
+        terminalreporter.write_line(f"skipped {variant} on {len(case_ids)} case(s) ({shown}) "
+                                    f"in mode(s) {', '.join(modes)}: {reason}")
     terminalreporter.write_line(f"table: {table_path}   run: {run_path}   traces: {run.settings.traces_dir}")
     if all(r.median_s is None for r in results):
         terminalreporter.write_line("timing was disabled in this run; the timed run is: pytest -c benchmarks.ini")

@@ -19,6 +19,13 @@ from perfsuite.storage import write_bytes_atomic
 from perfsuite.trace_summary import WindowSummary, summarize_windows
 
 FORWARD_ANNOTATION = "perfsuite::forward"
+
+
+def step_annotation(mode: str) -> str:
+    """The ``record_function`` name of one step of ``mode``: ``perfsuite::forward``, ``perfsuite::backward``, ..."""
+    return f"perfsuite::{mode}"
+
+
 # wait 1 step, warm up 1 (discarded, absorbs lazy init), record ACTIVE_STEPS.
 WAIT_STEPS, WARMUP_STEPS, ACTIVE_STEPS = 1, 1, 2
 
@@ -28,21 +35,22 @@ def activities_for(device: str) -> list[ProfilerActivity]:
     return [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
 
 
-def profile_forwards(forward: Callable[[], object], device: str, trace_path: Path) -> list[WindowSummary]:
-    """Profile ``forward`` over a wait/warmup/active schedule and summarise each active forward.
+def profile_steps(forward: Callable[[], object], device: str, trace_path: Path,
+                  annotation: str = FORWARD_ANNOTATION) -> list[WindowSummary]:
+    """Profile ``forward`` (any step) over a wait/warmup/active schedule and summarise each active call.
 
-    Each call is wrapped in ``record_function(FORWARD_ANNOTATION)``; CUDA work is
+    Each call is wrapped in ``record_function(annotation)``; CUDA work is
     synchronized before the step ends so its kernels land in the recorded step.
     The trace is written gzip-compressed to ``trace_path`` (``.json.gz``) atomically,
     then read back by ``perfsuite.trace_summary``: the summaries come from the file,
     exactly as they would for a trace recorded elsewhere.
-    Returns one ``WindowSummary`` per active forward (``ACTIVE_STEPS`` of them).
+    Returns one ``WindowSummary`` per active call (``ACTIVE_STEPS`` of them).
     """
     steps = WAIT_STEPS + WARMUP_STEPS + ACTIVE_STEPS
     plan = schedule(wait=WAIT_STEPS, warmup=WARMUP_STEPS, active=ACTIVE_STEPS, repeat=1)
     with profile(activities=activities_for(device), schedule=plan, record_shapes=True, profile_memory=True) as prof:
         for _ in range(steps):
-            with record_function(FORWARD_ANNOTATION):
+            with record_function(annotation):
                 forward()
             if device == "cuda":
                 torch.cuda.synchronize()
@@ -52,4 +60,4 @@ def profile_forwards(forward: Callable[[], object], device: str, trace_path: Pat
         prof.export_chrome_trace(str(raw))
         trace = json.loads(raw.read_text(encoding="utf-8"))
         write_bytes_atomic(trace_path, gzip.compress(raw.read_bytes(), compresslevel=6))
-    return summarize_windows(trace, FORWARD_ANNOTATION)
+    return summarize_windows(trace, annotation)

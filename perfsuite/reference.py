@@ -63,17 +63,59 @@ def reference_attention(inputs: AttentionInputs, dtype: torch.dtype = torch.floa
     registered with ``fully_masked_rows="nan"`` (a plain softmax of ``-inf`` everywhere) are
     held to NaN in exactly those rows instead (see ``compare_with_reference``).
     """
-    q, k, v = (t.to(dtype) for t in (inputs.query, inputs.key, inputs.value))
+    return _attention(inputs, *(t.to(dtype) for t in (inputs.query, inputs.key, inputs.value)))
+
+
+def _attention(inputs: AttentionInputs, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     groups = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
     scores = torch.matmul(q, k.transpose(-2, -1)) * inputs.scale
     mask = inputs.mask
     if mask.additive is not None:
-        scores = scores + mask.additive.to(dtype)
+        scores = scores + mask.additive.to(q.dtype)
     if mask.masked_out is not None:
         scores = scores.masked_fill(mask.masked_out, float("-inf"))
     weights = torch.softmax(scores, dim=-1).nan_to_num(nan=0.0)  # all -inf rows -> zeros
     return torch.matmul(weights, v)
+
+
+GRADIENT_NAMES = ("grad_query", "grad_key", "grad_value")
+
+
+def reference_gradients(inputs: AttentionInputs, grad_output: torch.Tensor,
+                        dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, ...]:
+    """Gradients of ``reference_attention`` with respect to query, key and value for ``grad_output``.
+
+    Shapes are those of query ``[B, H, Sq, D]`` and key/value ``[B, Hkv, Skv, D]``. A query that
+    sees no key gets zero gradients (every score of its row is masked out, so ``masked_fill``'s
+    backward zeroes them).
+    """
+    leaves = tuple(t.detach().to(dtype).requires_grad_(True) for t in (inputs.query, inputs.key, inputs.value))
+    with torch.enable_grad():
+        output = _attention(inputs, *leaves)
+        return torch.autograd.grad(output, leaves, grad_output.to(dtype))
+
+
+def compare_gradients(actual: tuple[torch.Tensor, ...], inputs: AttentionInputs, grad_output: torch.Tensor,
+                      label: str) -> Comparison:
+    """Compare ``(grad_query, grad_key, grad_value)`` with the float64 reference's.
+
+    Each gradient gets the output's tolerance rule: ``atol = max(floor, 2 * error of the plain
+    computation in the inputs' dtype)``, the plain gradients computed by autograd in that dtype.
+    Returns the first failure (naming the gradient) and the largest error over the three.
+    """
+    expected = reference_gradients(inputs, grad_output)
+    plain = reference_gradients(inputs, grad_output, inputs.query.dtype)
+    floor_atol, _ = TOLERANCES[inputs.query.dtype]
+    worst = 0.0
+    for name, got, want, low in zip(GRADIENT_NAMES, actual, expected, plain):
+        plain_error = float((low.to(torch.float64) - want).abs().max()) if want.numel() else 0.0
+        tolerance = (max(floor_atol, 2 * plain_error), TOLERANCES[inputs.query.dtype][1])
+        found = compare_with_reference(got, want, f"{name} of {label}", tolerance=tolerance)
+        if found.failure:
+            return found
+        worst = max(worst, found.max_abs_error)
+    return Comparison(worst, None)
 
 
 def tolerances(inputs: AttentionInputs, expected: torch.Tensor) -> tuple[float, float]:

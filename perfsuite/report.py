@@ -35,7 +35,8 @@ _RESULT_FIELDS = [f.name for f in dataclasses.fields(BenchmarkResult)]
 
 
 def _from_perfsuite(data: dict[str, Any], path: Path) -> SavedRun:
-    results = [BenchmarkResult(**{k: r[k] for k in _RESULT_FIELDS}) for r in data["results"]]
+    # Fields added later (mode, compile_s) keep their defaults when an older run.json lacks them.
+    results = [BenchmarkResult(**{k: r[k] for k in _RESULT_FIELDS if k in r}) for r in data["results"]]
     skipped = [SkippedResult(**s) for s in data.get("skipped", [])]
     return SavedRun(path, results, skipped, data.get("machine", {}))
 
@@ -56,6 +57,7 @@ def _from_pytest_benchmark(data: dict[str, Any], path: Path) -> SavedRun:
             score_copies_per_forward=info["score_copies_per_forward"],
             allocated_bytes=info["allocated_bytes_per_forward"], peak_bytes=info["peak_memory_bytes"],
             max_abs_error=info["max_abs_error"], correct=info.get("correct", True),
+            mode=info.get("mode", "forward"), compile_s=(info.get("compile") or {}).get("first_call_s"),
         ))
     machine = dict(data.get("machine_info", {}).get("perfsuite", {}), peaks=data.get("perfsuite_peaks"))
     return SavedRun(path, results, [], machine)

@@ -14,11 +14,15 @@ SCHEMA_VERSION = 1
 
 @dataclasses.dataclass(frozen=True)
 class BenchmarkResult:
-    """What one variant did on one case.
+    """What one variant did on one case in one mode (``perfsuite.modes``).
 
     ``median_s`` is None when timing was disabled (the default ``pytest`` run) or the
     benchmark did not run; ``work_per_forward`` counts CPU ops on the CPU and device
-    kernels on CUDA (``work_unit`` says which). Byte counts are per forward.
+    kernels on CUDA (``work_unit`` says which). Counts and bytes are per timed step (one
+    forward, backward or both, as ``mode`` says); ``flop`` is the mode's FLOP
+    (``cost_model.mode_flop``). ``max_abs_error``/``correct`` are None when the outputs could
+    not be compared (NaN gradients of a NaN-row variant). ``compile_s``: wall time of the
+    first call of a compiled variant in this mode (compilation included), else None.
     """
 
     variant: str
@@ -33,8 +37,10 @@ class BenchmarkResult:
     score_copies_per_forward: int
     allocated_bytes: int
     peak_bytes: int
-    max_abs_error: float
-    correct: bool
+    max_abs_error: float | None
+    correct: bool | None
+    mode: str = "forward"
+    compile_s: float | None = None
 
     @property
     def achieved_tflops(self) -> float | None:
@@ -49,11 +55,12 @@ class BenchmarkResult:
 
 @dataclasses.dataclass(frozen=True)
 class SkippedResult:
-    """A variant that could not run a case, with torch's or the suite's reason."""
+    """A variant that could not run a case in a mode, with torch's or the suite's reason."""
 
     variant: str
     case_id: str
     reason: str
+    mode: str = "forward"
 
 
 def format_bytes(size: int) -> str:
@@ -69,11 +76,16 @@ def format_bytes(size: int) -> str:
 def table_row(result: BenchmarkResult) -> list[str]:
     median = f"{result.median_s * 1e3:.3f}" if result.median_s else "not timed"
     tflops = f"{result.achieved_tflops:.3g}" if result.achieved_tflops else "-"
-    error = f"{result.max_abs_error:.1e}" + ("" if result.correct else " FAIL")
+    if result.max_abs_error is None:
+        error = "not compared"
+    else:
+        error = f"{result.max_abs_error:.1e}" + ("" if result.correct else " FAIL")
     return [
         result.variant,
+        result.mode,
         result.case_id,
         median,
+        f"{result.compile_s:.1f}" if result.compile_s is not None else "-",
         tflops,
         f"{result.work_per_forward} {result.work_unit}",
         str(result.score_copies_per_forward),
@@ -83,8 +95,8 @@ def table_row(result: BenchmarkResult) -> list[str]:
     ]
 
 
-HEADER = ["variant", "case", "median ms", "TFLOP/s", "ops or kernels / fwd", "score copies / fwd",
-          "allocated / fwd", "peak memory", "max abs error"]
+HEADER = ["variant", "mode", "case", "median ms", "compile s", "TFLOP/s", "ops or kernels / step",
+          "score copies / step", "allocated / step", "peak memory", "max abs error"]
 
 
 def markdown_table(results: list[BenchmarkResult], skipped: list[SkippedResult]) -> str:
@@ -93,7 +105,7 @@ def markdown_table(results: list[BenchmarkResult], skipped: list[SkippedResult])
     lines = ["| " + " | ".join(row) + " |" for row in rows]
     if skipped:
         lines += ["", "Skipped (cannot run here):"]
-        lines += [f"- `{s.variant}` on `{s.case_id}`: {s.reason}" for s in skipped]
+        lines += [f"- `{s.variant}` on `{s.case_id}` ({s.mode}): {s.reason}" for s in skipped]
     return "\n".join(lines) + "\n"
 
 

@@ -17,6 +17,7 @@ from typing import Callable
 from perfsuite import cases
 from perfsuite.case_sets import get_case_set
 from perfsuite.cases import AttentionCase
+from perfsuite.modes import MODES, parse_mode
 from perfsuite.variants import get_variant, variant_names
 
 
@@ -51,6 +52,9 @@ SETTINGS = {
     "cuda_masks": Setting("perfsuite_cuda_masks", None, "", "CUDA masks"),
     "cases": Setting("perfsuite_cases", "--perfsuite-cases", "", "exact case ids (b1h4kv2q3k7d8-fp32-bool-cpu), replacing the above"),
     "extra_cases": Setting("perfsuite_extra_cases", "--perfsuite-extra-cases", "", "case ids added to the others (not to --perfsuite-cases)"),
+    "modes": Setting("perfsuite_modes", "--perfsuite-modes", "all", "modes: forward backward forward_backward, or 'all'"),
+    "compiled_cases": Setting("perfsuite_compiled_cases", "--perfsuite-compiled-cases", "",
+                              "case ids for torch.compile variants only (each compiles per case); default: every case"),
     "seed": Setting("perfsuite_seed", "--perfsuite-seed", "0", "seed of the random query/key/value and masks"),
     "results": Setting("perfsuite_results", "--perfsuite-results", "perfsuite-results", "folder for the Markdown table and run summary"),
     "traces": Setting("perfsuite_traces", "--perfsuite-traces", "", "folder for Chrome traces (default: RESULTS/traces)"),
@@ -74,10 +78,12 @@ class SuiteSettings:
     """Resolved settings of one pytest run."""
 
     variants: tuple[str, ...]
+    modes: tuple[str, ...]
     devices: tuple[str, ...]
     case_set: str
     cases: tuple[AttentionCase, ...]
     cases_from: str
+    compiled_cases: tuple[AttentionCase, ...] | None  # None: compiled variants run every case
     seed: int
     results_dir: Path
     traces_dir: Path
@@ -110,6 +116,25 @@ def _resolve_variants(raw: RawSettings) -> tuple[str, ...]:
     if raw["variants"].value.strip().lower() == "all":
         return tuple(variant_names())
     return tuple(dict.fromkeys(v.name for v in _parse_items(raw["variants"], get_variant, "variant names")))
+
+
+def _resolve_modes(raw: RawSettings) -> tuple[str, ...]:
+    if raw["modes"].value.strip().lower() == "all":
+        return MODES
+    return tuple(dict.fromkeys(_parse_items(raw["modes"], parse_mode, "modes")))
+
+
+_CASE_SELECTORS = ("cases", "extra_cases", "case_set", "shapes", "dtypes", "masks")
+
+
+def _resolve_compiled_cases(raw: RawSettings) -> tuple[AttentionCase, ...] | None:
+    """Cases for compiled variants: an ini list yields to cases chosen on the command line."""
+    value = raw["compiled_cases"]
+    if not value.value.strip():
+        return None
+    if value.origin != "option" and any(raw[name].origin == "option" for name in _CASE_SELECTORS):
+        return None
+    return tuple(dict.fromkeys(_parse_items(value, cases.parse_case_id, "case ids")))
 
 
 def _device_field(raw: RawSettings, case_set_name: str, device: str, field: str) -> RawValue:
@@ -174,10 +199,12 @@ def resolve(raw: RawSettings, cuda_available: bool) -> SuiteSettings:
     traces = raw["traces"].value.strip()
     return SuiteSettings(
         variants=_resolve_variants(raw),
+        modes=_resolve_modes(raw),
         devices=tuple(dict.fromkeys(c.device for c in resolved_cases)) or devices,
         case_set=case_set_name,
         cases=tuple(dict.fromkeys(resolved_cases)),
         cases_from=cases_from,
+        compiled_cases=_resolve_compiled_cases(raw),
         seed=_parse_seed(raw),
         results_dir=results_dir,
         traces_dir=Path(traces) if traces else results_dir / "traces",

@@ -29,6 +29,7 @@ COPY_KERNEL_PATTERNS = (
     re.compile(r"copy_device_to_device"),
 )
 CPU_COPY_OPS = ("aten::copy_", "aten::clone")
+COMPILED_GRAPH_PREFIX = "## Call CompiledFxGraph"  # Inductor's range around a compiled graph, forward or backward
 _MEMCPY_KIND_RE = re.compile(r"^Memcpy (\w+)")
 _MEMORY_DEVICE_TYPES = {0: "cpu", 1: "cuda"}
 _LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
@@ -70,7 +71,8 @@ class WindowSummary:
     ``hipLaunchKernel``, ...). ``memcpy_counts``/``memcpy_bytes`` are keyed by kind (``DtoD``),
     ``memcpy_routes`` by kind and memory (``HtoD Pinned -> Device``);
     ``allocated_bytes`` sums allocations by device (``"cpu"``, ``"cuda"``);
-    ``peak_bytes`` is the highest live allocation above the level at the window's start.
+    ``peak_bytes`` is the highest live allocation above the level at the window's start;
+    ``compiled_graph_calls`` counts Inductor graphs run (``## Call CompiledFxGraph`` ranges).
     """
 
     annotation: str
@@ -90,6 +92,7 @@ class WindowSummary:
     copies: tuple[CopyRecord, ...]
     allocated_bytes: dict[str, int]
     peak_bytes: dict[str, int]
+    compiled_graph_calls: int = 0
 
     @property
     def cpu_op_count(self) -> int:
@@ -216,6 +219,10 @@ class TraceIndex:
         found = [e for e in self.annotations if pattern.match(str(e.get("name", ""))) and "dur" in e]
         return sorted(found, key=lambda e: e["ts"])
 
+    def host_ranges(self) -> list[dict[str, Any]]:
+        """Annotations and CPU ops: where ``record_function`` ranges land, whichever category."""
+        return self.annotations + self.cpu_ops
+
     def whole_trace(self) -> dict[str, Any]:
         """A pseudo-window spanning every CPU-side event of every process."""
         host = self.cpu_ops + self.launches + self.annotations + self.memory
@@ -266,6 +273,8 @@ class TraceIndex:
             copies=tuple(self._cpu_copies(ops) + self._device_copies(device)),
             allocated_bytes=allocated,
             peak_bytes=peak,
+            compiled_graph_calls=sum(1 for e in self.host_ranges() if inside(e) and
+                                 str(e.get("name", "")).startswith(COMPILED_GRAPH_PREFIX)),
         )
 
     def _cpu_copies(self, ops: list[dict[str, Any]]) -> list[CopyRecord]:

@@ -23,6 +23,7 @@ def expand_kv_heads(tensor: torch.Tensor, num_heads: int) -> torch.Tensor:
     "matmul, scale, out-of-place masked_fill, softmax, matmul",
     copies_scores_when_masked=True,
     fully_masked_rows="nan",
+    saves_scores_for_backward=True,
 )
 def naive_attention(query, key, value, *, mask, scale):
     """Attention written op by op; ``masked_fill`` clones the ``[B, H, Sq, Skv]`` scores."""

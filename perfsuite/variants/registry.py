@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
 VariantFn = Callable[..., torch.Tensor]
+PrepareFn = Callable[[Any], VariantFn]  # (AttentionInputs) -> variant function for that case
 
 _POSITIONAL = ("query", "key", "value")
 _KEYWORD_ONLY = ("mask", "scale")
@@ -33,6 +34,15 @@ class Variant:
     ``fully_masked_rows``: what the variant returns for a query that sees no key:
     ``"zeros"`` (SDPA's ``_safe_softmax`` semantics, the reference's) or ``"nan"`` (a plain
     softmax over all ``-inf``); the equivalence check asserts it.
+    ``prepare``: per-case setup (see the module docstring), or None to call ``fn`` as is.
+    ``compiled``: the variant runs through ``torch.compile``; the suite records its compile
+    time, compiled graphs and graph breaks, and asserts nothing recompiles while it is timed.
+    ``forward_only``: why the variant has no backward (its backward modes are skipped with
+    this reason), or None.
+    ``saves_scores_for_backward``: True when its forward saves a score matrix for backward (the
+    unfused softmax), False when it must not (fused kernels save a logsumexp per row), None
+    when it depends on the case (torch's dispatch, Inductor's pattern matching): then the
+    suite reports what it measured without asserting it.
     """
 
     name: str
@@ -41,6 +51,14 @@ class Variant:
     sdpa_backend: str | None = None
     copies_scores_when_masked: bool = False
     fully_masked_rows: str = "zeros"
+    prepare: PrepareFn | None = None
+    compiled: bool = False
+    forward_only: str | None = None
+    saves_scores_for_backward: bool | None = None
+
+    def for_case(self, inputs: Any) -> VariantFn:
+        """The function to call on ``inputs`` (an ``AttentionInputs``): ``prepare(inputs)`` or ``fn``."""
+        return self.prepare(inputs) if self.prepare else self.fn
 
     def expected_score_copies(self, hides_keys: bool) -> int:
         """Score-sized copies one forward must make: 1 for a copying variant whose mask hides keys, else 0."""
@@ -69,6 +87,10 @@ def register_variant(
     sdpa_backend: str | None = None,
     copies_scores_when_masked: bool = False,
     fully_masked_rows: str = "zeros",
+    prepare: PrepareFn | None = None,
+    compiled: bool = False,
+    forward_only: str | None = None,
+    saves_scores_for_backward: bool | None = None,
 ) -> Callable[[VariantFn], VariantFn]:
     """Decorator that registers ``fn`` under ``name`` and returns it unchanged.
 
@@ -84,7 +106,8 @@ def register_variant(
         if fully_masked_rows not in FULLY_MASKED_ROW_RESULTS:
             raise ValueError(f"fully_masked_rows={fully_masked_rows!r}; allowed: {', '.join(FULLY_MASKED_ROW_RESULTS)}")
         check_signature(name, fn)
-        _REGISTRY[name] = Variant(name, fn, description, sdpa_backend, copies_scores_when_masked, fully_masked_rows)
+        _REGISTRY[name] = Variant(name, fn, description, sdpa_backend, copies_scores_when_masked, fully_masked_rows,
+                                  prepare, compiled, forward_only, saves_scores_for_backward)
         return fn
 
     return decorate

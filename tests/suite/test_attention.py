@@ -1,44 +1,81 @@
-"""The attention suite: every variant x case is checked, profiled and timed.
+"""The attention suite: every variant x case x mode is checked, profiled and timed.
 
-Parametrized by the perfsuite plugin over the selected variants and cases; a variant
-that cannot run a case is skipped with the reason torch gave.
+Parametrized by the perfsuite plugin over the selected variants, cases and modes; a variant
+that cannot run a case (or has no backward) is skipped with the reason torch gave.
 """
 
-from perfsuite.evidence import bind
-from perfsuite.inputs import make_inputs
+import pytest
+
+from perfsuite import compile_stats
 from perfsuite.plugin import benchmark_extra_info, record_result
 from perfsuite.profiling import ACTIVE_STEPS
 from perfsuite.timing import synchronized
 
 
-def test_matches_float64_reference(attention_evidence):
-    failure = attention_evidence.comparison.failure
+def test_matches_float64_reference(mode_evidence):
+    """Outputs, and in backward modes dq/dk/dv, against float64 (perfsuite.reference)."""
+    if mode_evidence.not_compared:
+        pytest.skip(mode_evidence.not_compared)
+    failure = mode_evidence.comparison.failure
     assert failure is None, failure
 
 
 def test_score_copies_per_forward(attention_evidence):
     """naive copies the masked score matrix once per forward; the others never copy it."""
     evidence = attention_evidence
-    assert len(evidence.forwards) == ACTIVE_STEPS, f"profiler recorded {len(evidence.forwards)} forwards in {evidence.trace_path}"
+    if evidence.case.head_dim == evidence.case.seq_len_kv and evidence.expected_score_copies == 0:
+        pytest.skip("head_dim == seq_len_kv: a copy of the output has the score matrix's shape")
+    assert len(evidence.steps) == ACTIVE_STEPS, f"profiler recorded {len(evidence.steps)} forwards in {evidence.trace_path}"
     lanes = ["cpu", "device"] if evidence.case.device == "cuda" else ["cpu"]
     for lane in lanes:
         copies = evidence.score_copies(lane)
         expected = [evidence.expected_score_copies] * ACTIVE_STEPS
-        all_copies = [c for f in evidence.forwards for c in f.copies]
+        all_copies = [c for f in evidence.steps for c in f.copies]
         assert copies == expected, (
             f"{evidence.variant.name} on {evidence.case.id}: score-sized copies per forward on the {lane} lane "
             f"{copies}, expected {expected}; copies seen: {all_copies}; trace: {evidence.trace_path}"
         )
 
 
-def test_benchmark(attention_evidence, benchmark, perfsuite_run):
-    evidence = attention_evidence
+def test_scores_saved_for_backward(variant, case, perfsuite_run):
+    """Unfused softmax saves a [B, H, Sq, Skv] score matrix for backward; fused kernels never do."""
+    if "forward_backward" not in perfsuite_run.settings.modes:
+        pytest.skip("mode forward_backward is not selected (--perfsuite-modes)")
+    evidence = perfsuite_run.evidence(variant, case, "forward_backward")
+    saved, expected = evidence.saved_for_backward, variant.saves_scores_for_backward
+    if expected is None:
+        pytest.skip(f"{variant.name} declares no expectation (it depends on the case); measured: {saved}")
+    if case.head_dim * case.seq_len_q == case.seq_len_q * case.seq_len_kv:
+        pytest.skip("head_dim == seq_len_kv: the output has as many elements as the scores")
+    assert (saved.score_sized > 0) == expected, (
+        f"{variant.name} on {case.id}: saved for backward {saved}; expected "
+        f"{'at least one' if expected else 'no'} score-sized tensor ({case.score_bytes} bytes each)"
+    )
+
+
+@pytest.mark.perfsuite_compiled_only
+def test_compiled_once_without_graph_breaks(mode_evidence):
+    """A compiled variant compiles in one graph (at the first call of its grad mode; forward_backward
+    reuses backward's), never while profiled, and its profiled steps run Inductor's compiled graphs."""
+    evidence, where = mode_evidence, f"{mode_evidence.variant.name} on {mode_evidence.case.id} ({mode_evidence.mode})"
+    first, profiled = evidence.compile_first_call, evidence.compile_while_profiled
+    assert first.graph_breaks == {}, f"{where}: graph breaks {first.graph_breaks}"
+    assert profiled.graphs_compiled == 0, f"{where}: {profiled.graphs_compiled} graph(s) recompiled while profiled"
+    graph_calls = [f.compiled_graph_calls for f in evidence.steps]
+    assert all(graph_calls), f"{where}: no '## Call CompiledFxGraph' range in the profiled steps of {evidence.trace_path}"
+
+
+def test_benchmark(mode_evidence, benchmark, perfsuite_run):
+    evidence = mode_evidence
     case = evidence.case
-    forward = synchronized(bind(evidence.variant, make_inputs(case, perfsuite_run.settings.seed)), case.device)
     benchmark.group = case.id
     benchmark.extra_info.update(benchmark_extra_info(evidence))
-    benchmark(forward)
+    before = compile_stats.snapshot()
+    benchmark(synchronized(evidence.step, case.device))
+    recompiled = compile_stats.since(before).graphs_compiled
+    benchmark.extra_info["graphs_compiled_while_timed"] = recompiled
     stats = benchmark.stats.stats if benchmark.stats else None  # None when timing is disabled
     result = record_result(perfsuite_run, evidence, stats.median if stats else None, stats.rounds if stats else None)
     benchmark.extra_info["achieved_tflops"] = result.achieved_tflops
     benchmark.extra_info["achieved_gbps"] = result.achieved_gbps
+    assert recompiled == 0, f"{evidence.variant.name} on {case.id} ({evidence.mode}): {recompiled} graph(s) compiled while timed"

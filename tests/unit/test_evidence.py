@@ -91,7 +91,7 @@ def test_naive_copies_once_and_inplace_never(tmp_path):
     inplace = gather_evidence(get_variant("naive_inplace"), CASE, seed=0, trace_dir=tmp_path)
     assert naive.score_copies("cpu") == [1, 1] and inplace.score_copies("cpu") == [0, 0]
     # naive allocates two more score matrices: the out-of-place `* scale` and the masked_fill clone
-    extra = naive.forwards[0].allocated_bytes["cpu"] - inplace.forwards[0].allocated_bytes["cpu"]
+    extra = naive.steps[0].allocated_bytes["cpu"] - inplace.steps[0].allocated_bytes["cpu"]
     assert extra == 2 * CASE.score_bytes
     assert naive.trace_path.exists() and naive.trace_path.name.endswith(".pt.trace.json.gz")
 

@@ -72,9 +72,9 @@ def test_attention_and_gemm_kernels_of_the_post(name, family):
 
 def test_sdpa_backend_is_read_from_the_trace(tmp_path):
     case = AttentionCase(1, 2, 16, 16, 8, "fp32", "cpu", "causal")
-    flash = gather_evidence(get_variant("sdpa_flash"), case, 0, tmp_path).forwards[0]
-    math = gather_evidence(get_variant("sdpa_math"), case, 0, tmp_path).forwards[0]
-    naive = gather_evidence(get_variant("naive"), case, 0, tmp_path).forwards[0]
+    flash = gather_evidence(get_variant("sdpa_flash"), case, 0, tmp_path).steps[0]
+    math = gather_evidence(get_variant("sdpa_math"), case, 0, tmp_path).steps[0]
+    naive = gather_evidence(get_variant("naive"), case, 0, tmp_path).steps[0]
     assert flash.sdpa_backends == ["FLASH_ATTENTION (CPU)"]
     assert math.sdpa_backends == ["MATH"]
     assert naive.sdpa_backends == []

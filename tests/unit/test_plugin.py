@@ -41,10 +41,11 @@ def test_header_prints_seed_and_cases(project):
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines([
         "perfsuite: seed=7 devices=cpu *",
-        "perfsuite: variants=naive",
+        "perfsuite: variants=naive modes=forward,backward,forward_backward",
         "perfsuite: cases from option --perfsuite-shapes; case set 'default'",
         "perfsuite: cases=b1h2s16d8-fp32-causal-cpu b1h2s16d8-bf16-causal-cpu",
-        "*<Function test_benchmark?naive-b1h2s16d8-fp32-causal-cpu?>",
+        "*<Function test_benchmark?naive-b1h2s16d8-fp32-causal-cpu-forward?>",
+        "*<Function test_benchmark?naive-b1h2s16d8-fp32-causal-cpu-forward_backward?>",
     ])
 
 
@@ -54,27 +55,35 @@ def test_timed_run_saves_a_baseline_with_extra_info_and_a_table(project):
         "--benchmark-max-time=0.01 --benchmark-min-rounds=3 --perfsuite-results=out\n"
         "perfsuite_cpu_dtypes = fp32\n"
     )
-    result = project.runpytest_subprocess(TINY, "-v")
+    eager = "--perfsuite-variants=naive,naive_inplace,sdpa,sdpa_math,sdpa_flash,sdpa_efficient,sdpa_cudnn"
+    result = project.runpytest_subprocess(TINY, eager, "-v")
     outcomes = result.parseoutcomes()
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
-    assert outcomes["passed"] == 3 * 5 and outcomes["skipped"] == 3 * 2
+    # 5 variants run: 3 modes x (equivalence + benchmark) + copies + saved-for-backward (sdpa: no expectation);
+    # efficient/cudnn skip all 8 of theirs; the compiled-only test has no compiled variant to run.
+    assert outcomes["passed"] == 5 * 8 - 1 and outcomes["skipped"] == 2 * 8 + 1 + 1
     result.stdout.fnmatch_lines([
         "*perfsuite: attention at a glance*",
-        "naive * b1h2s16d8-fp32-causal-cpu *1 *",
-        "skipped sdpa_efficient on 1 case(s) (b1h2s16d8-fp32-causal-cpu): SDPBackend.EFFICIENT_ATTENTION has no kernel*",
+        "naive * forward * b1h2s16d8-fp32-causal-cpu *1 *",
+        "naive * forward_backward * b1h2s16d8-fp32-causal-cpu *",
+        "skipped sdpa_efficient on 1 case(s) (b1h2s16d8-fp32-causal-cpu) in mode(s) forward, backward, forward_backward: "
+        "SDPBackend.EFFICIENT_ATTENTION has no kernel*",
     ])
     saved = json.loads(next(Path(project.path, "bench").rglob("*.json")).read_text())
     assert saved["machine_info"]["perfsuite"]["torch_version"]
-    infos = {b["extra_info"]["variant"]: b["extra_info"] for b in saved["benchmarks"]}
-    assert set(infos) == {"naive", "naive_inplace", "sdpa", "sdpa_math", "sdpa_flash"}
-    assert {v: i["score_copies_per_forward"] for v, i in infos.items()} == {
+    infos = {(b["extra_info"]["variant"], b["extra_info"]["mode"]): b["extra_info"] for b in saved["benchmarks"]}
+    assert {v for v, _ in infos} == {"naive", "naive_inplace", "sdpa", "sdpa_math", "sdpa_flash"}
+    assert {v: i["score_copies_per_forward"] for (v, m), i in infos.items() if m == "forward"} == {
         "naive": 1, "naive_inplace": 0, "sdpa": 0, "sdpa_math": 0, "sdpa_flash": 0,
     }
-    for info in infos.values():
+    for (variant, mode), info in infos.items():
         assert info["flop"] > 0 and info["achieved_tflops"] > 0 and info["max_abs_error"] < 1e-4
+        assert info["graphs_compiled_while_timed"] == 0
         assert Path(project.path, info["trace_file"]).exists()
+        forward_flop = infos[(variant, "forward")]["flop"]
+        assert info["flop"] == {"forward": 1, "backward": 2.5, "forward_backward": 3.5}[mode] * forward_flop
     table = Path(project.path, "out", "table.md").read_text()
-    assert table.startswith("| variant | case | median ms |") and "Skipped (cannot run here):" in table
+    assert table.startswith("| variant | mode | case | median ms |") and "Skipped (cannot run here):" in table
 
     compared = project.runpytest_subprocess(TINY, "--benchmark-compare")  # no fail threshold: timings are not asserted
     assert compared.ret == pytest.ExitCode.OK
@@ -104,7 +113,8 @@ def test_a_regression_fails_the_run_cleanly_and_still_writes_the_table(project):
     saved_naive_baseline(project, thousand_times_faster)
     (Path(project.path, "out") / "table.md").unlink()
 
-    result = project.runpytest_subprocess(TINY, "--benchmark-compare", "--benchmark-compare-fail=median:10%")
+    result = project.runpytest_subprocess(TINY, "--benchmark-compare", "--benchmark-compare-fail=median:10%",
+                                          "--perfsuite-modes=forward")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     output = result.stdout.str() + result.stderr.str()
     assert "perfsuite: performance regressed beyond --benchmark-compare-fail" in output

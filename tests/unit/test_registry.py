@@ -11,9 +11,11 @@ def scratch_registry(monkeypatch):
 
 
 def test_builtin_variants_are_registered_in_order():
-    assert variant_names()[:7] == [
-        "naive", "naive_inplace", "sdpa", "sdpa_math", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn",
+    assert variant_names()[:10] == [
+        "naive", "naive_inplace", "naive_compiled", "sdpa", "sdpa_math", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn",
+        "flex_eager", "flex_compiled",
     ]
+    assert [v for v in variant_names()[:10] if get_variant(v).compiled] == ["naive_compiled", "flex_compiled"]
     assert get_variant("sdpa_flash").sdpa_backend == "FLASH_ATTENTION"
     assert get_variant("naive").expected_score_copies(hides_keys=True) == 1
     assert get_variant("naive").expected_score_copies(hides_keys=False) == 0

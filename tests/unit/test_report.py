@@ -15,7 +15,7 @@ def test_saved_run_renders_as_markdown_and_html(tmp_path):
     run = load_run(EXAMPLE)
     assert {r.variant for r in run.results} == {"naive", "naive_inplace", "sdpa", "sdpa_math", "sdpa_flash"}
     markdown = markdown_report(run, ["latency.png"])
-    assert "| naive | b1h8s2048d64-fp32-causal-cpu |" in markdown and "![latency.png](latency.png)" in markdown
+    assert "| naive | forward | b1h8s2048d64-fp32-causal-cpu |" in markdown and "![latency.png](latency.png)" in markdown
     plots = all_plots(run, tmp_path)
     assert sorted(p.name for p in plots) == sorted(
         f"{name}.{ext}" for name in ("latency", "scaling", "roofline") for ext in ("png", "svg"))

@@ -1,0 +1,45 @@
+"""What autograd keeps for backward: tensors saved by one forward, counted with saved-tensor hooks.
+
+The forward of a forward+backward step runs under ``torch.autograd.graph.saved_tensors_hooks``;
+the pack hook records each saved tensor (and returns it unchanged). Tensors sharing a storage are
+counted once, by storage size. This is why unfused attention needs O(seq_len^2) memory for
+training: softmax saves its ``[batch, num_heads, seq_len_q, seq_len_kv]`` output, while a fused
+kernel saves query, key, value, output and a logsumexp per row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Callable
+
+import torch
+
+
+@dataclasses.dataclass(frozen=True)
+class SavedForBackward:
+    """Saved tensors of one forward: ``tensors`` distinct storages, ``bytes`` their total size,
+    ``score_sized`` how many storages hold exactly ``B * H * Sq * Skv`` elements (a score matrix,
+    whatever view of it was saved: matmul saves ``[B*H, Sq, Skv]``)."""
+
+    tensors: int
+    bytes: int
+    score_sized: int
+
+
+def measure_saved(forward_with_grad: Callable[[], object], score_shape: tuple[int, int, int, int]) -> SavedForBackward:
+    """Run ``forward_with_grad`` once and count what autograd saved for its backward."""
+    storages: dict[tuple[str, int], tuple[int, int]] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        storages[(str(tensor.device), storage.data_ptr())] = (storage.nbytes(), storage.nbytes() // tensor.element_size())
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        forward_with_grad()
+    return SavedForBackward(
+        tensors=len(storages),
+        bytes=sum(size for size, _ in storages.values()),
+        score_sized=sum(1 for _, numel in storages.values() if numel == math.prod(score_shape)),
+    )
