@@ -94,7 +94,8 @@ def saved_naive_baseline(project, edit):
     """Run naive once with autosave (per-round data kept), then let ``edit`` change each saved benchmark."""
     project.makeini(
         "[pytest]\naddopts = --benchmark-autosave --benchmark-save-data --benchmark-storage=bench "
-        "--benchmark-max-time=0.01 --benchmark-min-rounds=8 --perfsuite-results=out --perfsuite-variants=naive\n"
+        "--benchmark-max-time=0.01 --benchmark-min-rounds=8 --perfsuite-results=out --perfsuite-variants=naive "
+        "--perfsuite-modes=forward\n"
         "perfsuite_cpu_dtypes = fp32\n"
     )
     assert project.runpytest_subprocess(TINY).ret == pytest.ExitCode.OK
@@ -113,8 +114,7 @@ def test_a_regression_fails_the_run_cleanly_and_still_writes_the_table(project):
     saved_naive_baseline(project, thousand_times_faster)
     (Path(project.path, "out") / "table.md").unlink()
 
-    result = project.runpytest_subprocess(TINY, "--benchmark-compare", "--benchmark-compare-fail=median:10%",
-                                          "--perfsuite-modes=forward")
+    result = project.runpytest_subprocess(TINY, "--benchmark-compare", "--benchmark-compare-fail=median:10%")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     output = result.stdout.str() + result.stderr.str()
     assert "perfsuite: performance regressed beyond --benchmark-compare-fail" in output
