@@ -4,8 +4,8 @@ Installed with perfsuite, it loads through its ``pytest11`` entry point.
 Tests that take the ``variant`` and ``case`` arguments are parametrized over every
 selected variant x case, with ids such as ``naive-b8h16s1024d64-bf16-causal-cuda``; tests that
 also take ``mode`` over every selected mode too (``...-cuda-forward_backward``). Compiled
-variants run on ``perfsuite_compiled_cases`` when it is set, and tests marked
-``perfsuite_compiled_only`` only see compiled variants.
+variants run on ``perfsuite_compiled_cases`` when it is set, and a test marked
+``perfsuite_only("compiled")`` only sees variants whose ``Variant.compiled`` is true.
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "perfsuite_compiled_only: parametrize only over torch.compile variants")
+    config.addinivalue_line("markers", "perfsuite_only(flag): parametrize only over variants whose Variant.<flag> is true")
     try:
         load_entry_point_variants()
         for spec in config.getoption("perfsuite_variant"):
@@ -207,8 +207,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     run = metafunc.config.stash[RUN_KEY]
     variants = [get_variant(v) for v in run.settings.variants]
-    if metafunc.definition.get_closest_marker("perfsuite_compiled_only"):
-        variants = [v for v in variants if v.compiled]
+    only = metafunc.definition.get_closest_marker("perfsuite_only")
+    if only:
+        variants = [v for v in variants if getattr(v, only.args[0])]
     pairs = [(v, c) for v in variants for c in run.cases_for(v)]
     names: tuple[str, ...] = ("variant", "case")
     params = [pytest.param(v, c, id=f"{v.name}-{c.id}") for v, c in pairs]
@@ -216,8 +217,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         names += ("mode",)
         params = [pytest.param(v, c, m, id=f"{v.name}-{c.id}-{m}") for v, c in pairs for m in run.settings.modes]
     if not params:
-        skip = pytest.mark.skip(reason="no torch.compile variant among the selected variants (--perfsuite-variants)")
-        params = [pytest.param(*[None] * len(names), marks=skip, id="no-compiled-variant")]
+        skip = pytest.mark.skip(reason=f"no selected variant is {only.args[0] if only else 'runnable'} (--perfsuite-variants)")
+        params = [pytest.param(*[None] * len(names), marks=skip, id="no-such-variant")]
     metafunc.parametrize(names, params)
 
 
@@ -274,6 +275,7 @@ def benchmark_extra_info(evidence: Evidence) -> dict[str, object]:
         "correct": evidence.comparison.failure is None if evidence.comparison else None,
         "not_compared": evidence.not_compared,
         "compile": compile_info(evidence),
+        "saved_for_backward": dataclasses.asdict(evidence.saved_for_backward) if evidence.saved_for_backward else None,
         "sdpa_backends_ran": first.sdpa_backends,
         "fingerprint": fingerprint(first, case.device),
         "trace_file": str(evidence.trace_path),
@@ -284,7 +286,7 @@ def record_result(run: SuiteRun, evidence: Evidence, median_s: float | None, rou
     """Store the table row of a finished benchmark."""
     case, first = evidence.case, evidence.steps[0]
     on_cuda = case.device == "cuda"
-    comparison = evidence.comparison
+    comparison, saved = evidence.comparison, evidence.saved_for_backward
     result = BenchmarkResult(
         variant=evidence.variant.name,
         case_id=case.id,
@@ -302,6 +304,8 @@ def record_result(run: SuiteRun, evidence: Evidence, median_s: float | None, rou
         correct=comparison.failure is None if comparison else None,
         mode=evidence.mode,
         compile_s=evidence.first_call_s if evidence.variant.compiled else None,
+        saved_for_backward_bytes=saved.bytes if saved else None,
+        saved_score_matrices=saved.score_sized if saved else None,
     )
     run.results[(result.variant, result.case_id, result.mode)] = result
     return result

@@ -58,6 +58,8 @@ def _from_pytest_benchmark(data: dict[str, Any], path: Path) -> SavedRun:
             allocated_bytes=info["allocated_bytes_per_forward"], peak_bytes=info["peak_memory_bytes"],
             max_abs_error=info["max_abs_error"], correct=info.get("correct", True),
             mode=info.get("mode", "forward"), compile_s=(info.get("compile") or {}).get("first_call_s"),
+            saved_for_backward_bytes=(info.get("saved_for_backward") or {}).get("bytes"),
+            saved_score_matrices=(info.get("saved_for_backward") or {}).get("score_sized"),
         ))
     machine = dict(data.get("machine_info", {}).get("perfsuite", {}), peaks=data.get("perfsuite_peaks"))
     return SavedRun(path, results, [], machine)

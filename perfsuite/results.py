@@ -23,6 +23,8 @@ class BenchmarkResult:
     (``cost_model.mode_flop``). ``max_abs_error``/``correct`` are None when the outputs could
     not be compared (NaN gradients of a NaN-row variant). ``compile_s``: wall time of the
     first call of a compiled variant in this mode (compilation included), else None.
+    ``saved_for_backward_bytes``/``saved_score_matrices``: what one forward saved for backward
+    (``perfsuite.saved_tensors``), in forward_backward mode only, else None.
     """
 
     variant: str
@@ -41,6 +43,8 @@ class BenchmarkResult:
     correct: bool | None
     mode: str = "forward"
     compile_s: float | None = None
+    saved_for_backward_bytes: int | None = None
+    saved_score_matrices: int | None = None
 
     @property
     def achieved_tflops(self) -> float | None:
@@ -91,12 +95,20 @@ def table_row(result: BenchmarkResult) -> list[str]:
         str(result.score_copies_per_forward),
         format_bytes(result.allocated_bytes),
         format_bytes(result.peak_bytes),
+        _saved(result),
         error,
     ]
 
 
+def _saved(result: BenchmarkResult) -> str:
+    if result.saved_for_backward_bytes is None:
+        return "-"
+    scores = result.saved_score_matrices
+    return f"{format_bytes(result.saved_for_backward_bytes)} ({scores} score{'s' if scores != 1 else ''})"
+
+
 HEADER = ["variant", "mode", "case", "median ms", "compile s", "TFLOP/s", "ops or kernels / step",
-          "score copies / step", "allocated / step", "peak memory", "max abs error"]
+          "score copies / step", "allocated / step", "peak memory", "saved for bwd", "max abs error"]
 
 
 def markdown_table(results: list[BenchmarkResult], skipped: list[SkippedResult]) -> str:

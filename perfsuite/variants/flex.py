@@ -115,7 +115,7 @@ def flex_eager_attention(query, key, value, *, mask, scale):
 
 
 @register_variant("flex_compiled", "flex_attention under torch.compile: fused, block mask built once per case",
-                  prepare=prepare_compiled, compiled=True, saves_scores_for_backward=False)
+                  prepare=prepare_compiled, compiled=True, saves_scores_for_backward=False, fused=True)
 def flex_compiled_attention(query, key, value, *, mask, scale):
     """Compiled flex_attention; called directly it builds the block mask on every call."""
     return _for_case(AttentionInputs(query, key, value, mask, scale), _shared_compiled_flex)(

@@ -43,6 +43,8 @@ class Variant:
     unfused softmax), False when it must not (fused kernels save a logsumexp per row), None
     when it depends on the case (torch's dispatch, Inductor's pattern matching): then the
     suite reports what it measured without asserting it.
+    ``fused``: the forward is one fused attention kernel; the profiler test asserts no
+    unfused matmul or softmax runs (no ATen matmul/softmax op, no GEMM/softmax kernel).
     """
 
     name: str
@@ -55,6 +57,7 @@ class Variant:
     compiled: bool = False
     forward_only: str | None = None
     saves_scores_for_backward: bool | None = None
+    fused: bool = False
 
     def for_case(self, inputs: Any) -> VariantFn:
         """The function to call on ``inputs`` (an ``AttentionInputs``): ``prepare(inputs)`` or ``fn``."""
@@ -91,6 +94,7 @@ def register_variant(
     compiled: bool = False,
     forward_only: str | None = None,
     saves_scores_for_backward: bool | None = None,
+    fused: bool = False,
 ) -> Callable[[VariantFn], VariantFn]:
     """Decorator that registers ``fn`` under ``name`` and returns it unchanged.
 
@@ -107,7 +111,7 @@ def register_variant(
             raise ValueError(f"fully_masked_rows={fully_masked_rows!r}; allowed: {', '.join(FULLY_MASKED_ROW_RESULTS)}")
         check_signature(name, fn)
         _REGISTRY[name] = Variant(name, fn, description, sdpa_backend, copies_scores_when_masked, fully_masked_rows,
-                                  prepare, compiled, forward_only, saves_scores_for_backward)
+                                  prepare, compiled, forward_only, saves_scores_for_backward, fused)
         return fn
 
     return decorate

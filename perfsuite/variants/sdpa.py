@@ -49,4 +49,4 @@ def _pinned(backend_name: str):
 for _name, _backend in PINNED_BACKENDS.items():
     # math saves its softmax for backward; the fused backends save a logsumexp per row instead.
     register_variant(_name, f"SDPA pinned to SDPBackend.{_backend}", sdpa_backend=_backend,
-                     saves_scores_for_backward=_backend == "MATH")(_pinned(_backend))
+                     saves_scores_for_backward=_backend == "MATH", fused=_backend != "MATH")(_pinned(_backend))

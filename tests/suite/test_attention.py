@@ -7,9 +7,12 @@ that cannot run a case (or has no backward) is skipped with the reason torch gav
 import pytest
 
 from perfsuite import compile_stats
+from perfsuite.kernel_families import kernel_family
 from perfsuite.plugin import benchmark_extra_info, record_result
 from perfsuite.profiling import ACTIVE_STEPS
 from perfsuite.timing import synchronized
+
+UNFUSED_OPS = ("aten::bmm", "aten::mm", "aten::matmul", "aten::baddbmm", "aten::_softmax", "aten::_safe_softmax")
 
 
 def test_matches_float64_reference(mode_evidence):
@@ -53,7 +56,20 @@ def test_scores_saved_for_backward(variant, case, perfsuite_run):
     )
 
 
-@pytest.mark.perfsuite_compiled_only
+@pytest.mark.perfsuite_only("fused")
+def test_fused_variant_runs_no_unfused_matmul_or_softmax(attention_evidence):
+    """One fused kernel: no ATen matmul/softmax op on the CPU lane, no GEMM/softmax kernel on CUDA."""
+    evidence = attention_evidence
+    for step in evidence.steps:
+        unfused_ops = sorted(op for op in step.cpu_ops if op in UNFUSED_OPS)
+        unfused_kernels = sorted(k for k in step.kernels if kernel_family(k).startswith(("GEMM", "softmax")))
+        assert not unfused_ops and not unfused_kernels, (
+            f"{evidence.variant.name} on {evidence.case.id}: unfused work in a forward: ops {unfused_ops}, "
+            f"kernels {unfused_kernels}; trace: {evidence.trace_path}"
+        )
+
+
+@pytest.mark.perfsuite_only("compiled")
 def test_compiled_once_without_graph_breaks(mode_evidence):
     """A compiled variant compiles in one graph (at the first call of its grad mode; forward_backward
     reuses backward's), never while profiled, and its profiled steps run Inductor's compiled graphs."""
@@ -63,6 +79,8 @@ def test_compiled_once_without_graph_breaks(mode_evidence):
     assert profiled.graphs_compiled == 0, f"{where}: {profiled.graphs_compiled} graph(s) recompiled while profiled"
     graph_calls = [f.compiled_graph_calls for f in evidence.steps]
     assert all(graph_calls), f"{where}: no '## Call CompiledFxGraph' range in the profiled steps of {evidence.trace_path}"
+    work = {(f.cpu_op_count, f.kernel_count) for f in evidence.steps}
+    assert len(work) == 1, f"{where}: ops/kernels differ between profiled steps after compile: {work}"
 
 
 def test_benchmark(mode_evidence, benchmark, perfsuite_run):

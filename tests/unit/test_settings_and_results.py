@@ -16,9 +16,20 @@ def raw(ini=None, **options):
 def test_defaults_pick_cpu_without_cuda_and_cuda_with_it():
     cpu = settings.resolve(raw(), cuda_available=False)
     assert cpu.devices == ("cpu",) and {c.device for c in cpu.cases} == {"cpu"}
-    assert {c.dtype for c in cpu.cases} == {"fp32", "bf16"} and all(c.causal for c in cpu.cases)
+    assert {c.dtype for c in cpu.cases} == {"fp32"} and all(c.causal for c in cpu.cases)
+    assert cpu.modes == ("forward", "backward", "forward_backward") and cpu.compiled_cases is None
     cuda = settings.resolve(raw(), cuda_available=True)
     assert cuda.cases[0].id == "b8h16s1024d64-bf16-causal-cuda"
+
+
+def test_modes_and_compiled_cases_resolve_with_their_precedence():
+    assert settings.resolve(raw(modes="backward, forward"), cuda_available=False).modes == ("backward", "forward")
+    with pytest.raises(settings.SettingsError, match="mode 'fwd' is not supported"):
+        settings.resolve(raw(modes="fwd"), cuda_available=False)
+    compiled = {"compiled_cases": "b1h1s8d8-fp32-causal-cpu"}
+    assert [c.id for c in settings.resolve(raw(compiled), False).compiled_cases] == ["b1h1s8d8-fp32-causal-cpu"]
+    assert settings.resolve(raw(compiled, shapes="1x1x4x4"), False).compiled_cases is None  # the option wins
+    assert settings.resolve(raw(None, **compiled), False).compiled_cases[0].id == "b1h1s8d8-fp32-causal-cpu"
 
 
 def test_common_options_override_per_device_keys():
@@ -65,7 +76,7 @@ def result(median_s, correct=True):
 def test_markdown_table_rows_and_skips():
     text = markdown_table([result(0.002), result(None, correct=False)], [SkippedResult("sdpa_cudnn", "c", "no kernel")])
     lines = text.splitlines()
-    assert lines[2] == "| naive | forward | b1h1s8d8-fp32-causal-cpu | 2.000 | - | 0.001 | 45 ops | 1 | 4.0 MiB | 3.0 KiB | 1.5e-07 |"
+    assert lines[2] == "| naive | forward | b1h1s8d8-fp32-causal-cpu | 2.000 | - | 0.001 | 45 ops | 1 | 4.0 MiB | 3.0 KiB | - | 1.5e-07 |"
     assert lines[3].split(" | ")[3] == "not timed" and lines[3].endswith("FAIL |")
     assert lines[-1] == "- `sdpa_cudnn` on `c` (forward): no kernel"
 
