@@ -84,13 +84,19 @@ def run_trace(args: argparse.Namespace) -> int:
     files = trace_files(target)
     if not files:
         raise CliError(f"no .json or .json.gz files in {target}")
-    reports = []
+    reports, unmatched = [], 0
     for path in files:
         index = load_index(path, target.is_dir())
-        if index is not None:
-            reports.append(print_trace(path, index, args))
+        if index is None:
+            continue
+        if target.is_dir() and args.annotation and not index.windows(args.annotation):
+            unmatched += 1  # a folder mixes modes: perfsuite::forward in some files, perfsuite::backward in others
+            continue
+        reports.append(print_trace(path, index, args))
+    if unmatched:
+        print(f"perfsuite trace: {unmatched} file(s) in {target} have no window named {args.annotation!r}", file=sys.stderr)
     if not reports:
-        raise CliError(f"no readable trace in {target}")
+        raise CliError(f"no readable trace in {target}" + (f" with a window named {args.annotation!r}" if unmatched else ""))
     if args.json:
         print(json.dumps(reports, indent=2))
     return 0

@@ -36,6 +36,21 @@ def test_folder_skips_non_traces_but_a_named_file_must_be_one(tmp_path, capsys):
     assert "not a profiler trace" in capsys.readouterr().err
 
 
+def test_folder_of_several_modes_reports_the_files_with_that_annotation(tmp_path, capsys):
+    from perfsuite.cases import parse_case_id
+    from perfsuite.evidence import gather_evidence
+    from perfsuite.variants import get_variant
+
+    case = parse_case_id("b1h2s8d4-fp32-causal-cpu")
+    for mode in ("forward", "forward_backward"):
+        gather_evidence(get_variant("naive"), case, 0, tmp_path, mode)
+    assert main(["trace", str(tmp_path), "--annotation", "perfsuite::forward_backward", "--first"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("naive-b1h2s8d4-fp32-causal-cpu-forward_backward.pt.trace.json.gz: 2 window(s)")
+    assert "1 file(s) in" in captured.err and "no window named 'perfsuite::forward_backward'" in captured.err
+    assert main(["trace", str(tmp_path), "--annotation", "nosuch"]) == 2
+
+
 def test_bad_top_is_refused():
     with pytest.raises(SystemExit) as info:
         main(["trace", str(TRACES), "--top", "0"])

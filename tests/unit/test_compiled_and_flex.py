@@ -6,8 +6,10 @@ from torch.nn.attention.flex_attention import create_mask
 
 from perfsuite import compile_stats
 from perfsuite.cases import parse_case_id
+from perfsuite.evidence import gather_evidence
 from perfsuite.inputs import make_inputs
 from perfsuite.masks import PLAIN_KINDS
+from perfsuite.variants import get_variant
 from perfsuite.variants.compiled import compile_for_case, own_code_copy
 from perfsuite.variants.flex import mask_mod_for, score_mod_for
 
@@ -58,3 +60,11 @@ def test_flex_without_a_mask_has_no_mask_mod_and_an_additive_bias_becomes_a_scor
     score_mod = score_mod_for(additive)
     b, h, q, kv = (torch.tensor(i) for i in (0, 1, 2, 3))
     assert score_mod(torch.tensor(1.0), b, h, q, kv) == 1.0 + additive.additive[0, 1, 2, 3]
+
+
+def test_naive_compiled_keeps_nan_rows_and_says_why_gradients_are_not_compared(tmp_path):
+    case = parse_case_id("b1h2q6k4d8-fp32-causal_br-cpu")  # the first two queries see no key
+    forward = gather_evidence(get_variant("naive_compiled"), case, 0, tmp_path, "forward")
+    assert forward.comparison.failure is None  # held to NaN in exactly those rows
+    both = gather_evidence(get_variant("naive_compiled"), case, 0, tmp_path, "forward_backward")
+    assert both.comparison is None and "gradients are NaN" in both.not_compared
