@@ -191,7 +191,8 @@ def gather_evidence(variant: Variant, case: AttentionCase, seed: int, trace_dir:
     suffix = "" if mode == "forward" else f"-{mode}"
     trace_path = trace_dir / f"{variant.name}-{case.id}{suffix}.pt.trace.json.gz"
     before = compile_stats.snapshot()
-    saved = measure_saved(step, case.score_shape) if mode == "forward_backward" else None
+    inputs = (prepared.inputs.query, prepared.inputs.key, prepared.inputs.value)
+    saved = measure_saved(step, case.score_shape, inputs) if mode == "forward_backward" else None
     steps = profile_steps(step, case.device, trace_path, step_annotation(mode))
     return Evidence(variant, case, mode, comparison, not_compared, tuple(steps), trace_path, step,
                     first_call_s, compiled, compile_stats.since(before), saved)

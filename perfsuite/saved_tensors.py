@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable
+from typing import Callable, Iterable
 
 import torch
 
@@ -20,15 +20,21 @@ import torch
 class SavedForBackward:
     """Saved tensors of one forward: ``tensors`` distinct storages, ``bytes`` their total size,
     ``score_sized`` how many storages hold exactly ``B * H * Sq * Skv`` elements (a score matrix,
-    whatever view of it was saved: matmul saves ``[B*H, Sq, Skv]``)."""
+    whatever view of it was saved: matmul saves ``[B*H, Sq, Skv]``), the inputs' own storages
+    excluded (a key of ``[B, Hkv, Skv, D]`` can have as many elements as the scores)."""
 
     tensors: int
     bytes: int
     score_sized: int
 
 
-def measure_saved(forward_with_grad: Callable[[], object], score_shape: tuple[int, int, int, int]) -> SavedForBackward:
-    """Run ``forward_with_grad`` once and count what autograd saved for its backward."""
+def measure_saved(forward_with_grad: Callable[[], object], score_shape: tuple[int, int, int, int],
+                  inputs: Iterable[torch.Tensor] = ()) -> SavedForBackward:
+    """Run ``forward_with_grad`` once and count what autograd saved for its backward.
+
+    ``inputs``: query, key and value, whose storages are never counted as score matrices.
+    """
+    input_storages = {(str(t.device), t.untyped_storage().data_ptr()) for t in inputs}
     storages: dict[tuple[str, int], tuple[int, int]] = {}
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
@@ -41,5 +47,6 @@ def measure_saved(forward_with_grad: Callable[[], object], score_shape: tuple[in
     return SavedForBackward(
         tensors=len(storages),
         bytes=sum(size for size, _ in storages.values()),
-        score_sized=sum(1 for _, numel in storages.values() if numel == math.prod(score_shape)),
+        score_sized=sum(1 for key, (_, numel) in storages.items()
+                        if numel == math.prod(score_shape) and key not in input_storages),
     )

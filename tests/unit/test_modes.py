@@ -85,3 +85,11 @@ def test_parse_mode_names_the_bad_value():
     assert parse_mode(" Forward_Backward ") == "forward_backward"
     with pytest.raises(ValueError, match="mode 'fwd' is not supported; allowed: forward, backward, forward_backward"):
         parse_mode("fwd")
+
+
+def test_saved_score_matrices_do_not_count_inputs_of_the_same_size(tmp_path):
+    """16 query heads x 16 queries == 4 kv heads x 64 dims: key and value have as many elements as the scores."""
+    case = parse_case_id("b1h16kv4q16k256d64-fp32-causal_br-cpu")
+    flash = gather_evidence(get_variant("sdpa_flash"), case, 0, tmp_path, "forward_backward").saved_for_backward
+    naive = gather_evidence(get_variant("naive"), case, 0, tmp_path, "forward_backward").saved_for_backward
+    assert flash.score_sized == 0 and naive.score_sized == 1 and naive.bytes > flash.bytes
