@@ -13,7 +13,9 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "example" / "run.json"
 
 def test_saved_run_renders_as_markdown_and_html(tmp_path):
     run = load_run(EXAMPLE)
-    assert {r.variant for r in run.results} == {"naive", "naive_inplace", "sdpa", "sdpa_math", "sdpa_flash"}
+    assert {r.variant for r in run.results} == {"naive", "naive_inplace", "naive_compiled", "sdpa", "sdpa_math",
+                                                "sdpa_flash", "flex_eager", "flex_compiled"}
+    assert {r.mode for r in run.results} == {"forward", "backward", "forward_backward"}
     markdown = markdown_report(run, ["latency.png"])
     assert "| naive | forward | b1h8s2048d64-fp32-causal-cpu |" in markdown and "![latency.png](latency.png)" in markdown
     plots = all_plots(run, tmp_path)

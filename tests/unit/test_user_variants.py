@@ -60,8 +60,8 @@ def test_the_example_runs_through_every_check_of_the_suite(pytester, monkeypatch
                                            "--perfsuite-variants", "chunked_attention", "--perfsuite-case-set", "masks",
                                            "--perfsuite-shapes", "1x2x96:128x16", "--perfsuite-results", "out")
     # 7 mask cases: 3 modes x (equivalence + benchmark) + copies pass; saved-for-backward has no declared
-    # expectation for a user variant (skipped with its measurement), and no compiled variant runs.
-    result.assert_outcomes(passed=7 * 7, skipped=7 + 1)
+    # expectation for a user variant (skipped with its measurement); no compiled or fused variant is selected.
+    result.assert_outcomes(passed=7 * 7, skipped=7 + 2)
     bad = pytester.runpytest_subprocess("--perfsuite-variant", "chunked_attention.variant:nothing")
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
     assert "has no function 'nothing'" in bad.stderr.str()
