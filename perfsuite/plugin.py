@@ -5,7 +5,8 @@ Tests that take the ``variant`` and ``case`` arguments are parametrized over eve
 selected variant x case, with ids such as ``naive-b8h16s1024d64-bf16-causal-cuda``; tests that
 also take ``mode`` over every selected mode too (``...-cuda-forward_backward``). Compiled
 variants run on ``perfsuite_compiled_cases`` when it is set, and a test marked
-``perfsuite_only("compiled")`` only sees variants whose ``Variant.compiled`` is true.
+``perfsuite_only("compiled")`` only sees variants whose ``Variant.compiled`` is true
+(``perfsuite_only(predicate)`` takes any ``Variant -> bool``).
 """
 
 from __future__ import annotations
@@ -137,7 +138,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "perfsuite_only(flag): parametrize only over variants whose Variant.<flag> is true")
+    config.addinivalue_line("markers", "perfsuite_only(flag_or_predicate): parametrize only over variants whose "
+                                       "Variant.<flag> is true, or for which predicate(variant) is true")
     try:
         load_entry_point_variants()
         for spec in config.getoption("perfsuite_variant"):
@@ -209,7 +211,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     variants = [get_variant(v) for v in run.settings.variants]
     only = metafunc.definition.get_closest_marker("perfsuite_only")
     if only:
-        variants = [v for v in variants if getattr(v, only.args[0])]
+        wanted = only.args[0]
+        variants = [v for v in variants if (wanted(v) if callable(wanted) else getattr(v, wanted))]
     pairs = [(v, c) for v in variants for c in run.cases_for(v)]
     names: tuple[str, ...] = ("variant", "case")
     params = [pytest.param(v, c, id=f"{v.name}-{c.id}") for v, c in pairs]
@@ -217,7 +220,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         names += ("mode",)
         params = [pytest.param(v, c, m, id=f"{v.name}-{c.id}-{m}") for v, c in pairs for m in run.settings.modes]
     if not params:
-        skip = pytest.mark.skip(reason=f"no selected variant is {only.args[0] if only else 'runnable'} (--perfsuite-variants)")
+        wanted = only.args[0] if only else "runnable"
+        what = (wanted.__doc__ or wanted.__name__) if callable(wanted) else wanted
+        skip = pytest.mark.skip(reason=f"no selected variant qualifies: {what} (--perfsuite-variants)")
         params = [pytest.param(*[None] * len(names), marks=skip, id="no-such-variant")]
     metafunc.parametrize(names, params)
 
@@ -282,7 +287,8 @@ def benchmark_extra_info(evidence: Evidence) -> dict[str, object]:
     }
 
 
-def record_result(run: SuiteRun, evidence: Evidence, median_s: float | None, rounds: int | None) -> BenchmarkResult:
+def record_result(run: SuiteRun, evidence: Evidence, median_s: float | None, rounds: int | None,
+                  iqr_s: float | None = None) -> BenchmarkResult:
     """Store the table row of a finished benchmark."""
     case, first = evidence.case, evidence.steps[0]
     on_cuda = case.device == "cuda"
@@ -306,6 +312,7 @@ def record_result(run: SuiteRun, evidence: Evidence, median_s: float | None, rou
         compile_s=evidence.first_call_s if evidence.variant.compiled else None,
         saved_for_backward_bytes=saved.bytes if saved else None,
         saved_score_matrices=saved.score_sized if saved else None,
+        iqr_s=iqr_s,
     )
     run.results[(result.variant, result.case_id, result.mode)] = result
     return result

@@ -51,7 +51,7 @@ def _from_pytest_benchmark(data: dict[str, Any], path: Path) -> SavedRun:
         results.append(BenchmarkResult(
             variant=info["variant"], case_id=info["case"], device=info["case_fields"]["device"],
             flop=info["flop"], bytes_moved=info["bytes_read"] + info["bytes_written"],
-            median_s=bench["stats"]["median"], rounds=bench["stats"]["rounds"],
+            median_s=bench["stats"]["median"], rounds=bench["stats"]["rounds"], iqr_s=bench["stats"].get("iqr"),
             work_per_forward=info["kernels_per_forward"] if on_cuda else info["cpu_ops_per_forward"],
             work_unit="kernels" if on_cuda else "ops",
             score_copies_per_forward=info["score_copies_per_forward"],

@@ -24,6 +24,12 @@ def run_report(args: argparse.Namespace) -> int:
         plots = all_plots(run, Path(args.plots))
         for path in plots:
             print(f"wrote {path}", file=sys.stderr)
+        names = {p.stem for p in plots}
+        if "scaling" not in names:
+            print("no scaling plot: it needs cases that differ only in seq_len (e.g. --perfsuite-shapes "
+                  "\"1x8x256x64 1x8x1024x64\")", file=sys.stderr)
+        if "roofline" not in names:
+            print("no roofline: the run has no measured peaks (timed runs measure them)", file=sys.stderr)
     pngs = [p for p in plots if p.suffix == ".png"]
     if args.markdown:
         relative = [p.relative_to(Path(args.markdown).parent).as_posix() if p.is_relative_to(Path(args.markdown).parent) else str(p) for p in pngs]

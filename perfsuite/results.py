@@ -24,7 +24,8 @@ class BenchmarkResult:
     not be compared (NaN gradients of a NaN-row variant). ``compile_s``: wall time of the
     first call of a compiled variant in this mode (compilation included), else None.
     ``saved_for_backward_bytes``/``saved_score_matrices``: what one forward saved for backward
-    (``perfsuite.saved_tensors``), in forward_backward mode only, else None.
+    (``perfsuite.saved_tensors``), in forward_backward mode only, else None. ``iqr_s``: the
+    interquartile range of the rounds (pytest-benchmark's ``iqr``), the spread behind the median.
     """
 
     variant: str
@@ -45,6 +46,7 @@ class BenchmarkResult:
     compile_s: float | None = None
     saved_for_backward_bytes: int | None = None
     saved_score_matrices: int | None = None
+    iqr_s: float | None = None
 
     @property
     def achieved_tflops(self) -> float | None:
@@ -79,6 +81,7 @@ def format_bytes(size: int) -> str:
 
 def table_row(result: BenchmarkResult) -> list[str]:
     median = f"{result.median_s * 1e3:.3f}" if result.median_s else "not timed"
+    spread = f"{100 * result.iqr_s / result.median_s:.0f}%" if result.median_s and result.iqr_s is not None else "-"
     tflops = f"{result.achieved_tflops:.3g}" if result.achieved_tflops else "-"
     if result.max_abs_error is None:
         error = "not compared"
@@ -89,6 +92,7 @@ def table_row(result: BenchmarkResult) -> list[str]:
         result.mode,
         result.case_id,
         median,
+        spread,
         f"{result.compile_s:.1f}" if result.compile_s is not None else "-",
         tflops,
         f"{result.work_per_forward} {result.work_unit}",
@@ -107,7 +111,7 @@ def _saved(result: BenchmarkResult) -> str:
     return f"{format_bytes(result.saved_for_backward_bytes)} ({scores} score{'s' if scores != 1 else ''})"
 
 
-HEADER = ["variant", "mode", "case", "median ms", "compile s", "TFLOP/s", "ops or kernels / step",
+HEADER = ["variant", "mode", "case", "median ms", "IQR / median", "compile s", "TFLOP/s", "ops or kernels / step",
           "score copies / step", "allocated / step", "peak memory", "saved for bwd", "max abs error"]
 
 
