@@ -29,7 +29,7 @@ def parse_mode(text: str) -> str:
     """Validate a mode name; ``ValueError`` names the value and the allowed ones."""
     name = text.strip().lower()
     if name not in MODES:
-        raise ValueError(f"mode {text!r} is not supported; allowed: {', '.join(MODES)}")
+        raise ValueError(f"mode {text!r} is not supported; allowed: {', '.join(MODES)} (or 'all' alone)")
     return name
 
 

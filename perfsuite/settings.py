@@ -121,7 +121,7 @@ def _resolve_variants(raw: RawSettings) -> tuple[str, ...]:
 def _resolve_modes(raw: RawSettings) -> tuple[str, ...]:
     if raw["modes"].value.strip().lower() == "all":
         return MODES
-    return tuple(dict.fromkeys(_parse_items(raw["modes"], parse_mode, "modes")))
+    return tuple(dict.fromkeys(_parse_items(raw["modes"], parse_mode, "modes, or 'all'")))
 
 
 _CASE_SELECTORS = ("cases", "extra_cases", "case_set", "shapes", "dtypes", "masks")
