@@ -106,11 +106,11 @@ def compare_gradients(actual: tuple[torch.Tensor, ...], inputs: AttentionInputs,
     """
     expected = reference_gradients(inputs, grad_output)
     plain = reference_gradients(inputs, grad_output, inputs.query.dtype)
-    floor_atol, _ = TOLERANCES[inputs.query.dtype]
+    floor_atol, rtol = TOLERANCES[inputs.query.dtype]
     worst = 0.0
     for name, got, want, low in zip(GRADIENT_NAMES, actual, expected, plain):
         plain_error = float((low.to(torch.float64) - want).abs().max()) if want.numel() else 0.0
-        tolerance = (max(floor_atol, 2 * plain_error), TOLERANCES[inputs.query.dtype][1])
+        tolerance = (max(floor_atol, 2 * plain_error), rtol)
         found = compare_with_reference(got, want, f"{name} of {label}", tolerance=tolerance)
         if found.failure:
             return found

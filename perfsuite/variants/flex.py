@@ -15,6 +15,7 @@ support backward on CPU"), so backward modes skip there with torch's message.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from typing import Callable
 
@@ -102,9 +103,12 @@ def prepare_compiled(inputs: AttentionInputs) -> VariantFn:
     return _for_case(inputs, compile_for_case(call_flex))
 
 
-# Direct calls of the registered functions (without ``prepare``) share one compiled flex, whose
-# Dynamo cache is subject to the recompile limit; the suite always goes through ``prepare``.
-_shared_compiled_flex = torch.compile(call_flex, dynamic=False)
+@functools.cache
+def _shared_compiled_flex() -> Callable:
+    """One compiled flex for direct calls of ``flex_compiled_attention`` (without ``prepare``), made
+    at the first such call; its Dynamo cache is subject to the recompile limit. The suite always
+    goes through ``prepare``."""
+    return torch.compile(call_flex, dynamic=False)
 
 
 @register_variant("flex_eager", "flex_attention without torch.compile: unfused reference, materializes the scores",
@@ -118,5 +122,5 @@ def flex_eager_attention(query, key, value, *, mask, scale):
                   prepare=prepare_compiled, compiled=True, saves_scores_for_backward=False, fused=True)
 def flex_compiled_attention(query, key, value, *, mask, scale):
     """Compiled flex_attention; called directly it builds the block mask on every call."""
-    return _for_case(AttentionInputs(query, key, value, mask, scale), _shared_compiled_flex)(
+    return _for_case(AttentionInputs(query, key, value, mask, scale), _shared_compiled_flex())(
         query, key, value, mask=mask, scale=scale)
