@@ -2,7 +2,7 @@
 
 import pytest
 
-from perfsuite.strategies import PROFILE_ENV, load_profile
+from perfsuite.testing.strategies import PROFILE_ENV, load_profile
 
 
 def pytest_configure(config):

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import torch
 
-from perfsuite.ab import Side, run_ab
-from perfsuite.gate_stats import GateSettings
-from perfsuite.settings import SETTINGS, RawValue, resolve
+from perfsuite.gate.ab import Side, run_ab
+from perfsuite.gate.stats import GateSettings
+from perfsuite.suite.settings import SETTINGS, RawValue, resolve
 from perfsuite.storage import write_text_atomic
 from perfsuite.variants import variant_names
 

@@ -22,8 +22,8 @@ from typing import Callable
 import torch
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
-from perfsuite.inputs import AttentionInputs
-from perfsuite.masks import AttentionMask, window_size
+from perfsuite.attention.inputs import AttentionInputs
+from perfsuite.attention.masks import AttentionMask, window_size
 from perfsuite.variants.compiled import compile_for_case
 from perfsuite.variants.registry import VariantFn, register_variant
 

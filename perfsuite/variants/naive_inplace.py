@@ -2,7 +2,7 @@
 
 In-place ops are only safe without autograd when they modify a tensor saved for backward;
 here they modify the matmul's output, which matmul does not save, but the suite runs every
-forward under ``torch.no_grad()`` regardless (``perfsuite.evidence.bind``).
+forward under ``torch.no_grad()`` regardless (``perfsuite.measure.evidence.bind``).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Registry of attention variants.
 
 A variant is a function ``fn(query, key, value, *, mask, scale)`` returning the attention
-output ``[batch, num_heads, seq_len_q, head_dim]``; ``mask`` is a ``perfsuite.masks.AttentionMask``
-(its ``is_causal`` is the causal flag), see ``perfsuite.inputs.AttentionInputs``. It is registered with
+output ``[batch, num_heads, seq_len_q, head_dim]``; ``mask`` is a ``perfsuite.attention.masks.AttentionMask``
+(its ``is_causal`` is the causal flag), see ``perfsuite.attention.inputs.AttentionInputs``. It is registered with
 ``@register_variant(...)``, which returns the function unchanged.
 """
 
@@ -14,8 +14,7 @@ from typing import Any, Callable
 
 import torch
 
-VariantFn = Callable[..., torch.Tensor]
-PrepareFn = Callable[[Any], VariantFn]  # (AttentionInputs) -> variant function for that case
+from perfsuite.attention.contract import PrepareFn, VariantFn
 
 _POSITIONAL = ("query", "key", "value")
 _KEYWORD_ONLY = ("mask", "scale")

@@ -2,7 +2,7 @@
 instead of the whole ``[B, H, Sq, Skv]`` matrix.
 
 It follows perfsuite's variant signature ``(query, key, value, *, mask, scale)``; ``mask`` is
-a ``perfsuite.masks.AttentionMask`` (``additive`` bias and ``masked_out`` selection, each
+a ``perfsuite.attention.masks.AttentionMask`` (``additive`` bias and ``masked_out`` selection, each
 broadcastable to ``[batch, num_heads, seq_len_q, seq_len_kv]``).
 """
 

@@ -1,0 +1,227 @@
+"""Attention cases: one shape, dtype, device and masking choice to benchmark.
+
+A case is what a parametrized test runs a variant on. Shapes are written the way
+the field writes them, ``batch x num_heads x seq_len x head_dim`` (``8x16x1024x64``),
+and every parsing function raises ``ValueError`` with a message that names the bad
+value and what is allowed; the pytest plugin turns that into a ``pytest.UsageError``
+naming where the value came from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+
+import torch
+
+from perfsuite.attention.masks import parse_mask_kind
+
+DTYPES: dict[str, torch.dtype] = {
+    "fp64": torch.float64,
+    "fp32": torch.float32,
+    "bf16": torch.bfloat16,
+    "fp16": torch.float16,
+}
+DTYPE_ALIASES = {
+    "float64": "fp64",
+    "float32": "fp32",
+    "float": "fp32",
+    "bfloat16": "bf16",
+    "float16": "fp16",
+    "half": "fp16",
+}
+DEVICES = ("cpu", "cuda")
+MASK_ALIASES = {"both": ("causal", "noncausal")}
+
+# B x H[:Hkv] x S[:Skv] x D, e.g. 8x16x1024x64 or 4x32:8x1:4096x128 (GQA decode).
+_SHAPE_RE = re.compile(r"^(\d+)x(\d+)(?::(\d+))?x(\d+)(?::(\d+))?x(\d+)$")
+_ID_RE = re.compile(
+    r"^b(?P<b>\d+)h(?P<h>\d+)(?:kv(?P<hkv>\d+))?(?:s(?P<s>\d+)|q(?P<sq>\d+)k(?P<skv>\d+))d(?P<d>\d+)"
+    r"-(?P<dtype>\w+?)-(?P<mask>[a-z_]+\d*)(?:-scale(?P<scale>[0-9.e+-]+?))?(?P<strided>-strided)?-(?P<device>\w+)$"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    """Sizes of one attention problem: query ``[batch, num_heads, seq_len_q, head_dim]``,
+    key/value ``[batch, num_kv_heads, seq_len_kv, head_dim]``."""
+
+    batch: int
+    num_heads: int
+    num_kv_heads: int
+    seq_len_q: int
+    seq_len_kv: int
+    head_dim: int
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionCase:
+    """One input configuration for attention.
+
+    Query has shape ``[batch, num_heads, seq_len_q, head_dim]``; key and value have
+    shape ``[batch, num_kv_heads, seq_len_kv, head_dim]`` (``num_kv_heads`` divides
+    ``num_heads``: grouped-query attention, multi-query when it is 1). ``dtype`` is a short
+    name from ``DTYPES`` (``"bf16"``), ``device`` one of ``DEVICES``, ``mask`` a kind from
+    ``perfsuite.attention.masks`` (``"causal"`` is top-left). ``scale`` is the softmax scale, None for
+    ``1/sqrt(head_dim)``; ``contiguous=False`` lays query/key/value out as
+    ``[batch, seq, heads, head_dim]`` transposed, as many models do.
+    """
+
+    batch: int
+    num_heads: int
+    seq_len_q: int
+    seq_len_kv: int
+    head_dim: int
+    dtype: str
+    device: str
+    mask: str = "causal"
+    num_kv_heads: int | None = None
+    scale: float | None = None
+    contiguous: bool = True
+
+    def __post_init__(self):
+        if self.num_kv_heads is None:
+            object.__setattr__(self, "num_kv_heads", self.num_heads)
+        check_shape(Shape(self.batch, self.num_heads, self.num_kv_heads, self.seq_len_q, self.seq_len_kv, self.head_dim))
+
+    @property
+    def causal(self) -> bool:
+        """True for masks that hide later keys (top-left, bottom-right causal, sliding window)."""
+        return self.mask in ("causal", "causal_br") or self.mask.startswith("window")
+
+    @property
+    def hides_keys(self) -> bool:
+        """True when the mask hides some keys from some queries (not for noncausal or additive)."""
+        return self.mask not in ("noncausal", "additive")
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+    @property
+    def softmax_scale(self) -> float:
+        """``scale``, or ``1 / sqrt(head_dim)`` ("Attention Is All You Need") when unset."""
+        return self.scale if self.scale is not None else 1.0 / math.sqrt(self.head_dim)
+
+    @property
+    def shape_id(self) -> str:
+        """``b8h16s1024d64``; ``b4h32kv8q1k4096d128`` with GQA and differing lengths."""
+        kv = f"kv{self.num_kv_heads}" if self.num_kv_heads != self.num_heads else ""
+        if self.seq_len_q == self.seq_len_kv:
+            seq = f"s{self.seq_len_q}"
+        else:
+            seq = f"q{self.seq_len_q}k{self.seq_len_kv}"
+        return f"b{self.batch}h{self.num_heads}{kv}{seq}d{self.head_dim}"
+
+    @property
+    def id(self) -> str:
+        """Stable key for tests and stored results: ``b8h16s1024d64-bf16-causal-cuda``.
+
+        ``parse_case_id`` turns it back into the case.
+        """
+        scale = f"-scale{self.scale:g}" if self.scale is not None else ""
+        strided = "" if self.contiguous else "-strided"
+        return f"{self.shape_id}-{self.dtype}-{self.mask}{scale}{strided}-{self.device}"
+
+    @property
+    def score_shape(self) -> tuple[int, int, int, int]:
+        """Shape of the score matrix ``[batch, num_heads, seq_len_q, seq_len_kv]``."""
+        return (self.batch, self.num_heads, self.seq_len_q, self.seq_len_kv)
+
+    @property
+    def element_size_bytes(self) -> int:
+        return torch.empty((), dtype=self.torch_dtype).element_size()
+
+    @property
+    def score_bytes(self) -> int:
+        """Bytes of one score matrix in the case's dtype."""
+        b, h, sq, skv = self.score_shape
+        return b * h * sq * skv * self.element_size_bytes
+
+
+def check_shape(shape: Shape) -> None:
+    """Raise ``ValueError`` naming the field when a size is below 1 or GQA heads do not divide."""
+    for name, value in dataclasses.asdict(shape).items():
+        if value < 1:
+            raise ValueError(f"{name}={value}; {name} must be at least 1")
+    if shape.num_heads % shape.num_kv_heads:
+        raise ValueError(
+            f"num_kv_heads={shape.num_kv_heads} does not divide num_heads={shape.num_heads}; "
+            "grouped-query attention needs num_heads to be a multiple of num_kv_heads"
+        )
+
+
+def parse_shape(text: str) -> Shape:
+    """Parse ``"BxHxSxD"``, or ``"BxH:HkvxSq:SkvxD"`` for GQA and differing lengths.
+
+    Raises:
+        ValueError: malformed, a size below 1, or ``Hkv`` not dividing ``H``.
+    """
+    match = _SHAPE_RE.match(text.strip())
+    if not match:
+        raise ValueError(
+            f"shape {text!r} is not batch x num_heads x seq_len x head_dim; write positive integers "
+            "joined by 'x', e.g. 8x16x1024x64, or 4x32:8x1:4096x128 for num_heads:num_kv_heads "
+            "and seq_len_q:seq_len_kv"
+        )
+    b, h, hkv, sq, skv, d = match.groups()
+    shape = Shape(int(b), int(h), int(hkv or h), int(sq), int(skv or sq), int(d))
+    try:
+        check_shape(shape)
+    except ValueError as exc:
+        raise ValueError(f"shape {text!r} has {exc}") from None
+    return shape
+
+
+def parse_case_id(text: str) -> AttentionCase:
+    """The case whose ``id`` is ``text`` (``b1h4kv2q3k7d8-fp32-bool-cpu``); ``ValueError`` otherwise."""
+    match = _ID_RE.match(text.strip())
+    if not match:
+        raise ValueError(f"case id {text!r} is not of the form b<B>h<H>[kv<Hkv>](s<S>|q<Sq>k<Skv>)d<D>-<dtype>-<mask>[-scale<x>][-strided]-<device>")
+    g = match.groupdict()
+    seq_q = int(g["s"] or g["sq"])
+    seq_kv = int(g["s"] or g["skv"])
+    return AttentionCase(
+        int(g["b"]), int(g["h"]), seq_q, seq_kv, int(g["d"]), parse_dtype(g["dtype"]), parse_device(g["device"]),
+        parse_mask_kind(g["mask"]), int(g["hkv"] or g["h"]), float(g["scale"]) if g["scale"] else None,
+        contiguous=not g["strided"],
+    )
+
+
+def parse_dtype(text: str) -> str:
+    """Return the short dtype name for ``text`` (``"bfloat16"`` -> ``"bf16"``).
+
+    Raises:
+        ValueError: the name is not in ``DTYPES`` or ``DTYPE_ALIASES``.
+    """
+    name = text.strip().lower()
+    name = DTYPE_ALIASES.get(name, name)
+    if name not in DTYPES:
+        allowed = ", ".join(list(DTYPES) + list(DTYPE_ALIASES))
+        raise ValueError(f"dtype {text!r} is not supported; allowed: {allowed}")
+    return name
+
+
+def parse_device(text: str) -> str:
+    """Return ``"cpu"`` or ``"cuda"``; raises ``ValueError`` for anything else."""
+    name = text.strip().lower()
+    if name not in DEVICES:
+        raise ValueError(f"device {text!r} is not supported; allowed: {', '.join(DEVICES)}")
+    return name
+
+
+def parse_masks(text: str) -> tuple[str, ...]:
+    """A mask kind (``causal``, ``window128``, ...) or ``both`` (causal and noncausal)."""
+    name = text.strip().lower()
+    return MASK_ALIASES.get(name) or (parse_mask_kind(name),)
+
+
+def build_cases(shapes: list[Shape], dtypes: list[str], device: str, masks: list[str]) -> list[AttentionCase]:
+    """All combinations of shapes x dtypes x masks on one device, in that order."""
+    return [
+        AttentionCase(s.batch, s.num_heads, s.seq_len_q, s.seq_len_kv, s.head_dim, dtype, device, mask, s.num_kv_heads)
+        for s in shapes
+        for dtype in dtypes
+        for mask in masks
+    ]

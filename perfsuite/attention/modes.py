@@ -1,0 +1,81 @@
+"""Modes a variant is checked and timed in: forward, backward, forward+backward.
+
+Each mode is a no-argument *step* the suite checks, profiles and times:
+
+* ``forward``: one forward under ``torch.no_grad()`` (no graph, nothing saved for backward);
+* ``backward``: ``torch.autograd.grad`` of one stored forward, ``retain_graph=True`` so the
+  same graph is differentiated on every call; the forward runs once, at the first (untimed) call;
+* ``forward_backward``: a forward with autograd on, then ``torch.autograd.grad``.
+
+Gradients are returned, never accumulated into ``.grad``, so every call does the same work.
+Work per mode is in ``perfsuite.attention.cost_model``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import torch
+
+from perfsuite.attention.inputs import AttentionInputs
+from perfsuite.attention.contract import VariantFn
+
+MODES = ("forward", "backward", "forward_backward")
+GRADIENT_MODES = ("backward", "forward_backward")
+
+
+def parse_mode(text: str) -> str:
+    """Validate a mode name; ``ValueError`` names the value and the allowed ones."""
+    name = text.strip().lower()
+    if name not in MODES:
+        raise ValueError(f"mode {text!r} is not supported; allowed: {', '.join(MODES)} (or 'all' alone)")
+    return name
+
+
+@dataclasses.dataclass(frozen=True)
+class StepResult:
+    """One call of a step: the attention output ``[B, H, Sq, D]`` and, in gradient modes,
+    ``(grad_query, grad_key, grad_value)`` shaped like query, key and value (else None)."""
+
+    output: torch.Tensor
+    gradients: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None
+
+
+Step = Callable[[], StepResult]
+
+
+def _leaves(inputs: AttentionInputs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Query, key and value as fresh leaves that require grad (strides kept)."""
+    return tuple(t.detach().requires_grad_(True) for t in (inputs.query, inputs.key, inputs.value))
+
+
+def make_step(mode: str, fn: VariantFn, inputs: AttentionInputs, grad_output: torch.Tensor) -> Step:
+    """The step of ``mode`` for ``fn`` on ``inputs``; ``grad_output`` ``[B, H, Sq, D]`` seeds backward.
+
+    Raises ``ValueError`` for an unknown mode.
+    """
+    parse_mode(mode)
+    call = lambda q, k, v: fn(q, k, v, mask=inputs.mask, scale=inputs.scale)
+    if mode == "forward":
+        def forward() -> StepResult:
+            with torch.no_grad():
+                return StepResult(call(inputs.query, inputs.key, inputs.value), None)
+        return forward
+    leaves = _leaves(inputs)
+    if mode == "forward_backward":
+        def forward_backward() -> StepResult:
+            with torch.enable_grad():
+                output = call(*leaves)
+                return StepResult(output.detach(), torch.autograd.grad(output, leaves, grad_output))
+        return forward_backward
+    stored: list[torch.Tensor] = []
+
+    def backward() -> StepResult:
+        with torch.enable_grad():
+            if not stored:
+                stored.append(call(*leaves))
+            grads = torch.autograd.grad(stored[0], leaves, grad_output, retain_graph=True)
+        return StepResult(stored[0].detach(), grads)
+
+    return backward

@@ -1,0 +1,180 @@
+"""The float64 oracle every variant is held to, and its tolerances.
+
+A variant's output must satisfy ``|actual - expected| <= atol + rtol * |expected|``
+(``torch.testing.assert_close``) against the float64 reference, where
+
+    atol = max(floor_atol[dtype], 2 * max |plain_in_dtype - expected|)
+
+``plain_in_dtype`` is the same attention computed op by op in the case's own dtype (the
+rule of FlashAttention's tests: a kernel may be at most twice as far from the exact answer
+as a straightforward PyTorch implementation in that precision). The derived term grows
+where the inputs make low precision hard (large logits from a big ``scale``, long rows);
+the floor covers cases where the plain computation happens to be nearly exact. Floors are
+set from each dtype's unit roundoff ``u`` (``torch.finfo(dtype).eps / 2``): the output is a
+convex combination of value rows, O(1) for standard-normal inputs, and a low-precision
+kernel rounds weights and output to the dtype (a few ``u`` each).
+
+| dtype | u        | floor atol | rtol  |
+|-------|----------|------------|-------|
+| fp64  | 1.1e-16  | 1e-10      | 1e-10 |
+| fp32  | 6.0e-8   | 2e-5       | 2e-5  |
+| fp16  | 4.9e-4   | 8e-3       | 8e-3  |
+| bf16  | 3.9e-3   | 5e-2       | 5e-2  |
+
+Measured on CPU with seed 0 over shapes up to 1x8x1024x64: largest errors fp32 1.1e-6,
+fp16 1.6e-3, bf16 1.25e-2, so the floors leave a 4x or larger margin there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from perfsuite.attention.inputs import AttentionInputs
+
+TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
+    torch.float64: (1e-10, 1e-10),
+    torch.float32: (2e-5, 2e-5),
+    torch.float16: (8e-3, 8e-3),
+    torch.bfloat16: (5e-2, 5e-2),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    """Outcome of comparing one output with the reference.
+
+    ``max_abs_error``: largest ``|actual - expected|`` (inf when non-finite values exist);
+    ``failure``: None when within tolerance, else a message naming the worst element.
+    """
+
+    max_abs_error: float
+    failure: str | None
+
+
+def reference_attention(inputs: AttentionInputs, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """Attention in float64 from the same inputs, ``[batch, num_heads, seq_len_q, head_dim]``.
+
+    ``softmax(q @ k^T * scale + additive, hidden keys at -inf) @ v``, key/value heads
+    repeated for grouped-query attention (``repeat_interleave``, as SDPA's ``enable_gqa``).
+    **A query that sees no key returns zeros**: that is SDPA's behaviour (its
+    ``_safe_softmax``, and every CPU backend measured), and the only finite answer. Variants
+    registered with ``fully_masked_rows="nan"`` (a plain softmax of ``-inf`` everywhere) are
+    held to NaN in exactly those rows instead (see ``compare_with_reference``).
+    """
+    return _attention(inputs, *(t.to(dtype) for t in (inputs.query, inputs.key, inputs.value)))
+
+
+def _attention(inputs: AttentionInputs, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    groups = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    scores = torch.matmul(q, k.transpose(-2, -1)) * inputs.scale
+    mask = inputs.mask
+    if mask.additive is not None:
+        scores = scores + mask.additive.to(q.dtype)
+    if mask.masked_out is not None:
+        scores = scores.masked_fill(mask.masked_out, float("-inf"))
+    weights = torch.softmax(scores, dim=-1).nan_to_num(nan=0.0)  # all -inf rows -> zeros
+    return torch.matmul(weights, v)
+
+
+GRADIENT_NAMES = ("grad_query", "grad_key", "grad_value")
+
+
+def reference_gradients(inputs: AttentionInputs, grad_output: torch.Tensor,
+                        dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, ...]:
+    """Gradients of ``reference_attention`` with respect to query, key and value for ``grad_output``.
+
+    Shapes are those of query ``[B, H, Sq, D]`` and key/value ``[B, Hkv, Skv, D]``. A query that
+    sees no key gets zero gradients (every score of its row is masked out, so ``masked_fill``'s
+    backward zeroes them).
+    """
+    leaves = tuple(t.detach().to(dtype).requires_grad_(True) for t in (inputs.query, inputs.key, inputs.value))
+    with torch.enable_grad():
+        output = _attention(inputs, *leaves)
+        return torch.autograd.grad(output, leaves, grad_output.to(dtype))
+
+
+def compare_gradients(actual: tuple[torch.Tensor, ...], inputs: AttentionInputs, grad_output: torch.Tensor,
+                      label: str) -> Comparison:
+    """Compare ``(grad_query, grad_key, grad_value)`` with the float64 reference's.
+
+    Each gradient gets the output's tolerance rule: ``atol = max(floor, 2 * error of the plain
+    computation in the inputs' dtype)``, the plain gradients computed by autograd in that dtype.
+    Returns the first failure (naming the gradient) and the largest error over the three.
+    """
+    expected = reference_gradients(inputs, grad_output)
+    plain = reference_gradients(inputs, grad_output, inputs.query.dtype)
+    floor_atol, rtol = TOLERANCES[inputs.query.dtype]
+    worst = 0.0
+    for name, got, want, low in zip(GRADIENT_NAMES, actual, expected, plain):
+        plain_error = float((low.to(torch.float64) - want).abs().max()) if want.numel() else 0.0
+        tolerance = (max(floor_atol, 2 * plain_error), rtol)
+        found = compare_with_reference(got, want, f"{name} of {label}", tolerance=tolerance)
+        if found.failure:
+            return found
+        worst = max(worst, found.max_abs_error)
+    return Comparison(worst, None)
+
+
+def tolerances(inputs: AttentionInputs, expected: torch.Tensor) -> tuple[float, float]:
+    """``(atol, rtol)`` for outputs of ``inputs``' dtype against ``expected`` (see module docstring)."""
+    dtype = inputs.query.dtype
+    floor_atol, rtol = TOLERANCES[dtype]
+    plain = reference_attention(inputs, dtype).to(torch.float64)
+    plain_error = float((plain - expected).abs().nan_to_num(nan=0.0).max()) if plain.numel() else 0.0
+    return max(floor_atol, 2 * plain_error), rtol
+
+
+def _describe(index: tuple[int, ...], actual: torch.Tensor, expected: torch.Tensor) -> str:
+    got, want = actual[index].item(), expected[index].item()
+    return f"worst element at [batch, head, query, dim] = {list(index)}: got {got!r}, expected {want!r}"
+
+
+def _check_nan_rows(actual64: torch.Tensor, rows: torch.Tensor, label: str) -> str | None:
+    """For ``fully_masked_rows="nan"`` variants: fully masked rows must be NaN, and only they."""
+    finite_rows = torch.isfinite(actual64).all(dim=-1)
+    wrong = rows & finite_rows.cpu()
+    if wrong.any():
+        index = [int(i) for i in wrong.nonzero()[0]]
+        return f"{label}: row [batch, head, query] = {index} sees no key and was expected to be NaN, got finite values"
+    return None
+
+
+def compare_with_reference(actual: torch.Tensor, expected: torch.Tensor, label: str,
+                           fully_masked: torch.Tensor | None = None, fully_masked_result: str = "zeros",
+                           tolerance: tuple[float, float] | None = None) -> Comparison:
+    """Compare a variant's output with the float64 reference.
+
+    ``label`` names the variant and case in the message. ``fully_masked`` (bool
+    ``[batch, num_heads, seq_len_q]``) marks rows that see no key; with
+    ``fully_masked_result="nan"`` those rows must be NaN and are left out of the numeric
+    comparison, otherwise they must equal the reference's zeros. Any other non-finite
+    output fails.
+    """
+    if actual.shape != expected.shape:
+        return Comparison(float("inf"), f"{label}: output shape {list(actual.shape)} != {list(expected.shape)}")
+    actual64 = actual.detach().to(torch.float64)
+    expected = expected.clone()
+    if fully_masked is not None and fully_masked_result == "nan" and fully_masked.any():
+        failure = _check_nan_rows(actual64, fully_masked, label)
+        if failure:
+            return Comparison(float("inf"), failure)
+        rows = fully_masked.to(actual64.device).unsqueeze(-1).expand_as(actual64)
+        actual64 = actual64.masked_fill(rows, 0.0)
+    non_finite = ~torch.isfinite(actual64)
+    if non_finite.any():
+        index = tuple(int(i) for i in non_finite.nonzero()[0])
+        count = int(non_finite.sum())
+        return Comparison(float("inf"), f"{label}: {count} non-finite outputs; first " + _describe(index, actual64, expected))
+    error = (actual64 - expected).abs()
+    worst = tuple(int(i) for i in torch.unravel_index(error.argmax(), error.shape))
+    atol, rtol = tolerance or TOLERANCES[actual.dtype]
+    try:
+        torch.testing.assert_close(actual64, expected, atol=atol, rtol=rtol)
+    except AssertionError as exc:
+        summary = str(exc).splitlines()[0:4]
+        message = f"{label}: not within atol={atol:.3g}, rtol={rtol} of the float64 reference; " + _describe(worst, actual64, expected)
+        return Comparison(float(error.max()), message + "\n" + "\n".join(summary))
+    return Comparison(float(error.max()), None)

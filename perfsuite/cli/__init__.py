@@ -1,0 +1,1 @@
+"""The ``perfsuite`` command line: trace, compare, ab, report."""

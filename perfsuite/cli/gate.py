@@ -1,0 +1,123 @@
+"""``perfsuite compare`` and ``perfsuite ab``: the regression gate on the command line.
+
+Exit codes: 0 no regression; 1 a regression (``slower``, or a structural change with
+``--fail-on-structure``); 2 a usage error or a run that cannot be compared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from perfsuite.suite import settings as suite_settings
+from perfsuite.gate.compare import (UNPAIRED_METHOD, BaselineError, check_compatible, compare_runs, gate_failed,
+                               judged_nothing, load_benchmark_file, markdown)
+from perfsuite.gate.stats import SEPARATE_RUNS_MIN_EFFECT, GateSettings
+from perfsuite.storage import write_text_atomic
+
+
+def at_least(minimum: int):
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{text} is below {minimum}")
+        return value
+
+    return parse
+
+
+def add_gate_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--alpha", type=float, default=0.01, help="two-sided level of the interval (default 0.01)")
+    parser.add_argument("--min-effect", type=float, default=None,
+                        help="smallest change that counts (default 0.05 for ab, 0.15 for compare of separate runs)")
+    parser.add_argument("--fail-on-structure", action="store_true", help="any structural change fails the gate")
+    parser.add_argument("--force", action="store_true", help="compare runs from different hardware/software anyway")
+    parser.add_argument("--markdown", help="also write the Markdown verdict here (e.g. $GITHUB_STEP_SUMMARY)")
+
+
+def add_commands(commands) -> None:
+    compare = commands.add_parser("compare", help="statistical comparison of two saved runs (pytest-benchmark JSON)")
+    compare.add_argument("base", help="baseline JSON (saved with --benchmark-save-data)")
+    compare.add_argument("head", help="new run JSON")
+    add_gate_options(compare)
+    ab = commands.add_parser("ab", help="A/B gate: base and head interleaved in one run")
+    ab.add_argument("--base-tree", default=".", help="source tree of the base (default .)")
+    ab.add_argument("--head-tree", default=".", help="source tree of the head (default .)")
+    ab.add_argument("--base-variant", help="run this variant as the base of every benchmark")
+    ab.add_argument("--head-variant", help="run this variant as the head of every benchmark")
+    ab.add_argument("--variants", default="all", help="variants to gate (default all)")
+    ab.add_argument("--case-set", default="smoke", help="case set (default smoke)")
+    ab.add_argument("--cases", help="exact case ids instead of a case set")
+    ab.add_argument("--devices", default="auto", help="cpu, cuda or auto")
+    ab.add_argument("--blocks", type=at_least(2), default=12, help="block pairs per benchmark (default 12)")
+    ab.add_argument("--rounds", type=at_least(1), default=8, help="rounds per block (default 8)")
+    ab.add_argument("--head-slowdown", type=float, default=0.0, help="calibration: busy work added to head, as a fraction")
+    ab.add_argument("--slow-variant", help="calibration: the variant that gets --head-slowdown (default all)")
+    ab.add_argument("--json", help="write raw blocks and verdicts here")
+    add_gate_options(ab)
+
+
+def _finish(report: str, failed: bool, args: argparse.Namespace, comparisons) -> int:
+    print(report, end="")
+    if args.markdown:
+        path = Path(args.markdown)
+        previous = path.read_text() if path.exists() else ""
+        write_text_atomic(path, previous + report)
+    if judged_nothing(comparisons):
+        print("perfsuite: nothing was compared (no benchmark in both runs): not a pass", file=sys.stderr)
+        return 2
+    return 1 if failed else 0
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    settings = GateSettings(args.alpha, SEPARATE_RUNS_MIN_EFFECT if args.min_effect is None else args.min_effect)
+    base, head = load_benchmark_file(args.base), load_benchmark_file(args.head)
+    for problem in check_compatible(base, head, args.base, args.head, args.force):
+        print(f"perfsuite compare: warning (forced): {problem}", file=sys.stderr)
+    comparisons = compare_runs(base, head, settings)
+    title = f"perfsuite compare: {Path(args.base).name} -> {Path(args.head).name}"
+    report = markdown(comparisons, settings, title, UNPAIRED_METHOD)
+    return _finish(report, gate_failed(comparisons, args.fail_on_structure), args, comparisons)
+
+
+def resolve_case_ids(args: argparse.Namespace) -> list[str]:
+    raw = {name: suite_settings.RawValue(spec.default, f"default {name}", "default")
+           for name, spec in suite_settings.SETTINGS.items()}
+    raw["case_set"] = suite_settings.RawValue(args.case_set, f"--case-set={args.case_set!r}", "option")
+    raw["devices"] = suite_settings.RawValue(args.devices, f"--devices={args.devices!r}", "option")
+    if args.cases:
+        raw["cases"] = suite_settings.RawValue(args.cases, f"--cases={args.cases!r}", "option")
+    import torch
+
+    resolved = suite_settings.resolve(raw, torch.cuda.is_available())
+    return [c.id for c in resolved.cases]
+
+
+def run_ab_command(args: argparse.Namespace) -> int:
+    from perfsuite.gate.ab import PAIRED_METHOD, Side, run_ab, write_json
+    from perfsuite.gate.compare import markdown as render
+    from perfsuite.variants import get_variant, variant_names
+
+    settings = GateSettings(args.alpha, GateSettings.min_effect if args.min_effect is None else args.min_effect)
+    try:
+        case_ids = resolve_case_ids(args)
+        variants = variant_names() if args.variants == "all" else [get_variant(v).name for v in suite_settings.split_list(args.variants)]
+    except ValueError as exc:
+        raise BaselineError(str(exc)) from None
+    if args.base_variant or args.head_variant:
+        variants = [args.head_variant or args.base_variant]
+    for tree in (args.base_tree, args.head_tree):
+        if not (Path(tree) / "perfsuite" / "__init__.py").is_file():
+            raise BaselineError(f"{tree}: no perfsuite package there (a source tree of this project is needed)")
+    base = Side(Path(args.base_tree), args.base_variant)
+    head = Side(Path(args.head_tree), args.head_variant, args.head_slowdown, args.slow_variant)
+    results, info = run_ab(base, head, variants, case_ids, blocks=args.blocks, rounds=args.rounds, settings=settings,
+                           force=args.force, progress=lambda text: print(text, file=sys.stderr))
+    if args.json:
+        write_json(Path(args.json), results, info, settings)
+    comparisons = [r.comparison for r in results]
+    title = f"perfsuite A/B: {args.base_tree}{':' + args.base_variant if args.base_variant else ''} -> " \
+            f"{args.head_tree}{':' + args.head_variant if args.head_variant else ''}"
+    report = render(comparisons, settings, title, PAIRED_METHOD)
+    return _finish(report, gate_failed(comparisons, args.fail_on_structure), args, comparisons)

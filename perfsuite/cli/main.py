@@ -1,0 +1,169 @@
+"""Commands:
+
+  perfsuite trace FILE_OR_DIR [--annotation NAME] [--json]   what each window and the whole trace did
+  perfsuite trace diff A B [--annotation NAME] [--json]      what changed from trace A to trace B
+  perfsuite trace --rules                                    the kernel family rules
+  perfsuite report RUN.json [--markdown F] [--html F] [--plots DIR]
+  perfsuite compare BASE.json HEAD.json                      timing verdicts with intervals + structural diff
+  perfsuite ab [--base-tree DIR] [--head-tree DIR]           A/B gate, base and head interleaved in one run
+
+Exit codes: 0 success; 1 a regression (compare, ab); 2 bad arguments, an unreadable file,
+or no window of that name (the message names the file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from perfsuite.gate.compare import BaselineError
+from perfsuite.cli.gate import add_commands, run_ab_command, run_compare
+from perfsuite.trace.kernel_families import rules_markdown
+from perfsuite.trace.render import describe, describe_diff, diff
+from perfsuite.trace.summary import TraceError, TraceIndex, WindowSummary, load_trace
+
+
+class CliError(Exception):
+    """A user error: printed as one line, exit code 2."""
+
+
+def trace_files(target: Path) -> list[Path]:
+    """``target`` itself, or the ``.json``/``.json.gz`` files in the folder, sorted."""
+    if target.is_dir():
+        return sorted(p for p in target.iterdir() if p.name.endswith((".json", ".json.gz")))
+    return [target]
+
+
+def load_index(path: Path, in_folder: bool) -> TraceIndex | None:
+    """The trace's index; in a folder a non-trace file is reported and passed over."""
+    try:
+        return TraceIndex(load_trace(path))
+    except TraceError as exc:
+        if not in_folder:
+            raise CliError(str(exc)) from None
+        print(f"perfsuite trace: skipping {exc}", file=sys.stderr)
+        return None
+
+
+def summaries(path: Path, index: TraceIndex, annotation: str | None) -> list[WindowSummary]:
+    """Windows named ``annotation`` (or none), then the whole trace."""
+    whole = index.summarize(index.whole_trace())
+    if not annotation:
+        return [whole]
+    windows = index.windows(annotation)
+    if not windows:
+        seen = ", ".join(index.annotation_names()[:12]) or "none"
+        raise CliError(f"{path}: no window named {annotation!r}; annotations in it: {seen}")
+    return [index.summarize(w) for w in windows] + [whole]
+
+
+def print_trace(path: Path, index: TraceIndex, args: argparse.Namespace) -> dict:
+    found = summaries(path, index, args.annotation)
+    windows, whole = found[:-1], found[-1]
+    shown = windows[:1] if args.first else windows
+    if not args.json:
+        print(f"{path.name}: {len(windows)} window(s) named {args.annotation}" if args.annotation else f"{path.name}:")
+        for summary in shown + [whole]:
+            print("\n".join(describe(summary, args.top, bool(index.device_events))))
+    return {"file": str(path), "windows": [s.to_dict() for s in shown], "whole_trace": whole.to_dict()}
+
+
+def run_trace(args: argparse.Namespace) -> int:
+    if args.rules:
+        print(rules_markdown())
+        return 0
+    if not args.targets:
+        raise CliError("give a trace file or folder (or: trace diff A B)")
+    if args.targets[0] == "diff":
+        return run_diff(args)
+    if len(args.targets) != 1:
+        raise CliError(f"give one trace file or folder, got {len(args.targets)}: {' '.join(args.targets)}")
+    target = Path(args.targets[0])
+    files = trace_files(target)
+    if not files:
+        raise CliError(f"no .json or .json.gz files in {target}")
+    reports, unmatched = [], 0
+    for path in files:
+        index = load_index(path, target.is_dir())
+        if index is None:
+            continue
+        if target.is_dir() and args.annotation and not index.windows(args.annotation):
+            unmatched += 1  # a folder mixes modes: perfsuite::forward in some files, perfsuite::backward in others
+            continue
+        reports.append(print_trace(path, index, args))
+    if unmatched:
+        print(f"perfsuite trace: {unmatched} file(s) in {target} have no window named {args.annotation!r}", file=sys.stderr)
+    if not reports:
+        raise CliError(f"no readable trace in {target}" + (f" with a window named {args.annotation!r}" if unmatched else ""))
+    if args.json:
+        print(json.dumps(reports, indent=2))
+    return 0
+
+
+def run_diff(args: argparse.Namespace) -> int:
+    if len(args.targets) != 3:
+        raise CliError("trace diff takes two trace files: perfsuite trace diff A B")
+    picked = []
+    for name in args.targets[1:]:
+        path = Path(name)
+        if path.is_dir():
+            raise CliError(f"{path} is a folder; trace diff compares two trace files")
+        found = summaries(path, load_index(path, in_folder=False), args.annotation)
+        picked.append(found[0])  # the first window, or the whole trace
+    change = diff(*picked)
+    if args.json:
+        print(json.dumps(change.to_dict(), indent=2))
+    else:
+        print(f"{args.targets[1]} -> {args.targets[2]} ({args.annotation or 'whole trace'}):")
+        print("\n".join(describe_diff(change)))
+    return 0
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="perfsuite", description="perfsuite: attention traces and reports",
+                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    trace = commands.add_parser("trace", help="summarise Kineto/Chrome trace files, or diff two")
+    trace.add_argument("targets", nargs="*", help="a .json/.json.gz trace or a folder of them; or: diff A B")
+    trace.add_argument("--annotation", help="record_function name or ProfilerStep (default: whole trace only)")
+    trace.add_argument("--first", action="store_true", help="only the first window of each file")
+    trace.add_argument("--top", type=positive_int, default=8, help="kernels to list by device time (default 8)")
+    trace.add_argument("--json", action="store_true", help="print JSON instead of text")
+    trace.add_argument("--rules", action="store_true", help="print the kernel family rules and exit")
+    report = commands.add_parser("report", help="the results table, as Markdown/HTML, and plots, from a saved run")
+    report.add_argument("run", help="perfsuite run.json or a pytest-benchmark JSON file")
+    report.add_argument("--markdown", help="write the Markdown report here")
+    report.add_argument("--html", help="write the self-contained HTML report here")
+    report.add_argument("--plots", help="write the plots (PNG and SVG) into this folder")
+    add_commands(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "trace":
+            return run_trace(args)
+        if args.command == "compare":
+            return run_compare(args)
+        if args.command == "ab":
+            return run_ab_command(args)
+        from perfsuite.cli.report import run_report
+
+        return run_report(args)
+    except (CliError, BaselineError) as exc:
+        print(f"perfsuite {args.command}: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,174 @@
+"""A/B gate: base and head timed in alternating blocks (ABAB...) in one time window.
+
+Each side runs in its own worker process (``perfsuite.gate.ab_worker``) importing perfsuite from
+its own source tree, so base and head can be two git checkouts, or two variants, or the
+same code with an injected slowdown (calibration). Only one side runs at a time; block
+order alternates (AB, BA, AB, ...) so neither side always goes first. The statistics are
+``perfsuite.gate.stats.paired_ratio``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from perfsuite.gate.compare import BaselineError, BenchmarkComparison
+from perfsuite.gate.fingerprint import diff_fingerprints
+from perfsuite.gate.stats import GateSettings, paired_ratio, verdict
+
+# The same, fixed process conditions for both sides:
+# - idle OpenMP threads of the side that just finished a block would spin (libgomp busy-waits
+#   after a parallel region) and steal a core from the side being timed;
+# - glibc adapts its mmap threshold to each process's allocation history, so two processes
+#   running identical code could serve the score matrix from the heap in one and from fresh
+#   mmap'd (page-faulting) memory in the other: measured up to 2x apart. Fixed thresholds
+#   disable that adaptation (mallopt(3): setting them turns the dynamic threshold off).
+WORKER_ENV = {
+    "OMP_WAIT_POLICY": "PASSIVE",
+    "MALLOC_MMAP_THRESHOLD_": str(32 * 2**20),
+    "MALLOC_TRIM_THRESHOLD_": str(256 * 2**20),
+}
+
+PAIRED_METHOD = ("percentile bootstrap (Efron & Tibshirani 1993) of the median of per-block-pair log ratios, "
+                 "base and head interleaved ABAB in one run")
+
+
+@dataclasses.dataclass(frozen=True)
+class Side:
+    """One side of the comparison: a source tree (its perfsuite is imported), a variant name
+    (None: the benchmark's own), and an injected slowdown fraction (calibration only)."""
+
+    tree: Path
+    variant: str | None = None
+    slowdown: float = 0.0
+    slow_variant: str | None = None  # the slowdown applies to this variant only (None: all)
+
+    def slowdown_for(self, variant: str) -> float:
+        return self.slowdown if self.slow_variant in (None, variant) else 0.0
+
+
+def no_aslr_prefix() -> list[str]:
+    """``setarch <arch> -R`` where available: both workers get the same address-space layout,
+    so cache-set aliasing of the big buffers does not differ at random between them."""
+    setarch = shutil.which("setarch")
+    if not setarch or subprocess.run([setarch, platform.machine(), "-R", "true"], capture_output=True).returncode:
+        return []
+    return [setarch, platform.machine(), "-R"]
+
+
+class WorkerProcess:
+    """A running ``perfsuite.gate.ab_worker`` for one side."""
+
+    def __init__(self, side: Side):
+        env = dict(os.environ, PYTHONPATH=str(side.tree.resolve()), **WORKER_ENV)
+        self.side = side
+        self.process = subprocess.Popen(
+            no_aslr_prefix() + [sys.executable, "-m", "perfsuite.gate.ab_worker"], cwd=side.tree, env=env, text=True,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        )
+
+    def ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        if not line:
+            raise BaselineError(f"A/B worker for {self.side.tree} exited (exit code {self.process.poll()})")
+        reply = json.loads(line)
+        if "error" in reply:
+            raise BaselineError(f"A/B worker for {self.side.tree}: {reply['error']}")
+        return reply
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.stdin.write(json.dumps({"quit": True}) + "\n")
+            self.process.stdin.close()
+            self.process.wait(timeout=30)
+
+
+@dataclasses.dataclass
+class AbBenchmark:
+    """Samples and outcome of one benchmark: blocks of round times (seconds) per side."""
+
+    key: str
+    base_blocks: list[list[float]]
+    head_blocks: list[list[float]]
+    comparison: BenchmarkComparison
+
+
+def _time_blocks(base: WorkerProcess, head: WorkerProcess, blocks: int, rounds: int) -> tuple[list, list]:
+    base_blocks, head_blocks = [], []
+    for i in range(blocks):
+        order = (base, head) if i % 2 == 0 else (head, base)
+        for worker in order:
+            times = worker.ask({"time": rounds})["times"]
+            (base_blocks if worker is base else head_blocks).append(times)
+    return base_blocks, head_blocks
+
+
+def run_benchmark(base: WorkerProcess, head: WorkerProcess, variant: str, case_id: str, seed: int,
+                  blocks: int, rounds: int, settings: GateSettings) -> AbBenchmark | None:
+    """A/B one variant on one case; None when either side cannot run it."""
+    setups = []
+    for worker in (base, head):
+        request = {"variant": worker.side.variant or variant, "case": case_id, "seed": seed,
+                   "slowdown": worker.side.slowdown_for(variant)}
+        setups.append(worker.ask({"setup": request}))
+    key = f"{variant}/{case_id}"
+    if any("unsupported" in s for s in setups):
+        return None
+    base_blocks, head_blocks = _time_blocks(base, head, blocks, rounds)
+    estimate = paired_ratio(base_blocks, head_blocks, settings.alpha)
+    median = lambda blocks_: sorted(t for b in blocks_ for t in b)[len(blocks_) * rounds // 2]
+    comparison = BenchmarkComparison(key, median(base_blocks), median(head_blocks), estimate,
+                                     verdict(estimate, settings), diff_fingerprints(setups[0]["fingerprint"], setups[1]["fingerprint"]))
+    return AbBenchmark(key, base_blocks, head_blocks, comparison)
+
+
+def check_same_machine(base: WorkerProcess, head: WorkerProcess, devices: list[str], force: bool) -> dict:
+    """Both workers must see the same torch and devices (else BaselineError unless ``force``)."""
+    infos = [w.ask({"info": devices}) for w in (base, head)]
+    fields = ("torch_version", "device_names")
+    problems = [f"{f}: {infos[0].get(f)!r} vs {infos[1].get(f)!r}" for f in fields if infos[0].get(f) != infos[1].get(f)]
+    if problems and not force:
+        raise BaselineError("base and head run different software or hardware: " + "; ".join(problems))
+    return infos[1]
+
+
+def run_ab(base_side: Side, head_side: Side, variants: list[str], case_ids: list[str], seed: int = 0,
+           blocks: int = 12, rounds: int = 8, settings: GateSettings = GateSettings(), force: bool = False,
+           progress=None) -> tuple[list[AbBenchmark], dict]:
+    """A/B every variant x case; returns the benchmarks that both sides could run and machine info."""
+    base, head = WorkerProcess(base_side), WorkerProcess(head_side)
+    try:
+        devices = sorted({c.rsplit("-", 1)[1] for c in case_ids})
+        info = check_same_machine(base, head, devices, force)
+        results = []
+        for variant in variants:
+            for case_id in case_ids:
+                if progress:
+                    progress(f"A/B {variant} on {case_id}")
+                found = run_benchmark(base, head, variant, case_id, seed, blocks, rounds, settings)
+                if found:
+                    results.append(found)
+        return results, info
+    finally:
+        base.close()
+        head.close()
+
+
+def write_json(path: Path, results: list[AbBenchmark], info: dict, settings: GateSettings) -> None:
+    """The raw blocks and verdicts (for artifacts), written atomically."""
+    from perfsuite.storage import write_text_atomic
+
+    payload = {"schema_version": 1, "machine": info, "alpha": settings.alpha, "min_effect": settings.min_effect,
+               "benchmarks": [{"key": r.key, "base_blocks_s": r.base_blocks, "head_blocks_s": r.head_blocks,
+                               "verdict": r.comparison.verdict, "structure": r.comparison.structure,
+                               "ratio": dataclasses.asdict(r.comparison.estimate)} for r in results]}
+    write_text_atomic(path, json.dumps(payload, indent=1) + "\n")

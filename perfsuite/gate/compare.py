@@ -1,0 +1,143 @@
+"""Compare two saved runs of the suite (pytest-benchmark JSON): timing verdicts with confidence
+intervals, structural differences, and refusals that keep baselines honest.
+
+Benchmarks are matched by ``variant/case-id`` from their ``extra_info`` (never by test node
+id), so a case with another dtype or shape is another benchmark. Runs from different device
+names or torch versions are refused unless forced.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from perfsuite.gate.fingerprint import diff_fingerprints
+from perfsuite.gate.stats import GateSettings, RatioEstimate, unpaired_ratio, verdict
+from perfsuite.storage import read_json
+
+
+class BaselineError(ValueError):
+    """A run file that cannot be compared (unreadable, or from other hardware); names the file."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BenchmarkComparison:
+    """One benchmark's outcome: ``verdict`` from the timings, ``structure`` lines from fingerprints."""
+
+    key: str
+    base_median_s: float | None
+    head_median_s: float | None
+    estimate: RatioEstimate | None
+    verdict: str
+    structure: list[str]
+    note: str = ""
+
+
+def load_benchmark_file(path: str | Path) -> dict[str, Any]:
+    """Read a pytest-benchmark JSON file; ``BaselineError`` naming it when corrupt or truncated."""
+    path = Path(path)
+    data = read_json(path, BaselineError, "baseline file (it is not skipped in favour of another)")
+    if not isinstance(data, dict) or not isinstance(data.get("benchmarks"), list):
+        raise BaselineError(f"{path}: not a pytest-benchmark file (no 'benchmarks' list)")
+    return data
+
+
+def benchmark_key(bench: dict[str, Any]) -> str:
+    """``variant/case`` for the forward (older runs have no mode), ``variant/case/mode`` otherwise."""
+    info = bench.get("extra_info") or {}
+    if "variant" not in info or "case" not in info:
+        return bench.get("name", "?")
+    mode = info.get("mode", "forward")
+    return f"{info['variant']}/{info['case']}" + ("" if mode == "forward" else f"/{mode}")
+
+
+def check_compatible(base: dict[str, Any], head: dict[str, Any], base_name: str, head_name: str, force: bool) -> list[str]:
+    """Differences in device names / torch version; ``BaselineError`` unless ``force``."""
+    ours = (head.get("machine_info") or {}).get("perfsuite", {})
+    theirs = (base.get("machine_info") or {}).get("perfsuite", {})
+    problems = [
+        f"{field}: {theirs.get(field)!r} in {base_name}, {ours.get(field)!r} in {head_name}"
+        for field in ("device_names", "torch_version")
+        if theirs.get(field) != ours.get(field)
+    ]
+    if problems and not force:
+        raise BaselineError("refusing to compare runs from different hardware or software: " + "; ".join(problems)
+                            + " (use --force to compare anyway)")
+    return problems
+
+
+def _compare_one(key: str, base: dict[str, Any] | None, head: dict[str, Any] | None, settings: GateSettings) -> BenchmarkComparison:
+    if base is None or head is None:
+        side = "base" if head is None else "head"
+        return BenchmarkComparison(key, None, None, None, "missing", [], f"only in the {side} run")
+    medians = (base["stats"]["median"], head["stats"]["median"])
+    structure = diff_fingerprints(base.get("extra_info", {}).get("fingerprint", {}),
+                                  head.get("extra_info", {}).get("fingerprint", {}))
+    data_base, data_head = base["stats"].get("data"), head["stats"].get("data")
+    if not data_base or not data_head:
+        return BenchmarkComparison(key, *medians, None, "inconclusive", structure,
+                                   "no per-round data: save runs with --benchmark-save-data")
+    estimate = unpaired_ratio(data_base, data_head, settings.alpha)
+    return BenchmarkComparison(key, *medians, estimate, verdict(estimate, settings), structure)
+
+
+def compare_runs(base: dict[str, Any], head: dict[str, Any], settings: GateSettings) -> list[BenchmarkComparison]:
+    """Compare every benchmark of either run, in a stable order.
+
+    Raises ``BaselineError`` when an entry lacks its stats or holds non-numeric round times.
+    """
+    try:
+        return _compare_all(base, head, settings)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BaselineError(f"a benchmark entry is malformed ({type(exc).__name__}: {exc})") from None
+
+
+def _compare_all(base: dict[str, Any], head: dict[str, Any], settings: GateSettings) -> list[BenchmarkComparison]:
+    base_by_key = {benchmark_key(b): b for b in base["benchmarks"]}
+    head_by_key = {benchmark_key(b): b for b in head["benchmarks"]}
+    keys = list(dict.fromkeys(list(base_by_key) + list(head_by_key)))
+    return [_compare_one(k, base_by_key.get(k), head_by_key.get(k), settings) for k in keys]
+
+
+def gate_failed(comparisons: list[BenchmarkComparison], fail_on_structure: bool) -> bool:
+    """True on a ``slower`` verdict, or any structural change when ``fail_on_structure``."""
+    return any(c.verdict == "slower" or (fail_on_structure and c.structure) for c in comparisons)
+
+
+def _ms(value: float | None) -> str:
+    return f"{value * 1e3:.3f}" if value else "-"
+
+
+def markdown(comparisons: list[BenchmarkComparison], settings: GateSettings, title: str, method: str) -> str:
+    """The table a reviewer reads in a pull request."""
+    level = round((1 - settings.alpha) * 100, 2)
+    rows = [f"### {title}", "",
+            f"| benchmark | base ms | head ms | head/base ({level:g}% CI) | verdict | structure |",
+            "| --- | --- | --- | --- | --- | --- |"]
+    for c in comparisons:
+        ratio = f"{c.estimate.ratio:.3f} [{c.estimate.low:.3f}, {c.estimate.high:.3f}]" if c.estimate else "-"
+        mark = {"slower": "**slower**", "faster": "faster"}.get(c.verdict, c.verdict)
+        note = f" ({c.note})" if c.note else ""
+        structure = "-" if c.verdict == "missing" else ("<br>".join(c.structure) if c.structure else "same")
+        rows.append(f"| `{c.key}` | {_ms(c.base_median_s)} | {_ms(c.head_median_s)} | {ratio} | {mark}{note} | {structure} |")
+    counts = {v: sum(c.verdict == v for c in comparisons) for v in ("slower", "faster", "no change", "inconclusive", "missing")}
+    timed = sum(1 for c in comparisons if c.estimate)
+    rows += ["", ", ".join(f"{n} {v}" for v, n in counts.items() if n) + f" of {len(comparisons)} benchmarks.",
+             f"Method: {method}. Verdicts need a change of at least {settings.min_effect:.0%} and an interval that "
+             f"excludes 1."]
+    if method == UNPAIRED_METHOD:
+        rows.append("Two separate runs: drift of the machine between them is not controlled, so there is no "
+                    "false-alarm bound; gate with `perfsuite ab` (interleaved), which has one.")
+    elif timed:
+        rows.append(f"False-alarm bound for identical code: {settings.false_alarm_rate():.2%} per benchmark, "
+                    f"{settings.false_alarm_rate(timed):.2%} for these {timed} (union bound).")
+    return "\n".join(rows) + "\n"
+
+
+def judged_nothing(comparisons: list[BenchmarkComparison]) -> bool:
+    """True when no benchmark was in both runs: a gate that compared nothing must not pass."""
+    return not any(c.verdict != "missing" for c in comparisons)
+
+
+UNPAIRED_METHOD = "percentile bootstrap (Efron & Tibshirani 1993) of the ratio of median round times of two separate runs"

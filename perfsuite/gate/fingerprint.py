@@ -1,0 +1,55 @@
+"""Structural fingerprint of a forward: deterministic facts that gate without noise.
+
+ATen ops and device kernels by name with counts, copies by kind and shape, ``Memcpy`` by
+kind, bytes allocated, and the SDPA backend that ran. For one torch build and case these do
+not change between runs, so any difference is a real change in what the code does.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+from perfsuite.units import format_bytes
+from perfsuite.trace.summary import WindowSummary
+
+
+def fingerprint(summary: WindowSummary, device: str) -> dict[str, Any]:
+    """JSON-ready fingerprint of one profiled forward on ``device``."""
+    copies: dict[str, int] = collections.Counter()
+    for copy in summary.copies:
+        kind = f"{copy.kind} (dtype conversion)" if copy.dtype_conversion else copy.kind
+        shape = "x".join(map(str, copy.shape)) if copy.shape else "?"
+        copies[f"{copy.lane} {kind} [{shape}]"] += 1
+    return {
+        "cpu_ops": dict(sorted(summary.cpu_ops.items())),
+        "kernels": dict(sorted(summary.kernels.items())),
+        "copies": dict(sorted(copies.items())),
+        "memcpy": dict(sorted(summary.memcpy_counts.items())),
+        "allocated_bytes": summary.allocated_bytes.get(device, 0),
+        "sdpa_backends": summary.sdpa_backends,
+    }
+
+
+
+
+def diff_fingerprints(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
+    """Human lines for every structural change, ``[]`` when identical.
+
+    ``+1 aten::clone``, ``+1 copy cpu aten::clone [2x8x256x256]``, ``allocated +4.0 MiB``,
+    ``SDPA backend MATH -> FLASH_ATTENTION``.
+    """
+    lines = []
+    for field, label in (("cpu_ops", ""), ("kernels", "kernel "), ("copies", "copy "), ("memcpy", "Memcpy ")):
+        before, after = base.get(field, {}), head.get(field, {})
+        for name in sorted(set(before) | set(after)):
+            delta = after.get(name, 0) - before.get(name, 0)
+            if delta:
+                lines.append(f"{delta:+d} {label}{name[:100]}")
+    grown = head.get("allocated_bytes", 0) - base.get("allocated_bytes", 0)
+    if grown:
+        sign = "+" if grown > 0 else "-"
+        lines.append(f"allocated {sign}{format_bytes(abs(grown))} per forward")
+    if base.get("sdpa_backends") != head.get("sdpa_backends"):
+        lines.append(f"SDPA backend {base.get('sdpa_backends')} -> {head.get('sdpa_backends')}")
+    return lines

@@ -1,0 +1,118 @@
+"""Reports from a saved run: load perfsuite's run.json or a pytest-benchmark JSON file, render
+the results table as Markdown or a self-contained HTML page."""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import html
+from pathlib import Path
+from typing import Any
+
+from perfsuite.storage import read_json
+from perfsuite.report.results import HEADER, BenchmarkResult, SkippedResult, markdown_table, table_row
+
+
+class ReportError(ValueError):
+    """A file that is not a saved run; the message names it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SavedRun:
+    """Results, skips and machine facts (including measured peaks, when timed) of one run."""
+
+    source: Path
+    results: list[BenchmarkResult]
+    skipped: list[SkippedResult]
+    machine: dict[str, Any]
+
+    @property
+    def peaks(self) -> dict[str, Any] | None:
+        return self.machine.get("peaks")
+
+
+_RESULT_FIELDS = [f.name for f in dataclasses.fields(BenchmarkResult)]
+
+
+def _from_perfsuite(data: dict[str, Any], path: Path) -> SavedRun:
+    # Fields added later (mode, compile_s) keep their defaults when an older run.json lacks them.
+    results = [BenchmarkResult(**{k: r[k] for k in _RESULT_FIELDS if k in r}) for r in data["results"]]
+    skipped = [SkippedResult(**s) for s in data.get("skipped", [])]
+    return SavedRun(path, results, skipped, data.get("machine", {}))
+
+
+def _from_pytest_benchmark(data: dict[str, Any], path: Path) -> SavedRun:
+    results = []
+    for bench in data["benchmarks"]:
+        info = bench.get("extra_info", {})
+        if "variant" not in info:
+            continue  # a benchmark of some other suite
+        on_cuda = info["case_fields"]["device"] == "cuda"
+        results.append(BenchmarkResult(
+            variant=info["variant"], case_id=info["case"], device=info["case_fields"]["device"],
+            flop=info["flop"], bytes_moved=info["bytes_read"] + info["bytes_written"],
+            median_s=bench["stats"]["median"], rounds=bench["stats"]["rounds"], iqr_s=bench["stats"].get("iqr"),
+            work_per_forward=info["kernels_per_forward"] if on_cuda else info["cpu_ops_per_forward"],
+            work_unit="kernels" if on_cuda else "ops",
+            score_copies_per_forward=info["score_copies_per_forward"],
+            allocated_bytes=info["allocated_bytes_per_forward"], peak_bytes=info["peak_memory_bytes"],
+            max_abs_error=info["max_abs_error"], correct=info.get("correct", True),
+            mode=info.get("mode", "forward"), compile_s=(info.get("compile") or {}).get("first_call_s"),
+            saved_for_backward_bytes=(info.get("saved_for_backward") or {}).get("bytes"),
+            saved_score_matrices=(info.get("saved_for_backward") or {}).get("score_sized"),
+        ))
+    machine = dict(data.get("machine_info", {}).get("perfsuite", {}), peaks=data.get("perfsuite_peaks"))
+    return SavedRun(path, results, [], machine)
+
+
+def load_run(path: str | Path) -> SavedRun:
+    """Read a run; raises ``ReportError`` naming the file when it is not one."""
+    path = Path(path)
+    data = read_json(path, ReportError, "run file")
+    try:
+        if isinstance(data, dict) and "results" in data and "schema_version" in data:
+            run = _from_perfsuite(data, path)
+        elif isinstance(data, dict) and "benchmarks" in data:
+            run = _from_pytest_benchmark(data, path)
+        else:
+            raise ReportError(f"{path}: neither a perfsuite run.json nor a pytest-benchmark JSON file")
+    except (KeyError, TypeError) as exc:
+        raise ReportError(f"{path}: a run file with a missing or malformed field ({exc})") from None
+    if not run.results:
+        raise ReportError(f"{path}: holds no perfsuite results")
+    return run
+
+
+def _machine_line(run: SavedRun) -> str:
+    m = run.machine
+    names = ", ".join(f"{d}: {n}" for d, n in m.get("device_names", {}).items())
+    cuda = f"CUDA {m['cuda_version']}" if m.get("cuda_version") else "no CUDA"
+    return f"torch {m.get('torch_version', '?')}, {cuda}, {m.get('num_threads', '?')} threads; {names}"
+
+
+def markdown_report(run: SavedRun, plot_names: list[str] = ()) -> str:
+    """Markdown for a GitHub step summary or PR comment; ``plot_names`` are linked below the table."""
+    lines = [f"## perfsuite: attention at a glance", "", f"{_machine_line(run)}  ", f"source: `{run.source.name}`", ""]
+    lines.append(markdown_table(run.results, run.skipped))
+    lines += [f"![{name}]({name})" for name in plot_names]
+    return "\n".join(lines) + "\n"
+
+
+def html_report(run: SavedRun, plots: list[Path] = ()) -> str:
+    """A single HTML page (plots embedded as data URIs), no external resources."""
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in HEADER)
+    rows = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in table_row(r)) + "</tr>" for r in run.results)
+    skips = "".join(f"<li><code>{html.escape(s.variant)}</code> on <code>{html.escape(s.case_id)}</code>: "
+                    f"{html.escape(s.reason)}</li>" for s in run.skipped)
+    images = "".join(
+        f'<figure><img alt="{html.escape(p.stem)}" src="data:image/png;base64,'
+        f'{base64.b64encode(p.read_bytes()).decode()}"><figcaption>{html.escape(p.stem)}</figcaption></figure>'
+        for p in plots if p.suffix == ".png"
+    )
+    style = ("body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse}"
+             "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}td:first-child,td:nth-child(2){text-align:left}"
+             "th{background:#f3f3f3}img{max-width:100%;border:1px solid #eee}")
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>perfsuite report</title><style>{style}</style>"
+            f"</head><body><h1>perfsuite: attention at a glance</h1><p>{html.escape(_machine_line(run))}<br>"
+            f"source: <code>{html.escape(run.source.name)}</code></p><table><tr>{head}</tr>{rows}</table>"
+            f"{'<h2>Skipped</h2><ul>' + skips + '</ul>' if skips else ''}{images}</body></html>\n")

@@ -1,0 +1,1 @@
+"""The pytest plugin (options, hooks, fixtures), its per-run session, settings, and the attention suite's test module."""

@@ -1,0 +1,211 @@
+"""Suite settings, resolved once from command-line options, ini keys and defaults.
+
+Each setting has a command-line option (``--perfsuite-dtypes``) that wins over the ini
+key (``perfsuite_cpu_dtypes`` in ``benchmarks.ini`` or ``pyproject.toml``), which wins
+over the built-in default; shapes, dtypes and masks default to the chosen case set, and
+a case set named on the command line wins over the ini keys. Lists are separated by spaces or commas. A bad value raises
+``SettingsError`` naming the value, where it came from and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Callable
+
+from perfsuite.attention import cases
+from perfsuite.attention.case_sets import get_case_set
+from perfsuite.attention.cases import AttentionCase
+from perfsuite.attention.modes import MODES, parse_mode
+from perfsuite.variants import get_variant, variant_names
+
+
+class SettingsError(ValueError):
+    """A setting's value is invalid; the message says which, from where, and what is allowed."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One setting: its ini key, command-line option and built-in default."""
+
+    ini_key: str
+    option: str | None
+    default: str
+    help: str
+
+
+# Cases come from a named case set (perfsuite.attention.case_sets), refined by ini keys, overridden
+# by command-line options; "cases" names exact case ids and overrides all of them.
+SETTINGS = {
+    "variants": Setting("perfsuite_variants", "--perfsuite-variants", "all", "attention variants to run, or 'all'"),
+    "devices": Setting("perfsuite_devices", "--perfsuite-devices", "auto", "cpu, cuda, or auto (cuda when available, else cpu)"),
+    "case_set": Setting("perfsuite_case_set", "--perfsuite-case-set", "default", "named case set (smoke, default, llm-decode, ...)"),
+    "shapes": Setting("perfsuite_shapes", "--perfsuite-shapes", "", "shapes BxH[:Hkv]xS[:Skv]xD for every device"),
+    "cpu_shapes": Setting("perfsuite_cpu_shapes", None, "", "CPU shapes"),
+    "cuda_shapes": Setting("perfsuite_cuda_shapes", None, "", "CUDA shapes"),
+    "dtypes": Setting("perfsuite_dtypes", "--perfsuite-dtypes", "", "dtypes for every device (fp32 bf16 ...)"),
+    "cpu_dtypes": Setting("perfsuite_cpu_dtypes", None, "", "CPU dtypes"),
+    "cuda_dtypes": Setting("perfsuite_cuda_dtypes", None, "", "CUDA dtypes"),
+    "masks": Setting("perfsuite_masks", "--perfsuite-masks", "", "masks for every device (causal noncausal causal_br bool additive padding window<W>, both)"),
+    "cpu_masks": Setting("perfsuite_cpu_masks", None, "", "CPU masks"),
+    "cuda_masks": Setting("perfsuite_cuda_masks", None, "", "CUDA masks"),
+    "cases": Setting("perfsuite_cases", "--perfsuite-cases", "", "exact case ids (b1h4kv2q3k7d8-fp32-bool-cpu), replacing the above"),
+    "extra_cases": Setting("perfsuite_extra_cases", "--perfsuite-extra-cases", "", "case ids added to the others (not to --perfsuite-cases)"),
+    "modes": Setting("perfsuite_modes", "--perfsuite-modes", "all", "modes: forward backward forward_backward, or 'all'"),
+    "compiled_cases": Setting("perfsuite_compiled_cases", "--perfsuite-compiled-cases", "",
+                              "case ids for torch.compile variants only (each compiles per case); default: every case"),
+    "seed": Setting("perfsuite_seed", "--perfsuite-seed", "0", "seed of the random query/key/value and masks"),
+    "results": Setting("perfsuite_results", "--perfsuite-results", "perfsuite-results", "folder for the Markdown table and run summary"),
+    "traces": Setting("perfsuite_traces", "--perfsuite-traces", "", "folder for Chrome traces (default: RESULTS/traces)"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class RawValue:
+    """A setting's text, a description of where it came from, and from which layer."""
+
+    value: str
+    source: str
+    origin: str  # "option", "ini" or "default"
+
+
+RawSettings = dict[str, RawValue]
+
+
+@dataclasses.dataclass(frozen=True)
+class SuiteSettings:
+    """Resolved settings of one pytest run."""
+
+    variants: tuple[str, ...]
+    modes: tuple[str, ...]
+    devices: tuple[str, ...]
+    case_set: str
+    cases: tuple[AttentionCase, ...]
+    cases_from: str
+    compiled_cases: tuple[AttentionCase, ...] | None  # None: compiled variants run every case
+    seed: int
+    results_dir: Path
+    traces_dir: Path
+
+
+def split_list(text: str) -> list[str]:
+    return [item for item in re.split(r"[\s,]+", text.strip()) if item]
+
+
+def _parse_items(raw: RawValue, parse: Callable[[str], object], what: str) -> list:
+    items = split_list(raw.value)
+    if not items:
+        raise SettingsError(f"{raw.source} is empty; give at least one value ({what})")
+    parsed = []
+    for item in items:
+        try:
+            parsed.append(parse(item))
+        except ValueError as exc:
+            raise SettingsError(f"{raw.source}: {exc}") from None
+    return parsed
+
+
+def _resolve_devices(raw: RawSettings, cuda_available: bool) -> tuple[str, ...]:
+    if raw["devices"].value.strip().lower() == "auto":
+        return ("cuda",) if cuda_available else ("cpu",)
+    return tuple(dict.fromkeys(_parse_items(raw["devices"], cases.parse_device, "cpu or cuda")))
+
+
+def _resolve_variants(raw: RawSettings) -> tuple[str, ...]:
+    if raw["variants"].value.strip().lower() == "all":
+        return tuple(variant_names())
+    return tuple(dict.fromkeys(v.name for v in _parse_items(raw["variants"], get_variant, "variant names")))
+
+
+def _resolve_modes(raw: RawSettings) -> tuple[str, ...]:
+    if raw["modes"].value.strip().lower() == "all":
+        return MODES
+    return tuple(dict.fromkeys(_parse_items(raw["modes"], parse_mode, "modes, or 'all'")))
+
+
+_CASE_SELECTORS = ("cases", "extra_cases", "case_set", "shapes", "dtypes", "masks")
+
+
+def _resolve_compiled_cases(raw: RawSettings) -> tuple[AttentionCase, ...] | None:
+    """Cases for compiled variants: an ini list yields to cases chosen on the command line."""
+    value = raw["compiled_cases"]
+    if not value.value.strip():
+        return None
+    if value.origin != "option" and any(raw[name].origin == "option" for name in _CASE_SELECTORS):
+        return None
+    return tuple(dict.fromkeys(_parse_items(value, cases.parse_case_id, "case ids")))
+
+
+def _device_field(raw: RawSettings, case_set_name: str, device: str, field: str) -> RawValue:
+    """Option > case set named on the command line > ini (common, then per device) > case set."""
+    common, own = raw[field], raw[f"{device}_{field}"]
+    if common.origin == "option" and common.value.strip():
+        return common
+    from_set = RawValue(getattr(getattr(get_case_set(case_set_name), device), field),
+                        f"case set {case_set_name!r} ({device} {field})", "default")
+    if raw["case_set"].origin == "option":
+        return from_set
+    for candidate in (common, own):
+        if candidate.origin == "ini" and candidate.value.strip():
+            return candidate
+    return from_set
+
+
+def _parse_seed(raw: RawSettings) -> int:
+    value = raw["seed"].value
+    try:
+        seed = int(value)
+    except ValueError:
+        seed = -1
+    if seed < 0:
+        raise SettingsError(f"{raw['seed'].source}: seed {value!r} is not a non-negative integer")
+    return seed
+
+
+def _describe_source(value: RawValue) -> str:
+    """``option --perfsuite-shapes``, ``ini key perfsuite_cpu_masks``, ``case set 'default'``."""
+    return value.source.split(" (")[0] if value.source.startswith("case set") else value.source.split("=")[0]
+
+
+def _resolve_cases(raw: RawSettings, devices: tuple[str, ...], case_set_name: str) -> tuple[list[AttentionCase], str]:
+    """The cases, and where they came from (for the run header)."""
+    if raw["cases"].value.strip():
+        return _parse_items(raw["cases"], cases.parse_case_id, "case ids"), _describe_source(raw["cases"])
+    found: list[AttentionCase] = []
+    sources: list[str] = []
+    for device in devices:
+        fields = [_device_field(raw, case_set_name, device, f) for f in ("shapes", "dtypes", "masks")]
+        sources += [_describe_source(f) for f in fields]
+        shapes = _parse_items(fields[0], cases.parse_shape, "shapes")
+        dtypes = _parse_items(fields[1], cases.parse_dtype, "dtypes")
+        masks = [m for group in _parse_items(fields[2], cases.parse_masks, "masks") for m in group]
+        found += cases.build_cases(list(dict.fromkeys(shapes)), list(dict.fromkeys(dtypes)), device, list(dict.fromkeys(masks)))
+    return found, "; ".join(dict.fromkeys(sources))
+
+
+def resolve(raw: RawSettings, cuda_available: bool) -> SuiteSettings:
+    """Build ``SuiteSettings`` from raw values; raises ``SettingsError`` on a bad one."""
+    case_set_name = raw["case_set"].value.strip()
+    try:
+        get_case_set(case_set_name)
+    except ValueError as exc:
+        raise SettingsError(f"{raw['case_set'].source}: {exc}") from None
+    devices = _resolve_devices(raw, cuda_available)
+    resolved_cases, cases_from = _resolve_cases(raw, devices, case_set_name)
+    if raw["extra_cases"].value.strip() and not raw["cases"].value.strip():
+        resolved_cases += _parse_items(raw["extra_cases"], cases.parse_case_id, "case ids")
+    results_dir = Path(raw["results"].value)
+    traces = raw["traces"].value.strip()
+    return SuiteSettings(
+        variants=_resolve_variants(raw),
+        modes=_resolve_modes(raw),
+        devices=tuple(dict.fromkeys(c.device for c in resolved_cases)) or devices,
+        case_set=case_set_name,
+        cases=tuple(dict.fromkeys(resolved_cases)),
+        cases_from=cases_from,
+        compiled_cases=_resolve_compiled_cases(raw),
+        seed=_parse_seed(raw),
+        results_dir=results_dir,
+        traces_dir=Path(traces) if traces else results_dir / "traces",
+    )

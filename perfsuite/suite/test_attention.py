@@ -1,0 +1,107 @@
+"""The attention suite: every variant x case x mode is checked, profiled and timed.
+
+Parametrized by the perfsuite plugin over the selected variants, cases and modes; a variant
+that cannot run a case (or has no backward) is skipped with the reason torch gave.
+"""
+
+import pytest
+
+from perfsuite.measure import compile_stats
+from perfsuite.trace.kernel_families import kernel_family
+from perfsuite.suite.plugin import benchmark_extra_info, record_result
+from perfsuite.measure.profiling import ACTIVE_STEPS
+from perfsuite.measure.timing import synchronized
+
+UNFUSED_OPS = ("aten::bmm", "aten::mm", "aten::matmul", "aten::baddbmm", "aten::_softmax", "aten::_safe_softmax")
+
+
+def test_matches_float64_reference(mode_evidence):
+    """Outputs, and in backward modes dq/dk/dv, against float64 (perfsuite.attention.reference)."""
+    if mode_evidence.not_compared:
+        pytest.skip(mode_evidence.not_compared)
+    failure = mode_evidence.comparison.failure
+    assert failure is None, failure
+
+
+def test_score_copies_per_forward(attention_evidence):
+    """naive copies the masked score matrix once per forward; the others never copy it."""
+    evidence = attention_evidence
+    if evidence.case.head_dim == evidence.case.seq_len_kv and evidence.expected_score_copies == 0:
+        pytest.skip("head_dim == seq_len_kv: a copy of the output has the score matrix's shape")
+    assert len(evidence.steps) == ACTIVE_STEPS, f"profiler recorded {len(evidence.steps)} forwards in {evidence.trace_path}"
+    lanes = ["cpu", "device"] if evidence.case.device == "cuda" else ["cpu"]
+    for lane in lanes:
+        copies = evidence.score_copies(lane)
+        expected = [evidence.expected_score_copies] * ACTIVE_STEPS
+        all_copies = [c for f in evidence.steps for c in f.copies]
+        assert copies == expected, (
+            f"{evidence.variant.name} on {evidence.case.id}: score-sized copies per forward on the {lane} lane "
+            f"{copies}, expected {expected}; copies seen: {all_copies}; trace: {evidence.trace_path}"
+        )
+
+
+def declares_saved_scores(variant):
+    """variants that declare saves_scores_for_backward"""
+    return variant.saves_scores_for_backward is not None
+
+
+@pytest.mark.perfsuite_only.with_args(declares_saved_scores)  # with_args: a lone callable would be decorated
+def test_scores_saved_for_backward(variant, case, perfsuite_run):
+    """Unfused softmax saves a [B, H, Sq, Skv] score matrix for backward; fused kernels never do.
+
+    Variants that depend on the case (sdpa's dispatch, Inductor's pattern matching, users' own
+    functions by default) declare nothing and are only reported (``saved for bwd`` column)."""
+    if "forward_backward" not in perfsuite_run.settings.modes:
+        pytest.skip("mode forward_backward is not selected (--perfsuite-modes)")
+    evidence = perfsuite_run.evidence(variant, case, "forward_backward")
+    saved, expected = evidence.saved_for_backward, variant.saves_scores_for_backward
+    if case.head_dim * case.seq_len_q == case.seq_len_q * case.seq_len_kv:
+        pytest.skip("head_dim == seq_len_kv: the output has as many elements as the scores")
+    assert (saved.score_sized > 0) == expected, (
+        f"{variant.name} on {case.id}: saved for backward {saved}; expected "
+        f"{'at least one' if expected else 'no'} score-sized tensor ({case.score_bytes} bytes each)"
+    )
+
+
+@pytest.mark.perfsuite_only("fused")
+def test_fused_variant_runs_no_unfused_matmul_or_softmax(attention_evidence):
+    """One fused kernel: no ATen matmul/softmax op on the CPU lane, no GEMM/softmax kernel on CUDA."""
+    evidence = attention_evidence
+    for step in evidence.steps:
+        unfused_ops = sorted(op for op in step.cpu_ops if op in UNFUSED_OPS)
+        unfused_kernels = sorted(k for k in step.kernels if kernel_family(k).startswith(("GEMM", "softmax")))
+        assert not unfused_ops and not unfused_kernels, (
+            f"{evidence.variant.name} on {evidence.case.id}: unfused work in a forward: ops {unfused_ops}, "
+            f"kernels {unfused_kernels}; trace: {evidence.trace_path}"
+        )
+
+
+@pytest.mark.perfsuite_only("compiled")
+def test_compiled_once_without_graph_breaks(mode_evidence):
+    """A compiled variant compiles in one graph (at the first call of its grad mode; forward_backward
+    reuses backward's), never while profiled, and its profiled steps run Inductor's compiled graphs."""
+    evidence, where = mode_evidence, f"{mode_evidence.variant.name} on {mode_evidence.case.id} ({mode_evidence.mode})"
+    first, profiled = evidence.compile_first_call, evidence.compile_while_profiled
+    assert first.graph_breaks == {}, f"{where}: graph breaks {first.graph_breaks}"
+    assert profiled.graphs_compiled == 0, f"{where}: {profiled.graphs_compiled} graph(s) recompiled while profiled"
+    graph_calls = [f.compiled_graph_calls for f in evidence.steps]
+    assert all(graph_calls), f"{where}: no '## Call CompiledFxGraph' range in the profiled steps of {evidence.trace_path}"
+    work = {(f.cpu_op_count, f.kernel_count) for f in evidence.steps}
+    assert len(work) == 1, f"{where}: ops/kernels differ between profiled steps after compile: {work}"
+
+
+def test_benchmark(mode_evidence, benchmark, perfsuite_run):
+    evidence = mode_evidence
+    case = evidence.case
+    benchmark.group = case.id
+    benchmark.extra_info.update(benchmark_extra_info(evidence))
+    before = compile_stats.snapshot()
+    benchmark(synchronized(evidence.step, case.device))
+    recompiled = compile_stats.since(before).graphs_compiled
+    benchmark.extra_info["graphs_compiled_while_timed"] = recompiled
+    stats = benchmark.stats.stats if benchmark.stats else None  # None when timing is disabled
+    result = record_result(perfsuite_run, evidence, stats.median if stats else None, stats.rounds if stats else None,
+                           stats.iqr if stats else None)
+    benchmark.extra_info["achieved_tflops"] = result.achieved_tflops
+    benchmark.extra_info["achieved_gbps"] = result.achieved_gbps
+    assert recompiled == 0, f"{evidence.variant.name} on {case.id} ({evidence.mode}): {recompiled} graph(s) compiled while timed"

@@ -1,0 +1,1 @@
+"""Hypothesis strategies and property checks, for perfsuite's tests and users' own."""

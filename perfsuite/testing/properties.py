@@ -1,0 +1,253 @@
+"""Properties every attention variant must have, as checks that return a failure message.
+
+Each ``check_*`` takes a variant, a case and a seed, runs the variant (under
+``torch.no_grad()``), and returns ``None`` when the property holds or a message naming the
+variant, the case, the seed and the command that reproduces it as an ordinary suite test.
+They raise ``perfsuite.measure.evidence.VariantUnsupported`` when the variant cannot run the case.
+The hypothesis tests in ``tests/testing`` draw the cases; ``test_property_cases.py`` runs
+every check as an ordinary test parametrized over the suite's variants and cases (how a
+hypothesis failure is rerun); users can call these checks on their own variants the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from pathlib import Path
+
+import torch
+
+from perfsuite.attention.cases import AttentionCase
+from perfsuite.measure.evidence import bind, check_output, run_once
+from perfsuite.attention.inputs import AttentionInputs, make_inputs
+from perfsuite.attention.masks import AttentionMask
+from perfsuite.measure.profiling import profile_steps
+from perfsuite.attention.reference import TOLERANCES
+from perfsuite.variants import Variant
+
+
+def reproduce_hint(variant: Variant, case: AttentionCase, seed: int) -> str:
+    """The command that runs this variant on this case as a normal parametrized test."""
+    return (f"reproduce: pytest tests/testing/test_property_cases.py --perfsuite-cases {case.id} "
+            f"--perfsuite-seed {seed} --perfsuite-variants {variant.name}")
+
+
+def _fail(variant: Variant, case: AttentionCase, seed: int, what: str) -> str:
+    return f"variant {variant.name} on case {case.id} (seed {seed}): {what}\n{reproduce_hint(variant, case, seed)}"
+
+
+def _run(variant: Variant, case: AttentionCase, inputs: AttentionInputs) -> torch.Tensor:
+    return run_once(variant, case, bind(variant, inputs)).detach().to(torch.float64).cpu()
+
+
+def _close(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> bool:
+    atol, rtol = TOLERANCES[dtype]
+    return bool(torch.isclose(a, b, atol=atol, rtol=rtol, equal_nan=True).all())
+
+
+def _generator(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed + 1)  # independent of the inputs' stream
+
+
+def check_matches_reference(variant: Variant, case: AttentionCase, seed: int) -> str | None:
+    """Property 1: the output equals the float64 reference within the dtype's tolerance
+    (fully masked rows: zeros, or NaN for ``fully_masked_rows="nan"`` variants)."""
+    inputs = make_inputs(case, seed)
+    output = run_once(variant, case, bind(variant, inputs))
+    failure = check_output(variant, case, inputs, output, f"variant {variant.name} on case {case.id} (seed {seed})")
+    return None if failure.failure is None else failure.failure + "\n" + reproduce_hint(variant, case, seed)
+
+
+def _permute_mask(mask: AttentionMask, dim: int, order: torch.Tensor) -> AttentionMask:
+    """Permute every mask tensor along ``dim`` where it is not broadcast (size > 1)."""
+
+    def permute(tensor):
+        if isinstance(tensor, torch.Tensor) and tensor.dim() == 4 and tensor.shape[dim] > 1:
+            return tensor.index_select(dim, order.to(tensor.device))
+        return tensor
+
+    return dataclasses.replace(mask, **{f.name: permute(getattr(mask, f.name)) for f in dataclasses.fields(mask)})
+
+
+def check_batch_and_head_independence(variant: Variant, case: AttentionCase, seed: int) -> str | None:
+    """Property 2: permuting batch rows, or kv heads together with their query-head groups,
+    permutes the output the same way."""
+    inputs = make_inputs(case, seed)
+    base = _run(variant, case, inputs)
+    gen = _generator(seed)
+    batch_order = torch.randperm(case.batch, generator=gen)
+    groups = case.num_heads // case.num_kv_heads
+    kv_order = torch.randperm(case.num_kv_heads, generator=gen)
+    q_order = torch.tensor([int(g) * groups + r for g in kv_order for r in range(groups)])
+    for dim, q_perm, kv_perm, name in ((0, batch_order, batch_order, "batch rows"), (1, q_order, kv_order, "heads")):
+        moved = inputs.replace(
+            query=inputs.query.index_select(dim, q_perm.to(inputs.query.device)),
+            key=inputs.key.index_select(dim, kv_perm.to(inputs.key.device)),
+            value=inputs.value.index_select(dim, kv_perm.to(inputs.value.device)),
+            mask=_permute_mask(inputs.mask, dim, q_perm),
+        )
+        if not _close(_run(variant, case, moved), base.index_select(dim, q_perm), case.torch_dtype):
+            return _fail(variant, case, seed, f"permuting {name} by {q_perm.tolist()} did not permute the output")
+    return None
+
+
+def _last_visible_key(case: AttentionCase) -> torch.Tensor:
+    """Per query row, the last key index a causal-like mask lets it see (may be negative)."""
+    offset = 0 if case.mask == "causal" else case.seq_len_kv - case.seq_len_q
+    return torch.arange(case.seq_len_q) + offset
+
+
+def check_causality(variant: Variant, case: AttentionCase, seed: int) -> str | None:
+    """Property 3 (causal, causal_br, window masks): changing keys/values at positions >= p
+    leaves every query row whose last visible key is < p unchanged (the case's alignment)."""
+    inputs = make_inputs(case, seed)
+    base = _run(variant, case, inputs)
+    gen = _generator(seed)
+    position = int(torch.randint(0, case.seq_len_kv, (1,), generator=gen))
+    noise = torch.randn(inputs.key.shape, generator=gen).to(inputs.key.device, inputs.key.dtype)
+    later = torch.zeros(case.seq_len_kv, 1, dtype=torch.bool, device=inputs.key.device)
+    later[position:] = True
+    changed = inputs.replace(key=torch.where(later, inputs.key + noise, inputs.key),
+                             value=torch.where(later, inputs.value - noise, inputs.value))
+    output = _run(variant, case, changed)
+    rows = _last_visible_key(case) < position
+    if not _close(output[:, :, rows], base[:, :, rows], case.torch_dtype):
+        return _fail(variant, case, seed, f"rows {rows.nonzero().flatten().tolist()} changed when keys >= {position} changed")
+    return None
+
+
+def _masked_rows_for_key(mask: AttentionMask, case: AttentionCase, key_index: int) -> torch.Tensor:
+    """Bool ``[batch, num_heads, seq_len_q]``: rows for which key ``key_index`` is hidden."""
+    allowed = mask.allowed.expand(case.batch, case.num_heads, case.seq_len_q, case.seq_len_kv)
+    return ~allowed[..., key_index].cpu()
+
+
+def _keys_hidden_somewhere(mask: AttentionMask, case: AttentionCase) -> torch.Tensor:
+    """Indices of keys that the mask hides from at least one query row (may be empty)."""
+    allowed = mask.allowed.expand(case.batch, case.num_heads, case.seq_len_q, case.seq_len_kv)
+    return (~allowed).any(dim=(0, 1, 2)).nonzero().flatten()
+
+
+def check_masked_keys_do_not_matter(variant: Variant, case: AttentionCase, seed: int, nan: bool = False) -> str | None:
+    """Property 4: replacing a masked-out key and value leaves the rows that cannot see it unchanged.
+
+    With ``nan=True`` the replacement is NaN. Then the rule is weaker, because ``0 * NaN`` is
+    NaN in ``P @ V`` and SDPA adds the mask to a NaN score: rows that can see the key must
+    become NaN; rows that cannot must be unchanged or entirely NaN, never other finite
+    values; and a variant that masks with ``masked_fill`` (``naive``, ``naive_inplace``)
+    keeps them unchanged when only the key is NaN (checked by ``check_nan_masked_key``).
+    """
+    inputs = make_inputs(case, seed)
+    candidates = _keys_hidden_somewhere(inputs.mask, case)
+    if not len(candidates):
+        return None
+    key_index = int(candidates[torch.randint(0, len(candidates), (1,), generator=_generator(seed))])
+    base = _run(variant, case, inputs)
+    key, value = inputs.key.clone(), inputs.value.clone()
+    if nan:
+        key[:, :, key_index], value[:, :, key_index] = float("nan"), float("nan")
+    else:
+        key[:, :, key_index] = key[:, :, key_index] * -3 + 1
+        value[:, :, key_index] = value[:, :, key_index] * 5 - 2
+    output = _run(variant, case, inputs.replace(key=key, value=value))
+    hidden = _masked_rows_for_key(inputs.mask, case, key_index)
+    same = torch.isclose(output, base, atol=TOLERANCES[case.torch_dtype][0], rtol=TOLERANCES[case.torch_dtype][1], equal_nan=True).all(-1)
+    if not nan:
+        if not same[hidden].all():
+            return _fail(variant, case, seed, f"rows that cannot see key {key_index} changed when it changed")
+        return None
+    all_nan = torch.isnan(output).all(-1)
+    if not all_nan[~hidden].all():
+        return _fail(variant, case, seed, f"rows that see NaN key {key_index} are not NaN")
+    if not (same | all_nan)[hidden].all():
+        return _fail(variant, case, seed, f"rows that cannot see NaN key {key_index} took other finite values")
+    return None
+
+
+def check_nan_masked_key(variant: Variant, case: AttentionCase, seed: int) -> str | None:
+    """Property 4, NaN key only, for ``masked_fill`` variants: a NaN score that is masked is
+    overwritten with ``-inf``, so rows that cannot see the key are unchanged."""
+    inputs = make_inputs(case, seed)
+    candidates = _keys_hidden_somewhere(inputs.mask, case)
+    if not len(candidates):
+        return None
+    key_index = int(candidates[0])
+    key = inputs.key.clone()
+    key[:, :, key_index] = float("nan")
+    base = _run(variant, case, inputs)
+    output = _run(variant, case, inputs.replace(key=key))
+    hidden = _masked_rows_for_key(inputs.mask, case, key_index)
+    if not _close(output[hidden], base[hidden], case.torch_dtype):
+        return _fail(variant, case, seed, f"a NaN in masked-out key {key_index} reached rows that cannot see it")
+    return None
+
+
+def check_shift_invariance(variant: Variant, case: AttentionCase, seed: int) -> str | None:
+    """Property 5: adding a constant to every score of a row (through an additive mask)
+    does not change the output (softmax is shift invariant). Integer constants up to +-100
+    make a softmax without max subtraction overflow in fp32, and a clamp of the scores show.
+    Meant for fp32/fp64 cases: in bf16 a score of 100.37 is stored as 100.5."""
+    inputs = make_inputs(case, seed)
+    gen = _generator(seed)
+    base_bias = inputs.mask.additive
+    zeros = torch.zeros(1, case.num_heads, case.seq_len_q, case.seq_len_kv, dtype=case.torch_dtype, device=case.device)
+    start = zeros if base_bias is None else base_bias
+    shift = (torch.rand(1, case.num_heads, case.seq_len_q, 1, generator=gen) * 200 - 100).round()
+    shifted = start + shift.to(device=case.device, dtype=case.torch_dtype)
+    base = _run(variant, case, inputs.replace(mask=inputs.mask.with_additive(start)))
+    output = _run(variant, case, inputs.replace(mask=inputs.mask.with_additive(shifted)))
+    if not _close(output, base, case.torch_dtype):
+        return _fail(variant, case, seed, "adding a constant to every score of a row changed the output")
+    return None
+
+
+def check_score_copies(variant: Variant, case: AttentionCase, seed: int) -> str | None:
+    """Property 6: the profiler sees exactly ``variant.expected_score_copies`` score-sized
+    copies per forward (``naive``: 1 when the mask hides keys; ``naive_inplace``: 0).
+
+    Inputs must be contiguous: a strided query is copied by ``matmul``, and when
+    ``head_dim == seq_len_kv`` that copy has the score matrix's shape too.
+    """
+    inputs = make_inputs(case, seed)
+    forward = bind(variant, inputs)
+    run_once(variant, case, forward)
+    with tempfile.TemporaryDirectory() as scratch:
+        forwards = profile_steps(forward, case.device, Path(scratch) / "trace.json.gz")
+    lane = "device" if case.device == "cuda" else "cpu"
+    counts = [f.copies_of_shape(case.score_shape, lane) for f in forwards]
+    expected = variant.expected_score_copies(case.hides_keys)
+    if counts != [expected] * len(forwards):
+        return _fail(variant, case, seed, f"score-sized copies per forward {counts}, expected {expected}")
+    return None
+
+
+ALL_CHECKS = {
+    "matches_reference": check_matches_reference,
+    "batch_and_head_independence": check_batch_and_head_independence,
+    "causality": check_causality,
+    "masked_keys_do_not_matter": check_masked_keys_do_not_matter,
+    "nan_in_masked_keys_or_values": lambda v, c, s: check_masked_keys_do_not_matter(v, c, s, nan=True),
+    "nan_masked_key_for_masked_fill": check_nan_masked_key,
+    "shift_invariance": check_shift_invariance,
+    "score_copies": check_score_copies,
+}
+
+
+def applicable(name: str, variant: Variant, case: AttentionCase) -> str | None:
+    """None when check ``name`` applies to ``variant`` on ``case``, else why not (a skip reason)."""
+    if variant.compiled:
+        return ("compiled variants are checked against float64 by the suite; here every transformed input "
+                "would compile anew (seconds each)")
+    if name == "causality" and not case.causal:
+        return f"{case.mask} is not a causal mask"
+    if name in ("masked_keys_do_not_matter", "nan_in_masked_keys_or_values", "nan_masked_key_for_masked_fill") and not case.hides_keys:
+        return f"{case.mask} hides no key"
+    if name == "nan_masked_key_for_masked_fill" and variant.name not in ("naive", "naive_inplace"):
+        return "only the masked_fill variants promise this"
+    if name == "shift_invariance" and case.dtype not in ("fp32", "fp64"):
+        return "shift invariance is checked in fp32/fp64 (bf16/fp16 cannot hold score + 100 exactly)"
+    if name == "score_copies" and not case.contiguous:
+        return "strided inputs: matmul copies them, which can look score-sized"
+    if name == "score_copies" and case.head_dim == case.seq_len_kv:
+        return "head_dim == seq_len_kv: a copy of the output has the score matrix's shape"
+    return None

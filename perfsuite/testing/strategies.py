@@ -1,0 +1,96 @@
+"""Hypothesis strategies for attention cases, and the suite's hypothesis profiles.
+
+Users testing their own variants can reuse ``attention_cases()`` and ``seeds()``: a drawn
+case plus a drawn seed builds the tensors (``perfsuite.attention.inputs.make_inputs``), so hypothesis
+never draws tensors element by element (which trips its large-input health check).
+
+Profiles, chosen with the environment variable ``PERFSUITE_HYPOTHESIS_PROFILE``
+(default ``ci`` when ``CI`` is set, else ``dev``):
+
+* ``dev``: 30 examples per property, random, a 5 s deadline (kernels are warmed up first);
+* ``ci``: derandomized (the same examples on every run, so CI is never flaky), 200 examples
+  per property, no deadline (a loaded 2-core runner can stall any single example);
+* ``nightly``: 2000 examples per property, random, no deadline.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+
+from perfsuite.attention.cases import AttentionCase
+from perfsuite.attention.masks import PLAIN_KINDS
+
+PROFILE_ENV = "PERFSUITE_HYPOTHESIS_PROFILE"
+# head_dim values fused kernels dislike (not multiples of 8) next to usual and large ones.
+HEAD_DIMS = (1, 3, 8, 12, 20, 64, 256)
+SCALES = (None, 0.05, 0.3, 1.0, 2.5)
+MASKS_HIDING_KEYS = ("causal", "causal_br", "bool", "padding", "window")
+
+
+def register_profiles() -> None:
+    """Register ``dev``, ``ci`` and ``nightly`` (idempotent)."""
+    slow_ok = [HealthCheck.too_slow]
+    settings.register_profile("dev", max_examples=30, deadline=5000, suppress_health_check=slow_ok)
+    settings.register_profile(
+        "ci", max_examples=200, derandomize=True, deadline=None, print_blob=True, suppress_health_check=slow_ok
+    )
+    settings.register_profile("nightly", max_examples=2000, deadline=None, suppress_health_check=slow_ok)
+
+
+def load_profile() -> str:
+    """Load the profile named by ``PERFSUITE_HYPOTHESIS_PROFILE``; returns its name.
+
+    Raises:
+        ValueError: the variable names no registered profile.
+    """
+    register_profiles()
+    name = os.environ.get(PROFILE_ENV) or ("ci" if os.environ.get("CI") else "dev")
+    if name not in ("dev", "ci", "nightly"):
+        raise ValueError(f"{PROFILE_ENV}={name!r} is not a profile; allowed: dev, ci, nightly")
+    settings.load_profile(name)
+    return name
+
+
+def seeds() -> st.SearchStrategy[int]:
+    """Seeds for ``make_inputs``."""
+    return st.integers(min_value=0, max_value=2**31 - 1)
+
+
+@st.composite
+def mask_kinds(draw, kinds: tuple[str, ...] = PLAIN_KINDS + ("window",)) -> str:
+    """A mask kind; ``"window"`` becomes ``window<W>`` with a drawn ``W``."""
+    kind = draw(st.sampled_from(kinds))
+    return f"window{draw(st.integers(1, 8))}" if kind == "window" else kind
+
+
+@st.composite
+def attention_cases(
+    draw,
+    devices: tuple[str, ...] = ("cpu",),
+    dtypes: tuple[str, ...] = ("fp32",),
+    masks: tuple[str, ...] = PLAIN_KINDS + ("window",),
+    max_seq_len: int = 24,
+    contiguous: bool | None = None,
+) -> AttentionCase:
+    """Small attention cases: GQA/MQA heads, differing and decode lengths, odd head_dim,
+    custom scale, strided layouts, every mask kind (``window`` draws its size)."""
+    num_kv_heads = draw(st.sampled_from((1, 2)))
+    groups = draw(st.sampled_from((1, 2, 3)))
+    seq_len_q = draw(st.integers(1, max_seq_len))
+    seq_len_kv = draw(st.one_of(st.just(seq_len_q), st.integers(1, max_seq_len)))
+    return AttentionCase(
+        batch=draw(st.integers(1, 2)),
+        num_heads=num_kv_heads * groups,
+        seq_len_q=seq_len_q,
+        seq_len_kv=seq_len_kv,
+        head_dim=draw(st.sampled_from(HEAD_DIMS)),
+        dtype=draw(st.sampled_from(dtypes)),
+        device=draw(st.sampled_from(devices)),
+        mask=draw(mask_kinds(masks)),
+        num_kv_heads=num_kv_heads,
+        scale=draw(st.sampled_from(SCALES)),
+        contiguous=draw(st.booleans()) if contiguous is None else contiguous,
+    )

@@ -1,0 +1,80 @@
+import pytest
+import torch
+
+from perfsuite.attention.cases import AttentionCase, Shape, build_cases, parse_case_id, parse_device, parse_dtype, parse_masks, parse_shape
+
+
+def test_case_ids_name_shape_dtype_mask_and_device():
+    case = AttentionCase(8, 16, 1024, 1024, 64, "bf16", "cuda", "causal")
+    assert case.id == "b8h16s1024d64-bf16-causal-cuda"
+    decode = AttentionCase(1, 32, 1, 4096, 128, "fp32", "cpu", "causal_br", num_kv_heads=8, scale=0.125, contiguous=False)
+    assert decode.id == "b1h32kv8q1k4096d128-fp32-causal_br-scale0.125-strided-cpu"
+
+
+@pytest.mark.parametrize("case_id", [
+    "b8h16s1024d64-bf16-causal-cuda",
+    "b1h32kv8q1k4096d128-fp32-causal_br-scale0.125-strided-cpu",
+    "b2h4q3k7d20-fp16-window64-cpu",
+    "b1h1s1d1-fp64-noncausal-scale1e-05-cpu",
+])
+def test_case_ids_round_trip(case_id):
+    assert parse_case_id(case_id).id == case_id
+
+
+def test_score_matrix_size_in_bytes():
+    case = AttentionCase(2, 8, 256, 256, 64, "bf16", "cpu")
+    assert case.score_shape == (2, 8, 256, 256)
+    assert case.score_bytes == 2 * 8 * 256 * 256 * 2
+    assert case.softmax_scale == pytest.approx(1 / 8)
+
+
+def test_parse_shape_accepts_plain_and_gqa_forms():
+    assert parse_shape(" 8x16x1024x64 ") == Shape(8, 16, 16, 1024, 1024, 64)
+    assert parse_shape("4x32:8x1:4096x128") == Shape(4, 32, 8, 1, 4096, 128)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("8x16x1024x0", "head_dim=0"),
+        ("0x1x2x3", "batch=0"),
+        ("8x16x1024", "batch x num_heads x seq_len x head_dim"),
+        ("axbxcxd", "positive integers"),
+        ("2x8:3x16x8", "num_kv_heads=3 does not divide num_heads=8"),
+    ],
+)
+def test_parse_shape_names_the_bad_value(text, message):
+    with pytest.raises(ValueError, match=message) as info:
+        parse_shape(text)
+    assert repr(text) in str(info.value)
+
+
+def test_parse_dtype_aliases_and_rejects_unknown():
+    assert parse_dtype("bfloat16") == "bf16" and parse_dtype("FP32") == "fp32"
+    with pytest.raises(ValueError, match=r"'fp9' is not supported; allowed: fp64, fp32, bf16, fp16"):
+        parse_dtype("fp9")
+
+
+def test_parse_device_and_masks():
+    assert parse_device("CUDA") == "cuda"
+    with pytest.raises(ValueError, match="'tpu'.*allowed: cpu, cuda"):
+        parse_device("tpu")
+    assert parse_masks("both") == ("causal", "noncausal")
+    assert parse_masks("window128") == ("window128",)
+    for bad in ("sometimes", "window0", "window"):
+        with pytest.raises(ValueError, match=f"mask '{bad}' is not supported; allowed: noncausal, causal"):
+            parse_masks(bad)
+
+
+def test_bad_case_ids_are_refused():
+    with pytest.raises(ValueError, match="case id 'b1h2-fp32' is not of the form"):
+        parse_case_id("b1h2-fp32")
+    with pytest.raises(ValueError, match="dtype 'fp8'"):
+        parse_case_id("b1h1s4d4-fp8-causal-cpu")
+
+
+def test_build_cases_is_the_full_product_in_order():
+    cases = build_cases([Shape(1, 2, 2, 8, 8, 4), Shape(2, 2, 1, 1, 16, 4)], ["fp32", "bf16"], "cpu", ["causal", "noncausal"])
+    assert len(cases) == 8
+    assert cases[0].id == "b1h2s8d4-fp32-causal-cpu" and cases[-1].id == "b2h2kv1q1k16d4-bf16-noncausal-cpu"
+    assert cases[1].torch_dtype is torch.float32

@@ -1,0 +1,170 @@
+"""The regression gate: statistics on synthetic samples with known answers, fingerprints, refusals."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from perfsuite.gate.ab import Side, run_ab
+from perfsuite.attention.cases import AttentionCase
+from perfsuite.cli.main import main
+from perfsuite.gate.compare import BaselineError, check_compatible, compare_runs, gate_failed, load_benchmark_file
+from perfsuite.measure.evidence import gather_evidence
+from perfsuite.gate.fingerprint import diff_fingerprints, fingerprint
+from perfsuite.gate.stats import GateSettings, RatioEstimate, paired_ratio, unpaired_ratio, verdict
+from perfsuite.variants import get_variant
+
+SETTINGS = GateSettings(alpha=0.01, min_effect=0.03)
+
+
+def blocks(rng, ratio, n_blocks=12, rounds=8, noise=0.05, drift=0.0):
+    """Base and head blocks of log-normal round times; ``drift`` moves both sides of a pair alike."""
+    base, head = [], []
+    for i in range(n_blocks):
+        level = 1.0 + drift * i
+        base.append(list(level * np.exp(rng.normal(0, noise, rounds))))
+        head.append(list(level * ratio * np.exp(rng.normal(0, noise, rounds))))
+    return base, head
+
+
+def test_exact_samples_give_exact_answers():
+    est = paired_ratio([[1.0] * 4] * 8, [[1.2] * 4] * 8, 0.01)
+    assert (round(est.ratio, 9), round(est.low, 9), round(est.high, 9)) == (1.2, 1.2, 1.2)
+    assert verdict(est, SETTINGS) == "slower"
+    same = paired_ratio([[2.0] * 4] * 8, [[2.0] * 4] * 8, 0.01)
+    assert verdict(same, SETTINGS) == "no change"
+    assert verdict(paired_ratio([[1.0]] * 8, [[0.8]] * 8, 0.01), SETTINGS) == "faster"
+
+
+def test_too_few_pairs_or_a_wide_interval_is_inconclusive():
+    assert verdict(paired_ratio([[1.0]] * 3, [[1.5]] * 3, 0.01), SETTINGS) == "inconclusive"
+    assert verdict(RatioEstimate(1.01, 0.9, 1.12, 20, "paired"), SETTINGS) == "inconclusive"
+    assert verdict(RatioEstimate(1.02, 1.005, 1.04, 20, "paired"), SETTINGS) == "inconclusive"  # real but < 3%
+
+
+def test_known_rates_on_synthetic_noise_with_drift():
+    """5% noise per round and a 1%-per-block drift: 10% slowdowns found, identical code left alone."""
+    rng = np.random.default_rng(0)
+    flagged_same = sum(verdict(paired_ratio(*blocks(rng, 1.0, drift=0.01), 0.01), SETTINGS) == "slower" for _ in range(200))
+    caught_10 = sum(verdict(paired_ratio(*blocks(rng, 1.10, drift=0.01), 0.01), SETTINGS) == "slower" for _ in range(200))
+    assert flagged_same <= 2  # the bound says alpha/2 = 0.5% -> 1 of 200 expected at most
+    assert caught_10 >= 196
+
+
+def test_unpaired_ratio_of_medians():
+    rng = np.random.default_rng(1)
+    base = list(np.exp(rng.normal(0, 0.02, 200)))
+    head = list(1.1 * np.exp(rng.normal(0, 0.02, 200)))
+    est = unpaired_ratio(base, head, 0.01)
+    assert est.low < 1.1 < est.high and abs(est.ratio - 1.1) < 0.01
+    assert verdict(est, SETTINGS) == "slower"
+
+
+def test_false_alarm_bound():
+    assert SETTINGS.false_alarm_rate() == 0.005 and SETTINGS.false_alarm_rate(5) == 0.025
+
+
+def test_fingerprint_diff_names_the_hidden_copy(tmp_path):
+    case = AttentionCase(1, 2, 16, 16, 8, "fp32", "cpu", "causal")
+    inplace = gather_evidence(get_variant("naive_inplace"), case, 0, tmp_path).steps[0]
+    naive = gather_evidence(get_variant("naive"), case, 0, tmp_path).steps[0]
+    lines = diff_fingerprints(fingerprint(inplace, "cpu"), fingerprint(naive, "cpu"))
+    assert "+1 aten::clone" in lines and "+1 copy cpu aten::clone [1x2x16x16]" in lines
+    assert "allocated +4.0 KiB per forward" in lines  # the clone and the out-of-place `* scale`
+    assert diff_fingerprints(fingerprint(naive, "cpu"), fingerprint(naive, "cpu")) == []
+
+
+def saved_run(path, times, device="cpu: AMD EPYC", torch_version="2.13.0", clones=0):
+    bench = {"name": "test_benchmark[x]", "stats": {"median": float(np.median(times)), "data": list(times)},
+             "extra_info": {"variant": "naive", "case": "b1h2s16d8-fp32-causal-cpu",
+                            "fingerprint": {"cpu_ops": {"aten::clone": clones}, "allocated_bytes": 0}}}
+    data = {"machine_info": {"perfsuite": {"device_names": {"cpu": device}, "torch_version": torch_version}},
+            "benchmarks": [bench]}
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_compare_command_flags_a_slower_head_and_writes_markdown(tmp_path, capsys):
+    rng = np.random.default_rng(2)
+    base = saved_run(tmp_path / "base.json", np.exp(rng.normal(0, 0.01, 50)))
+    head = saved_run(tmp_path / "head.json", 1.2 * np.exp(rng.normal(0, 0.01, 50)), clones=1)
+    assert main(["compare", str(base), str(head), "--markdown", str(tmp_path / "summary.md")]) == 1
+    out = capsys.readouterr().out
+    assert "| `naive/b1h2s16d8-fp32-causal-cpu` |" in out and "**slower**" in out and "+1 aten::clone" in out
+    assert (tmp_path / "summary.md").read_text() == out
+    assert main(["compare", str(base), str(base)]) == 0
+
+
+def test_structure_alone_fails_only_when_asked(tmp_path):
+    times = np.exp(np.random.default_rng(3).normal(0, 0.01, 50))
+    base = load_benchmark_file(saved_run(tmp_path / "a.json", times))
+    head = load_benchmark_file(saved_run(tmp_path / "b.json", times, clones=1))
+    comparisons = compare_runs(base, head, SETTINGS)
+    assert comparisons[0].verdict == "no change" and comparisons[0].structure == ["+1 aten::clone"]
+    assert not gate_failed(comparisons, fail_on_structure=False)
+    assert gate_failed(comparisons, fail_on_structure=True)
+
+
+def test_runs_from_other_hardware_are_refused_unless_forced(tmp_path, capsys):
+    base = saved_run(tmp_path / "a.json", [1.0] * 10, device="cuda: NVIDIA H100")
+    head = saved_run(tmp_path / "b.json", [1.0] * 10)
+    with pytest.raises(BaselineError, match="device_names.*use --force"):
+        check_compatible(load_benchmark_file(base), load_benchmark_file(head), "a", "b", force=False)
+    assert main(["compare", str(base), str(head)]) == 2
+    assert "refusing to compare runs from different hardware" in capsys.readouterr().err
+    assert main(["compare", str(base), str(head), "--force"]) == 0
+
+
+@pytest.mark.parametrize("content", ['{"benchmarks": [', "", '{"machine_info": {}}'], ids=["truncated", "empty", "no-benchmarks"])
+def test_a_corrupt_baseline_is_an_error_naming_it(tmp_path, content, capsys):
+    bad = tmp_path / "0002_corrupt.json"
+    bad.write_text(content)
+    good = saved_run(tmp_path / "0001_good.json", [1.0] * 10)
+    assert main(["compare", str(bad), str(good)]) == 2
+    assert str(bad) in capsys.readouterr().err
+
+
+def test_missing_per_round_data_is_inconclusive(tmp_path):
+    base = json.loads(saved_run(tmp_path / "a.json", [1.0] * 10).read_text())
+    del base["benchmarks"][0]["stats"]["data"]
+    comparison = compare_runs(base, base, SETTINGS)[0]
+    assert comparison.verdict == "inconclusive" and "--benchmark-save-data" in comparison.note
+
+
+def test_ab_run_reports_structure_between_two_variants():
+    """Two variants in one A/B run: the structural diff is deterministic (timing verdicts are not asserted)."""
+    results, info = run_ab(Side(Path("."), "naive_inplace"), Side(Path("."), "naive"), ["naive"],
+                           ["b1h2s16d8-fp32-causal-cpu"], blocks=6, rounds=2)
+    [result] = results
+    assert result.comparison.verdict in {"slower", "faster", "no change", "inconclusive"}
+    assert "+1 aten::clone" in result.comparison.structure
+    assert len(result.base_blocks) == len(result.head_blocks) == 6
+    assert info["torch_version"]
+
+
+def test_ab_worker_errors_surface(tmp_path):
+    with pytest.raises(BaselineError, match="unknown attention variant 'nope'"):
+        run_ab(Side(Path("."), "nope"), Side(Path(".")), ["naive"], ["b1h2s16d8-fp32-causal-cpu"], blocks=2, rounds=1)
+
+
+def test_nothing_compared_is_not_a_pass(tmp_path, capsys):
+    good = saved_run(tmp_path / "a.json", [1.0] * 10)
+    empty = json.loads(good.read_text())
+    empty["benchmarks"] = []
+    (tmp_path / "empty.json").write_text(json.dumps(empty))
+    assert main(["compare", str(tmp_path / "empty.json"), str(good)]) == 2
+    assert "nothing was compared" in capsys.readouterr().err
+
+
+def test_malformed_entries_and_bad_arguments_are_usage_errors(tmp_path, capsys):
+    good = saved_run(tmp_path / "a.json", [1.0] * 10)
+    broken = json.loads(good.read_text())
+    del broken["benchmarks"][0]["stats"]
+    (tmp_path / "broken.json").write_text(json.dumps(broken))
+    assert main(["compare", str(tmp_path / "broken.json"), str(good)]) == 2
+    assert "malformed" in capsys.readouterr().err
+    assert main(["ab", "--base-tree", str(tmp_path), "--cases", "b1h2s16d8-fp32-causal-cpu"]) == 2
+    assert "no perfsuite package there" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["ab", "--blocks", "0"])

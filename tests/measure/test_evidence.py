@@ -1,0 +1,119 @@
+"""The checks catch broken variants: tests of the suite's own tests."""
+
+import pytest
+import torch
+
+from perfsuite.attention.cases import AttentionCase
+from perfsuite.measure.evidence import VariantUnsupported, gather_evidence
+from perfsuite.attention.inputs import make_inputs
+from perfsuite.attention.reference import TOLERANCES, compare_with_reference, reference_attention
+from perfsuite.variants import Variant, get_variant
+from perfsuite.variants.naive_inplace import naive_inplace_attention
+
+CASE = AttentionCase(1, 2, 32, 32, 16, "fp32", "cpu", "causal")
+
+
+def variant(name, fn, fully_masked_rows="zeros"):
+    return Variant(name, fn, "test-only variant", fully_masked_rows=fully_masked_rows)
+
+
+def test_every_dtype_has_a_tolerance():
+    from perfsuite.attention.cases import DTYPES
+
+    assert set(DTYPES.values()) <= set(TOLERANCES)
+
+
+def test_reference_agrees_with_sdpa_math_in_float64():
+    inputs = make_inputs(CASE, seed=3)
+    q, k, v = (t.double() for t in (inputs.query, inputs.key, inputs.value))
+    expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    torch.testing.assert_close(reference_attention(inputs), expected)
+
+
+@pytest.mark.parametrize("mask", ["noncausal", "causal_br", "bool", "additive", "padding", "window3"])
+def test_reference_agrees_with_sdpa_math_in_float64_for_every_mask_and_gqa(mask):
+    case = AttentionCase(2, 4, 12, 7, 8, "fp64", "cpu", mask, num_kv_heads=2, scale=0.4, contiguous=False)
+    inputs = make_inputs(case, seed=5)
+    with torch.nn.attention.sdpa_kernel([torch.nn.attention.SDPBackend.MATH]):
+        expected = torch.nn.functional.scaled_dot_product_attention(
+            inputs.query, inputs.key, inputs.value, attn_mask=inputs.mask.sdpa_mask,
+            scale=0.4, enable_gqa=True,
+        )
+    torch.testing.assert_close(reference_attention(inputs), expected)
+
+
+def test_fully_masked_rows_nan_variants_are_held_to_nan_and_zero_variants_to_zeros(tmp_path):
+    """bottom-right causal with seq_len_q > seq_len_kv: the first rows see no key."""
+    case = AttentionCase(1, 2, 9, 4, 8, "fp32", "cpu", "causal_br")
+    naive = gather_evidence(get_variant("naive"), case, seed=0, trace_dir=tmp_path)
+    sdpa = gather_evidence(get_variant("sdpa_math"), case, seed=0, trace_dir=tmp_path)
+    assert naive.comparison.failure is None and sdpa.comparison.failure is None
+    # the same naive output judged by the zeros rule fails, naming the NaN rows
+    as_zeros = gather_evidence(variant("naive_as_zeros", get_variant("naive").fn), case, 0, tmp_path)
+    assert "non-finite outputs" in as_zeros.comparison.failure
+    as_nan = gather_evidence(variant("sdpa_as_nan", get_variant("sdpa_math").fn, "nan"), case, 0, tmp_path)
+    assert "sees no key and was expected to be NaN" in as_nan.comparison.failure
+
+
+def test_a_variant_that_leaks_future_keys_fails_equivalence(tmp_path):
+    def leaky(query, key, value, *, mask, scale):
+        return torch.softmax(query @ key.transpose(-2, -1) * scale, dim=-1) @ value  # ignores the mask
+
+    evidence = gather_evidence(variant("leaky", leaky), CASE, seed=0, trace_dir=tmp_path)
+    failure = evidence.comparison.failure
+    assert failure is not None
+    assert "variant leaky on case b1h2s32d16-fp32-causal-cpu (seed 0)" in failure
+    assert "worst element at [batch, head, query, dim]" in failure
+
+
+def test_non_finite_output_fails_and_names_the_element():
+    inputs = make_inputs(CASE, seed=0)
+    expected = reference_attention(inputs)
+    broken = expected.float().clone()
+    broken[0, 1, 5, 3] = float("nan")
+    result = compare_with_reference(broken, expected, "variant x on case y")
+    assert result.failure.startswith("variant x on case y: 1 non-finite outputs; first worst element at")
+    assert "[0, 1, 5, 3]" in result.failure
+
+
+def test_a_hidden_clone_of_the_scores_is_counted(tmp_path):
+    def cloning(query, key, value, *, mask, scale):
+        scores = (query @ key.transpose(-2, -1)).clone()
+        return naive_inplace_attention(query, key, value, mask=mask, scale=scale) + 0 * scores[..., :1]
+
+    evidence = gather_evidence(variant("cloning", cloning), CASE, seed=0, trace_dir=tmp_path)
+    assert evidence.score_copies("cpu") == [1, 1]
+    assert evidence.expected_score_copies == 0
+
+
+def test_naive_copies_once_and_inplace_never(tmp_path):
+    naive = gather_evidence(get_variant("naive"), CASE, seed=0, trace_dir=tmp_path)
+    inplace = gather_evidence(get_variant("naive_inplace"), CASE, seed=0, trace_dir=tmp_path)
+    assert naive.score_copies("cpu") == [1, 1] and inplace.score_copies("cpu") == [0, 0]
+    # naive allocates two more score matrices: the out-of-place `* scale` and the masked_fill clone
+    extra = naive.steps[0].allocated_bytes["cpu"] - inplace.steps[0].allocated_bytes["cpu"]
+    assert extra == 2 * CASE.score_bytes
+    assert naive.trace_path.exists() and naive.trace_path.name.endswith(".pt.trace.json.gz")
+
+
+def test_a_backend_without_a_kernel_is_unsupported_with_the_reason(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("on a CUDA machine the efficient backend may have a kernel")
+    with pytest.raises(VariantUnsupported, match="SDPBackend.EFFICIENT_ATTENTION has no kernel for fp32 on cpu"):
+        gather_evidence(get_variant("sdpa_efficient"), CASE, seed=0, trace_dir=tmp_path)
+
+
+def test_other_errors_are_errors_not_skips(tmp_path):
+    def crashing(query, key, value, *, mask, scale):
+        raise RuntimeError("shape mismatch in my kernel")
+
+    with pytest.raises(RuntimeError, match="shape mismatch"):
+        gather_evidence(variant("crashing", crashing), CASE, seed=0, trace_dir=tmp_path)
+
+
+def test_cuda_case_on_a_machine_without_cuda_is_unsupported(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    cuda_case = AttentionCase(1, 2, 32, 32, 16, "bf16", "cuda", "causal")
+    with pytest.raises(VariantUnsupported, match="device cuda is not available"):
+        gather_evidence(get_variant("naive"), cuda_case, seed=0, trace_dir=tmp_path)

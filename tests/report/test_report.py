@@ -1,0 +1,79 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from perfsuite.measure import peaks
+from perfsuite.cli.main import main
+from perfsuite.report.plots import all_plots
+from perfsuite.report.saved import ReportError, html_report, load_run, markdown_report
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "example" / "run.json"
+
+
+def test_saved_run_renders_as_markdown_and_html(tmp_path):
+    run = load_run(EXAMPLE)
+    assert {r.variant for r in run.results} == {"naive", "naive_inplace", "naive_compiled", "sdpa", "sdpa_math",
+                                                "sdpa_flash", "flex_eager", "flex_compiled"}
+    assert {r.mode for r in run.results} == {"forward", "backward", "forward_backward"}
+    markdown = markdown_report(run, ["latency.png"])
+    assert "| naive | forward | b1h8s2048d64-fp32-causal-cpu |" in markdown and "![latency.png](latency.png)" in markdown
+    plots = all_plots(run, tmp_path)
+    assert sorted(p.name for p in plots) == sorted(
+        f"{name}.{ext}" for name in ("latency", "scaling", "roofline") for ext in ("png", "svg"))
+    assert all(p.read_bytes()[:4] in (b"\x89PNG", b"<?xm") for p in plots)
+    page = html_report(run, plots)
+    assert page.startswith("<!doctype html>") and page.count("data:image/png;base64,") == 3
+    assert "http" not in page.replace("http-equiv", "")  # self-contained
+
+
+def test_a_pytest_benchmark_file_is_read_from_its_extra_info(tmp_path):
+    run = load_run(EXAMPLE)
+    first = run.results[0]
+    info = {"variant": first.variant, "case": first.case_id, "case_fields": {"device": "cpu"}, "flop": first.flop,
+            "bytes_read": first.bytes_moved, "bytes_written": 0, "cpu_ops_per_forward": 45, "kernels_per_forward": 0,
+            "score_copies_per_forward": 1, "allocated_bytes_per_forward": 10, "peak_memory_bytes": 5,
+            "max_abs_error": 1e-7, "correct": True}
+    saved = {"machine_info": {"perfsuite": {"torch_version": "2.13.0"}},
+             "benchmarks": [{"extra_info": info, "stats": {"median": 0.002, "rounds": 7}}, {"extra_info": {}, "stats": {}}]}
+    path = tmp_path / "0001_x.json"
+    path.write_text(json.dumps(saved))
+    [result] = load_run(path).results
+    assert (result.variant, result.median_s, result.work_per_forward, result.score_copies_per_forward) == (first.variant, 0.002, 45, 1)
+
+
+@pytest.mark.parametrize("content, message", [
+    ("not json", "corrupt or truncated run file"),
+    ('{"a": 1}', "neither a perfsuite run.json nor a pytest-benchmark JSON file"),
+    ('{"schema_version": 1, "results": [{"variant": "x"}]}', "missing or malformed field"),
+    ('{"schema_version": 1, "results": []}', "holds no perfsuite results"),
+])
+def test_bad_run_files_name_the_file(tmp_path, content, message):
+    path = tmp_path / "run.json"
+    path.write_text(content)
+    with pytest.raises(ReportError, match=message) as info:
+        load_run(path)
+    assert str(path) in str(info.value)
+
+
+def test_report_command_writes_files_and_refuses_bad_input(tmp_path, capsys):
+    out = tmp_path / "r"
+    assert main(["report", str(EXAMPLE), "--markdown", str(out / "report.md"), "--html", str(out / "report.html"),
+                 "--plots", str(out)]) == 0
+    assert "![latency.png](latency.png)" in (out / "report.md").read_text()
+    assert (out / "report.html").stat().st_size > 10_000
+    assert main(["report", str(tmp_path / "missing.json")]) == 2
+    assert "no such run file" in capsys.readouterr().err
+
+
+def test_peaks_are_measured_once_and_cached(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(peaks, "copy_gbps", lambda device: calls.append("copy") or 20.0)
+    monkeypatch.setattr(peaks, "matmul_tflops", lambda device, dtype: calls.append(dtype) or 0.1)
+    cache = tmp_path / "peaks.json"
+    first = peaks.measured_peaks("cpu", ["fp32"], cache)
+    again = peaks.measured_peaks("cpu", ["fp32", "bf16"], cache)
+    assert first == {"memory_gbps": 20.0, "matmul_tflops": {"fp32": 0.1}}
+    assert again["matmul_tflops"] == {"fp32": 0.1, "bf16": 0.1}
+    assert calls == ["copy", "fp32", "bf16"]
+    assert peaks.machine_key("cpu") in json.loads(cache.read_text())

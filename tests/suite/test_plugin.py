@@ -1,0 +1,157 @@
+"""The plugin end to end, in a scratch project made by pytester."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+SUITE = (Path(__file__).resolve().parents[2] / "perfsuite" / "suite" / "test_attention.py").read_text()
+TINY = "--perfsuite-shapes=1x2x16x8"
+
+
+@pytest.fixture
+def project(pytester):
+    pytester.makepyfile(test_attention=SUITE)
+    return pytester
+
+
+@pytest.mark.parametrize(
+    "args, ini, expected",
+    [
+        (["--perfsuite-dtypes=fp32,fp9"], "", ["option --perfsuite-dtypes='fp32,fp9'", "dtype 'fp9' is not supported", "allowed: fp64"]),
+        ([], "perfsuite_cpu_shapes = 2x2x8x0", ["ini key perfsuite_cpu_shapes='2x2x8x0'", "head_dim=0", "at least 1"]),
+        (["--perfsuite-variants=naive,flash3"], "", ["unknown attention variant 'flash3'", "known: naive"]),
+        (["--perfsuite-devices=tpu"], "", ["device 'tpu' is not supported; allowed: cpu, cuda"]),
+        (["--perfsuite-seed=-3"], "", ["seed '-3' is not a non-negative integer"]),
+    ],
+    ids=["dtype", "ini-shape", "variant", "device", "seed"],
+)
+def test_bad_values_stop_collection_with_a_usage_error(project, args, ini, expected):
+    project.makeini(f"[pytest]\n{ini}\n")
+    result = project.runpytest_subprocess(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = result.stderr.str()
+    assert "perfsuite:" in err
+    for text in expected:
+        assert text in err
+
+
+def test_header_prints_seed_and_cases(project):
+    result = project.runpytest_subprocess(TINY, "--perfsuite-seed=7", "--perfsuite-variants=naive", "--co")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines([
+        "perfsuite: seed=7 devices=cpu *",
+        "perfsuite: variants=naive modes=forward,backward,forward_backward",
+        "perfsuite: cases from option --perfsuite-shapes; case set 'default'",
+        "perfsuite: cases=b1h2s16d8-fp32-causal-cpu",
+        "*<Function test_benchmark?naive-b1h2s16d8-fp32-causal-cpu-forward?>",
+        "*<Function test_benchmark?naive-b1h2s16d8-fp32-causal-cpu-forward_backward?>",
+    ])
+
+
+def test_timed_run_saves_a_baseline_with_extra_info_and_a_table(project):
+    project.makeini(
+        "[pytest]\naddopts = --benchmark-autosave --benchmark-storage=bench "
+        "--benchmark-max-time=0.01 --benchmark-min-rounds=3 --perfsuite-results=out\n"
+        "perfsuite_cpu_dtypes = fp32\n"
+    )
+    eager = "--perfsuite-variants=naive,naive_inplace,sdpa,sdpa_math,sdpa_flash,sdpa_efficient,sdpa_cudnn"
+    result = project.runpytest_subprocess(TINY, eager, "-v")
+    outcomes = result.parseoutcomes()
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    # 5 variants run: 3 modes x (equivalence + benchmark) + copies + saved-for-backward (not sdpa: it declares
+    # nothing), plus sdpa_flash's fused check; efficient/cudnn skip all 9 of theirs; no compiled variant is selected.
+    assert outcomes["passed"] == 5 * 8 - 1 + 1 and outcomes["skipped"] == 2 * 9 + 1
+    result.stdout.fnmatch_lines([
+        "*perfsuite: attention at a glance*",
+        "naive * forward * b1h2s16d8-fp32-causal-cpu *1 *",
+        "naive * forward_backward * b1h2s16d8-fp32-causal-cpu *",
+        "skipped sdpa_efficient on 1 case(s) (b1h2s16d8-fp32-causal-cpu) in mode(s) forward, backward, forward_backward: "
+        "SDPBackend.EFFICIENT_ATTENTION has no kernel*",
+    ])
+    saved = json.loads(next(Path(project.path, "bench").rglob("*.json")).read_text())
+    assert saved["machine_info"]["perfsuite"]["torch_version"]
+    infos = {(b["extra_info"]["variant"], b["extra_info"]["mode"]): b["extra_info"] for b in saved["benchmarks"]}
+    assert {v for v, _ in infos} == {"naive", "naive_inplace", "sdpa", "sdpa_math", "sdpa_flash"}
+    assert {v: i["score_copies_per_forward"] for (v, m), i in infos.items() if m == "forward"} == {
+        "naive": 1, "naive_inplace": 0, "sdpa": 0, "sdpa_math": 0, "sdpa_flash": 0,
+    }
+    for (variant, mode), info in infos.items():
+        assert info["flop"] > 0 and info["achieved_tflops"] > 0 and info["max_abs_error"] < 1e-4
+        assert info["graphs_compiled_while_timed"] == 0
+        assert Path(project.path, info["trace_file"]).exists()
+        forward_flop = infos[(variant, "forward")]["flop"]
+        assert info["flop"] == {"forward": 1, "backward": 2.5, "forward_backward": 3.5}[mode] * forward_flop
+    table = Path(project.path, "out", "table.md").read_text()
+    assert table.startswith("| variant | mode | case | median ms |") and "Skipped (cannot run here):" in table
+
+    compared = project.runpytest_subprocess(TINY, "--benchmark-compare")  # no fail threshold: timings are not asserted
+    assert compared.ret == pytest.ExitCode.OK
+    compared.stdout.fnmatch_lines(["*0001_*"])
+
+
+def saved_naive_baseline(project, edit):
+    """Run naive once with autosave (per-round data kept), then let ``edit`` change each saved benchmark."""
+    project.makeini(
+        "[pytest]\naddopts = --benchmark-autosave --benchmark-save-data --benchmark-storage=bench "
+        "--benchmark-max-time=0.01 --benchmark-min-rounds=8 --perfsuite-results=out --perfsuite-variants=naive "
+        "--perfsuite-modes=forward\n"
+        "perfsuite_cpu_dtypes = fp32\n"
+    )
+    assert project.runpytest_subprocess(TINY).ret == pytest.ExitCode.OK
+    saved = next(Path(project.path, "bench").rglob("*.json"))
+    baseline = json.loads(saved.read_text())
+    for bench in baseline["benchmarks"]:
+        edit(bench)
+    saved.write_text(json.dumps(baseline))
+
+
+def test_a_regression_fails_the_run_cleanly_and_still_writes_the_table(project):
+    def thousand_times_faster(bench):
+        for key in ("min", "max", "mean", "median", "q1", "q3"):
+            bench["stats"][key] /= 1000
+
+    saved_naive_baseline(project, thousand_times_faster)
+    (Path(project.path, "out") / "table.md").unlink()
+
+    result = project.runpytest_subprocess(TINY, "--benchmark-compare", "--benchmark-compare-fail=median:10%")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    output = result.stdout.str() + result.stderr.str()
+    assert "perfsuite: performance regressed beyond --benchmark-compare-fail" in output
+    assert "Traceback" not in output
+    assert "perfsuite: attention at a glance" in output
+    assert Path(project.path, "out", "table.md").exists()
+
+
+def test_cuda_requested_without_cuda_skips_with_the_reason(project):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    result = project.runpytest_subprocess(TINY, "--perfsuite-devices=cuda", "--perfsuite-variants=naive", "-rs")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["*device cuda is not available on this machine*"])
+
+
+def test_perfsuite_gate_judges_against_the_compared_baseline(project):
+    def faster_and_without_the_clone(bench):
+        bench["stats"]["data"] = [t / 1000 for t in bench["stats"]["data"]]
+        bench["extra_info"]["fingerprint"]["cpu_ops"].pop("aten::clone")
+
+    saved_naive_baseline(project, faster_and_without_the_clone)
+
+    result = project.runpytest_subprocess(TINY, "--benchmark-compare", "--perfsuite-gate")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*perfsuite: regression gate*", "*`naive/b1h2s16d8-fp32-causal-cpu`*slower*+1 aten::clone*",
+                                 "*the gate found a regression*"])
+    assert "slower" in Path(project.path, "out", "gate.md").read_text()
+
+    no_baseline = project.runpytest_subprocess(TINY, "--perfsuite-gate")
+    assert no_baseline.ret == pytest.ExitCode.USAGE_ERROR
+    assert "add --benchmark-compare" in no_baseline.stderr.str()
+
+    newest = sorted(Path(project.path, "bench").rglob("*.json"))[-1]
+    newest.write_text(newest.read_text()[:100])  # truncated: must not be skipped for an older run
+    truncated = project.runpytest_subprocess(TINY, "--benchmark-compare", "--perfsuite-gate")
+    assert truncated.ret == pytest.ExitCode.USAGE_ERROR
+    assert newest.name in truncated.stderr.str() and "corrupt or truncated" in truncated.stderr.str()

@@ -1,0 +1,89 @@
+from pathlib import Path
+
+import pytest
+
+from perfsuite.suite import settings
+from perfsuite.report.results import BenchmarkResult, SkippedResult, markdown_table
+from perfsuite.units import format_bytes
+
+
+def raw(ini=None, **options):
+    values = {name: settings.RawValue(spec.default, f"default {name}", "default") for name, spec in settings.SETTINGS.items()}
+    values.update({name: settings.RawValue(value, f"ini {name}", "ini") for name, value in (ini or {}).items()})
+    values.update({name: settings.RawValue(value, f"option {name}", "option") for name, value in options.items()})
+    return values
+
+
+def test_defaults_pick_cpu_without_cuda_and_cuda_with_it():
+    cpu = settings.resolve(raw(), cuda_available=False)
+    assert cpu.devices == ("cpu",) and {c.device for c in cpu.cases} == {"cpu"}
+    assert {c.dtype for c in cpu.cases} == {"fp32"} and all(c.causal for c in cpu.cases)
+    assert cpu.modes == ("forward", "backward", "forward_backward") and cpu.compiled_cases is None
+    cuda = settings.resolve(raw(), cuda_available=True)
+    assert cuda.cases[0].id == "b8h16s1024d64-bf16-causal-cuda"
+
+
+def test_modes_and_compiled_cases_resolve_with_their_precedence():
+    assert settings.resolve(raw(modes="backward, forward"), cuda_available=False).modes == ("backward", "forward")
+    with pytest.raises(settings.SettingsError, match="mode 'fwd' is not supported"):
+        settings.resolve(raw(modes="fwd"), cuda_available=False)
+    compiled = {"compiled_cases": "b1h1s8d8-fp32-causal-cpu"}
+    assert [c.id for c in settings.resolve(raw(compiled), False).compiled_cases] == ["b1h1s8d8-fp32-causal-cpu"]
+    assert settings.resolve(raw(compiled, shapes="1x1x4x4"), False).compiled_cases is None  # the option wins
+    assert settings.resolve(raw(None, **compiled), False).compiled_cases[0].id == "b1h1s8d8-fp32-causal-cpu"
+
+
+def test_common_options_override_per_device_keys():
+    resolved = settings.resolve(raw(shapes="1x1x8x8", dtypes="fp16", masks="both", devices="cpu"), cuda_available=True)
+    assert [c.id for c in resolved.cases] == ["b1h1s8d8-fp16-causal-cpu", "b1h1s8d8-fp16-noncausal-cpu"]
+    assert resolved.traces_dir == Path("perfsuite-results") / "traces"
+
+
+def test_ini_keys_refine_the_case_set_but_a_set_named_on_the_command_line_wins():
+    ini = {"cpu_shapes": "1x2x4x4", "masks": "bool"}
+    from_ini = settings.resolve(raw(ini=ini), cuda_available=False)
+    assert {c.shape_id for c in from_ini.cases} == {"b1h2s4d4"} and {c.mask for c in from_ini.cases} == {"bool"}
+    from_option = settings.resolve(raw(ini=ini, case_set="gqa"), cuda_available=False)
+    assert {c.shape_id for c in from_option.cases} == {"b2h8kv2s512d64", "b2h8kv1s512d64"}
+
+
+def test_explicit_case_ids_replace_and_extra_ids_add():
+    exact = settings.resolve(raw(cases="b1h2s4d4-fp32-bool-cpu"), cuda_available=False)
+    assert [c.id for c in exact.cases] == ["b1h2s4d4-fp32-bool-cpu"]
+    extra = settings.resolve(raw(case_set="smoke", extra_cases="b1h2s4d4-fp32-bool-cpu"), cuda_available=False)
+    assert [c.id for c in extra.cases] == ["b2h8s256d64-fp32-causal-cpu", "b1h2s4d4-fp32-bool-cpu"]
+
+
+def test_every_case_set_resolves_on_both_devices():
+    from perfsuite.attention.case_sets import CASE_SETS
+
+    for name in CASE_SETS:
+        for cuda in (False, True):
+            assert settings.resolve(raw(case_set=name), cuda_available=cuda).cases
+
+
+def test_errors_name_the_source():
+    with pytest.raises(settings.SettingsError, match=r"^option dtypes: dtype 'fp9'"):
+        settings.resolve(raw(dtypes="fp9"), cuda_available=False)
+    with pytest.raises(settings.SettingsError, match="option case_set: case set 'huge' is unknown; known: smoke"):
+        settings.resolve(raw(case_set="huge"), cuda_available=False)
+
+
+def result(median_s, correct=True):
+    return BenchmarkResult("naive", "b1h1s8d8-fp32-causal-cpu", "cpu", 2_000_000, 1000, median_s, 10, 45, "ops", 1,
+                           4 * 1024 * 1024, 3 * 1024, 1.5e-7, correct)
+
+
+def test_markdown_table_rows_and_skips():
+    text = markdown_table([result(0.002), result(None, correct=False)], [SkippedResult("sdpa_cudnn", "c", "no kernel")])
+    lines = text.splitlines()
+    assert lines[2] == "| naive | forward | b1h1s8d8-fp32-causal-cpu | 2.000 | - | - | 0.001 | 45 ops | 1 | 4.0 MiB | 3.0 KiB | - | 1.5e-07 |"
+    assert lines[3].split(" | ")[3] == "not timed" and lines[3].endswith("FAIL |")
+    assert lines[-1] == "- `sdpa_cudnn` on `c` (forward): no kernel"
+
+
+def test_rates_and_bytes():
+    assert result(0.002).achieved_tflops == pytest.approx(1e-3)
+    assert result(0.002).achieved_gbps == pytest.approx(5e-4)
+    assert result(None).achieved_tflops is None
+    assert format_bytes(512) == "512 B" and format_bytes(3 * 1024**3) == "3.0 GiB"

@@ -1,0 +1,67 @@
+"""Users' own attention functions: command-line specs and entry points (examples/chunked_attention)."""
+
+import importlib.metadata
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from perfsuite.variants import get_variant, registry
+from perfsuite.variants.user import ENTRY_POINT_GROUP, load_entry_point_variants, load_variant_spec
+
+EXAMPLE_SRC = Path(__file__).resolve().parents[2] / "examples" / "chunked_attention" / "src"
+SUITE = (Path(__file__).resolve().parents[2] / "perfsuite" / "suite" / "test_attention.py").read_text()
+
+
+@pytest.fixture(autouse=True)
+def scratch_registry(monkeypatch):
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.syspath_prepend(str(EXAMPLE_SRC))
+
+
+def test_a_spec_registers_the_function_under_its_name():
+    assert load_variant_spec("chunked_attention.variant:chunked_attention") == "chunked_attention"
+    variant = get_variant("chunked_attention")
+    assert variant.description.startswith("user variant from chunked_attention.variant:chunked_attention")
+    assert load_variant_spec("chunked_attention.variant:chunked_attention") == "chunked_attention"  # idempotent
+
+
+def test_a_decorated_builtin_keeps_its_declaration():
+    assert load_variant_spec("perfsuite.variants.naive:naive_attention") == "naive"
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("chunked_attention.variant", "is not package.module:function"),
+    ("nosuch.module:f", "cannot import 'nosuch.module'"),
+    ("chunked_attention.variant:nothing", "has no function 'nothing'"),
+    ("os:getcwd", "has signature (); expected (query, key, value, *, mask, scale)"),
+])
+def test_bad_specs_are_named(spec, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace("*", r"\*")) as info:
+        load_variant_spec(spec)
+    assert spec in str(info.value) or "getcwd" in str(info.value)
+
+
+def test_entry_points_register_their_variants(monkeypatch):
+    entry = importlib.metadata.EntryPoint("chunked", "chunked_attention.variant:chunked_attention", ENTRY_POINT_GROUP)
+    broken = importlib.metadata.EntryPoint("broken", "nosuch.module:f", ENTRY_POINT_GROUP)
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [entry] if group == ENTRY_POINT_GROUP else [])
+    assert load_entry_point_variants() == ["chunked"]
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [broken])
+    with pytest.raises(ValueError, match="entry point broken = nosuch.module:f: cannot be loaded"):
+        load_entry_point_variants()
+
+
+def test_the_example_runs_through_every_check_of_the_suite(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(EXAMPLE_SRC)] + sys.path))
+    pytester.makepyfile(test_attention=SUITE)
+    result = pytester.runpytest_subprocess("--perfsuite-variant", "chunked_attention.variant:chunked_attention",
+                                           "--perfsuite-variants", "chunked_attention", "--perfsuite-case-set", "masks",
+                                           "--perfsuite-shapes", "1x2x96:128x16", "--perfsuite-results", "out")
+    # 7 mask cases: 3 modes x (equivalence + benchmark) + copies pass; a user variant declares nothing about
+    # what it saves for backward, and is neither compiled nor fused: those three tests have no variant to run.
+    result.assert_outcomes(passed=7 * 7, skipped=3)
+    bad = pytester.runpytest_subprocess("--perfsuite-variant", "chunked_attention.variant:nothing")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    assert "has no function 'nothing'" in bad.stderr.str()
