@@ -14,13 +14,25 @@ from perfsuite.units import format_bytes
 from perfsuite.trace.summary import WindowSummary
 
 
-def fingerprint(summary: WindowSummary, device: str) -> dict[str, Any]:
-    """JSON-ready fingerprint of one profiled forward on ``device``."""
+def copy_counts(summary: WindowSummary) -> dict[str, int]:
+    """Copies by ``lane kind [shape]`` (``cpu aten::clone [2x8x256x256]``), dtype conversions marked."""
     copies: dict[str, int] = collections.Counter()
     for copy in summary.copies:
         kind = f"{copy.kind} (dtype conversion)" if copy.dtype_conversion else copy.kind
         shape = "x".join(map(str, copy.shape)) if copy.shape else "?"
         copies[f"{copy.lane} {kind} [{shape}]"] += 1
+    return dict(copies)
+
+
+def count_changes(before: dict[str, float], after: dict[str, float]) -> list[tuple[str, float, float]]:
+    """``(name, before, after)`` for every name whose count differs, sorted by name."""
+    names = sorted(set(before) | set(after))
+    return [(n, before.get(n, 0), after.get(n, 0)) for n in names if before.get(n, 0) != after.get(n, 0)]
+
+
+def fingerprint(summary: WindowSummary, device: str) -> dict[str, Any]:
+    """JSON-ready fingerprint of one profiled forward on ``device``."""
+    copies = copy_counts(summary)
     return {
         "cpu_ops": dict(sorted(summary.cpu_ops.items())),
         "kernels": dict(sorted(summary.kernels.items())),
@@ -41,11 +53,8 @@ def diff_fingerprints(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
     """
     lines = []
     for field, label in (("cpu_ops", ""), ("kernels", "kernel "), ("copies", "copy "), ("memcpy", "Memcpy ")):
-        before, after = base.get(field, {}), head.get(field, {})
-        for name in sorted(set(before) | set(after)):
-            delta = after.get(name, 0) - before.get(name, 0)
-            if delta:
-                lines.append(f"{delta:+d} {label}{name[:100]}")
+        for name, before, after in count_changes(base.get(field, {}), head.get(field, {})):
+            lines.append(f"{after - before:+d} {label}{name[:100]}")
     grown = head.get("allocated_bytes", 0) - base.get("allocated_bytes", 0)
     if grown:
         sign = "+" if grown > 0 else "-"
