@@ -19,6 +19,7 @@ from perfsuite.errors import PerfsuiteError
 from perfsuite.measure.evidence import Evidence
 from perfsuite.suite import options, settings
 from perfsuite.suite.session import SuiteSession, check_gate_baseline
+from perfsuite.variants import Variant, get_variant
 from perfsuite.variants.user import load_entry_point_variants, load_variant_spec
 
 SESSION_KEY = pytest.StashKey[SuiteSession]()
@@ -38,10 +39,10 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "Variant.<flag> is true, or for which predicate(variant) is true")
     try:
         load_entry_point_variants()
-        for spec in config.getoption("perfsuite_variant"):
+        for spec in options.variant_specs(config):
             load_variant_spec(spec)
     except ValueError as exc:
-        raise pytest.UsageError(f"perfsuite: option --perfsuite-variant / entry points: {exc}") from None
+        raise pytest.UsageError(f"perfsuite: --perfsuite-variant / perfsuite_user_variants / entry points: {exc}") from None
     try:
         resolved = settings.resolve(options.raw_settings(config), torch.cuda.is_available())
     except settings.SettingsError as exc:
@@ -69,10 +70,27 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         session_of(metafunc.config).parametrize(metafunc)
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Say what to do when perfsuite was configured but none of its suite's tests were collected."""
+    suite_items = [item for item in session.items if "variant" in getattr(item, "fixturenames", ())]
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if not suite_items and reporter and options.asked_for_perfsuite(session.config):
+        reporter.write_line("perfsuite: no test of the attention suite was collected here. The suite ships with "
+                            "perfsuite: run `perfsuite run` (timed) or `perfsuite run --check` from your repository "
+                            "root, or `pytest --pyargs perfsuite.suite`.", yellow=True)
+
+
 @pytest.fixture
 def perfsuite_run(request: pytest.FixtureRequest) -> SuiteSession:
     """The run's ``SuiteSession`` (settings, evidence cache, results)."""
     return session_of(request.config)
+
+
+@pytest.fixture(scope="session")
+def perfsuite_variants(request: pytest.FixtureRequest) -> list[Variant]:
+    """The selected variants (``--perfsuite-variants``; users' own included), for tests of your own,
+    e.g. hypothesis property tests (session-scoped, so ``@given`` tests may take it)."""
+    return [get_variant(name) for name in session_of(request.config).settings.variants]
 
 
 @pytest.fixture

@@ -21,12 +21,14 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from perfsuite.attention.cases import AttentionCase
-from perfsuite.attention.masks import PLAIN_KINDS
+from perfsuite.attention.masks import PLAIN_KINDS, mask_kind
 
 PROFILE_ENV = "PERFSUITE_HYPOTHESIS_PROFILE"
 # head_dim values fused kernels dislike (not multiples of 8) next to usual and large ones.
 HEAD_DIMS = (1, 3, 8, 12, 20, 64, 256)
 SCALES = (None, 0.05, 0.3, 1.0, 2.5)
+# mask kinds that hide some key from some query ("window" draws its size), from MaskKind
+MASKS_HIDING_KEYS = tuple(k for k in PLAIN_KINDS if mask_kind(k).hides_keys) + ("window",)
 
 
 def register_profiles() -> None:
