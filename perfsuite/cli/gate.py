@@ -157,7 +157,9 @@ def run_ab_command(args: argparse.Namespace) -> int:
     if args.json:
         write_json(Path(args.json), results, info, settings)
     comparisons = [r.comparison for r in results]
-    name = lambda ref, side, variant: (f"{ref} ({side.label()})" if ref else side.label()) + (f":{variant}" if variant else "")
+    two_pythons = base.python != head.python
+    name = lambda ref, side, variant: ((f"{ref} ({side.label(two_pythons)})" if ref else side.label(two_pythons))
+                                       + (f":{variant}" if variant else ""))
     title = f"perfsuite A/B: {name(args.base_ref, base, args.base_variant)} -> {name(args.head_ref, head, args.head_variant)}"
     versions = (info["base_machine"].get("torch_version"), info.get("torch_version"))
     if versions[0] != versions[1]:

@@ -70,10 +70,10 @@ class Side:
         tree = self.tree.resolve()
         return [str(tree)] + ([str(tree / "src")] if (tree / "src").is_dir() else [])
 
-    def label(self) -> str:
-        """``tree`` / ``python`` as a header shows them."""
+    def label(self, with_python: bool = False) -> str:
+        """``tree`` (and ``python`` when asked, or when it is not this interpreter) as a header shows them."""
         where = str(self.tree) if self.tree is not None else "installed code"
-        return where if self.python == sys.executable else f"{where} with {self.python}"
+        return f"{where} with {self.python}" if with_python or self.python != sys.executable else where
 
 
 
