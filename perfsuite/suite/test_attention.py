@@ -4,12 +4,15 @@ Parametrized by the perfsuite plugin over the selected variants, cases and modes
 that cannot run a case (or has no backward) is skipped with the reason torch gave.
 """
 
+import dataclasses
+
 import pytest
 
 from perfsuite.measure import compile_stats
-from perfsuite.trace.kernel_families import kernel_family
+from perfsuite.trace.kernel_families import is_unfused_attention_work, kernel_family
 from perfsuite.suite.plugin import benchmark_extra_info, record_result
 from perfsuite.measure.profiling import ACTIVE_STEPS
+from perfsuite.measure.device_timing import TorchCuda, capture_step, time_on_device
 from perfsuite.measure.timing import synchronized
 
 UNFUSED_OPS = ("aten::bmm", "aten::mm", "aten::matmul", "aten::baddbmm", "aten::_softmax", "aten::_safe_softmax")
@@ -69,7 +72,7 @@ def test_fused_variant_runs_no_unfused_matmul_or_softmax(attention_evidence):
     evidence = attention_evidence
     for step in evidence.steps:
         unfused_ops = sorted(op for op in step.cpu_ops if op in UNFUSED_OPS)
-        unfused_kernels = sorted(k for k in step.kernels if kernel_family(k).startswith(("GEMM", "softmax")))
+        unfused_kernels = sorted(k for k in step.kernels if is_unfused_attention_work(kernel_family(k)))
         assert not unfused_ops and not unfused_kernels, (
             f"{evidence.variant.name} on {evidence.case.id}: unfused work in a forward: ops {unfused_ops}, "
             f"kernels {unfused_kernels}; trace: {evidence.trace_path}"
@@ -90,18 +93,34 @@ def test_compiled_once_without_graph_breaks(mode_evidence):
     assert len(work) == 1, f"{where}: ops/kernels differ between profiled steps after compile: {work}"
 
 
-def test_benchmark(mode_evidence, benchmark, perfsuite_run):
+def test_benchmark(mode_evidence, benchmark, perfsuite_run, request):
+    """Times the step: pytest-benchmark's host timer, or on CUDA the device clock of
+    ``--perfsuite-timer`` (``perfsuite.measure.device_timing``), with wall and device time kept."""
     evidence = mode_evidence
     case = evidence.case
+    run = perfsuite_run.settings
     benchmark.group = case.id
     benchmark.extra_info.update(benchmark_extra_info(evidence))
     before = compile_stats.snapshot()
-    benchmark(synchronized(evidence.step, case.device))
+    timing = None
+    if case.device == "cuda" and run.timer != "host":
+        timing = time_on_device(benchmark, evidence.step, run.timer, rounds=request.config.getoption("benchmark_min_rounds"),
+                                flush_l2=run.l2_flush, cuda_graph=run.cuda_graphs)
+    else:
+        graph = capture_step(TorchCuda(), evidence.step) if case.device == "cuda" and run.cuda_graphs else None
+        benchmark(synchronized(graph.step if graph else evidence.step, case.device))
+        benchmark.extra_info.update({"timer": "host", "cuda_graph": graph.description if graph else "off"})
+    if timing:
+        benchmark.extra_info.update(timing.extra_info())
     recompiled = compile_stats.since(before).graphs_compiled
     benchmark.extra_info["graphs_compiled_while_timed"] = recompiled
     stats = benchmark.stats.stats if benchmark.stats else None  # None when timing is disabled
     result = record_result(perfsuite_run, evidence, stats.median if stats else None, stats.rounds if stats else None,
                            stats.iqr if stats else None)
+    if timing:  # the row shows wall and device time (record_result knows only pytest-benchmark's median)
+        result = dataclasses.replace(result, timer=timing.timer, wall_median_s=timing.wall_median_s,
+                                     device_median_s=timing.device_median_s)
+        perfsuite_run.results[(result.variant, result.case_id, result.mode)] = result
     benchmark.extra_info["achieved_tflops"] = result.achieved_tflops
     benchmark.extra_info["achieved_gbps"] = result.achieved_gbps
     assert recompiled == 0, f"{evidence.variant.name} on {case.id} ({evidence.mode}): {recompiled} graph(s) compiled while timed"
