@@ -7,9 +7,11 @@ that cannot run a case (or has no backward) is skipped with the reason torch gav
 import dataclasses
 
 import pytest
+import torch
 
 from perfsuite.measure import compile_stats
-from perfsuite.trace.kernel_families import is_unfused_attention_work, kernel_family
+from perfsuite.trace.kernel_families import (FLEX_FUSED_FAMILY, SDPA_BACKEND_FAMILIES, backend_kernel_families,
+                                             fused_kernel_failure, is_unfused_attention_work, kernel_family)
 from perfsuite.suite.plugin import benchmark_extra_info, record_result
 from perfsuite.measure.profiling import ACTIVE_STEPS
 from perfsuite.measure.device_timing import TorchCuda, capture_step, time_on_device
@@ -77,6 +79,40 @@ def test_fused_variant_runs_no_unfused_matmul_or_softmax(attention_evidence):
             f"{evidence.variant.name} on {evidence.case.id}: unfused work in a forward: ops {unfused_ops}, "
             f"kernels {unfused_kernels}; trace: {evidence.trace_path}"
         )
+
+
+def pinned_to_a_fused_sdpa_backend(variant):
+    """variants pinned to SDPA's flash, efficient or cudnn backend"""
+    return variant.sdpa_backend in SDPA_BACKEND_FAMILIES
+
+
+@pytest.mark.perfsuite_only.with_args(pinned_to_a_fused_sdpa_backend)
+def test_pinned_backend_runs_its_own_fused_kernel(attention_evidence):
+    """On CUDA a pinned SDPA backend runs its own fused kernel family (flash, cutlass, cuDNN; AOTriton
+    or CK on ROCm) and nothing unfused: a silent fallback fails with the kernel names."""
+    evidence = attention_evidence
+    if evidence.case.device != "cuda":
+        pytest.skip("kernel families are read from the device lane; this case runs on the CPU")
+    expected = backend_kernel_families(evidence.variant.sdpa_backend, rocm=torch.version.hip is not None)
+    for step in evidence.steps:
+        failure = fused_kernel_failure(step.kernels, expected)
+        assert failure is None, f"{evidence.variant.name} on {evidence.case.id}: {failure}; trace: {evidence.trace_path}"
+
+
+def compiled_flex(variant):
+    """flex_compiled"""
+    return variant.name == "flex_compiled"
+
+
+@pytest.mark.perfsuite_only.with_args(compiled_flex)
+def test_compiled_flex_runs_its_fused_triton_kernel(attention_evidence):
+    """On CUDA compiled flex_attention runs Inductor's fused attention template (``triton_tem_*``)."""
+    evidence = attention_evidence
+    if evidence.case.device != "cuda":
+        pytest.skip("on the CPU Inductor's flex_attention is C++, not a Triton kernel")
+    for step in evidence.steps:
+        failure = fused_kernel_failure(step.kernels, (FLEX_FUSED_FAMILY,))
+        assert failure is None, f"{evidence.variant.name} on {evidence.case.id}: {failure}; trace: {evidence.trace_path}"
 
 
 @pytest.mark.perfsuite_only("compiled")

@@ -195,3 +195,29 @@ def sdpa_backends(cpu_ops: dict[str, int]) -> list[str]:
     """SDPA backends whose dispatch or backend op appears among ``cpu_ops`` (name -> count),
     each named once, in ``SDPA_BACKEND_OPS`` order."""
     return list(dict.fromkeys(backend for op, backend in SDPA_BACKEND_OPS.items() if cpu_ops.get(op)))
+
+
+FLEX_FUSED_FAMILY = "Triton template (flex attention, autotuned GEMM)"
+
+
+def fused_kernel_failure(kernels: dict[str, int], expected: tuple[str, ...]) -> str | None:
+    """Why a forward's ``kernels`` (name -> count) are not one fused attention of ``expected``
+    families, or None when they are.
+
+    Fails when no kernel of ``expected`` ran, when a fused attention kernel of another family
+    ran (a silent fallback to another backend), or when any GEMM, GEMV or softmax kernel ran
+    (unfused attention); the message names the offending kernels and their families.
+    """
+    families = {name: kernel_family(name) for name in kernels}
+    ran = sum(count for name, count in kernels.items() if families[name] in expected)
+    other = sorted(f"{name[:100]} [{families[name]}]" for name in kernels
+                   if is_fused_attention(families[name]) and families[name] not in expected)
+    unfused = sorted(f"{name[:100]} [{families[name]}]" for name in kernels if is_unfused_attention_work(families[name]))
+    problems = []
+    if not ran:
+        problems.append(f"no kernel of {' or '.join(expected)} ran")
+    if other:
+        problems.append(f"other fused attention kernels ran: {other}")
+    if unfused:
+        problems.append(f"unfused matmul/softmax kernels ran: {unfused}")
+    return "; ".join(problems) or None

@@ -6,7 +6,7 @@ import pytest
 
 from perfsuite.attention.cases import AttentionCase
 from perfsuite.measure.evidence import gather_evidence
-from perfsuite.trace.kernel_families import (GEMM_PRECISION_UNKNOWN, UNKNOWN, backend_kernel_families, gemm_precision,
+from perfsuite.trace.kernel_families import (GEMM_PRECISION_UNKNOWN, UNKNOWN, backend_kernel_families, fused_kernel_failure, gemm_precision,
                                              is_copy_kernel, is_memset_kernel, is_unfused_attention_work, kernel_family,
                                              memcpy_kind, rules_markdown, sdpa_backends)
 from perfsuite.variants import get_variant
@@ -166,3 +166,23 @@ def test_sdpa_backend_is_read_from_the_trace(tmp_path):
     assert flash.sdpa_backends == ["FLASH_ATTENTION (CPU)"]
     assert math.sdpa_backends == ["MATH"]
     assert naive.sdpa_backends == []
+
+
+def test_fused_kernel_failure_names_fallbacks_and_unfused_work():
+    flash = "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 128, 4>>(Flash_fwd_params)"
+    cutlass = "fmha_cutlassF_bf16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<cutlass::bfloat16_t>::Params)"
+    expected = backend_kernel_families("FLASH_ATTENTION")
+    assert fused_kernel_failure({flash: 1, "void at::native::vectorized_elementwise_kernel<4>": 1}, expected) is None
+    fallback = fused_kernel_failure({cutlass: 1}, expected)
+    assert "no kernel of fused attention: flash ran" in fallback and "fmha_cutlassF" in fallback
+    unfused = fused_kernel_failure({flash: 1, "nvjet_tst_128x256_64x4_1x2_h_bz_coopB_TNT": 2}, expected)
+    assert unfused.startswith("unfused matmul/softmax kernels ran") and "nvjet_tst" in unfused
+
+
+def test_h100_flash_trace_passes_the_flash_check_only_on_its_attention_kernels():
+    with gzip.open(TRACES / "h100_bert-small_sdpa-flash.json.gz", "rt") as handle:
+        kernels = [e["name"] for e in json.load(handle)["traceEvents"] if e.get("cat") == "kernel"]
+    attention = {n: 1 for n in kernels if "flash" in n}
+    assert attention and fused_kernel_failure(attention, backend_kernel_families("FLASH_ATTENTION")) is None
+    assert "unfused" in fused_kernel_failure({n: 1 for n in kernels}, backend_kernel_families("FLASH_ATTENTION"))
+    assert "no kernel of fused attention: cuDNN" in fused_kernel_failure(attention, backend_kernel_families("CUDNN_ATTENTION"))
