@@ -10,11 +10,12 @@ def test_machine_info_records_numerics_flags_and_versions():
     torch.backends.cuda.matmul.allow_tf32 = True  # a flag module: monkeypatch cannot restore it
     try:
         info = machine.torch_machine_info(["cpu"])
+        precision = torch.get_float32_matmul_precision()  # allow_tf32 moves it to "high"
     finally:
         torch.backends.cuda.matmul.allow_tf32 = before
     numerics = info["numerics"]
     assert numerics["cuda_matmul_allow_tf32"] is True
-    assert numerics["float32_matmul_precision"] == torch.get_float32_matmul_precision()
+    assert numerics["float32_matmul_precision"] == precision
     assert set(numerics["sdpa_enabled"]) == {"FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH"}
     order = numerics["sdpa_priority_order"]
     assert order is None or "FLASH_ATTENTION" in order
