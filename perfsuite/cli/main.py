@@ -6,8 +6,9 @@
   perfsuite report RUN.json [--markdown F] [--html F] [--plots DIR]
   perfsuite compare BASE.json HEAD.json                      timing verdicts with intervals + structural diff
   perfsuite ab [--base-tree DIR] [--head-tree DIR]           A/B gate, base and head interleaved in one run
+  perfsuite verify --results DIR [--suite-exit N]            GPU verification report (scripts/gpu_suite.sh)
 
-Exit codes: 0 success; 1 a regression (compare, ab); 2 bad arguments, an unreadable file,
+Exit codes: 0 success; 1 a regression (compare, ab) or a failed check (verify); 2 bad arguments, an unreadable file,
 or no window of that name (the message names the file).
 """
 
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from perfsuite.gate.compare import BaselineError
 from perfsuite.cli.gate import add_commands, run_ab_command, run_compare
+from perfsuite.cli.verify import add_command as add_verify_command, run_verify
 from perfsuite.trace.kernel_families import rules_markdown
 from perfsuite.trace.render import describe, describe_diff, diff
 from perfsuite.trace.summary import TraceError, TraceIndex, WindowSummary, load_trace
@@ -145,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--html", help="write the self-contained HTML report here")
     report.add_argument("--plots", help="write the plots (PNG and SVG) into this folder")
     add_commands(commands)
+    add_verify_command(commands)
     return parser
 
 
@@ -157,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_compare(args)
         if args.command == "ab":
             return run_ab_command(args)
+        if args.command == "verify":
+            return run_verify(args)
         from perfsuite.cli.report import run_report
 
         return run_report(args)
