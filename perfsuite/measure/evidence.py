@@ -25,8 +25,8 @@ from perfsuite.attention.masks import fully_masked_rows
 from perfsuite.attention.modes import GRADIENT_MODES, Step, StepResult, make_step
 from perfsuite.measure.profiling import profile_steps, step_annotation
 from perfsuite.measure.saved_tensors import SavedForBackward, measure_saved
-from perfsuite.attention.reference import (Comparison, compare_gradients, compare_with_reference, reference_attention,
-                                 tolerances)
+from perfsuite.attention.reference import (REFERENCE_BLOCK_BYTES, Comparison, compare_gradients, compare_with_reference,
+                                          reference_attention, tolerances)
 from perfsuite.measure.timing import synchronized
 from perfsuite.trace.summary import WindowSummary
 from perfsuite.variants import Variant
@@ -157,6 +157,19 @@ def prepare_case(variant: Variant, case: AttentionCase, seed: int) -> PreparedCa
 
 
 def _compare(prepared: PreparedCase, mode: str, result: StepResult, seed: int) -> tuple[Comparison | None, str | None]:
+    """The comparison with the float64 reference, or None and why not (NaN rows, out of memory)."""
+    try:
+        return _compare_with_reference(prepared, mode, result, seed)
+    except torch.OutOfMemoryError:
+        case = prepared.case
+        if case.device == "cuda":
+            torch.cuda.empty_cache()
+        return None, (f"not compared: the float64 reference of {case.id} ran out of {case.device} memory even in blocks "
+                      f"of {REFERENCE_BLOCK_BYTES} bytes of scores (perfsuite.attention.reference)")
+
+
+def _compare_with_reference(prepared: PreparedCase, mode: str, result: StepResult,
+                            seed: int) -> tuple[Comparison | None, str | None]:
     variant, case, inputs = prepared.variant, prepared.case, prepared.inputs
     in_mode = "" if mode == "forward" else f" in mode {mode}"
     label = f"variant {variant.name} on case {case.id}{in_mode} (seed {seed})"

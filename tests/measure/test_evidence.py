@@ -117,3 +117,34 @@ def test_cuda_case_on_a_machine_without_cuda_is_unsupported(tmp_path):
     cuda_case = AttentionCase(1, 2, 32, 32, 16, "bf16", "cuda", "causal")
     with pytest.raises(VariantUnsupported, match="device cuda is not available"):
         gather_evidence(get_variant("naive"), cuda_case, seed=0, trace_dir=tmp_path)
+
+
+@pytest.mark.parametrize("mask", ["causal", "causal_br", "bool", "additive", "padding", "window4"])
+def test_blockwise_reference_equals_the_whole_one(mask):
+    from perfsuite.attention.reference import query_blocks, reference_gradients
+
+    case = AttentionCase(2, 4, 10, 9, 8, "fp32", "cpu", mask, num_kv_heads=2)
+    inputs = make_inputs(case, 0)
+    row_bytes = 2 * 4 * 9 * 8  # one query row of float64 scores
+    assert query_blocks(inputs, block_bytes=5 * row_bytes) == [(0, 5), (5, 10)]
+    whole, blocked = reference_attention(inputs), reference_attention(inputs, block_bytes=3 * row_bytes)
+    torch.testing.assert_close(blocked, whole, atol=1e-12, rtol=1e-12)
+    grad_output = torch.randn(whole.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    for got, want in zip(reference_gradients(inputs, grad_output, block_bytes=row_bytes),
+                         reference_gradients(inputs, grad_output)):
+        torch.testing.assert_close(got, want, atol=1e-12, rtol=1e-12)
+    with pytest.raises(ValueError, match="block_bytes must be positive, got 0"):
+        query_blocks(inputs, block_bytes=0)
+
+
+def test_a_reference_out_of_memory_is_not_compared(tmp_path, monkeypatch):
+    from perfsuite.measure import evidence as evidence_module
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 GiB")
+
+    monkeypatch.setattr(evidence_module, "reference_attention", out_of_memory)
+    case = AttentionCase(1, 2, 16, 16, 8, "fp32", "cpu", "causal")
+    found = gather_evidence(get_variant("sdpa"), case, 0, tmp_path)
+    assert found.comparison is None
+    assert found.not_compared.startswith("not compared: the float64 reference of b1h2s16d8-fp32-causal-cpu ran out of cpu memory")
