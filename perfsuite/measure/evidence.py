@@ -184,6 +184,15 @@ def _compare_with_reference(prepared: PreparedCase, mode: str, result: StepResul
     return Comparison(max(output.max_abs_error, gradients.max_abs_error), gradients.failure), None
 
 
+def input_tensors(inputs: AttentionInputs) -> tuple[torch.Tensor, ...]:
+    """Query, key, value and the mask's tensors (selection, bias, SDPA's mask): storages that are
+    the case's inputs, never score matrices a forward saved (a ``[1, H, Sq, Skv]`` bias has as many
+    elements as the scores at batch 1)."""
+    mask = inputs.mask
+    found = [inputs.query, inputs.key, inputs.value, mask.allowed, mask.masked_out, mask.additive, mask.sdpa_mask]
+    return tuple(t for t in found if isinstance(t, torch.Tensor))
+
+
 def gather_evidence(variant: Variant, case: AttentionCase, seed: int, trace_dir: Path, mode: str = "forward",
                     prepared: PreparedCase | None = None) -> Evidence:
     """Check support, compare with the float64 reference, and profile the variant on ``case`` in ``mode``.
@@ -204,8 +213,7 @@ def gather_evidence(variant: Variant, case: AttentionCase, seed: int, trace_dir:
     suffix = "" if mode == "forward" else f"-{mode}"
     trace_path = trace_dir / f"{variant.name}-{case.id}{suffix}.pt.trace.json.gz"
     before = compile_stats.snapshot()
-    inputs = (prepared.inputs.query, prepared.inputs.key, prepared.inputs.value)
-    saved = measure_saved(step, case.score_shape, inputs) if mode == "forward_backward" else None
+    saved = measure_saved(step, case.score_shape, input_tensors(prepared.inputs)) if mode == "forward_backward" else None
     steps = profile_steps(step, case.device, trace_path, step_annotation(mode))
     return Evidence(variant, case, mode, comparison, not_compared, tuple(steps), trace_path, step,
                     first_call_s, compiled, compile_stats.since(before), saved)

@@ -148,3 +148,28 @@ def test_a_reference_out_of_memory_is_not_compared(tmp_path, monkeypatch):
     found = gather_evidence(get_variant("sdpa"), case, 0, tmp_path)
     assert found.comparison is None
     assert found.not_compared.startswith("not compared: the float64 reference of b1h2s16d8-fp32-causal-cpu ran out of cpu memory")
+
+
+def test_a_saved_bias_is_not_a_score_matrix_at_batch_1(tmp_path):
+    from perfsuite.measure.evidence import input_tensors
+    from perfsuite.measure.saved_tensors import measure_saved
+
+    case = AttentionCase(1, 2, 8, 8, 4, "fp32", "cpu", "additive")
+    inputs = make_inputs(case, 0)
+    bias = inputs.mask.additive
+    assert bias.shape == case.score_shape  # [1, H, Sq, Skv]: as many elements as the scores at batch 1
+    query = inputs.query.detach().requires_grad_(True)
+
+    def saves_the_bias():
+        return (query.sum() * bias).sum()  # mul saves the bias for query's gradient
+
+    assert measure_saved(saves_the_bias, case.score_shape, (query,)).score_sized == 1
+    assert measure_saved(saves_the_bias, case.score_shape, (query,) + input_tensors(inputs)).score_sized == 0
+
+
+def test_sdpa_flash_saving_its_bias_at_batch_1_saves_no_score_matrix(tmp_path):
+    case = AttentionCase(1, 2, 16, 16, 8, "fp32", "cpu", "additive")
+    flash = gather_evidence(get_variant("sdpa_flash"), case, 0, tmp_path, "forward_backward").saved_for_backward
+    naive = gather_evidence(get_variant("naive"), case, 0, tmp_path, "forward_backward").saved_for_backward
+    assert flash.score_sized == 0  # it saves a copy of the [1, H, Sq, Skv] bias, an input
+    assert naive.score_sized == 1  # the unfused softmax output
