@@ -34,6 +34,39 @@ from perfsuite.variants.registry import VariantFn
 
 # Messages with which torch refuses a case it has no kernel for (not a bug of the variant).
 _UNSUPPORTED_RE = re.compile(r"No available kernel|No viable backend|not implemented for '\w+'|does not support backward on")
+# Refusals of the machine rather than of torch's dispatch: cuDNN's frontend finding no execution
+# plan for the graph (a shape/dtype/GPU combination its heuristics do not cover), and Triton or
+# Inductor kernels needing more shared memory or registers than this GPU has, or autotuning
+# finding no kernel that fits. Each is a skip whose reason says which, never a pass or a failure.
+_MACHINE_LIMITS = (
+    (re.compile(r"No execution plans? (support|supports|found)|cudnn.*no (valid )?execution plan", re.IGNORECASE),
+     "cuDNN has no execution plan for this case on this GPU"),
+    (re.compile(r"OutOfResources|out of resource: (shared memory|registers)", re.IGNORECASE),
+     "a Triton kernel needs more shared memory or registers than this GPU has"),
+    (re.compile(r"NoValidChoicesError|No choices to select", re.IGNORECASE),
+     "Inductor's autotuning found no kernel choice that runs on this GPU"),
+)
+
+
+def _messages(exc: BaseException) -> str:
+    """The exception's type and message and those of its causes (Inductor wraps Triton's errors)."""
+    parts, seen, current = [], set(), exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        parts.append(f"{type(current).__name__}: {current}")
+        current = current.__cause__ or current.__context__
+    return "\n".join(parts)
+
+
+def machine_limit_reason(exc: BaseException) -> str | None:
+    """Why ``exc`` is this machine's limit (``_MACHINE_LIMITS``) with the error's first line, or None."""
+    text = _messages(exc)
+    for pattern, why in _MACHINE_LIMITS:
+        match = pattern.search(text)
+        if match:
+            line = next((part for part in text.splitlines() if pattern.search(part)), match.group(0))
+            return f"{why}; torch: '{line.strip()[:300]}'"
+    return None
 
 
 class VariantUnsupported(Exception):
@@ -118,8 +151,11 @@ def run_once(variant: Variant, case: AttentionCase, forward: Callable[[], object
                 f"out of {case.device} memory (one score matrix of this case is {case.score_bytes} bytes); "
                 "choose smaller shapes with --perfsuite-shapes"
             ) from None
-        except (RuntimeError, NotImplementedError) as exc:
-            if not _UNSUPPORTED_RE.search(str(exc)):
+        except Exception as exc:
+            limit = machine_limit_reason(exc)
+            if limit:
+                raise VariantUnsupported(f"{variant.name} on {case.device}: {limit}") from None
+            if not isinstance(exc, (RuntimeError, NotImplementedError)) or not _UNSUPPORTED_RE.search(str(exc)):
                 raise
             raise VariantUnsupported(unsupported_reason(variant, case, exc, caught)) from None
 

@@ -173,3 +173,48 @@ def test_sdpa_flash_saving_its_bias_at_batch_1_saves_no_score_matrix(tmp_path):
     naive = gather_evidence(get_variant("naive"), case, 0, tmp_path, "forward_backward").saved_for_backward
     assert flash.score_sized == 0  # it saves a copy of the [1, H, Sq, Skv] bias, an input
     assert naive.score_sized == 1  # the unfused softmax output
+
+
+class OutOfResources(Exception):
+    """Named like triton.runtime.errors.OutOfResources (Triton is not installed on every machine)."""
+
+
+def _raises(error):
+    def attention(query, key, value, *, mask, scale):
+        raise error
+
+    return Variant("raiser", attention, "raises")
+
+
+def _inductor_wrapped():
+    try:
+        raise OutOfResources("out of resource: shared memory, Required: 262144, Hardware limit: 232448")
+    except OutOfResources as inner:
+        try:
+            raise RuntimeError("backend='inductor' raised:") from inner
+        except RuntimeError as outer:
+            return outer
+
+
+@pytest.mark.parametrize("error, why", [
+    (RuntimeError("cuDNN Frontend error: [cudnn_frontend] Error: No execution plans support the graph."),
+     "cuDNN has no execution plan for this case on this GPU"),
+    (_inductor_wrapped(), "a Triton kernel needs more shared memory or registers than this GPU has"),
+    (RuntimeError("NoValidChoicesError: No choices to select, please consider adding ATEN into max_autotune_gemm_backends"),
+     "Inductor's autotuning found no kernel choice"),
+], ids=["cudnn-no-plan", "triton-out-of-resources", "inductor-no-choices"])
+def test_machine_limits_are_skips_with_their_reason(error, why):
+    from perfsuite.measure.evidence import run_once
+
+    variant = _raises(error)
+    with pytest.raises(VariantUnsupported, match=why) as info:
+        run_once(variant, CASE, lambda: variant.fn(None, None, None, mask=None, scale=None))
+    assert "torch: '" in str(info.value)
+
+
+def test_other_errors_are_not_turned_into_skips():
+    from perfsuite.measure.evidence import run_once
+
+    variant = _raises(RuntimeError("The size of tensor a (4) must match the size of tensor b (5)"))
+    with pytest.raises(RuntimeError, match="must match"):
+        run_once(variant, CASE, lambda: variant.fn(None, None, None, mask=None, scale=None))
