@@ -269,8 +269,9 @@ class TraceIndex:
         return self.annotations + self.cpu_ops
 
     def whole_trace(self) -> dict[str, Any]:
-        """A pseudo-window spanning every event of every process; it holds every device event."""
-        timed = self.cpu_ops + self.launches + self.annotations + self.memory + self.device_events
+        """A pseudo-window spanning every CPU-side event of every process (the device events when
+        there are none); it holds every device event of the trace, launched in it or not."""
+        timed = (self.cpu_ops + self.launches + self.annotations + self.memory) or self.device_events
         if not timed:
             return {"name": "whole trace", "ts": 0, "dur": 0, "pid": None, "whole": True}
         start = min(e.get("ts", 0) for e in timed)

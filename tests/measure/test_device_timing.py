@@ -167,3 +167,19 @@ def test_capture_step_keeps_the_step_on_failure():
     device = FakeDevice(capture_error=ValueError("bad"))
     captured = capture_step(device, step)
     assert captured.step is step and not captured.replayed and captured.failure == "ValueError: bad"
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device (the real TorchCuda backend)")
+@pytest.mark.parametrize("timer", ["cuda_event", "kernel"])
+def test_torch_cuda_backend_times_a_matmul_on_the_gpu(timer):
+    import torch
+
+    from perfsuite.measure.device_timing import TorchCuda
+
+    a = torch.randn(1024, 1024, device="cuda")
+    fixture, stats = make_fixture()
+    api = TorchCuda()
+    timing = time_on_device(fixture, lambda: a @ a, timer, rounds=5, warmup_rounds=1, cuda_graph=True, api=api)
+    assert all(d > 0 for d in timing.device_s) and len(timing.wall_s) == 5
+    assert timing.l2_flush_bytes == 2 * api.l2_cache_bytes() > 0
+    assert timing.cuda_graph == "replayed"
