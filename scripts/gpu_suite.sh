@@ -28,7 +28,7 @@ PY
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 command -v rocm-smi >/dev/null && rocm-smi --showdriverversion
 if ! .venv/bin/python -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
-    exec .venv/bin/perfsuite verify --results "$out" "${require[@]}"
+    exec .venv/bin/perfsuite verify --results "$out" ${require[@]+"${require[@]}"}
 fi
 suite_exit=0
 timeout --kill-after=20 "$budget" .venv/bin/python -m pytest -c benchmarks.ini -p no:cacheprovider \
@@ -38,4 +38,4 @@ timeout --kill-after=20 "$budget" .venv/bin/python -m pytest -c benchmarks.ini -
     --benchmark-max-time=0.2 --benchmark-min-rounds=10 "$@" || suite_exit=$?
 # Kernels and copies per forward and per training step, read back from the traces (for the log).
 .venv/bin/perfsuite trace "$out/traces" --annotation perfsuite::forward --first --top 5 || true
-.venv/bin/perfsuite verify --results "$out" --suite-exit "$suite_exit" --budget-s "$budget" "${require[@]}"
+.venv/bin/perfsuite verify --results "$out" --suite-exit "$suite_exit" --budget-s "$budget" ${require[@]+"${require[@]}"}
