@@ -70,6 +70,8 @@ def numerics_flags() -> dict[str, object]:
             "MATH": torch.backends.cuda.math_sdp_enabled(),
         },
         "sdpa_priority_order": sdpa_priority_order(),
+        # FlashAttention 3 inside the flash backend (Hopper), where this torch has the switch (private).
+        "sdpa_flash_uses_fa3": torch._C._get_fa3_sdp_enabled() if hasattr(torch._C, "_get_fa3_sdp_enabled") else None,
     }
 
 
