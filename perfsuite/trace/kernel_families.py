@@ -52,7 +52,7 @@ FAMILY_RULES: tuple[tuple[str, str], ...] = (
     ("GEMV (cuBLAS)", r"gemv"),
     ("GEMM split-K reduction / epilogue", r"splitKreduce|epilogue::impl|cublasLt"),
     (GEMM, r"gemm|Gemm|GEMM|nvjet_|^Cijk_"),
-    (COPY, r"^Memcpy|direct_copy_kernel|copy_kernel|CatArrayBatchedCopy|copy_device_to_device|__amd_rocclr_copy"),
+    (COPY, r"^Memcpy|^Copy(HostToDevice|DeviceToHost|DeviceToDevice)|direct_copy_kernel|copy_kernel|CatArrayBatchedCopy|copy_device_to_device|__amd_rocclr_copy"),
     (MEMSET, r"^Memset|__amd_rocclr_fill"),
     ("softmax", r"softmax|SoftMax"),
     ("normalization", r"layer_norm|LayerNorm|RowwiseMoments|GammaBeta|batch_norm|rms_norm"),
@@ -80,6 +80,8 @@ UNFUSED_FAMILY_PREFIXES = (GEMM, "GEMV", "softmax")
 _COMPILED = tuple((family, re.compile(pattern)) for family, pattern in FAMILY_RULES)
 _PRECISIONS = tuple((precision, re.compile(pattern)) for precision, pattern in PRECISION_RULES)
 _MEMCPY_KIND_RE = re.compile(r"^Memcpy (\w+)")
+# roctracer / rocprofiler names of asynchronous copies, as some ROCm profiler versions write them.
+_ROCM_COPY_KINDS = {"CopyHostToDevice": "HtoD", "CopyDeviceToHost": "DtoH", "CopyDeviceToDevice": "DtoD"}
 
 
 def gemm_precision(name: str) -> str | None:
@@ -119,9 +121,12 @@ def is_memset_kernel(name: str) -> bool:
 
 
 def memcpy_kind(name: str) -> str | None:
-    """``"DtoD"`` for ``"Memcpy DtoD (Device -> Device)"``; None for a name that is not a Memcpy."""
+    """``"DtoD"`` for ``"Memcpy DtoD (Device -> Device)"`` (and ROCm's ``"CopyDeviceToDevice"``);
+    None for a name that is not a Memcpy."""
     match = _MEMCPY_KIND_RE.match(name)
-    return match.group(1) if match else None
+    if match:
+        return match.group(1)
+    return next((kind for prefix, kind in _ROCM_COPY_KINDS.items() if name.startswith(prefix)), None)
 
 
 def is_fused_attention(family: str) -> bool:

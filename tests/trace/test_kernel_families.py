@@ -129,6 +129,7 @@ def test_copy_memset_and_memcpy_names_have_one_source():
     assert not is_copy_kernel("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>")
     assert is_memset_kernel("__amd_rocclr_fillBufferAligned") and is_memset_kernel("Memset (Device)")
     assert memcpy_kind("Memcpy HtoD (Pinned -> Device)") == "HtoD" and memcpy_kind("attn_fwd") is None
+    assert memcpy_kind("CopyDeviceToDevice") == "DtoD" and is_copy_kernel("CopyHostToDevice")
 
 
 def test_unfused_work_is_gemm_gemv_or_softmax():
