@@ -30,6 +30,8 @@ import statistics
 import time
 from typing import Any, Callable, Protocol
 
+from perfsuite.measure.timing import synchronized
+
 TIMERS = ("host", "cuda_event", "kernel")
 # Resolution handed to pytest-benchmark so it never calibrates the device clock (nvFuser's value).
 DEVICE_CLOCK_PRECISION_S = 1e-6
@@ -322,3 +324,21 @@ def time_on_device(benchmark: Any, step: Callable[[], object], timer: str, round
     measured = clock.rounds()[-rounds:]
     return DeviceTiming(timer, tuple(i.wall_s for i in measured), tuple(i.device_s for i in measured),
                         flush.size_bytes if flush else 0, capture.description if capture else "off")
+
+
+def benchmark_step(benchmark: Any, step: Callable[[], object], device: str, timer: str = "host", rounds: int = 5,
+                   flush_l2: bool = True, cuda_graph: bool = False,
+                   api: DeviceApi | None = None) -> tuple[DeviceTiming | None, dict[str, object]]:
+    """Time ``step`` on ``device`` as the run's settings say; returns the device timing (None with
+    the host timer or a disabled benchmark) and the keys for ``benchmark.extra_info``.
+
+    On CUDA with ``timer`` ``cuda_event`` or ``kernel``: ``time_on_device``. Otherwise (the CPU,
+    which has no device clock, or ``timer="host"``) pytest-benchmark's own timer around a
+    synchronized call, of the CUDA-graph replay when ``cuda_graph`` and capture works.
+    """
+    if device == "cuda" and parse_timer(timer) != "host":
+        timing = time_on_device(benchmark, step, timer, rounds, flush_l2=flush_l2, cuda_graph=cuda_graph, api=api)
+        return timing, (timing.extra_info() if timing else {"timer": timer})
+    graph = capture_step(api or TorchCuda(), step) if device == "cuda" and cuda_graph else None
+    benchmark(synchronized(graph.step if graph else step, device))
+    return None, {"timer": "host", "cuda_graph": graph.description if graph else "off"}

@@ -14,8 +14,7 @@ from perfsuite.trace.kernel_families import (FLEX_FUSED_FAMILY, SDPA_BACKEND_FAM
                                              fused_kernel_failure, is_unfused_attention_work, kernel_family)
 from perfsuite.suite.plugin import benchmark_extra_info, record_result
 from perfsuite.measure.profiling import ACTIVE_STEPS
-from perfsuite.measure.device_timing import TorchCuda, capture_step, time_on_device
-from perfsuite.measure.timing import synchronized
+from perfsuite.measure.device_timing import benchmark_step
 
 UNFUSED_OPS = ("aten::bmm", "aten::mm", "aten::matmul", "aten::baddbmm", "aten::_softmax", "aten::_safe_softmax")
 
@@ -138,16 +137,10 @@ def test_benchmark(mode_evidence, benchmark, perfsuite_run, request):
     benchmark.group = case.id
     benchmark.extra_info.update(benchmark_extra_info(evidence))
     before = compile_stats.snapshot()
-    timing = None
-    if case.device == "cuda" and run.timer != "host":
-        timing = time_on_device(benchmark, evidence.step, run.timer, rounds=request.config.getoption("benchmark_min_rounds"),
-                                flush_l2=run.l2_flush, cuda_graph=run.cuda_graphs)
-    else:
-        graph = capture_step(TorchCuda(), evidence.step) if case.device == "cuda" and run.cuda_graphs else None
-        benchmark(synchronized(graph.step if graph else evidence.step, case.device))
-        benchmark.extra_info.update({"timer": "host", "cuda_graph": graph.description if graph else "off"})
-    if timing:
-        benchmark.extra_info.update(timing.extra_info())
+    timing, info = benchmark_step(benchmark, evidence.step, case.device, run.timer,
+                                  rounds=request.config.getoption("benchmark_min_rounds"), flush_l2=run.l2_flush,
+                                  cuda_graph=run.cuda_graphs)
+    benchmark.extra_info.update(info)
     recompiled = compile_stats.since(before).graphs_compiled
     benchmark.extra_info["graphs_compiled_while_timed"] = recompiled
     stats = benchmark.stats.stats if benchmark.stats else None  # None when timing is disabled

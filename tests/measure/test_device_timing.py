@@ -183,3 +183,26 @@ def test_torch_cuda_backend_times_a_matmul_on_the_gpu(timer):
     assert all(d > 0 for d in timing.device_s) and len(timing.wall_s) == 5
     assert timing.l2_flush_bytes == 2 * api.l2_cache_bytes() > 0
     assert timing.cuda_graph == "replayed"
+
+
+def test_benchmark_step_uses_the_device_clock_only_for_cuda_cases():
+    from perfsuite.measure.device_timing import benchmark_step
+
+    device = FakeDevice()
+    fixture, stats = make_fixture()
+    timing, info = benchmark_step(fixture, device.run_step, "cuda", "kernel", rounds=4, api=device)
+    assert timing.device_s == pytest.approx((STEP_DEVICE_S,) * 4) and info["timer"] == "kernel"
+    assert stats[0].stats.median == pytest.approx(STEP_DEVICE_S)
+
+
+def test_benchmark_step_on_the_cpu_is_host_timed_whatever_the_setting():
+    import time
+
+    from perfsuite.measure.device_timing import benchmark_step
+
+    calls = []
+    fixture, stats = make_fixture()
+    fixture._timer = time.perf_counter  # a real clock: pytest-benchmark calibrates its own timer
+    timing, info = benchmark_step(fixture, lambda: calls.append(1), "cpu", "cuda_event", rounds=4, api=FakeDevice())
+    assert timing is None and info == {"timer": "host", "cuda_graph": "off"}
+    assert calls and stats[0].stats.rounds >= 1
