@@ -8,8 +8,9 @@
   perfsuite ab [--base-tree DIR] [--head-tree DIR]           A/B gate, base and head interleaved in one run
   perfsuite run [--check] [PYTEST ARGS]                      the attention suite in this directory (your repository)
   perfsuite init-ci                                          a GitHub workflow gating your pull requests
+  perfsuite verify --results DIR [--suite-exit N]            GPU verification report (scripts/gpu_suite.sh)
 
-Exit codes: 0 success; 1 a regression (compare, ab); 2 bad arguments, an unreadable file,
+Exit codes: 0 success; 1 a regression (compare, ab) or a failed check (verify); 2 bad arguments, an unreadable file,
 or no window of that name (the message names the file).
 """
 
@@ -24,6 +25,7 @@ from perfsuite.errors import PerfsuiteError, UsageError
 from perfsuite.cli import init_ci
 from perfsuite.cli import run as run_command
 from perfsuite.cli.gate import add_commands, run_ab_command, run_compare
+from perfsuite.cli.verify import add_command as add_verify_command, run_verify
 from perfsuite.trace.kernel_families import rules_markdown
 from perfsuite.trace.render import describe, describe_diff, diff
 from perfsuite.trace.summary import TraceError, TraceIndex, WindowSummary, load_trace
@@ -147,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_commands(commands)
     run_command.add_command(commands)
     init_ci.add_command(commands)
+    add_verify_command(commands)
     return parser
 
 
@@ -167,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_command.run_suite(args)
         if args.command == "init-ci":
             return init_ci.run_init_ci(args)
+        if args.command == "verify":
+            return run_verify(args)
         from perfsuite.cli.report import run_report
 
         return run_report(args)

@@ -25,8 +25,8 @@ from perfsuite.attention.masks import fully_masked_rows
 from perfsuite.attention.modes import GRADIENT_MODES, Step, StepResult, make_step
 from perfsuite.measure.profiling import profile_steps, step_annotation
 from perfsuite.measure.saved_tensors import SavedForBackward, measure_saved
-from perfsuite.attention.reference import (Comparison, compare_gradients, compare_with_reference, reference_attention,
-                                 tolerances)
+from perfsuite.attention.reference import (REFERENCE_BLOCK_BYTES, Comparison, compare_gradients, compare_with_reference,
+                                          reference_attention, tolerances)
 from perfsuite.measure.timing import synchronized
 from perfsuite.trace.summary import WindowSummary
 from perfsuite.variants import Variant
@@ -34,6 +34,39 @@ from perfsuite.variants.registry import VariantFn
 
 # Messages with which torch refuses a case it has no kernel for (not a bug of the variant).
 _UNSUPPORTED_RE = re.compile(r"No available kernel|No viable backend|not implemented for '\w+'|does not support backward on")
+# Refusals of the machine rather than of torch's dispatch: cuDNN's frontend finding no execution
+# plan for the graph (a shape/dtype/GPU combination its heuristics do not cover), and Triton or
+# Inductor kernels needing more shared memory or registers than this GPU has, or autotuning
+# finding no kernel that fits. Each is a skip whose reason says which, never a pass or a failure.
+_MACHINE_LIMITS = (
+    (re.compile(r"No execution plans? (support|supports|found)|cudnn.*no (valid )?execution plan", re.IGNORECASE),
+     "cuDNN has no execution plan for this case on this GPU"),
+    (re.compile(r"OutOfResources|out of resource: (shared memory|registers)", re.IGNORECASE),
+     "a Triton kernel needs more shared memory or registers than this GPU has"),
+    (re.compile(r"NoValidChoicesError|No choices to select", re.IGNORECASE),
+     "Inductor's autotuning found no kernel choice that runs on this GPU"),
+)
+
+
+def _messages(exc: BaseException) -> str:
+    """The exception's type and message and those of its causes (Inductor wraps Triton's errors)."""
+    parts, seen, current = [], set(), exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        parts.append(f"{type(current).__name__}: {current}")
+        current = current.__cause__ or current.__context__
+    return "\n".join(parts)
+
+
+def machine_limit_reason(exc: BaseException) -> str | None:
+    """Why ``exc`` is this machine's limit (``_MACHINE_LIMITS``) with the error's first line, or None."""
+    text = _messages(exc)
+    for pattern, why in _MACHINE_LIMITS:
+        match = pattern.search(text)
+        if match:
+            line = next((part for part in text.splitlines() if pattern.search(part)), match.group(0))
+            return f"{why}; torch: '{line.strip()[:300]}'"
+    return None
 
 
 class VariantUnsupported(Exception):
@@ -118,8 +151,11 @@ def run_once(variant: Variant, case: AttentionCase, forward: Callable[[], object
                 f"out of {case.device} memory (one score matrix of this case is {case.score_bytes} bytes); "
                 "choose smaller shapes with --perfsuite-shapes"
             ) from None
-        except (RuntimeError, NotImplementedError) as exc:
-            if not _UNSUPPORTED_RE.search(str(exc)):
+        except Exception as exc:
+            limit = machine_limit_reason(exc)
+            if limit:
+                raise VariantUnsupported(f"{variant.name} on {case.device}: {limit}") from None
+            if not isinstance(exc, (RuntimeError, NotImplementedError)) or not _UNSUPPORTED_RE.search(str(exc)):
                 raise
             raise VariantUnsupported(unsupported_reason(variant, case, exc, caught)) from None
 
@@ -157,6 +193,19 @@ def prepare_case(variant: Variant, case: AttentionCase, seed: int) -> PreparedCa
 
 
 def _compare(prepared: PreparedCase, mode: str, result: StepResult, seed: int) -> tuple[Comparison | None, str | None]:
+    """The comparison with the float64 reference, or None and why not (NaN rows, out of memory)."""
+    try:
+        return _compare_with_reference(prepared, mode, result, seed)
+    except torch.OutOfMemoryError:
+        case = prepared.case
+        if case.device == "cuda":
+            torch.cuda.empty_cache()
+        return None, (f"not compared: the float64 reference of {case.id} ran out of {case.device} memory even in blocks "
+                      f"of {REFERENCE_BLOCK_BYTES} bytes of scores (perfsuite.attention.reference)")
+
+
+def _compare_with_reference(prepared: PreparedCase, mode: str, result: StepResult,
+                            seed: int) -> tuple[Comparison | None, str | None]:
     variant, case, inputs = prepared.variant, prepared.case, prepared.inputs
     in_mode = "" if mode == "forward" else f" in mode {mode}"
     label = f"variant {variant.name} on case {case.id}{in_mode} (seed {seed})"
@@ -169,6 +218,15 @@ def _compare(prepared: PreparedCase, mode: str, result: StepResult, seed: int) -
                       "gradients are NaN everywhere: nothing to compare (the forward check holds those rows to NaN)")
     gradients = compare_gradients(result.gradients, inputs, prepared.grad_output, label)
     return Comparison(max(output.max_abs_error, gradients.max_abs_error), gradients.failure), None
+
+
+def input_tensors(inputs: AttentionInputs) -> tuple[torch.Tensor, ...]:
+    """Query, key, value and the mask's tensors (selection, bias, SDPA's mask): storages that are
+    the case's inputs, never score matrices a forward saved (a ``[1, H, Sq, Skv]`` bias has as many
+    elements as the scores at batch 1)."""
+    mask = inputs.mask
+    found = [inputs.query, inputs.key, inputs.value, mask.allowed, mask.masked_out, mask.additive, mask.sdpa_mask]
+    return tuple(t for t in found if isinstance(t, torch.Tensor))
 
 
 def gather_evidence(variant: Variant, case: AttentionCase, seed: int, trace_dir: Path, mode: str = "forward",
@@ -191,8 +249,7 @@ def gather_evidence(variant: Variant, case: AttentionCase, seed: int, trace_dir:
     suffix = "" if mode == "forward" else f"-{mode}"
     trace_path = trace_dir / f"{variant.name}-{case.id}{suffix}.pt.trace.json.gz"
     before = compile_stats.snapshot()
-    inputs = (prepared.inputs.query, prepared.inputs.key, prepared.inputs.value)
-    saved = measure_saved(step, case.score_shape, inputs) if mode == "forward_backward" else None
+    saved = measure_saved(step, case.score_shape, input_tensors(prepared.inputs)) if mode == "forward_backward" else None
     steps = profile_steps(step, case.device, trace_path, step_annotation(mode))
     return Evidence(variant, case, mode, comparison, not_compared, tuple(steps), trace_path, step,
                     first_call_s, compiled, compile_stats.since(before), saved)
