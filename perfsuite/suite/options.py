@@ -77,6 +77,8 @@ def header_lines(run: settings.SuiteSettings) -> list[str]:
         f"perfsuite: seed={run.seed} devices={','.join(run.devices)} torch={torch.__version__} "
         f"threads={torch.get_num_threads()}",
         f"perfsuite: variants={','.join(run.variants)} modes={','.join(run.modes)}",
+        f"perfsuite: timer={run.timer} l2_flush={'on' if run.l2_flush else 'off'} "
+        f"cuda_graphs={'on' if run.cuda_graphs else 'off'} (device clocks apply to CUDA cases only)",
         f"perfsuite: cases from {run.cases_from}",
         f"perfsuite: cases={' '.join(c.id for c in run.cases)}",
         *compiled_header(run),

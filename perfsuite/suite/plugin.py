@@ -70,6 +70,30 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         session_of(metafunc.config).parametrize(metafunc)
 
 
+def _pair(item) -> tuple | None:
+    """(variant, case) of a suite test item, None for other tests."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    variant, case = params.get("variant"), params.get("case")
+    return (variant.name, case) if variant is not None and case is not None else None
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
+    """Run each (variant, case) pair's tests together, so its memory can be released after them."""
+    first_seen: dict[tuple, int] = {}
+    for item in items:
+        pair = _pair(item)
+        if pair is not None:
+            first_seen.setdefault((pair[0], pair[1].id), len(first_seen))
+    items.sort(key=lambda item: -1 if _pair(item) is None else first_seen[(_pair(item)[0], _pair(item)[1].id)])
+
+
+def pytest_runtest_teardown(item, nextitem) -> None:
+    """After a pair's last test: drop its cached inputs and steps (``SuiteSession.release``)."""
+    pair, following = _pair(item), _pair(nextitem) if nextitem is not None else None
+    if pair is not None and (following is None or (following[0], following[1].id) != (pair[0], pair[1].id)):
+        session_of(item.config).release(pair[0], pair[1])
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Say what to do when perfsuite was configured but none of its suite's tests were collected."""
     suite_items = [item for item in session.items if "variant" in getattr(item, "fixturenames", ())]

@@ -14,6 +14,7 @@ from perfsuite.gate.compare import load_benchmark_file
 from perfsuite.gate.flow import GateOutcome, judge_saved_runs
 from perfsuite.gate.stats import SEPARATE_RUNS_MIN_EFFECT, GateSettings
 from perfsuite.measure import machine
+from perfsuite.measure.cleanup import release_device_memory, release_exception_frames
 from perfsuite.measure.evidence import Evidence, PreparedCase, VariantUnsupported, gather_evidence, prepare_case
 from perfsuite.measure.peaks import measured_peaks
 from perfsuite.report.results import BenchmarkResult, SkippedResult, result_from_benchmark, text_table, write_run
@@ -78,6 +79,14 @@ class SuiteSession:
         result = result_from_benchmark(info, stats)
         self.results[(result.variant, result.case_id, result.mode)] = result
         return result
+
+    def release(self, variant_name: str, case) -> None:
+        """Forget a finished (variant, case) pair's inputs, steps and outputs, and on CUDA give its
+        memory back, so the next pair's allocations and peaks are its own (the table keeps its rows)."""
+        self._prepared.pop((variant_name, case.id), None)
+        for key in [k for k in self._evidence if k[:2] == (variant_name, case.id)]:
+            del self._evidence[key]
+        release_device_memory(case.device)
 
     # -- parametrization ---------------------------------------------------------------------
     def cases_for(self, variant) -> tuple:
@@ -179,11 +188,12 @@ def check_gate_baseline(benchmarks, compare) -> None:
 
 
 def _capture(make):
-    """``make()``, or the exception it raised (cached so every test of the pair sees it)."""
+    """``make()``, or the exception it raised (cached so every test of the pair sees it), its
+    frames' locals released so a cached error holds no inputs or float64 graphs."""
     try:
         return make()
     except Exception as exc:
-        return exc
+        return release_exception_frames(exc)
 
 
 def _unwrap(found):
