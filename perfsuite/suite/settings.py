@@ -19,7 +19,8 @@ from perfsuite.errors import ConfigError
 from perfsuite.attention.case_sets import get_case_set
 from perfsuite.attention.cases import AttentionCase
 from perfsuite.attention.modes import MODES, parse_mode
-from perfsuite.measure.device_timing import DeviceTimingError, parse_timer
+from perfsuite.errors import DeviceTimingError
+from perfsuite.measure.device_timing import parse_timer
 from perfsuite.variants import get_variant, variant_names
 
 
