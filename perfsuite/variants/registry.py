@@ -18,7 +18,8 @@ from perfsuite.attention.contract import PrepareFn, VariantFn
 
 _POSITIONAL = ("query", "key", "value")
 _KEYWORD_ONLY = ("mask", "scale")
-FULLY_MASKED_ROW_RESULTS = ("zeros", "nan")
+FULLY_MASKED_ROW_RESULTS = ("zeros", "nan", "finite")
+DEVICES = ("cpu", "cuda")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,8 +32,10 @@ class Variant:
     ``[batch, num_heads, seq_len_q, seq_len_kv]`` score matrix once per forward that hides
     keys (the out-of-place ``masked_fill`` of the post); the profiler test asserts it.
     ``fully_masked_rows``: what the variant returns for a query that sees no key:
-    ``"zeros"`` (SDPA's ``_safe_softmax`` semantics, the reference's) or ``"nan"`` (a plain
-    softmax over all ``-inf``); the equivalence check asserts it.
+    ``"zeros"`` (SDPA's ``_safe_softmax`` semantics, the reference's), ``"nan"`` (a plain
+    softmax over all ``-inf``) or ``"finite"`` (some finite value, as libraries that mask with
+    a large negative number return: the mean of the values, or anything else); the equivalence
+    check asserts it, and with ``"finite"`` leaves those rows out of the numeric comparison.
     ``prepare``: per-case setup (see the module docstring), or None to call ``fn`` as is.
     ``compiled``: the variant runs through ``torch.compile``; the suite records its compile
     time, compiled graphs and graph breaks, and asserts nothing recompiles while it is timed.
