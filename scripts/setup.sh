@@ -13,5 +13,6 @@ if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
     echo "perfsuite setup: installing ${PERFSUITE_TORCH:-torch==2.13.0}"
     .venv/bin/python -m pip install --quiet --disable-pip-version-check ${PERFSUITE_TORCH:-torch==2.13.0}  # unquoted: may hold pip options
 fi
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
-echo "perfsuite setup: $(.venv/bin/python -c 'import torch; print("torch", torch.__version__, "cuda available:", torch.cuda.is_available())')"
+# transformers: so the test run covers the hf_* variants (it does not depend on torch, so torch stays as installed)
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev,transformers]"
+echo "perfsuite setup: $(.venv/bin/python -c 'import torch, transformers; print("torch", torch.__version__, "cuda available:", torch.cuda.is_available(), "transformers", transformers.__version__)')"

@@ -116,8 +116,10 @@ def _direct(prepare: Callable[[AttentionInputs], VariantFn], name: str) -> Varia
 
 
 register_variant("flash_attn", "flash-attn flash_attn_func (CUDA, fp16/bf16; causal, window, no mask tensor)",
-                 prepare=prepare_flash_attn, fused=True, saves_scores_for_backward=False)(
+                 prepare=prepare_flash_attn, fused=True, saves_scores_for_backward=False,
+                 wraps="flash-attn")(
     _direct(prepare_flash_attn, "flash_attn_func"))
 register_variant("xformers", "xformers memory_efficient_attention (CUDA; causal biases or a float bias tensor)",
-                 prepare=prepare_xformers, fused=True, saves_scores_for_backward=False)(
+                 prepare=prepare_xformers, fused=True, saves_scores_for_backward=False,
+                 wraps="xformers")(
     _direct(prepare_xformers, "memory_efficient_attention"))

@@ -117,7 +117,8 @@ def _direct(need_weights: bool) -> VariantFn:
 
 
 register_variant("mha", "nn.MultiheadAttention(need_weights=False) with identity projections: runs SDPA inside",
-                 prepare=prepare_for(False))(_direct(False))
+                 prepare=prepare_for(False), wraps="torch.nn.MultiheadAttention")(_direct(False))
 register_variant("mha_need_weights",
                  "nn.MultiheadAttention(need_weights=True, its default) with identity projections: explicit softmax",
-                 prepare=prepare_for(True), saves_scores_for_backward=True, fully_masked_rows="nan")(_direct(True))
+                 prepare=prepare_for(True), saves_scores_for_backward=True, fully_masked_rows="nan",
+                 wraps="torch.nn.MultiheadAttention")(_direct(True))

@@ -47,6 +47,9 @@ class Variant:
     suite reports what it measured without asserting it.
     ``fused``: the forward is one fused attention kernel; the profiler test asserts no
     unfused matmul or softmax runs (no ATen matmul/softmax op, no GEMM/softmax kernel).
+    ``wraps``: the library whose attention the variant calls (``"transformers"``,
+    ``"torch.nn.MultiheadAttention"``, ``"flash-attn"``), or None for perfsuite's own; the suite runs
+    such adapters on ``perfsuite_adapter_cases`` when that is set.
     """
 
     name: str
@@ -60,6 +63,7 @@ class Variant:
     forward_only: str | None = None
     saves_scores_for_backward: bool | None = None
     fused: bool = False
+    wraps: str | None = None
 
     def for_case(self, inputs: Any) -> VariantFn:
         """The function to call on ``inputs`` (an ``AttentionInputs``): ``prepare(inputs)`` or ``fn``."""
@@ -97,6 +101,7 @@ def register_variant(
     forward_only: str | None = None,
     saves_scores_for_backward: bool | None = None,
     fused: bool = False,
+    wraps: str | None = None,
 ) -> Callable[[VariantFn], VariantFn]:
     """Decorator that registers ``fn`` under ``name`` and returns it unchanged.
 
@@ -114,6 +119,8 @@ def register_variant(
         check_signature(name, fn)
         _REGISTRY[name] = Variant(name, fn, description, sdpa_backend, copies_scores_when_masked, fully_masked_rows,
                                   prepare, compiled, forward_only, saves_scores_for_backward, fused)
+        if wraps:
+            _REGISTRY[name] = dataclasses.replace(_REGISTRY[name], wraps=wraps)
         return fn
 
     return decorate

@@ -256,5 +256,6 @@ for _impl in implementations():
         f"hf_{_impl.replace('|', '_')}",
         _DESCRIPTIONS.get(_impl, f"transformers {_impl} attention function (CUDA only)"),
         prepare=prepare_for(_impl),
+        wraps="transformers",
         **_DECLARATIONS.get(_impl, {}),
     )(_direct(_impl))
