@@ -91,7 +91,10 @@ class Evidence:
 def bind(variant: Variant, inputs: AttentionInputs) -> Callable[[], torch.Tensor]:
     """A no-argument forward of ``variant`` on ``inputs`` (prepared for them), run under ``torch.no_grad()``."""
 
-    fn = variant.for_case(inputs)
+    try:
+        fn = variant.for_case(inputs)
+    except CaseUnsupported as exc:  # the variant's own named limitation, found by its prepare
+        raise VariantUnsupported(str(exc)) from None
 
     def forward() -> torch.Tensor:
         with torch.no_grad():

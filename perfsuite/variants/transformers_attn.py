@@ -205,6 +205,20 @@ def _needs_cuda(impl: str, query: torch.Tensor) -> None:
                               f"(this case is on {query.device.type})")
 
 
+def _flex_backward_unsupported(impl: str, query: torch.Tensor) -> str | None:
+    """Why ``hf_flex_attention`` has no backward here (CPU), or None.
+
+    torch has no flex_attention backward on the CPU. transformers compiles one flex_attention for the
+    whole process (``WrappedFlexAttention``), so letting the backward fail inside it would make Dynamo
+    recompile that shared function at its next call; the variant refuses the backward before calling it.
+    """
+    if impl == "flex_attention" and query.device.type == "cpu":
+        return (f"flex_attention has no backward on cpu in torch {torch.__version__} ('FlexAttention does not support "
+                "backward on CPU'); refused before the call, which would make Dynamo recompile transformers' one "
+                "shared compiled flex_attention")
+    return None
+
+
 def prepare_for(impl: str) -> Callable[[AttentionInputs], VariantFn]:
     """``prepare`` of ``hf_<impl>``: module and mask built once per case, then only the attention call is timed."""
 
@@ -214,8 +228,11 @@ def prepare_for(impl: str) -> Callable[[AttentionInputs], VariantFn]:
         _needs_cuda(impl, inputs.query)
         call = model_call(impl, inputs)
         function = attention_function(impl, call)
+        no_backward = _flex_backward_unsupported(impl, inputs.query)
 
         def attention(query, key, value, *, mask, scale):
+            if no_backward and torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)):
+                raise CaseUnsupported(no_backward)
             output, _ = function(call.module, query, key, value, call.attention_mask, dropout=0.0, scaling=scale,
                                  **call.kwargs)
             return output.transpose(1, 2)  # [B, Sq, H, D] -> [B, H, Sq, D], a view
