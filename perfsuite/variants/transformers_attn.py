@@ -50,6 +50,17 @@ from perfsuite.variants.unsupported import CaseUnsupported, optional_module
 
 INSTALL_HINT = "install it with: pip install 'perfsuite[transformers]'"
 _transformers, MISSING = optional_module("transformers", INSTALL_HINT)
+# The model modules are imported here, with perfsuite.variants, not at the first prepare: importing them
+# registers about 50 pytree node types (transformers' ModelOutput classes, caches), and every graph
+# torch.compile made before that has a guard on the number of pytree types, so it would recompile at its
+# next call (flex_compiled did, while timed). The import costs 2-3 s once per process.
+if _transformers is not None:
+    _models, _MODELS_MISSING = optional_module("transformers.models.llama.modeling_llama", INSTALL_HINT)
+    for _name in ("transformers.models.mistral.modeling_mistral", "transformers.models.bert.modeling_bert",
+                  "transformers.masking_utils", "transformers.cache_utils"):
+        optional_module(_name, INSTALL_HINT)
+    if _models is None:  # an installed transformers without the modules this adapter calls
+        _transformers, MISSING = None, _MODELS_MISSING
 
 # Implementations registered when transformers is not importable, so they are listed as skipped.
 _EXPECTED_IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention", "flash_attention_2", "flash_attention_3")
