@@ -31,6 +31,7 @@ from perfsuite.measure.timing import synchronized
 from perfsuite.trace.summary import WindowSummary
 from perfsuite.variants import Variant
 from perfsuite.variants.registry import VariantFn
+from perfsuite.variants.unsupported import CaseUnsupported
 
 # Messages with which torch refuses a case it has no kernel for (not a bug of the variant).
 _UNSUPPORTED_RE = re.compile(r"No available kernel|No viable backend|not implemented for '\w+'|does not support backward on")
@@ -123,7 +124,10 @@ class Evidence:
 def bind(variant: Variant, inputs: AttentionInputs) -> Callable[[], torch.Tensor]:
     """A no-argument forward of ``variant`` on ``inputs`` (prepared for them), run under ``torch.no_grad()``."""
 
-    fn = variant.for_case(inputs)
+    try:
+        fn = variant.for_case(inputs)
+    except CaseUnsupported as exc:  # the variant's own named limitation, found by its prepare
+        raise VariantUnsupported(str(exc)) from None
 
     def forward() -> torch.Tensor:
         with torch.no_grad():
@@ -144,6 +148,8 @@ def run_once(variant: Variant, case: AttentionCase, forward: Callable[[], object
         warnings.simplefilter("always")
         try:
             return forward()
+        except CaseUnsupported as exc:  # the variant's own named limitation
+            raise VariantUnsupported(str(exc)) from None
         except torch.OutOfMemoryError:
             if case.device == "cuda":
                 torch.cuda.empty_cache()
@@ -216,6 +222,9 @@ def _compare_with_reference(prepared: PreparedCase, mode: str, result: StepResul
     if variant.fully_masked_rows == "nan" and rows:
         return None, (f"{variant.name} returns NaN for the {rows} query rows of this case that see no key, so its "
                       "gradients are NaN everywhere: nothing to compare (the forward check holds those rows to NaN)")
+    if variant.fully_masked_rows == "finite" and rows:
+        return None, (f"{variant.name} returns a finite row (not the reference's zeros) for the {rows} query rows of "
+                      "this case that see no key, so its gradients differ from the reference's by design: not compared")
     gradients = compare_gradients(result.gradients, inputs, prepared.grad_output, label)
     return Comparison(max(output.max_abs_error, gradients.max_abs_error), gradients.failure), None
 

@@ -18,7 +18,8 @@ from perfsuite.attention.contract import PrepareFn, VariantFn
 
 _POSITIONAL = ("query", "key", "value")
 _KEYWORD_ONLY = ("mask", "scale")
-FULLY_MASKED_ROW_RESULTS = ("zeros", "nan")
+FULLY_MASKED_ROW_RESULTS = ("zeros", "nan", "finite")
+DEVICES = ("cpu", "cuda")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,8 +32,10 @@ class Variant:
     ``[batch, num_heads, seq_len_q, seq_len_kv]`` score matrix once per forward that hides
     keys (the out-of-place ``masked_fill`` of the post); the profiler test asserts it.
     ``fully_masked_rows``: what the variant returns for a query that sees no key:
-    ``"zeros"`` (SDPA's ``_safe_softmax`` semantics, the reference's) or ``"nan"`` (a plain
-    softmax over all ``-inf``); the equivalence check asserts it.
+    ``"zeros"`` (SDPA's ``_safe_softmax`` semantics, the reference's), ``"nan"`` (a plain
+    softmax over all ``-inf``) or ``"finite"`` (some finite value, as libraries that mask with
+    a large negative number return: the mean of the values, or anything else); the equivalence
+    check asserts it, and with ``"finite"`` leaves those rows out of the numeric comparison.
     ``prepare``: per-case setup (see the module docstring), or None to call ``fn`` as is.
     ``compiled``: the variant runs through ``torch.compile``; the suite records its compile
     time, compiled graphs and graph breaks, and asserts nothing recompiles while it is timed.
@@ -44,6 +47,9 @@ class Variant:
     suite reports what it measured without asserting it.
     ``fused``: the forward is one fused attention kernel; the profiler test asserts no
     unfused matmul or softmax runs (no ATen matmul/softmax op, no GEMM/softmax kernel).
+    ``wraps``: the library whose attention the variant calls (``"transformers"``,
+    ``"torch.nn.MultiheadAttention"``, ``"flash-attn"``), or None for perfsuite's own; the suite runs
+    such adapters on ``perfsuite_adapter_cases`` when that is set.
     """
 
     name: str
@@ -57,6 +63,7 @@ class Variant:
     forward_only: str | None = None
     saves_scores_for_backward: bool | None = None
     fused: bool = False
+    wraps: str | None = None
 
     def for_case(self, inputs: Any) -> VariantFn:
         """The function to call on ``inputs`` (an ``AttentionInputs``): ``prepare(inputs)`` or ``fn``."""
@@ -94,6 +101,7 @@ def register_variant(
     forward_only: str | None = None,
     saves_scores_for_backward: bool | None = None,
     fused: bool = False,
+    wraps: str | None = None,
 ) -> Callable[[VariantFn], VariantFn]:
     """Decorator that registers ``fn`` under ``name`` and returns it unchanged.
 
@@ -111,6 +119,8 @@ def register_variant(
         check_signature(name, fn)
         _REGISTRY[name] = Variant(name, fn, description, sdpa_backend, copies_scores_when_masked, fully_masked_rows,
                                   prepare, compiled, forward_only, saves_scores_for_backward, fused)
+        if wraps:
+            _REGISTRY[name] = dataclasses.replace(_REGISTRY[name], wraps=wraps)
         return fn
 
     return decorate
