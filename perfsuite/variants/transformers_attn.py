@@ -220,13 +220,14 @@ def _flex_backward_unsupported(impl: str, query: torch.Tensor) -> str | None:
     """Why ``hf_flex_attention`` has no backward here (CPU), or None.
 
     torch has no flex_attention backward on the CPU. transformers compiles one flex_attention for the
-    whole process (``WrappedFlexAttention``), so letting the backward fail inside it would make Dynamo
-    recompile that shared function at its next call; the variant refuses the backward before calling it.
+    whole process (``WrappedFlexAttention``); a backward that fails while Dynamo traces flex_attention
+    leaves every later call of it on the unfused eager path (README, finding 1), so the variant refuses
+    the backward before calling it.
     """
     if impl == "flex_attention" and query.device.type == "cpu":
         return (f"flex_attention has no backward on cpu in torch {torch.__version__} ('FlexAttention does not support "
-                "backward on CPU'); refused before the call, which would make Dynamo recompile transformers' one "
-                "shared compiled flex_attention")
+                "backward on CPU'); refused before the call: a failed trace would leave transformers' one shared "
+                "compiled flex_attention unfused for the rest of the process")
     return None
 
 

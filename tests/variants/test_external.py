@@ -1,5 +1,7 @@
 """flash-attn and xformers variants: registered always, skipped with a reason where they cannot run."""
 
+import importlib.util
+
 import pytest
 import torch
 
@@ -18,6 +20,7 @@ def test_cpu_cases_skip_with_cuda_only(name):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("name, package", [("flash_attn", "flash_attn"), ("xformers", "xformers.ops")])
 def test_cuda_cases_skip_when_the_package_is_missing(name, package):
-    pytest.importorskip("importlib").util.find_spec(package.split(".")[0]) is None or pytest.skip(f"{package} installed")
+    if importlib.util.find_spec(package.split(".")[0]) is not None:
+        pytest.skip(f"{package} is installed: this test is about its absence")
     with pytest.raises(VariantUnsupported, match="is not importable"):
         prepare_case(get_variant(name), AttentionCase(1, 2, 4, 4, 8, "bf16", "cuda", "causal"), seed=0)

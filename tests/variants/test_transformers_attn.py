@@ -132,3 +132,24 @@ def test_flex_attention_reads_a_tensor_mask_at_head_zero():
     torch.testing.assert_close(output.transpose(1, 2).double(), reference_attention(head0_bias), atol=1e-5, rtol=1e-5)
     with pytest.raises(CaseUnsupported, match="head 0"):
         get_variant("hf_flex_attention").for_case(inputs)
+
+
+@pytest.mark.parametrize("name", ["hf_eager", "hf_sdpa", "mha", "mha_need_weights"])
+def test_adapters_match_the_float64_reference_on_drawn_cases(name):
+    """Hypothesis draws shapes, dtypes, masks, scales and layouts; the adapter matches float64 wherever
+    it runs (fully masked rows held to its declaration) and skips, with its reason, where it cannot."""
+    from hypothesis import given, settings
+
+    from perfsuite.testing import properties
+    from perfsuite.testing.strategies import attention_cases, seeds
+
+    @settings(max_examples=25, deadline=None)
+    @given(case=attention_cases(devices=("cpu",), dtypes=("fp32", "bf16")), seed=seeds())
+    def check(case, seed):
+        try:
+            failure = properties.check_matches_reference(get_variant(name), case, seed)
+        except VariantUnsupported:
+            return
+        assert failure is None, failure
+
+    check()
