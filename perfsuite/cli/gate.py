@@ -53,13 +53,14 @@ def add_commands(commands) -> None:
     ab.add_argument("--variant", action="append", default=[], metavar="MODULE:FUNCTION",
                     help="add your own attention function as a variant (repeatable); entry points of the "
                          "perfsuite.variants group are always loaded")
-    ab.add_argument("--modes", default="all", help="modes to gate: forward, backward, forward_backward or all "
-                                                  "(default all; variants without backward are gated forward only)")
+    ab.add_argument("--modes", help="modes to gate: forward, backward, forward_backward or all (default: "
+                                   "perfsuite_modes of your pytest configuration, else all; variants without "
+                                   "backward are gated forward only)")
     ab.add_argument("--base-variant", help="run this variant as the base of every benchmark")
     ab.add_argument("--head-variant", help="run this variant as the head of every benchmark")
     ab.add_argument("--variants", help="variants to gate (default: perfsuite_variants of your pytest configuration, "
                                        "else all)")
-    ab.add_argument("--case-set", default="smoke", help="case set (default smoke)")
+    ab.add_argument("--case-set", help="case set (default: perfsuite_case_set of your pytest configuration, else smoke)")
     ab.add_argument("--cases", help="exact case ids instead of a case set")
     ab.add_argument("--devices", default="auto", help="cpu, cuda or auto")
     ab.add_argument("--blocks", type=at_least(2), default=12, help="block pairs per benchmark (default 12)")
@@ -95,7 +96,8 @@ def run_compare(args: argparse.Namespace) -> int:
 def resolve_case_ids(args: argparse.Namespace) -> list[str]:
     raw = {name: suite_settings.RawValue(spec.default, f"default {name}", "default")
            for name, spec in suite_settings.SETTINGS.items()}
-    raw["case_set"] = suite_settings.RawValue(args.case_set, f"--case-set={args.case_set!r}", "option")
+    case_set = args.case_set or configured(args, "perfsuite_case_set", "smoke")
+    raw["case_set"] = suite_settings.RawValue(case_set, f"--case-set={case_set!r}", "option")
     raw["devices"] = suite_settings.RawValue(args.devices, f"--devices={args.devices!r}", "option")
     if args.cases:
         raw["cases"] = suite_settings.RawValue(args.cases, f"--cases={args.cases!r}", "option")
@@ -128,6 +130,13 @@ def selected_variants(args: argparse.Namespace) -> list[str]:
         raise UsageError(str(exc)) from None
 
 
+def configured(args: argparse.Namespace, key: str, default: str) -> str:
+    """The value of ini ``key`` in the current directory's pytest configuration, else ``default``."""
+    from perfsuite.suite.runner import ini_value
+
+    return " ".join(ini_value(Path.cwd(), key)) or default
+
+
 def selected_modes(text: str) -> tuple[str, ...]:
     from perfsuite.attention.modes import MODES, parse_mode
 
@@ -146,7 +155,7 @@ def run_ab_command(args: argparse.Namespace) -> int:
         case_ids = resolve_case_ids(args)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    variants, modes = selected_variants(args), selected_modes(args.modes)
+    variants, modes = selected_variants(args), selected_modes(args.modes or configured(args, "perfsuite_modes", "all"))
     for option, tree in (("--base-tree", args.base_tree), ("--head-tree", args.head_tree)):
         if not Path(tree).is_dir():
             raise UsageError(f"{option} {tree!r}: no such folder")

@@ -23,7 +23,9 @@ def add_command(commands) -> None:
     init = commands.add_parser("init-ci", help="write a GitHub workflow gating your pull requests with perfsuite ab")
     init.add_argument("--output", default=str(DEFAULT_PATH), help=f"where to write it (default {DEFAULT_PATH})")
     init.add_argument("--torch", default=DEFAULT_TORCH, help=f"pip arguments for torch (default: {DEFAULT_TORCH!r})")
-    init.add_argument("--perfsuite", default="perfsuite", help="pip requirement for perfsuite (a version, path or git URL)")
+    init.add_argument("--perfsuite", required=True, metavar="REQUIREMENT",
+                      help="how the runner installs perfsuite: a pip requirement such as a git URL "
+                           "(git+https://github.com/ORG/perfsuite@TAG) or a wheel's URL")
     init.add_argument("--python", default="3.11", help="Python version of the runner (default 3.11)")
     init.add_argument("--case-set", default="smoke", help="case set to gate (default smoke)")
     init.add_argument("--force", action="store_true", help="replace an existing file")

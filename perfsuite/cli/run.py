@@ -12,18 +12,21 @@ skips timing (correctness and profiler checks only). Other arguments go to pytes
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 from pathlib import Path
 
 
 def add_command(commands) -> None:
     run = commands.add_parser("run", help="the attention suite here (your repository): checked, profiled, timed",
+                              usage="perfsuite run [-h] [--check] [PYTEST ARGS ...]",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     run.add_argument("--check", action="store_true", help="correctness and profiler checks only, no timing")
 
 
 def run_suite(args: argparse.Namespace) -> int:
-    import pytest
-
+    """pytest in a child process, so it imports and assert-rewrites the plugin itself; its exit code."""
     from perfsuite.suite.runner import suite_arguments
 
-    return int(pytest.main(suite_arguments(Path.cwd(), not args.check, list(args.pytest_args))))
+    command = [sys.executable, "-m", "pytest", *suite_arguments(Path.cwd(), not args.check, list(args.pytest_args))]
+    return subprocess.call(command)

@@ -36,7 +36,10 @@ def git_worktrees(refs: dict[str, str | None]) -> Iterator[dict[str, Path]]:
     with tempfile.TemporaryDirectory(prefix="perfsuite-ab-") as scratch:
         try:
             for name, ref in wanted.items():
-                commit = _git("rev-parse", "--verify", f"{ref}^{{commit}}", cwd=repo)
+                try:
+                    commit = _git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", cwd=repo)
+                except UsageError:
+                    raise UsageError(f"--{name}-ref {ref!r}: no such commit, branch or tag in {repo}", f"--{name}-ref") from None
                 path = Path(scratch) / name
                 _git("worktree", "add", "--detach", str(path), commit, cwd=repo)
                 made.append(path)

@@ -29,7 +29,8 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini("perfsuite_user_variants", "your own attention functions as variants, MODULE:FUNCTION, one per "
                   "line or a TOML list (the ini form of --perfsuite-variant)", type="linelist", default=[])
     for spec in settings.SETTINGS.values():
-        parser.addini(spec.ini_key, spec.help, default="")
+        # "args": a string (split like a shell line) or a TOML list; raw_settings joins either with spaces
+        parser.addini(spec.ini_key, spec.help, type="args", default=[])
         if spec.option:
             group.addoption(spec.option, default=None, help=f"{spec.help} (ini: {spec.ini_key})")
 
@@ -53,10 +54,11 @@ def raw_settings(config: pytest.Config) -> settings.RawSettings:
     return raw
 
 
-def variant_specs(config: pytest.Config) -> list[str]:
-    """``--perfsuite-variant`` specs, then those of the ``perfsuite_user_variants`` ini key."""
+def variant_specs(config: pytest.Config) -> list[tuple[str, str]]:
+    """``(spec, where it came from)``: ``--perfsuite-variant`` specs, then the ``perfsuite_user_variants`` ini key's."""
     from_ini = [line.strip() for line in config.getini("perfsuite_user_variants") if line.strip()]
-    return list(config.getoption("perfsuite_variant")) + from_ini
+    return ([(spec, "option --perfsuite-variant") for spec in config.getoption("perfsuite_variant")]
+            + [(spec, f"ini key perfsuite_user_variants in {config.inipath}") for spec in from_ini])
 
 
 def asked_for_perfsuite(config: pytest.Config) -> bool:

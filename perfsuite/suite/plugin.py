@@ -39,10 +39,13 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "Variant.<flag> is true, or for which predicate(variant) is true")
     try:
         load_entry_point_variants()
-        for spec in options.variant_specs(config):
-            load_variant_spec(spec)
     except ValueError as exc:
-        raise pytest.UsageError(f"perfsuite: --perfsuite-variant / perfsuite_user_variants / entry points: {exc}") from None
+        raise pytest.UsageError(f"perfsuite: installed entry points (group perfsuite.variants): {exc}") from None
+    for spec, source in options.variant_specs(config):
+        try:
+            load_variant_spec(spec)
+        except ValueError as exc:
+            raise pytest.UsageError(f"perfsuite: {source}: {exc}") from None
     try:
         resolved = settings.resolve(options.raw_settings(config), torch.cuda.is_available())
     except settings.SettingsError as exc:

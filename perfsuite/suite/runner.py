@@ -66,7 +66,7 @@ def suite_arguments(directory: Path, timed: bool, extra: list[str]) -> list[str]
     they win (``--benchmark-compare``, ``--perfsuite-case-set=smoke``, ``-k naive``).
     """
     config = find_config(directory) or EMPTY_CONFIG
-    return ["-c", str(config), "--rootdir", str(directory), *(TIMED_OPTIONS if timed else CHECK_OPTIONS),
+    return ["-c", str(config), "--rootdir", str(directory), "-rfEs", *(TIMED_OPTIONS if timed else CHECK_OPTIONS),
             str(SUITE_MODULE), *([] if timed else [str(PROPERTIES_MODULE)]), *extra]
 
 

@@ -161,7 +161,8 @@ class SuiteSession:
         table_path, run_path = self.written
         lines.append(f"table: {table_path}   run: {run_path}   traces: {self.settings.traces_dir}")
         if all(r.median_s is None for r in results):
-            lines.append("timing was disabled in this run; the timed run is: pytest -c benchmarks.ini")
+            lines.append("timing was disabled in this run; the timed run is `perfsuite run` "
+                         "(in perfsuite's own checkout: pytest -c benchmarks.ini)")
         return lines
 
 

@@ -45,7 +45,8 @@ def load_variant_spec(spec: str) -> str:
     """
     module_name, sep, function_name = spec.partition(":")
     if not sep or not module_name or not function_name:
-        raise ValueError(f"variant spec {spec!r} is not package.module:function")
+        hint = f"; did you mean {spec.rpartition('.')[0]}:{spec.rpartition('.')[2]}?" if "." in spec and not sep else ""
+        raise ValueError(f"variant spec {spec!r} is not package.module:function{hint}")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:

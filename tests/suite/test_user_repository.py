@@ -156,13 +156,14 @@ def test_the_ab_gate_on_git_refs_names_the_extra_copy_and_fails(user_repo):
 def test_the_workflow_template_is_written_once_and_lints(user_repo, tmp_path):
     repo, *_ = user_repo
     output = tmp_path / "perfsuite-gate.yml"
-    assert perfsuite(repo, "init-ci", "--output", output).returncode == 0
-    again = perfsuite(repo, "init-ci", "--output", output)
+    requirement = "git+https://github.com/example/perfsuite@v0.1.0"
+    assert perfsuite(repo, "init-ci", "--output", output, "--perfsuite", requirement).returncode == 0
+    again = perfsuite(repo, "init-ci", "--output", output, "--perfsuite", requirement)
     assert again.returncode == 2 and "use --force" in again.stderr
     text = output.read_text()
     code = "\n".join(line.split("#")[0] for line in text.splitlines())
     assert "pull_request_target" not in code and "permissions:\n  contents: read" in text
-    assert "--base-ref \"$BASE_SHA\" --head-ref \"$HEAD_SHA\"" in text
+    assert "--base-ref \"$BASE_SHA\" --head-ref \"$HEAD_SHA\"" in text and f"pip install {requirement}" in text
     bin_dir = Path(sys.executable).parent
     lint = subprocess.run([bin_dir / "actionlint", str(output)], capture_output=True, text=True)
     assert lint.returncode == 0, lint.stdout + lint.stderr
