@@ -11,7 +11,7 @@ from typing import Any
 
 from perfsuite.gate.compare import (UNPAIRED_METHOD, BenchmarkComparison, check_compatible, compare_runs,
                                     judged_nothing, markdown)
-from perfsuite.gate.stats import GateSettings
+from perfsuite.gate.stats import CONTENDED_VERDICT, GateSettings
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_UNUSABLE = 0, 1, 2
 
@@ -45,9 +45,12 @@ class GateOutcome:
             return f"perfsuite gate: NOT JUDGED: no benchmark is in both runs ({total} seen)"
         if self.failures:
             return f"perfsuite gate: FAIL: {len(self.failures)} of {total} benchmarks regressed"
-        counts = {v: sum(c.verdict == v for c in self.comparisons) for v in ("no change", "faster", "inconclusive", "missing")}
+        counts = {v: sum(c.verdict == v for c in self.comparisons)
+                  for v in ("no change", "faster", "inconclusive", CONTENDED_VERDICT, "missing")}
         shown = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
-        return f"perfsuite gate: PASS: no regression in {total} benchmarks ({shown})"
+        contended = counts[CONTENDED_VERDICT]
+        warning = (f"; WARNING: {contended} timed under contention, not judged" if contended else "")
+        return f"perfsuite gate: PASS: no regression in {total} benchmarks ({shown}){warning}"
 
 
 def failure_reason(comparison: BenchmarkComparison, fail_on_structure: bool) -> str | None:

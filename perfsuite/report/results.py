@@ -27,6 +27,9 @@ class BenchmarkResult:
     ``saved_for_backward_bytes``/``saved_score_matrices``: what one forward saved for backward
     (``perfsuite.measure.saved_tensors``), in forward_backward mode only, else None. ``iqr_s``: the
     interquartile range of the rounds (pytest-benchmark's ``iqr``), the spread behind the median.
+    ``contended``: other processes took the CPU while this benchmark was timed, so its timing is
+    not trustworthy (``perfsuite.measure.contention``); None when not timed or not measured (older
+    runs). ``contention_reasons``: why, in words.
     """
 
     variant: str
@@ -48,6 +51,8 @@ class BenchmarkResult:
     saved_for_backward_bytes: int | None = None
     saved_score_matrices: int | None = None
     iqr_s: float | None = None
+    contended: bool | None = None
+    contention_reasons: tuple[str, ...] = ()
 
     @property
     def achieved_tflops(self) -> float | None:
@@ -87,6 +92,12 @@ def _spread(r: BenchmarkResult) -> str:
     return f"{100 * r.iqr_s / r.median_s:.0f}%" if r.median_s and r.iqr_s is not None else "-"
 
 
+def _trust(r: BenchmarkResult) -> str:
+    if r.contended is None:
+        return "-"
+    return "CONTENDED" if r.contended else "ok"
+
+
 def _error(r: BenchmarkResult) -> str:
     if r.max_abs_error is None:
         return "not compared"
@@ -107,6 +118,7 @@ COLUMNS = (
     Column("case", "", lambda r: r.case_id),
     Column("median ms", "ms", _median),
     Column("IQR / median", "%", _spread),
+    Column("timing", "", _trust),
     Column("compile s", "s", lambda r: f"{r.compile_s:.1f}" if r.compile_s is not None else "-"),
     Column("TFLOP/s", "TFLOP/s", lambda r: f"{r.achieved_tflops:.3g}" if r.achieved_tflops else "-"),
     Column("ops or kernels / step", "count", lambda r: f"{r.work_per_forward} {r.work_unit}"),
@@ -135,6 +147,7 @@ def result_from_benchmark(info: Mapping[str, Any], stats: Mapping[str, Any] | No
     """
     device = info["case_fields"]["device"]
     compile_info, saved = info.get("compile") or {}, info.get("saved_for_backward") or {}
+    contention = info.get("contention") or {}
     stats = stats or {}
     return BenchmarkResult(
         variant=info["variant"], case_id=info["case"], device=device, mode=info.get("mode", "forward"),
@@ -147,6 +160,7 @@ def result_from_benchmark(info: Mapping[str, Any], stats: Mapping[str, Any] | No
         max_abs_error=info["max_abs_error"], correct=info.get("correct", True),
         compile_s=compile_info.get("first_call_s"),
         saved_for_backward_bytes=saved.get("bytes"), saved_score_matrices=saved.get("score_sized"),
+        contended=contention.get("contended"), contention_reasons=tuple(contention.get("reasons", ())),
     )
 
 
@@ -154,10 +168,25 @@ def markdown_table(results: list[BenchmarkResult], skipped: list[SkippedResult])
     """The run's table in GitHub Markdown, skipped variants listed under it with reasons."""
     rows = [HEADER, ["---"] * len(HEADER)] + [table_row(r) for r in results]
     lines = ["| " + " | ".join(row) + " |" for row in rows]
+    lines += contention_lines(results, prefix="- ", intro=["", "Timings not trustworthy (contended):"])
     if skipped:
         lines += ["", "Skipped (cannot run here):"]
         lines += [f"- `{s.variant}` on `{s.case_id}` ({s.mode}): {s.reason}" for s in skipped]
     return "\n".join(lines) + "\n"
+
+
+def contended_results(results: list[BenchmarkResult]) -> list[BenchmarkResult]:
+    """The rows whose timings other processes disturbed (``contended`` is True)."""
+    return [r for r in results if r.contended]
+
+
+def contention_lines(results: list[BenchmarkResult], prefix: str = "", intro: list[str] = ()) -> list[str]:
+    """One line per contended row naming it and why; [] when none is."""
+    flagged = contended_results(results)
+    if not flagged:
+        return []
+    return list(intro) + [f"{prefix}{r.variant} {r.mode} {r.case_id}: {'; '.join(r.contention_reasons)}"
+                          for r in flagged]
 
 
 def text_table(results: list[BenchmarkResult]) -> str:

@@ -6,7 +6,7 @@ that cannot run a case (or has no backward) is skipped with the reason torch gav
 
 import pytest
 
-from perfsuite.measure import compile_stats
+from perfsuite.measure import compile_stats, contention
 from perfsuite.trace.kernel_families import kernel_family
 from perfsuite.suite.record import benchmark_extra_info
 from perfsuite.measure.profiling import ACTIVE_STEPS
@@ -96,11 +96,14 @@ def test_benchmark(mode_evidence, benchmark, perfsuite_run):
     benchmark.group = case.id
     benchmark.extra_info.update(benchmark_extra_info(evidence))
     before = compile_stats.snapshot()
-    benchmark(synchronized(evidence.step, case.device))
+    with contention.Probe() as probe:  # reads /proc before and after, never inside the timed rounds
+        benchmark(synchronized(evidence.step, case.device))
     recompiled = compile_stats.since(before).graphs_compiled
     benchmark.extra_info["graphs_compiled_while_timed"] = recompiled
     stats = benchmark.stats.stats if benchmark.stats else None  # None when timing is disabled
     timing = {"median": stats.median, "rounds": stats.rounds, "iqr": stats.iqr} if stats else None
+    if stats:
+        benchmark.extra_info["contention"] = probe.evidence(stats.data).as_dict()
     result = perfsuite_run.record(dict(benchmark.extra_info), timing)
     benchmark.extra_info["achieved_tflops"] = result.achieved_tflops
     benchmark.extra_info["achieved_gbps"] = result.achieved_gbps

@@ -77,3 +77,23 @@ def test_peaks_are_measured_once_and_cached(tmp_path, monkeypatch):
     assert again["matmul_tflops"] == {"fp32": 0.1, "bf16": 0.1}
     assert calls == ["copy", "fp32", "bf16"]
     assert peaks.machine_key("cpu") in json.loads(cache.read_text())
+
+
+def test_contended_rows_are_marked_in_the_table_report_and_plots(tmp_path):
+    import dataclasses
+
+    from perfsuite.report.results import markdown_table, text_table
+
+    run = load_run(EXAMPLE)
+    reason = "threads waited for a CPU 40% of the wall time (limit 5%)"
+    marked = [dataclasses.replace(r, contended=i == 0, contention_reasons=(reason,) if i == 0 else ())
+              for i, r in enumerate(run.results)]
+    first = marked[0]
+    table = markdown_table(marked, [])
+    assert "| timing |" in table and table.count("CONTENDED") == 1 and table.count("| ok |") == len(marked) - 1
+    assert f"- {first.variant} {first.mode} {first.case_id}: {reason}" in table
+    assert "CONTENDED" in text_table(marked)
+    # older runs (no contention evidence) say nothing either way
+    assert "CONTENDED" not in markdown_table(run.results, []) and "| ok |" not in markdown_table(run.results, [])
+    plots = all_plots(dataclasses.replace(run, results=marked), tmp_path)
+    assert any("contended: not trustworthy" in p.read_text() for p in plots if p.suffix == ".svg")
