@@ -117,7 +117,7 @@ def main() -> None:
     args = parser.parse_args()
     cases = smoke_cases(args.case_set)
     variants = variant_names() if args.variants == "all" else split_list(args.variants)
-    scenarios = split_list(args.scenarios)
+    scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
     runs: dict[str, list[dict]] = {name: [] for name in scenarios}
     with busy_processes(args.busy):
         for rep in range(args.reps):

@@ -200,3 +200,35 @@ def test_the_table_shows_the_ratio_of_medians_next_to_the_statistic(tmp_path, ca
     row = next(line for line in out.splitlines() if line.startswith("| `naive/"))
     cells = [c.strip() for c in row.split("|")]
     assert float(cells[4]) == pytest.approx(float(cells[3]) / float(cells[2]), rel=2e-3)
+
+
+class FakeWorker:
+    """Answers ``time`` requests like an A/B worker: fixed round times, contention as told."""
+
+    def __init__(self, name, seconds, log, contended=lambda n: False):
+        self.name, self.seconds, self.log, self.contended, self.calls = name, seconds, log, contended, 0
+
+    def ask(self, request):
+        self.log.append(self.name)
+        self.calls += 1
+        return {"times": [self.seconds] * request["time"], "contention": {"contended": self.contended(self.calls)}}
+
+
+def test_pairs_alternate_their_order_and_carry_either_side_s_contention():
+    from perfsuite.gate.ab import pair_sampler
+
+    log = []
+    base = FakeWorker("base", 1.0, log)
+    head = FakeWorker("head", 1.1, log, contended=lambda n: n == 2)
+    next_pair = pair_sampler(base, head, rounds=3)
+    pairs = [next_pair() for _ in range(3)]
+    assert log == ["base", "head", "head", "base", "base", "head"]
+    assert [p[2] for p in pairs] == [False, True, False]
+    assert pairs[0][:2] == ([1.0] * 3, [1.1] * 3)
+
+
+def test_bad_sequential_options_name_the_value(capsys):
+    for option, value in (("--budget-s", "0"), ("--budget-s", "soon"), ("--blocks", "1")):
+        with pytest.raises(SystemExit):
+            main(["ab", option, value])
+        assert value in capsys.readouterr().err

@@ -10,6 +10,12 @@ from perfsuite.measure.contention import ContentionEvidence, Probe, Snapshot, as
 TICK = 0.004
 
 
+@pytest.fixture(autouse=True)
+def check_on(monkeypatch):
+    """The check as shipped, whatever the caller's environment says."""
+    monkeypatch.delenv(contention.CHECK_ENV, raising=False)
+
+
 def snap(wall, cpu, waits, steal=0.0, total=0.0, load=1.0):
     return Snapshot(wall, cpu, waits, steal, total, 2, load)
 
