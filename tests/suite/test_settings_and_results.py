@@ -77,7 +77,7 @@ def result(median_s, correct=True):
 def test_markdown_table_rows_and_skips():
     text = markdown_table([result(0.002), result(None, correct=False)], [SkippedResult("sdpa_cudnn", "c", "no kernel")])
     lines = text.splitlines()
-    assert lines[2] == "| naive | forward | b1h1s8d8-fp32-causal-cpu | 2.000 | - | - | 0.001 | 45 ops | 1 | 4.0 MiB | 3.0 KiB | - | 1.5e-07 |"
+    assert lines[2] == "| naive | forward | b1h1s8d8-fp32-causal-cpu | 2.000 | - | - | - | 0.001 | 45 ops | 1 | 4.0 MiB | 3.0 KiB | - | 1.5e-07 |"
     assert lines[3].split(" | ")[3] == "not timed" and lines[3].endswith("FAIL |")
     assert lines[-1] == "- `sdpa_cudnn` on `c` (forward): no kernel"
 
