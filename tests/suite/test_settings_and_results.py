@@ -87,3 +87,18 @@ def test_rates_and_bytes():
     assert result(0.002).achieved_gbps == pytest.approx(5e-4)
     assert result(None).achieved_tflops is None
     assert format_bytes(512) == "512 B" and format_bytes(3 * 1024**3) == "3.0 GiB"
+
+
+def test_the_run_ends_with_a_warning_naming_contended_benchmarks():
+    import dataclasses
+
+    from perfsuite.suite.session import contention_warning
+
+    quiet = dataclasses.replace(result(0.002), contended=False)
+    loaded = dataclasses.replace(result(0.004), variant="sdpa", contended=True,
+                                 contention_reasons=("threads waited for a CPU 40% of the wall time (limit 5%)",))
+    assert contention_warning([quiet]) == []
+    first, named = contention_warning([quiet, loaded])
+    assert first.startswith("perfsuite: WARNING: 1 of 2 timings are not trustworthy")
+    assert named == ("perfsuite:   sdpa forward b1h1s8d8-fp32-causal-cpu: threads waited for a CPU 40% of the wall "
+                     "time (limit 5%)")
