@@ -4,4 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# The process conditions of every timed run (perfsuite/measure/conditions.py), set before torch starts.
+eval "$(.venv/bin/python -m perfsuite.measure.conditions)"
 exec .venv/bin/python -m pytest -c benchmarks.ini "$@"

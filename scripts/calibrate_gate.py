@@ -1,28 +1,41 @@
-"""Measure the A/B gate's error rates on this machine (README: "Regression gating").
+"""Measure the sequential A/B gate's error rates on this machine (README: "Regression gating").
 
-Repeats the gate (``perfsuite ab`` on a case set) in three scenarios: identical code (A/A),
-and a real slowdown of 10% and of 5% injected into one variant (busy CPU work after each
-forward, proportional to its runtime). Reports how often the gate flagged a regression, how
-often the slowed variant was caught, and seconds per gate. Timings are noisy: this measures
-rates over repetitions; it is not a test.
+Repeats the gate (``perfsuite ab`` on a case set) in these scenarios:
 
-    .venv/bin/python scripts/calibrate_gate.py --reps 20 --out perfsuite-results/calibration.json
+* ``A/A``: identical code on both sides;
+* ``10% injected`` / ``5% injected``: busy CPU work after each forward of one variant
+  (``--slow-variant``), that fraction of its runtime;
+* ``real change``: the head runs ``naive`` where the base runs ``naive_inplace`` (one extra
+  score-sized copy and an out-of-place scale per forward, a real code change), for that one
+  benchmark only (the other variants are A/A in the same gate).
+
+``--busy N`` runs N busy processes beside every gate (``scripts/contend.py``). Reports, per
+scenario: gates with any "slower", how often the changed variant was caught, false "slower"
+on unchanged variants, how many benchmarks ended decisive / "no change" / contended, and
+seconds per gate; with the load average. Rates over repetitions are what count: this is a
+measurement, not a test.
+
+    .venv/bin/python scripts/calibrate_gate.py --reps 20 --out docs/gate-calibration.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
 import torch
 
 from perfsuite.gate.ab import Side, run_ab
-from perfsuite.gate.stats import GateSettings
-from perfsuite.suite.settings import SETTINGS, RawValue, resolve
+from perfsuite.gate.stats import CONTENDED_VERDICT, DECISIVE, GateSettings, SequentialPlan
 from perfsuite.storage import write_text_atomic
+from perfsuite.suite.settings import SETTINGS, RawValue, resolve, split_list
 from perfsuite.variants import variant_names
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from contend import busy_processes, load_average  # noqa: E402
 
 
 def smoke_cases(case_set: str) -> list[str]:
@@ -31,45 +44,91 @@ def smoke_cases(case_set: str) -> list[str]:
     return [c.id for c in resolve(raw, torch.cuda.is_available()).cases]
 
 
-def one_gate(slowdown: float, args, cases: list[str]) -> dict:
-    start = time.perf_counter()
-    head = Side(Path("."), slowdown=slowdown, slow_variant=args.slow_variant)
-    results, _ = run_ab(Side(Path(".")), head, variant_names(), cases, blocks=args.blocks, rounds=args.rounds,
-                        settings=GateSettings(args.alpha, args.min_effect))
+def gate_once(scenario: str, args, variants: list[str], cases: list[str]) -> dict:
+    """One gate; the changed benchmark ('real change': naive_inplace -> naive) is run as its own A/B."""
+    settings, plan = GateSettings(args.alpha, args.min_effect), SequentialPlan(budget_s=args.budget_s)
+    load_before, start = load_average(), time.perf_counter()
+    results = []
+    if scenario == "real change":
+        changed = "naive_inplace"
+        results += run_ab(Side(Path("."), "naive_inplace"), Side(Path("."), "naive"), [changed], cases,
+                          settings=settings, plan=plan, rounds=args.rounds)[0]
+        results += run_ab(Side(Path(".")), Side(Path(".")), [v for v in variants if v != changed], cases,
+                          settings=settings, plan=plan, rounds=args.rounds)[0]
+    else:
+        changed = args.slow_variant
+        slowdown = {"A/A": 0.0, "10% injected": 0.10, "5% injected": 0.05}[scenario]
+        head = Side(Path("."), slowdown=slowdown, slow_variant=args.slow_variant)
+        results = run_ab(Side(Path(".")), head, variants, cases, settings=settings, plan=plan, rounds=args.rounds)[0]
     verdicts = {r.key.split("/")[0]: r.comparison.verdict for r in results}
-    ratios = {r.key.split("/")[0]: r.comparison.estimate.ratio for r in results}
-    return {"seconds": time.perf_counter() - start, "verdicts": verdicts, "ratios": ratios,
-            "flagged": any(v == "slower" for v in verdicts.values()),
-            "caught": verdicts.get(args.slow_variant) == "slower",
-            "false_alarms": sum(v == "slower" for k, v in verdicts.items() if k != args.slow_variant or not slowdown)}
+    is_changed = scenario != "A/A"
+    return {
+        "seconds": time.perf_counter() - start, "load_before": load_before, "load_after": load_average(),
+        "verdicts": verdicts,
+        "ratios": {r.key.split("/")[0]: r.comparison.estimate.ratio for r in results},
+        "pairs": {r.key.split("/")[0]: len(r.contended) for r in results},
+        "contended_pairs": {r.key.split("/")[0]: sum(r.contended) for r in results},
+        "flagged": any(v == "slower" for v in verdicts.values()),
+        "caught": is_changed and verdicts.get(changed) == "slower",
+        "false_alarms": sum(v == "slower" for k, v in verdicts.items() if not (is_changed and k == changed)),
+        "unchanged": sum(1 for k in verdicts if not (is_changed and k == changed)),
+        "unchanged_no_change": sum(v == "no change" for k, v in verdicts.items() if not (is_changed and k == changed)),
+        "decisive": sum(v in DECISIVE for v in verdicts.values()),
+        "contended": sum(v == CONTENDED_VERDICT for v in verdicts.values()),
+        "benchmarks": len(verdicts),
+    }
+
+
+def summary(runs: dict[str, list[dict]], busy: int) -> str:
+    rows = [f"| scenario (busy processes: {busy}) | gates with a 'slower' | changed variant caught | false 'slower' on "
+            "unchanged | unchanged confirmed 'no change' | decisive | contended | median s/gate | max s/gate | "
+            "load before-after |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for name, gates in runs.items():
+        if not gates:
+            continue
+        seconds = sorted(g["seconds"] for g in gates)
+        caught = "-" if name == "A/A" else f"{sum(g['caught'] for g in gates)}/{len(gates)}"
+        total = sum(g["benchmarks"] for g in gates)
+        unchanged = sum(g["unchanged"] for g in gates)
+        loads = f"{gates[0]['load_before'].split()[0]}-{gates[-1]['load_after'].split()[0]}"
+        rows.append(f"| {name} | {sum(g['flagged'] for g in gates)}/{len(gates)} | {caught} | "
+                    f"{sum(g['false_alarms'] for g in gates)}/{unchanged} | "
+                    f"{sum(g['unchanged_no_change'] for g in gates)}/{unchanged} | "
+                    f"{sum(g['decisive'] for g in gates)}/{total} | {sum(g['contended'] for g in gates)}/{total} | "
+                    f"{seconds[len(seconds) // 2]:.1f} | {seconds[-1]:.1f} | {loads} |")
+    return "\n".join(rows)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--scenarios", default="A/A,10% injected,5% injected,real change")
     parser.add_argument("--case-set", default="smoke")
+    parser.add_argument("--variants", default="naive,naive_inplace,sdpa,sdpa_math,flex_eager",
+                        help="variants per gate (eager ones by default: compiled variants compile per process)")
     parser.add_argument("--slow-variant", default="sdpa")
-    parser.add_argument("--blocks", type=int, default=12)
     parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--budget-s", type=float, default=SequentialPlan.budget_s)
     parser.add_argument("--alpha", type=float, default=0.01)
     parser.add_argument("--min-effect", type=float, default=0.05)
+    parser.add_argument("--busy", type=int, default=0, help="busy processes beside every gate (scripts/contend.py)")
     parser.add_argument("--out", default="perfsuite-results/calibration.json")
     args = parser.parse_args()
     cases = smoke_cases(args.case_set)
-    scenarios = {"A/A (identical)": 0.0, "10% slowdown": 0.10, "5% slowdown": 0.05}
-    runs = {name: [] for name in scenarios}
-    for rep in range(args.reps):
-        for name, slowdown in scenarios.items():
-            runs[name].append(one_gate(slowdown, args, cases))
-            print(f"rep {rep + 1}/{args.reps} {name}: {runs[name][-1]['verdicts']}", flush=True)
-    write_text_atomic(args.out, json.dumps({"args": vars(args), "cases": cases, "runs": runs}, indent=1) + "\n")
-    print(f"\n| scenario | gates flagged | {args.slow_variant} caught | other variants flagged | median s/gate | max s/gate |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    for name, gates in runs.items():
-        seconds = sorted(g["seconds"] for g in gates)
-        caught = "-" if not scenarios[name] else f"{sum(g['caught'] for g in gates)}/{len(gates)}"
-        print(f"| {name} | {sum(g['flagged'] for g in gates)}/{len(gates)} | {caught} | "
-              f"{sum(g['false_alarms'] for g in gates)} | {seconds[len(seconds) // 2]:.1f} | {seconds[-1]:.1f} |")
+    variants = variant_names() if args.variants == "all" else split_list(args.variants)
+    scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
+    runs: dict[str, list[dict]] = {name: [] for name in scenarios}
+    with busy_processes(args.busy):
+        for rep in range(args.reps):
+            for name in scenarios:
+                runs[name].append(gate_once(name, args, variants, cases))
+                gate = runs[name][-1]
+                print(f"rep {rep + 1}/{args.reps} {name}: {gate['seconds']:.0f} s, load {gate['load_after']}: "
+                      f"{gate['verdicts']}", flush=True)
+                write_text_atomic(args.out, json.dumps({"args": vars(args), "cases": cases, "runs": runs}, indent=1) + "\n")
+    print()
+    print(summary(runs, args.busy))
 
 
 if __name__ == "__main__":

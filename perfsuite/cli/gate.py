@@ -14,7 +14,7 @@ from perfsuite.suite import settings as suite_settings
 from perfsuite.errors import UsageError
 from perfsuite.gate.compare import load_benchmark_file
 from perfsuite.gate.flow import GateOutcome, judge, judge_saved_runs
-from perfsuite.gate.stats import SEPARATE_RUNS_MIN_EFFECT, GateSettings
+from perfsuite.gate.stats import SEPARATE_RUNS_MIN_EFFECT, SEQUENTIAL_LOOKS, GateSettings, SequentialPlan
 from perfsuite.storage import write_text_atomic
 
 
@@ -26,6 +26,21 @@ def at_least(minimum: int):
         return value
 
     return parse
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} is not positive")
+    return value
+
+
+def plan_for(blocks: int, budget_s: float) -> SequentialPlan:
+    """The sequential plan's looks up to ``blocks`` pairs (the planned looks below it, then ``blocks``)."""
+    return SequentialPlan(tuple(n for n in SEQUENTIAL_LOOKS if n < blocks) + (blocks,), budget_s)
 
 
 def add_gate_options(parser: argparse.ArgumentParser) -> None:
@@ -63,7 +78,12 @@ def add_commands(commands) -> None:
     ab.add_argument("--case-set", help="case set (default: perfsuite_case_set of your pytest configuration, else smoke)")
     ab.add_argument("--cases", help="exact case ids instead of a case set")
     ab.add_argument("--devices", default="auto", help="cpu, cuda or auto")
-    ab.add_argument("--blocks", type=at_least(2), default=12, help="block pairs per benchmark (default 12)")
+    ab.add_argument("--blocks", type=at_least(2), default=SEQUENTIAL_LOOKS[-1],
+                    help=f"most block pairs per benchmark: the last look of the sequential gate (default "
+                         f"{SEQUENTIAL_LOOKS[-1]}; looks at {', '.join(map(str, SEQUENTIAL_LOOKS))} pairs up to it)")
+    ab.add_argument("--budget-s", type=positive_float, default=SequentialPlan.budget_s,
+                    help=f"seconds of sampling per benchmark before the gate stops adding pairs "
+                         f"(default {SequentialPlan.budget_s:g})")
     ab.add_argument("--rounds", type=at_least(1), default=8, help="rounds per block (default 8)")
     ab.add_argument("--head-slowdown", type=float, default=0.0, help="calibration: busy work added to head, as a fraction")
     ab.add_argument("--slow-variant", help="calibration: the variant that gets --head-slowdown (default all)")
@@ -159,15 +179,16 @@ def run_ab_command(args: argparse.Namespace) -> int:
     for option, tree in (("--base-tree", args.base_tree), ("--head-tree", args.head_tree)):
         if not Path(tree).is_dir():
             raise UsageError(f"{option} {tree!r}: no such folder")
+    plan = plan_for(args.blocks, args.budget_s)
     with git_worktrees({"base": args.base_ref, "head": args.head_ref}) as trees:
         base = Side(trees.get("base", Path(args.base_tree)), args.base_variant, python=args.base_python)
         head = Side(trees.get("head", Path(args.head_tree)), args.head_variant, args.head_slowdown, args.slow_variant,
                     python=args.head_python)
-        results, info = run_ab(base, head, variants, case_ids, blocks=args.blocks, rounds=args.rounds,
-                               settings=settings, force=args.force, progress=lambda text: print(text, file=sys.stderr),
+        results, info = run_ab(base, head, variants, case_ids, rounds=args.rounds, settings=settings, plan=plan,
+                               force=args.force, progress=lambda text: print(text, file=sys.stderr),
                                modes=modes, specs=tuple(args.variant))
     if args.json:
-        write_json(Path(args.json), results, info, settings)
+        write_json(Path(args.json), results, info, settings, plan)
     comparisons = [r.comparison for r in results]
     two_pythons = base.python != head.python
     name = lambda ref, side, variant: ((f"{ref} ({side.label(two_pythons)})" if ref else side.label(two_pythons))
@@ -176,4 +197,5 @@ def run_ab_command(args: argparse.Namespace) -> int:
     versions = (info["base_machine"].get("torch_version"), info.get("torch_version"))
     if versions[0] != versions[1]:
         title += f" (torch {versions[0]} -> {versions[1]})"
-    return _finish(judge(comparisons, settings, title, PAIRED_METHOD, args.fail_on_structure), args)
+    method = f"{PAIRED_METHOD}; {plan.describe(settings.alpha)}"
+    return _finish(judge(comparisons, settings, title, method, args.fail_on_structure), args)

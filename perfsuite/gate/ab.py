@@ -3,9 +3,11 @@
 Each side runs in its own worker process (``perfsuite.gate.ab_worker``) with its own source
 tree first on ``PYTHONPATH`` (and its own interpreter), so base and head can be two git checkouts
 of your repository (your attention code, or perfsuite itself), two virtualenvs (a torch
-upgrade), two variants, or the same code with an injected slowdown (calibration). Only one side runs at a time; block
-order alternates (AB, BA, AB, ...) so neither side always goes first. The statistics are
-``perfsuite.gate.stats.paired_ratio``.
+upgrade), two variants, or the same code with an injected slowdown (calibration). Only one side
+runs at a time; block order alternates (AB, BA, AB, ...) so neither side always goes first. Pairs
+are added until the verdict is decisive or the time budget is spent
+(``perfsuite.gate.stats.sequential_paired``); a pair whose blocks were timed under contention is
+set aside.
 """
 
 from __future__ import annotations
@@ -22,25 +24,16 @@ from typing import Any
 
 from perfsuite.errors import IncomparableRuns, WorkerError
 from perfsuite.gate.compare import BenchmarkComparison
+from perfsuite.measure.conditions import required_env
 from perfsuite.measure.machine import MUST_MATCH, machine_differences
 from perfsuite.trace.structure import diff_fingerprints
-from perfsuite.gate.stats import GateSettings, paired_ratio, verdict
+from perfsuite.gate.stats import GateSettings, SequentialPlan, sequential_paired
 
-# The same, fixed process conditions for both sides:
-# - idle OpenMP threads of the side that just finished a block would spin (libgomp busy-waits
-#   after a parallel region) and steal a core from the side being timed;
-# - glibc adapts its mmap threshold to each process's allocation history, so two processes
-#   running identical code could serve the score matrix from the heap in one and from fresh
-#   mmap'd (page-faulting) memory in the other: measured up to 2x apart. Fixed thresholds
-#   disable that adaptation (mallopt(3): setting them turns the dynamic threshold off).
-WORKER_ENV = {
-    "OMP_WAIT_POLICY": "PASSIVE",
-    "MALLOC_MMAP_THRESHOLD_": str(32 * 2**20),
-    "MALLOC_TRIM_THRESHOLD_": str(256 * 2**20),
-}
+# The same, fixed process conditions for both sides, and for every timed run: the list and the
+# reason for each live in perfsuite.measure.conditions.
+WORKER_ENV = required_env()
 
-PAIRED_METHOD = ("percentile bootstrap (Efron & Tibshirani 1993) of the median of per-block-pair log ratios, "
-                 "base and head interleaved ABAB in one run")
+PAIRED_METHOD = "per-block-pair log ratios, base and head interleaved ABAB in one run"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,22 +112,39 @@ class WorkerProcess:
 
 @dataclasses.dataclass
 class AbBenchmark:
-    """Samples and outcome of one benchmark: blocks of round times (seconds) per side."""
+    """Samples and outcome of one benchmark: blocks of round times (seconds) per side, which
+    pairs were contended, and the sequential gate's outcome."""
 
     key: str
     base_blocks: list[list[float]]
     head_blocks: list[list[float]]
     comparison: BenchmarkComparison
+    contended: list[bool] = dataclasses.field(default_factory=list)
+    looks: int = 0
+    stopped: str = ""
+    seconds: float = 0.0
 
 
-def _time_blocks(base: WorkerProcess, head: WorkerProcess, blocks: int, rounds: int) -> tuple[list, list]:
-    base_blocks, head_blocks = [], []
-    for i in range(blocks):
-        order = (base, head) if i % 2 == 0 else (head, base)
-        for worker in order:
-            times = worker.ask({"time": rounds})["times"]
-            (base_blocks if worker is base else head_blocks).append(times)
-    return base_blocks, head_blocks
+def pair_sampler(base: WorkerProcess, head: WorkerProcess, rounds: int):
+    """``next_pair()`` for ``sequential_paired``: one block per side, order alternating AB, BA, ...;
+    the pair is contended when either block was (``perfsuite.measure.contention``)."""
+    count = [0]
+
+    def next_pair() -> tuple[list[float], list[float], bool]:
+        order = (base, head) if count[0] % 2 == 0 else (head, base)
+        count[0] += 1
+        replies = {id(worker): worker.ask({"time": rounds}) for worker in order}
+        b, h = replies[id(base)], replies[id(head)]
+        contended = any((r.get("contention") or {}).get("contended") for r in (b, h))
+        return b["times"], h["times"], contended
+
+    return next_pair
+
+
+def median_of_rounds(blocks: list[list[float]]) -> float | None:
+    """Median of every round of every block (seconds); None without rounds."""
+    rounds = sorted(t for block in blocks for t in block)
+    return rounds[len(rounds) // 2] if rounds else None
 
 
 def benchmark_key(variant: str, case_id: str, mode: str) -> str:
@@ -143,9 +153,10 @@ def benchmark_key(variant: str, case_id: str, mode: str) -> str:
 
 
 def run_benchmark(base: WorkerProcess, head: WorkerProcess, variant: str, case_id: str, seed: int,
-                  blocks: int, rounds: int, settings: GateSettings, mode: str = "forward",
+                  rounds: int, settings: GateSettings, plan: SequentialPlan, mode: str = "forward",
                   specs: tuple[str, ...] = ()) -> AbBenchmark | None:
-    """A/B one variant on one case in one mode; None when either side cannot run it."""
+    """A/B one variant on one case in one mode, sequentially (``stats.sequential_paired``); None when
+    either side cannot run it."""
     setups = []
     for worker in (base, head):
         request = {"variant": worker.side.variant or variant, "case": case_id, "seed": seed, "mode": mode,
@@ -154,12 +165,16 @@ def run_benchmark(base: WorkerProcess, head: WorkerProcess, variant: str, case_i
     key = benchmark_key(variant, case_id, mode)
     if any("unsupported" in s for s in setups):
         return None
-    base_blocks, head_blocks = _time_blocks(base, head, blocks, rounds)
-    estimate = paired_ratio(base_blocks, head_blocks, settings.alpha)
-    median = lambda blocks_: sorted(t for b in blocks_ for t in b)[len(blocks_) * rounds // 2]
-    comparison = BenchmarkComparison(key, median(base_blocks), median(head_blocks), estimate,
-                                     verdict(estimate, settings), diff_fingerprints(setups[0]["fingerprint"], setups[1]["fingerprint"]))
-    return AbBenchmark(key, base_blocks, head_blocks, comparison)
+    outcome = sequential_paired(pair_sampler(base, head, rounds), settings, plan)
+    clean = [i for i, c in enumerate(outcome.contended) if not c]
+    note = f"{len(clean)} pairs" + (f", {len(outcome.contended) - len(clean)} contended set aside"
+                                    if len(clean) < len(outcome.contended) else "")
+    comparison = BenchmarkComparison(
+        key, median_of_rounds([outcome.base_blocks[i] for i in clean]) or median_of_rounds(outcome.base_blocks),
+        median_of_rounds([outcome.head_blocks[i] for i in clean]) or median_of_rounds(outcome.head_blocks),
+        outcome.estimate, outcome.verdict, diff_fingerprints(setups[0]["fingerprint"], setups[1]["fingerprint"]), note)
+    return AbBenchmark(key, outcome.base_blocks, outcome.head_blocks, comparison, outcome.contended,
+                       outcome.looks, outcome.stopped, outcome.seconds)
 
 
 # Between two interpreters, other software is what is being compared; the hardware must still match.
@@ -181,10 +196,11 @@ def check_same_machine(base: WorkerProcess, head: WorkerProcess, devices: list[s
 
 
 def run_ab(base_side: Side, head_side: Side, variants: list[str], case_ids: list[str], seed: int = 0,
-           blocks: int = 12, rounds: int = 8, settings: GateSettings = GateSettings(), force: bool = False,
-           progress=None, modes: tuple[str, ...] = ("forward",),
+           rounds: int = 8, settings: GateSettings = GateSettings(), force: bool = False,
+           progress=None, plan: SequentialPlan = SequentialPlan(), modes: tuple[str, ...] = ("forward",),
            specs: tuple[str, ...] = ()) -> tuple[list[AbBenchmark], dict]:
-    """A/B every variant x case x mode; returns the benchmarks both sides could run and machine info.
+    """A/B every variant x case x mode (``plan``: looks and time budget per benchmark); returns the
+    benchmarks both sides could run and machine info.
 
     ``specs``: users' ``module:function`` variants, registered in both workers (each imports
     them from its own tree). A variant without backward is gated in forward only.
@@ -199,7 +215,7 @@ def run_ab(base_side: Side, head_side: Side, variants: list[str], case_ids: list
                 for mode in modes:
                     if progress:
                         progress(f"A/B {variant} on {case_id} ({mode})")
-                    found = run_benchmark(base, head, variant, case_id, seed, blocks, rounds, settings, mode, specs)
+                    found = run_benchmark(base, head, variant, case_id, seed, rounds, settings, plan, mode, specs)
                     if found:
                         results.append(found)
         return results, info
@@ -208,12 +224,16 @@ def run_ab(base_side: Side, head_side: Side, variants: list[str], case_ids: list
         head.close()
 
 
-def write_json(path: Path, results: list[AbBenchmark], info: dict, settings: GateSettings) -> None:
+def write_json(path: Path, results: list[AbBenchmark], info: dict, settings: GateSettings,
+               plan: SequentialPlan = SequentialPlan()) -> None:
     """The raw blocks and verdicts (for artifacts), written atomically."""
     from perfsuite.storage import write_text_atomic
 
-    payload = {"schema_version": 1, "machine": info, "alpha": settings.alpha, "min_effect": settings.min_effect,
+    payload = {"schema_version": 2, "machine": info, "alpha": settings.alpha, "min_effect": settings.min_effect,
+               "looks": list(plan.looks), "budget_s": plan.budget_s,
                "benchmarks": [{"key": r.key, "base_blocks_s": r.base_blocks, "head_blocks_s": r.head_blocks,
-                               "verdict": r.comparison.verdict, "structure": r.comparison.structure,
+                               "contended_pairs": r.contended, "looks": r.looks, "stopped": r.stopped,
+                               "seconds": r.seconds, "verdict": r.comparison.verdict,
+                               "structure": r.comparison.structure,
                                "ratio": dataclasses.asdict(r.comparison.estimate)} for r in results]}
     write_text_atomic(path, json.dumps(payload, indent=1) + "\n")

@@ -10,7 +10,9 @@ per line on stdin and answers one JSON line on stdout:
   ``perfsuite.variants`` group always are). ``slowdown`` (0.1 = 10%) adds busy CPU work after
   each step, lasting that fraction of the step's median measured at setup (calibration of
   the gate: a real slowdown, not a sleep);
-* ``{"time": rounds}`` -> ``{"times": [seconds, ...]}``, one synchronized step per round;
+* ``{"time": rounds}`` -> ``{"times": [seconds, ...], "contention": {...}}``, one synchronized forward
+  per round, and the block's contention evidence (``perfsuite.measure.contention``, read before
+  and after the block, never between rounds);
 * ``{"info": true}`` -> torch version and device names; ``{"quit": true}`` ends the worker.
 """
 
@@ -85,7 +87,11 @@ class Worker:
         if "setup" in request:
             return self.setup(request["setup"])
         if "time" in request:
-            return {"times": self._times(self.forward, int(request["time"]))}
+            from perfsuite.measure.contention import Probe
+
+            with Probe() as probe:
+                times = self._times(self.forward, int(request["time"]))
+            return {"times": times, "contention": probe.evidence(times).as_dict()}
         if "info" in request:
             from perfsuite.measure.machine import torch_machine_info
 

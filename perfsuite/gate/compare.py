@@ -3,7 +3,10 @@ intervals, structural differences, and refusals that keep baselines honest.
 
 Benchmarks are matched by ``variant/case-id`` from their ``extra_info`` (never by test node
 id), so a case with another dtype or shape is another benchmark. Runs from different device
-names or torch versions are refused unless forced.
+names or torch versions are refused unless forced. A benchmark timed under contention in either
+run (``extra_info['contention']``, ``perfsuite.measure.contention``) gets the verdict
+``inconclusive: contended`` instead of slower/faster: its timings say more about the other
+processes than about the code.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Any
 from perfsuite.errors import BaselineError, IncomparableRuns
 from perfsuite.trace.structure import diff_fingerprints
 from perfsuite.measure.machine import machine_differences
-from perfsuite.gate.stats import GateSettings, RatioEstimate, unpaired_ratio, verdict
+from perfsuite.gate.stats import CONTENDED_VERDICT, GateSettings, RatioEstimate, unpaired_ratio, verdict
 from perfsuite.storage import read_json
 
 
@@ -73,7 +76,18 @@ def _compare_one(key: str, base: dict[str, Any] | None, head: dict[str, Any] | N
         return BenchmarkComparison(key, *medians, None, "inconclusive", structure,
                                    "no per-round data: save runs with --benchmark-save-data")
     estimate = unpaired_ratio(data_base, data_head, settings.alpha)
+    contended = contention_note(base, "base") + contention_note(head, "head")
+    if contended:
+        return BenchmarkComparison(key, *medians, estimate, CONTENDED_VERDICT, structure, "; ".join(contended))
     return BenchmarkComparison(key, *medians, estimate, verdict(estimate, settings), structure)
+
+
+def contention_note(bench: dict[str, Any], side: str) -> list[str]:
+    """``["<side> run: <reasons>"]`` when the benchmark was timed under contention, else []."""
+    found = (bench.get("extra_info") or {}).get("contention") or {}
+    if not found.get("contended"):
+        return []
+    return [f"{side} run contended: " + "; ".join(found.get("reasons") or ["no reason recorded"])]
 
 
 def compare_runs(base: dict[str, Any], head: dict[str, Any], settings: GateSettings) -> list[BenchmarkComparison]:
@@ -106,20 +120,29 @@ def _ms(value: float | None) -> str:
 def markdown(comparisons: list[BenchmarkComparison], settings: GateSettings, title: str, method: str) -> str:
     """The table a reviewer reads in a pull request."""
     level = round((1 - settings.alpha) * 100, 2)
+    statistic = "paired head/base" if method != UNPAIRED_METHOD else "head/base"
     rows = [f"### {title}", "",
-            f"| benchmark | base ms | head ms | head/base ({level:g}% CI) | verdict | structure |",
-            "| --- | --- | --- | --- | --- | --- |"]
+            f"| benchmark | base ms | head ms | head ms / base ms | {statistic} ({level:g}% CI) | verdict | structure |",
+            "| --- | --- | --- | --- | --- | --- | --- |"]
     for c in comparisons:
         ratio = f"{c.estimate.ratio:.3f} [{c.estimate.low:.3f}, {c.estimate.high:.3f}]" if c.estimate else "-"
+        plain = f"{c.head_median_s / c.base_median_s:.3f}" if c.base_median_s and c.head_median_s else "-"
         mark = {"slower": "**slower**", "faster": "faster"}.get(c.verdict, c.verdict)
         note = f" ({c.note})" if c.note else ""
         structure = "-" if c.verdict == "missing" else ("; ".join(c.structure) if c.structure else "same")
-        rows.append(f"| `{c.key}` | {_ms(c.base_median_s)} | {_ms(c.head_median_s)} | {ratio} | {mark}{note} | {structure} |")
-    counts = {v: sum(c.verdict == v for c in comparisons) for v in ("slower", "faster", "no change", "inconclusive", "missing")}
+        rows.append(f"| `{c.key}` | {_ms(c.base_median_s)} | {_ms(c.head_median_s)} | {plain} | {ratio} | {mark}{note} "
+                    f"| {structure} |")
+    counts = {v: sum(c.verdict == v for c in comparisons) for v in VERDICTS}
     timed = sum(1 for c in comparisons if c.estimate)
     rows += ["", ", ".join(f"{n} {v}" for v, n in counts.items() if n) + f" of {len(comparisons)} benchmarks.",
              f"Method: {method}. Verdicts need a change of at least {settings.min_effect:.0%} and an interval that "
-             f"excludes 1."]
+             f"excludes 1.",
+             f"The verdict comes from the {statistic} column; head ms / base ms is the ratio of the two medians "
+             "shown, which may differ from it" + (" (the paired statistic compares each block with its neighbour, so "
+                                                  "drift between blocks cancels)." if method != UNPAIRED_METHOD else ".")]
+    if any(c.verdict == CONTENDED_VERDICT for c in comparisons):
+        rows.append(f"`{CONTENDED_VERDICT}`: other processes took the CPU while it was timed "
+                    "(perfsuite.measure.contention); rerun it on a quiet machine.")
     if method == UNPAIRED_METHOD:
         rows.append("Two separate runs: drift of the machine between them is not controlled, so there is no "
                     "false-alarm bound; gate with `perfsuite ab` (interleaved), which has one.")
@@ -134,4 +157,5 @@ def judged_nothing(comparisons: list[BenchmarkComparison]) -> bool:
     return not any(c.verdict != "missing" for c in comparisons)
 
 
+VERDICTS = ("slower", "faster", "no change", "inconclusive", CONTENDED_VERDICT, "missing")
 UNPAIRED_METHOD = "percentile bootstrap (Efron & Tibshirani 1993) of the ratio of median round times of two separate runs"

@@ -11,7 +11,7 @@ from typing import Any
 
 from perfsuite.gate.compare import (UNPAIRED_METHOD, BenchmarkComparison, check_compatible, compare_runs,
                                     judged_nothing, markdown)
-from perfsuite.gate.stats import GateSettings
+from perfsuite.gate.stats import CONTENDED_VERDICT, GateSettings
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_UNUSABLE = 0, 1, 2
 
@@ -45,12 +45,15 @@ class GateOutcome:
             return f"perfsuite gate: NOT JUDGED: no benchmark is in both runs ({total} seen)"
         if self.failures:
             return f"perfsuite gate: FAIL: {len(self.failures)} of {total} benchmarks regressed"
-        counts = {v: sum(c.verdict == v for c in self.comparisons) for v in ("no change", "faster", "inconclusive", "missing")}
+        counts = {v: sum(c.verdict == v for c in self.comparisons)
+                  for v in ("no change", "faster", "inconclusive", CONTENDED_VERDICT, "missing")}
         shown = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
         changed = sum(1 for c in self.comparisons if c.structure)
         notes = [f"{changed} with structural changes (they fail only with --fail-on-structure)"] if changed else []
         if counts["inconclusive"]:
             notes.append("inconclusive timings decide nothing: more blocks/rounds or a quieter machine")
+        if counts[CONTENDED_VERDICT]:
+            notes.append(f"WARNING: {counts[CONTENDED_VERDICT]} timed under contention, not judged")
         return (f"perfsuite gate: PASS: no regression found in {total} benchmarks ({shown})"
                 + "".join(f"; {note}" for note in notes))
 

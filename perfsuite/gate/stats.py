@@ -23,12 +23,31 @@ Implied false-alarm rate: under no change with independent units, the interval l
 entirely above 1 with probability at most ``alpha / 2``, and the effect-size floor only
 lowers it, so each benchmark cries wolf with probability <= ``alpha / 2``; a gate over
 ``k`` benchmarks, by the union bound, <= ``k * alpha / 2``.
+
+Sequential A/B (``sequential_paired``, what ``perfsuite ab`` runs): block pairs are added until
+the verdict is decisive (``slower``, ``faster``, ``no change``), the last planned look is
+reached, or a time budget runs out. At each look the interval is the exact distribution-free
+**Wilcoxon signed-rank** interval of the pair log-ratios' centre, around the Hodges-Lehmann
+estimate (Hollander & Wolfe, "Nonparametric Statistical Methods", 2nd ed. 1999, section 3.3;
+Walsh averages, Tukey 1949), computed at level ``alpha / K`` for at most ``K`` looks
+(``SequentialPlan.looks``). By the union (Bonferroni) bound over the looks, the chance that any
+interval a look could report misses the true ratio is at most ``K * alpha / K = alpha``
+whatever the stopping rule does (the conservative Bonferroni form of alpha spending;
+Jennison & Turnbull, "Group Sequential Methods", 2000, section 2.4), so the false-alarm bound above holds
+unchanged. Assumptions: the pairs are independent and each pair's log-ratio is symmetric
+about the true one (exchangeable sides, alternating order). Pairs whose blocks were timed
+under contention (``perfsuite.measure.contention``) are set aside before the statistic; whether a
+pair is contended is decided by the scheduler's counters, not by its ratio.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+import statistics
+import time
+from typing import Callable
 
 import numpy as np
 
@@ -112,3 +131,162 @@ def verdict(estimate: RatioEstimate, settings: GateSettings) -> str:
     if 1 - settings.min_effect <= estimate.low and estimate.high <= 1 + settings.min_effect:
         return "no change"
     return "inconclusive"
+
+
+# -- sequential A/B ---------------------------------------------------------------------------
+
+SEQUENTIAL_LOOKS = (12, 16, 24, 32, 48, 64, 96)
+CONTENDED_VERDICT = "inconclusive: contended"
+DECISIVE = ("slower", "faster", "no change")
+
+
+@functools.lru_cache(maxsize=None)
+def signed_rank_null_cdf(n: int) -> np.ndarray:
+    """``P(W+ <= w)`` for ``w = 0 .. n(n+1)/2`` under the null of the Wilcoxon signed-rank statistic
+    (each of ``n`` ranks positive with probability 1/2, independently): exact, by convolution."""
+    if n < 0:
+        raise ValueError(f"n must be >= 0, got {n!r}")
+    dist = np.ones(1)
+    for rank in range(1, n + 1):
+        grown = np.zeros(len(dist) + rank)
+        grown[: len(dist)] += dist
+        grown[rank:] += dist
+        dist = grown / 2
+    cdf = np.cumsum(dist)
+    cdf.flags.writeable = False  # cached: shared by every caller
+    return cdf
+
+
+def wilcoxon_interval(values, alpha: float) -> tuple[float, float, float]:
+    """Hodges-Lehmann estimate and exact ``1 - alpha`` signed-rank interval of the centre of ``values``.
+
+    Returns ``(estimate, low, high)``; ``low``/``high`` are infinite when ``n`` is too small for
+    the level (``2 * 2**-n > alpha``). Source: Hollander & Wolfe (1999) section 3.3: with ``M =
+    n(n+1)/2`` sorted Walsh averages ``A`` and ``c`` the largest integer with ``P(W+ <= c) <= alpha/2``,
+    the interval is ``[A_(c+1), A_(M-c)]`` (1-based), coverage >= ``1 - alpha`` for values symmetric
+    about the centre. ``ValueError`` on an empty sample or ``alpha`` outside (0, 1).
+    """
+    x = np.asarray(values, dtype=float)
+    if x.size == 0:
+        raise ValueError("wilcoxon_interval needs at least one value")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must lie in (0, 1), got {alpha!r}")
+    i, j = np.triu_indices(x.size)
+    walsh = np.sort((x[i] + x[j]) / 2)
+    estimate = float(np.median(walsh))
+    cdf = signed_rank_null_cdf(x.size)
+    within = np.nonzero(cdf <= alpha / 2)[0]
+    if within.size == 0:
+        return estimate, -math.inf, math.inf
+    c = int(within[-1])
+    return estimate, float(walsh[c]), float(walsh[walsh.size - 1 - c])
+
+
+def pair_log_ratios(base_blocks: list[list[float]], head_blocks: list[list[float]]) -> np.ndarray:
+    """``log(median(head block) / median(base block))`` per block pair (``ValueError`` on unequal
+    numbers of blocks or an empty block)."""
+    if len(base_blocks) != len(head_blocks) or any(not b for b in base_blocks + head_blocks):
+        raise ValueError(f"need the same number of non-empty blocks, got {len(base_blocks)} base and "
+                         f"{len(head_blocks)} head blocks")
+    return np.array([math.log(statistics.median(h) / statistics.median(b)) for b, h in zip(base_blocks, head_blocks)])
+
+
+@dataclasses.dataclass(frozen=True)
+class SequentialPlan:
+    """When the sequential gate looks, and how long it may sample one benchmark.
+
+    ``looks``: numbers of uncontended block pairs at which the interval is computed (increasing,
+    the first large enough for a finite interval at ``alpha / len(looks)``); ``budget_s``: wall
+    seconds per benchmark after which no pair is added (one last look is then taken at the
+    pairs so far, using a look of the plan that was not reached, so at most ``len(looks)``
+    looks are ever taken).
+    """
+
+    looks: tuple[int, ...] = SEQUENTIAL_LOOKS
+    budget_s: float = 8.0
+
+    def __post_init__(self):
+        if not self.looks or list(self.looks) != sorted(set(self.looks)) or self.looks[0] < 1:
+            raise ValueError(f"looks must be increasing positive pair counts, got {self.looks!r}")
+        if self.budget_s <= 0:
+            raise ValueError(f"budget_s must be positive, got {self.budget_s!r}")
+
+    def alpha_per_look(self, alpha: float) -> float:
+        """Bonferroni: ``alpha / len(looks)`` (see the module docstring)."""
+        return alpha / len(self.looks)
+
+    def describe(self, alpha: float) -> str:
+        return (f"sequential: exact Wilcoxon signed-rank interval (Hollander & Wolfe 1999) of per-block-pair log "
+                f"ratios at up to {len(self.looks)} looks ({', '.join(map(str, self.looks))} pairs), each at level "
+                f"{self.alpha_per_look(alpha):.2g} (Bonferroni over looks: overall {alpha:g}, valid whatever the "
+                f"stopping rule), at most {self.budget_s:g} s per benchmark")
+
+
+@dataclasses.dataclass(frozen=True)
+class SequentialOutcome:
+    """What the sequential gate sampled and decided for one benchmark.
+
+    ``contended``: per pair, whether either block was timed under contention (set aside);
+    ``looks``: interval computations taken; ``stopped``: ``decisive``, ``last look`` or ``budget``.
+    """
+
+    base_blocks: list[list[float]]
+    head_blocks: list[list[float]]
+    contended: list[bool]
+    estimate: RatioEstimate
+    verdict: str
+    looks: int
+    stopped: str
+    seconds: float
+
+
+def _estimate(base_blocks, head_blocks, contended, alpha_look: float) -> RatioEstimate:
+    clean = [(b, h) for b, h, c in zip(base_blocks, head_blocks, contended) if not c]
+    if not clean:
+        return RatioEstimate(1.0, 0.0, math.inf, 0, "paired sequential")
+    logs = pair_log_ratios([b for b, _ in clean], [h for _, h in clean])
+    centre, low, high = wilcoxon_interval(logs, alpha_look)
+    return RatioEstimate(math.exp(centre), math.exp(low), math.exp(high), len(logs), "paired sequential")
+
+
+def sequential_paired(next_pair: Callable[[], tuple[list[float], list[float], bool]], settings: GateSettings,
+                      plan: SequentialPlan = SequentialPlan(), clock: Callable[[], float] = time.monotonic,
+                      ) -> SequentialOutcome:
+    """Sample block pairs with ``next_pair()`` -> ``(base_block_s, head_block_s, contended)`` until decisive.
+
+    Stops at the first look whose verdict is ``slower``, ``faster`` or ``no change``, after the
+    last planned look, or when ``plan.budget_s`` (by ``clock``) is spent. The verdict is
+    ``inconclusive: contended`` when it is not decisive and at least half the pairs were contended.
+    """
+    alpha_look = plan.alpha_per_look(settings.alpha)
+    base_blocks, head_blocks, contended = [], [], []
+    start, looks_taken, next_look, last_n = clock(), 0, 0, -1
+    estimate, result, stopped = None, "inconclusive", "last look"
+    while True:
+        clean = contended.count(False)
+        out_of_time = clock() - start >= plan.budget_s
+        if next_look < len(plan.looks) and (clean >= plan.looks[next_look] or (out_of_time and clean > last_n)):
+            estimate = _estimate(base_blocks, head_blocks, contended, alpha_look)
+            result = verdict(estimate, settings)
+            looks_taken, last_n = looks_taken + 1, clean
+            while next_look < len(plan.looks) and plan.looks[next_look] <= clean:
+                next_look += 1
+            if result in DECISIVE:
+                stopped = "decisive"
+                break
+            if next_look >= len(plan.looks):
+                break
+        if out_of_time:
+            stopped = "budget"
+            break
+        base, head, was_contended = next_pair()
+        base_blocks.append(base)
+        head_blocks.append(head)
+        contended.append(bool(was_contended))
+    if estimate is None:
+        estimate = _estimate(base_blocks, head_blocks, contended, alpha_look)
+        result = verdict(estimate, settings)
+    if result not in DECISIVE and contended and 2 * sum(contended) >= len(contended):
+        result = CONTENDED_VERDICT
+    return SequentialOutcome(base_blocks, head_blocks, contended, estimate, result, looks_taken, stopped,
+                             clock() - start)

@@ -9,6 +9,9 @@
   count only attended pairs, so a kernel computing whole diagonal blocks can sit slightly
   above a roof measured with a plain matmul. Forward points are filled, backward and
   forward+backward points hollow (their FLOP: ``cost_model.mode_flop``).
+
+Contended rows (``BenchmarkResult.contended``: other processes took the CPU while they were
+timed) are hatched in the latency bars and crossed out in the roofline, and named in the legend.
 """
 
 from __future__ import annotations
@@ -52,14 +55,20 @@ def latency_bars(run: SavedRun, folder: Path) -> list[Path]:
     variants = list(dict.fromkeys(r.variant for r in results))
     modes = _modes(results)
     by_key = {(r.variant, r.case_id, r.mode): r.median_s * 1e3 for r in results}
+    contended = {(r.variant, r.case_id, r.mode) for r in results if r.contended}
     width = 0.8 / max(len(variants), 1)
     figure, panels = plt.subplots(len(modes), 1, figsize=(max(7, 2.2 * len(cases)), 3.6 * len(modes)),
                                   squeeze=False, sharex=True)
     for axes, mode in zip(panels[:, 0], modes):
         for i, variant in enumerate(variants):
             xs = [c + i * width for c in range(len(cases))]
-            axes.bar(xs, [by_key.get((variant, case, mode), 0) for case in cases], width, label=variant,
-                     color=f"C{i % 10}")
+            bars = axes.bar(xs, [by_key.get((variant, case, mode), 0) for case in cases], width, label=variant,
+                            color=f"C{i % 10}")
+            for bar, case in zip(bars, cases):
+                if (variant, case, mode) in contended:
+                    bar.set_hatch("//")
+        if contended:
+            axes.bar([0], [0], 0, color="white", edgecolor="black", hatch="//", label="contended: not trustworthy")
         axes.set_yscale("log")
         axes.set_ylabel("median ms (log)")
         axes.set_title(f"Attention {mode.replace('_', '+')} latency per variant and case", fontsize=10)
@@ -141,10 +150,14 @@ def roofline(run: SavedRun, folder: Path) -> list[Path]:
         color = DTYPE_COLORS.get(dtype, "gray")
         face = color if r.mode == "forward" else "none"
         axes.scatter(x, r.achieved_tflops, marker=markers[r.variant], s=40, facecolors=face, edgecolors=color, alpha=0.8)
+        if r.contended:
+            axes.scatter(x, r.achieved_tflops, marker="x", s=90, color="black")
     for variant, marker in markers.items():
         axes.scatter([], [], marker=marker, color="gray", label=variant)
     for dtype in dict.fromkeys(dtypes):
         axes.scatter([], [], marker="s", color=DTYPE_COLORS.get(dtype, "gray"), label=f"inputs {dtype}")
+    if any(r.contended for r in results):
+        axes.scatter([], [], marker="x", color="black", label="contended: not trustworthy")
     if any(r.mode != "forward" for r in results):
         axes.scatter([], [], marker="o", facecolors="none", edgecolors="gray", label="hollow: backward / fwd+bwd")
     axes.set_xscale("log")

@@ -30,6 +30,9 @@ class BenchmarkResult:
     ``timer``: the clock of ``median_s`` (``host``, ``cuda_event``, ``kernel``); with a device clock
     ``wall_median_s``/``device_median_s`` are the medians of each round's synchronized host time and
     device time (``perfsuite.measure.device_timing``), else None.
+    ``contended``: other processes took the CPU while this benchmark was timed, so its timing is
+    not trustworthy (``perfsuite.measure.contention``); None when not timed or not measured (older
+    runs). ``contention_reasons``: why, in words.
     """
 
     variant: str
@@ -54,6 +57,8 @@ class BenchmarkResult:
     timer: str = "host"
     wall_median_s: float | None = None
     device_median_s: float | None = None
+    contended: bool | None = None
+    contention_reasons: tuple[str, ...] = ()
 
     @property
     def host_overhead_s(self) -> float | None:
@@ -100,6 +105,12 @@ def _spread(r: BenchmarkResult) -> str:
     return f"{100 * r.iqr_s / r.median_s:.0f}%" if r.median_s and r.iqr_s is not None else "-"
 
 
+def _trust(r: BenchmarkResult) -> str:
+    if r.contended is None:
+        return "-"
+    return "CONTENDED" if r.contended else "ok"
+
+
 def _error(r: BenchmarkResult) -> str:
     if r.max_abs_error is None:
         return "not compared"
@@ -120,6 +131,7 @@ COLUMNS = (
     Column("case", "", lambda r: r.case_id),
     Column("median ms", "ms", _median),
     Column("IQR / median", "%", _spread),
+    Column("timing", "", _trust),
     Column("compile s", "s", lambda r: f"{r.compile_s:.1f}" if r.compile_s is not None else "-"),
     Column("TFLOP/s", "TFLOP/s", lambda r: f"{r.achieved_tflops:.3g}" if r.achieved_tflops else "-"),
     Column("ops or kernels / step", "count", lambda r: f"{r.work_per_forward} {r.work_unit}"),
@@ -148,6 +160,7 @@ def result_from_benchmark(info: Mapping[str, Any], stats: Mapping[str, Any] | No
     """
     device = info["case_fields"]["device"]
     compile_info, saved = info.get("compile") or {}, info.get("saved_for_backward") or {}
+    contention = info.get("contention") or {}
     stats = stats or {}
     return BenchmarkResult(
         variant=info["variant"], case_id=info["case"], device=device, mode=info.get("mode", "forward"),
@@ -162,6 +175,7 @@ def result_from_benchmark(info: Mapping[str, Any], stats: Mapping[str, Any] | No
         saved_for_backward_bytes=saved.get("bytes"), saved_score_matrices=saved.get("score_sized"),
         timer=info.get("timer", "host"), wall_median_s=info.get("wall_median_s"),
         device_median_s=info.get("device_median_s"),
+        contended=contention.get("contended"), contention_reasons=tuple(contention.get("reasons", ())),
     )
 
 
@@ -197,10 +211,25 @@ def markdown_table(results: list[BenchmarkResult], skipped: list[SkippedResult])
     header, body = _rows(results)
     rows = [header, ["---"] * len(header)] + body
     lines = ["| " + " | ".join(row) + " |" for row in rows]
+    lines += contention_lines(results, prefix="- ", intro=["", "Timings not trustworthy (contended):"])
     if skipped:
         lines += ["", "Skipped (cannot run here):"]
         lines += [f"- `{s.variant}` on `{s.case_id}` ({s.mode}): {s.reason}" for s in skipped]
     return "\n".join(lines) + "\n"
+
+
+def contended_results(results: list[BenchmarkResult]) -> list[BenchmarkResult]:
+    """The rows whose timings other processes disturbed (``contended`` is True)."""
+    return [r for r in results if r.contended]
+
+
+def contention_lines(results: list[BenchmarkResult], prefix: str = "", intro: list[str] = ()) -> list[str]:
+    """One line per contended row naming it and why; [] when none is."""
+    flagged = contended_results(results)
+    if not flagged:
+        return []
+    return list(intro) + [f"{prefix}{r.variant} {r.mode} {r.case_id}: {'; '.join(r.contention_reasons)}"
+                          for r in flagged]
 
 
 def text_table(results: list[BenchmarkResult]) -> str:

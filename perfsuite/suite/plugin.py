@@ -16,6 +16,7 @@ import torch
 from pytest_benchmark.session import PerformanceRegression
 
 from perfsuite.errors import PerfsuiteError
+from perfsuite.measure import conditions
 from perfsuite.measure.evidence import Evidence
 from perfsuite.suite import options, settings
 from perfsuite.suite.session import SuiteSession, check_gate_baseline
@@ -23,6 +24,7 @@ from perfsuite.variants import Variant, get_variant
 from perfsuite.variants.user import load_entry_point_variants, load_variant_spec
 
 SESSION_KEY = pytest.StashKey[SuiteSession]()
+APPLIED_CONDITIONS_KEY = pytest.StashKey[list]()  # process conditions applied after start (measure.conditions)
 
 
 def session_of(config: pytest.Config) -> SuiteSession:
@@ -51,6 +53,7 @@ def pytest_configure(config: pytest.Config) -> None:
     except settings.SettingsError as exc:
         raise pytest.UsageError(f"perfsuite: {exc}") from None
     config.stash[SESSION_KEY] = SuiteSession(resolved)
+    config.stash[APPLIED_CONDITIONS_KEY] = conditions.apply_in_process()
 
 
 @pytest.hookimpl(trylast=True)
@@ -65,7 +68,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    return options.header_lines(session_of(config).settings)
+    applied = config.stash.get(APPLIED_CONDITIONS_KEY, [])
+    return options.header_lines(session_of(config).settings) + conditions.header_lines(applied=applied)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

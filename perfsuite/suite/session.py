@@ -17,7 +17,8 @@ from perfsuite.measure import machine
 from perfsuite.measure.cleanup import release_device_memory, release_exception_frames
 from perfsuite.measure.evidence import Evidence, PreparedCase, VariantUnsupported, gather_evidence, prepare_case
 from perfsuite.measure.peaks import measured_peaks
-from perfsuite.report.results import BenchmarkResult, SkippedResult, result_from_benchmark, text_table, write_run
+from perfsuite.report.results import (BenchmarkResult, SkippedResult, contention_lines, result_from_benchmark, text_table,
+                                      write_run)
 from perfsuite.storage import write_text_atomic
 from perfsuite.suite import settings
 from perfsuite.variants import get_variant
@@ -163,7 +164,17 @@ class SuiteSession:
         if all(r.median_s is None for r in results):
             lines.append("timing was disabled in this run; the timed run is `perfsuite run` "
                          "(in perfsuite's own checkout: pytest -c benchmarks.ini)")
+        lines += contention_warning(results)
         return lines
+
+
+def contention_warning(results: list[BenchmarkResult]) -> list[str]:
+    """The run's last lines when other processes disturbed timings: each contended benchmark and why."""
+    flagged = contention_lines(results, prefix="perfsuite:   ")
+    if not flagged:
+        return []
+    return [f"perfsuite: WARNING: {len(flagged)} of {sum(r.median_s is not None for r in results)} timings are not "
+            "trustworthy: other processes took the CPU while they ran (timing column CONTENDED):"] + flagged
 
 
 def group_skips(skipped: list[SkippedResult]) -> dict[tuple[str, str], tuple[list[str], list[str]]]:

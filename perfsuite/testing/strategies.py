@@ -7,7 +7,8 @@ never draws tensors element by element (which trips its large-input health check
 Profiles, chosen with the environment variable ``PERFSUITE_HYPOTHESIS_PROFILE``
 (default ``ci`` when ``CI`` is set, else ``dev``):
 
-* ``dev``: 30 examples per property, random, a 5 s deadline (kernels are warmed up first);
+* ``dev``: 30 examples per property, random, no deadline (a deadline makes the outcome depend on
+  the machine's speed and load: an example stalled by another process would fail);
 * ``ci``: derandomized (the same examples on every run, so CI is never flaky), 200 examples
   per property, no deadline (a loaded 2-core runner can stall any single example);
 * ``nightly``: 2000 examples per property, random, no deadline.
@@ -38,7 +39,7 @@ MASKS_HIDING_KEYS = tuple(k for k in PLAIN_KINDS if mask_kind(k).hides_keys) + (
 def register_profiles() -> None:
     """Register ``dev``, ``ci`` and ``nightly`` (idempotent)."""
     slow_ok = [HealthCheck.too_slow]
-    settings.register_profile("dev", max_examples=30, deadline=5000, suppress_health_check=slow_ok)
+    settings.register_profile("dev", max_examples=30, deadline=None, suppress_health_check=slow_ok)
     settings.register_profile(
         "ci", max_examples=200, derandomize=True, deadline=None, print_blob=True, suppress_health_check=slow_ok
     )

@@ -13,7 +13,8 @@ from perfsuite.errors import BaselineError, IncomparableRuns, WorkerError
 from perfsuite.gate.compare import check_compatible, compare_runs, gate_failed, load_benchmark_file
 from perfsuite.measure.evidence import gather_evidence
 from perfsuite.trace.structure import diff_fingerprints, fingerprint
-from perfsuite.gate.stats import GateSettings, RatioEstimate, paired_ratio, unpaired_ratio, verdict
+from perfsuite.gate.stats import (CONTENDED_VERDICT, GateSettings, RatioEstimate, SequentialPlan, paired_ratio,
+                                  unpaired_ratio, verdict)
 from perfsuite.variants import get_variant
 
 SETTINGS = GateSettings(alpha=0.01, min_effect=0.03)
@@ -76,10 +77,11 @@ def test_fingerprint_diff_names_the_hidden_copy(tmp_path):
     assert diff_fingerprints(fingerprint(naive, "cpu"), fingerprint(naive, "cpu")) == []
 
 
-def saved_run(path, times, device="cpu: AMD EPYC", torch_version="2.13.0", clones=0):
+def saved_run(path, times, device="cpu: AMD EPYC", torch_version="2.13.0", clones=0, contention=None):
     bench = {"name": "test_benchmark[x]", "stats": {"median": float(np.median(times)), "data": list(times)},
              "extra_info": {"variant": "naive", "case": "b1h2s16d8-fp32-causal-cpu",
-                            "fingerprint": {"cpu_ops": {"aten::clone": clones}, "allocated_bytes": 0}}}
+                            "fingerprint": {"cpu_ops": {"aten::clone": clones}, "allocated_bytes": 0},
+                            "contention": contention}}
     data = {"machine_info": {"perfsuite": {"device_names": {"cpu": device}, "torch_version": torch_version}},
             "benchmarks": [bench]}
     path.write_text(json.dumps(data))
@@ -137,18 +139,18 @@ def test_missing_per_round_data_is_inconclusive(tmp_path):
 def test_ab_run_reports_structure_between_two_variants():
     """Two variants in one A/B run: the structural diff is deterministic (timing verdicts are not asserted)."""
     results, info = run_ab(Side(Path("."), "naive_inplace"), Side(Path("."), "naive"), ["naive"],
-                           ["b1h2s16d8-fp32-causal-cpu"], blocks=6, rounds=2)
+                           ["b1h2s16d8-fp32-causal-cpu"], rounds=2, plan=SequentialPlan(looks=(6,), budget_s=10))
     [result] = results
-    assert result.comparison.verdict in {"slower", "faster", "no change", "inconclusive"}
+    assert result.comparison.verdict in {"slower", "faster", "no change", "inconclusive", CONTENDED_VERDICT}
     assert "+1 aten::clone" in result.comparison.structure
-    assert len(result.base_blocks) == len(result.head_blocks) == 6
+    assert len(result.base_blocks) == len(result.head_blocks) == len(result.contended) >= 6
     assert info["torch_version"]
 
 
 @pytest.mark.slow
 def test_ab_worker_errors_surface(tmp_path):
     with pytest.raises(WorkerError, match="unknown attention variant 'nope'"):
-        run_ab(Side(Path("."), "nope"), Side(Path(".")), ["naive"], ["b1h2s16d8-fp32-causal-cpu"], blocks=2, rounds=1)
+        run_ab(Side(Path("."), "nope"), Side(Path(".")), ["naive"], ["b1h2s16d8-fp32-causal-cpu"], rounds=1)
 
 
 def test_nothing_compared_is_not_a_pass(tmp_path, capsys):
@@ -171,3 +173,62 @@ def test_malformed_entries_and_bad_arguments_are_usage_errors(tmp_path, capsys):
     assert "--base-tree" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["ab", "--blocks", "0"])
+
+
+def test_a_run_timed_under_contention_is_not_judged_slower(tmp_path, capsys):
+    """The loaded head is 3x slower, but its timings say so about the machine: inconclusive: contended."""
+    rng = np.random.default_rng(4)
+    loaded = {"contended": True, "reasons": ["threads waited for a CPU 60% of the wall time (limit 5%)"]}
+    base = saved_run(tmp_path / "base.json", np.exp(rng.normal(0, 0.01, 50)))
+    head = saved_run(tmp_path / "head.json", 3 * np.exp(rng.normal(0, 0.01, 50)), contention=loaded)
+    [comparison] = compare_runs(load_benchmark_file(base), load_benchmark_file(head), SETTINGS)
+    assert comparison.verdict == CONTENDED_VERDICT and "head run contended: threads waited" in comparison.note
+    assert main(["compare", str(base), str(head)]) == 0
+    out = capsys.readouterr().out
+    assert "WARNING: 1 timed under contention, not judged" in out and "rerun it on a quiet machine" in out
+    quiet = saved_run(tmp_path / "quiet.json", 3 * np.exp(rng.normal(0, 0.01, 50)), contention={"contended": False})
+    assert main(["compare", str(base), str(quiet)]) == 1
+
+
+def test_the_table_shows_the_ratio_of_medians_next_to_the_statistic(tmp_path, capsys):
+    rng = np.random.default_rng(2)
+    base = saved_run(tmp_path / "base.json", np.exp(rng.normal(0, 0.01, 50)))
+    head = saved_run(tmp_path / "head.json", 1.2 * np.exp(rng.normal(0, 0.01, 50)))
+    main(["compare", str(base), str(head)])
+    out = capsys.readouterr().out
+    assert "| head ms / base ms | head/base (99% CI) |" in out
+    row = next(line for line in out.splitlines() if line.startswith("| `naive/"))
+    cells = [c.strip() for c in row.split("|")]
+    assert float(cells[4]) == pytest.approx(float(cells[3]) / float(cells[2]), rel=2e-3)
+
+
+class FakeWorker:
+    """Answers ``time`` requests like an A/B worker: fixed round times, contention as told."""
+
+    def __init__(self, name, seconds, log, contended=lambda n: False):
+        self.name, self.seconds, self.log, self.contended, self.calls = name, seconds, log, contended, 0
+
+    def ask(self, request):
+        self.log.append(self.name)
+        self.calls += 1
+        return {"times": [self.seconds] * request["time"], "contention": {"contended": self.contended(self.calls)}}
+
+
+def test_pairs_alternate_their_order_and_carry_either_side_s_contention():
+    from perfsuite.gate.ab import pair_sampler
+
+    log = []
+    base = FakeWorker("base", 1.0, log)
+    head = FakeWorker("head", 1.1, log, contended=lambda n: n == 2)
+    next_pair = pair_sampler(base, head, rounds=3)
+    pairs = [next_pair() for _ in range(3)]
+    assert log == ["base", "head", "head", "base", "base", "head"]
+    assert [p[2] for p in pairs] == [False, True, False]
+    assert pairs[0][:2] == ([1.0] * 3, [1.1] * 3)
+
+
+def test_bad_sequential_options_name_the_value(capsys):
+    for option, value in (("--budget-s", "0"), ("--budget-s", "soon"), ("--blocks", "1")):
+        with pytest.raises(SystemExit):
+            main(["ab", option, value])
+        assert value in capsys.readouterr().err

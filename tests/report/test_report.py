@@ -85,3 +85,21 @@ def test_the_machine_line_names_rocm_cuda_or_a_cpu_build():
     assert platform_text({"cuda_version": None, "hip_version": "6.4.43482"}) == "ROCm (HIP 6.4.43482)"
     assert platform_text({"cuda_version": "12.8", "hip_version": None}) == "CUDA 12.8"
     assert "no CUDA or ROCm" in platform_text({"cuda_version": None, "hip_version": None})
+def test_contended_rows_are_marked_in_the_table_report_and_plots(tmp_path):
+    import dataclasses
+
+    from perfsuite.report.results import markdown_table, text_table
+
+    run = load_run(EXAMPLE)
+    reason = "threads waited for a CPU 40% of the wall time (limit 5%)"
+    marked = [dataclasses.replace(r, contended=i == 0, contention_reasons=(reason,) if i == 0 else ())
+              for i, r in enumerate(run.results)]
+    first = marked[0]
+    table = markdown_table(marked, [])
+    assert "| timing |" in table and table.count("CONTENDED") == 1 and table.count("| ok |") == len(marked) - 1
+    assert f"- {first.variant} {first.mode} {first.case_id}: {reason}" in table
+    assert "CONTENDED" in text_table(marked)
+    # older runs (no contention evidence) say nothing either way
+    assert "CONTENDED" not in markdown_table(run.results, []) and "| ok |" not in markdown_table(run.results, [])
+    plots = all_plots(dataclasses.replace(run, results=marked), tmp_path)
+    assert any("contended: not trustworthy" in p.read_text() for p in plots if p.suffix == ".svg")

@@ -46,6 +46,7 @@ def test_header_prints_seed_and_cases(project):
         "perfsuite: variants=naive modes=forward,backward,forward_backward",
         "perfsuite: cases from option --perfsuite-shapes; case set 'default'",
         "perfsuite: cases=b1h2s16d8-fp32-causal-cpu",
+        "*perfsuite: *process condition*",
         "*<Function test_benchmark?naive-b1h2s16d8-fp32-causal-cpu-forward?>",
         "*<Function test_benchmark?naive-b1h2s16d8-fp32-causal-cpu-forward_backward?>",
     ])
@@ -82,6 +83,7 @@ def test_timed_run_saves_a_baseline_with_extra_info_and_a_table(project):
     for (variant, mode), info in infos.items():
         assert info["flop"] > 0 and info["achieved_tflops"] > 0 and info["max_abs_error"] < 1e-4
         assert info["graphs_compiled_while_timed"] == 0
+        assert isinstance(info["contention"]["contended"], bool) and info["contention"]["wall_s"] > 0
         assert Path(project.path, info["trace_file"]).exists()
         forward_flop = infos[(variant, "forward")]["flop"]
         assert info["flop"] == {"forward": 1, "backward": 2.5, "forward_backward": 3.5}[mode] * forward_flop
@@ -137,7 +139,10 @@ def test_cuda_requested_without_cuda_skips_with_the_reason(project):
     result.stdout.fnmatch_lines(["*device cuda is not available on this machine*"])
 
 
-def test_perfsuite_gate_judges_against_the_compared_baseline(project):
+def test_perfsuite_gate_judges_against_the_compared_baseline(project, monkeypatch):
+    # the verdict is asserted: on a loaded machine the head would be "inconclusive: contended" otherwise
+    monkeypatch.setenv("PERFSUITE_CONTENTION_CHECK", "off")
+
     def faster_and_without_the_clone(bench):
         bench["stats"]["data"] = [t * 1e-9 for t in bench["stats"]["data"]]  # slower whatever the load
         bench["extra_info"]["fingerprint"]["cpu_ops"].pop("aten::clone")

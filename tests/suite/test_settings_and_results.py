@@ -77,7 +77,7 @@ def result(median_s, correct=True):
 def test_markdown_table_rows_and_skips():
     text = markdown_table([result(0.002), result(None, correct=False)], [SkippedResult("sdpa_cudnn", "c", "no kernel")])
     lines = text.splitlines()
-    assert lines[2] == "| naive | forward | b1h1s8d8-fp32-causal-cpu | 2.000 | - | - | 0.001 | 45 ops | 1 | 4.0 MiB | 3.0 KiB | - | 1.5e-07 |"
+    assert lines[2] == "| naive | forward | b1h1s8d8-fp32-causal-cpu | 2.000 | - | - | - | 0.001 | 45 ops | 1 | 4.0 MiB | 3.0 KiB | - | 1.5e-07 |"
     assert lines[3].split(" | ")[3] == "not timed" and lines[3].endswith("FAIL |")
     assert lines[-1] == "- `sdpa_cudnn` on `c` (forward): no kernel"
 
@@ -110,3 +110,16 @@ def test_table_shows_wall_device_and_their_difference_for_device_timed_rows():
     assert lines[0].endswith("| timer | wall ms | device ms | wall - device ms |")
     assert lines[2].endswith("| cuda_event | 2.500 | 2.000 | 0.500 |")
     assert lines[3].endswith("| host | - | - | - |")
+def test_the_run_ends_with_a_warning_naming_contended_benchmarks():
+    import dataclasses
+
+    from perfsuite.suite.session import contention_warning
+
+    quiet = dataclasses.replace(result(0.002), contended=False)
+    loaded = dataclasses.replace(result(0.004), variant="sdpa", contended=True,
+                                 contention_reasons=("threads waited for a CPU 40% of the wall time (limit 5%)",))
+    assert contention_warning([quiet]) == []
+    first, named = contention_warning([quiet, loaded])
+    assert first.startswith("perfsuite: WARNING: 1 of 2 timings are not trustworthy")
+    assert named == ("perfsuite:   sdpa forward b1h1s8d8-fp32-causal-cpu: threads waited for a CPU 40% of the wall "
+                     "time (limit 5%)")

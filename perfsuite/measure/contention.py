@@ -1,0 +1,237 @@
+"""Contention: did other processes take the CPU while a benchmark was timed?
+
+Evidence is read before and after a timed window (never inside it) from Linux's ``/proc``:
+
+* run-queue wait of this process's threads: ``/proc/self/task/<tid>/schedstat`` field 2 is the
+  time a thread was runnable but waiting for a CPU (ns; kernel ``Documentation/scheduler/sched-stats.rst``).
+  ``wait_fraction`` = the threads' summed wait / wall time. Waiting can stretch the wall time
+  by at most that much (a round cannot be delayed by more than its threads waited), so a
+  fraction above ``WAIT_LIMIT`` means the median may be off by more than the smallest change
+  the A/B gate reports (``GateSettings.min_effect``, 5%);
+* process CPU time against wall time (``time.process_time``): ``cpu_per_wall``, the average
+  number of this process's threads that ran, next to the thread count;
+* CPU steal from ``/proc/stat`` (a virtual machine's host ran something else): ``steal_fraction``
+  of all CPUs' time, flagged above ``STEAL_LIMIT`` for the same reason as the wait;
+* the run queue (``procs_running`` in ``/proc/stat``) and the load average (``/proc/loadavg``)
+  before and after: recorded, not flagged (they count this process too);
+* round times stuck on the scheduler tick (``on_tick``): most rounds sit on whole multiples of the
+  kernel's tick and on more than one of them: the signature of rounds that lost their CPU
+  for whole ticks. A supporting reason; measured medians 10-30x too slow showed it (issue 12).
+
+A benchmark is ``contended`` when any flagged reason holds; the reasons say why in words.
+Where ``/proc`` is missing (not Linux), the evidence is empty and nothing is flagged
+(``available`` is False). ``PERFSUITE_CONTENTION_CHECK=off`` in the environment records the
+evidence but flags nothing (for tests that must judge a timing whatever the machine's load;
+the reasons then say the check was off).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+WAIT_LIMIT = 0.05  # the A/B gate's default min_effect: waiting that could explain a reported change
+STEAL_LIMIT = 0.05  # same reasoning, for time the hypervisor gave to another guest
+TICK_TOLERANCE = 0.02  # a round "on the tick" lies within 2% of a tick of a whole multiple (>= 2)
+TICK_SHARE = 0.75  # ... and at least this share of rounds does so
+DEFAULT_HZ = 250  # CONFIG_HZ of Debian's and Ubuntu's generic kernels, when the kernel's config is unreadable
+
+
+CHECK_ENV = "PERFSUITE_CONTENTION_CHECK"
+
+
+def check_enabled(environ=None) -> bool:
+    """False when ``PERFSUITE_CONTENTION_CHECK=off``; ``ValueError`` naming any value but on/off."""
+    value = (os.environ if environ is None else environ).get(CHECK_ENV, "on").strip().lower()
+    if value not in ("on", "off"):
+        raise ValueError(f"environment variable {CHECK_ENV}={value!r}: expected 'on' or 'off'")
+    return value == "on"
+
+
+def kernel_tick_s() -> float:
+    """The scheduler tick in seconds: ``1 / CONFIG_HZ`` from ``/boot/config-<release>`` or
+    ``/proc/config.gz``, else ``1 / DEFAULT_HZ``."""
+    import gzip
+
+    sources = [(Path(f"/boot/config-{os.uname().release}"), open), (Path("/proc/config.gz"), gzip.open)]
+    for path, opener in sources:
+        try:
+            with opener(path, "rt") as config:
+                for line in config:
+                    if line.startswith("CONFIG_HZ="):
+                        return 1.0 / int(line.split("=", 1)[1])
+        except (OSError, ValueError):
+            continue
+    return 1.0 / DEFAULT_HZ
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """What ``/proc`` says at one instant: per-thread CPU and run-queue wait (seconds), the
+    machine's steal and total CPU time (seconds over all CPUs), the run queue and the load."""
+
+    wall_s: float
+    process_cpu_s: float
+    thread_wait_s: dict[int, float]
+    steal_s: float | None
+    all_cpu_s: float | None
+    procs_running: int | None
+    load1: float | None
+
+
+def _thread_waits() -> dict[int, float]:
+    waits = {}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return {}
+    for tid in tids:
+        try:
+            fields = Path(f"/proc/self/task/{tid}/schedstat").read_text().split()
+            waits[int(tid)] = int(fields[1]) / 1e9
+        except (OSError, ValueError, IndexError):
+            continue
+    return waits
+
+
+def _proc_stat() -> tuple[float | None, float | None, int | None]:
+    try:
+        text = Path("/proc/stat").read_text()
+    except OSError:
+        return None, None, None
+    hz = os.sysconf("SC_CLK_TCK")
+    steal = total = running = None
+    for line in text.splitlines():
+        if line.startswith("cpu "):
+            values = [int(v) for v in line.split()[1:]]
+            total = sum(values[:8]) / hz  # user nice system idle iowait irq softirq steal (guest is in user)
+            steal = values[7] / hz if len(values) > 7 else None
+        elif line.startswith("procs_running"):
+            running = int(line.split()[1])
+    return steal, total, running
+
+
+def _load1() -> float | None:
+    try:
+        return float(Path("/proc/loadavg").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def snapshot() -> Snapshot:
+    """Read ``/proc`` now (about 0.1 ms; call it outside timed windows)."""
+    steal, total, running = _proc_stat()
+    return Snapshot(time.perf_counter(), time.process_time(), _thread_waits(), steal, total, running, _load1())
+
+
+@dataclasses.dataclass(frozen=True)
+class ContentionEvidence:
+    """Contention over one timed window (see the module docstring for each field and limit).
+
+    ``wait_fraction``/``steal_fraction``/``cpu_per_wall`` are None where ``/proc`` did not say;
+    ``reasons``: one sentence per finding, flagged or supporting; ``contended``: any flagged one.
+    """
+
+    wall_s: float
+    cpu_per_wall: float | None
+    threads: int
+    wait_fraction: float | None
+    steal_fraction: float | None
+    procs_running_before: int | None
+    procs_running_after: int | None
+    load1_before: float | None
+    load1_after: float | None
+    on_tick: bool
+    contended: bool
+    reasons: tuple[str, ...]
+
+    @property
+    def available(self) -> bool:
+        return self.wait_fraction is not None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready (stored in a benchmark's ``extra_info['contention']``)."""
+        return dataclasses.asdict(self) | {"reasons": list(self.reasons)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "ContentionEvidence":
+        """The inverse of ``as_dict``; ``ValueError`` naming the missing keys otherwise."""
+        names = [f.name for f in dataclasses.fields(cls)]
+        lacking = [n for n in names if n not in data]
+        if lacking:
+            raise ValueError(f"contention evidence lacks {', '.join(lacking)}: {data!r}")
+        return cls(**{n: data[n] for n in names} | {"reasons": tuple(data["reasons"])})
+
+
+def on_tick(round_times_s: Sequence[float], tick_s: float) -> bool:
+    """True when at least ``TICK_SHARE`` of the rounds lie within ``TICK_TOLERANCE`` ticks of a whole
+    multiple (>= 2) of ``tick_s`` and those rounds sit on more than one multiple.
+
+    A quiet benchmark's rounds cluster on one value, which may by chance be near a multiple; rounds
+    spread over several multiples, each exactly on one, lost their CPU for whole ticks.
+    """
+    if tick_s <= 0:
+        raise ValueError(f"tick_s must be positive, got {tick_s!r}")
+    multiples = []
+    for t in round_times_s:
+        k = round(t / tick_s)
+        if k >= 2 and abs(t / tick_s - k) <= TICK_TOLERANCE:
+            multiples.append(k)
+    return bool(round_times_s) and len(multiples) >= TICK_SHARE * len(round_times_s) and len(set(multiples)) > 1
+
+
+def assess(before: Snapshot, after: Snapshot, round_times_s: Sequence[float] = (), tick_s: float | None = None,
+           wait_limit: float = WAIT_LIMIT, steal_limit: float = STEAL_LIMIT) -> ContentionEvidence:
+    """Contention between two snapshots of this process (``round_times_s``: the window's rounds, seconds)."""
+    wall = after.wall_s - before.wall_s
+    if wall <= 0:
+        raise ValueError(f"the window must have a positive wall time, got {wall!r} s")
+    threads = len(after.thread_wait_s)
+    wait = None
+    if after.thread_wait_s:
+        waited = sum(w - before.thread_wait_s.get(tid, 0.0) for tid, w in after.thread_wait_s.items())
+        wait = max(0.0, waited) / wall
+    steal = None
+    if None not in (before.steal_s, after.steal_s, before.all_cpu_s, after.all_cpu_s):
+        spent = after.all_cpu_s - before.all_cpu_s
+        steal = (after.steal_s - before.steal_s) / spent if spent > 0 else 0.0
+    cpu_per_wall = (after.process_cpu_s - before.process_cpu_s) / wall
+    tick = on_tick(round_times_s, tick_s if tick_s is not None else kernel_tick_s())
+    reasons, flagged = [], False
+    if wait is not None and wait > wait_limit:
+        flagged = True
+        reasons.append(f"threads waited for a CPU {wait:.0%} of the wall time (limit {wait_limit:.0%})")
+    if steal is not None and steal > steal_limit:
+        flagged = True
+        reasons.append(f"CPU steal {steal:.0%} of CPU time (limit {steal_limit:.0%})")
+    if tick:
+        flagged = True
+        reasons.append("round times stuck on multiples of the scheduler tick")
+    if flagged and not check_enabled():
+        flagged = False
+        reasons.append(f"not flagged: {CHECK_ENV}=off")
+    if reasons and after.load1 is not None and before.load1 is not None:
+        reasons.append(f"load average {before.load1:.2f} before, {after.load1:.2f} after "
+                       f"on {os.cpu_count()} CPUs; {cpu_per_wall:.2f} CPU-seconds per second with {threads} threads")
+    return ContentionEvidence(wall, cpu_per_wall, threads, wait, steal, before.procs_running, after.procs_running,
+                              before.load1, after.load1, tick, flagged, tuple(reasons))
+
+
+class Probe:
+    """``with Probe() as probe: <timed window>``, then ``probe.evidence(round_times_s)``."""
+
+    def __enter__(self) -> "Probe":
+        self.before = snapshot()
+        self.after: Snapshot | None = None
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.after = snapshot()
+
+    def evidence(self, round_times_s: Sequence[float] = ()) -> ContentionEvidence:
+        if self.after is None:
+            raise RuntimeError("Probe.evidence() before the with-block ended")
+        return assess(self.before, self.after, round_times_s)

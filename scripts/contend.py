@@ -1,0 +1,67 @@
+"""Reproduce contention on purpose: busy processes beside a command, ended by their own PIDs.
+
+    .venv/bin/python scripts/contend.py --busy 2 -- .venv/bin/python -m pytest -c benchmarks.ini ...
+
+``--busy N`` starts N CPU-bound processes (``yes > /dev/null``, one per core for ``N = nproc``)
+before the command and kills exactly those PIDs afterwards, whatever the command's outcome.
+``--busy 0`` runs the command alone, so quiet and loaded runs use the same script. Prints the
+load average before and after (``/proc/loadavg``) on stderr. Exit code: the command's.
+
+Other scripts use ``busy_processes(n)`` as a context manager.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def load_average() -> str:
+    """The first three fields of ``/proc/loadavg`` ("?" where there is none)."""
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
+
+
+@contextlib.contextmanager
+def busy_processes(count: int):
+    """``count`` processes spinning on a CPU (``yes``, else a Python loop) for the duration of the block."""
+    if count < 0:
+        raise ValueError(f"--busy must be >= 0, got {count}")
+    command = [shutil.which("yes")] if shutil.which("yes") else [sys.executable, "-c", "while True: pass"]
+    started = [subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(count)]
+    try:
+        if started:
+            time.sleep(1.0)  # let the scheduler see them before timing starts
+        yield [p.pid for p in started]
+    finally:
+        for process in started:  # only the processes this block started, by their own PIDs
+            process.kill()
+        for process in started:
+            process.wait()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--busy", type=int, default=1, help="busy processes beside the command (default 1)")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
+    args = parser.parse_args()
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no command given (put it after --)")
+    print(f"contend: load average before {load_average()}; {args.busy} busy process(es)", file=sys.stderr)
+    with busy_processes(args.busy) as pids:
+        print(f"contend: busy PIDs {pids}", file=sys.stderr)
+        code = subprocess.call(command)
+    print(f"contend: load average after {load_average()}", file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""Contention evidence from synthetic /proc snapshots (no timing), and one real probe's shape."""
+
+import os
+
+import pytest
+
+from perfsuite.measure import contention
+from perfsuite.measure.contention import ContentionEvidence, Probe, Snapshot, assess, on_tick
+
+TICK = 0.004
+
+
+@pytest.fixture(autouse=True)
+def check_on(monkeypatch):
+    """The check as shipped, whatever the caller's environment says."""
+    monkeypatch.delenv(contention.CHECK_ENV, raising=False)
+
+
+def snap(wall, cpu, waits, steal=0.0, total=0.0, load=1.0):
+    return Snapshot(wall, cpu, waits, steal, total, 2, load)
+
+
+def test_threads_waiting_for_a_cpu_flag_the_window_and_say_how_long():
+    before = snap(10.0, 5.0, {1: 0.0, 2: 0.0})
+    after = snap(11.0, 6.2, {1: 0.2, 2: 0.1, 3: 0.05})  # a thread born inside the window counts from 0
+    evidence = assess(before, after, tick_s=TICK)
+    assert evidence.wait_fraction == pytest.approx(0.35) and evidence.contended
+    assert "waited for a CPU 35% of the wall time (limit 5%)" in evidence.reasons[0]
+    assert evidence.cpu_per_wall == pytest.approx(1.2) and evidence.threads == 3
+
+
+def test_a_quiet_window_is_not_flagged():
+    evidence = assess(snap(0.0, 0.0, {1: 0.0}), snap(1.0, 2.0, {1: 0.01}), [0.0051] * 20, tick_s=TICK)
+    assert not evidence.contended and evidence.reasons == () and evidence.wait_fraction == pytest.approx(0.01)
+
+
+def test_steal_is_a_share_of_all_cpu_time():
+    before, after = snap(0.0, 0.0, {1: 0.0}, steal=1.0, total=100.0), snap(1.0, 1.0, {1: 0.0}, steal=1.5, total=102.0)
+    evidence = assess(before, after, tick_s=TICK)
+    assert evidence.steal_fraction == pytest.approx(0.25) and evidence.contended
+    assert any("steal 25%" in r for r in evidence.reasons)
+
+
+def test_rounds_stuck_on_several_multiples_of_the_tick():
+    assert on_tick([0.0640, 0.0640, 0.0600, 0.0680, 0.0640], TICK)
+    assert not on_tick([0.0640] * 5, TICK)  # one value, on a multiple by chance: a quiet benchmark
+    assert not on_tick([0.0613, 0.0655, 0.0629, 0.0671], TICK)  # spread, but off the tick
+    assert not on_tick([0.004, 0.004, 0.004], TICK)  # one tick is not "stuck"
+    with pytest.raises(ValueError, match="-1"):
+        on_tick([0.1], -1)
+    stuck = assess(snap(0.0, 0.0, {1: 0.0}), snap(1.0, 1.0, {1: 0.0}), [0.064, 0.060, 0.068, 0.064], tick_s=TICK)
+    assert stuck.contended and stuck.on_tick
+
+
+def test_evidence_round_trips_through_json_and_names_missing_keys():
+    evidence = assess(snap(0.0, 0.0, {1: 0.0}), snap(1.0, 1.0, {1: 0.5}), tick_s=TICK)
+    assert ContentionEvidence.from_dict(evidence.as_dict()) == evidence
+    with pytest.raises(ValueError, match="wait_fraction"):
+        ContentionEvidence.from_dict({k: v for k, v in evidence.as_dict().items() if k != "wait_fraction"})
+    with pytest.raises(ValueError, match="positive wall time"):
+        assess(snap(1.0, 0.0, {}), snap(1.0, 0.0, {}))
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="needs Linux /proc")
+def test_a_real_probe_reads_this_process():
+    with Probe() as probe:
+        sum(range(10000))
+    evidence = probe.evidence()
+    assert evidence.available and evidence.threads >= 1 and evidence.wait_fraction >= 0
+    assert 0 < contention.kernel_tick_s() <= 0.01
+
+
+def test_the_check_can_be_switched_off_but_not_misspelled(monkeypatch):
+    loaded = (snap(0.0, 0.0, {1: 0.0}), snap(1.0, 1.0, {1: 0.9}))
+    monkeypatch.setenv(contention.CHECK_ENV, "off")
+    evidence = assess(*loaded, tick_s=TICK)
+    assert not evidence.contended and evidence.wait_fraction == pytest.approx(0.9)
+    assert "not flagged: PERFSUITE_CONTENTION_CHECK=off" in evidence.reasons
+    monkeypatch.setenv(contention.CHECK_ENV, "maybe")
+    with pytest.raises(ValueError, match="PERFSUITE_CONTENTION_CHECK='maybe'"):
+        assess(*loaded, tick_s=TICK)
