@@ -63,11 +63,44 @@ SETTINGS = {
 
 @dataclasses.dataclass(frozen=True)
 class RawValue:
-    """A setting's text, a description of where it came from, and from which layer."""
+    """A setting's text, a description of where it came from, and from which layer.
+
+    ``value`` may be given as any type a pytest configuration file yields: a string
+    (``benchmarks.ini``, ``-o``), a list of strings (``perfsuite_modes = ["forward", "backward"]``
+    under ``[tool.pytest.ini_options]`` in ``pyproject.toml``), or a TOML integer, float or
+    boolean (``perfsuite_seed = 3`` under ``[tool.pytest]``); it is normalised to one string,
+    list items joined by spaces. Raises ``SettingsError`` naming the value and ``source``
+    (key and file) for anything else: a table, or a list holding lists or tables.
+    """
 
     value: str
     source: str
     origin: str  # "option", "ini" or "default"
+
+    def __post_init__(self):
+        object.__setattr__(self, "value", config_text(self.value, self.source))
+
+
+_SCALARS = (str, int, float, bool)
+
+
+def config_text(value: object, source: str) -> str:
+    """One setting's value as text: lists joined by spaces, numbers and booleans as written.
+
+    Raises:
+        SettingsError: ``value`` is None, a table (dict), or a list with a non-scalar item;
+            the message names ``source`` and the value.
+    """
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, (list, tuple)) and all(isinstance(item, _SCALARS) for item in value):
+        return " ".join(config_text(item, source) for item in value)
+    raise SettingsError(f"{source}: value {value!r} of type {type(value).__name__} is not usable; give a string "
+                        "('forward backward') or a list of strings (['forward', 'backward'])")
 
 
 RawSettings = dict[str, RawValue]
