@@ -142,6 +142,15 @@ def _check_nan_rows(actual64: torch.Tensor, rows: torch.Tensor, label: str) -> s
     return None
 
 
+def _check_finite_rows(actual64: torch.Tensor, rows: torch.Tensor, label: str) -> str | None:
+    """For ``fully_masked_rows="finite"`` variants: rows that see no key must hold finite values (any)."""
+    wrong = rows & ~torch.isfinite(actual64).all(dim=-1).cpu()
+    if wrong.any():
+        index = [int(i) for i in wrong.nonzero()[0]]
+        return f"{label}: row [batch, head, query] = {index} sees no key and was declared finite, got NaN or inf"
+    return None
+
+
 def compare_with_reference(actual: torch.Tensor, expected: torch.Tensor, label: str,
                            fully_masked: torch.Tensor | None = None, fully_masked_result: str = "zeros",
                            tolerance: tuple[float, float] | None = None) -> Comparison:
@@ -149,16 +158,18 @@ def compare_with_reference(actual: torch.Tensor, expected: torch.Tensor, label: 
 
     ``label`` names the variant and case in the message. ``fully_masked`` (bool
     ``[batch, num_heads, seq_len_q]``) marks rows that see no key; with
-    ``fully_masked_result="nan"`` those rows must be NaN and are left out of the numeric
-    comparison, otherwise they must equal the reference's zeros. Any other non-finite
+    ``fully_masked_result="nan"`` those rows must be NaN, with ``"finite"`` finite (any value),
+    and either way are left out of the numeric comparison; otherwise they must equal the
+    reference's zeros. Any other non-finite
     output fails.
     """
     if actual.shape != expected.shape:
         return Comparison(float("inf"), f"{label}: output shape {list(actual.shape)} != {list(expected.shape)}")
     actual64 = actual.detach().to(torch.float64)
     expected = expected.clone()
-    if fully_masked is not None and fully_masked_result == "nan" and fully_masked.any():
-        failure = _check_nan_rows(actual64, fully_masked, label)
+    if fully_masked is not None and fully_masked_result in ("nan", "finite") and fully_masked.any():
+        check = _check_nan_rows if fully_masked_result == "nan" else _check_finite_rows
+        failure = check(actual64, fully_masked, label)
         if failure:
             return Comparison(float("inf"), failure)
         rows = fully_masked.to(actual64.device).unsqueeze(-1).expand_as(actual64)
