@@ -1,7 +1,8 @@
 """Structural fingerprint of a forward: deterministic facts that gate without noise.
 
 ATen ops and device kernels by name with counts, copies by kind and shape, ``Memcpy`` by
-kind, bytes allocated, and the SDPA backend that ran. For one torch build and case these do
+kind, bytes allocated, the SDPA backend that ran, and (when given) the score accounting:
+score-sized writes labelled ``kind [shape] in op > op`` (``perfsuite.measure.score_accounting``). For one torch build and case these do
 not change between runs, so any difference is a real change in what the code does.
 """
 
@@ -10,12 +11,13 @@ from __future__ import annotations
 import collections
 from typing import Any
 
+from perfsuite.measure.score_accounting import ScoreAccounting
 from perfsuite.units import format_bytes
 from perfsuite.trace.summary import WindowSummary
 
 
-def fingerprint(summary: WindowSummary, device: str) -> dict[str, Any]:
-    """JSON-ready fingerprint of one profiled forward on ``device``."""
+def fingerprint(summary: WindowSummary, device: str, scores: ScoreAccounting | None = None) -> dict[str, Any]:
+    """JSON-ready fingerprint of one profiled forward on ``device``; ``scores``: its score accounting."""
     copies: dict[str, int] = collections.Counter()
     for copy in summary.copies:
         kind = f"{copy.kind} (dtype conversion)" if copy.dtype_conversion else copy.kind
@@ -28,6 +30,7 @@ def fingerprint(summary: WindowSummary, device: str) -> dict[str, Any]:
         "memcpy": dict(sorted(summary.memcpy_counts.items())),
         "allocated_bytes": summary.allocated_bytes.get(device, 0),
         "sdpa_backends": summary.sdpa_backends,
+        **({"score_writes": scores.by_label()} if scores is not None else {}),
     }
 
 
@@ -37,15 +40,19 @@ def diff_fingerprints(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
     """Human lines for every structural change, ``[]`` when identical.
 
     ``+1 aten::clone``, ``+1 copy cpu aten::clone [2x8x256x256]``, ``allocated +4.0 MiB``,
-    ``SDPA backend MATH -> FLASH_ATTENTION``.
+    ``SDPA backend MATH -> FLASH_ATTENTION``, ``+1 score write copy [2x8x256x256] in aten::masked_fill > ...``.
+    Score writes are compared only when both fingerprints have them (older runs do not).
     """
     lines = []
-    for field, label in (("cpu_ops", ""), ("kernels", "kernel "), ("copies", "copy "), ("memcpy", "Memcpy ")):
+    fields = [("cpu_ops", ""), ("kernels", "kernel "), ("copies", "copy "), ("memcpy", "Memcpy ")]
+    if "score_writes" in base and "score_writes" in head:
+        fields.append(("score_writes", "score write "))
+    for field, label in fields:
         before, after = base.get(field, {}), head.get(field, {})
         for name in sorted(set(before) | set(after)):
             delta = after.get(name, 0) - before.get(name, 0)
             if delta:
-                lines.append(f"{delta:+d} {label}{name[:100]}")
+                lines.append(f"{delta:+d} {label}{name[:160]}")
     grown = head.get("allocated_bytes", 0) - base.get("allocated_bytes", 0)
     if grown:
         sign = "+" if grown > 0 else "-"
