@@ -58,7 +58,11 @@ SETTINGS = {
     "seed": Setting("perfsuite_seed", "--perfsuite-seed", "0", "seed of the random query/key/value and masks"),
     "results": Setting("perfsuite_results", "--perfsuite-results", "perfsuite-results", "folder for the Markdown table and run summary"),
     "traces": Setting("perfsuite_traces", "--perfsuite-traces", "", "folder for Chrome traces (default: RESULTS/traces)"),
+    "isolate": Setting("perfsuite_isolate", "--perfsuite-isolate", "user",
+                       "variants whose first call per case and mode runs in a child process first, so a crash costs "
+                       "only their results: user (from --perfsuite-variant and entry points), all, none, or names"),
 }
+ISOLATE_WORDS = ("user", "all", "none")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,6 +124,7 @@ class SuiteSettings:
     seed: int
     results_dir: Path
     traces_dir: Path
+    isolate: tuple[str, ...] = ()  # variants probed in a child process before they run here
 
 
 def split_list(text: str) -> list[str]:
@@ -217,8 +222,27 @@ def _resolve_cases(raw: RawSettings, devices: tuple[str, ...], case_set_name: st
     return found, "; ".join(dict.fromkeys(sources))
 
 
-def resolve(raw: RawSettings, cuda_available: bool) -> SuiteSettings:
-    """Build ``SuiteSettings`` from raw values; raises ``SettingsError`` on a bad one."""
+def _resolve_isolate(raw: RawSettings, variants: tuple[str, ...], user_variants: tuple[str, ...]) -> tuple[str, ...]:
+    """Selected variants to probe in a child: ``user`` (the default), ``all``, ``none``, or names."""
+    words = [w.lower() for w in split_list(raw["isolate"].value)]
+    if words == ["none"]:
+        return ()
+    if words == ["all"]:
+        return variants
+    if words == ["user"]:
+        return tuple(v for v in variants if v in user_variants)
+    if any(w in ISOLATE_WORDS for w in words):
+        raise SettingsError(f"{raw['isolate'].source}: {', '.join(ISOLATE_WORDS)} stand alone; or give variant names")
+    names = tuple(dict.fromkeys(v.name for v in _parse_items(raw["isolate"], get_variant, "variant names")))
+    return tuple(v for v in variants if v in names)
+
+
+def resolve(raw: RawSettings, cuda_available: bool, user_variants: tuple[str, ...] = ()) -> SuiteSettings:
+    """Build ``SuiteSettings`` from raw values; raises ``SettingsError`` on a bad one.
+
+    ``user_variants``: names of the variants loaded from ``--perfsuite-variant`` and entry
+    points (``perfsuite.variants.user.loaded_user_variants``), which ``isolate=user`` probes.
+    """
     case_set_name = raw["case_set"].value.strip()
     try:
         get_case_set(case_set_name)
@@ -230,8 +254,9 @@ def resolve(raw: RawSettings, cuda_available: bool) -> SuiteSettings:
         resolved_cases += _parse_items(raw["extra_cases"], cases.parse_case_id, "case ids")
     results_dir = Path(raw["results"].value)
     traces = raw["traces"].value.strip()
+    variants = _resolve_variants(raw)
     return SuiteSettings(
-        variants=_resolve_variants(raw),
+        variants=variants,
         modes=_resolve_modes(raw),
         devices=tuple(dict.fromkeys(c.device for c in resolved_cases)) or devices,
         case_set=case_set_name,
@@ -241,4 +266,5 @@ def resolve(raw: RawSettings, cuda_available: bool) -> SuiteSettings:
         seed=_parse_seed(raw),
         results_dir=results_dir,
         traces_dir=Path(traces) if traces else results_dir / "traces",
+        isolate=_resolve_isolate(raw, variants, user_variants),
     )

@@ -24,6 +24,19 @@ from perfsuite.variants import registry
 ENTRY_POINT_GROUP = "perfsuite.variants"
 
 
+_LOADED: list[str] = []  # names of the variants loaded from specs and entry points, in order
+
+
+def loaded_user_variants() -> tuple[str, ...]:
+    """Names of the variants ``load_variant_spec`` and ``load_entry_point_variants`` returned so far."""
+    return tuple(_LOADED)
+
+
+def _loaded(names: list[str]) -> list[str]:
+    _LOADED.extend(n for n in names if n not in _LOADED)
+    return names
+
+
 # Variants a ``--perfsuite-variant`` import registered besides the named function, kept (by the
 # function's id) so that naming one of them later restores what its decorator declared.
 _HELD: dict[int, registry.Variant] = {}
@@ -74,7 +87,7 @@ def load_variant_spec(spec: str) -> str:
             _HELD[id(held.fn)] = held
     if not callable(fn):
         raise ValueError(f"variant spec {spec!r}: module {module_name!r} has no function {function_name!r}")
-    return _register_function(function_name, fn, spec)
+    return _loaded([_register_function(function_name, fn, spec)])[0]
 
 
 def load_entry_point_variants() -> list[str]:
@@ -93,4 +106,4 @@ def load_entry_point_variants() -> list[str]:
             names += [v.name for v in registry.registered_variants() if v.fn.__module__ == loaded.__name__]
         else:
             names.append(_register_function(entry.name, loaded, source))
-    return names
+    return _loaded(names)

@@ -71,3 +71,15 @@ def test_a_toml_table_value_is_a_usage_error_naming_key_value_and_file(pytester)
     assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stdout.str() + result.stderr.str()
     err = result.stderr.str()
     assert "perfsuite_modes" in err and "pyproject.toml" in err and "[['forward']]" in err
+
+
+def test_isolation_defaults_to_user_variants_and_takes_all_none_or_names():
+    base = raw(ini={"variants": "naive sdpa"})
+    assert settings.resolve(base, False, user_variants=("sdpa",)).isolate == ("sdpa",)
+    assert settings.resolve(raw(ini={"variants": "naive sdpa", "isolate": "all"}), False).isolate == ("naive", "sdpa")
+    assert settings.resolve(raw(ini={"variants": "naive sdpa", "isolate": ["none"]}), False).isolate == ()
+    assert settings.resolve(raw(ini={"variants": "naive sdpa", "isolate": "sdpa"}), False).isolate == ("sdpa",)
+    with pytest.raises(settings.SettingsError, match="unknown attention variant 'flash9'"):
+        settings.resolve(raw(ini={"isolate": "flash9"}), False)
+    with pytest.raises(settings.SettingsError, match="stand alone"):
+        settings.resolve(raw(ini={"isolate": "all naive"}), False)
