@@ -36,22 +36,16 @@ class FailureLedger:
     def __init__(self):
         self._first: dict[tuple, _Failure] = {}
 
-    def run(self, key: tuple, nodeid: str, what: str, make: Callable[[], object]) -> object:
-        """``make()``; its error is re-raised for ``nodeid`` when it is the first for ``key``.
-
-        A later test with the same ``key`` fails with one line naming ``what`` failed and the
-        first test, which shows the whole error. Exceptions that are not errors (pytest's
-        skip, ``VariantUnsupported``) are the caller's to handle before this.
-        """
+    def report(self, key: tuple, nodeid: str, what: str, error: BaseException) -> None:
+        """Raise ``error`` (in full) for the first test of ``key``; for every later one, fail with one
+        line naming ``what`` failed, the error's first line, and the first test, which shows it all."""
         first = self._first.get(key)
-        if first is not None:
-            pytest.fail(f"{what} failed: {first.summary} (reported in full once, by {first.nodeid})", pytrace=False)
-        try:
-            return make()
-        except Exception as exc:
-            lines = str(exc).strip().splitlines()
-            self._first[key] = _Failure(nodeid, f"{type(exc).__name__}: {lines[0] if lines else ''}")
-            raise
+        if first is None:
+            lines = str(error).strip().splitlines()
+            self._first[key] = _Failure(nodeid or "the first test that needed it",
+                                        f"{type(error).__name__}: {lines[0] if lines else ''}")
+            raise error
+        pytest.fail(f"{what} failed: {first.summary} (reported in full once, by {first.nodeid})", pytrace=False)
 
     def failures(self) -> dict[tuple, str]:
         """Key -> ``"ValueError: ... (first: nodeid)"``, for the end-of-run summary."""

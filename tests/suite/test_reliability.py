@@ -6,20 +6,21 @@ from perfsuite.measure.isolation import ProbeOutcome
 from perfsuite.suite.reliability import CrashProbes, FailureLedger, Progress, crash_message
 
 
-def failing_setup():
-    raise RuntimeError("block mask construction failed\n" + "detail line\n" * 1000)
+def setup_error():
+    return RuntimeError("block mask construction failed\n" + "detail line\n" * 1000)
 
 
 def test_a_setup_error_is_raised_in_full_once_then_referenced_in_one_line():
     ledger = FailureLedger()
-    with pytest.raises(RuntimeError, match="detail line"):
-        ledger.run(("v", "c"), "test_a[v-c]", "setup of v on c", failing_setup)
+    error = setup_error()
+    with pytest.raises(RuntimeError, match="detail line") as first:
+        ledger.report(("v", "c"), "test_a[v-c]", "per-case setup of v on c", error)
+    assert first.value is error
     with pytest.raises(pytest.fail.Exception) as later:
-        ledger.run(("v", "c"), "test_b[v-c]", "setup of v on c", failing_setup)
-    message = str(later.value)
-    assert message == ("setup of v on c failed: RuntimeError: block mask construction failed "
-                       "(reported in full once, by test_a[v-c])")
-    assert ledger.run(("v", "other"), "test_c", "setup", lambda: 3) == 3
+        ledger.report(("v", "c"), "test_b[v-c]", "per-case setup of v on c", error)
+    assert str(later.value) == ("per-case setup of v on c failed: RuntimeError: block mask construction failed "
+                                "(reported in full once, by test_a[v-c])")
+    assert list(ledger.failures()) == [("v", "c")]
 
 
 def test_crash_probes_run_one_child_per_isolated_variant_and_answer_per_pair():
