@@ -11,13 +11,18 @@ from __future__ import annotations
 import collections
 from typing import Any
 
-from perfsuite.measure.score_accounting import ScoreAccounting
+from typing import Mapping
+
 from perfsuite.units import format_bytes
 from perfsuite.trace.summary import WindowSummary
 
 
-def fingerprint(summary: WindowSummary, device: str, scores: ScoreAccounting | None = None) -> dict[str, Any]:
-    """JSON-ready fingerprint of one profiled forward on ``device``; ``scores``: its score accounting."""
+def fingerprint(summary: WindowSummary, device: str, score_writes: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """JSON-ready fingerprint of one profiled forward on ``device``.
+
+    ``score_writes``: its score-sized writes counted by label, ``ScoreAccounting.by_label()``
+    (``{"copy [2x8x256x256] in aten::masked_fill > aten::clone > aten::copy_": 1, ...}``).
+    """
     copies: dict[str, int] = collections.Counter()
     for copy in summary.copies:
         kind = f"{copy.kind} (dtype conversion)" if copy.dtype_conversion else copy.kind
@@ -30,7 +35,7 @@ def fingerprint(summary: WindowSummary, device: str, scores: ScoreAccounting | N
         "memcpy": dict(sorted(summary.memcpy_counts.items())),
         "allocated_bytes": summary.allocated_bytes.get(device, 0),
         "sdpa_backends": summary.sdpa_backends,
-        **({"score_writes": scores.by_label()} if scores is not None else {}),
+        **({"score_writes": dict(sorted(score_writes.items()))} if score_writes is not None else {}),
     }
 
 
