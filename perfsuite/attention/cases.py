@@ -15,7 +15,7 @@ import re
 
 import torch
 
-from perfsuite.attention.masks import parse_mask_kind
+from perfsuite.attention.masks import mask_kind, parse_mask_kind
 
 DTYPES: dict[str, torch.dtype] = {
     "fp64": torch.float64,
@@ -95,12 +95,12 @@ class AttentionCase:
     @property
     def causal(self) -> bool:
         """True for masks that hide later keys (top-left, bottom-right causal, sliding window)."""
-        return self.mask in ("causal", "causal_br") or self.mask.startswith("window")
+        return mask_kind(self.mask).causal
 
     @property
     def hides_keys(self) -> bool:
         """True when the mask hides some keys from some queries (not for noncausal or additive)."""
-        return self.mask not in ("noncausal", "additive")
+        return mask_kind(self.mask).hides_keys
 
     @property
     def torch_dtype(self) -> torch.dtype:

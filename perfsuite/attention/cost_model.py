@@ -28,21 +28,13 @@ key, value, output and the output's gradient, write the three input gradients.
 from __future__ import annotations
 
 from perfsuite.attention.cases import AttentionCase
-from perfsuite.attention.masks import window_size
+from perfsuite.attention.masks import mask_kind
 
 
 def attended_pairs(case: AttentionCase) -> int:
     """(query, key) pairs counted as work for ``case`` (see the module docstring)."""
-    sq, skv = case.seq_len_q, case.seq_len_kv
-    if case.mask == "causal":
-        return sum(min(i + 1, skv) for i in range(sq))
-    offset = skv - sq
-    if case.mask == "causal_br":
-        return sum(min(max(i + offset + 1, 0), skv) for i in range(sq))
-    window = window_size(case.mask)
-    if window is not None:
-        return sum(max(min(i + offset, skv - 1) - max(i + offset - window + 1, 0) + 1, 0) for i in range(sq))
-    return sq * skv
+    kind = mask_kind(case.mask)
+    return sum(kind.keys_seen(i, case.seq_len_q, case.seq_len_kv) for i in range(case.seq_len_q))
 
 
 def forward_flop(case: AttentionCase) -> int:

@@ -48,8 +48,67 @@ def parse_mask_kind(text: str) -> str:
 
 
 def window_size(kind: str) -> int | None:
+    """``W`` of ``window<W>``, None for other kinds."""
     match = _WINDOW_RE.match(kind)
     return int(match.group(1)) if match else None
+
+
+@dataclasses.dataclass(frozen=True)
+class MaskKind:
+    """What one mask kind means, stated once (the module docstring gives the conventions).
+
+    ``hides_keys``: some query does not see some key (all but ``noncausal`` and ``additive``).
+    ``causal``: hides later keys by index arithmetic (``causal``, ``causal_br``, ``window<W>``).
+    ``bottom_right``: aligned so that the last query sees the last key (``causal_br``, windows).
+    ``window``: ``W`` of a sliding window, else None. ``bias``: an additive float bias.
+    """
+
+    name: str
+    hides_keys: bool
+    causal: bool = False
+    bottom_right: bool = False
+    window: int | None = None
+    bias: bool = False
+
+    def offset(self, seq_len_q: int, seq_len_kv: int) -> int:
+        """The key index aligned with query 0: 0 top-left, ``seq_len_kv - seq_len_q`` bottom-right."""
+        return seq_len_kv - seq_len_q if self.bottom_right else 0
+
+    def sees(self, q_idx, kv_idx, seq_len_q: int, seq_len_kv: int):
+        """For causal kinds, whether query ``q_idx`` sees key ``kv_idx`` (ints or broadcasting tensors)."""
+        distance = q_idx + self.offset(seq_len_q, seq_len_kv) - kv_idx
+        return distance >= 0 if self.window is None else (distance >= 0) & (distance < self.window)
+
+    def keys_seen(self, q_idx: int, seq_len_q: int, seq_len_kv: int) -> int:
+        """How many keys query ``q_idx`` sees under a causal kind (``seq_len_kv`` for the others)."""
+        if not self.causal:
+            return seq_len_kv
+        last = min(q_idx + self.offset(seq_len_q, seq_len_kv), seq_len_kv - 1)
+        first = 0 if self.window is None else max(last - self.window + 1, 0)
+        return max(last - first + 1, 0)
+
+
+_KINDS = {
+    "noncausal": MaskKind("noncausal", hides_keys=False),
+    "causal": MaskKind("causal", hides_keys=True, causal=True),
+    "causal_br": MaskKind("causal_br", hides_keys=True, causal=True, bottom_right=True),
+    "bool": MaskKind("bool", hides_keys=True),
+    "additive": MaskKind("additive", hides_keys=False, bias=True),
+    "padding": MaskKind("padding", hides_keys=True),
+}
+
+
+def mask_kind(name: str) -> MaskKind:
+    """The ``MaskKind`` of a kind name (``causal``, ``window16``, ...).
+
+    Raises:
+        ValueError: naming the value and the allowed kinds (from ``parse_mask_kind``).
+    """
+    name = parse_mask_kind(name)
+    window = window_size(name)
+    if window is not None:
+        return MaskKind(name, hides_keys=True, causal=True, bottom_right=True, window=window)
+    return _KINDS[name]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,17 +153,19 @@ def compose(kind: str, allowed: torch.Tensor | None, additive: torch.Tensor | No
 
 def causal_allowed(seq_len_q: int, seq_len_kv: int, device: str, bottom_right: bool) -> torch.Tensor:
     """Bool ``[seq_len_q, seq_len_kv]``, True where query ``i`` may see key ``j``."""
-    offset = seq_len_kv - seq_len_q if bottom_right else 0
-    ones = torch.ones(seq_len_q, seq_len_kv, dtype=torch.bool, device=device)
-    return ones.tril(diagonal=offset)
+    kind = mask_kind("causal_br" if bottom_right else "causal")
+    return _index_grid(kind, seq_len_q, seq_len_kv, device)
 
 
 def window_allowed(seq_len_q: int, seq_len_kv: int, window: int, device: str) -> torch.Tensor:
     """Bool ``[seq_len_q, seq_len_kv]`` of a bottom-right sliding window of ``window`` keys."""
-    i = torch.arange(seq_len_q, device=device).unsqueeze(1) + (seq_len_kv - seq_len_q)
-    j = torch.arange(seq_len_kv, device=device).unsqueeze(0)
-    distance = i - j
-    return (distance >= 0) & (distance < window)
+    return _index_grid(mask_kind(f"window{window}"), seq_len_q, seq_len_kv, device)
+
+
+def _index_grid(kind: MaskKind, seq_len_q: int, seq_len_kv: int, device: str) -> torch.Tensor:
+    q_idx = torch.arange(seq_len_q, device=device).unsqueeze(1)
+    kv_idx = torch.arange(seq_len_kv, device=device).unsqueeze(0)
+    return kind.sees(q_idx, kv_idx, seq_len_q, seq_len_kv)
 
 
 def build_mask(kind: str, shape: tuple[int, int, int, int], dtype: torch.dtype, device: str,

@@ -11,8 +11,9 @@ import sys
 from pathlib import Path
 
 from perfsuite.suite import settings as suite_settings
-from perfsuite.gate.compare import (UNPAIRED_METHOD, BaselineError, check_compatible, compare_runs, gate_failed,
-                               judged_nothing, load_benchmark_file, markdown)
+from perfsuite.errors import UsageError
+from perfsuite.gate.compare import load_benchmark_file
+from perfsuite.gate.flow import GateOutcome, judge, judge_saved_runs
 from perfsuite.gate.stats import SEPARATE_RUNS_MIN_EFFECT, GateSettings
 from perfsuite.storage import write_text_atomic
 
@@ -58,27 +59,26 @@ def add_commands(commands) -> None:
     add_gate_options(ab)
 
 
-def _finish(report: str, failed: bool, args: argparse.Namespace, comparisons) -> int:
-    print(report, end="")
+def _finish(outcome: GateOutcome, args: argparse.Namespace) -> int:
+    """Print the report and verdict line, append it to ``--markdown``, return the exit code."""
+    print(outcome.report_md, end="")
+    for warning in outcome.warnings:
+        print(f"perfsuite: warning (forced): {warning}", file=sys.stderr)
     if args.markdown:
         path = Path(args.markdown)
         previous = path.read_text() if path.exists() else ""
-        write_text_atomic(path, previous + report)
-    if judged_nothing(comparisons):
+        write_text_atomic(path, previous + outcome.report_md)
+    if outcome.judged_nothing:
         print("perfsuite: nothing was compared (no benchmark in both runs): not a pass", file=sys.stderr)
-        return 2
-    return 1 if failed else 0
+    return outcome.exit_code
 
 
 def run_compare(args: argparse.Namespace) -> int:
     settings = GateSettings(args.alpha, SEPARATE_RUNS_MIN_EFFECT if args.min_effect is None else args.min_effect)
     base, head = load_benchmark_file(args.base), load_benchmark_file(args.head)
-    for problem in check_compatible(base, head, args.base, args.head, args.force):
-        print(f"perfsuite compare: warning (forced): {problem}", file=sys.stderr)
-    comparisons = compare_runs(base, head, settings)
     title = f"perfsuite compare: {Path(args.base).name} -> {Path(args.head).name}"
-    report = markdown(comparisons, settings, title, UNPAIRED_METHOD)
-    return _finish(report, gate_failed(comparisons, args.fail_on_structure), args, comparisons)
+    return _finish(judge_saved_runs(base, head, args.base, args.head, settings, args.force, args.fail_on_structure,
+                                    title), args)
 
 
 def resolve_case_ids(args: argparse.Namespace) -> list[str]:
@@ -96,7 +96,6 @@ def resolve_case_ids(args: argparse.Namespace) -> list[str]:
 
 def run_ab_command(args: argparse.Namespace) -> int:
     from perfsuite.gate.ab import PAIRED_METHOD, Side, run_ab, write_json
-    from perfsuite.gate.compare import markdown as render
     from perfsuite.variants import get_variant, variant_names
 
     settings = GateSettings(args.alpha, GateSettings.min_effect if args.min_effect is None else args.min_effect)
@@ -104,12 +103,12 @@ def run_ab_command(args: argparse.Namespace) -> int:
         case_ids = resolve_case_ids(args)
         variants = variant_names() if args.variants == "all" else [get_variant(v).name for v in suite_settings.split_list(args.variants)]
     except ValueError as exc:
-        raise BaselineError(str(exc)) from None
+        raise UsageError(str(exc)) from None
     if args.base_variant or args.head_variant:
         variants = [args.head_variant or args.base_variant]
     for tree in (args.base_tree, args.head_tree):
         if not (Path(tree) / "perfsuite" / "__init__.py").is_file():
-            raise BaselineError(f"{tree}: no perfsuite package there (a source tree of this project is needed)")
+            raise UsageError(f"{tree}: no perfsuite package there (a source tree of this project is needed)")
     base = Side(Path(args.base_tree), args.base_variant)
     head = Side(Path(args.head_tree), args.head_variant, args.head_slowdown, args.slow_variant)
     results, info = run_ab(base, head, variants, case_ids, blocks=args.blocks, rounds=args.rounds, settings=settings,
@@ -119,5 +118,4 @@ def run_ab_command(args: argparse.Namespace) -> int:
     comparisons = [r.comparison for r in results]
     title = f"perfsuite A/B: {args.base_tree}{':' + args.base_variant if args.base_variant else ''} -> " \
             f"{args.head_tree}{':' + args.head_variant if args.head_variant else ''}"
-    report = render(comparisons, settings, title, PAIRED_METHOD)
-    return _finish(report, gate_failed(comparisons, args.fail_on_structure), args, comparisons)
+    return _finish(judge(comparisons, settings, title, PAIRED_METHOD, args.fail_on_structure), args)

@@ -18,15 +18,11 @@ import json
 import sys
 from pathlib import Path
 
-from perfsuite.gate.compare import BaselineError
+from perfsuite.errors import PerfsuiteError, UsageError
 from perfsuite.cli.gate import add_commands, run_ab_command, run_compare
 from perfsuite.trace.kernel_families import rules_markdown
 from perfsuite.trace.render import describe, describe_diff, diff
 from perfsuite.trace.summary import TraceError, TraceIndex, WindowSummary, load_trace
-
-
-class CliError(Exception):
-    """A user error: printed as one line, exit code 2."""
 
 
 def trace_files(target: Path) -> list[Path]:
@@ -42,7 +38,7 @@ def load_index(path: Path, in_folder: bool) -> TraceIndex | None:
         return TraceIndex(load_trace(path))
     except TraceError as exc:
         if not in_folder:
-            raise CliError(str(exc)) from None
+            raise UsageError(str(exc)) from None
         print(f"perfsuite trace: skipping {exc}", file=sys.stderr)
         return None
 
@@ -55,7 +51,7 @@ def summaries(path: Path, index: TraceIndex, annotation: str | None) -> list[Win
     windows = index.windows(annotation)
     if not windows:
         seen = ", ".join(index.annotation_names()[:12]) or "none"
-        raise CliError(f"{path}: no window named {annotation!r}; annotations in it: {seen}")
+        raise UsageError(f"{path}: no window named {annotation!r}; annotations in it: {seen}")
     return [index.summarize(w) for w in windows] + [whole]
 
 
@@ -75,15 +71,15 @@ def run_trace(args: argparse.Namespace) -> int:
         print(rules_markdown())
         return 0
     if not args.targets:
-        raise CliError("give a trace file or folder (or: trace diff A B)")
+        raise UsageError("give a trace file or folder (or: trace diff A B)")
     if args.targets[0] == "diff":
         return run_diff(args)
     if len(args.targets) != 1:
-        raise CliError(f"give one trace file or folder, got {len(args.targets)}: {' '.join(args.targets)}")
+        raise UsageError(f"give one trace file or folder, got {len(args.targets)}: {' '.join(args.targets)}")
     target = Path(args.targets[0])
     files = trace_files(target)
     if not files:
-        raise CliError(f"no .json or .json.gz files in {target}")
+        raise UsageError(f"no .json or .json.gz files in {target}")
     reports, unmatched = [], 0
     for path in files:
         index = load_index(path, target.is_dir())
@@ -96,7 +92,7 @@ def run_trace(args: argparse.Namespace) -> int:
     if unmatched:
         print(f"perfsuite trace: {unmatched} file(s) in {target} have no window named {args.annotation!r}", file=sys.stderr)
     if not reports:
-        raise CliError(f"no readable trace in {target}" + (f" with a window named {args.annotation!r}" if unmatched else ""))
+        raise UsageError(f"no readable trace in {target}" + (f" with a window named {args.annotation!r}" if unmatched else ""))
     if args.json:
         print(json.dumps(reports, indent=2))
     return 0
@@ -104,12 +100,12 @@ def run_trace(args: argparse.Namespace) -> int:
 
 def run_diff(args: argparse.Namespace) -> int:
     if len(args.targets) != 3:
-        raise CliError("trace diff takes two trace files: perfsuite trace diff A B")
+        raise UsageError("trace diff takes two trace files: perfsuite trace diff A B")
     picked = []
     for name in args.targets[1:]:
         path = Path(name)
         if path.is_dir():
-            raise CliError(f"{path} is a folder; trace diff compares two trace files")
+            raise UsageError(f"{path} is a folder; trace diff compares two trace files")
         found = summaries(path, load_index(path, in_folder=False), args.annotation)
         picked.append(found[0])  # the first window, or the whole trace
     change = diff(*picked)
@@ -160,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         from perfsuite.cli.report import run_report
 
         return run_report(args)
-    except (CliError, BaselineError) as exc:
+    except PerfsuiteError as exc:
         print(f"perfsuite {args.command}: {exc}", file=sys.stderr)
         return 2
 

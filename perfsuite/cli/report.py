@@ -6,17 +6,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from perfsuite.report.saved import ReportError, html_report, load_run, markdown_report
+from perfsuite.report.saved import html_report, load_run, markdown_report
 from perfsuite.storage import write_text_atomic
 
 
 def run_report(args: argparse.Namespace) -> int:
-    from perfsuite.cli.main import CliError
-
-    try:
-        run = load_run(args.run)
-    except ReportError as exc:
-        raise CliError(str(exc)) from None
+    run = load_run(args.run)  # ReportError: printed by the CLI as one line, exit 2
     plots: list[Path] = []
     if args.plots:
         from perfsuite.report.plots import all_plots

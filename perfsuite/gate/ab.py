@@ -19,8 +19,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from perfsuite.gate.compare import BaselineError, BenchmarkComparison
-from perfsuite.gate.fingerprint import diff_fingerprints
+from perfsuite.errors import IncomparableRuns, WorkerError
+from perfsuite.gate.compare import BenchmarkComparison
+from perfsuite.measure.machine import machine_differences
+from perfsuite.trace.structure import diff_fingerprints
 from perfsuite.gate.stats import GateSettings, paired_ratio, verdict
 
 # The same, fixed process conditions for both sides:
@@ -79,10 +81,10 @@ class WorkerProcess:
         self.process.stdin.flush()
         line = self.process.stdout.readline()
         if not line:
-            raise BaselineError(f"A/B worker for {self.side.tree} exited (exit code {self.process.poll()})")
+            raise WorkerError(f"A/B worker for {self.side.tree} exited (exit code {self.process.poll()})")
         reply = json.loads(line)
         if "error" in reply:
-            raise BaselineError(f"A/B worker for {self.side.tree}: {reply['error']}")
+            raise WorkerError(f"A/B worker for {self.side.tree}: {reply['error']}")
         return reply
 
     def close(self) -> None:
@@ -132,12 +134,11 @@ def run_benchmark(base: WorkerProcess, head: WorkerProcess, variant: str, case_i
 
 
 def check_same_machine(base: WorkerProcess, head: WorkerProcess, devices: list[str], force: bool) -> dict:
-    """Both workers must see the same torch and devices (else BaselineError unless ``force``)."""
+    """Both workers must match in ``machine.MUST_MATCH`` (else ``IncomparableRuns`` unless ``force``)."""
     infos = [w.ask({"info": devices}) for w in (base, head)]
-    fields = ("torch_version", "device_names")
-    problems = [f"{f}: {infos[0].get(f)!r} vs {infos[1].get(f)!r}" for f in fields if infos[0].get(f) != infos[1].get(f)]
+    problems = machine_differences(infos[0], infos[1])
     if problems and not force:
-        raise BaselineError("base and head run different software or hardware: " + "; ".join(problems))
+        raise IncomparableRuns("base and head run different software or hardware: " + "; ".join(problems))
     return infos[1]
 
 

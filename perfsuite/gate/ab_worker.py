@@ -35,7 +35,7 @@ class Worker:
     def setup(self, request: dict) -> dict:
         from perfsuite.attention.cases import parse_case_id
         from perfsuite.measure.evidence import VariantUnsupported, bind, run_once
-        from perfsuite.gate.fingerprint import fingerprint
+        from perfsuite.trace.structure import fingerprint
         from perfsuite.attention.inputs import make_inputs
         from perfsuite.measure.profiling import profile_steps
         from perfsuite.measure.timing import synchronized

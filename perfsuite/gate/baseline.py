@@ -16,7 +16,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Iterable
 
-from perfsuite.gate.compare import BaselineError, benchmark_key, load_benchmark_file
+from perfsuite.errors import BaselineError
+from perfsuite.gate.compare import benchmark_key, load_benchmark_file
 
 INCOMPLETE_KEY = "perfsuite_incomplete"
 NEWEST = "[0-9][0-9][0-9][0-9]_"  # pytest-benchmark's glob for "the newest saved run"

@@ -12,13 +12,11 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from perfsuite.gate.fingerprint import diff_fingerprints
+from perfsuite.errors import BaselineError, IncomparableRuns
+from perfsuite.trace.structure import diff_fingerprints
+from perfsuite.measure.machine import machine_differences
 from perfsuite.gate.stats import GateSettings, RatioEstimate, unpaired_ratio, verdict
 from perfsuite.storage import read_json
-
-
-class BaselineError(ValueError):
-    """A run file that cannot be compared (unreadable, or from other hardware); names the file."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,16 +51,12 @@ def benchmark_key(bench: dict[str, Any]) -> str:
 
 
 def check_compatible(base: dict[str, Any], head: dict[str, Any], base_name: str, head_name: str, force: bool) -> list[str]:
-    """Differences in device names / torch version; ``BaselineError`` unless ``force``."""
+    """Differences in the fields of ``machine.MUST_MATCH``; ``IncomparableRuns`` unless ``force``."""
     ours = (head.get("machine_info") or {}).get("perfsuite", {})
     theirs = (base.get("machine_info") or {}).get("perfsuite", {})
-    problems = [
-        f"{field}: {theirs.get(field)!r} in {base_name}, {ours.get(field)!r} in {head_name}"
-        for field in ("device_names", "torch_version")
-        if theirs.get(field) != ours.get(field)
-    ]
+    problems = machine_differences(theirs, ours, base_name, head_name)
     if problems and not force:
-        raise BaselineError("refusing to compare runs from different hardware or software: " + "; ".join(problems)
+        raise IncomparableRuns("refusing to compare runs from different hardware or software: " + "; ".join(problems)
                             + " (use --force to compare anyway)")
     return problems
 

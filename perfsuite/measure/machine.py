@@ -33,3 +33,19 @@ def torch_machine_info(devices: list[str]) -> dict[str, object]:
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "device_names": {device: device_name(device) for device in devices},
     }
+
+
+# The fields of ``torch_machine_info`` that must be equal for two timings to be comparable:
+# other hardware, another torch/CUDA/cuDNN build or another thread count changes the timings
+# themselves. Used by the plugin (a warning), ``perfsuite compare`` and ``perfsuite ab`` (a refusal).
+MUST_MATCH = ("device_names", "torch_version", "cuda_version", "cudnn_version", "num_threads")
+
+
+def machine_differences(base: dict, head: dict, base_name: str = "base", head_name: str = "head",
+                        fields: tuple[str, ...] = MUST_MATCH) -> list[str]:
+    """One line per field of ``fields`` whose value differs between two ``torch_machine_info`` dicts.
+
+    Example: ``"torch_version: '2.13.0' in base, '2.14.1' in head"``; ``[]`` when comparable.
+    """
+    return [f"{field}: {base.get(field)!r} in {base_name}, {head.get(field)!r} in {head_name}"
+            for field in fields if base.get(field) != head.get(field)]

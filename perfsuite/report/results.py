@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping
 
 from perfsuite.storage import write_text_atomic
 from perfsuite.units import format_bytes
@@ -70,40 +70,84 @@ class SkippedResult:
     mode: str = "forward"
 
 
-def table_row(result: BenchmarkResult) -> list[str]:
-    median = f"{result.median_s * 1e3:.3f}" if result.median_s else "not timed"
-    spread = f"{100 * result.iqr_s / result.median_s:.0f}%" if result.median_s and result.iqr_s is not None else "-"
-    tflops = f"{result.achieved_tflops:.3g}" if result.achieved_tflops else "-"
-    if result.max_abs_error is None:
-        error = "not compared"
-    else:
-        error = f"{result.max_abs_error:.1e}" + ("" if result.correct else " FAIL")
-    return [
-        result.variant,
-        result.mode,
-        result.case_id,
-        median,
-        spread,
-        f"{result.compile_s:.1f}" if result.compile_s is not None else "-",
-        tflops,
-        f"{result.work_per_forward} {result.work_unit}",
-        str(result.score_copies_per_forward),
-        format_bytes(result.allocated_bytes),
-        format_bytes(result.peak_bytes),
-        _saved(result),
-        error,
-    ]
+@dataclasses.dataclass(frozen=True)
+class Column:
+    """One column of the results table: its header, the unit of its cells and how a cell is written."""
+
+    header: str
+    unit: str
+    render: Callable[[BenchmarkResult], str]
 
 
-def _saved(result: BenchmarkResult) -> str:
-    if result.saved_for_backward_bytes is None:
+def _median(r: BenchmarkResult) -> str:
+    return f"{r.median_s * 1e3:.3f}" if r.median_s else "not timed"
+
+
+def _spread(r: BenchmarkResult) -> str:
+    return f"{100 * r.iqr_s / r.median_s:.0f}%" if r.median_s and r.iqr_s is not None else "-"
+
+
+def _error(r: BenchmarkResult) -> str:
+    if r.max_abs_error is None:
+        return "not compared"
+    return f"{r.max_abs_error:.1e}" + ("" if r.correct else " FAIL")
+
+
+def _saved(r: BenchmarkResult) -> str:
+    if r.saved_for_backward_bytes is None:
         return "-"
-    scores = result.saved_score_matrices
-    return f"{format_bytes(result.saved_for_backward_bytes)} ({scores} score{'s' if scores != 1 else ''})"
+    scores = r.saved_score_matrices
+    return f"{format_bytes(r.saved_for_backward_bytes)} ({scores} score{'s' if scores != 1 else ''})"
 
 
-HEADER = ["variant", "mode", "case", "median ms", "IQR / median", "compile s", "TFLOP/s", "ops or kernels / step",
-          "score copies / step", "allocated / step", "peak memory", "saved for bwd", "max abs error"]
+# The table, declared once: the terminal table, table.md and the HTML report derive from it.
+COLUMNS = (
+    Column("variant", "", lambda r: r.variant),
+    Column("mode", "", lambda r: r.mode),
+    Column("case", "", lambda r: r.case_id),
+    Column("median ms", "ms", _median),
+    Column("IQR / median", "%", _spread),
+    Column("compile s", "s", lambda r: f"{r.compile_s:.1f}" if r.compile_s is not None else "-"),
+    Column("TFLOP/s", "TFLOP/s", lambda r: f"{r.achieved_tflops:.3g}" if r.achieved_tflops else "-"),
+    Column("ops or kernels / step", "count", lambda r: f"{r.work_per_forward} {r.work_unit}"),
+    Column("score copies / step", "count", lambda r: str(r.score_copies_per_forward)),
+    Column("allocated / step", "bytes", lambda r: format_bytes(r.allocated_bytes)),
+    Column("peak memory", "bytes", lambda r: format_bytes(r.peak_bytes)),
+    Column("saved for bwd", "bytes", _saved),
+    Column("max abs error", "", _error),
+)
+HEADER = [c.header for c in COLUMNS]
+
+
+def table_row(result: BenchmarkResult) -> list[str]:
+    """The cells of one result, in ``COLUMNS`` order."""
+    return [column.render(result) for column in COLUMNS]
+
+
+def result_from_benchmark(info: Mapping[str, Any], stats: Mapping[str, Any] | None) -> BenchmarkResult:
+    """A ``BenchmarkResult`` from a benchmark's ``extra_info`` and pytest-benchmark stats.
+
+    The one reader of the stored facts: the plugin builds each row through it from the
+    ``extra_info`` it saves, and ``perfsuite report`` reads saved pytest-benchmark files with it.
+    ``stats``: ``median``/``rounds``/``iqr`` in seconds, or None when timing was disabled.
+    Keys added in later versions (``mode``, ``compile``, ``saved_for_backward``) default as an
+    older run implies (forward, not compiled, not measured).
+    """
+    device = info["case_fields"]["device"]
+    compile_info, saved = info.get("compile") or {}, info.get("saved_for_backward") or {}
+    stats = stats or {}
+    return BenchmarkResult(
+        variant=info["variant"], case_id=info["case"], device=device, mode=info.get("mode", "forward"),
+        flop=info["flop"], bytes_moved=info["bytes_read"] + info["bytes_written"],
+        median_s=stats.get("median"), rounds=stats.get("rounds"), iqr_s=stats.get("iqr"),
+        work_per_forward=info["kernels_per_forward"] if device == "cuda" else info["cpu_ops_per_forward"],
+        work_unit="kernels" if device == "cuda" else "ops",
+        score_copies_per_forward=info["score_copies_per_forward"],
+        allocated_bytes=info["allocated_bytes_per_forward"], peak_bytes=info["peak_memory_bytes"],
+        max_abs_error=info["max_abs_error"], correct=info.get("correct", True),
+        compile_s=compile_info.get("first_call_s"),
+        saved_for_backward_bytes=saved.get("bytes"), saved_score_matrices=saved.get("score_sized"),
+    )
 
 
 def markdown_table(results: list[BenchmarkResult], skipped: list[SkippedResult]) -> str:

@@ -9,12 +9,10 @@ import html
 from pathlib import Path
 from typing import Any
 
+from perfsuite.errors import ReportError
 from perfsuite.storage import read_json
-from perfsuite.report.results import HEADER, BenchmarkResult, SkippedResult, markdown_table, table_row
-
-
-class ReportError(ValueError):
-    """A file that is not a saved run; the message names it."""
+from perfsuite.report.results import (HEADER, BenchmarkResult, SkippedResult, markdown_table, result_from_benchmark,
+                                      table_row)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,25 +40,8 @@ def _from_perfsuite(data: dict[str, Any], path: Path) -> SavedRun:
 
 
 def _from_pytest_benchmark(data: dict[str, Any], path: Path) -> SavedRun:
-    results = []
-    for bench in data["benchmarks"]:
-        info = bench.get("extra_info", {})
-        if "variant" not in info:
-            continue  # a benchmark of some other suite
-        on_cuda = info["case_fields"]["device"] == "cuda"
-        results.append(BenchmarkResult(
-            variant=info["variant"], case_id=info["case"], device=info["case_fields"]["device"],
-            flop=info["flop"], bytes_moved=info["bytes_read"] + info["bytes_written"],
-            median_s=bench["stats"]["median"], rounds=bench["stats"]["rounds"], iqr_s=bench["stats"].get("iqr"),
-            work_per_forward=info["kernels_per_forward"] if on_cuda else info["cpu_ops_per_forward"],
-            work_unit="kernels" if on_cuda else "ops",
-            score_copies_per_forward=info["score_copies_per_forward"],
-            allocated_bytes=info["allocated_bytes_per_forward"], peak_bytes=info["peak_memory_bytes"],
-            max_abs_error=info["max_abs_error"], correct=info.get("correct", True),
-            mode=info.get("mode", "forward"), compile_s=(info.get("compile") or {}).get("first_call_s"),
-            saved_for_backward_bytes=(info.get("saved_for_backward") or {}).get("bytes"),
-            saved_score_matrices=(info.get("saved_for_backward") or {}).get("score_sized"),
-        ))
+    results = [result_from_benchmark(b["extra_info"], b["stats"]) for b in data["benchmarks"]
+               if "variant" in b.get("extra_info", {})]  # others: benchmarks of some other suite
     machine = dict(data.get("machine_info", {}).get("perfsuite", {}), peaks=data.get("perfsuite_peaks"))
     return SavedRun(path, results, [], machine)
 

@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import Callable
 
 from perfsuite.attention import cases
+from perfsuite.errors import ConfigError
 from perfsuite.attention.case_sets import get_case_set
 from perfsuite.attention.cases import AttentionCase
 from perfsuite.attention.modes import MODES, parse_mode
 from perfsuite.variants import get_variant, variant_names
 
 
-class SettingsError(ValueError):
-    """A setting's value is invalid; the message says which, from where, and what is allowed."""
+SettingsError = ConfigError  # the name tests and older code use
 
 
 @dataclasses.dataclass(frozen=True)

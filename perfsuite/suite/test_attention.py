@@ -8,7 +8,7 @@ import pytest
 
 from perfsuite.measure import compile_stats
 from perfsuite.trace.kernel_families import kernel_family
-from perfsuite.suite.plugin import benchmark_extra_info, record_result
+from perfsuite.suite.record import benchmark_extra_info
 from perfsuite.measure.profiling import ACTIVE_STEPS
 from perfsuite.measure.timing import synchronized
 
@@ -118,8 +118,8 @@ def test_benchmark(mode_evidence, benchmark, perfsuite_run):
     recompiled = compile_stats.since(before).graphs_compiled
     benchmark.extra_info["graphs_compiled_while_timed"] = recompiled
     stats = benchmark.stats.stats if benchmark.stats else None  # None when timing is disabled
-    result = record_result(perfsuite_run, evidence, stats.median if stats else None, stats.rounds if stats else None,
-                           stats.iqr if stats else None)
+    timing = {"median": stats.median, "rounds": stats.rounds, "iqr": stats.iqr} if stats else None
+    result = perfsuite_run.record(dict(benchmark.extra_info), timing)
     benchmark.extra_info["achieved_tflops"] = result.achieved_tflops
     benchmark.extra_info["achieved_gbps"] = result.achieved_gbps
     assert recompiled == 0, f"{evidence.variant.name} on {case.id} ({evidence.mode}): {recompiled} graph(s) compiled while timed"

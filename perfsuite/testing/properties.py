@@ -20,7 +20,7 @@ import torch
 from perfsuite.attention.cases import AttentionCase
 from perfsuite.measure.evidence import bind, check_output, run_once
 from perfsuite.attention.inputs import AttentionInputs, make_inputs
-from perfsuite.attention.masks import AttentionMask, fully_masked_rows
+from perfsuite.attention.masks import AttentionMask, fully_masked_rows, mask_kind
 from perfsuite.measure.profiling import profile_steps
 from perfsuite.attention.reference import TOLERANCES
 from perfsuite.variants import Variant
@@ -93,8 +93,7 @@ def check_batch_and_head_independence(variant: Variant, case: AttentionCase, see
 
 def _last_visible_key(case: AttentionCase) -> torch.Tensor:
     """Per query row, the last key index a causal-like mask lets it see (may be negative)."""
-    offset = 0 if case.mask == "causal" else case.seq_len_kv - case.seq_len_q
-    return torch.arange(case.seq_len_q) + offset
+    return torch.arange(case.seq_len_q) + mask_kind(case.mask).offset(case.seq_len_q, case.seq_len_kv)
 
 
 def check_causality(variant: Variant, case: AttentionCase, seed: int) -> str | None:

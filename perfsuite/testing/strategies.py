@@ -27,7 +27,6 @@ PROFILE_ENV = "PERFSUITE_HYPOTHESIS_PROFILE"
 # head_dim values fused kernels dislike (not multiples of 8) next to usual and large ones.
 HEAD_DIMS = (1, 3, 8, 12, 20, 64, 256)
 SCALES = (None, 0.05, 0.3, 1.0, 2.5)
-MASKS_HIDING_KEYS = ("causal", "causal_br", "bool", "padding", "window")
 
 
 def register_profiles() -> None:

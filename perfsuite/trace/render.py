@@ -7,6 +7,7 @@ import dataclasses
 from typing import Any
 
 from perfsuite.trace.kernel_families import kernel_family
+from perfsuite.trace.structure import copy_counts, count_changes
 from perfsuite.units import format_bytes
 from perfsuite.trace.summary import WindowSummary
 
@@ -57,11 +58,6 @@ def describe(summary: WindowSummary, top: int, has_device: bool) -> list[str]:
     return lines
 
 
-def _count_delta(before: dict[str, float], after: dict[str, float]) -> list[tuple[str, float, float]]:
-    names = sorted(set(before) | set(after))
-    return [(n, before.get(n, 0), after.get(n, 0)) for n in names if before.get(n, 0) != after.get(n, 0)]
-
-
 @dataclasses.dataclass(frozen=True)
 class TraceDiff:
     """What changed from trace A to trace B (per-name count changes and totals)."""
@@ -78,20 +74,13 @@ class TraceDiff:
         return dataclasses.asdict(self)
 
 
-def _copy_counts(summary: WindowSummary) -> dict[str, float]:
-    counts: dict[str, float] = collections.Counter()
-    for copy in summary.copies:
-        counts[f"{copy.lane} {copy.kind} {list(copy.shape) if copy.shape else '?'}"] += 1
-    return dict(counts)
-
-
 def diff(a: WindowSummary, b: WindowSummary) -> TraceDiff:
     """Per-name differences between two summaries (kernels, ops, memcpy kinds, copies)."""
     return TraceDiff(
-        kernels=_count_delta(a.kernels, b.kernels),
-        cpu_ops=_count_delta(a.cpu_ops, b.cpu_ops),
-        memcpy=_count_delta(a.memcpy_routes, b.memcpy_routes),
-        copies=_count_delta(_copy_counts(a), _copy_counts(b)),
+        kernels=count_changes(a.kernels, b.kernels),
+        cpu_ops=count_changes(a.cpu_ops, b.cpu_ops),
+        memcpy=count_changes(a.memcpy_routes, b.memcpy_routes),
+        copies=count_changes(copy_counts(a), copy_counts(b)),
         device_time_us=(a.device_time_us, b.device_time_us),
         window_us=(a.duration_us, b.duration_us),
         allocated_bytes={d: (a.allocated_bytes.get(d, 0), b.allocated_bytes.get(d, 0))

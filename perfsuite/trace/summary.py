@@ -20,6 +20,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterable
 
+from perfsuite.errors import TraceError
 from perfsuite.trace.kernel_families import kernel_family, sdpa_backends
 
 # A device kernel whose name matches one of these is a copy, like a Memcpy on the copy engine.
@@ -34,10 +35,6 @@ _MEMCPY_KIND_RE = re.compile(r"^Memcpy (\w+)")
 _MEMORY_DEVICE_TYPES = {0: "cpu", 1: "cuda"}
 _LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
 _DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
-
-
-class TraceError(ValueError):
-    """A file that cannot be read as a Kineto / Chrome trace; the message names the file."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -23,7 +23,7 @@ import torch
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
 from perfsuite.attention.inputs import AttentionInputs
-from perfsuite.attention.masks import AttentionMask, window_size
+from perfsuite.attention.masks import AttentionMask, mask_kind
 from perfsuite.variants.compiled import compile_for_case
 from perfsuite.variants.registry import VariantFn, register_variant
 
@@ -43,14 +43,9 @@ def _broadcast_lookup(tensor: torch.Tensor) -> Callable:
 
 def mask_mod_for(mask: AttentionMask, seq_len_q: int, seq_len_kv: int) -> Callable | None:
     """The flex ``mask_mod`` (True = attend) of ``mask``, or None when it hides no key."""
-    offset = seq_len_kv - seq_len_q
-    window = window_size(mask.kind)
-    if mask.kind == "causal" and mask.allowed is not None:
-        return lambda b, h, q_idx, kv_idx: q_idx >= kv_idx
-    if mask.kind == "causal_br":
-        return lambda b, h, q_idx, kv_idx: q_idx + offset >= kv_idx
-    if window is not None:
-        return lambda b, h, q_idx, kv_idx: (q_idx + offset - kv_idx >= 0) & (q_idx + offset - kv_idx < window)
+    kind = mask_kind(mask.kind)
+    if kind.causal:  # index arithmetic: flex skips whole blocks
+        return lambda b, h, q_idx, kv_idx: kind.sees(q_idx, kv_idx, seq_len_q, seq_len_kv)
     return None if mask.allowed is None else _broadcast_lookup(mask.allowed)
 
 

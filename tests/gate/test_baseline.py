@@ -7,7 +7,7 @@ from pytest_benchmark.storage.file import FileStorage
 
 from perfsuite.gate.baseline import (INCOMPLETE_KEY, Incomplete, check_baseline_file, coverage_note,
                                      looks_like_test_path, resolve_baseline)
-from perfsuite.gate.compare import BaselineError
+from perfsuite.errors import BaselineError
 
 MACHINE = "Linux-CPython-3.11-64bit"
 

@@ -9,9 +9,10 @@ import pytest
 from perfsuite.gate.ab import Side, run_ab
 from perfsuite.attention.cases import AttentionCase
 from perfsuite.cli.main import main
-from perfsuite.gate.compare import BaselineError, check_compatible, compare_runs, gate_failed, load_benchmark_file
+from perfsuite.errors import BaselineError, IncomparableRuns, WorkerError
+from perfsuite.gate.compare import check_compatible, compare_runs, gate_failed, load_benchmark_file
 from perfsuite.measure.evidence import gather_evidence
-from perfsuite.gate.fingerprint import diff_fingerprints, fingerprint
+from perfsuite.trace.structure import diff_fingerprints, fingerprint
 from perfsuite.gate.stats import GateSettings, RatioEstimate, paired_ratio, unpaired_ratio, verdict
 from perfsuite.variants import get_variant
 
@@ -109,7 +110,7 @@ def test_structure_alone_fails_only_when_asked(tmp_path):
 def test_runs_from_other_hardware_are_refused_unless_forced(tmp_path, capsys):
     base = saved_run(tmp_path / "a.json", [1.0] * 10, device="cuda: NVIDIA H100")
     head = saved_run(tmp_path / "b.json", [1.0] * 10)
-    with pytest.raises(BaselineError, match="device_names.*use --force"):
+    with pytest.raises(IncomparableRuns, match="device_names.*use --force"):
         check_compatible(load_benchmark_file(base), load_benchmark_file(head), "a", "b", force=False)
     assert main(["compare", str(base), str(head)]) == 2
     assert "refusing to compare runs from different hardware" in capsys.readouterr().err
@@ -132,6 +133,7 @@ def test_missing_per_round_data_is_inconclusive(tmp_path):
     assert comparison.verdict == "inconclusive" and "--benchmark-save-data" in comparison.note
 
 
+@pytest.mark.slow
 def test_ab_run_reports_structure_between_two_variants():
     """Two variants in one A/B run: the structural diff is deterministic (timing verdicts are not asserted)."""
     results, info = run_ab(Side(Path("."), "naive_inplace"), Side(Path("."), "naive"), ["naive"],
@@ -143,8 +145,9 @@ def test_ab_run_reports_structure_between_two_variants():
     assert info["torch_version"]
 
 
+@pytest.mark.slow
 def test_ab_worker_errors_surface(tmp_path):
-    with pytest.raises(BaselineError, match="unknown attention variant 'nope'"):
+    with pytest.raises(WorkerError, match="unknown attention variant 'nope'"):
         run_ab(Side(Path("."), "nope"), Side(Path(".")), ["naive"], ["b1h2s16d8-fp32-causal-cpu"], blocks=2, rounds=1)
 
 

@@ -53,6 +53,7 @@ def test_entry_points_register_their_variants(monkeypatch):
         load_entry_point_variants()
 
 
+@pytest.mark.slow
 def test_the_example_runs_through_every_check_of_the_suite(pytester, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(EXAMPLE_SRC)] + sys.path))
     pytester.makepyfile(test_attention=SUITE)

@@ -1,7 +1,7 @@
 """The fingerprint carries the score accounting (issue 14, item 9)."""
 
 from perfsuite.attention.cases import AttentionCase
-from perfsuite.gate.fingerprint import diff_fingerprints, fingerprint
+from perfsuite.trace.structure import diff_fingerprints, fingerprint
 from perfsuite.measure.evidence import gather_evidence
 from perfsuite.variants import get_variant
 

@@ -9,12 +9,26 @@ not change between runs, so any difference is a real change in what the code doe
 from __future__ import annotations
 
 import collections
-from typing import Any
-
-from typing import Mapping
+from typing import Any, Mapping
 
 from perfsuite.units import format_bytes
 from perfsuite.trace.summary import WindowSummary
+
+
+def copy_counts(summary: WindowSummary) -> dict[str, int]:
+    """Copies by ``lane kind [shape]`` (``cpu aten::clone [2x8x256x256]``), dtype conversions marked."""
+    copies: dict[str, int] = collections.Counter()
+    for copy in summary.copies:
+        kind = f"{copy.kind} (dtype conversion)" if copy.dtype_conversion else copy.kind
+        shape = "x".join(map(str, copy.shape)) if copy.shape else "?"
+        copies[f"{copy.lane} {kind} [{shape}]"] += 1
+    return dict(copies)
+
+
+def count_changes(before: dict[str, float], after: dict[str, float]) -> list[tuple[str, float, float]]:
+    """``(name, before, after)`` for every name whose count differs, sorted by name."""
+    names = sorted(set(before) | set(after))
+    return [(n, before.get(n, 0), after.get(n, 0)) for n in names if before.get(n, 0) != after.get(n, 0)]
 
 
 def fingerprint(summary: WindowSummary, device: str, score_writes: Mapping[str, int] | None = None) -> dict[str, Any]:
@@ -23,11 +37,7 @@ def fingerprint(summary: WindowSummary, device: str, score_writes: Mapping[str, 
     ``score_writes``: its score-sized writes counted by label, ``ScoreAccounting.by_label()``
     (``{"copy [2x8x256x256] in aten::masked_fill > aten::clone > aten::copy_": 1, ...}``).
     """
-    copies: dict[str, int] = collections.Counter()
-    for copy in summary.copies:
-        kind = f"{copy.kind} (dtype conversion)" if copy.dtype_conversion else copy.kind
-        shape = "x".join(map(str, copy.shape)) if copy.shape else "?"
-        copies[f"{copy.lane} {kind} [{shape}]"] += 1
+    copies = copy_counts(summary)
     return {
         "cpu_ops": dict(sorted(summary.cpu_ops.items())),
         "kernels": dict(sorted(summary.kernels.items())),
@@ -53,11 +63,8 @@ def diff_fingerprints(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
     if "score_writes" in base and "score_writes" in head:
         fields.append(("score_writes", "score write "))
     for field, label in fields:
-        before, after = base.get(field, {}), head.get(field, {})
-        for name in sorted(set(before) | set(after)):
-            delta = after.get(name, 0) - before.get(name, 0)
-            if delta:
-                lines.append(f"{delta:+d} {label}{name[:160]}")
+        for name, before, after in count_changes(base.get(field, {}), head.get(field, {})):
+            lines.append(f"{after - before:+d} {label}{name[:160]}")
     grown = head.get("allocated_bytes", 0) - base.get("allocated_bytes", 0)
     if grown:
         sign = "+" if grown > 0 else "-"

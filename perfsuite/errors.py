@@ -1,0 +1,58 @@
+"""perfsuite's exceptions: one hierarchy, each error naming the file or option it is about.
+
+``PerfsuiteError`` is the base the command line catches (printed as one line, exit 2) and the
+plugin turns into a usage error. Each error keeps ``source``: the file, option or ini key the
+message is about (``None`` when there is none), so callers can point at it without parsing text.
+Errors that report a bad value also derive from ``ValueError``, as Python's own do.
+
+    PerfsuiteError
+    +-- ConfigError          a setting, option or variant spec is invalid (names it and what is allowed)
+    +-- TraceError           a file that is not a Kineto / Chrome trace
+    +-- BaselineError        a saved run that cannot be read as a baseline (corrupt, truncated, absent)
+    +-- IncomparableRuns     two runs from different hardware or software (the fields that differ)
+    +-- ReportError          a file that is not a saved run of the suite
+    +-- WorkerError          an A/B worker process failed or answered with an error
+    +-- UsageError           a command-line request that cannot be carried out
+"""
+
+from __future__ import annotations
+
+
+class PerfsuiteError(Exception):
+    """Base of perfsuite's errors; ``source`` names the file or option the error is about."""
+
+    def __init__(self, message: str, source: str | None = None):
+        super().__init__(message)
+        self.source = source
+
+
+class ConfigError(PerfsuiteError, ValueError):
+    """A setting's value is invalid; the message says which, from where, and what is allowed."""
+
+
+class TraceError(PerfsuiteError, ValueError):
+    """A file that cannot be read as a Kineto / Chrome trace; the message names the file."""
+
+
+class BaselineError(PerfsuiteError, ValueError):
+    """A saved run that cannot be used as a baseline (unreadable, truncated, absent); names the file."""
+
+
+class IncomparableRuns(PerfsuiteError):
+    """Two runs (or A/B sides) measured on different hardware or software; names the fields."""
+
+
+class ReportError(PerfsuiteError, ValueError):
+    """A file that is not a saved run; the message names it."""
+
+
+class WorkerError(PerfsuiteError):
+    """An A/B worker process exited or answered with an error; names its source tree."""
+
+
+class UsageError(PerfsuiteError):
+    """A command-line request that cannot be carried out; printed as one line, exit code 2."""
+
+
+__all__ = ["PerfsuiteError", "ConfigError", "TraceError", "BaselineError", "IncomparableRuns", "ReportError",
+           "WorkerError", "UsageError"]

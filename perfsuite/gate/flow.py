@@ -1,0 +1,87 @@
+"""The gate's one flow, shared by the plugin (``--perfsuite-gate``), ``perfsuite compare`` and ``perfsuite ab``.
+
+comparisons -> Markdown report + the benchmarks that fail and why + a final verdict line + an
+exit code. A gate that compared nothing never passes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from perfsuite.gate.compare import (UNPAIRED_METHOD, BenchmarkComparison, check_compatible, compare_runs,
+                                    judged_nothing, markdown)
+from perfsuite.gate.stats import GateSettings
+
+EXIT_PASS, EXIT_REGRESSION, EXIT_UNUSABLE = 0, 1, 2
+
+
+@dataclasses.dataclass(frozen=True)
+class GateOutcome:
+    """What a gate decided.
+
+    ``failures``: one line per failing benchmark with its reason (``slower x1.18 [1.12, 1.25]``
+    or the structural changes). ``warnings``: incompatibilities accepted with ``--force``.
+    ``exit_code``: 0 pass, 1 a regression, 2 nothing was compared.
+    """
+
+    comparisons: list[BenchmarkComparison]
+    report_md: str
+    failures: list[str]
+    warnings: list[str]
+    judged_nothing: bool
+
+    @property
+    def exit_code(self) -> int:
+        if self.judged_nothing:
+            return EXIT_UNUSABLE
+        return EXIT_REGRESSION if self.failures else EXIT_PASS
+
+    @property
+    def verdict_line(self) -> str:
+        """The last line a reviewer reads: PASS/FAIL and the count behind it."""
+        total = len(self.comparisons)
+        if self.judged_nothing:
+            return f"perfsuite gate: NOT JUDGED: no benchmark is in both runs ({total} seen)"
+        if self.failures:
+            return f"perfsuite gate: FAIL: {len(self.failures)} of {total} benchmarks regressed"
+        counts = {v: sum(c.verdict == v for c in self.comparisons) for v in ("no change", "faster", "inconclusive", "missing")}
+        shown = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+        return f"perfsuite gate: PASS: no regression in {total} benchmarks ({shown})"
+
+
+def failure_reason(comparison: BenchmarkComparison, fail_on_structure: bool) -> str | None:
+    """Why one benchmark fails the gate, or None when it does not."""
+    reasons = []
+    if comparison.verdict == "slower" and comparison.estimate:
+        e = comparison.estimate
+        reasons.append(f"slower x{e.ratio:.3f} [{e.low:.3f}, {e.high:.3f}]")
+    if fail_on_structure and comparison.structure:
+        reasons.append("structure changed: " + "; ".join(comparison.structure))
+    return ", ".join(reasons) or None
+
+
+def judge(comparisons: list[BenchmarkComparison], settings: GateSettings, title: str, method: str,
+          fail_on_structure: bool, warnings: list[str] = ()) -> GateOutcome:
+    """Turn comparisons into a ``GateOutcome`` (report, failures with reasons, verdict line)."""
+    failures = [f"{c.key}: {reason}" for c in comparisons
+                if (reason := failure_reason(c, fail_on_structure)) is not None]
+    outcome = GateOutcome(comparisons, "", failures, list(warnings), judged_nothing(comparisons))
+    lines = [markdown(comparisons, settings, title, method)]
+    lines += [f"- FAIL `{line}`" for line in failures]
+    lines += [f"- warning (forced): {w}" for w in warnings]
+    report = "".join(lines[:1]) + "".join(f"{line}\n" for line in lines[1:]) + f"\n**{outcome.verdict_line}**\n"
+    return dataclasses.replace(outcome, report_md=report)
+
+
+def judge_saved_runs(base: dict[str, Any], head: dict[str, Any], base_name: str, head_name: str,
+                     settings: GateSettings, force: bool, fail_on_structure: bool, title: str) -> GateOutcome:
+    """Gate two saved pytest-benchmark runs (separate runs: no false-alarm bound).
+
+    Raises:
+        IncomparableRuns: the runs come from other hardware or software (``machine.MUST_MATCH``)
+            and ``force`` is false.
+        BaselineError: a benchmark entry is malformed.
+    """
+    warnings = check_compatible(base, head, base_name, head_name, force)
+    return judge(compare_runs(base, head, settings), settings, title, UNPAIRED_METHOD, fail_on_structure, warnings)

@@ -1,0 +1,75 @@
+"""The plugin's options and ini keys, read into raw settings, and the run header.
+
+Precedence (stated once): command-line option > ini key (``-o`` or the ini file) > built-in
+default; every raw value keeps where it came from, so an error can name it.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from perfsuite.suite import settings
+from perfsuite.variants import get_variant
+
+
+def add_options(parser: pytest.Parser) -> None:
+    """Register ``--perfsuite-*`` options and ``perfsuite_*`` ini keys (one help text for both)."""
+    group = parser.getgroup("perfsuite", "attention benchmark suite")
+    group.addoption("--perfsuite-variant", action="append", default=[], metavar="MODULE:FUNCTION",
+                    help="add your own attention function as a variant (repeatable); installed packages can "
+                         "also declare them in the entry point group perfsuite.variants")
+    group.addoption("--perfsuite-gate", action="store_true",
+                    help="with --benchmark-compare: judge each benchmark with perfsuite's statistics and "
+                         "fingerprints (needs per-round data: --benchmark-save-data in both runs)")
+    group.addoption("--perfsuite-fail-on-structure", action="store_true",
+                    help="with --perfsuite-gate: any structural change (ops, kernels, copies, bytes, backend) fails")
+    group.addoption("--perfsuite-gate-force", action="store_true",
+                    help="with --perfsuite-gate: compare with a baseline from other hardware or torch anyway")
+    for spec in settings.SETTINGS.values():
+        parser.addini(spec.ini_key, spec.help, default="")
+        if spec.option:
+            group.addoption(spec.option, default=None, help=f"{spec.help} (ini: {spec.ini_key})")
+
+
+def raw_settings(config: pytest.Config) -> settings.RawSettings:
+    """Each setting's raw value and where it came from (option, ini key and file, or default)."""
+    raw: settings.RawSettings = {}
+    for name, spec in settings.SETTINGS.items():
+        option = config.getoption(spec.option.lstrip("-").replace("-", "_")) if spec.option else None
+        ini = config.getini(spec.ini_key)
+        if option is not None:
+            raw[name] = settings.RawValue(option, f"option {spec.option}={option!r}", "option")
+        elif ini:
+            overridden = any(o.startswith(f"{spec.ini_key}=") for o in config.getoption("override_ini") or [])
+            where = "-o" if overridden else config.inipath
+            raw[name] = settings.RawValue(ini, f"ini key {spec.ini_key}={ini!r} from {where}", "ini")
+        else:
+            raw[name] = settings.RawValue(spec.default, f"built-in default {spec.ini_key}={spec.default!r}", "default")
+    return raw
+
+
+def header_lines(run: settings.SuiteSettings) -> list[str]:
+    """The run header: seed, devices, torch, threads, variants, modes, cases and where output goes."""
+    notes = []
+    if any(c.mask == "causal" and c.seq_len_q != c.seq_len_kv for c in run.cases):
+        notes.append("perfsuite: note: 'causal' is top-left; with seq_len_q != seq_len_kv (decode, prefill with a "
+                     "cache) you likely want --perfsuite-masks causal_br")
+    return notes + [
+        f"perfsuite: seed={run.seed} devices={','.join(run.devices)} torch={torch.__version__} "
+        f"threads={torch.get_num_threads()}",
+        f"perfsuite: variants={','.join(run.variants)} modes={','.join(run.modes)}",
+        f"perfsuite: cases from {run.cases_from}",
+        f"perfsuite: cases={' '.join(c.id for c in run.cases)}",
+        *compiled_header(run),
+        f"perfsuite: traces -> {run.traces_dir}, table -> {run.results_dir / 'table.md'}",
+    ]
+
+
+def compiled_header(run: settings.SuiteSettings) -> list[str]:
+    """One header line when compiled variants run on their own cases."""
+    compiled = [v for v in run.variants if get_variant(v).compiled]
+    if not compiled or run.compiled_cases is None:
+        return []
+    return [f"perfsuite: compiled variants ({', '.join(compiled)}) run only on perfsuite_compiled_cases="
+            f"{' '.join(c.id for c in run.compiled_cases)} (each compiles per case; set it empty for every case)"]
