@@ -123,7 +123,7 @@ def test_a_crashing_variant_costs_only_its_own_results(project, monkeypatch):
     assert {(r["variant"], r["mode"]) for r in run["results"]} == {
         ("naive", "forward"), ("naive", "backward"), ("naive", "forward_backward"), ("crashy", "forward")}
     assert {(c["variant"], c["mode"]) for c in run["crashed"]} == {("crashy", "backward"), ("crashy", "forward_backward")}
-    assert "crashed" in Path(project.path, "out", "table.md").read_text()
+    assert "- `crashy` on `b1h2s16d8-fp32-causal-cpu` (backward): signal SIGABRT" in Path(project.path, "out", "table.md").read_text()
 
 
 BROKEN_SETUP = textwrap.dedent('''
