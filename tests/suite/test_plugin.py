@@ -61,9 +61,10 @@ def test_timed_run_saves_a_baseline_with_extra_info_and_a_table(project):
     result = project.runpytest_subprocess(TINY, eager, "-v")
     outcomes = result.parseoutcomes()
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
-    # 5 variants run: 3 modes x (equivalence + benchmark) + copies + saved-for-backward (not sdpa: it declares
-    # nothing), plus sdpa_flash's fused check; efficient/cudnn skip all 9 of theirs; no compiled variant is selected.
-    assert outcomes["passed"] == 5 * 8 - 1 + 1 and outcomes["skipped"] == 2 * 9 + 1
+    # 5 variants run: 3 modes x (equivalence + benchmark) + copies + score accounting + saved-for-backward (not
+    # sdpa: it declares nothing), plus sdpa_flash's fused check; efficient/cudnn skip all 10 of theirs; no compiled
+    # variant is selected.
+    assert outcomes["passed"] == 5 * 9 - 1 + 1 and outcomes["skipped"] == 2 * 10 + 1
     result.stdout.fnmatch_lines([
         "*perfsuite: attention at a glance*",
         "naive * forward * b1h2s16d8-fp32-causal-cpu *1 *",
