@@ -23,6 +23,10 @@ kernel rounds weights and output to the dtype (a few ``u`` each).
 
 Measured on CPU with seed 0 over shapes up to 1x8x1024x64: largest errors fp32 1.1e-6,
 fp16 1.6e-3, bf16 1.25e-2, so the floors leave a 4x or larger margin there.
+
+The reference is computed in blocks of query rows (softmax is per row, so this is exact), each
+block's ``[B, H, rows, Skv]`` float64 scores at most ``REFERENCE_BLOCK_BYTES``: a long case on a
+GPU needs a few score blocks of memory, not several full float64 score matrices.
 """
 
 from __future__ import annotations
@@ -32,6 +36,10 @@ import dataclasses
 import torch
 
 from perfsuite.attention.inputs import AttentionInputs
+
+# Bytes of one block of scores of the reference (float64: 16 Mi elements). The softmax and the
+# masking make about three temporaries of this size, so a block needs ~0.5 GiB at most.
+REFERENCE_BLOCK_BYTES = 128 * 2**20
 
 TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
     torch.float64: (1e-10, 1e-10),
@@ -53,7 +61,8 @@ class Comparison:
     failure: str | None
 
 
-def reference_attention(inputs: AttentionInputs, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+def reference_attention(inputs: AttentionInputs, dtype: torch.dtype = torch.float64,
+                        block_bytes: int = REFERENCE_BLOCK_BYTES) -> torch.Tensor:
     """Attention in float64 from the same inputs, ``[batch, num_heads, seq_len_q, head_dim]``.
 
     ``softmax(q @ k^T * scale + additive, hidden keys at -inf) @ v``, key/value heads
@@ -62,19 +71,42 @@ def reference_attention(inputs: AttentionInputs, dtype: torch.dtype = torch.floa
     ``_safe_softmax``, and every CPU backend measured), and the only finite answer. Variants
     registered with ``fully_masked_rows="nan"`` (a plain softmax of ``-inf`` everywhere) are
     held to NaN in exactly those rows instead (see ``compare_with_reference``).
+    Computed in blocks of query rows of at most ``block_bytes`` of scores (``query_blocks``).
     """
-    return _attention(inputs, *(t.to(dtype) for t in (inputs.query, inputs.key, inputs.value)))
+    q, k, v = (t.to(dtype) for t in (inputs.query, inputs.key, inputs.value))
+    blocks = [_attention(inputs, q[:, :, start:end], k, v, start, end) for start, end in query_blocks(inputs, dtype, block_bytes)]
+    return blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=2)
 
 
-def _attention(inputs: AttentionInputs, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+def query_blocks(inputs: AttentionInputs, dtype: torch.dtype = torch.float64,
+                 block_bytes: int = REFERENCE_BLOCK_BYTES) -> list[tuple[int, int]]:
+    """``(start, end)`` query-row ranges whose ``[B, H, rows, Skv]`` scores in ``dtype`` take at
+    most ``block_bytes`` (at least one row each). Raises ``ValueError`` for ``block_bytes < 1``."""
+    if block_bytes < 1:
+        raise ValueError(f"block_bytes must be positive, got {block_bytes}")
+    batch, heads, seq_len_q, _ = inputs.query.shape
+    row_bytes = batch * heads * inputs.key.shape[2] * torch.empty((), dtype=dtype).element_size()
+    rows = max(1, block_bytes // max(row_bytes, 1))
+    return [(start, min(start + rows, seq_len_q)) for start in range(0, max(seq_len_q, 1), rows)]
+
+
+def _query_rows(tensor: torch.Tensor, start: int, end: int) -> torch.Tensor:
+    """Rows ``start:end`` of a mask or bias broadcast over ``[..., Sq, Skv]`` (size-1 query dims kept)."""
+    return tensor if tensor.dim() < 2 or tensor.shape[-2] == 1 else tensor[..., start:end, :]
+
+
+def _attention(inputs: AttentionInputs, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               start: int = 0, end: int | None = None) -> torch.Tensor:
+    """Attention of query rows ``start:end`` (``q`` holds only those rows) over all keys."""
+    end = q.shape[2] + start if end is None else end
     groups = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
     scores = torch.matmul(q, k.transpose(-2, -1)) * inputs.scale
     mask = inputs.mask
     if mask.additive is not None:
-        scores = scores + mask.additive.to(q.dtype)
+        scores = scores + _query_rows(mask.additive, start, end).to(q.dtype)
     if mask.masked_out is not None:
-        scores = scores.masked_fill(mask.masked_out, float("-inf"))
+        scores = scores.masked_fill(_query_rows(mask.masked_out, start, end), float("-inf"))
     weights = torch.softmax(scores, dim=-1).nan_to_num(nan=0.0)  # all -inf rows -> zeros
     return torch.matmul(weights, v)
 
@@ -82,18 +114,24 @@ def _attention(inputs: AttentionInputs, q: torch.Tensor, k: torch.Tensor, v: tor
 GRADIENT_NAMES = ("grad_query", "grad_key", "grad_value")
 
 
-def reference_gradients(inputs: AttentionInputs, grad_output: torch.Tensor,
-                        dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, ...]:
+def reference_gradients(inputs: AttentionInputs, grad_output: torch.Tensor, dtype: torch.dtype = torch.float64,
+                        block_bytes: int = REFERENCE_BLOCK_BYTES) -> tuple[torch.Tensor, ...]:
     """Gradients of ``reference_attention`` with respect to query, key and value for ``grad_output``.
 
     Shapes are those of query ``[B, H, Sq, D]`` and key/value ``[B, Hkv, Skv, D]``. A query that
     sees no key gets zero gradients (every score of its row is masked out, so ``masked_fill``'s
-    backward zeroes them).
+    backward zeroes them). Computed per block of query rows (``query_blocks``), the key and
+    value gradients summed over blocks.
     """
     leaves = tuple(t.detach().to(dtype).requires_grad_(True) for t in (inputs.query, inputs.key, inputs.value))
-    with torch.enable_grad():
-        output = _attention(inputs, *leaves)
-        return torch.autograd.grad(output, leaves, grad_output.to(dtype))
+    grad_output = grad_output.to(dtype)
+    totals: list[torch.Tensor] | None = None
+    for start, end in query_blocks(inputs, dtype, block_bytes):  # per block of query rows; key/value gradients summed
+        with torch.enable_grad():
+            output = _attention(inputs, leaves[0][:, :, start:end], leaves[1], leaves[2], start, end)
+            grads = torch.autograd.grad(output, leaves, grad_output[:, :, start:end])
+        totals = list(grads) if totals is None else [t + g for t, g in zip(totals, grads)]
+    return tuple(totals)
 
 
 def compare_gradients(actual: tuple[torch.Tensor, ...], inputs: AttentionInputs, grad_output: torch.Tensor,

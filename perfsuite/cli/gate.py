@@ -43,11 +43,22 @@ def add_commands(commands) -> None:
     compare.add_argument("head", help="new run JSON")
     add_gate_options(compare)
     ab = commands.add_parser("ab", help="A/B gate: base and head interleaved in one run")
-    ab.add_argument("--base-tree", default=".", help="source tree of the base (default .)")
+    ab.add_argument("--base-tree", default=".", help="source tree put first on the base's PYTHONPATH, with its src/ "
+                                                     "(default .: your checkout, or perfsuite's)")
     ab.add_argument("--head-tree", default=".", help="source tree of the head (default .)")
+    ab.add_argument("--base-ref", help="git ref of the current repository as the base (a temporary worktree)")
+    ab.add_argument("--head-ref", help="git ref of the current repository as the head (a temporary worktree)")
+    ab.add_argument("--base-python", default=sys.executable, help="interpreter (a virtualenv's bin/python) of the base")
+    ab.add_argument("--head-python", default=sys.executable, help="interpreter of the head (e.g. a venv with another torch)")
+    ab.add_argument("--variant", action="append", default=[], metavar="MODULE:FUNCTION",
+                    help="add your own attention function as a variant (repeatable); entry points of the "
+                         "perfsuite.variants group are always loaded")
+    ab.add_argument("--modes", default="all", help="modes to gate: forward, backward, forward_backward or all "
+                                                  "(default all; variants without backward are gated forward only)")
     ab.add_argument("--base-variant", help="run this variant as the base of every benchmark")
     ab.add_argument("--head-variant", help="run this variant as the head of every benchmark")
-    ab.add_argument("--variants", default="all", help="variants to gate (default all)")
+    ab.add_argument("--variants", help="variants to gate (default: perfsuite_variants of your pytest configuration, "
+                                       "else all)")
     ab.add_argument("--case-set", default="smoke", help="case set (default smoke)")
     ab.add_argument("--cases", help="exact case ids instead of a case set")
     ab.add_argument("--devices", default="auto", help="cpu, cuda or auto")
@@ -94,28 +105,63 @@ def resolve_case_ids(args: argparse.Namespace) -> list[str]:
     return [c.id for c in resolved.cases]
 
 
+def selected_variants(args: argparse.Namespace) -> list[str]:
+    """Register the user's variants here too (names and signatures are checked before any worker
+    starts) and return the variants to gate; ``UsageError`` names a bad spec or name."""
+    from perfsuite.variants import get_variant, variant_names
+    from perfsuite.variants.user import load_entry_point_variants, load_variant_spec
+
+    from perfsuite.suite.runner import ini_value
+
+    args.variant = args.variant or ini_value(Path.cwd(), "perfsuite_user_variants")
+    wanted = args.variants or " ".join(ini_value(Path.cwd(), "perfsuite_variants")) or "all"
+    try:
+        load_entry_point_variants()
+        for spec in args.variant:
+            load_variant_spec(spec)
+        if args.base_variant or args.head_variant:
+            return [get_variant(args.head_variant or args.base_variant).name]
+        if wanted == "all":
+            return variant_names()
+        return [get_variant(v).name for v in suite_settings.split_list(wanted)]
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def selected_modes(text: str) -> tuple[str, ...]:
+    from perfsuite.attention.modes import MODES, parse_mode
+
+    try:
+        return MODES if text.strip() == "all" else tuple(parse_mode(m) for m in suite_settings.split_list(text))
+    except ValueError as exc:
+        raise UsageError(f"--modes: {exc}") from None
+
+
 def run_ab_command(args: argparse.Namespace) -> int:
     from perfsuite.gate.ab import PAIRED_METHOD, Side, run_ab, write_json
-    from perfsuite.variants import get_variant, variant_names
+    from perfsuite.gate.worktrees import git_worktrees
 
     settings = GateSettings(args.alpha, GateSettings.min_effect if args.min_effect is None else args.min_effect)
     try:
         case_ids = resolve_case_ids(args)
-        variants = variant_names() if args.variants == "all" else [get_variant(v).name for v in suite_settings.split_list(args.variants)]
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    if args.base_variant or args.head_variant:
-        variants = [args.head_variant or args.base_variant]
-    for tree in (args.base_tree, args.head_tree):
-        if not (Path(tree) / "perfsuite" / "__init__.py").is_file():
-            raise UsageError(f"{tree}: no perfsuite package there (a source tree of this project is needed)")
-    base = Side(Path(args.base_tree), args.base_variant)
-    head = Side(Path(args.head_tree), args.head_variant, args.head_slowdown, args.slow_variant)
-    results, info = run_ab(base, head, variants, case_ids, blocks=args.blocks, rounds=args.rounds, settings=settings,
-                           force=args.force, progress=lambda text: print(text, file=sys.stderr))
+    variants, modes = selected_variants(args), selected_modes(args.modes)
+    with git_worktrees({"base": args.base_ref, "head": args.head_ref}) as trees:
+        base = Side(trees.get("base", Path(args.base_tree)), args.base_variant, python=args.base_python)
+        head = Side(trees.get("head", Path(args.head_tree)), args.head_variant, args.head_slowdown, args.slow_variant,
+                    python=args.head_python)
+        results, info = run_ab(base, head, variants, case_ids, blocks=args.blocks, rounds=args.rounds,
+                               settings=settings, force=args.force, progress=lambda text: print(text, file=sys.stderr),
+                               modes=modes, specs=tuple(args.variant))
     if args.json:
         write_json(Path(args.json), results, info, settings)
     comparisons = [r.comparison for r in results]
-    title = f"perfsuite A/B: {args.base_tree}{':' + args.base_variant if args.base_variant else ''} -> " \
-            f"{args.head_tree}{':' + args.head_variant if args.head_variant else ''}"
+    two_pythons = base.python != head.python
+    name = lambda ref, side, variant: ((f"{ref} ({side.label(two_pythons)})" if ref else side.label(two_pythons))
+                                       + (f":{variant}" if variant else ""))
+    title = f"perfsuite A/B: {name(args.base_ref, base, args.base_variant)} -> {name(args.head_ref, head, args.head_variant)}"
+    versions = (info["base_machine"].get("torch_version"), info.get("torch_version"))
+    if versions[0] != versions[1]:
+        title += f" (torch {versions[0]} -> {versions[1]})"
     return _finish(judge(comparisons, settings, title, PAIRED_METHOD, args.fail_on_structure), args)

@@ -6,8 +6,11 @@
   perfsuite report RUN.json [--markdown F] [--html F] [--plots DIR]
   perfsuite compare BASE.json HEAD.json                      timing verdicts with intervals + structural diff
   perfsuite ab [--base-tree DIR] [--head-tree DIR]           A/B gate, base and head interleaved in one run
+  perfsuite run [--check] [PYTEST ARGS]                      the attention suite in this directory (your repository)
+  perfsuite init-ci                                          a GitHub workflow gating your pull requests
+  perfsuite verify --results DIR [--suite-exit N]            GPU verification report (scripts/gpu_suite.sh)
 
-Exit codes: 0 success; 1 a regression (compare, ab); 2 bad arguments, an unreadable file,
+Exit codes: 0 success; 1 a regression (compare, ab) or a failed check (verify); 2 bad arguments, an unreadable file,
 or no window of that name (the message names the file).
 """
 
@@ -19,7 +22,10 @@ import sys
 from pathlib import Path
 
 from perfsuite.errors import PerfsuiteError, UsageError
+from perfsuite.cli import init_ci
+from perfsuite.cli import run as run_command
 from perfsuite.cli.gate import add_commands, run_ab_command, run_compare
+from perfsuite.cli.verify import add_command as add_verify_command, run_verify
 from perfsuite.trace.kernel_families import rules_markdown
 from perfsuite.trace.render import describe, describe_diff, diff
 from perfsuite.trace.summary import TraceError, TraceIndex, WindowSummary, load_trace
@@ -141,11 +147,18 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--html", help="write the self-contained HTML report here")
     report.add_argument("--plots", help="write the plots (PNG and SVG) into this folder")
     add_commands(commands)
+    run_command.add_command(commands)
+    init_ci.add_command(commands)
+    add_verify_command(commands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and args.command != "run":
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    args.pytest_args = unknown  # perfsuite run: everything it does not know goes to pytest
     try:
         if args.command == "trace":
             return run_trace(args)
@@ -153,6 +166,12 @@ def main(argv: list[str] | None = None) -> int:
             return run_compare(args)
         if args.command == "ab":
             return run_ab_command(args)
+        if args.command == "run":
+            return run_command.run_suite(args)
+        if args.command == "init-ci":
+            return init_ci.run_init_ci(args)
+        if args.command == "verify":
+            return run_verify(args)
         from perfsuite.cli.report import run_report
 
         return run_report(args)

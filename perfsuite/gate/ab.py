@@ -1,8 +1,9 @@
 """A/B gate: base and head timed in alternating blocks (ABAB...) in one time window.
 
-Each side runs in its own worker process (``perfsuite.gate.ab_worker``) importing perfsuite from
-its own source tree, so base and head can be two git checkouts, or two variants, or the
-same code with an injected slowdown (calibration). Only one side runs at a time; block
+Each side runs in its own worker process (``perfsuite.gate.ab_worker``) with its own source
+tree first on ``PYTHONPATH`` (and its own interpreter), so base and head can be two git checkouts
+of your repository (your attention code, or perfsuite itself), two virtualenvs (a torch
+upgrade), two variants, or the same code with an injected slowdown (calibration). Only one side runs at a time; block
 order alternates (AB, BA, AB, ...) so neither side always goes first. The statistics are
 ``perfsuite.gate.stats.paired_ratio``.
 """
@@ -21,7 +22,7 @@ from typing import Any
 
 from perfsuite.errors import IncomparableRuns, WorkerError
 from perfsuite.gate.compare import BenchmarkComparison
-from perfsuite.measure.machine import machine_differences
+from perfsuite.measure.machine import MUST_MATCH, machine_differences
 from perfsuite.trace.structure import diff_fingerprints
 from perfsuite.gate.stats import GateSettings, paired_ratio, verdict
 
@@ -44,16 +45,36 @@ PAIRED_METHOD = ("percentile bootstrap (Efron & Tibshirani 1993) of the median o
 
 @dataclasses.dataclass(frozen=True)
 class Side:
-    """One side of the comparison: a source tree (its perfsuite is imported), a variant name
-    (None: the benchmark's own), and an injected slowdown fraction (calibration only)."""
+    """One side of the comparison.
 
-    tree: Path
+    ``tree``: a source tree put first on the worker's ``PYTHONPATH`` (with its ``src/`` when it
+    has one), so its modules shadow installed ones; None adds nothing. ``python``: the
+    interpreter (a virtualenv's ``bin/python``) whose torch and perfsuite the worker uses.
+    ``variant``: run this variant instead of the benchmark's own. ``slowdown``: an injected
+    slowdown fraction (calibration only), for ``slow_variant`` only when set.
+    """
+
+    tree: Path | None
     variant: str | None = None
     slowdown: float = 0.0
     slow_variant: str | None = None  # the slowdown applies to this variant only (None: all)
+    python: str = sys.executable
 
     def slowdown_for(self, variant: str) -> float:
         return self.slowdown if self.slow_variant in (None, variant) else 0.0
+
+    def python_path(self) -> list[str]:
+        """The folders this side puts first on ``PYTHONPATH``."""
+        if self.tree is None:
+            return []
+        tree = self.tree.resolve()
+        return [str(tree)] + ([str(tree / "src")] if (tree / "src").is_dir() else [])
+
+    def label(self, with_python: bool = False) -> str:
+        """``tree`` (and ``python`` when asked, or when it is not this interpreter) as a header shows them."""
+        where = str(self.tree) if self.tree is not None else "installed code"
+        return f"{where} with {self.python}" if with_python or self.python != sys.executable else where
+
 
 
 def no_aslr_prefix() -> list[str]:
@@ -69,10 +90,11 @@ class WorkerProcess:
     """A running ``perfsuite.gate.ab_worker`` for one side."""
 
     def __init__(self, side: Side):
-        env = dict(os.environ, PYTHONPATH=str(side.tree.resolve()), **WORKER_ENV)
+        paths = side.python_path() + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths), **WORKER_ENV)
         self.side = side
         self.process = subprocess.Popen(
-            no_aslr_prefix() + [sys.executable, "-m", "perfsuite.gate.ab_worker"], cwd=side.tree, env=env, text=True,
+            no_aslr_prefix() + [side.python, "-m", "perfsuite.gate.ab_worker"], cwd=side.tree or ".", env=env, text=True,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
         )
 
@@ -81,10 +103,11 @@ class WorkerProcess:
         self.process.stdin.flush()
         line = self.process.stdout.readline()
         if not line:
-            raise WorkerError(f"A/B worker for {self.side.tree} exited (exit code {self.process.poll()})")
+            raise WorkerError(f"A/B worker for {self.side.label()} exited (exit code {self.process.poll()}); "
+                              "is perfsuite installed for that interpreter?")
         reply = json.loads(line)
         if "error" in reply:
-            raise WorkerError(f"A/B worker for {self.side.tree}: {reply['error']}")
+            raise WorkerError(f"A/B worker for {self.side.label()}: {reply['error']}")
         return reply
 
     def close(self) -> None:
@@ -114,15 +137,21 @@ def _time_blocks(base: WorkerProcess, head: WorkerProcess, blocks: int, rounds: 
     return base_blocks, head_blocks
 
 
+def benchmark_key(variant: str, case_id: str, mode: str) -> str:
+    """``variant/case`` for the forward, ``variant/case/mode`` otherwise (as ``compare`` keys saved runs)."""
+    return f"{variant}/{case_id}" + ("" if mode == "forward" else f"/{mode}")
+
+
 def run_benchmark(base: WorkerProcess, head: WorkerProcess, variant: str, case_id: str, seed: int,
-                  blocks: int, rounds: int, settings: GateSettings) -> AbBenchmark | None:
-    """A/B one variant on one case; None when either side cannot run it."""
+                  blocks: int, rounds: int, settings: GateSettings, mode: str = "forward",
+                  specs: tuple[str, ...] = ()) -> AbBenchmark | None:
+    """A/B one variant on one case in one mode; None when either side cannot run it."""
     setups = []
     for worker in (base, head):
-        request = {"variant": worker.side.variant or variant, "case": case_id, "seed": seed,
-                   "slowdown": worker.side.slowdown_for(variant)}
+        request = {"variant": worker.side.variant or variant, "case": case_id, "seed": seed, "mode": mode,
+                   "specs": list(specs), "slowdown": worker.side.slowdown_for(variant)}
         setups.append(worker.ask({"setup": request}))
-    key = f"{variant}/{case_id}"
+    key = benchmark_key(variant, case_id, mode)
     if any("unsupported" in s for s in setups):
         return None
     base_blocks, head_blocks = _time_blocks(base, head, blocks, rounds)
@@ -133,19 +162,33 @@ def run_benchmark(base: WorkerProcess, head: WorkerProcess, variant: str, case_i
     return AbBenchmark(key, base_blocks, head_blocks, comparison)
 
 
+# Between two interpreters, other software is what is being compared; the hardware must still match.
+SOFTWARE_FIELDS = ("torch_version", "cuda_version", "cudnn_version")
+
+
 def check_same_machine(base: WorkerProcess, head: WorkerProcess, devices: list[str], force: bool) -> dict:
-    """Both workers must match in ``machine.MUST_MATCH`` (else ``IncomparableRuns`` unless ``force``)."""
+    """Both workers must match in ``machine.MUST_MATCH`` (else ``IncomparableRuns`` unless ``force``);
+    with two interpreters, torch/CUDA/cuDNN versions may differ (that is the comparison).
+
+    Returns the head's machine info with ``base_machine`` (the base's) added."""
     infos = [w.ask({"info": devices}) for w in (base, head)]
-    problems = machine_differences(infos[0], infos[1])
+    two_pythons = base.side.python != head.side.python
+    fields = tuple(f for f in MUST_MATCH if not (two_pythons and f in SOFTWARE_FIELDS))
+    problems = machine_differences(infos[0], infos[1], fields=fields)
     if problems and not force:
         raise IncomparableRuns("base and head run different software or hardware: " + "; ".join(problems))
-    return infos[1]
+    return dict(infos[1], base_machine=infos[0])
 
 
 def run_ab(base_side: Side, head_side: Side, variants: list[str], case_ids: list[str], seed: int = 0,
            blocks: int = 12, rounds: int = 8, settings: GateSettings = GateSettings(), force: bool = False,
-           progress=None) -> tuple[list[AbBenchmark], dict]:
-    """A/B every variant x case; returns the benchmarks that both sides could run and machine info."""
+           progress=None, modes: tuple[str, ...] = ("forward",),
+           specs: tuple[str, ...] = ()) -> tuple[list[AbBenchmark], dict]:
+    """A/B every variant x case x mode; returns the benchmarks both sides could run and machine info.
+
+    ``specs``: users' ``module:function`` variants, registered in both workers (each imports
+    them from its own tree). A variant without backward is gated in forward only.
+    """
     base, head = WorkerProcess(base_side), WorkerProcess(head_side)
     try:
         devices = sorted({c.rsplit("-", 1)[1] for c in case_ids})
@@ -153,11 +196,12 @@ def run_ab(base_side: Side, head_side: Side, variants: list[str], case_ids: list
         results = []
         for variant in variants:
             for case_id in case_ids:
-                if progress:
-                    progress(f"A/B {variant} on {case_id}")
-                found = run_benchmark(base, head, variant, case_id, seed, blocks, rounds, settings)
-                if found:
-                    results.append(found)
+                for mode in modes:
+                    if progress:
+                        progress(f"A/B {variant} on {case_id} ({mode})")
+                    found = run_benchmark(base, head, variant, case_id, seed, blocks, rounds, settings, mode, specs)
+                    if found:
+                        results.append(found)
         return results, info
     finally:
         base.close()

@@ -4,11 +4,13 @@ Started by ``perfsuite.gate.ab`` as ``python -m perfsuite.gate.ab_worker`` with 
 source tree, so it imports that tree's perfsuite and variants. It reads one JSON request
 per line on stdin and answers one JSON line on stdout:
 
-* ``{"setup": {"variant", "case", "seed", "slowdown"}}`` -> ``{"fingerprint": ...}`` or
-  ``{"unsupported": reason}``. ``slowdown`` (0.1 = 10%) adds busy CPU work after each
-  forward, lasting that fraction of the forward's median measured at setup (calibration of
+* ``{"setup": {"variant", "case", "seed", "slowdown", "mode", "specs"}}`` -> ``{"fingerprint": ...}``
+  or ``{"unsupported": reason}``. ``mode``: forward (default), backward or forward_backward.
+  ``specs``: users' ``module:function`` variants to register first (entry points of the
+  ``perfsuite.variants`` group always are). ``slowdown`` (0.1 = 10%) adds busy CPU work after
+  each step, lasting that fraction of the step's median measured at setup (calibration of
   the gate: a real slowdown, not a sleep);
-* ``{"time": rounds}`` -> ``{"times": [seconds, ...]}``, one synchronized forward per round;
+* ``{"time": rounds}`` -> ``{"times": [seconds, ...]}``, one synchronized step per round;
 * ``{"info": true}`` -> torch version and device names; ``{"quit": true}`` ends the worker.
 """
 
@@ -31,33 +33,45 @@ def _spin(seconds: float) -> None:
 class Worker:
     def __init__(self):
         self.forward = None
+        self.loaded = False
 
     def setup(self, request: dict) -> dict:
         from perfsuite.attention.cases import parse_case_id
-        from perfsuite.measure.evidence import VariantUnsupported, bind, run_once
-        from perfsuite.trace.structure import fingerprint
-        from perfsuite.attention.inputs import make_inputs
+        from perfsuite.attention.modes import GRADIENT_MODES, make_step
+        from perfsuite.measure.evidence import VariantUnsupported, prepare_case, run_once
         from perfsuite.measure.profiling import profile_steps
         from perfsuite.measure.timing import synchronized
+        from perfsuite.trace.structure import fingerprint
         from perfsuite.variants import get_variant
 
-        from perfsuite.measure.evidence import device_unavailable_reason
-
-        case = parse_case_id(request["case"])
+        self.load_variants(request.get("specs", []))
+        case, mode = parse_case_id(request["case"]), request.get("mode", "forward")
         variant = get_variant(request["variant"])
-        if device_unavailable_reason(case.device):
-            return {"unsupported": device_unavailable_reason(case.device)}
-        forward = synchronized(bind(variant, make_inputs(case, request["seed"])), case.device)
+        no_backward = variant.backward_unsupported(case.device)
+        if mode in GRADIENT_MODES and no_backward:
+            return {"unsupported": f"{variant.name} has no backward on {case.device}: {no_backward}"}
         try:
-            run_once(variant, case, forward)
+            prepared = prepare_case(variant, case, request["seed"])
+            step = synchronized(make_step(mode, prepared.fn, prepared.inputs, prepared.grad_output), case.device)
+            run_once(variant, case, step)
         except VariantUnsupported as exc:
             return {"unsupported": str(exc)}
         with tempfile.TemporaryDirectory() as scratch:
-            summary = profile_steps(forward, case.device, Path(scratch) / "t.json.gz")[0]
-        extra_s = request.get("slowdown", 0.0) * statistics.median(self._times(forward, 7))
-        self.forward = forward if not extra_s else (lambda: (forward(), _spin(extra_s)))
+            summary = profile_steps(step, case.device, Path(scratch) / "t.json.gz")[0]
+        extra_s = request.get("slowdown", 0.0) * statistics.median(self._times(step, 7))
+        self.forward = step if not extra_s else (lambda: (step(), _spin(extra_s)))
         self._times(self.forward, 5)  # warm-up
         return {"fingerprint": fingerprint(summary, case.device)}
+
+    def load_variants(self, specs: list[str]) -> None:
+        """Register installed entry points and users' ``module:function`` specs (once each)."""
+        from perfsuite.variants.user import load_entry_point_variants, load_variant_spec
+
+        if not self.loaded:
+            load_entry_point_variants()
+            self.loaded = True
+        for spec in specs:
+            load_variant_spec(spec)
 
     @staticmethod
     def _times(forward, rounds: int) -> list[float]:

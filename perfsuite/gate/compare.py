@@ -113,7 +113,7 @@ def markdown(comparisons: list[BenchmarkComparison], settings: GateSettings, tit
         ratio = f"{c.estimate.ratio:.3f} [{c.estimate.low:.3f}, {c.estimate.high:.3f}]" if c.estimate else "-"
         mark = {"slower": "**slower**", "faster": "faster"}.get(c.verdict, c.verdict)
         note = f" ({c.note})" if c.note else ""
-        structure = "-" if c.verdict == "missing" else ("<br>".join(c.structure) if c.structure else "same")
+        structure = "-" if c.verdict == "missing" else ("; ".join(c.structure) if c.structure else "same")
         rows.append(f"| `{c.key}` | {_ms(c.base_median_s)} | {_ms(c.head_median_s)} | {ratio} | {mark}{note} | {structure} |")
     counts = {v: sum(c.verdict == v for c in comparisons) for v in ("slower", "faster", "no change", "inconclusive", "missing")}
     timed = sum(1 for c in comparisons if c.estimate)

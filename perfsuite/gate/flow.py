@@ -47,7 +47,12 @@ class GateOutcome:
             return f"perfsuite gate: FAIL: {len(self.failures)} of {total} benchmarks regressed"
         counts = {v: sum(c.verdict == v for c in self.comparisons) for v in ("no change", "faster", "inconclusive", "missing")}
         shown = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
-        return f"perfsuite gate: PASS: no regression in {total} benchmarks ({shown})"
+        changed = sum(1 for c in self.comparisons if c.structure)
+        notes = [f"{changed} with structural changes (they fail only with --fail-on-structure)"] if changed else []
+        if counts["inconclusive"]:
+            notes.append("inconclusive timings decide nothing: more blocks/rounds or a quieter machine")
+        return (f"perfsuite gate: PASS: no regression found in {total} benchmarks ({shown})"
+                + "".join(f"; {note}" for note in notes))
 
 
 def failure_reason(comparison: BenchmarkComparison, fail_on_structure: bool) -> str | None:

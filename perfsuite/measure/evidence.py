@@ -27,8 +27,8 @@ from perfsuite.attention.modes import GRADIENT_MODES, Step, StepResult, make_ste
 from perfsuite.measure.profiling import record_trace, step_annotation
 from perfsuite.measure.score_accounting import ScoreAccounting, account_windows
 from perfsuite.measure.saved_tensors import SavedForBackward, measure_saved
-from perfsuite.attention.reference import (Comparison, compare_gradients, compare_with_reference, reference_attention,
-                                 tolerances)
+from perfsuite.attention.reference import (REFERENCE_BLOCK_BYTES, Comparison, compare_gradients, compare_with_reference,
+                                          reference_attention, tolerances)
 from perfsuite.measure.timing import synchronized
 from perfsuite.trace.summary import WindowSummary, summarize_windows
 from perfsuite.variants import Variant
@@ -36,6 +36,39 @@ from perfsuite.variants.registry import VariantFn
 
 # Messages with which torch refuses a case it has no kernel for (not a bug of the variant).
 _UNSUPPORTED_RE = re.compile(r"No available kernel|No viable backend|not implemented for '\w+'|does not support backward on")
+# Refusals of the machine rather than of torch's dispatch: cuDNN's frontend finding no execution
+# plan for the graph (a shape/dtype/GPU combination its heuristics do not cover), and Triton or
+# Inductor kernels needing more shared memory or registers than this GPU has, or autotuning
+# finding no kernel that fits. Each is a skip whose reason says which, never a pass or a failure.
+_MACHINE_LIMITS = (
+    (re.compile(r"No execution plans? (support|supports|found)|cudnn.*no (valid )?execution plan", re.IGNORECASE),
+     "cuDNN has no execution plan for this case on this GPU"),
+    (re.compile(r"OutOfResources|out of resource: (shared memory|registers)", re.IGNORECASE),
+     "a Triton kernel needs more shared memory or registers than this GPU has"),
+    (re.compile(r"NoValidChoicesError|No choices to select", re.IGNORECASE),
+     "Inductor's autotuning found no kernel choice that runs on this GPU"),
+)
+
+
+def _messages(exc: BaseException) -> str:
+    """The exception's type and message and those of its causes (Inductor wraps Triton's errors)."""
+    parts, seen, current = [], set(), exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        parts.append(f"{type(current).__name__}: {current}")
+        current = current.__cause__ or current.__context__
+    return "\n".join(parts)
+
+
+def machine_limit_reason(exc: BaseException) -> str | None:
+    """Why ``exc`` is this machine's limit (``_MACHINE_LIMITS``) with the error's first line, or None."""
+    text = _messages(exc)
+    for pattern, why in _MACHINE_LIMITS:
+        match = pattern.search(text)
+        if match:
+            line = next((part for part in text.splitlines() if pattern.search(part)), match.group(0))
+            return f"{why}; torch: '{line.strip()[:300]}'"
+    return None
 
 
 class VariantUnsupported(Exception):
@@ -87,6 +120,11 @@ class Evidence:
     output_stride: tuple[int, ...] = ()
     output_layout: str = ""
     warnings: tuple[str, ...] = ()
+
+    @property
+    def layout_record(self) -> tuple[str, str, str, str]:
+        """``(variant, case_id, mode, output_layout)``: what ``layout_differences`` compares (no tensors)."""
+        return self.variant.name, self.case.id, self.mode, self.output_layout
 
     @property
     def expected_score_copies(self) -> int:
@@ -178,8 +216,11 @@ def run_once(variant: Variant, case: AttentionCase, forward: Callable[[], object
                 f"out of {case.device} memory (one score matrix of this case is {case.score_bytes} bytes); "
                 "choose smaller shapes with --perfsuite-shapes"
             ) from None
-        except (RuntimeError, NotImplementedError) as exc:
-            if not _UNSUPPORTED_RE.search(str(exc)):
+        except Exception as exc:
+            limit = machine_limit_reason(exc)
+            if limit:
+                raise VariantUnsupported(f"{variant.name} on {case.device}: {limit}") from None
+            if not isinstance(exc, (RuntimeError, NotImplementedError)) or not _UNSUPPORTED_RE.search(str(exc)):
                 raise
             raise VariantUnsupported(unsupported_reason(variant, case, exc, caught)) from None
     lines = shown_warnings(caught)
@@ -222,16 +263,17 @@ def describe_layout(tensor: torch.Tensor) -> str:
     return f"strides {tuple(tensor.stride())}"
 
 
-def layout_differences(evidence: list["Evidence"]) -> list[str]:
+def layout_differences(layouts_seen: list[tuple[str, str, str, str]]) -> list[str]:
     """Lines naming the cases and modes where variants returned outputs of different layouts.
 
+    ``layouts_seen``: ``(variant, case_id, mode, output_layout)`` per evidence (``Evidence.layout_record``).
     ``b1h2s8d4-fp32-causal-strided-cpu (forward): contiguous (sdpa_math); dense as [B, Sq, H, D] (sdpa_flash)``.
     """
     groups: dict[tuple[str, str], dict[str, list[str]]] = {}
-    for found in evidence:
-        if found.output_layout:
-            layouts = groups.setdefault((found.case.id, found.mode), {})
-            layouts.setdefault(found.output_layout, []).append(found.variant.name)
+    for variant, case_id, mode, layout in layouts_seen:
+        if layout:
+            layouts = groups.setdefault((case_id, mode), {})
+            layouts.setdefault(layout, []).append(variant)
     return [f"{case_id} ({mode}): " + "; ".join(f"{layout} ({', '.join(names)})" for layout, names in layouts.items())
             for (case_id, mode), layouts in groups.items() if len(layouts) > 1]
 
@@ -258,6 +300,19 @@ def prepare_case(variant: Variant, case: AttentionCase, seed: int) -> PreparedCa
 
 
 def _compare(prepared: PreparedCase, mode: str, result: StepResult, seed: int) -> tuple[Comparison | None, str | None]:
+    """The comparison with the float64 reference, or None and why not (NaN rows, out of memory)."""
+    try:
+        return _compare_with_reference(prepared, mode, result, seed)
+    except torch.OutOfMemoryError:
+        case = prepared.case
+        if case.device == "cuda":
+            torch.cuda.empty_cache()
+        return None, (f"not compared: the float64 reference of {case.id} ran out of {case.device} memory even in blocks "
+                      f"of {REFERENCE_BLOCK_BYTES} bytes of scores (perfsuite.attention.reference)")
+
+
+def _compare_with_reference(prepared: PreparedCase, mode: str, result: StepResult,
+                            seed: int) -> tuple[Comparison | None, str | None]:
     variant, case, inputs = prepared.variant, prepared.case, prepared.inputs
     in_mode = "" if mode == "forward" else f" in mode {mode}"
     label = f"variant {variant.name} on case {case.id}{in_mode} (seed {seed})"
@@ -274,6 +329,15 @@ def _compare(prepared: PreparedCase, mode: str, result: StepResult, seed: int) -
                       "the gradients: nothing to compare (the forward check holds those rows to finite values)")
     gradients = compare_gradients(result.gradients, inputs, prepared.grad_output, label)
     return Comparison(max(output.max_abs_error, gradients.max_abs_error), gradients.failure), None
+
+
+def input_tensors(inputs: AttentionInputs) -> tuple[torch.Tensor, ...]:
+    """Query, key, value and the mask's tensors (selection, bias, SDPA's mask): storages that are
+    the case's inputs, never score matrices a forward saved (a ``[1, H, Sq, Skv]`` bias has as many
+    elements as the scores at batch 1)."""
+    mask = inputs.mask
+    found = [inputs.query, inputs.key, inputs.value, mask.allowed, mask.masked_out, mask.additive, mask.sdpa_mask]
+    return tuple(t for t in found if isinstance(t, torch.Tensor))
 
 
 def gather_evidence(variant: Variant, case: AttentionCase, seed: int, trace_dir: Path, mode: str = "forward",
@@ -295,17 +359,17 @@ def gather_evidence(variant: Variant, case: AttentionCase, seed: int, trace_dir:
     first_call_s = time.perf_counter() - started
     compiled = compile_stats.since(before)
     comparison, not_compared = _compare(prepared, mode, result, seed)
+    output_stride, output_layout = tuple(result.output.stride()), describe_layout(result.output)
+    del result  # not held while profiling
     suffix = "" if mode == "forward" else f"-{mode}"
     trace_path = trace_dir / f"{variant.name}-{case.id}{suffix}.pt.trace.json.gz"
     before = compile_stats.snapshot()
-    inputs = (prepared.inputs.query, prepared.inputs.key, prepared.inputs.value)
     annotation = step_annotation(mode)
     with announced_once(variant):  # the profiled calls repeat the first call's warnings
-        saved = measure_saved(step, case.score_shape, inputs) if mode == "forward_backward" else None
+        saved = measure_saved(step, case.score_shape, input_tensors(prepared.inputs)) if mode == "forward_backward" else None
         trace = record_trace(step, case.device, trace_path, annotation)
     steps = summarize_windows(trace, annotation)
     accounting = account_windows(trace, annotation, case.score_shape, case.head_dim)
-    output = result.output
     return Evidence(variant, case, mode, comparison, not_compared, tuple(steps), trace_path, step,
                     first_call_s, compiled, compile_stats.since(before), saved, tuple(accounting),
-                    tuple(output.stride()), describe_layout(output), tuple(seen))
+                    output_stride, output_layout, tuple(seen))

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import platform
+import shutil
+import subprocess
 
 import torch
+
+DRIVER_QUERY_TIMEOUT_S = 10
 
 
 def device_name(device: str) -> str:
@@ -21,17 +25,73 @@ def device_name(device: str) -> str:
     return platform.processor() or platform.machine()
 
 
+def driver_version(run=subprocess.run) -> str | None:
+    """The GPU driver version from ``nvidia-smi`` (NVIDIA) or ``rocm-smi`` (AMD), or None when
+    neither tool is installed or answers within ``DRIVER_QUERY_TIMEOUT_S`` seconds."""
+    queries = (("nvidia-smi", ["--query-gpu=driver_version", "--format=csv,noheader"]),
+               ("rocm-smi", ["--showdriverversion"]))
+    for tool, args in queries:
+        path = shutil.which(tool)
+        if not path:
+            continue
+        try:
+            done = run([path, *args], capture_output=True, text=True, timeout=DRIVER_QUERY_TIMEOUT_S, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        lines = [line.strip() for line in done.stdout.splitlines() if line.strip() and not line.startswith("=")]
+        if done.returncode == 0 and lines:
+            return f"{tool}: {lines[0] if tool == 'nvidia-smi' else lines[-1]}"
+    return None
+
+
+def sdpa_priority_order() -> list[str] | None:
+    """SDPA's backend priority order (``["FLASH_ATTENTION", "EFFICIENT_ATTENTION", ...]``), read
+    from torch's private ``_get_sdp_priority_order``; None where this torch lacks it."""
+    get_order = getattr(torch._C, "_get_sdp_priority_order", None)
+    if get_order is None:
+        return None
+    return [torch._C._SDPBackend(value).name for value in get_order()]
+
+
+def numerics_flags() -> dict[str, object]:
+    """Flags that change which kernels run and how precise they are: TF32 for matmul and cuDNN,
+    ``float32_matmul_precision``, reduced-precision reductions, and the enabled SDPA backends."""
+    matmul = torch.backends.cuda.matmul
+    return {
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "cuda_matmul_allow_tf32": matmul.allow_tf32,
+        "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
+        "matmul_allow_fp16_reduced_precision_reduction": matmul.allow_fp16_reduced_precision_reduction,
+        "matmul_allow_bf16_reduced_precision_reduction": matmul.allow_bf16_reduced_precision_reduction,
+        "sdpa_enabled": {
+            "FLASH_ATTENTION": torch.backends.cuda.flash_sdp_enabled(),
+            "EFFICIENT_ATTENTION": torch.backends.cuda.mem_efficient_sdp_enabled(),
+            "CUDNN_ATTENTION": torch.backends.cuda.cudnn_sdp_enabled(),
+            "MATH": torch.backends.cuda.math_sdp_enabled(),
+        },
+        "sdpa_priority_order": sdpa_priority_order(),
+        # FlashAttention 3 inside the flash backend (Hopper), where this torch has the switch (private).
+        "sdpa_flash_uses_fa3": torch._C._get_fa3_sdp_enabled() if hasattr(torch._C, "_get_fa3_sdp_enabled") else None,
+    }
+
+
 def torch_machine_info(devices: list[str]) -> dict[str, object]:
-    """Versions and devices for pytest-benchmark's ``machine_info['perfsuite']``."""
+    """Versions, devices and numerics flags for pytest-benchmark's ``machine_info['perfsuite']``.
+
+    ``driver_version`` is asked of ``nvidia-smi`` / ``rocm-smi`` only when a CUDA device is among
+    ``devices`` (None otherwise, or when the tool is missing); ``numerics`` is ``numerics_flags()``.
+    """
     cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
     return {
         "torch_version": torch.__version__,
         "cuda_version": torch.version.cuda,
         "hip_version": getattr(torch.version, "hip", None),
         "cudnn_version": cudnn,
+        "driver_version": driver_version() if "cuda" in devices else None,
         "num_threads": torch.get_num_threads(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "device_names": {device: device_name(device) for device in devices},
+        "numerics": numerics_flags(),
     }
 
 

@@ -21,7 +21,9 @@ class SavedForBackward:
     """Saved tensors of one forward: ``tensors`` distinct storages, ``bytes`` their total size,
     ``score_sized`` how many storages hold exactly ``B * H * Sq * Skv`` elements (a score matrix,
     whatever view of it was saved: matmul saves ``[B*H, Sq, Skv]``), the inputs' own storages
-    excluded (a key of ``[B, Hkv, Skv, D]`` can have as many elements as the scores)."""
+    excluded (a key of ``[B, Hkv, Skv, D]`` can have as many elements as the scores), and so are
+    copies of an input (SDPA saves its own copy of a ``[1, H, Sq, Skv]`` bias, as many elements
+    as the scores at batch 1)."""
 
     tensors: int
     bytes: int
@@ -32,14 +34,21 @@ def measure_saved(forward_with_grad: Callable[[], object], score_shape: tuple[in
                   inputs: Iterable[torch.Tensor] = ()) -> SavedForBackward:
     """Run ``forward_with_grad`` once and count what autograd saved for its backward.
 
-    ``inputs``: query, key and value, whose storages are never counted as score matrices.
+    ``inputs``: query, key, value and the mask's tensors, whose storages (and same-valued copies)
+    are never counted as score matrices.
     """
+    inputs = tuple(inputs)
     input_storages = {(str(t.device), t.untyped_storage().data_ptr()) for t in inputs}
+    score_numel = math.prod(score_shape)
     storages: dict[tuple[str, int], tuple[int, int]] = {}
+    copies: set[tuple[str, int]] = set()
 
     def pack(tensor: torch.Tensor) -> torch.Tensor:
         storage = tensor.untyped_storage()
-        storages[(str(tensor.device), storage.data_ptr())] = (storage.nbytes(), storage.nbytes() // tensor.element_size())
+        key = (str(tensor.device), storage.data_ptr())
+        storages[key] = (storage.nbytes(), storage.nbytes() // tensor.element_size())
+        if tensor.numel() == score_numel and key not in input_storages and _copies_an_input(tensor, inputs):
+            copies.add(key)
         return tensor
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
@@ -48,5 +57,16 @@ def measure_saved(forward_with_grad: Callable[[], object], score_shape: tuple[in
         tensors=len(storages),
         bytes=sum(size for size, _ in storages.values()),
         score_sized=sum(1 for key, (_, numel) in storages.items()
-                        if numel == math.prod(score_shape) and key not in input_storages),
+                        if numel == score_numel and key not in input_storages and key not in copies),
     )
+
+
+def _copies_an_input(tensor: torch.Tensor, inputs: tuple[torch.Tensor, ...]) -> bool:
+    """True when ``tensor`` holds exactly the values of an input with as many elements (a cast
+    or broadcast-free copy of it, e.g. a bias SDPA converted to the query's dtype)."""
+    flat = tensor.detach().reshape(-1)
+    for source in inputs:
+        if source.numel() == flat.numel() and source.device == flat.device:
+            if torch.equal(flat.to(source.dtype), source.detach().reshape(-1)):
+                return True
+    return False

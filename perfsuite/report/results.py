@@ -31,6 +31,9 @@ class BenchmarkResult:
     written per step, and of them copies, casts and mask expansions (``measure.score_accounting``;
     floats, chunks count their fraction), None for runs saved before they were recorded.
     ``output_layout``: the output's layout (``contiguous``, ``dense as [B, Sq, H, D]``), None when unknown.
+    ``timer``: the clock of ``median_s`` (``host``, ``cuda_event``, ``kernel``); with a device clock
+    ``wall_median_s``/``device_median_s`` are the medians of each round's synchronized host time and
+    device time (``perfsuite.measure.device_timing``), else None.
     """
 
     variant: str
@@ -57,6 +60,16 @@ class BenchmarkResult:
     score_casts: float | None = None
     score_mask_expansions: float | None = None
     output_layout: str | None = None
+    timer: str = "host"
+    wall_median_s: float | None = None
+    device_median_s: float | None = None
+
+    @property
+    def host_overhead_s(self) -> float | None:
+        """Wall minus device median: launch and host overhead per step (device clocks only)."""
+        if self.wall_median_s is None or self.device_median_s is None:
+            return None
+        return self.wall_median_s - self.device_median_s
 
     @property
     def achieved_tflops(self) -> float | None:
@@ -186,14 +199,44 @@ def result_from_benchmark(info: Mapping[str, Any], stats: Mapping[str, Any] | No
         saved_for_backward_bytes=saved.get("bytes"), saved_score_matrices=saved.get("score_sized"),
         score_written=scores.get("written"), score_copies=scores.get("copies"), score_casts=scores.get("casts"),
         score_mask_expansions=scores.get("mask_expansions"), output_layout=info.get("output_layout"),
+        timer=info.get("timer", "host"), wall_median_s=info.get("wall_median_s"),
+        device_median_s=info.get("device_median_s"),
     )
+
+
+def _ms(seconds: float | None) -> str:
+    return f"{seconds * 1e3:.3f}" if seconds is not None else "-"
+
+
+# Shown when some row was timed on a device clock: the timer, wall and device medians and their
+# difference (launch and host overhead), in ms; ``-`` when not measured.
+DEVICE_COLUMNS = (
+    Column("timer", "", lambda r: r.timer),
+    Column("wall ms", "ms", lambda r: _ms(r.wall_median_s)),
+    Column("device ms", "ms", lambda r: _ms(r.device_median_s)),
+    Column("wall - device ms", "ms", lambda r: _ms(r.host_overhead_s)),
+)
+DEVICE_HEADER = [c.header for c in DEVICE_COLUMNS]
+
+
+def device_columns(result: BenchmarkResult) -> list[str]:
+    """The ``DEVICE_COLUMNS`` cells of one result."""
+    return [column.render(result) for column in DEVICE_COLUMNS]
+
+
+def _rows(results: list[BenchmarkResult]) -> tuple[list[str], list[list[str]]]:
+    """Header and rows; the device-time columns only when some row was timed on a device clock."""
+    if any(r.device_median_s is not None for r in results):
+        return HEADER + DEVICE_HEADER, [table_row(r) + device_columns(r) for r in results]
+    return HEADER, [table_row(r) for r in results]
 
 
 def markdown_table(results: list[BenchmarkResult], skipped: list[SkippedResult], crashed: list[CrashedResult] = (),
                    incomplete: str | None = None) -> str:
     """The run's table in GitHub Markdown, skipped variants listed under it with reasons, crashed
     ones after them; ``incomplete`` (why the run is partial) heads it as ``**Partial run**: ...``."""
-    rows = [HEADER, ["---"] * len(HEADER)] + [table_row(r) for r in results]
+    header, body = _rows(results)
+    rows = [header, ["---"] * len(header)] + body
     head = [f"**Partial run**: {incomplete}. These rows are not the whole run.", ""] if incomplete else []
     lines = head + ["| " + " | ".join(row) + " |" for row in rows]
     if skipped:
@@ -207,8 +250,9 @@ def markdown_table(results: list[BenchmarkResult], skipped: list[SkippedResult],
 
 def text_table(results: list[BenchmarkResult]) -> str:
     """The same table aligned in columns for the terminal."""
-    rows = [HEADER] + [table_row(r) for r in results]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
+    header, body = _rows(results)
+    rows = [header] + body
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     fmt = lambda row: "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
     return "\n".join([fmt(rows[0]), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows[1:]])
 

@@ -75,10 +75,19 @@ def load_run(path: str | Path) -> SavedRun:
     return run
 
 
+def platform_text(machine: dict[str, Any]) -> str:
+    """``CUDA 12.8``, ``ROCm (HIP 6.4...)`` or ``CPU-only torch build`` from a run's machine facts."""
+    if machine.get("hip_version"):
+        return f"ROCm (HIP {machine['hip_version']})"
+    if machine.get("cuda_version"):
+        return f"CUDA {machine['cuda_version']}"
+    return "CPU-only torch build (no CUDA or ROCm)"
+
+
 def _machine_line(run: SavedRun) -> str:
     m = run.machine
+    cuda = platform_text(m)
     names = ", ".join(f"{d}: {n}" for d, n in m.get("device_names", {}).items())
-    cuda = f"CUDA {m['cuda_version']}" if m.get("cuda_version") else "no CUDA"
     return f"torch {m.get('torch_version', '?')}, {cuda}, {m.get('num_threads', '?')} threads; {names}"
 
 

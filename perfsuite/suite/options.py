@@ -26,6 +26,8 @@ def add_options(parser: pytest.Parser) -> None:
                     help="with --perfsuite-gate: any structural change (ops, kernels, copies, bytes, backend) fails")
     group.addoption("--perfsuite-gate-force", action="store_true",
                     help="with --perfsuite-gate: compare with a baseline from other hardware or torch anyway")
+    parser.addini("perfsuite_user_variants", "your own attention functions as variants, MODULE:FUNCTION, one per "
+                  "line or a TOML list (the ini form of --perfsuite-variant)", type="linelist", default=[])
     for spec in settings.SETTINGS.values():
         parser.addini(spec.ini_key, spec.help, default="")
         if spec.option:
@@ -38,6 +40,8 @@ def raw_settings(config: pytest.Config) -> settings.RawSettings:
     for name, spec in settings.SETTINGS.items():
         option = config.getoption(spec.option.lstrip("-").replace("-", "_")) if spec.option else None
         ini = config.getini(spec.ini_key)
+        if isinstance(ini, list):  # a TOML list under [tool.pytest.ini_options]: the same as spaces
+            ini = " ".join(str(item) for item in ini)
         if option is not None:
             raw[name] = settings.RawValue(option, f"option {spec.option}={option!r}", "option")
         elif ini:
@@ -47,6 +51,20 @@ def raw_settings(config: pytest.Config) -> settings.RawSettings:
         else:
             raw[name] = settings.RawValue(spec.default, f"built-in default {spec.ini_key}={spec.default!r}", "default")
     return raw
+
+
+def variant_specs(config: pytest.Config) -> list[str]:
+    """``--perfsuite-variant`` specs, then those of the ``perfsuite_user_variants`` ini key."""
+    from_ini = [line.strip() for line in config.getini("perfsuite_user_variants") if line.strip()]
+    return list(config.getoption("perfsuite_variant")) + from_ini
+
+
+def asked_for_perfsuite(config: pytest.Config) -> bool:
+    """True when the command line set a ``--perfsuite-*`` option (ini keys alone do not: a
+    repository configured for ``perfsuite run`` still runs its own tests with plain pytest)."""
+    if config.getoption("perfsuite_variant"):
+        return True
+    return any(raw.origin == "option" for raw in raw_settings(config).values())
 
 
 def header_lines(run: settings.SuiteSettings) -> list[str]:
@@ -59,6 +77,8 @@ def header_lines(run: settings.SuiteSettings) -> list[str]:
         f"perfsuite: seed={run.seed} devices={','.join(run.devices)} torch={torch.__version__} "
         f"threads={torch.get_num_threads()}",
         f"perfsuite: variants={','.join(run.variants)} modes={','.join(run.modes)}",
+        f"perfsuite: timer={run.timer} l2_flush={'on' if run.l2_flush else 'off'} "
+        f"cuda_graphs={'on' if run.cuda_graphs else 'off'} (device clocks apply to CUDA cases only)",
         f"perfsuite: cases from {run.cases_from}",
         f"perfsuite: cases={' '.join(c.id for c in run.cases)}",
         *compiled_header(run),

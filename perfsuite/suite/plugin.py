@@ -19,6 +19,7 @@ from perfsuite.errors import PerfsuiteError
 from perfsuite.measure.evidence import Evidence
 from perfsuite.suite import options, settings
 from perfsuite.suite.session import SuiteSession
+from perfsuite.variants import Variant, get_variant
 from perfsuite.variants.user import load_entry_point_variants, load_variant_spec, loaded_user_variants
 
 SESSION_KEY = pytest.StashKey[SuiteSession]()
@@ -38,15 +39,15 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "Variant.<flag> is true, or for which predicate(variant) is true")
     try:
         load_entry_point_variants()
-        for spec in config.getoption("perfsuite_variant"):
+        for spec in options.variant_specs(config):
             load_variant_spec(spec)
     except ValueError as exc:
-        raise pytest.UsageError(f"perfsuite: option --perfsuite-variant / entry points: {exc}") from None
+        raise pytest.UsageError(f"perfsuite: --perfsuite-variant / perfsuite_user_variants / entry points: {exc}") from None
     try:
         resolved = settings.resolve(options.raw_settings(config), torch.cuda.is_available(), loaded_user_variants())
     except settings.SettingsError as exc:
         raise pytest.UsageError(f"perfsuite: {exc}") from None
-    config.stash[SESSION_KEY] = SuiteSession(resolved, tuple(config.getoption("perfsuite_variant")))
+    config.stash[SESSION_KEY] = SuiteSession(resolved, tuple(options.variant_specs(config)))
 
 
 @pytest.hookimpl(trylast=True)
@@ -60,10 +61,6 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     except PerfsuiteError as exc:
         raise pytest.UsageError(f"perfsuite: {exc}") from None
     session_of(config).start(session, timed=benchmarks is not None and not benchmarks.disabled)
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    session_of(config).expect(sum(1 for item in items if "benchmark" in getattr(item, "fixturenames", ())))
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -80,10 +77,52 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         session_of(metafunc.config).parametrize(metafunc)
 
 
+def _pair(item) -> tuple | None:
+    """(variant, case) of a suite test item, None for other tests."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    variant, case = params.get("variant"), params.get("case")
+    return (variant.name, case) if variant is not None and case is not None else None
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
+    """Run each (variant, case) pair's tests together, so its memory can be released after them."""
+    first_seen: dict[tuple, int] = {}
+    for item in items:
+        pair = _pair(item)
+        if pair is not None:
+            first_seen.setdefault((pair[0], pair[1].id), len(first_seen))
+    items.sort(key=lambda item: -1 if _pair(item) is None else first_seen[(_pair(item)[0], _pair(item)[1].id)])
+    session_of(config).expect(sum(1 for item in items if "benchmark" in getattr(item, "fixturenames", ())))
+
+
+def pytest_runtest_teardown(item, nextitem) -> None:
+    """After a pair's last test: drop its cached inputs and steps (``SuiteSession.release``)."""
+    pair, following = _pair(item), _pair(nextitem) if nextitem is not None else None
+    if pair is not None and (following is None or (following[0], following[1].id) != (pair[0], pair[1].id)):
+        session_of(item.config).release(pair[0], pair[1])
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Say what to do when perfsuite was configured but none of its suite's tests were collected."""
+    suite_items = [item for item in session.items if "variant" in getattr(item, "fixturenames", ())]
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if not suite_items and reporter and options.asked_for_perfsuite(session.config):
+        reporter.write_line("perfsuite: no test of the attention suite was collected here. The suite ships with "
+                            "perfsuite: run `perfsuite run` (timed) or `perfsuite run --check` from your repository "
+                            "root, or `pytest --pyargs perfsuite.suite`.", yellow=True)
+
+
 @pytest.fixture
 def perfsuite_run(request: pytest.FixtureRequest) -> SuiteSession:
     """The run's ``SuiteSession`` (settings, evidence cache, results)."""
     return session_of(request.config)
+
+
+@pytest.fixture(scope="session")
+def perfsuite_variants(request: pytest.FixtureRequest) -> list[Variant]:
+    """The selected variants (``--perfsuite-variants``; users' own included), for tests of your own,
+    e.g. hypothesis property tests (session-scoped, so ``@given`` tests may take it)."""
+    return [get_variant(name) for name in session_of(request.config).settings.variants]
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from perfsuite.gate.compare import benchmark_key
 from perfsuite.gate.flow import GateOutcome, judge_saved_runs
 from perfsuite.gate.stats import SEPARATE_RUNS_MIN_EFFECT, GateSettings
 from perfsuite.measure import machine
+from perfsuite.measure.cleanup import release_device_memory, release_exception_frames
 from perfsuite.measure.evidence import (Evidence, PreparedCase, VariantUnsupported, gather_evidence, layout_differences,
                                        prepare_case)
 from perfsuite.measure.peaks import measured_peaks
@@ -44,7 +45,7 @@ class SuiteSession:
         self.run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
         self.traces = TraceManifest(resolved.traces_dir, self.run_id)
         self.baseline_path: Path | None = None  # the file --benchmark-compare will load, checked
-        self._evidence_seen: list[Evidence] = []
+        self._layouts: list[tuple[str, str, str, str]] = []  # (variant, case, mode, output layout), no tensors
         self._prepared: dict[tuple[str, str], PreparedCase | Exception] = {}
         self._evidence: dict[tuple[str, str, str], Evidence | Exception] = {}
         self.results: dict[tuple[str, str, str], BenchmarkResult] = {}
@@ -106,7 +107,7 @@ class SuiteSession:
                     variant, case, self.settings.seed, self.settings.traces_dir, mode, prepared))
             found = self._evidence[key]
             if isinstance(found, Evidence):
-                self._evidence_seen.append(found)
+                self._layouts.append(found.layout_record)
                 self.traces.add(found.trace_path)
         found = self._evidence[key]
         if isinstance(found, VariantUnsupported):
@@ -128,6 +129,14 @@ class SuiteSession:
         if self.timed:
             self.write_outputs(final=False)
         return result
+
+    def release(self, variant_name: str, case) -> None:
+        """Forget a finished (variant, case) pair's inputs, steps and outputs, and on CUDA give its
+        memory back, so the next pair's allocations and peaks are its own (the table keeps its rows)."""
+        self._prepared.pop((variant_name, case.id), None)
+        for key in [k for k in self._evidence if k[:2] == (variant_name, case.id)]:
+            del self._evidence[key]
+        release_device_memory(case.device)
 
     # -- progress ----------------------------------------------------------------------------
     def start(self, pytest_session: pytest.Session, timed: bool) -> None:
@@ -284,7 +293,7 @@ class SuiteSession:
                          f"{crash.detail.splitlines()[0]}")
         for key, failure in self.failures.failures().items():
             lines.append(f"failed {' / '.join(key)}: {failure}")
-        for difference in layout_differences(self._evidence_seen):
+        for difference in layout_differences(self._layouts):
             lines.append(f"output layouts differ: {difference}")
         table_path, run_path = self.written
         lines.append(f"table: {table_path}   run: {run_path}   traces: {self.settings.traces_dir} "
@@ -305,11 +314,12 @@ def group_skips(skipped: list[SkippedResult]) -> dict[tuple[str, str], tuple[lis
 
 
 def _capture(make):
-    """``make()``, or the exception it raised (cached so every test of the pair sees it)."""
+    """``make()``, or the exception it raised (cached so every test of the pair sees it), its
+    frames' locals released so a cached error holds no inputs or float64 graphs."""
     try:
         return make()
     except Exception as exc:
-        return exc
+        return release_exception_frames(exc)
 
 
 def _unwrap(found):

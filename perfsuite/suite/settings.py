@@ -19,6 +19,7 @@ from perfsuite.errors import ConfigError
 from perfsuite.attention.case_sets import get_case_set
 from perfsuite.attention.cases import AttentionCase
 from perfsuite.attention.modes import MODES, parse_mode
+from perfsuite.measure.device_timing import DeviceTimingError, parse_timer
 from perfsuite.variants import get_variant, variant_names
 
 
@@ -58,6 +59,13 @@ SETTINGS = {
     "seed": Setting("perfsuite_seed", "--perfsuite-seed", "0", "seed of the random query/key/value and masks"),
     "results": Setting("perfsuite_results", "--perfsuite-results", "perfsuite-results", "folder for the Markdown table and run summary"),
     "traces": Setting("perfsuite_traces", "--perfsuite-traces", "", "folder for Chrome traces (default: RESULTS/traces)"),
+    "timer": Setting("perfsuite_timer", "--perfsuite-timer", "host",
+                     "clock of CUDA benchmarks: host (pytest-benchmark's, synchronized), cuda_event or kernel "
+                     "(device time, perfsuite.measure.device_timing); CPU cases always use host"),
+    "l2_flush": Setting("perfsuite_l2_flush", "--perfsuite-l2-flush", "on",
+                        "on/off: flush the L2 before every round of a device-timed benchmark (outside the measurement)"),
+    "cuda_graphs": Setting("perfsuite_cuda_graphs", "--perfsuite-cuda-graphs", "off",
+                           "on/off: time the CUDA-graph replay of each step where capture works (failures are reported)"),
     "isolate": Setting("perfsuite_isolate", "--perfsuite-isolate", "user",
                        "variants whose first call per case and mode runs in a child process first, so a crash costs "
                        "only their results: user (from --perfsuite-variant and entry points), all, none, or names"),
@@ -124,6 +132,9 @@ class SuiteSettings:
     seed: int
     results_dir: Path
     traces_dir: Path
+    timer: str = "host"
+    l2_flush: bool = True
+    cuda_graphs: bool = False
     isolate: tuple[str, ...] = ()  # variants probed in a child process before they run here
 
 
@@ -201,6 +212,20 @@ def _parse_seed(raw: RawSettings) -> int:
     return seed
 
 
+def _parse_timer(raw: RawSettings) -> str:
+    try:
+        return parse_timer(raw["timer"].value)
+    except DeviceTimingError as exc:
+        raise SettingsError(f"{raw['timer'].source}: {exc}") from None
+
+
+def _parse_switch(raw: RawSettings, name: str) -> bool:
+    value = raw[name].value.strip().lower()
+    if value not in ("on", "off"):
+        raise SettingsError(f"{raw[name].source}: {raw[name].value!r} is not on or off")
+    return value == "on"
+
+
 def _describe_source(value: RawValue) -> str:
     """``option --perfsuite-shapes``, ``ini key perfsuite_cpu_masks``, ``case set 'default'``."""
     return value.source.split(" (")[0] if value.source.startswith("case set") else value.source.split("=")[0]
@@ -266,5 +291,8 @@ def resolve(raw: RawSettings, cuda_available: bool, user_variants: tuple[str, ..
         seed=_parse_seed(raw),
         results_dir=results_dir,
         traces_dir=Path(traces) if traces else results_dir / "traces",
+        timer=_parse_timer(raw),
+        l2_flush=_parse_switch(raw, "l2_flush"),
+        cuda_graphs=_parse_switch(raw, "cuda_graphs"),
         isolate=_resolve_isolate(raw, variants, user_variants),
     )

@@ -4,13 +4,16 @@ Parametrized by the perfsuite plugin over the selected variants, cases and modes
 that cannot run a case (or has no backward) is skipped with the reason torch gave.
 """
 
+
 import pytest
+import torch
 
 from perfsuite.measure import compile_stats
-from perfsuite.trace.kernel_families import kernel_family
+from perfsuite.trace.kernel_families import (FLEX_FUSED_FAMILY, SDPA_BACKEND_FAMILIES, backend_kernel_families,
+                                             fused_kernel_failure, is_unfused_attention_work, kernel_family)
 from perfsuite.suite.record import benchmark_extra_info
 from perfsuite.measure.profiling import ACTIVE_STEPS
-from perfsuite.measure.timing import synchronized
+from perfsuite.measure.device_timing import benchmark_step
 
 UNFUSED_OPS = ("aten::bmm", "aten::mm", "aten::matmul", "aten::baddbmm", "aten::_softmax", "aten::_safe_softmax")
 
@@ -87,11 +90,45 @@ def test_fused_variant_runs_no_unfused_matmul_or_softmax(attention_evidence):
     evidence = attention_evidence
     for step in evidence.steps:
         unfused_ops = sorted(op for op in step.cpu_ops if op in UNFUSED_OPS)
-        unfused_kernels = sorted(k for k in step.kernels if kernel_family(k).startswith(("GEMM", "softmax")))
+        unfused_kernels = sorted(k for k in step.kernels if is_unfused_attention_work(kernel_family(k)))
         assert not unfused_ops and not unfused_kernels, (
             f"{evidence.variant.name} on {evidence.case.id}: unfused work in a forward: ops {unfused_ops}, "
             f"kernels {unfused_kernels}; trace: {evidence.trace_path}"
         )
+
+
+def pinned_to_a_fused_sdpa_backend(variant):
+    """variants pinned to SDPA's flash, efficient or cudnn backend"""
+    return variant.sdpa_backend in SDPA_BACKEND_FAMILIES
+
+
+@pytest.mark.perfsuite_only.with_args(pinned_to_a_fused_sdpa_backend)
+def test_pinned_backend_runs_its_own_fused_kernel(attention_evidence):
+    """On CUDA a pinned SDPA backend runs its own fused kernel family (flash, cutlass, cuDNN; AOTriton
+    or CK on ROCm) and nothing unfused: a silent fallback fails with the kernel names."""
+    evidence = attention_evidence
+    if evidence.case.device != "cuda":
+        pytest.skip("kernel families are read from the device lane; this case runs on the CPU")
+    expected = backend_kernel_families(evidence.variant.sdpa_backend, rocm=torch.version.hip is not None)
+    for step in evidence.steps:
+        failure = fused_kernel_failure(step.kernels, expected)
+        assert failure is None, f"{evidence.variant.name} on {evidence.case.id}: {failure}; trace: {evidence.trace_path}"
+
+
+def compiled_flex(variant):
+    """flex_compiled"""
+    return variant.name == "flex_compiled"
+
+
+@pytest.mark.perfsuite_only.with_args(compiled_flex)
+def test_compiled_flex_runs_its_fused_triton_kernel(attention_evidence):
+    """On CUDA compiled flex_attention runs Inductor's fused attention template (``triton_tem_*``)."""
+    evidence = attention_evidence
+    if evidence.case.device != "cuda":
+        pytest.skip("on the CPU Inductor's flex_attention is C++, not a Triton kernel")
+    for step in evidence.steps:
+        failure = fused_kernel_failure(step.kernels, (FLEX_FUSED_FAMILY,))
+        assert failure is None, f"{evidence.variant.name} on {evidence.case.id}: {failure}; trace: {evidence.trace_path}"
 
 
 @pytest.mark.perfsuite_only("compiled")
@@ -108,18 +145,24 @@ def test_compiled_once_without_graph_breaks(mode_evidence):
     assert len(work) == 1, f"{where}: ops/kernels differ between profiled steps after compile: {work}"
 
 
-def test_benchmark(mode_evidence, benchmark, perfsuite_run):
+def test_benchmark(mode_evidence, benchmark, perfsuite_run, request):
+    """Times the step: pytest-benchmark's host timer, or on CUDA the device clock of
+    ``--perfsuite-timer`` (``perfsuite.measure.device_timing``), with wall and device time kept."""
     evidence = mode_evidence
     case = evidence.case
+    run = perfsuite_run.settings
     benchmark.group = case.id
     benchmark.extra_info.update(benchmark_extra_info(evidence))
     before = compile_stats.snapshot()
-    benchmark(synchronized(evidence.step, case.device))
+    timing, info = benchmark_step(benchmark, evidence.step, case.device, run.timer,
+                                  rounds=request.config.getoption("benchmark_min_rounds"), flush_l2=run.l2_flush,
+                                  cuda_graph=run.cuda_graphs)
+    benchmark.extra_info.update(info)
     recompiled = compile_stats.since(before).graphs_compiled
     benchmark.extra_info["graphs_compiled_while_timed"] = recompiled
     stats = benchmark.stats.stats if benchmark.stats else None  # None when timing is disabled
-    timing = {"median": stats.median, "rounds": stats.rounds, "iqr": stats.iqr} if stats else None
-    result = perfsuite_run.record(dict(benchmark.extra_info), timing)
+    stats_s = {"median": stats.median, "rounds": stats.rounds, "iqr": stats.iqr} if stats else None
+    result = perfsuite_run.record(dict(benchmark.extra_info), stats_s)  # wall/device times come from extra_info
     benchmark.extra_info["achieved_tflops"] = result.achieved_tflops
     benchmark.extra_info["achieved_gbps"] = result.achieved_gbps
     assert recompiled == 0, f"{evidence.variant.name} on {case.id} ({evidence.mode}): {recompiled} graph(s) compiled while timed"

@@ -4,7 +4,7 @@ Each ``check_*`` takes a variant, a case and a seed, runs the variant (under
 ``torch.no_grad()``), and returns ``None`` when the property holds or a message naming the
 variant, the case, the seed and the command that reproduces it as an ordinary suite test.
 They raise ``perfsuite.measure.evidence.VariantUnsupported`` when the variant cannot run the case.
-The hypothesis tests in ``tests/testing`` draw the cases; ``test_property_cases.py`` runs
+The hypothesis tests in ``tests/testing`` draw the cases; ``perfsuite/suite/test_properties.py`` runs
 every check as an ordinary test parametrized over the suite's variants and cases (how a
 hypothesis failure is rerun); users can call these checks on their own variants the same way.
 """
@@ -28,7 +28,7 @@ from perfsuite.variants import Variant
 
 def reproduce_hint(variant: Variant, case: AttentionCase, seed: int) -> str:
     """The command that runs this variant on this case as a normal parametrized test."""
-    return (f"reproduce: pytest tests/testing/test_property_cases.py --perfsuite-cases {case.id} "
+    return (f"reproduce: perfsuite run --check -k test_property --perfsuite-cases {case.id} "
             f"--perfsuite-seed {seed} --perfsuite-variants {variant.name}")
 
 

@@ -1,72 +1,228 @@
 """Kernel fingerprints: what family a device kernel belongs to, read from its name.
 
-The rules read names the way the post does: ``sgemm`` is an fp32 GEMM on CUDA cores,
-``s16816``/``h16816`` a bf16/fp16 tensor-core GEMM, ``s1688`` a TF32 tensor-core GEMM (fp32
-inputs rounded to TF32), ``pytorch_flash``/``flash_fwd`` FlashAttention, ``fmha_cutlass`` the
-memory-efficient (cutlass) attention, ``cudnn_generated ... sdpa``/``fmha`` cuDNN attention.
-The first matching rule of ``FAMILY_RULES`` wins (``rules_markdown()`` renders the table,
-which the README shows); a name no rule matches is ``unknown``: shown, never guessed.
+This module is the one place that reads kernel names: trace summaries (copies, memsets),
+the suite's fused-kernel checks and the trace report all call it.
+
+The rules read names the way the post does. Fused attention kernels are named by stack:
+PyTorch's flash (``pytorch_flash::flash_fwd_kernel``) and FlashAttention 2/3 (``flash_fwd``,
+``flash::FlashAttnFwdSm90``), memory-efficient / cutlass (``fmha_cutlassF``,
+``PyTorchMemEffAttention::AttentionKernel``), cuDNN SDPA (``cudnn_generated_fort_native_sdpa``),
+AOTriton on ROCm (``attn_fwd``, ``bwd_kernel_dk_dv``), Composable Kernel (``ck_tile``
+``FmhaFwdKernel``, ``kernel_batched_gemm_softmax_gemm``), FlashInfer (``flashinfer::``) and
+TensorRT-LLM (``fmha_v2_``, ``xqa``). A GEMM's precision is read from its name in a second
+step (``PRECISION_RULES``): explicit element types first (``bf16``, ``f16``, ``e4m3``,
+``tf32``), so that ``cutlass_75_tensorop_bf16_s1688gemm_bf16`` is bf16 (``s1688`` names the
+MMA shape and fp32 accumulation; only without an element type does it mean TF32, as in the
+post's A100 traces), then library codes: cuBLAS's Hopper ``nvjet_<A><compute><D>`` (``h``
+fp16, ``t`` bf16, ``s`` fp32 inputs, where fp32 and TF32 are not told apart by name) and
+Tensile / hipBLASLt ``Cijk_<A>_<B>_<type>`` (``B`` bf16, ``H`` fp16, ``S`` fp32, ``D`` fp64,
+``F8`` fp8).
+
+The first matching rule of ``FAMILY_RULES`` wins (``rules_markdown()`` renders the tables,
+which the README shows); a name no rule matches is ``unknown``: shown, never guessed; a GEMM
+whose precision no rule reads is ``GEMM (precision not in name)``.
 """
 
 from __future__ import annotations
 
 import re
 
-# (family, pattern). Order matters: specific before general (a copy kernel is also "elementwise").
+GEMM = "GEMM"
+COPY = "copy"
+MEMSET = "memset"
+
+# (family, pattern). Order matters: specific before general (cuDNN's SDPA names contain
+# "flash", CK's fused attention contains "gemm", FBGEMM contains "gemm", a copy kernel is
+# also an "elementwise_kernel").
 FAMILY_RULES: tuple[tuple[str, str], ...] = (
     ("NCCL collective", r"nccl"),
-    ("fused attention: flash", r"pytorch_flash|flash_fwd|flash_bwd|flash::|flash_attn"),
-    ("fused attention: memory-efficient (cutlass)", r"fmha_cutlass|AttentionKernel|mem_eff_attention|efficient_attention"),
     ("fused attention: cuDNN", r"cudnn_generated.*(sdpa|fmha|flash)|cudnn.*fmha|xmma_fmha"),
-    ("Triton", r"^triton_|^triton"),
-    ("GEMM tensor core TF32", r"s1688gemm|tf32"),
-    ("GEMM tensor core fp16/bf16", r"[sh]16816gemm|s16816|h16816|bf16.*gemm|gemm.*bf16|hgemm|[^s]1688gemm"),
-    ("GEMM ROCm matrix core (Tensile)", r"^Cijk_.*_MI\d+x\d+"),
-    ("GEMM ROCm (Tensile)", r"^Cijk_"),
-    ("GEMM fp32 CUDA cores (sgemm)", r"sgemm|gemmk1_kernel"),
+    ("fused attention: TensorRT-LLM", r"fmha_v2_|fmhaSm\d+|xqa_kernel|masked_multihead_attention"),
+    ("fused attention: FlashInfer", r"flashinfer::|BatchPrefillWith|SinglePrefillWith|BatchDecodeWith|SingleDecodeWith"),
+    ("fused attention: flash", r"pytorch_flash|flash_fwd|flash_bwd|flash::|flash_attn|FlashAttn"),
+    ("fused attention: memory-efficient (cutlass)", r"fmha_cutlass|AttentionKernel|mem_eff_attention|efficient_attention"),
+    ("fused attention: AOTriton (ROCm)", r"^(attn_fwd|attn_bwd|bwd_kernel_dk_dv|bwd_kernel_dq|bwd_kernel_fuse|bwd_preprocess)(?![A-Za-z0-9_])"),
+    ("fused attention: Composable Kernel fmha (ROCm)", r"Fmha(Fwd|Bwd)|fmha_(fwd|bwd)|batched_gemm_softmax_gemm"),
+    ("Triton template (flex attention, autotuned GEMM)", r"^triton_tem_"),
+    ("Triton", r"^triton"),
+    ("embedding (FBGEMM)", r"split_embedding"),
+    ("FBGEMM other", r"fbgemm_gpu"),
+    ("convolution", r"s\d+(fprop|dgrad|wgrad)|implicit_gemm|implicit_convolve|conv2d_|convolution"),
+    ("layout transform (cuDNN)", r"nchwToNhwc|nhwcToNchw"),
     ("GEMV (cuBLAS)", r"gemv"),
     ("GEMM split-K reduction / epilogue", r"splitKreduce|epilogue::impl|cublasLt"),
-    ("copy", r"direct_copy_kernel|copy_kernel|CatArrayBatchedCopy|copy_device_to_device"),
+    (GEMM, r"gemm|Gemm|GEMM|nvjet_|^Cijk_"),
+    (COPY, r"^Memcpy|^Copy(HostToDevice|DeviceToHost|DeviceToDevice)|direct_copy_kernel|copy_kernel|CatArrayBatchedCopy|copy_device_to_device|__amd_rocclr_copy"),
+    (MEMSET, r"^Memset|__amd_rocclr_fill"),
     ("softmax", r"softmax|SoftMax"),
     ("normalization", r"layer_norm|LayerNorm|RowwiseMoments|GammaBeta|batch_norm|rms_norm"),
     ("reduction", r"reduce_kernel|Reduce|reduction"),
     ("scan / sort (CUB)", r"cub::Device(Scan|RadixSort|Compact|Select)"),
     ("indexing", r"index_elementwise|indexSelect|index_put|scatter_gather|gather_kernel"),
     ("elementwise", r"elementwise_kernel|FillFunctor|multi_tensor_apply|scal_kernel"),
-    ("embedding (FBGEMM)", r"split_embedding"),
-    ("FBGEMM other", r"fbgemm_gpu"),
+)
+
+# (precision, pattern) searched in a kernel the GEMM rule matched; first match wins.
+PRECISION_RULES: tuple[tuple[str, str], ...] = (
+    ("fp8", r"e4m3|e5m2|fp8|f8f6f4|^Cijk_A[a-z]+_B[a-z]+_F8"),
+    ("bf16", r"bf16|bfloat16|BFloat16|^nvjet_(sm\d+_)?t|^Cijk_A[a-z]+_B[a-z]+_B"),
+    ("fp16", r"f16|half|h\d{3,5}gemm|hgemm|^nvjet_(sm\d+_)?h|^Cijk_A[a-z]+_B[a-z]+_H"),
+    ("fp64", r"dgemm|f64|^Cijk_A[a-z]+_B[a-z]+_D"),
+    ("TF32", r"tf32|s1688gemm|s1684gemm"),
+    ("fp32", r"sgemm|f32f32_f32f32|gemmk1_kernel|^Cijk_A[a-z]+_B[a-z]+_S"),
+    ("fp32 or TF32", r"^nvjet_(sm\d+_)?s"),
 )
 UNKNOWN = "unknown"
+GEMM_PRECISION_UNKNOWN = f"{GEMM} (precision not in name)"
+FUSED_ATTENTION_PREFIX = "fused attention: "
+# Families whose presence in a forward means attention ran unfused (matmul or softmax kernels).
+UNFUSED_FAMILY_PREFIXES = (GEMM, "GEMV", "softmax")
 _COMPILED = tuple((family, re.compile(pattern)) for family, pattern in FAMILY_RULES)
+_PRECISIONS = tuple((precision, re.compile(pattern)) for precision, pattern in PRECISION_RULES)
+_MEMCPY_KIND_RE = re.compile(r"^Memcpy (\w+)")
+# roctracer / rocprofiler names of asynchronous copies, as some ROCm profiler versions write them.
+_ROCM_COPY_KINDS = {"CopyHostToDevice": "HtoD", "CopyDeviceToHost": "DtoH", "CopyDeviceToDevice": "DtoD"}
+
+
+def gemm_precision(name: str) -> str | None:
+    """The element precision of a GEMM kernel ``name`` (``"bf16"``, ``"TF32"``, ...; see
+    ``PRECISION_RULES``), or None when its name does not say."""
+    for precision, pattern in _PRECISIONS:
+        if pattern.search(name):
+            return precision
+    return None
 
 
 def kernel_family(name: str) -> str:
-    """The family of a device kernel ``name`` (see ``FAMILY_RULES``), or ``"unknown"``."""
+    """The family of a device kernel ``name`` (see ``FAMILY_RULES``), or ``"unknown"``.
+
+    GEMMs are ``"GEMM <precision>"`` (``"GEMM bf16"``, ``"GEMM TF32"``), or
+    ``"GEMM (precision not in name)"``.
+    """
     for family, pattern in _COMPILED:
         if pattern.search(name):
-            return family
+            if family != GEMM:
+                return family
+            precision = gemm_precision(name)
+            return f"{GEMM} {precision}" if precision else GEMM_PRECISION_UNKNOWN
     return UNKNOWN
 
 
-def rules_markdown() -> str:
-    """The rule table as Markdown (for the README and ``perfsuite trace --rules``)."""
-    rows = ["| family | rule (regex searched in the kernel name) |", "| --- | --- |"]
+def is_copy_kernel(name: str) -> bool:
+    """True for a device kernel that copies memory (``direct_copy_kernel_cuda``, a ``Memcpy``
+    filed as a kernel by some ROCm profilers, ROCclr's blit ``__amd_rocclr_copyBuffer``)."""
+    return kernel_family(name) == COPY
+
+
+def is_memset_kernel(name: str) -> bool:
+    """True for a device kernel that fills memory like a Memset (``Memset ...`` filed as a
+    kernel, ROCclr's ``__amd_rocclr_fillBuffer``)."""
+    return kernel_family(name) == MEMSET
+
+
+def memcpy_kind(name: str) -> str | None:
+    """``"DtoD"`` for ``"Memcpy DtoD (Device -> Device)"`` (and ROCm's ``"CopyDeviceToDevice"``);
+    None for a name that is not a Memcpy."""
+    match = _MEMCPY_KIND_RE.match(name)
+    if match:
+        return match.group(1)
+    return next((kind for prefix, kind in _ROCM_COPY_KINDS.items() if name.startswith(prefix)), None)
+
+
+def is_fused_attention(family: str) -> bool:
+    """True for a ``fused attention: ...`` family."""
+    return family.startswith(FUSED_ATTENTION_PREFIX)
+
+
+def is_unfused_attention_work(family: str) -> bool:
+    """True for a family that means attention ran unfused: a GEMM, GEMV or softmax kernel."""
+    return family.startswith(UNFUSED_FAMILY_PREFIXES)
+
+
+def _table(header: str, rules: tuple[tuple[str, str], ...]) -> list[str]:
+    rows = [f"| {header} | rule (regex searched in the kernel name) |", "| --- | --- |"]
     # "|" inside a table cell must be escaped, even inside backticks (GitHub Markdown)
-    rows += [f"| {family} | `{pattern.replace('|', chr(92) + '|')}` |" for family, pattern in FAMILY_RULES]
+    rows += [f"| {name} | `{pattern.replace('|', chr(92) + '|')}` |" for name, pattern in rules]
+    return rows
+
+
+def rules_markdown() -> str:
+    """The rule tables as Markdown (for the README and ``perfsuite trace --rules``)."""
+    rows = _table("family", FAMILY_RULES) + ["", f"A {GEMM}'s precision, first match wins:", ""]
+    rows += _table("precision", PRECISION_RULES)
     return "\n".join(rows)
 
 
-# CPU-side ATen ops that tell which SDPA backend ran.
+# CPU-side ATen ops that tell which SDPA backend ran: SDPA's dispatch ops, and the backend
+# ops a user (or another library) may call directly.
 SDPA_BACKEND_OPS = {
     "aten::_scaled_dot_product_flash_attention": "FLASH_ATTENTION",
+    "aten::_scaled_dot_product_flash_attention_backward": "FLASH_ATTENTION",
+    "aten::_flash_attention_forward": "FLASH_ATTENTION",
+    "aten::_flash_attention_backward": "FLASH_ATTENTION",
     "aten::_scaled_dot_product_flash_attention_for_cpu": "FLASH_ATTENTION (CPU)",
+    "aten::_scaled_dot_product_flash_attention_for_cpu_backward": "FLASH_ATTENTION (CPU)",
     "aten::_scaled_dot_product_efficient_attention": "EFFICIENT_ATTENTION",
+    "aten::_scaled_dot_product_efficient_attention_backward": "EFFICIENT_ATTENTION",
+    "aten::_efficient_attention_forward": "EFFICIENT_ATTENTION",
+    "aten::_efficient_attention_backward": "EFFICIENT_ATTENTION",
     "aten::_scaled_dot_product_cudnn_attention": "CUDNN_ATTENTION",
+    "aten::_scaled_dot_product_cudnn_attention_backward": "CUDNN_ATTENTION",
+    "aten::_cudnn_attention_forward": "CUDNN_ATTENTION",
     "aten::_scaled_dot_product_attention_math": "MATH",
     "aten::_scaled_dot_product_fused_attention_overrideable": "OVERRIDEABLE",
 }
 
+# The fused kernel family each pinned SDPA backend must run on CUDA (ROCm's flash and
+# efficient backends run AOTriton or CK kernels instead; see ``backend_kernel_families``).
+SDPA_BACKEND_FAMILIES = {
+    "FLASH_ATTENTION": ("fused attention: flash",),
+    "EFFICIENT_ATTENTION": ("fused attention: memory-efficient (cutlass)",),
+    "CUDNN_ATTENTION": ("fused attention: cuDNN",),
+}
+_ROCM_BACKEND_FAMILIES = ("fused attention: AOTriton (ROCm)", "fused attention: Composable Kernel fmha (ROCm)")
+
+
+def backend_kernel_families(backend: str, rocm: bool = False) -> tuple[str, ...]:
+    """Fused kernel families ``backend`` (``"FLASH_ATTENTION"``, ``"EFFICIENT_ATTENTION"``,
+    ``"CUDNN_ATTENTION"``) may run; on ROCm flash and efficient run AOTriton or CK kernels.
+
+    Raises ``ValueError`` naming ``backend`` when it has no fused kernel family.
+    """
+    if backend not in SDPA_BACKEND_FAMILIES:
+        raise ValueError(f"SDPA backend {backend!r} has no fused kernel family; known: {sorted(SDPA_BACKEND_FAMILIES)}")
+    if rocm and backend != "CUDNN_ATTENTION":
+        return _ROCM_BACKEND_FAMILIES
+    return SDPA_BACKEND_FAMILIES[backend]
+
 
 def sdpa_backends(cpu_ops: dict[str, int]) -> list[str]:
-    """SDPA backends whose dispatch op appears among ``cpu_ops`` (name -> count)."""
-    return [backend for op, backend in SDPA_BACKEND_OPS.items() if cpu_ops.get(op)]
+    """SDPA backends whose dispatch or backend op appears among ``cpu_ops`` (name -> count),
+    each named once, in ``SDPA_BACKEND_OPS`` order."""
+    return list(dict.fromkeys(backend for op, backend in SDPA_BACKEND_OPS.items() if cpu_ops.get(op)))
+
+
+FLEX_FUSED_FAMILY = "Triton template (flex attention, autotuned GEMM)"
+
+
+def fused_kernel_failure(kernels: dict[str, int], expected: tuple[str, ...]) -> str | None:
+    """Why a forward's ``kernels`` (name -> count) are not one fused attention of ``expected``
+    families, or None when they are.
+
+    Fails when no kernel of ``expected`` ran, when a fused attention kernel of another family
+    ran (a silent fallback to another backend), or when any GEMM, GEMV or softmax kernel ran
+    (unfused attention); the message names the offending kernels and their families.
+    """
+    families = {name: kernel_family(name) for name in kernels}
+    ran = sum(count for name, count in kernels.items() if families[name] in expected)
+    other = sorted(f"{name[:100]} [{families[name]}]" for name in kernels
+                   if is_fused_attention(families[name]) and families[name] not in expected)
+    unfused = sorted(f"{name[:100]} [{families[name]}]" for name in kernels if is_unfused_attention_work(families[name]))
+    problems = []
+    if not ran:
+        problems.append(f"no kernel of {' or '.join(expected)} ran")
+    if other:
+        problems.append(f"other fused attention kernels ran: {other}")
+    if unfused:
+        problems.append(f"unfused matmul/softmax kernels ran: {unfused}")
+    return "; ".join(problems) or None

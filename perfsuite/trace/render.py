@@ -20,6 +20,9 @@ def _kernel_lines(summary: WindowSummary, top: int) -> list[str]:
         lines.append(f"      {time_us:10.1f} us  x{count:<4} [{kernel_family(name)}] {name[:110]}")
     families = ", ".join(f"{family} x{n}" for family, n in sorted(summary.kernel_families().items(), key=lambda kv: -kv[1]))
     lines.append(f"    kernel families: {families}")
+    if summary.unattributed_events:
+        lines.append(f"    unattributed (no recorded launch): {summary.unattributed_events} device event(s), "
+                     f"{summary.unattributed_time_us:.1f} us")
     return lines
 
 
@@ -55,6 +58,7 @@ def describe(summary: WindowSummary, top: int, has_device: bool) -> list[str]:
         lines.append(f"    allocated on {device}: {format_bytes(size)}, peak {format_bytes(summary.peak_bytes.get(device, 0))}")
     if summary.sdpa_backends:
         lines.append(f"    SDPA backend: {', '.join(summary.sdpa_backends)}")
+    lines += [f"    warning: {warning}" for warning in summary.warnings]
     return lines
 
 

@@ -1,7 +1,8 @@
 """Read Kineto / Chrome trace files and summarise what happened in annotated windows.
 
 The same code reads a trace this suite just exported and one recorded elsewhere (the
-A100 / MI250 traces under ``tests/data/traces``). Event categories follow Kineto's
+A100, H100, MI250 and MI300X traces under ``tests/data/traces``). Every kernel-name rule
+(families, copy and fill kernels, Memcpy names) comes from ``perfsuite.trace.kernel_families``. Event categories follow Kineto's
 Chrome-trace export: ``cpu_op`` (ATen ops, with ``Input Dims`` when shapes are
 recorded), ``user_annotation`` (``record_function`` ranges and ``ProfilerStep#N``),
 ``cuda_runtime``/``cuda_driver`` (launch API calls, HIP calls on ROCm), ``kernel``,
@@ -21,20 +22,21 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from perfsuite.errors import TraceError
-from perfsuite.trace.kernel_families import kernel_family, sdpa_backends
+from perfsuite.trace.kernel_families import is_copy_kernel, is_memset_kernel, kernel_family, memcpy_kind, sdpa_backends
 
-# A device kernel whose name matches one of these is a copy, like a Memcpy on the copy engine.
-COPY_KERNEL_PATTERNS = (
-    re.compile(r"direct_copy_kernel"),
-    re.compile(r"\bcopy_kernel"),
-    re.compile(r"copy_device_to_device"),
-)
 CPU_COPY_OPS = ("aten::copy_", "aten::clone")
 COMPILED_GRAPH_PREFIX = "## Call CompiledFxGraph"  # Inductor's range around a compiled graph, forward or backward
-_MEMCPY_KIND_RE = re.compile(r"^Memcpy (\w+)")
-_MEMORY_DEVICE_TYPES = {0: "cpu", 1: "cuda"}
+# c10::DeviceType of allocator events: 0 CPU, 1 CUDA, 6 HIP (ROCm builds of torch record HIP
+# but call the device "cuda", so both are reported as "cuda"); others keep their number.
+_MEMORY_DEVICE_TYPES = {0: "cpu", 1: "cuda", 6: "cuda"}
 _LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
 _DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+# Bytes per element of the dtypes ATen writes in ``Input type`` (c10's scalar type names).
+_ELEMENT_BYTES = {
+    "double": 8, "float": 4, "c10::Half": 2, "c10::BFloat16": 2, "bool": 1, "long int": 8, "int": 4,
+    "short int": 2, "signed char": 1, "unsigned char": 1, "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1,
+    "c10::Float8_e4m3fnuz": 1, "c10::Float8_e5m2fnuz": 1, "c10::complex<float>": 8, "c10::complex<double>": 16,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +72,13 @@ class WindowSummary:
     ``allocated_bytes`` sums allocations by device (``"cpu"``, ``"cuda"``);
     ``peak_bytes`` is the highest live allocation above the level at the window's start;
     ``compiled_graph_calls`` counts Inductor graphs run (``## Call CompiledFxGraph`` ranges).
+
+    A window holds the device work whose launch call lies in it (linked by ``correlation``);
+    the whole trace holds every device event of the file. Device events whose launch was not
+    recorded (the profiler can lose host events, mostly at the start of a session) are counted
+    in the whole trace as ``unattributed_events`` / ``unattributed_time_us`` (kernels, Memcpy
+    and Memset, all device time in microseconds) and cannot be placed in a window;
+    ``warnings`` then says that per-window attribution is incomplete.
     """
 
     annotation: str
@@ -90,6 +99,9 @@ class WindowSummary:
     allocated_bytes: dict[str, int]
     peak_bytes: dict[str, int]
     compiled_graph_calls: int = 0
+    unattributed_events: int = 0
+    unattributed_time_us: float = 0.0
+    warnings: tuple[str, ...] = ()
 
     @property
     def cpu_op_count(self) -> int:
@@ -172,18 +184,44 @@ def _converts_dtype(event: dict[str, Any] | None) -> bool:
     return (event or {}).get("name") == "aten::copy_" and len(types) >= 2 and types[0] != types[1]
 
 
-def _is_copy_kernel(name: str) -> bool:
-    return any(p.search(name) for p in COPY_KERNEL_PATTERNS)
-
-
 def _memcpy_kind(name: str) -> str:
-    match = _MEMCPY_KIND_RE.match(name)
-    return match.group(1) if match else name
+    return memcpy_kind(name) or name
+
+
+def op_output_bytes(op: dict[str, Any] | None) -> int | None:
+    """Bytes of the first tensor argument of an ATen op (a copy's destination, ``item()``'s
+    scalar), from its ``Input Dims`` and ``Input type``; None when not recorded or the dtype
+    is not in ``_ELEMENT_BYTES``."""
+    args = (op or {}).get("args", {})
+    dims, types = args.get("Input Dims"), args.get("Input type")
+    if not dims or not types or not isinstance(dims[0], list) or not all(isinstance(d, int) for d in dims[0]):
+        return None
+    size = _ELEMENT_BYTES.get(types[0])
+    if size is None:
+        return None
+    for dim in dims[0]:
+        size *= dim
+    return size
 
 
 def _memcpy_route(name: str) -> str:
     """``Memcpy HtoD (Pinned -> Device)`` -> ``HtoD Pinned -> Device``."""
     return name.removeprefix("Memcpy ").replace("(", "").replace(")", "")
+
+
+def device_event_kind(event: dict[str, Any]) -> str:
+    """``"memcpy"``, ``"memset"`` or ``"kernel"`` for a device event.
+
+    Some ROCm profiler versions file copies and fills as ``kernel`` events (named
+    ``Memcpy DtoD ...`` or after ROCclr's blit kernels); those are read as the copy or fill
+    they are (``perfsuite.trace.kernel_families``).
+    """
+    category, name = event.get("cat"), str(event.get("name", ""))
+    if category == "gpu_memcpy" or (category == "kernel" and memcpy_kind(name)):
+        return "memcpy"
+    if category == "gpu_memset" or (category == "kernel" and is_memset_kernel(name)):
+        return "memset"
+    return "kernel"
 
 
 class TraceIndex:
@@ -197,14 +235,21 @@ class TraceIndex:
         self.annotations = by_cat["user_annotation"]
         self.cpu_ops = by_cat["cpu_op"]
         self.launches = [e for c in _LAUNCH_CATEGORIES for e in by_cat[c]]
-        self.device_events = [e for c in _DEVICE_CATEGORIES for e in by_cat[c]]
+        self.device_events = [e for c in _DEVICE_CATEGORIES for e in by_cat[c] if e.get("ph", "X") == "X"]
         self.memory = [e for e in by_cat["cpu_instant_event"] if e.get("name") == "[memory]"]
         self.memory.sort(key=lambda e: e.get("ts", 0))
         self.op_by_external_id = {
             e["args"]["External id"]: e for e in self.cpu_ops if "External id" in e.get("args", {})
         }
-        self.launch_by_correlation = {e.get("args", {}).get("correlation"): e for e in self.launches}
+        self.launch_by_correlation = {
+            e["args"]["correlation"]: e for e in self.launches if e.get("args", {}).get("correlation") is not None
+        }
         self.host_pids = {e.get("pid") for e in self.cpu_ops + self.launches}
+        self.unattributed = [e for e in self.device_events if not self._launch_of(e)]
+
+    def _launch_of(self, event: dict[str, Any]) -> dict[str, Any] | None:
+        correlation = event.get("args", {}).get("correlation")
+        return None if correlation is None else self.launch_by_correlation.get(correlation)
 
     def annotation_names(self) -> list[str]:
         """Distinct annotation names, ``#N`` suffixes folded (``ProfilerStep``)."""
@@ -221,37 +266,55 @@ class TraceIndex:
         return self.annotations + self.cpu_ops
 
     def whole_trace(self) -> dict[str, Any]:
-        """A pseudo-window spanning every CPU-side event of every process."""
-        host = self.cpu_ops + self.launches + self.annotations + self.memory
-        if not host:
-            return {"name": "whole trace", "ts": 0, "dur": 0, "pid": None}
-        start = min(e.get("ts", 0) for e in host)
-        end = max(e.get("ts", 0) + e.get("dur", 0) for e in host)
-        return {"name": "whole trace", "ts": start, "dur": end - start, "pid": None}
+        """A pseudo-window spanning every CPU-side event of every process (the device events when
+        there are none); it holds every device event of the trace, launched in it or not."""
+        timed = (self.cpu_ops + self.launches + self.annotations + self.memory) or self.device_events
+        if not timed:
+            return {"name": "whole trace", "ts": 0, "dur": 0, "pid": None, "whole": True}
+        start = min(e.get("ts", 0) for e in timed)
+        end = max(e.get("ts", 0) + e.get("dur", 0) for e in timed)
+        return {"name": "whole trace", "ts": start, "dur": end - start, "pid": None, "whole": True}
+
+    def _unattributed_warning(self, start: float, end: float, whole: bool) -> tuple[str, ...]:
+        if not self.unattributed:
+            return ()
+        time_us = sum(float(e.get("dur", 0)) for e in self.unattributed)
+        lost = f"{len(self.unattributed)} device event(s) ({time_us:.1f} us) have no recorded launch"
+        if whole:
+            return (f"{lost}: counted here as unattributed; per-window attribution is incomplete",)
+        during = sum(1 for e in self.unattributed if start <= e.get("ts", -1) <= end)
+        return (f"{lost} ({during} ran during this window): per-window attribution is incomplete, "
+                "these counts may be short",)
 
     def summarize(self, window: dict[str, Any]) -> WindowSummary:
         """Summarise one window event (from ``windows`` or ``whole_trace``; pid None = any process)."""
         start, end, pid = window["ts"], window["ts"] + window["dur"], window.get("pid")
+        whole = bool(window.get("whole"))
         if pid not in self.host_pids:
             pid = None  # some traces give annotations another pid namespace than ops (containers)
 
         def inside(e: dict[str, Any]) -> bool:
-            return (pid is None or e.get("pid") == pid) and start <= e.get("ts", -1) <= end
+            return whole or ((pid is None or e.get("pid") == pid) and start <= e.get("ts", -1) <= end)
 
         ops = [e for e in self.cpu_ops if inside(e)]
         launches = [e for e in self.launches if inside(e)]
-        correlations = {e.get("args", {}).get("correlation") for e in launches}
-        device = [e for e in self.device_events if e.get("args", {}).get("correlation") in correlations]
-        kernels = [e for e in device if e.get("cat") == "kernel"]
-        memcpys = [e for e in device if e.get("cat") == "gpu_memcpy"]
+        if whole:
+            device = self.device_events
+        else:
+            correlations = {e.get("args", {}).get("correlation") for e in launches} - {None}
+            device = [e for e in self.device_events if e.get("args", {}).get("correlation") in correlations]
+        by_kind = collections.defaultdict(list)
+        for e in device:
+            by_kind[device_event_kind(e)].append(e)
+        kernels, memcpys, memsets = by_kind["kernel"], by_kind["memcpy"], by_kind["memset"]
         memcpy_bytes: dict[str, int] = collections.Counter()
         kernel_time: dict[str, float] = collections.Counter()
         for e in memcpys:
-            memcpy_bytes[_memcpy_kind(e["name"])] += int(e.get("args", {}).get("bytes", 0))
+            memcpy_bytes[_memcpy_kind(e["name"])] += self._event_bytes(e) or 0
         for e in kernels:
             kernel_time[e["name"]] += float(e.get("dur", 0))
-        memsets = [e for e in device if e.get("cat") == "gpu_memset"]
-        allocated, peak = self._memory(start, end, pid)
+        unattributed = self.unattributed if whole else []
+        allocated, peak = self._memory(start, end, pid, whole)
         return WindowSummary(
             annotation=window["name"],
             start_us=float(start),
@@ -266,13 +329,23 @@ class TraceIndex:
             memcpy_bytes=dict(memcpy_bytes),
             memcpy_routes=dict(collections.Counter(_memcpy_route(e["name"]) for e in memcpys)),
             memset_count=len(memsets),
-            memset_bytes=sum(int(e.get("args", {}).get("bytes", 0)) for e in memsets),
-            copies=tuple(self._cpu_copies(ops) + self._device_copies(device)),
+            memset_bytes=sum(self._event_bytes(e) or 0 for e in memsets),
+            copies=tuple(self._cpu_copies(ops) + self._device_copies(kernels + memcpys)),
             allocated_bytes=allocated,
             peak_bytes=peak,
             compiled_graph_calls=sum(1 for e in self.host_ranges() if inside(e) and
                                  str(e.get("name", "")).startswith(COMPILED_GRAPH_PREFIX)),
+            unattributed_events=len(unattributed),
+            unattributed_time_us=float(sum(e.get("dur", 0) for e in unattributed)),
+            warnings=self._unattributed_warning(start, end, whole),
         )
+
+    def _event_bytes(self, event: dict[str, Any]) -> int | None:
+        """A Memcpy/Memset's ``bytes``; when the event has none (ROCm), the launching op's size."""
+        size = event.get("args", {}).get("bytes")
+        if size is not None:
+            return int(size)
+        return op_output_bytes(self._launching_op(event.get("args", {})))
 
     def _cpu_copies(self, ops: list[dict[str, Any]]) -> list[CopyRecord]:
         """Outermost ``aten::copy_``/``aten::clone`` ops (a clone's inner copy_ is not counted twice)."""
@@ -287,16 +360,18 @@ class TraceIndex:
         return records
 
     def _device_copies(self, device: list[dict[str, Any]]) -> list[CopyRecord]:
+        """Memcpy events (or Memcpy filed as kernels) and copy kernels, each with the ATen op that
+        made it; sizes from the event, else from that op."""
         records = []
         for e in device:
-            is_memcpy = e.get("cat") == "gpu_memcpy"
-            if not (is_memcpy or (e.get("cat") == "kernel" and _is_copy_kernel(e["name"]))):
+            is_memcpy = device_event_kind(e) == "memcpy"
+            if not (is_memcpy or is_copy_kernel(e["name"])):
                 continue
             args = e.get("args", {})
             op = self._launching_op(args)
             shape = _first_dims(op) if op else None
             kind = _memcpy_kind(e["name"]) if is_memcpy else "copy kernel"
-            size = args.get("bytes") if is_memcpy else None
+            size = self._event_bytes(e) if is_memcpy else op_output_bytes(op)
             records.append(CopyRecord("device", kind, e["name"], shape, size, _converts_dtype(op), _tensor_types(op)))
         return records
 
@@ -306,7 +381,8 @@ class TraceIndex:
         op = self.op_by_external_id.get(args.get("External id"))
         if op is not None and op.get("name") in CPU_COPY_OPS:
             return op
-        launch = self.launch_by_correlation.get(args.get("correlation"))
+        correlation = args.get("correlation")
+        launch = None if correlation is None else self.launch_by_correlation.get(correlation)
         if launch is None:
             return op
         enclosing = [
@@ -315,12 +391,12 @@ class TraceIndex:
         ]
         return max(enclosing, key=lambda e: e["ts"]) if enclosing else op
 
-    def _memory(self, start: float, end: float, pid: Any) -> tuple[dict[str, int], dict[str, int]]:
+    def _memory(self, start: float, end: float, pid: Any, whole: bool = False) -> tuple[dict[str, int], dict[str, int]]:
         allocated: dict[str, int] = collections.Counter()
         peak: dict[str, int] = {}
         level_at_start: dict[str, int] = {}
         for e in self.memory:
-            if (pid is not None and e.get("pid") != pid) or not (start <= e.get("ts", -1) <= end):
+            if not whole and ((pid is not None and e.get("pid") != pid) or not (start <= e.get("ts", -1) <= end)):
                 continue
             args = e.get("args", {})
             device = _MEMORY_DEVICE_TYPES.get(args.get("Device Type"), str(args.get("Device Type")))

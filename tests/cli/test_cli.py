@@ -75,7 +75,7 @@ def test_diff_names_what_changed(tmp_path, capsys):
     assert main(["trace", "diff", str(a), str(b), "--annotation", "perfsuite::forward"]) == 0
     out = capsys.readouterr().out
     assert "CPU ops: +1 aten::clone (added)  [0 -> 1]" in out
-    assert "copies: +1 cpu aten::clone [1, 2, 16, 16] (added)" in out
+    assert "copies: +1 cpu aten::clone [1x2x16x16] (added)" in out
     assert "allocated on cpu: 5.0 KiB -> 9.0 KiB" in out  # + the clone and the out-of-place `* scale`
     assert main(["trace", "diff", str(a), str(a)]) == 0
     assert "no change in kernels, ops, memcpy, copies or memory" in capsys.readouterr().out

@@ -117,3 +117,104 @@ def test_cuda_case_on_a_machine_without_cuda_is_unsupported(tmp_path):
     cuda_case = AttentionCase(1, 2, 32, 32, 16, "bf16", "cuda", "causal")
     with pytest.raises(VariantUnsupported, match="device cuda is not available"):
         gather_evidence(get_variant("naive"), cuda_case, seed=0, trace_dir=tmp_path)
+
+
+@pytest.mark.parametrize("mask", ["causal", "causal_br", "bool", "additive", "padding", "window4"])
+def test_blockwise_reference_equals_the_whole_one(mask):
+    from perfsuite.attention.reference import query_blocks, reference_gradients
+
+    case = AttentionCase(2, 4, 10, 9, 8, "fp32", "cpu", mask, num_kv_heads=2)
+    inputs = make_inputs(case, 0)
+    row_bytes = 2 * 4 * 9 * 8  # one query row of float64 scores
+    assert query_blocks(inputs, block_bytes=5 * row_bytes) == [(0, 5), (5, 10)]
+    whole, blocked = reference_attention(inputs), reference_attention(inputs, block_bytes=3 * row_bytes)
+    torch.testing.assert_close(blocked, whole, atol=1e-12, rtol=1e-12)
+    grad_output = torch.randn(whole.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    for got, want in zip(reference_gradients(inputs, grad_output, block_bytes=row_bytes),
+                         reference_gradients(inputs, grad_output)):
+        torch.testing.assert_close(got, want, atol=1e-12, rtol=1e-12)
+    with pytest.raises(ValueError, match="block_bytes must be positive, got 0"):
+        query_blocks(inputs, block_bytes=0)
+
+
+def test_a_reference_out_of_memory_is_not_compared(tmp_path, monkeypatch):
+    from perfsuite.measure import evidence as evidence_module
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 GiB")
+
+    monkeypatch.setattr(evidence_module, "reference_attention", out_of_memory)
+    case = AttentionCase(1, 2, 16, 16, 8, "fp32", "cpu", "causal")
+    found = gather_evidence(get_variant("sdpa"), case, 0, tmp_path)
+    assert found.comparison is None
+    assert found.not_compared.startswith("not compared: the float64 reference of b1h2s16d8-fp32-causal-cpu ran out of cpu memory")
+
+
+def test_a_saved_bias_is_not_a_score_matrix_at_batch_1(tmp_path):
+    from perfsuite.measure.evidence import input_tensors
+    from perfsuite.measure.saved_tensors import measure_saved
+
+    case = AttentionCase(1, 2, 8, 8, 4, "fp32", "cpu", "additive")
+    inputs = make_inputs(case, 0)
+    bias = inputs.mask.additive
+    assert bias.shape == case.score_shape  # [1, H, Sq, Skv]: as many elements as the scores at batch 1
+    query = inputs.query.detach().requires_grad_(True)
+
+    def saves_the_bias():
+        return (query.sum() * bias).sum()  # mul saves the bias for query's gradient
+
+    assert measure_saved(saves_the_bias, case.score_shape, (query,)).score_sized == 1
+    assert measure_saved(saves_the_bias, case.score_shape, (query,) + input_tensors(inputs)).score_sized == 0
+
+
+def test_sdpa_flash_saving_its_bias_at_batch_1_saves_no_score_matrix(tmp_path):
+    case = AttentionCase(1, 2, 16, 16, 8, "fp32", "cpu", "additive")
+    flash = gather_evidence(get_variant("sdpa_flash"), case, 0, tmp_path, "forward_backward").saved_for_backward
+    naive = gather_evidence(get_variant("naive"), case, 0, tmp_path, "forward_backward").saved_for_backward
+    assert flash.score_sized == 0  # it saves a copy of the [1, H, Sq, Skv] bias, an input
+    assert naive.score_sized == 1  # the unfused softmax output
+
+
+class OutOfResources(Exception):
+    """Named like triton.runtime.errors.OutOfResources (Triton is not installed on every machine)."""
+
+
+def _raises(error):
+    def attention(query, key, value, *, mask, scale):
+        raise error
+
+    return Variant("raiser", attention, "raises")
+
+
+def _inductor_wrapped():
+    try:
+        raise OutOfResources("out of resource: shared memory, Required: 262144, Hardware limit: 232448")
+    except OutOfResources as inner:
+        try:
+            raise RuntimeError("backend='inductor' raised:") from inner
+        except RuntimeError as outer:
+            return outer
+
+
+@pytest.mark.parametrize("error, why", [
+    (RuntimeError("cuDNN Frontend error: [cudnn_frontend] Error: No execution plans support the graph."),
+     "cuDNN has no execution plan for this case on this GPU"),
+    (_inductor_wrapped(), "a Triton kernel needs more shared memory or registers than this GPU has"),
+    (RuntimeError("NoValidChoicesError: No choices to select, please consider adding ATEN into max_autotune_gemm_backends"),
+     "Inductor's autotuning found no kernel choice"),
+], ids=["cudnn-no-plan", "triton-out-of-resources", "inductor-no-choices"])
+def test_machine_limits_are_skips_with_their_reason(error, why):
+    from perfsuite.measure.evidence import run_once
+
+    variant = _raises(error)
+    with pytest.raises(VariantUnsupported, match=why) as info:
+        run_once(variant, CASE, lambda: variant.fn(None, None, None, mask=None, scale=None))
+    assert "torch: '" in str(info.value)
+
+
+def test_other_errors_are_not_turned_into_skips():
+    from perfsuite.measure.evidence import run_once
+
+    variant = _raises(RuntimeError("The size of tensor a (4) must match the size of tensor b (5)"))
+    with pytest.raises(RuntimeError, match="must match"):
+        run_once(variant, CASE, lambda: variant.fn(None, None, None, mask=None, scale=None))

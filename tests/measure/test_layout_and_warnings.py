@@ -39,9 +39,9 @@ def test_output_strides_are_recorded_and_differences_between_variants_named(tmp_
     math = gather_evidence(get_variant("sdpa_math"), STRIDED, 0, tmp_path)
     assert math.output_layout == "contiguous" and math.output_stride == (256, 128, 8, 1)
     assert flash.output_layout == "dense as [B, Sq, H, D]" and flash.output_stride == (256, 8, 16, 1)
-    assert layout_differences([flash, math]) == [
+    assert layout_differences([flash.layout_record, math.layout_record]) == [
         f"{STRIDED.id} (forward): dense as [B, Sq, H, D] (sdpa_flash); contiguous (sdpa_math)"]
-    assert layout_differences([math]) == []
+    assert layout_differences([math.layout_record]) == []
 
 
 def test_describe_layout_falls_back_to_strides():

@@ -77,3 +77,11 @@ def test_peaks_are_measured_once_and_cached(tmp_path, monkeypatch):
     assert again["matmul_tflops"] == {"fp32": 0.1, "bf16": 0.1}
     assert calls == ["copy", "fp32", "bf16"]
     assert peaks.machine_key("cpu") in json.loads(cache.read_text())
+
+
+def test_the_machine_line_names_rocm_cuda_or_a_cpu_build():
+    from perfsuite.report.saved import platform_text
+
+    assert platform_text({"cuda_version": None, "hip_version": "6.4.43482"}) == "ROCm (HIP 6.4.43482)"
+    assert platform_text({"cuda_version": "12.8", "hip_version": None}) == "CUDA 12.8"
+    assert "no CUDA or ROCm" in platform_text({"cuda_version": None, "hip_version": None})

@@ -106,3 +106,26 @@ def test_rates_and_bytes():
     assert result(0.002).achieved_gbps == pytest.approx(5e-4)
     assert result(None).achieved_tflops is None
     assert format_bytes(512) == "512 B" and format_bytes(3 * 1024**3) == "3.0 GiB"
+
+
+def test_timer_flush_and_graph_settings():
+    default = settings.resolve(raw(), cuda_available=False)
+    assert (default.timer, default.l2_flush, default.cuda_graphs) == ("host", True, False)
+    chosen = settings.resolve(raw(timer="kernel", l2_flush="off", cuda_graphs="on"), cuda_available=False)
+    assert (chosen.timer, chosen.l2_flush, chosen.cuda_graphs) == ("kernel", False, True)
+    with pytest.raises(settings.SettingsError, match="option timer: timer 'cupti' is not one of host, cuda_event, kernel"):
+        settings.resolve(raw(timer="cupti"), cuda_available=False)
+    with pytest.raises(settings.SettingsError, match="ini l2_flush: 'yes' is not on or off"):
+        settings.resolve(raw({"l2_flush": "yes"}), cuda_available=False)
+
+
+def test_table_shows_wall_device_and_their_difference_for_device_timed_rows():
+    import dataclasses
+
+    timed = dataclasses.replace(result(0.002), timer="cuda_event", wall_median_s=0.0025, device_median_s=0.002)
+    host_only = markdown_table([result(0.002)], []).splitlines()
+    assert "device ms" not in host_only[0]
+    lines = markdown_table([timed, result(0.003)], []).splitlines()
+    assert lines[0].endswith("| timer | wall ms | device ms | wall - device ms |")
+    assert lines[2].endswith("| cuda_event | 2.500 | 2.000 | 0.500 |")
+    assert lines[3].endswith("| host | - | - | - |")

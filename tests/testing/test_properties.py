@@ -1,7 +1,9 @@
-"""Property tests: every built-in variant, on cases hypothesis draws (profile: see perfsuite.testing.strategies).
+"""Property tests: every selected variant (``--perfsuite-variants``, users' own included), on cases
+hypothesis draws (profile: see perfsuite.testing.strategies).
 
-Kept apart from the timed suite: hypothesis refuses function-scoped fixtures such as
-``benchmark`` under ``@given``.
+Compiled variants (and ``PER_CASE_COMPILE``) are left out: each drawn case would compile anew; they
+get the same checks on the suite's cases in ``perfsuite/suite/test_properties.py``. Kept apart
+from the timed suite: hypothesis refuses function-scoped fixtures such as ``benchmark`` under ``@given``.
 """
 
 import pytest
@@ -16,29 +18,33 @@ from perfsuite.attention.inputs import make_inputs
 from perfsuite.testing.strategies import MASKS_HIDING_KEYS, attention_cases, seeds
 from perfsuite.variants import get_variant
 
-BUILTIN = ("naive", "naive_inplace", "sdpa", "sdpa_math", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn")
 DEVICES = ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",)
 LOW_PRECISION = ("fp32", "bf16", "fp16")
 CAUSAL_LIKE = ("causal", "causal_br", "window")
+# Variants whose per-case setup compiles (its first call per drawn shape exceeds hypothesis' deadline).
+PER_CASE_COMPILE = {"flex_eager": "flex's block mask is built per drawn shape, through Dynamo"}
 STRUCTURE_EXAMPLES = max(5, settings().max_examples // 4)  # each example runs the profiler
 
 
-@pytest.fixture(scope="module", autouse=True)
-def warm_up():
-    """Run every variant once per dtype so lazy initialisation never counts against a deadline."""
+@pytest.fixture(scope="module")
+def variants(perfsuite_variants):
+    """The selected variants that are not compiled (see the module docstring), warmed up: each runs
+    once per dtype so lazy initialisation never counts against a deadline."""
+    chosen = [v.name for v in perfsuite_variants if not v.compiled and v.name not in PER_CASE_COMPILE]
     for device in DEVICES:
         for dtype in LOW_PRECISION:
             case = AttentionCase(1, 2, 4, 4, 8, dtype, device, "causal")
             inputs = make_inputs(case, 0)
-            for name in BUILTIN:
+            for name in chosen:
                 try:
                     run_once(get_variant(name), case, bind(get_variant(name), inputs))
                 except VariantUnsupported:
                     pass
+    return tuple(chosen)
 
 
-def holds_for_every_variant(check, case, seed, variants=BUILTIN, **kwargs):
-    """Run ``check`` for each variant that can run ``case``; fail with the first message."""
+def holds_for_every_variant(check, case, seed, variants, **kwargs):
+    """Run ``check`` for each of ``variants`` that can run ``case``; fail with the first message."""
     ran = 0
     for name in variants:
         try:
@@ -50,42 +56,50 @@ def holds_for_every_variant(check, case, seed, variants=BUILTIN, **kwargs):
     assert ran, f"no variant could run {case.id}"
 
 
+def only(variants, *names):
+    """The ``names`` among the selected variants; a skip when none of them is selected."""
+    chosen = [v for v in variants if v in names]
+    if not chosen:
+        pytest.skip(f"none of {', '.join(names)} is selected (--perfsuite-variants)")
+    return chosen
+
+
 @given(case=attention_cases(devices=DEVICES, dtypes=LOW_PRECISION), seed=seeds())
-def test_every_variant_matches_the_float64_reference(case, seed):
-    holds_for_every_variant(properties.check_matches_reference, case, seed)
+def test_every_variant_matches_the_float64_reference(case, seed, variants):
+    holds_for_every_variant(properties.check_matches_reference, case, seed, variants)
 
 
 @given(case=attention_cases(devices=DEVICES), seed=seeds())
-def test_permuting_batch_rows_or_heads_permutes_the_output(case, seed):
-    holds_for_every_variant(properties.check_batch_and_head_independence, case, seed)
+def test_permuting_batch_rows_or_heads_permutes_the_output(case, seed, variants):
+    holds_for_every_variant(properties.check_batch_and_head_independence, case, seed, variants)
 
 
 @given(case=attention_cases(devices=DEVICES, masks=CAUSAL_LIKE), seed=seeds())
-def test_keys_after_the_causal_horizon_do_not_change_earlier_rows(case, seed):
-    holds_for_every_variant(properties.check_causality, case, seed)
+def test_keys_after_the_causal_horizon_do_not_change_earlier_rows(case, seed, variants):
+    holds_for_every_variant(properties.check_causality, case, seed, variants)
 
 
 @given(case=attention_cases(devices=DEVICES, masks=MASKS_HIDING_KEYS), seed=seeds())
-def test_changing_a_masked_out_key_or_value_changes_nothing_it_hides(case, seed):
-    holds_for_every_variant(properties.check_masked_keys_do_not_matter, case, seed)
+def test_changing_a_masked_out_key_or_value_changes_nothing_it_hides(case, seed, variants):
+    holds_for_every_variant(properties.check_masked_keys_do_not_matter, case, seed, variants)
 
 
 @given(case=attention_cases(devices=DEVICES, masks=MASKS_HIDING_KEYS), seed=seeds())
-def test_a_nan_in_a_masked_out_key_or_value_never_yields_wrong_finite_values(case, seed):
-    holds_for_every_variant(properties.check_masked_keys_do_not_matter, case, seed, nan=True)
+def test_a_nan_in_a_masked_out_key_or_value_never_yields_wrong_finite_values(case, seed, variants):
+    holds_for_every_variant(properties.check_masked_keys_do_not_matter, case, seed, variants, nan=True)
 
 
 @given(case=attention_cases(devices=DEVICES, masks=MASKS_HIDING_KEYS), seed=seeds())
-def test_masked_fill_variants_ignore_a_nan_in_a_masked_out_key(case, seed):
-    holds_for_every_variant(properties.check_nan_masked_key, case, seed, variants=("naive", "naive_inplace"))
+def test_masked_fill_variants_ignore_a_nan_in_a_masked_out_key(case, seed, variants):
+    holds_for_every_variant(properties.check_nan_masked_key, case, seed, only(variants, "naive", "naive_inplace"))
 
 
 @given(case=attention_cases(devices=DEVICES), seed=seeds())
-def test_adding_a_constant_to_a_row_of_scores_changes_nothing(case, seed):
-    holds_for_every_variant(properties.check_shift_invariance, case, seed)
+def test_adding_a_constant_to_a_row_of_scores_changes_nothing(case, seed, variants):
+    holds_for_every_variant(properties.check_shift_invariance, case, seed, variants)
 
 
 @settings(max_examples=STRUCTURE_EXAMPLES)
 @given(case=attention_cases(devices=DEVICES, dtypes=("fp32", "bf16"), contiguous=True), seed=seeds())
-def test_naive_copies_the_scores_once_per_masked_forward_and_inplace_never(case, seed):
-    holds_for_every_variant(properties.check_score_copies, case, seed, variants=("naive", "naive_inplace"))
+def test_naive_copies_the_scores_once_per_masked_forward_and_inplace_never(case, seed, variants):
+    holds_for_every_variant(properties.check_score_copies, case, seed, only(variants, "naive", "naive_inplace"))

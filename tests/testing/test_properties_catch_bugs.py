@@ -66,7 +66,7 @@ def caught(check, variant, cases, **kwargs):
 
 
 def assert_reproducible(message):
-    assert "reproduce: pytest tests/testing/test_property_cases.py --perfsuite-cases " in message
+    assert "reproduce: perfsuite run --check -k test_property --perfsuite-cases " in message
     case_id = message.split("--perfsuite-cases ")[1].split()[0]
     assert parse_case_id(case_id).id == case_id
 

@@ -1,7 +1,7 @@
 """Every property as an ordinary test over the suite's variants and cases (plugin-parametrized).
 
 A hypothesis failure prints the command that reruns its case here:
-``pytest tests/testing/test_property_cases.py --perfsuite-cases <id> --perfsuite-seed <seed> --perfsuite-variants <v>``.
+``perfsuite run --check -k test_property --perfsuite-cases <id> --perfsuite-seed <seed> --perfsuite-variants <v>``.
 """
 
 import pytest

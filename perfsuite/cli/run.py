@@ -1,0 +1,29 @@
+"""``perfsuite run``: the attention suite in the current directory (your repository), timed by default.
+
+    perfsuite run [--check] [PYTEST ARGS...]
+
+Runs the suite shipped in the package with the current directory as pytest's root: your
+``[tool.pytest.ini_options]`` keys (``perfsuite_user_variants``, ``perfsuite_variants``,
+``perfsuite_case_set``, ``perfsuite_modes``, ...) apply, and the table, traces and baseline are
+written here (``perfsuite-results/``, ``.benchmarks/``, named by your git commit). ``--check``
+skips timing (correctness and profiler checks only). Other arguments go to pytest.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_command(commands) -> None:
+    run = commands.add_parser("run", help="the attention suite here (your repository): checked, profiled, timed",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    run.add_argument("--check", action="store_true", help="correctness and profiler checks only, no timing")
+
+
+def run_suite(args: argparse.Namespace) -> int:
+    import pytest
+
+    from perfsuite.suite.runner import suite_arguments
+
+    return int(pytest.main(suite_arguments(Path.cwd(), not args.check, list(args.pytest_args))))

@@ -1,0 +1,180 @@
+"""perfsuite in a user's own repository, end to end, as README's "Use it in your repository" says.
+
+A throwaway git repository with a small attention package (src layout), a base commit and a head
+commit that adds one extra score-sized copy per forward; perfsuite is installed into the
+repository's own virtualenv (a non-editable install, so the shipped suite and templates are what
+runs). torch, pytest, pip, setuptools and the other dependencies come from this test's
+environment through a ``.pth`` file instead of a 700 MB reinstall.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import site
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+CASE = "b1h2s16d8-fp32-causal-cpu"
+ATTENTION = '''"""Plain softmax attention over the whole score matrix."""
+import torch
+
+
+def blocked_attention(query, key, value, *, mask, scale):
+    """Softmax attention; a query that sees no key gives zeros."""
+    groups = query.shape[1] // key.shape[1]
+    key, value = key.repeat_interleave(groups, dim=1), value.repeat_interleave(groups, dim=1)
+    scores = torch.matmul(query, key.transpose(-2, -1)).mul_(scale)
+    if mask.additive is not None:
+        scores.add_(mask.additive)
+    if mask.masked_out is not None:
+        scores.masked_fill_(mask.masked_out, float("-inf"))
+    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    return torch.matmul(weights, value)
+'''
+PYPROJECT = f'''[build-system]
+requires = ["setuptools>=68"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "myattn"
+version = "0.1.0"
+
+[tool.setuptools.packages.find]
+where = ["src"]
+
+[tool.pytest.ini_options]
+perfsuite_user_variants = ["myattn.attention:blocked_attention"]
+perfsuite_variants = "blocked_attention sdpa"
+perfsuite_cases = "{CASE}"
+perfsuite_modes = ["forward", "backward"]
+'''
+# a backward-only slowdown: activation checkpointing recomputes the forward inside backward
+CHECKPOINTED = ATTENTION.replace('"""Plain softmax attention over the whole score matrix."""\nimport torch\n', '''"""Checkpointed."""
+import torch
+from torch.utils.checkpoint import checkpoint
+''').replace("def blocked_attention(", "def _attention(") + '''
+
+def blocked_attention(query, key, value, *, mask, scale):
+    """The same attention, recomputed in backward."""
+    return checkpoint(lambda q, k, v: _attention(q, k, v, mask=mask, scale=scale), query, key, value,
+                      use_reentrant=False)
+'''
+EXTRA_COPY = "    scores = scores.transpose(-2, -1).contiguous().transpose(-2, -1)  # one extra score-sized copy\n"
+
+
+def sh(*args, cwd, check=True):
+    result = subprocess.run([str(a) for a in args], cwd=cwd, capture_output=True, text=True, timeout=600,
+                            env=dict(os.environ, GIT_AUTHOR_NAME="u", GIT_AUTHOR_EMAIL="u@example.com",
+                                     GIT_COMMITTER_NAME="u", GIT_COMMITTER_EMAIL="u@example.com"))
+    if check:
+        assert result.returncode == 0, f"{args}: exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+    return result
+
+
+@pytest.fixture(scope="module")
+def user_repo(tmp_path_factory):
+    repo = tmp_path_factory.mktemp("myrepo")
+    package = repo / "src" / "myattn"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "attention.py").write_text(ATTENTION)
+    (repo / "pyproject.toml").write_text(PYPROJECT)
+    (repo / ".gitignore").write_text(".venv/\n.benchmarks/\nperfsuite-results/\n*.egg-info/\n__pycache__/\n")
+    sh("git", "init", "-q", cwd=repo)
+    sh("git", "add", "-A", cwd=repo)
+    sh("git", "commit", "-qm", "base", cwd=repo)
+    base_sha = sh("git", "rev-parse", "HEAD", cwd=repo).stdout.strip()
+    head = ATTENTION.replace("    if mask.additive", EXTRA_COPY + "    if mask.additive", 1)
+    (package / "attention.py").write_text(head)
+    sh("git", "commit", "-qam", "head: an extra copy of the scores", cwd=repo)
+    head_sha = sh("git", "rev-parse", "HEAD", cwd=repo).stdout.strip()
+    sh("git", "checkout", "-q", base_sha, cwd=repo)
+    (package / "attention.py").write_text(CHECKPOINTED)
+    sh("git", "commit", "-qam", "checkpointed: backward recomputes the forward", cwd=repo)
+    slow_backward_sha = sh("git", "rev-parse", "HEAD", cwd=repo).stdout.strip()
+    sh("git", "checkout", "-q", base_sha, cwd=repo)  # the suite runs on the base first
+
+    sh(sys.executable, "-m", "venv", "--without-pip", repo / ".venv", cwd=repo)
+    venv_site = next((repo / ".venv" / "lib").glob("python*/site-packages"))
+    (venv_site / "borrowed.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    pip = [repo / ".venv" / "bin" / "python", "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation"]
+    sh(*pip, ROOT, cwd=repo)
+    sh(*pip, "-e", ".", cwd=repo)
+    return repo, base_sha, head_sha, slow_backward_sha
+
+
+def perfsuite(repo, *args, check=False):
+    return sh(repo / ".venv" / "bin" / "perfsuite", *args, cwd=repo, check=check)
+
+
+def test_the_suite_runs_in_the_users_repository_with_their_config(user_repo):
+    repo, base_sha, head_sha, _ = user_repo
+    result = perfsuite(repo, "run", "--benchmark-min-rounds=2", "--benchmark-max-time=0.001", "--benchmark-warmup=off")
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert "perfsuite: variants=blocked_attention,sdpa modes=forward,backward" in output
+    assert "perfsuite: attention at a glance" in output
+    assert str(ROOT) not in output.split("perfsuite: attention at a glance")[0].split("rootdir:")[1].splitlines()[0]
+    saved = list((repo / ".benchmarks").rglob("0001_*.json"))
+    assert len(saved) == 1 and saved[0].name.startswith(f"0001_{base_sha}"), saved  # named by the user's commit
+    rows = json.loads((repo / "perfsuite-results" / "run.json").read_text())["results"]
+    assert {(r["variant"], r["mode"]) for r in rows} == {(v, m) for v in ("blocked_attention", "sdpa")
+                                                         for m in ("forward", "backward")}
+
+
+def test_plain_pytest_with_perfsuite_options_says_what_to_do(user_repo):
+    repo, *_ = user_repo
+    result = sh(repo / ".venv" / "bin" / "python", "-m", "pytest", "--perfsuite-variants=sdpa", cwd=repo, check=False)
+    assert "perfsuite run" in result.stdout, result.stdout
+
+
+def test_the_ab_gate_on_git_refs_names_the_extra_copy_and_fails(user_repo):
+    repo, base_sha, head_sha, _ = user_repo
+    gate = ["ab", "--cases", CASE, "--blocks", "2", "--rounds", "1", "--fail-on-structure"]
+    result = perfsuite(repo, *gate, "--base-ref", base_sha, "--head-ref", head_sha)
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    assert "FAIL `blocked_attention/b1h2s16d8-fp32-causal-cpu: structure changed:" in output
+    assert "copy cpu aten::clone [1x2x16x16]" in output
+    assert "blocked_attention/b1h2s16d8-fp32-causal-cpu/backward" in output  # every mode is gated by default
+    assert "perfsuite gate: FAIL" in output
+    assert not list(Path(repo).glob("perfsuite-ab-*")) and "perfsuite-ab-" not in sh("git", "worktree", "list", cwd=repo).stdout
+
+    same = perfsuite(repo, *gate, "--base-ref", head_sha, "--head-ref", head_sha, "--variants", "blocked_attention",
+                     "--modes", "forward")
+    assert same.returncode == 0, same.stdout + same.stderr
+    assert "perfsuite gate: PASS" in same.stdout
+
+
+def test_the_workflow_template_is_written_once_and_lints(user_repo, tmp_path):
+    repo, *_ = user_repo
+    output = tmp_path / "perfsuite-gate.yml"
+    assert perfsuite(repo, "init-ci", "--output", output).returncode == 0
+    again = perfsuite(repo, "init-ci", "--output", output)
+    assert again.returncode == 2 and "use --force" in again.stderr
+    text = output.read_text()
+    code = "\n".join(line.split("#")[0] for line in text.splitlines())
+    assert "pull_request_target" not in code and "permissions:\n  contents: read" in text
+    assert "--base-ref \"$BASE_SHA\" --head-ref \"$HEAD_SHA\"" in text
+    bin_dir = Path(sys.executable).parent
+    lint = subprocess.run([bin_dir / "actionlint", str(output)], capture_output=True, text=True)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    zizmor = subprocess.run([bin_dir / "zizmor", "--offline", "--no-progress", str(output)], capture_output=True, text=True)
+    assert zizmor.returncode == 0 and "No findings" in zizmor.stdout + zizmor.stderr, zizmor.stdout + zizmor.stderr
+
+
+def test_a_backward_only_slowdown_is_caught_in_backward_mode(user_repo):
+    repo, base_sha, _, slow_backward_sha = user_repo
+    result = perfsuite(repo, "ab", "--cases", CASE, "--blocks", "2", "--rounds", "1", "--fail-on-structure",
+                       "--variants", "blocked_attention", "--base-ref", base_sha, "--head-ref", slow_backward_sha)
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    failing = [line for line in output.splitlines() if line.startswith("- FAIL")]
+    assert any("/backward: structure changed" in line and "aten::bmm" in line for line in failing), failing
