@@ -140,9 +140,9 @@ class SuiteSession:
 
     # -- progress ----------------------------------------------------------------------------
     def start(self, pytest_session: pytest.Session, timed: bool) -> None:
-        """At session start: keep pytest's session (to see -x / --maxfail stops) and list this run's traces."""
+        """At session start: keep pytest's session (to see -x / --maxfail stops). The trace manifest
+        lists this run from its first trace on (a run that writes none, ``--co``, is not listed)."""
         self.pytest_session, self.timed = pytest_session, timed
-        self.traces.start()
 
     def expect(self, benchmarks: int) -> None:
         """The number of benchmark tests collected (what a whole run finishes)."""
