@@ -80,6 +80,13 @@ def test_timed_run_saves_a_baseline_with_extra_info_and_a_table(project):
     assert {v: i["score_copies_per_forward"] for (v, m), i in infos.items() if m == "forward"} == {
         "naive": 1, "naive_inplace": 0, "sdpa": 0, "sdpa_math": 0, "sdpa_flash": 0,
     }
+    # score accounting (issue 14): the post's findings restated, stored for the table and the fingerprint
+    assert {v: i["score_accounting"]["copies"] for (v, m), i in infos.items() if m == "forward"} == {
+        "naive": 1.0, "naive_inplace": 0.0, "sdpa": 0.0, "sdpa_math": 0.0, "sdpa_flash": 0.0,
+    }
+    assert any(label.startswith("copy [1x2x16x16] in aten::masked_fill")
+               for label in infos[("naive", "forward")]["fingerprint"]["score_writes"])
+    assert infos[("naive", "forward")]["output_layout"] == "contiguous"
     for (variant, mode), info in infos.items():
         assert info["flop"] > 0 and info["achieved_tflops"] > 0 and info["max_abs_error"] < 1e-4
         assert info["graphs_compiled_while_timed"] == 0
