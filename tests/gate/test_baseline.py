@@ -80,3 +80,14 @@ def test_a_baseline_covering_few_of_this_runs_benchmarks_is_named():
     note = coverage_note(WHOLE, head, "0001")
     assert note.startswith("baseline 0001 has 2 of this run's 5 benchmarks (few: under half); 3 are compared with nothing")
     assert coverage_note(WHOLE, ["naive/c1", "sdpa/c1"], "0001") is None
+
+
+def test_perfsuite_compare_refuses_a_partial_base_run_naming_it(tmp_path, capsys):
+    from perfsuite.cli.main import main
+
+    partial = tmp_path / "0002_partial.json"
+    partial.write_text(json.dumps(dict(WHOLE, **{INCOMPLETE_KEY: Incomplete("interrupted (KeyboardInterrupt)", 1, 2).to_dict()})))
+    whole = tmp_path / "0001_whole.json"
+    whole.write_text(json.dumps(WHOLE))
+    assert main(["compare", str(partial), str(whole)]) == 2
+    assert f"{partial}: an incomplete run (interrupted (KeyboardInterrupt): 1 of 2" in capsys.readouterr().err
