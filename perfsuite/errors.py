@@ -7,6 +7,7 @@ Errors that report a bad value also derive from ``ValueError``, as Python's own 
 
     PerfsuiteError
     +-- ConfigError          a setting, option or variant spec is invalid (names it and what is allowed)
+    |   +-- DeviceTimingError   a bad timer setting or device answer
     +-- TraceError           a file that is not a Kineto / Chrome trace
     +-- BaselineError        a saved run that cannot be read as a baseline (corrupt, truncated, absent)
     +-- IncomparableRuns     two runs from different hardware or software (the fields that differ)
@@ -28,6 +29,10 @@ class PerfsuiteError(Exception):
 
 class ConfigError(PerfsuiteError, ValueError):
     """A setting's value is invalid; the message says which, from where, and what is allowed."""
+
+
+class DeviceTimingError(ConfigError):
+    """A bad timer setting or device answer (``perfsuite.measure.device_timing``); names the value."""
 
 
 class TraceError(PerfsuiteError, ValueError):
@@ -54,5 +59,5 @@ class UsageError(PerfsuiteError):
     """A command-line request that cannot be carried out; printed as one line, exit code 2."""
 
 
-__all__ = ["PerfsuiteError", "ConfigError", "TraceError", "BaselineError", "IncomparableRuns", "ReportError",
+__all__ = ["PerfsuiteError", "ConfigError", "DeviceTimingError", "TraceError", "BaselineError", "IncomparableRuns", "ReportError",
            "WorkerError", "UsageError"]

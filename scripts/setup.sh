@@ -39,5 +39,6 @@ elif ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
     echo "perfsuite setup: installing torch==2.13.0"
     pip install torch==2.13.0
 fi
-pip install -e ".[dev]"
-echo "perfsuite setup: $(.venv/bin/python -c 'import torch; print("torch", torch.__version__, "cuda available:", torch.cuda.is_available())')"
+# transformers: so the test run covers the hf_* variants (it does not depend on torch, so torch stays as installed)
+pip install -e ".[dev,transformers]"
+echo "perfsuite setup: $(.venv/bin/python -c 'import torch, transformers; print("torch", torch.__version__, "cuda available:", torch.cuda.is_available(), "transformers", transformers.__version__)')"

@@ -148,6 +148,9 @@ def run_ab_command(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     variants, modes = selected_variants(args), selected_modes(args.modes)
+    for option, tree in (("--base-tree", args.base_tree), ("--head-tree", args.head_tree)):
+        if not Path(tree).is_dir():
+            raise UsageError(f"{option} {tree!r}: no such folder")
     with git_worktrees({"base": args.base_ref, "head": args.head_ref}) as trees:
         base = Side(trees.get("base", Path(args.base_tree)), args.base_variant, python=args.base_python)
         head = Side(trees.get("head", Path(args.head_tree)), args.head_variant, args.head_slowdown, args.slow_variant,

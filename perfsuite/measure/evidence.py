@@ -33,6 +33,7 @@ from perfsuite.measure.timing import synchronized
 from perfsuite.trace.summary import WindowSummary, summarize_windows
 from perfsuite.variants import Variant
 from perfsuite.variants.registry import VariantFn
+from perfsuite.variants.unsupported import CaseUnsupported
 
 # Messages with which torch refuses a case it has no kernel for (not a bug of the variant).
 _UNSUPPORTED_RE = re.compile(r"No available kernel|No viable backend|not implemented for '\w+'|does not support backward on")
@@ -138,7 +139,10 @@ class Evidence:
 def bind(variant: Variant, inputs: AttentionInputs) -> Callable[[], torch.Tensor]:
     """A no-argument forward of ``variant`` on ``inputs`` (prepared for them), run under ``torch.no_grad()``."""
 
-    fn = variant.for_case(inputs)
+    try:
+        fn = variant.for_case(inputs)
+    except CaseUnsupported as exc:  # the variant's own named limitation, found by its prepare
+        raise VariantUnsupported(str(exc)) from None
 
     def forward() -> torch.Tensor:
         with torch.no_grad():
@@ -209,6 +213,8 @@ def run_once(variant: Variant, case: AttentionCase, forward: Callable[[], object
         warnings.simplefilter("always")
         try:
             result = forward()
+        except CaseUnsupported as exc:  # the variant's own named limitation
+            raise VariantUnsupported(str(exc)) from None
         except torch.OutOfMemoryError:
             if case.device == "cuda":
                 torch.cuda.empty_cache()

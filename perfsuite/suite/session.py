@@ -177,9 +177,12 @@ class SuiteSession:
 
     # -- parametrization ---------------------------------------------------------------------
     def cases_for(self, variant) -> tuple:
-        """The cases ``variant`` runs: ``perfsuite_compiled_cases`` for compiled variants when set."""
-        compiled = self.settings.compiled_cases
-        return compiled if variant.compiled and compiled is not None else self.settings.cases
+        """The cases ``variant`` runs: ``perfsuite_compiled_cases`` for compiled variants when set, else
+        ``perfsuite_adapter_cases`` for variants that wrap a library when set, else every case."""
+        compiled, adapter = self.settings.compiled_cases, self.settings.adapter_cases
+        if variant.compiled and compiled is not None:
+            return compiled
+        return adapter if variant.wraps and adapter is not None else self.settings.cases
 
     def parametrize(self, metafunc: pytest.Metafunc) -> None:
         """Parametrize a test taking ``variant`` and ``case`` (and ``mode``) over the selection."""

@@ -19,7 +19,8 @@ from perfsuite.errors import ConfigError
 from perfsuite.attention.case_sets import get_case_set
 from perfsuite.attention.cases import AttentionCase
 from perfsuite.attention.modes import MODES, parse_mode
-from perfsuite.measure.device_timing import DeviceTimingError, parse_timer
+from perfsuite.errors import DeviceTimingError
+from perfsuite.measure.device_timing import parse_timer
 from perfsuite.variants import get_variant, variant_names
 
 
@@ -56,6 +57,9 @@ SETTINGS = {
     "modes": Setting("perfsuite_modes", "--perfsuite-modes", "all", "modes: forward backward forward_backward, or 'all'"),
     "compiled_cases": Setting("perfsuite_compiled_cases", "--perfsuite-compiled-cases", "",
                               "case ids for torch.compile variants only (each compiles per case); default: every case"),
+    "adapter_cases": Setting("perfsuite_adapter_cases", "--perfsuite-adapter-cases", "",
+                             "case ids for variants that wrap another library (transformers, nn.MultiheadAttention, "
+                             "flash-attn, xformers); default: every case"),
     "seed": Setting("perfsuite_seed", "--perfsuite-seed", "0", "seed of the random query/key/value and masks"),
     "results": Setting("perfsuite_results", "--perfsuite-results", "perfsuite-results", "folder for the Markdown table and run summary"),
     "traces": Setting("perfsuite_traces", "--perfsuite-traces", "", "folder for Chrome traces (default: RESULTS/traces)"),
@@ -136,6 +140,7 @@ class SuiteSettings:
     l2_flush: bool = True
     cuda_graphs: bool = False
     isolate: tuple[str, ...] = ()  # variants probed in a child process before they run here
+    adapter_cases: tuple[AttentionCase, ...] | None = None  # None: variants that wrap a library run every case
 
 
 def split_list(text: str) -> list[str]:
@@ -176,9 +181,9 @@ def _resolve_modes(raw: RawSettings) -> tuple[str, ...]:
 _CASE_SELECTORS = ("cases", "extra_cases", "case_set", "shapes", "dtypes", "masks")
 
 
-def _resolve_compiled_cases(raw: RawSettings) -> tuple[AttentionCase, ...] | None:
-    """Cases for compiled variants: an ini list yields to cases chosen on the command line."""
-    value = raw["compiled_cases"]
+def _resolve_compiled_cases(raw: RawSettings, key: str = "compiled_cases") -> tuple[AttentionCase, ...] | None:
+    """Cases for compiled variants (or ``key``'s): an ini list yields to cases chosen on the command line."""
+    value = raw[key]
     if not value.value.strip():
         return None
     if value.origin != "option" and any(raw[name].origin == "option" for name in _CASE_SELECTORS):
@@ -288,6 +293,7 @@ def resolve(raw: RawSettings, cuda_available: bool, user_variants: tuple[str, ..
         cases=tuple(dict.fromkeys(resolved_cases)),
         cases_from=cases_from,
         compiled_cases=_resolve_compiled_cases(raw),
+        adapter_cases=_resolve_compiled_cases(raw, "adapter_cases"),
         seed=_parse_seed(raw),
         results_dir=results_dir,
         traces_dir=Path(traces) if traces else results_dir / "traces",

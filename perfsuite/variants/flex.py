@@ -95,7 +95,25 @@ def prepare_eager(inputs: AttentionInputs) -> VariantFn:
 
 def prepare_compiled(inputs: AttentionInputs) -> VariantFn:
     """Block mask and score_mod built once for this case; flex_attention compiled for it."""
-    return _for_case(inputs, compile_for_case(call_flex))
+    return refusing_cpu_backward(_for_case(inputs, compile_for_case(call_flex)))
+
+
+def refusing_cpu_backward(fn: VariantFn) -> VariantFn:
+    """``fn``, but a call that needs a backward on the CPU raises torch's refusal before Dynamo traces it.
+
+    torch has no flex_attention backward on the CPU. When that refusal is raised while Dynamo traces
+    flex_attention, Dynamo gives up on flex_attention's code for the rest of the process: every later
+    ``torch.compile(flex_attention)`` (transformers' ``hf_flex_attention``) then runs the unfused eager
+    path without a word (seen with torch 2.13: ``bmm`` and ``softmax`` ops, no compiled graph).
+    """
+
+    def attention(query, key, value, *, mask, scale):
+        if query.device.type == "cpu" and torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)):
+            raise NotImplementedError("FlexAttention does not support backward on CPU (refused before torch.compile "
+                                      "traces it, which would make Dynamo skip flex_attention for the whole process)")
+        return fn(query, key, value, mask=mask, scale=scale)
+
+    return attention
 
 
 @functools.cache

@@ -52,6 +52,9 @@ class Variant:
     default) runs them unless the variant is ``compiled`` (every transformed input would
     compile anew); True runs them anyway (a variant that calls ``torch.compile`` inside with
     dynamic shapes, or caches per shape); False never.
+    ``wraps``: the library whose attention the variant calls (``"transformers"``,
+    ``"torch.nn.MultiheadAttention"``, ``"flash-attn"``), or None for perfsuite's own; the suite runs
+    such adapters on ``perfsuite_adapter_cases`` when that is set.
     """
 
     name: str
@@ -67,6 +70,7 @@ class Variant:
     fused: bool = False
     forward_only_on: tuple[tuple[str, str], ...] = ()
     property_tests: bool | None = None
+    wraps: str | None = None
 
     def backward_unsupported(self, device: str) -> str | None:
         """Why the variant has no backward on ``device`` (``"cpu"``, ``"cuda"``), or None when it has one."""
@@ -114,6 +118,7 @@ def register_variant(
     saves_scores_for_backward: bool | None = None,
     fused: bool = False,
     property_tests: bool | None = None,
+    wraps: str | None = None,
 ) -> Callable[[VariantFn], VariantFn]:
     """Decorator that registers ``fn`` under ``name`` and returns it unchanged.
 
@@ -137,6 +142,8 @@ def register_variant(
         _REGISTRY[name] = Variant(name, fn, description, sdpa_backend, copies_scores_when_masked, fully_masked_rows,
                                   prepare, compiled, anywhere, saves_scores_for_backward, fused, per_device,
                                   property_tests)
+        if wraps:
+            _REGISTRY[name] = dataclasses.replace(_REGISTRY[name], wraps=wraps)
         return fn
 
     return decorate

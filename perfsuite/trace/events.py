@@ -1,0 +1,215 @@
+"""Trace events and the records a summary is made of: loading a Kineto / Chrome trace, reading
+one event (its dims, dtypes, bytes, device kind), and the ``CopyRecord`` / ``WindowSummary`` types.
+
+``perfsuite.trace.summary`` indexes a loaded trace and summarises its windows with these.
+Timestamps and durations are microseconds.
+"""
+
+from __future__ import annotations
+import collections
+import dataclasses
+import gzip
+import json
+from pathlib import Path
+from typing import Any, Iterable
+from perfsuite.errors import TraceError
+from perfsuite.trace.kernel_families import is_memset_kernel, kernel_family, memcpy_kind, sdpa_backends
+
+CPU_COPY_OPS = ("aten::copy_", "aten::clone")
+COMPILED_GRAPH_PREFIX = "## Call CompiledFxGraph"  # Inductor's range around a compiled graph, forward or backward
+# c10::DeviceType of allocator events: 0 CPU, 1 CUDA, 6 HIP (ROCm builds of torch record HIP
+# but call the device "cuda", so both are reported as "cuda"); others keep their number.
+_MEMORY_DEVICE_TYPES = {0: "cpu", 1: "cuda", 6: "cuda"}
+_LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
+_DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+# Bytes per element of the dtypes ATen writes in ``Input type`` (c10's scalar type names).
+_ELEMENT_BYTES = {
+    "double": 8, "float": 4, "c10::Half": 2, "c10::BFloat16": 2, "bool": 1, "long int": 8, "int": 4,
+    "short int": 2, "signed char": 1, "unsigned char": 1, "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1,
+    "c10::Float8_e4m3fnuz": 1, "c10::Float8_e5m2fnuz": 1, "c10::complex<float>": 8, "c10::complex<double>": 16,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class CopyRecord:
+    """One copy seen in a window.
+
+    ``lane``: ``"cpu"`` for an ATen copy op, ``"device"`` for a ``gpu_memcpy`` event or a
+    copy kernel. ``kind``: the op name, the Memcpy kind as the profiler spells it
+    (``"DtoD"``, ``"HtoD"``) or ``"copy kernel"``. ``shape``: destination dims of the ATen
+    op that made it, when recorded. ``size_bytes``: from the event, when recorded.
+    ``dtype_conversion``: the ATen op's source and destination dtypes differ (a cast such
+    as SDPA math's fp32 -> bf16, which moves data but is not a duplicate of it).
+    """
+
+    lane: str
+    kind: str
+    name: str
+    shape: tuple[int, ...] | None
+    size_bytes: int | None
+    dtype_conversion: bool = False
+    types: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowSummary:
+    """What one annotated window (one forward, one profiler step) did.
+
+    Counts are per window. ``cpu_ops``/``kernels``/``launch_calls`` map names to counts,
+    ``kernel_time_us`` kernel names to their summed device time; ``launch_time_us`` is the
+    CPU time spent in launch API calls (``cudaLaunchKernel``, ``cuLaunchKernelEx``,
+    ``hipLaunchKernel``, ...). ``memcpy_counts``/``memcpy_bytes`` are keyed by kind (``DtoD``),
+    ``memcpy_routes`` by kind and memory (``HtoD Pinned -> Device``);
+    ``allocated_bytes`` sums allocations by device (``"cpu"``, ``"cuda"``);
+    ``peak_bytes`` is the highest live allocation above the level at the window's start;
+    ``compiled_graph_calls`` counts Inductor graphs run (``## Call CompiledFxGraph`` ranges).
+
+    A window holds the device work whose launch call lies in it (linked by ``correlation``);
+    the whole trace holds every device event of the file. Device events whose launch was not
+    recorded (the profiler can lose host events, mostly at the start of a session) are counted
+    in the whole trace as ``unattributed_events`` / ``unattributed_time_us`` (kernels, Memcpy
+    and Memset, all device time in microseconds) and cannot be placed in a window;
+    ``warnings`` then says that per-window attribution is incomplete.
+    """
+
+    annotation: str
+    start_us: float
+    duration_us: float
+    cpu_ops: dict[str, int]
+    kernels: dict[str, int]
+    kernel_time_us: dict[str, float]
+    launch_calls: dict[str, int]
+    launch_time_us: float
+    device_time_us: float
+    memcpy_counts: dict[str, int]
+    memcpy_bytes: dict[str, int]
+    memcpy_routes: dict[str, int]
+    memset_count: int
+    memset_bytes: int
+    copies: tuple[CopyRecord, ...]
+    allocated_bytes: dict[str, int]
+    peak_bytes: dict[str, int]
+    compiled_graph_calls: int = 0
+    unattributed_events: int = 0
+    unattributed_time_us: float = 0.0
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def cpu_op_count(self) -> int:
+        return sum(self.cpu_ops.values())
+
+    @property
+    def kernel_count(self) -> int:
+        return sum(self.kernels.values())
+
+    @property
+    def sdpa_backends(self) -> list[str]:
+        """SDPA backends whose dispatch op ran in this window (``["FLASH_ATTENTION"]``)."""
+        return sdpa_backends(self.cpu_ops)
+
+    def kernel_families(self) -> dict[str, int]:
+        """Kernel count per family (``perfsuite.trace.kernel_families``)."""
+        families: dict[str, int] = collections.Counter()
+        for name, count in self.kernels.items():
+            families[kernel_family(name)] += count
+        return dict(families)
+
+    @property
+    def copy_kernel_count(self) -> int:
+        return sum(1 for c in self.copies if c.kind == "copy kernel")
+
+    def copies_of_shape(self, shape: Iterable[int], lane: str) -> int:
+        """Same-dtype copies on ``lane`` whose destination has exactly ``shape`` (e.g. the scores)."""
+        wanted = tuple(shape)
+        return sum(1 for c in self.copies if c.lane == lane and c.shape == wanted and not c.dtype_conversion)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["copies"] = [dataclasses.asdict(c) for c in self.copies]
+        data["kernel_families"] = self.kernel_families()
+        data["sdpa_backends"] = self.sdpa_backends
+        return data
+
+
+def load_trace(path: str | Path) -> dict[str, Any]:
+    """Load a ``.json`` or ``.json.gz`` Chrome trace.
+
+    Returns the trace as a dict with a ``traceEvents`` list (a bare list of events is
+    wrapped). Raises ``TraceError`` naming the file when it is missing, not JSON,
+    truncated, or has no ``traceEvents``.
+    """
+    path = Path(path)
+    opener = gzip.open if path.name.endswith(".gz") else open
+    try:
+        with opener(path, "rt", encoding="utf-8") as handle:
+            data = json.load(handle)
+    except FileNotFoundError:
+        raise TraceError(f"{path}: no such trace file") from None
+    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise TraceError(f"{path}: not a readable Chrome/Kineto trace ({exc})") from None
+    if isinstance(data, list):
+        data = {"traceEvents": data}
+    if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
+        raise TraceError(f"{path}: JSON without a 'traceEvents' list, so not a profiler trace")
+    if not any(isinstance(e, dict) and "ph" in e for e in data["traceEvents"]):
+        raise TraceError(f"{path}: 'traceEvents' holds no trace events (nothing was recorded)")
+    return data
+
+
+def _first_dims(event: dict[str, Any]) -> tuple[int, ...] | None:
+    dims = event.get("args", {}).get("Input Dims")
+    if not dims or not isinstance(dims[0], list):
+        return None
+    return tuple(dims[0])
+
+
+def _tensor_types(event: dict[str, Any] | None) -> tuple[str, ...]:
+    """``Input type`` of an ATen op without the scalar/empty entries (``("c10::BFloat16", "float")``)."""
+    types = (event or {}).get("args", {}).get("Input type") or []
+    return tuple(t for t in types if t and t != "Scalar")
+
+
+def _converts_dtype(event: dict[str, Any] | None) -> bool:
+    """True for ``aten::copy_`` whose destination and source dtypes differ (``Input type``)."""
+    types = (event or {}).get("args", {}).get("Input type") or []
+    return (event or {}).get("name") == "aten::copy_" and len(types) >= 2 and types[0] != types[1]
+
+
+def _memcpy_kind(name: str) -> str:
+    return memcpy_kind(name) or name
+
+
+def op_output_bytes(op: dict[str, Any] | None) -> int | None:
+    """Bytes of the first tensor argument of an ATen op (a copy's destination, ``item()``'s
+    scalar), from its ``Input Dims`` and ``Input type``; None when not recorded or the dtype
+    is not in ``_ELEMENT_BYTES``."""
+    args = (op or {}).get("args", {})
+    dims, types = args.get("Input Dims"), args.get("Input type")
+    if not dims or not types or not isinstance(dims[0], list) or not all(isinstance(d, int) for d in dims[0]):
+        return None
+    size = _ELEMENT_BYTES.get(types[0])
+    if size is None:
+        return None
+    for dim in dims[0]:
+        size *= dim
+    return size
+
+
+def _memcpy_route(name: str) -> str:
+    """``Memcpy HtoD (Pinned -> Device)`` -> ``HtoD Pinned -> Device``."""
+    return name.removeprefix("Memcpy ").replace("(", "").replace(")", "")
+
+
+def device_event_kind(event: dict[str, Any]) -> str:
+    """``"memcpy"``, ``"memset"`` or ``"kernel"`` for a device event.
+
+    Some ROCm profiler versions file copies and fills as ``kernel`` events (named
+    ``Memcpy DtoD ...`` or after ROCclr's blit kernels); those are read as the copy or fill
+    they are (``perfsuite.trace.kernel_families``).
+    """
+    category, name = event.get("cat"), str(event.get("name", ""))
+    if category == "gpu_memcpy" or (category == "kernel" and memcpy_kind(name)):
+        return "memcpy"
+    if category == "gpu_memset" or (category == "kernel" and is_memset_kernel(name)):
+        return "memset"
+    return "kernel"
