@@ -38,7 +38,7 @@ MASK_ALIASES = {"both": ("causal", "noncausal")}
 _SHAPE_RE = re.compile(r"^(\d+)x(\d+)(?::(\d+))?x(\d+)(?::(\d+))?x(\d+)$")
 _ID_RE = re.compile(
     r"^b(?P<b>\d+)h(?P<h>\d+)(?:kv(?P<hkv>\d+))?(?:s(?P<s>\d+)|q(?P<sq>\d+)k(?P<skv>\d+))d(?P<d>\d+)"
-    r"-(?P<dtype>\w+?)-(?P<mask>[a-z_]+\d*)(?:-scale(?P<scale>[0-9.e+-]+?))?(?P<strided>-strided)?-(?P<device>\w+)$"
+    r"-(?P<dtype>\w+?)-(?P<mask>[a-z_]+\d*)(?:-scale(?P<scale>[0-9.e+-]+?))?(?P<strided>-strided)?(?P<transposed>-transposed)?-(?P<device>\w+)$"
 )
 
 
@@ -65,7 +65,10 @@ class AttentionCase:
     name from ``DTYPES`` (``"bf16"``), ``device`` one of ``DEVICES``, ``mask`` a kind from
     ``perfsuite.attention.masks`` (``"causal"`` is top-left). ``scale`` is the softmax scale, None for
     ``1/sqrt(head_dim)``; ``contiguous=False`` lays query/key/value out as
-    ``[batch, seq, heads, head_dim]`` transposed, as many models do.
+    ``[batch, seq, heads, head_dim]`` transposed, as many models do (``-strided`` in the id);
+    ``transposed=True`` makes them transposes of ``[batch, heads, head_dim, seq]`` buffers, so
+    the last dimension is not contiguous (``stride(-1) == seq``; ``-transposed`` in the id),
+    which fused kernels refuse. The two layouts exclude each other (``ValueError``).
     """
 
     batch: int
@@ -79,8 +82,12 @@ class AttentionCase:
     num_kv_heads: int | None = None
     scale: float | None = None
     contiguous: bool = True
+    transposed: bool = False
 
     def __post_init__(self):
+        if self.transposed and not self.contiguous:
+            raise ValueError("a case is either strided ([batch, seq, heads, head_dim] transposed) or transposed "
+                             "(last dimension not contiguous), not both")
         if self.num_kv_heads is None:
             object.__setattr__(self, "num_kv_heads", self.num_heads)
         check_shape(Shape(self.batch, self.num_heads, self.num_kv_heads, self.seq_len_q, self.seq_len_kv, self.head_dim))
@@ -122,7 +129,8 @@ class AttentionCase:
         """
         scale = f"-scale{self.scale:g}" if self.scale is not None else ""
         strided = "" if self.contiguous else "-strided"
-        return f"{self.shape_id}-{self.dtype}-{self.mask}{scale}{strided}-{self.device}"
+        transposed = "-transposed" if self.transposed else ""
+        return f"{self.shape_id}-{self.dtype}-{self.mask}{scale}{strided}{transposed}-{self.device}"
 
     @property
     def score_shape(self) -> tuple[int, int, int, int]:
@@ -178,14 +186,14 @@ def parse_case_id(text: str) -> AttentionCase:
     """The case whose ``id`` is ``text`` (``b1h4kv2q3k7d8-fp32-bool-cpu``); ``ValueError`` otherwise."""
     match = _ID_RE.match(text.strip())
     if not match:
-        raise ValueError(f"case id {text!r} is not of the form b<B>h<H>[kv<Hkv>](s<S>|q<Sq>k<Skv>)d<D>-<dtype>-<mask>[-scale<x>][-strided]-<device>")
+        raise ValueError(f"case id {text!r} is not of the form b<B>h<H>[kv<Hkv>](s<S>|q<Sq>k<Skv>)d<D>-<dtype>-<mask>[-scale<x>][-strided|-transposed]-<device>")
     g = match.groupdict()
     seq_q = int(g["s"] or g["sq"])
     seq_kv = int(g["s"] or g["skv"])
     return AttentionCase(
         int(g["b"]), int(g["h"]), seq_q, seq_kv, int(g["d"]), parse_dtype(g["dtype"]), parse_device(g["device"]),
         parse_mask_kind(g["mask"]), int(g["hkv"] or g["h"]), float(g["scale"]) if g["scale"] else None,
-        contiguous=not g["strided"],
+        contiguous=not g["strided"], transposed=bool(g["transposed"]),
     )
 
 

@@ -34,8 +34,12 @@ class AttentionInputs:
 def draw_tensor(generator: torch.Generator, batch: int, heads: int, seq_len: int, head_dim: int,
                 case: AttentionCase) -> torch.Tensor:
     """Standard normal ``[batch, heads, seq_len, head_dim]`` drawn in float32 on the CPU, then
-    converted, so the values are identical on every device; non-contiguous when the case says so."""
-    if case.contiguous:
+    converted, so the values are identical on every device; non-contiguous when the case says so
+    (``strided``: a transposed ``[batch, seq, heads, head_dim]``; ``transposed``: a transposed
+    ``[batch, heads, head_dim, seq]``, ``stride(-1) == seq_len``)."""
+    if case.transposed:
+        sample = torch.randn(batch, heads, head_dim, seq_len, generator=generator).transpose(-2, -1)
+    elif case.contiguous:
         sample = torch.randn(batch, heads, seq_len, head_dim, generator=generator)
     else:
         sample = torch.randn(batch, seq_len, heads, head_dim, generator=generator).transpose(1, 2)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from perfsuite.suite import settings as suite_settings
 from perfsuite.errors import UsageError
+from perfsuite.gate.baseline import check_baseline_file
 from perfsuite.gate.compare import load_benchmark_file
 from perfsuite.gate.flow import GateOutcome, judge, judge_saved_runs
 from perfsuite.gate.stats import SEPARATE_RUNS_MIN_EFFECT, SEQUENTIAL_LOOKS, GateSettings, SequentialPlan
@@ -107,7 +108,7 @@ def _finish(outcome: GateOutcome, args: argparse.Namespace) -> int:
 
 def run_compare(args: argparse.Namespace) -> int:
     settings = GateSettings(args.alpha, SEPARATE_RUNS_MIN_EFFECT if args.min_effect is None else args.min_effect)
-    base, head = load_benchmark_file(args.base), load_benchmark_file(args.head)
+    base, head = check_baseline_file(args.base), load_benchmark_file(args.head)  # a partial run is no baseline
     title = f"perfsuite compare: {Path(args.base).name} -> {Path(args.head).name}"
     return _finish(judge_saved_runs(base, head, args.base, args.head, settings, args.force, args.fail_on_structure,
                                     title), args)

@@ -49,8 +49,9 @@ class Worker:
         self.load_variants(request.get("specs", []))
         case, mode = parse_case_id(request["case"]), request.get("mode", "forward")
         variant = get_variant(request["variant"])
-        if mode in GRADIENT_MODES and variant.forward_only:
-            return {"unsupported": f"{variant.name} has no backward: {variant.forward_only}"}
+        no_backward = variant.backward_unsupported(case.device)
+        if mode in GRADIENT_MODES and no_backward:
+            return {"unsupported": f"{variant.name} has no backward on {case.device}: {no_backward}"}
         try:
             prepared = prepare_case(variant, case, request["seed"])
             step = synchronized(make_step(mode, prepared.fn, prepared.inputs, prepared.grad_output), case.device)

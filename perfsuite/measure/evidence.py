@@ -8,6 +8,7 @@ work and a compiled variant compiles once per case and grad mode.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 import time
@@ -23,12 +24,13 @@ from perfsuite.measure.compile_stats import CompileActivity
 from perfsuite.attention.inputs import AttentionInputs, make_grad_output, make_inputs
 from perfsuite.attention.masks import fully_masked_rows
 from perfsuite.attention.modes import GRADIENT_MODES, Step, StepResult, make_step
-from perfsuite.measure.profiling import profile_steps, step_annotation
+from perfsuite.measure.profiling import record_trace, step_annotation
+from perfsuite.measure.score_accounting import ScoreAccounting, account_windows
 from perfsuite.measure.saved_tensors import SavedForBackward, measure_saved
 from perfsuite.attention.reference import (REFERENCE_BLOCK_BYTES, Comparison, compare_gradients, compare_with_reference,
                                           reference_attention, tolerances)
 from perfsuite.measure.timing import synchronized
-from perfsuite.trace.summary import WindowSummary
+from perfsuite.trace.summary import WindowSummary, summarize_windows
 from perfsuite.variants import Variant
 from perfsuite.variants.registry import VariantFn
 from perfsuite.variants.unsupported import CaseUnsupported
@@ -96,7 +98,11 @@ class Evidence:
     of the first call (compilation included, for compiled variants). ``compile_first_call``:
     what ``torch.compile`` did in that call; ``compile_while_profiled``: what it did during the
     profiled calls (should be nothing). ``saved_for_backward``: what one forward of the
-    forward_backward step saved for backward (None in other modes).
+    forward_backward step saved for backward (None in other modes). ``score_accounting``: per
+    profiled step, the score-sized tensors written, of which copies, casts and mask expansions
+    (``perfsuite.measure.score_accounting``). ``output_stride``: the strides of the output
+    ``[B, H, Sq, D]`` in elements, ``output_layout`` their description (``describe_layout``).
+    ``warnings``: what the variant warned on its first call of this mode, one line each.
     """
 
     variant: Variant
@@ -111,6 +117,15 @@ class Evidence:
     compile_first_call: CompileActivity
     compile_while_profiled: CompileActivity
     saved_for_backward: SavedForBackward | None = None
+    score_accounting: tuple[ScoreAccounting, ...] = ()
+    output_stride: tuple[int, ...] = ()
+    output_layout: str = ""
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def layout_record(self) -> tuple[str, str, str, str]:
+        """``(variant, case_id, mode, output_layout)``: what ``layout_differences`` compares (no tensors)."""
+        return self.variant.name, self.case.id, self.mode, self.output_layout
 
     @property
     def expected_score_copies(self) -> int:
@@ -142,12 +157,62 @@ def device_unavailable_reason(device: str) -> str | None:
     return None
 
 
-def run_once(variant: Variant, case: AttentionCase, forward: Callable[[], object]) -> object:
-    """First call of the forward; a refusal by torch becomes ``VariantUnsupported`` with its reasons."""
+class VariantWarning(UserWarning):
+    """A warning a variant raised on its first call, re-issued once per process with the variant named."""
+
+
+_ANNOUNCED: set[tuple[str, str]] = set()
+_TRIGGERED_RE = re.compile(r"\s*\(Triggered internally at [^)]*\)\.?")
+
+
+def warning_line(caught: warnings.WarningMessage) -> str:
+    """``UserWarning: <first line of the message> (file.py:12)``, without torch's ``Triggered internally`` note."""
+    text = _TRIGGERED_RE.sub("", str(caught.message)).strip().splitlines()
+    where = f"{Path(caught.filename).name}:{caught.lineno}"
+    return f"{caught.category.__name__}: {text[0] if text else ''} ({where})"
+
+
+def shown_warnings(caught: list[warnings.WarningMessage]) -> list[str]:
+    """Lines of the warnings worth showing: not our own ``VariantWarning``s, and not torch's deprecation
+    notices about its own internals (``torch.jit.script_method`` while ``torch.compile`` sets up)."""
+    lines = []
+    for found in caught:
+        if issubclass(found.category, VariantWarning):
+            continue
+        if issubclass(found.category, (DeprecationWarning, PendingDeprecationWarning)) and "torch" in Path(found.filename).parts:
+            continue
+        lines.append(warning_line(found))
+    return list(dict.fromkeys(lines))
+
+
+def announce_warnings(variant: Variant, lines: list[str]) -> None:
+    """Re-issue each warning line as a ``VariantWarning`` naming the variant, once per process."""
+    for line in lines:
+        if (variant.name, line) not in _ANNOUNCED:
+            _ANNOUNCED.add((variant.name, line))
+            warnings.warn(VariantWarning(f"variant {variant.name} warned on its first call: {line}"), stacklevel=3)
+
+
+@contextlib.contextmanager
+def announced_once(variant: Variant):
+    """Record warnings raised inside; show each once per variant and message (``announce_warnings``)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    announce_warnings(variant, shown_warnings(caught))
+
+
+def run_once(variant: Variant, case: AttentionCase, forward: Callable[[], object],
+             seen: list[str] | None = None) -> object:
+    """First call of the forward; a refusal by torch becomes ``VariantUnsupported`` with its reasons.
+
+    Warnings raised during the call are recorded (one line each, appended to ``seen`` when
+    given) and shown once per variant and message (``announce_warnings``), not dropped.
+    """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            return forward()
+            result = forward()
         except CaseUnsupported as exc:  # the variant's own named limitation
             raise VariantUnsupported(str(exc)) from None
         except torch.OutOfMemoryError:
@@ -164,17 +229,59 @@ def run_once(variant: Variant, case: AttentionCase, forward: Callable[[], object
             if not isinstance(exc, (RuntimeError, NotImplementedError)) or not _UNSUPPORTED_RE.search(str(exc)):
                 raise
             raise VariantUnsupported(unsupported_reason(variant, case, exc, caught)) from None
+    lines = shown_warnings(caught)
+    if seen is not None:
+        seen += [line for line in lines if line not in seen]
+    announce_warnings(variant, lines)
+    return result
 
 
 def unsupported_reason(variant: Variant, case: AttentionCase, exc: Exception, caught: list) -> str:
-    """One line: the backend, the dtype/device, torch's error (first sentence) and its warnings."""
+    """One line: the backend, the cause torch warned about (else the dtype/device), torch's error (first sentence).
+
+    A backend that refuses a case for its layout (``All fused kernels require the last dimension
+    of the input to have stride 1``) is reported with that cause, not as a missing dtype kernel.
+    """
     error = str(exc).splitlines()[0].split(". ")[0].rstrip(".")
     if "backward" in error:
         return f"{variant.name} has no backward on {case.device} in torch {torch.__version__}; torch: '{error}'"
     backend = f"SDPBackend.{variant.sdpa_backend}" if variant.sdpa_backend else "its kernels"
-    notes = sorted({str(w.message).splitlines()[0] for w in caught})
-    detail = f"; torch warned: {' | '.join(notes)}" if notes else ""
-    return f"{backend} has no kernel for {case.dtype} on {case.device}; torch: '{error}'{detail}"
+    notes = list(dict.fromkeys(_TRIGGERED_RE.sub("", str(w.message)).strip().splitlines()[0] for w in caught
+                               if str(w.message).strip()))
+    causes = [n for n in notes if not n.rstrip().endswith("because:")]
+    if causes:
+        return f"{backend} refuses this case on {case.device}: {' | '.join(causes)}; torch: '{error}'"
+    return f"{backend} has no kernel for {case.dtype} on {case.device}; torch: '{error}'"
+
+
+_DIM_NAMES = ("B", "H", "Sq", "D")
+
+
+def describe_layout(tensor: torch.Tensor) -> str:
+    """``contiguous``; ``dense as [B, Sq, H, D]`` for a dense tensor in another dimension order
+    (outermost first, as a transposed ``[B, S, H, D]`` buffer); else ``strides (a, b, c, d)``."""
+    if tensor.is_contiguous():
+        return "contiguous"
+    order = sorted(range(tensor.dim()), key=lambda d: (-tensor.stride(d), -tensor.shape[d]))
+    names = _DIM_NAMES if tensor.dim() == 4 else tuple(f"d{i}" for i in range(tensor.dim()))
+    if tensor.permute(order).is_contiguous():
+        return f"dense as [{', '.join(names[d] for d in order)}]"
+    return f"strides {tuple(tensor.stride())}"
+
+
+def layout_differences(layouts_seen: list[tuple[str, str, str, str]]) -> list[str]:
+    """Lines naming the cases and modes where variants returned outputs of different layouts.
+
+    ``layouts_seen``: ``(variant, case_id, mode, output_layout)`` per evidence (``Evidence.layout_record``).
+    ``b1h2s8d4-fp32-causal-strided-cpu (forward): contiguous (sdpa_math); dense as [B, Sq, H, D] (sdpa_flash)``.
+    """
+    groups: dict[tuple[str, str], dict[str, list[str]]] = {}
+    for variant, case_id, mode, layout in layouts_seen:
+        if layout:
+            layouts = groups.setdefault((case_id, mode), {})
+            layouts.setdefault(layout, []).append(variant)
+    return [f"{case_id} ({mode}): " + "; ".join(f"{layout} ({', '.join(names)})" for layout, names in layouts.items())
+            for (case_id, mode), layouts in groups.items() if len(layouts) > 1]
 
 
 def check_output(variant: Variant, case: AttentionCase, inputs: AttentionInputs, output: torch.Tensor,
@@ -223,8 +330,9 @@ def _compare_with_reference(prepared: PreparedCase, mode: str, result: StepResul
         return None, (f"{variant.name} returns NaN for the {rows} query rows of this case that see no key, so its "
                       "gradients are NaN everywhere: nothing to compare (the forward check holds those rows to NaN)")
     if variant.fully_masked_rows == "finite" and rows:
-        return None, (f"{variant.name} returns a finite row (not the reference's zeros) for the {rows} query rows of "
-                      "this case that see no key, so its gradients differ from the reference's by design: not compared")
+        return None, (f"{variant.name} declares fully_masked_rows='finite': the {rows} query rows of this case that "
+                      "see no key may hold any finite value, which the reference does not define, so neither are "
+                      "the gradients: nothing to compare (the forward check holds those rows to finite values)")
     gradients = compare_gradients(result.gradients, inputs, prepared.grad_output, label)
     return Comparison(max(output.max_abs_error, gradients.max_abs_error), gradients.failure), None
 
@@ -246,19 +354,28 @@ def gather_evidence(variant: Variant, case: AttentionCase, seed: int, trace_dir:
     Raises ``VariantUnsupported`` (a skip, with the reason) when the device or the backend
     cannot run the case, or the variant has no backward; any other error propagates.
     """
-    if mode in GRADIENT_MODES and variant.forward_only:
-        raise VariantUnsupported(f"{variant.name} has no backward: {variant.forward_only}")
+    no_backward = variant.backward_unsupported(case.device)
+    if mode in GRADIENT_MODES and no_backward:
+        raise VariantUnsupported(f"{variant.name} has no backward on {case.device}: {no_backward}")
     prepared = prepared or prepare_case(variant, case, seed)
     step = make_step(mode, prepared.fn, prepared.inputs, prepared.grad_output)
     before, started = compile_stats.snapshot(), time.perf_counter()
-    result = run_once(variant, case, synchronized(step, case.device))
+    seen: list[str] = []
+    result = run_once(variant, case, synchronized(step, case.device), seen)
     first_call_s = time.perf_counter() - started
     compiled = compile_stats.since(before)
     comparison, not_compared = _compare(prepared, mode, result, seed)
+    output_stride, output_layout = tuple(result.output.stride()), describe_layout(result.output)
+    del result  # not held while profiling
     suffix = "" if mode == "forward" else f"-{mode}"
     trace_path = trace_dir / f"{variant.name}-{case.id}{suffix}.pt.trace.json.gz"
     before = compile_stats.snapshot()
-    saved = measure_saved(step, case.score_shape, input_tensors(prepared.inputs)) if mode == "forward_backward" else None
-    steps = profile_steps(step, case.device, trace_path, step_annotation(mode))
+    annotation = step_annotation(mode)
+    with announced_once(variant):  # the profiled calls repeat the first call's warnings
+        saved = measure_saved(step, case.score_shape, input_tensors(prepared.inputs)) if mode == "forward_backward" else None
+        trace = record_trace(step, case.device, trace_path, annotation)
+    steps = summarize_windows(trace, annotation)
+    accounting = account_windows(trace, annotation, case.score_shape, case.head_dim)
     return Evidence(variant, case, mode, comparison, not_compared, tuple(steps), trace_path, step,
-                    first_call_s, compiled, compile_stats.since(before), saved)
+                    first_call_s, compiled, compile_stats.since(before), saved, tuple(accounting),
+                    output_stride, output_layout, tuple(seen))

@@ -10,7 +10,7 @@ import gzip
 import json
 import tempfile
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
@@ -39,12 +39,20 @@ def profile_steps(forward: Callable[[], object], device: str, trace_path: Path,
                   annotation: str = FORWARD_ANNOTATION) -> list[WindowSummary]:
     """Profile ``forward`` (any step) over a wait/warmup/active schedule and summarise each active call.
 
+    See ``record_trace``; returns one ``WindowSummary`` per active call (``ACTIVE_STEPS`` of them),
+    read from the trace exactly as for a trace recorded elsewhere (``perfsuite.trace.summary``).
+    """
+    return summarize_windows(record_trace(forward, device, trace_path, annotation), annotation)
+
+
+def record_trace(forward: Callable[[], object], device: str, trace_path: Path,
+                 annotation: str = FORWARD_ANNOTATION) -> dict[str, Any]:
+    """Profile ``forward`` over a wait/warmup/active schedule; returns the Chrome trace as a dict.
+
     Each call is wrapped in ``record_function(annotation)``; CUDA work is
     synchronized before the step ends so its kernels land in the recorded step.
-    The trace is written gzip-compressed to ``trace_path`` (``.json.gz``) atomically,
-    then read back by ``perfsuite.trace.summary``: the summaries come from the file,
-    exactly as they would for a trace recorded elsewhere.
-    Returns one ``WindowSummary`` per active call (``ACTIVE_STEPS`` of them).
+    Shapes (``record_shapes``) and memory are recorded. The trace is written
+    gzip-compressed to ``trace_path`` (``.json.gz``) atomically.
     """
     steps = WAIT_STEPS + WARMUP_STEPS + ACTIVE_STEPS
     plan = schedule(wait=WAIT_STEPS, warmup=WARMUP_STEPS, active=ACTIVE_STEPS, repeat=1)
@@ -60,4 +68,4 @@ def profile_steps(forward: Callable[[], object], device: str, trace_path: Path,
         prof.export_chrome_trace(str(raw))
         trace = json.loads(raw.read_text(encoding="utf-8"))
         write_bytes_atomic(trace_path, gzip.compress(raw.read_bytes(), compresslevel=6))
-    return summarize_windows(trace, annotation)
+    return trace

@@ -27,6 +27,10 @@ class BenchmarkResult:
     ``saved_for_backward_bytes``/``saved_score_matrices``: what one forward saved for backward
     (``perfsuite.measure.saved_tensors``), in forward_backward mode only, else None. ``iqr_s``: the
     interquartile range of the rounds (pytest-benchmark's ``iqr``), the spread behind the median.
+    ``score_written``/``score_copies``/``score_casts``/``score_mask_expansions``: score matrices
+    written per step, and of them copies, casts and mask expansions (``measure.score_accounting``;
+    floats, chunks count their fraction), None for runs saved before they were recorded.
+    ``output_layout``: the output's layout (``contiguous``, ``dense as [B, Sq, H, D]``), None when unknown.
     ``timer``: the clock of ``median_s`` (``host``, ``cuda_event``, ``kernel``); with a device clock
     ``wall_median_s``/``device_median_s`` are the medians of each round's synchronized host time and
     device time (``perfsuite.measure.device_timing``), else None.
@@ -54,6 +58,11 @@ class BenchmarkResult:
     saved_for_backward_bytes: int | None = None
     saved_score_matrices: int | None = None
     iqr_s: float | None = None
+    score_written: float | None = None
+    score_copies: float | None = None
+    score_casts: float | None = None
+    score_mask_expansions: float | None = None
+    output_layout: str | None = None
     timer: str = "host"
     wall_median_s: float | None = None
     device_median_s: float | None = None
@@ -86,6 +95,16 @@ class SkippedResult:
     case_id: str
     reason: str
     mode: str = "forward"
+
+
+@dataclasses.dataclass(frozen=True)
+class CrashedResult:
+    """A (variant, case, mode) whose first call crashed an isolated child process; never run in pytest's."""
+
+    variant: str
+    case_id: str
+    mode: str
+    detail: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,6 +143,22 @@ def _saved(r: BenchmarkResult) -> str:
     return f"{format_bytes(r.saved_for_backward_bytes)} ({scores} score{'s' if scores != 1 else ''})"
 
 
+def _count(value: float) -> str:
+    return f"{value:g}" if value == int(value) else f"{value:.2f}"
+
+
+def _scores(r: BenchmarkResult) -> str:
+    """``5 (1 copy)``; casts and mask expansions added when any: ``6 (0 copies, 1.5 casts)``."""
+    if r.score_written is None:
+        return f"? ({r.score_copies_per_forward} cop{'y' if r.score_copies_per_forward == 1 else 'ies'})"
+    parts = [f"{_count(r.score_copies or 0)} cop{'y' if r.score_copies == 1 else 'ies'}"]
+    if r.score_casts:
+        parts.append(f"{_count(r.score_casts)} cast{'' if r.score_casts == 1 else 's'}")
+    if r.score_mask_expansions:
+        parts.append(f"{_count(r.score_mask_expansions)} mask expansion{'' if r.score_mask_expansions == 1 else 's'}")
+    return f"{_count(r.score_written)} ({', '.join(parts)})"
+
+
 # The table, declared once: the terminal table, table.md and the HTML report derive from it.
 COLUMNS = (
     Column("variant", "", lambda r: r.variant),
@@ -135,11 +170,12 @@ COLUMNS = (
     Column("compile s", "s", lambda r: f"{r.compile_s:.1f}" if r.compile_s is not None else "-"),
     Column("TFLOP/s", "TFLOP/s", lambda r: f"{r.achieved_tflops:.3g}" if r.achieved_tflops else "-"),
     Column("ops or kernels / step", "count", lambda r: f"{r.work_per_forward} {r.work_unit}"),
-    Column("score copies / step", "count", lambda r: str(r.score_copies_per_forward)),
+    Column("score writes / step (of which)", "score matrices", _scores),
     Column("allocated / step", "bytes", lambda r: format_bytes(r.allocated_bytes)),
     Column("peak memory", "bytes", lambda r: format_bytes(r.peak_bytes)),
     Column("saved for bwd", "bytes", _saved),
     Column("max abs error", "", _error),
+    Column("output", "", lambda r: r.output_layout or "-"),
 )
 HEADER = [c.header for c in COLUMNS]
 
@@ -161,6 +197,7 @@ def result_from_benchmark(info: Mapping[str, Any], stats: Mapping[str, Any] | No
     device = info["case_fields"]["device"]
     compile_info, saved = info.get("compile") or {}, info.get("saved_for_backward") or {}
     contention = info.get("contention") or {}
+    scores = info.get("score_accounting") or {}
     stats = stats or {}
     return BenchmarkResult(
         variant=info["variant"], case_id=info["case"], device=device, mode=info.get("mode", "forward"),
@@ -173,6 +210,8 @@ def result_from_benchmark(info: Mapping[str, Any], stats: Mapping[str, Any] | No
         max_abs_error=info["max_abs_error"], correct=info.get("correct", True),
         compile_s=compile_info.get("first_call_s"),
         saved_for_backward_bytes=saved.get("bytes"), saved_score_matrices=saved.get("score_sized"),
+        score_written=scores.get("written"), score_copies=scores.get("copies"), score_casts=scores.get("casts"),
+        score_mask_expansions=scores.get("mask_expansions"), output_layout=info.get("output_layout"),
         timer=info.get("timer", "host"), wall_median_s=info.get("wall_median_s"),
         device_median_s=info.get("device_median_s"),
         contended=contention.get("contended"), contention_reasons=tuple(contention.get("reasons", ())),
@@ -206,15 +245,21 @@ def _rows(results: list[BenchmarkResult]) -> tuple[list[str], list[list[str]]]:
     return HEADER, [table_row(r) for r in results]
 
 
-def markdown_table(results: list[BenchmarkResult], skipped: list[SkippedResult]) -> str:
-    """The run's table in GitHub Markdown, skipped variants listed under it with reasons."""
+def markdown_table(results: list[BenchmarkResult], skipped: list[SkippedResult], crashed: list[CrashedResult] = (),
+                   incomplete: str | None = None) -> str:
+    """The run's table in GitHub Markdown, skipped variants listed under it with reasons, crashed
+    ones after them; ``incomplete`` (why the run is partial) heads it as ``**Partial run**: ...``."""
     header, body = _rows(results)
     rows = [header, ["---"] * len(header)] + body
-    lines = ["| " + " | ".join(row) + " |" for row in rows]
+    head = [f"**Partial run**: {incomplete}. These rows are not the whole run.", ""] if incomplete else []
+    lines = head + ["| " + " | ".join(row) + " |" for row in rows]
     lines += contention_lines(results, prefix="- ", intro=["", "Timings not trustworthy (contended):"])
     if skipped:
         lines += ["", "Skipped (cannot run here):"]
         lines += [f"- `{s.variant}` on `{s.case_id}` ({s.mode}): {s.reason}" for s in skipped]
+    if crashed:
+        lines += ["", "Crashed (the first call killed an isolated child process; not run here):"]
+        lines += [f"- `{c.variant}` on `{c.case_id}` ({c.mode}): {c.detail.splitlines()[0]}" for c in crashed]
     return "\n".join(lines) + "\n"
 
 
@@ -241,17 +286,32 @@ def text_table(results: list[BenchmarkResult]) -> str:
     return "\n".join([fmt(rows[0]), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows[1:]])
 
 
-def write_run(directory: Path, results: list[BenchmarkResult], skipped: list[SkippedResult], machine: dict[str, Any]) -> tuple[Path, Path]:
-    """Write ``table.md`` and ``run.json`` (schema ``SCHEMA_VERSION``) into ``directory`` atomically."""
-    table = write_text_atomic(directory / "table.md", markdown_table(results, skipped))
+def write_run(directory: Path, results: list[BenchmarkResult], skipped: list[SkippedResult], machine: dict[str, Any],
+              crashed: list[CrashedResult] = (), incomplete: dict[str, Any] | None = None,
+              running: str | None = None) -> tuple[Path, Path]:
+    """Write ``table.md`` and ``run.json`` (schema ``SCHEMA_VERSION``) into ``directory`` atomically.
+
+    ``incomplete``: why the run is partial (``{"reason", "finished", "expected"}``), or None for a
+    whole run; ``run.json`` then has ``"complete": false`` and the table a ``**Partial run**`` line.
+    ``running``: the test running when written mid-run (results are written as they come), so a
+    process that dies leaves it named.
+    """
+    describe = None
+    if incomplete:
+        describe = f"{incomplete['reason']}: {incomplete['finished']} of {incomplete['expected']} benchmarks finished"
+    table = write_text_atomic(directory / "table.md", markdown_table(results, skipped, list(crashed), describe))
     payload = {
         "schema_version": SCHEMA_VERSION,
+        "complete": incomplete is None,
+        "incomplete": incomplete,
+        "running": running,
         "machine": machine,
         "results": [
             dataclasses.asdict(r) | {"achieved_tflops": r.achieved_tflops, "achieved_gbps": r.achieved_gbps}
             for r in results
         ],
         "skipped": [dataclasses.asdict(s) for s in skipped],
+        "crashed": [dataclasses.asdict(c) for c in crashed],
     }
     run = write_text_atomic(directory / "run.json", json.dumps(payload, indent=2, sort_keys=True) + "\n")
     return table, run

@@ -17,12 +17,14 @@ from perfsuite.report.results import (HEADER, BenchmarkResult, SkippedResult, ma
 
 @dataclasses.dataclass(frozen=True)
 class SavedRun:
-    """Results, skips and machine facts (including measured peaks, when timed) of one run."""
+    """Results, skips and machine facts (including measured peaks, when timed) of one run;
+    ``incomplete``: why the run is partial (interrupted, crashed, stopped), None for a whole run."""
 
     source: Path
     results: list[BenchmarkResult]
     skipped: list[SkippedResult]
     machine: dict[str, Any]
+    incomplete: str | None = None
 
     @property
     def peaks(self) -> dict[str, Any] | None:
@@ -36,14 +38,23 @@ def _from_perfsuite(data: dict[str, Any], path: Path) -> SavedRun:
     # Fields added later (mode, compile_s) keep their defaults when an older run.json lacks them.
     results = [BenchmarkResult(**{k: r[k] for k in _RESULT_FIELDS if k in r}) for r in data["results"]]
     skipped = [SkippedResult(**s) for s in data.get("skipped", [])]
-    return SavedRun(path, results, skipped, data.get("machine", {}))
+    return SavedRun(path, results, skipped, data.get("machine", {}), _incomplete(data.get("incomplete")))
+
+
+def _incomplete(marker: Any) -> str | None:
+    """``interrupted (KeyboardInterrupt): 5 of 20 benchmarks finished`` from a stored marker."""
+    if not marker:
+        return None
+    if isinstance(marker, dict):
+        return f"{marker.get('reason', 'incomplete')}: {marker.get('finished', '?')} of {marker.get('expected', '?')} benchmarks finished"
+    return str(marker)
 
 
 def _from_pytest_benchmark(data: dict[str, Any], path: Path) -> SavedRun:
     results = [result_from_benchmark(b["extra_info"], b["stats"]) for b in data["benchmarks"]
                if "variant" in b.get("extra_info", {})]  # others: benchmarks of some other suite
     machine = dict(data.get("machine_info", {}).get("perfsuite", {}), peaks=data.get("perfsuite_peaks"))
-    return SavedRun(path, results, [], machine)
+    return SavedRun(path, results, [], machine, _incomplete(data.get("perfsuite_incomplete")))
 
 
 def load_run(path: str | Path) -> SavedRun:
@@ -83,7 +94,7 @@ def _machine_line(run: SavedRun) -> str:
 def markdown_report(run: SavedRun, plot_names: list[str] = ()) -> str:
     """Markdown for a GitHub step summary or PR comment; ``plot_names`` are linked below the table."""
     lines = [f"## perfsuite: attention at a glance", "", f"{_machine_line(run)}  ", f"source: `{run.source.name}`", ""]
-    lines.append(markdown_table(run.results, run.skipped))
+    lines.append(markdown_table(run.results, run.skipped, incomplete=run.incomplete))
     lines += [f"![{name}]({name})" for name in plot_names]
     return "\n".join(lines) + "\n"
 

@@ -41,8 +41,8 @@ def raw_settings(config: pytest.Config) -> settings.RawSettings:
     for name, spec in settings.SETTINGS.items():
         option = config.getoption(spec.option.lstrip("-").replace("-", "_")) if spec.option else None
         ini = config.getini(spec.ini_key)
-        if isinstance(ini, list):  # a TOML list under [tool.pytest.ini_options]: the same as spaces
-            ini = " ".join(str(item) for item in ini)
+        # A TOML list (or number) under [tool.pytest.ini_options] is kept as is: ``settings.RawValue`` joins
+        # a list of strings with spaces and refuses anything else, naming the key, the value and the file.
         if option is not None:
             raw[name] = settings.RawValue(option, f"option {spec.option}={option!r}", "option")
         elif ini:

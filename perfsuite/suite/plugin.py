@@ -19,9 +19,9 @@ from perfsuite.errors import PerfsuiteError
 from perfsuite.measure import conditions
 from perfsuite.measure.evidence import Evidence
 from perfsuite.suite import options, settings
-from perfsuite.suite.session import SuiteSession, check_gate_baseline
+from perfsuite.suite.session import SuiteSession
 from perfsuite.variants import Variant, get_variant
-from perfsuite.variants.user import load_entry_point_variants, load_variant_spec
+from perfsuite.variants.user import load_entry_point_variants, load_variant_spec, loaded_user_variants
 
 SESSION_KEY = pytest.StashKey[SuiteSession]()
 APPLIED_CONDITIONS_KEY = pytest.StashKey[list]()  # process conditions applied after start (measure.conditions)
@@ -49,22 +49,29 @@ def pytest_configure(config: pytest.Config) -> None:
         except ValueError as exc:
             raise pytest.UsageError(f"perfsuite: {source}: {exc}") from None
     try:
-        resolved = settings.resolve(options.raw_settings(config), torch.cuda.is_available())
+        resolved = settings.resolve(options.raw_settings(config), torch.cuda.is_available(), loaded_user_variants())
     except settings.SettingsError as exc:
         raise pytest.UsageError(f"perfsuite: {exc}") from None
-    config.stash[SESSION_KEY] = SuiteSession(resolved)
+    config.stash[SESSION_KEY] = SuiteSession(resolved, tuple(spec for spec, _ in options.variant_specs(config)))
     config.stash[APPLIED_CONDITIONS_KEY] = conditions.apply_in_process()
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """With --perfsuite-gate, the baseline --benchmark-compare will load must exist and be whole."""
+    """Every --benchmark-compare use (gate or not) must name a whole saved run; list this run's traces."""
     config = session.config
-    if config.getoption("perfsuite_gate"):
-        try:
-            check_gate_baseline(getattr(config, "_benchmarksession", None), config.getoption("benchmark_compare", None))
-        except PerfsuiteError as exc:
-            raise pytest.UsageError(f"perfsuite: {exc}") from None
+    benchmarks = getattr(config, "_benchmarksession", None)
+    try:
+        session_of(config).check_compare(benchmarks, config.getoption("benchmark_compare", None),
+                                         config.getoption("perfsuite_gate"))
+    except PerfsuiteError as exc:
+        raise pytest.UsageError(f"perfsuite: {exc}") from None
+    session_of(config).start(session, timed=benchmarks is not None and not benchmarks.disabled)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    session_of(item.config).test_started(item.nodeid, "benchmark" in getattr(item, "fixturenames", ()))
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -92,6 +99,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         if pair is not None:
             first_seen.setdefault((pair[0], pair[1].id), len(first_seen))
     items.sort(key=lambda item: -1 if _pair(item) is None else first_seen[(_pair(item)[0], _pair(item)[1].id)])
+    session_of(config).expect(sum(1 for item in items if "benchmark" in getattr(item, "fixturenames", ())))
 
 
 def pytest_runtest_teardown(item, nextitem) -> None:
@@ -141,10 +149,9 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
 
 
 def pytest_benchmark_update_json(config: pytest.Config, benchmarks, output_json: dict) -> None:
-    """Store the measured peaks with the saved baseline (outside machine_info, which is compared)."""
-    peaks = session_of(config).peaks()
-    if peaks:
-        output_json["perfsuite_peaks"] = peaks
+    """Store the measured peaks (outside machine_info, which is compared) and, for an interrupted or
+    stopped run, the partial-run marker that keeps it from being used as a baseline."""
+    session_of(config).update_saved_json(output_json)
 
 
 def pytest_benchmark_compare_machine_info(config, benchmarksession, machine_info, compared_benchmark) -> None:
@@ -154,9 +161,15 @@ def pytest_benchmark_compare_machine_info(config, benchmarksession, machine_info
                                         "timings from different hardware or software are not comparable")
 
 
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Write table.md and run.json before any summary hook can fail."""
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus):
+    """Note an interrupted run before pytest-benchmark saves (its marker goes into the saved file), then
+    write table.md and run.json before any summary hook can fail."""
+    if exitstatus == pytest.ExitCode.INTERRUPTED:
+        session_of(session.config).interrupted()
+    result = yield
     session_of(session.config).write_outputs()
+    return result
 
 
 @pytest.hookimpl(wrapper=True)
@@ -172,6 +185,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         terminalreporter._session.exitstatus = pytest.ExitCode.TESTS_FAILED
     finally:
         lines = session_of(config).table_lines()
+        coverage = session_of(config).baseline_coverage()
+        if coverage:
+            terminalreporter.write_line(f"perfsuite: {coverage}", yellow=True)
         if lines:
             terminalreporter.section("perfsuite: attention at a glance")
             for line in lines:

@@ -52,6 +52,11 @@ def benchmark_extra_info(evidence: Evidence) -> dict[str, object]:
         "compile": compile_info(evidence),
         "saved_for_backward": dataclasses.asdict(evidence.saved_for_backward) if evidence.saved_for_backward else None,
         "sdpa_backends_ran": first.sdpa_backends,
-        "fingerprint": fingerprint(first, case.device),
+        "score_accounting": evidence.score_accounting[0].to_dict() if evidence.score_accounting else None,
+        "output_stride": list(evidence.output_stride),
+        "output_layout": evidence.output_layout,
+        "variant_warnings": list(evidence.warnings),
+        "fingerprint": fingerprint(first, case.device,
+                                   evidence.score_accounting[0].by_label() if evidence.score_accounting else None),
         "trace_file": str(evidence.trace_path),
     }

@@ -9,26 +9,43 @@ from typing import Any
 
 import pytest
 
+import os
+import time
+
 from perfsuite.errors import BaselineError, IncomparableRuns
-from perfsuite.gate.compare import load_benchmark_file
+from perfsuite.gate.baseline import INCOMPLETE_KEY, coverage_note, resolve_baseline
+from perfsuite.gate.compare import benchmark_key
 from perfsuite.gate.flow import GateOutcome, judge_saved_runs
 from perfsuite.gate.stats import SEPARATE_RUNS_MIN_EFFECT, GateSettings
 from perfsuite.measure import machine
 from perfsuite.measure.cleanup import release_device_memory, release_exception_frames
-from perfsuite.measure.evidence import Evidence, PreparedCase, VariantUnsupported, gather_evidence, prepare_case
+from perfsuite.measure.evidence import (Evidence, PreparedCase, VariantUnsupported, gather_evidence, layout_differences,
+                                       prepare_case)
 from perfsuite.measure.peaks import measured_peaks
-from perfsuite.report.results import (BenchmarkResult, SkippedResult, contention_lines, result_from_benchmark, text_table,
-                                      write_run)
+from perfsuite.report.results import (BenchmarkResult, CrashedResult, SkippedResult, contention_lines,
+                                      result_from_benchmark, text_table, write_run)
+from perfsuite.report.trace_manifest import TraceManifest
 from perfsuite.storage import write_text_atomic
 from perfsuite.suite import settings
+from perfsuite.suite.reliability import CrashProbes, FailureLedger, Progress, crash_message
 from perfsuite.variants import get_variant
 
 
 class SuiteSession:
     """State of one pytest run: settings, evidence per (variant, case, mode), recorded results."""
 
-    def __init__(self, resolved: settings.SuiteSettings):
+    def __init__(self, resolved: settings.SuiteSettings, variant_specs: tuple[str, ...] = ()):
         self.settings = resolved
+        self.failures = FailureLedger()  # setup and evidence errors: in full once, then referenced
+        self.probes = CrashProbes(resolved.isolate, resolved.seed, variant_specs)
+        self.crashed: dict[tuple[str, str, str], CrashedResult] = {}
+        self.progress = Progress()
+        self.timed = False  # set at session start: results are written as they come in timed runs
+        self.pytest_session: pytest.Session | None = None
+        self.run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+        self.traces = TraceManifest(resolved.traces_dir, self.run_id)
+        self.baseline_path: Path | None = None  # the file --benchmark-compare will load, checked
+        self._layouts: list[tuple[str, str, str, str]] = []  # (variant, case, mode, output layout), no tensors
         self._prepared: dict[tuple[str, str], PreparedCase | Exception] = {}
         self._evidence: dict[tuple[str, str, str], Evidence | Exception] = {}
         self.results: dict[tuple[str, str, str], BenchmarkResult] = {}
@@ -57,28 +74,60 @@ class SuiteSession:
         return self._peaks
 
     def prepared(self, variant, case) -> PreparedCase:
-        """Inputs and per-case setup, once per (variant, case) for every mode (raises its cached error)."""
+        """Inputs and per-case setup, once per (variant, case) for every mode.
+
+        Its error is raised in full by the first test that needs it and referenced in one line
+        by the others (``FailureLedger``); a refusal by torch is re-raised as is (a skip)."""
         key = (variant.name, case.id)
         if key not in self._prepared:
             self._prepared[key] = _capture(lambda: prepare_case(variant, case, self.settings.seed))
-        return _unwrap(self._prepared[key])
+        found = self._prepared[key]
+        if isinstance(found, Exception) and not isinstance(found, VariantUnsupported):
+            self.failures.report(key, self.progress.running, f"per-case setup of {variant.name} on {case.id}", found)
+        return _unwrap(found)
 
     def evidence(self, variant, case, mode: str = "forward") -> Evidence:
-        """Gather evidence once per (variant, case, mode); re-raise its skip or error for every test."""
+        """Gather evidence once per (variant, case, mode); its skip for every test, its error in full once.
+
+        A variant that ``--perfsuite-isolate`` names has each (case, mode) probed in a child process
+        first; a pair that crashed the child fails here, naming variant, case, mode and signal.
+        """
         key = (variant.name, case.id, mode)
+        crash = self.probes.crash(variant.name, case.id, mode, lambda: self._pairs_of(variant))
+        if crash is not None:
+            self.crashed[key] = CrashedResult(variant.name, case.id, mode, crash.detail)
+            pytest.fail(crash_message(variant.name, crash), pytrace=False)
         if key not in self._evidence:
-            self._evidence[key] = _capture(lambda: gather_evidence(
-                variant, case, self.settings.seed, self.settings.traces_dir, mode, self.prepared(variant, case)))
+            try:
+                prepared = self.prepared(variant, case)  # a setup error: in full once, then referenced
+            except VariantUnsupported as exc:
+                self._evidence[key] = exc
+            else:
+                self._evidence[key] = _capture(lambda: gather_evidence(
+                    variant, case, self.settings.seed, self.settings.traces_dir, mode, prepared))
+            found = self._evidence[key]
+            if isinstance(found, Evidence):
+                self._layouts.append(found.layout_record)
+                self.traces.add(found.trace_path)
         found = self._evidence[key]
         if isinstance(found, VariantUnsupported):
             self.skipped[key] = SkippedResult(variant.name, case.id, str(found), mode)
             pytest.skip(f"variant {variant.name} cannot run case {case.id} in mode {mode}: {found}")
-        return _unwrap(found)
+        if isinstance(found, Exception):
+            self.failures.report(key, self.progress.running, f"{variant.name} on {case.id} in mode {mode}", found)
+        return found
+
+    def _pairs_of(self, variant) -> list[tuple[str, str]]:
+        return [(c.id, m) for c in self.cases_for(variant) for m in self.settings.modes]
 
     def record(self, info: dict[str, Any], stats: dict[str, Any] | None) -> BenchmarkResult:
-        """Store the table row of a finished benchmark, read from its ``extra_info`` and stats."""
+        """Store the table row of a finished benchmark, read from its ``extra_info`` and stats; in a
+        timed run, write table.md and run.json at once (marked partial until the run ends)."""
         result = result_from_benchmark(info, stats)
         self.results[(result.variant, result.case_id, result.mode)] = result
+        self.progress.finished += 1
+        if self.timed:
+            self.write_outputs(final=False)
         return result
 
     def release(self, variant_name: str, case) -> None:
@@ -88,6 +137,43 @@ class SuiteSession:
         for key in [k for k in self._evidence if k[:2] == (variant_name, case.id)]:
             del self._evidence[key]
         release_device_memory(case.device)
+
+    # -- progress ----------------------------------------------------------------------------
+    def start(self, pytest_session: pytest.Session, timed: bool) -> None:
+        """At session start: keep pytest's session (to see -x / --maxfail stops). The trace manifest
+        lists this run from its first trace on (a run that writes none, ``--co``, is not listed)."""
+        self.pytest_session, self.timed = pytest_session, timed
+
+    def expect(self, benchmarks: int) -> None:
+        """The number of benchmark tests collected (what a whole run finishes)."""
+        self.progress.expected = benchmarks
+
+    def test_started(self, nodeid: str, benchmark: bool) -> None:
+        """Note the running test; in a timed run, a benchmark's start is written to run.json, so a
+        process that dies there leaves it named."""
+        self.progress.running = nodeid
+        if benchmark and self.timed and self.results:
+            self.write_outputs(final=False)
+
+    def interrupted(self) -> None:
+        self.progress.interrupted = True
+
+    def incomplete(self) -> dict[str, Any] | None:
+        """Why this run's results are partial (interrupted, stopped early), as stored; None when whole."""
+        session = self.pytest_session
+        if session is not None and not self.progress.stopped and (session.shouldstop or session.shouldfail):
+            self.progress.stopped = f"stopped early ({session.shouldstop or session.shouldfail})"
+        found = self.progress.incomplete()
+        return found.to_dict() if found else None
+
+    def update_saved_json(self, output_json: dict) -> None:
+        """What perfsuite adds to the saved pytest-benchmark file: peaks, and the partial-run marker."""
+        peaks = self.peaks()
+        if peaks:
+            output_json["perfsuite_peaks"] = peaks
+        incomplete = self.incomplete()
+        if incomplete:
+            output_json[INCOMPLETE_KEY] = incomplete
 
     # -- parametrization ---------------------------------------------------------------------
     def cases_for(self, variant) -> tuple:
@@ -119,11 +205,37 @@ class SuiteSession:
         metafunc.parametrize(names, params)
 
     # -- baselines and the gate --------------------------------------------------------------
+    def check_compare(self, benchmarks, compare, gate: bool) -> None:
+        """Check every ``--benchmark-compare`` use before any test runs (``gate.baseline``).
+
+        ``benchmarks``: pytest-benchmark's session (or None); ``compare``: the option's value.
+        Raises ``BaselineError``: ``--perfsuite-gate`` without ``--benchmark-compare``, a value that
+        is a test path, no saved run to compare with, or a newest one that is corrupt, truncated
+        or from an incomplete run.
+        """
+        if not compare:
+            if gate:
+                raise BaselineError("--perfsuite-gate judges against a saved run: add --benchmark-compare[=NUM]",
+                                    "--perfsuite-gate")
+            return
+        if benchmarks is None:
+            raise BaselineError("--benchmark-compare needs pytest-benchmark's session (is -p no:benchmark set?)")
+        self.baseline_path, _ = resolve_baseline(benchmarks.storage, compare)
+
     def baseline_differences(self, baseline: dict) -> list[str]:
         """Keep the baseline pytest-benchmark loaded; lines for each ``machine.MUST_MATCH`` difference."""
         self.baseline = baseline
         theirs = baseline.get("machine_info", {}).get("perfsuite", {})
         return machine.machine_differences(theirs, self.machine_info(), "the baseline", "this run")
+
+    def baseline_coverage(self) -> str | None:
+        """A note when the compared baseline holds only some of this run's benchmarks."""
+        if self.baseline is None or not self.results:
+            return None
+        keys = [benchmark_key({"extra_info": {"variant": r.variant, "case": r.case_id, "mode": r.mode}})
+                for r in self.results.values()]
+        name = self.baseline_path.name if self.baseline_path else "(loaded)"
+        return coverage_note(self.baseline, keys, name)
 
     def gate(self, head_benchmarks: list[dict], force: bool, fail_on_structure: bool) -> GateOutcome:
         """Judge this run against the loaded baseline (separate runs; see ``gate.flow``).
@@ -142,25 +254,53 @@ class SuiteSession:
         return outcome
 
     # -- output ------------------------------------------------------------------------------
-    def write_outputs(self) -> None:
-        """Write table.md and run.json (atomically) when anything ran."""
-        if self.results or self.skipped:
-            info = dict(self.machine_info(), peaks=self.peaks())
+    def write_outputs(self, final: bool = True) -> None:
+        """Write table.md and run.json (atomically) when anything ran or crashed.
+
+        Mid-run (``final=False``, a timed run after each benchmark) they are marked partial with the
+        running test named; at the end, partial only when the run was interrupted or stopped early,
+        and the trace manifest records how the run ended.
+        """
+        if self.results or self.skipped or self.crashed:
+            incomplete = self.incomplete()
+            if not final and incomplete is None:
+                incomplete = {"reason": "in progress (a run that died here, crashed or killed, leaves this)",
+                              "finished": self.progress.finished, "expected": self.progress.expected}
+            info = dict(self.machine_info(), peaks=self.peaks() if final else None)
             self.written = write_run(Path(self.settings.results_dir), list(self.results.values()),
-                                     list(self.skipped.values()), info)
+                                     list(self.skipped.values()), info, list(self.crashed.values()), incomplete,
+                                     None if final else self.progress.running)
+        if final:
+            incomplete = self.incomplete()
+            self.traces.finish("complete" if incomplete is None else
+                               "interrupted" if self.progress.interrupted else "stopped early")
 
     def table_lines(self) -> list[str]:
-        """The end-of-run table, grouped skip reasons and where the files are; [] before writing."""
+        """The end-of-run table, grouped skip reasons, crashes, setup failures, output layouts that
+        differ between variants, and where the files are; [] before writing."""
         if not self.written:
             return []
         results = list(self.results.values())
-        lines = [text_table(results)]
+        incomplete = self.incomplete()
+        lines = []
+        if incomplete:
+            lines.append(f"perfsuite: this run is partial ({incomplete['reason']}: {incomplete['finished']} of "
+                         f"{incomplete['expected']} benchmarks finished); its saved files say so")
+        lines.append(text_table(results))
         for (variant, reason), (case_ids, modes) in group_skips(list(self.skipped.values())).items():
             more = f", and {len(case_ids) - 3} more in table.md" if len(case_ids) > 3 else ""
             lines.append(f"skipped {variant} on {len(case_ids)} case(s) ({', '.join(case_ids[:3])}{more}) "
                          f"in mode(s) {', '.join(modes)}: {reason}")
+        for crash in self.crashed.values():
+            lines.append(f"crashed {crash.variant} on {crash.case_id} in mode {crash.mode} (isolated child): "
+                         f"{crash.detail.splitlines()[0]}")
+        for key, failure in self.failures.failures().items():
+            lines.append(f"failed {' / '.join(key)}: {failure}")
+        for difference in layout_differences(self._layouts):
+            lines.append(f"output layouts differ: {difference}")
         table_path, run_path = self.written
-        lines.append(f"table: {table_path}   run: {run_path}   traces: {self.settings.traces_dir}")
+        lines.append(f"table: {table_path}   run: {run_path}   traces: {self.settings.traces_dir} "
+                     f"(this run's are listed in manifest.json)")
         if all(r.median_s is None for r in results):
             lines.append("timing was disabled in this run; the timed run is `perfsuite run` "
                          "(in perfsuite's own checkout: pytest -c benchmarks.ini)")
@@ -185,21 +325,6 @@ def group_skips(skipped: list[SkippedResult]) -> dict[tuple[str, str], tuple[lis
         case_ids += [] if skip.case_id in case_ids else [skip.case_id]
         modes += [] if skip.mode in modes else [skip.mode]
     return groups
-
-
-def check_gate_baseline(benchmarks, compare) -> None:
-    """``BaselineError`` when there is nothing to compare with, or the baseline file is corrupt:
-    pytest-benchmark would skip a corrupt newest file and compare with an older one.
-
-    ``benchmarks``: pytest-benchmark's session (or None); ``compare``: the ``--benchmark-compare`` value.
-    """
-    if benchmarks is None or not compare:
-        raise BaselineError("--perfsuite-gate judges against a saved run: add --benchmark-compare[=NUM]",
-                            "--perfsuite-gate")
-    files = benchmarks.storage.query("[0-9][0-9][0-9][0-9]_" if compare is True else compare)
-    if not files:
-        raise BaselineError(f"no saved run matching {compare!r} in {benchmarks.storage}", str(benchmarks.storage))
-    load_benchmark_file(files[-1])
 
 
 def _capture(make):

@@ -70,16 +70,53 @@ SETTINGS = {
                         "on/off: flush the L2 before every round of a device-timed benchmark (outside the measurement)"),
     "cuda_graphs": Setting("perfsuite_cuda_graphs", "--perfsuite-cuda-graphs", "off",
                            "on/off: time the CUDA-graph replay of each step where capture works (failures are reported)"),
+    "isolate": Setting("perfsuite_isolate", "--perfsuite-isolate", "user",
+                       "variants whose first call per case and mode runs in a child process first, so a crash costs "
+                       "only their results: user (from --perfsuite-variant and entry points), all, none, or names"),
 }
+ISOLATE_WORDS = ("user", "all", "none")
 
 
 @dataclasses.dataclass(frozen=True)
 class RawValue:
-    """A setting's text, a description of where it came from, and from which layer."""
+    """A setting's text, a description of where it came from, and from which layer.
+
+    ``value`` may be given as any type a pytest configuration file yields: a string
+    (``benchmarks.ini``, ``-o``), a list of strings (``perfsuite_modes = ["forward", "backward"]``
+    under ``[tool.pytest.ini_options]`` in ``pyproject.toml``), or a TOML integer, float or
+    boolean (``perfsuite_seed = 3`` under ``[tool.pytest]``); it is normalised to one string,
+    list items joined by spaces. Raises ``SettingsError`` naming the value and ``source``
+    (key and file) for anything else: a table, or a list holding lists or tables.
+    """
 
     value: str
     source: str
     origin: str  # "option", "ini" or "default"
+
+    def __post_init__(self):
+        object.__setattr__(self, "value", config_text(self.value, self.source))
+
+
+_SCALARS = (str, int, float, bool)
+
+
+def config_text(value: object, source: str) -> str:
+    """One setting's value as text: lists joined by spaces, numbers and booleans as written.
+
+    Raises:
+        SettingsError: ``value`` is None, a table (dict), or a list with a non-scalar item;
+            the message names ``source`` and the value.
+    """
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, (list, tuple)) and all(isinstance(item, _SCALARS) for item in value):
+        return " ".join(config_text(item, source) for item in value)
+    raise SettingsError(f"{source}: value {value!r} of type {type(value).__name__} is not usable; give a string "
+                        "('forward backward') or a list of strings (['forward', 'backward'])")
 
 
 RawSettings = dict[str, RawValue]
@@ -102,6 +139,7 @@ class SuiteSettings:
     timer: str = "host"
     l2_flush: bool = True
     cuda_graphs: bool = False
+    isolate: tuple[str, ...] = ()  # variants probed in a child process before they run here
     adapter_cases: tuple[AttentionCase, ...] | None = None  # None: variants that wrap a library run every case
 
 
@@ -214,8 +252,27 @@ def _resolve_cases(raw: RawSettings, devices: tuple[str, ...], case_set_name: st
     return found, "; ".join(dict.fromkeys(sources))
 
 
-def resolve(raw: RawSettings, cuda_available: bool) -> SuiteSettings:
-    """Build ``SuiteSettings`` from raw values; raises ``SettingsError`` on a bad one."""
+def _resolve_isolate(raw: RawSettings, variants: tuple[str, ...], user_variants: tuple[str, ...]) -> tuple[str, ...]:
+    """Selected variants to probe in a child: ``user`` (the default), ``all``, ``none``, or names."""
+    words = [w.lower() for w in split_list(raw["isolate"].value)]
+    if words == ["none"]:
+        return ()
+    if words == ["all"]:
+        return variants
+    if words == ["user"]:
+        return tuple(v for v in variants if v in user_variants)
+    if any(w in ISOLATE_WORDS for w in words):
+        raise SettingsError(f"{raw['isolate'].source}: {', '.join(ISOLATE_WORDS)} stand alone; or give variant names")
+    names = tuple(dict.fromkeys(v.name for v in _parse_items(raw["isolate"], get_variant, "variant names")))
+    return tuple(v for v in variants if v in names)
+
+
+def resolve(raw: RawSettings, cuda_available: bool, user_variants: tuple[str, ...] = ()) -> SuiteSettings:
+    """Build ``SuiteSettings`` from raw values; raises ``SettingsError`` on a bad one.
+
+    ``user_variants``: names of the variants loaded from ``--perfsuite-variant`` and entry
+    points (``perfsuite.variants.user.loaded_user_variants``), which ``isolate=user`` probes.
+    """
     case_set_name = raw["case_set"].value.strip()
     try:
         get_case_set(case_set_name)
@@ -227,8 +284,9 @@ def resolve(raw: RawSettings, cuda_available: bool) -> SuiteSettings:
         resolved_cases += _parse_items(raw["extra_cases"], cases.parse_case_id, "case ids")
     results_dir = Path(raw["results"].value)
     traces = raw["traces"].value.strip()
+    variants = _resolve_variants(raw)
     return SuiteSettings(
-        variants=_resolve_variants(raw),
+        variants=variants,
         modes=_resolve_modes(raw),
         devices=tuple(dict.fromkeys(c.device for c in resolved_cases)) or devices,
         case_set=case_set_name,
@@ -242,4 +300,5 @@ def resolve(raw: RawSettings, cuda_available: bool) -> SuiteSettings:
         timer=_parse_timer(raw),
         l2_flush=_parse_switch(raw, "l2_flush"),
         cuda_graphs=_parse_switch(raw, "cuda_graphs"),
+        isolate=_resolve_isolate(raw, variants, user_variants),
     )

@@ -43,6 +43,24 @@ def test_score_copies_per_forward(attention_evidence):
         )
 
 
+def test_score_accounting_per_step(attention_evidence):
+    """The post's findings on score accounting: per forward, naive writes one score copy when the
+    mask hides keys; naive_inplace and SDPA none (``perfsuite.measure.score_accounting``)."""
+    evidence = attention_evidence
+    if evidence.variant.compiled:
+        pytest.skip("Inductor runs its own kernels, not ATen ops: score accounting sees only its extern calls")
+    if evidence.case.head_dim == evidence.case.seq_len_kv and evidence.expected_score_copies == 0:
+        pytest.skip("head_dim == seq_len_kv: a copy of the output has the score matrix's element count")
+    accounting = evidence.score_accounting
+    copies = [a.copies for a in accounting]
+    expected = [float(evidence.expected_score_copies)] * ACTIVE_STEPS
+    assert copies == expected, (
+        f"{evidence.variant.name} on {evidence.case.id}: score copies per forward {copies}, expected {expected}; "
+        f"score-sized writes: {[w.label for w in accounting[0].writes] if accounting else []}; "
+        f"trace: {evidence.trace_path}"
+    )
+
+
 def declares_saved_scores(variant):
     """variants that declare saves_scores_for_backward"""
     return variant.saves_scores_for_backward is not None

@@ -20,7 +20,7 @@ import torch
 from perfsuite.attention.cases import AttentionCase
 from perfsuite.measure.evidence import bind, check_output, run_once
 from perfsuite.attention.inputs import AttentionInputs, make_inputs
-from perfsuite.attention.masks import AttentionMask, mask_kind
+from perfsuite.attention.masks import AttentionMask, fully_masked_rows, mask_kind
 from perfsuite.measure.profiling import profile_steps
 from perfsuite.attention.reference import TOLERANCES
 from perfsuite.variants import Variant
@@ -110,6 +110,8 @@ def check_causality(variant: Variant, case: AttentionCase, seed: int) -> str | N
                              value=torch.where(later, inputs.value - noise, inputs.value))
     output = _run(variant, case, changed)
     rows = _last_visible_key(case) < position
+    if variant.fully_masked_rows == "finite":
+        rows &= _last_visible_key(case) >= 0  # rows that see no key may hold any finite value
     if not _close(output[:, :, rows], base[:, :, rows], case.torch_dtype):
         return _fail(variant, case, seed, f"rows {rows.nonzero().flatten().tolist()} changed when keys >= {position} changed")
     return None
@@ -119,6 +121,13 @@ def _masked_rows_for_key(mask: AttentionMask, case: AttentionCase, key_index: in
     """Bool ``[batch, num_heads, seq_len_q]``: rows for which key ``key_index`` is hidden."""
     allowed = mask.allowed.expand(case.batch, case.num_heads, case.seq_len_q, case.seq_len_kv)
     return ~allowed[..., key_index].cpu()
+
+
+def _free_rows(variant: Variant, inputs: AttentionInputs, case: AttentionCase) -> torch.Tensor:
+    """Bool ``[batch, num_heads, seq_len_q]``: rows that see no key, for a variant that declares
+    ``fully_masked_rows="finite"`` (any finite value there, which may depend on every key); else none."""
+    rows = fully_masked_rows(inputs.mask, case.score_shape).cpu()
+    return rows if variant.fully_masked_rows == "finite" else torch.zeros_like(rows)
 
 
 def _keys_hidden_somewhere(mask: AttentionMask, case: AttentionCase) -> torch.Tensor:
@@ -149,7 +158,7 @@ def check_masked_keys_do_not_matter(variant: Variant, case: AttentionCase, seed:
         key[:, :, key_index] = key[:, :, key_index] * -3 + 1
         value[:, :, key_index] = value[:, :, key_index] * 5 - 2
     output = _run(variant, case, inputs.replace(key=key, value=value))
-    hidden = _masked_rows_for_key(inputs.mask, case, key_index)
+    hidden = _masked_rows_for_key(inputs.mask, case, key_index) & ~_free_rows(variant, inputs, case)
     same = torch.isclose(output, base, atol=TOLERANCES[case.torch_dtype][0], rtol=TOLERANCES[case.torch_dtype][1], equal_nan=True).all(-1)
     if not nan:
         if not same[hidden].all():
@@ -175,7 +184,7 @@ def check_nan_masked_key(variant: Variant, case: AttentionCase, seed: int) -> st
     key[:, :, key_index] = float("nan")
     base = _run(variant, case, inputs)
     output = _run(variant, case, inputs.replace(key=key))
-    hidden = _masked_rows_for_key(inputs.mask, case, key_index)
+    hidden = _masked_rows_for_key(inputs.mask, case, key_index) & ~_free_rows(variant, inputs, case)
     if not _close(output[hidden], base[hidden], case.torch_dtype):
         return _fail(variant, case, seed, f"a NaN in masked-out key {key_index} reached rows that cannot see it")
     return None
@@ -234,9 +243,11 @@ ALL_CHECKS = {
 
 def applicable(name: str, variant: Variant, case: AttentionCase) -> str | None:
     """None when check ``name`` applies to ``variant`` on ``case``, else why not (a skip reason)."""
-    if variant.compiled:
+    if not variant.runs_property_tests:
+        if variant.property_tests is False:
+            return f"{variant.name} declares property_tests=False"
         return ("compiled variants are checked against float64 by the suite; here every transformed input "
-                "would compile anew (seconds each)")
+                "would compile anew (seconds each); declare property_tests=True to run them anyway")
     if name == "causality" and not case.causal:
         return f"{case.mask} is not a causal mask"
     if name in ("masked_keys_do_not_matter", "nan_in_masked_keys_or_values", "nan_masked_key_for_masked_fill") and not case.hides_keys:
@@ -245,7 +256,7 @@ def applicable(name: str, variant: Variant, case: AttentionCase) -> str | None:
         return "only the masked_fill variants promise this"
     if name == "shift_invariance" and case.dtype not in ("fp32", "fp64"):
         return "shift invariance is checked in fp32/fp64 (bf16/fp16 cannot hold score + 100 exactly)"
-    if name == "score_copies" and not case.contiguous:
+    if name == "score_copies" and (not case.contiguous or case.transposed):
         return "strided inputs: matmul copies them, which can look score-sized"
     if name == "score_copies" and case.head_dim == case.seq_len_kv:
         return "head_dim == seq_len_kv: a copy of the output has the score matrix's shape"

@@ -1,14 +1,15 @@
 """Structural fingerprint of a forward: deterministic facts that gate without noise.
 
 ATen ops and device kernels by name with counts, copies by kind and shape, ``Memcpy`` by
-kind, bytes allocated, and the SDPA backend that ran. For one torch build and case these do
+kind, bytes allocated, the SDPA backend that ran, and (when given) the score accounting:
+score-sized writes labelled ``kind [shape] in op > op`` (``perfsuite.measure.score_accounting``). For one torch build and case these do
 not change between runs, so any difference is a real change in what the code does.
 """
 
 from __future__ import annotations
 
 import collections
-from typing import Any
+from typing import Any, Mapping
 
 from perfsuite.units import format_bytes
 from perfsuite.trace.summary import WindowSummary
@@ -30,8 +31,12 @@ def count_changes(before: dict[str, float], after: dict[str, float]) -> list[tup
     return [(n, before.get(n, 0), after.get(n, 0)) for n in names if before.get(n, 0) != after.get(n, 0)]
 
 
-def fingerprint(summary: WindowSummary, device: str) -> dict[str, Any]:
-    """JSON-ready fingerprint of one profiled forward on ``device``."""
+def fingerprint(summary: WindowSummary, device: str, score_writes: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """JSON-ready fingerprint of one profiled forward on ``device``.
+
+    ``score_writes``: its score-sized writes counted by label, ``ScoreAccounting.by_label()``
+    (``{"copy [2x8x256x256] in aten::masked_fill > aten::clone > aten::copy_": 1, ...}``).
+    """
     copies = copy_counts(summary)
     return {
         "cpu_ops": dict(sorted(summary.cpu_ops.items())),
@@ -40,6 +45,7 @@ def fingerprint(summary: WindowSummary, device: str) -> dict[str, Any]:
         "memcpy": dict(sorted(summary.memcpy_counts.items())),
         "allocated_bytes": summary.allocated_bytes.get(device, 0),
         "sdpa_backends": summary.sdpa_backends,
+        **({"score_writes": dict(sorted(score_writes.items()))} if score_writes is not None else {}),
     }
 
 
@@ -49,12 +55,16 @@ def diff_fingerprints(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
     """Human lines for every structural change, ``[]`` when identical.
 
     ``+1 aten::clone``, ``+1 copy cpu aten::clone [2x8x256x256]``, ``allocated +4.0 MiB``,
-    ``SDPA backend MATH -> FLASH_ATTENTION``.
+    ``SDPA backend MATH -> FLASH_ATTENTION``, ``+1 score write copy [2x8x256x256] in aten::masked_fill > ...``.
+    Score writes are compared only when both fingerprints have them (older runs do not).
     """
     lines = []
-    for field, label in (("cpu_ops", ""), ("kernels", "kernel "), ("copies", "copy "), ("memcpy", "Memcpy ")):
+    fields = [("cpu_ops", ""), ("kernels", "kernel "), ("copies", "copy "), ("memcpy", "Memcpy ")]
+    if "score_writes" in base and "score_writes" in head:
+        fields.append(("score_writes", "score write "))
+    for field, label in fields:
         for name, before, after in count_changes(base.get(field, {}), head.get(field, {})):
-            lines.append(f"{after - before:+d} {label}{name[:100]}")
+            lines.append(f"{after - before:+d} {label}{name[:160]}")
     grown = head.get("allocated_bytes", 0) - base.get("allocated_bytes", 0)
     if grown:
         sign = "+" if grown > 0 else "-"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import torch
 
@@ -39,14 +39,19 @@ class Variant:
     ``prepare``: per-case setup (see the module docstring), or None to call ``fn`` as is.
     ``compiled``: the variant runs through ``torch.compile``; the suite records its compile
     time, compiled graphs and graph breaks, and asserts nothing recompiles while it is timed.
-    ``forward_only``: why the variant has no backward (its backward modes are skipped with
-    this reason), or None.
+    ``forward_only``: why the variant has no backward on any device (its backward modes are
+    skipped with this reason), or None. ``forward_only_on``: ``(device, reason)`` pairs for a
+    variant with no backward on some devices only (``register_variant(forward_only={"cpu": ...})``).
     ``saves_scores_for_backward``: True when its forward saves a score matrix for backward (the
     unfused softmax), False when it must not (fused kernels save a logsumexp per row), None
     when it depends on the case (torch's dispatch, Inductor's pattern matching): then the
     suite reports what it measured without asserting it.
     ``fused``: the forward is one fused attention kernel; the profiler test asserts no
     unfused matmul or softmax runs (no ATen matmul/softmax op, no GEMM/softmax kernel).
+    ``property_tests``: whether ``perfsuite.testing.properties`` runs on the variant: None (the
+    default) runs them unless the variant is ``compiled`` (every transformed input would
+    compile anew); True runs them anyway (a variant that calls ``torch.compile`` inside with
+    dynamic shapes, or caches per shape); False never.
     ``wraps``: the library whose attention the variant calls (``"transformers"``,
     ``"torch.nn.MultiheadAttention"``, ``"flash-attn"``), or None for perfsuite's own; the suite runs
     such adapters on ``perfsuite_adapter_cases`` when that is set.
@@ -63,7 +68,18 @@ class Variant:
     forward_only: str | None = None
     saves_scores_for_backward: bool | None = None
     fused: bool = False
+    forward_only_on: tuple[tuple[str, str], ...] = ()
+    property_tests: bool | None = None
     wraps: str | None = None
+
+    def backward_unsupported(self, device: str) -> str | None:
+        """Why the variant has no backward on ``device`` (``"cpu"``, ``"cuda"``), or None when it has one."""
+        return self.forward_only or dict(self.forward_only_on).get(device)
+
+    @property
+    def runs_property_tests(self) -> bool:
+        """``property_tests``, defaulting to True for eager variants and False for compiled ones."""
+        return (not self.compiled) if self.property_tests is None else self.property_tests
 
     def for_case(self, inputs: Any) -> VariantFn:
         """The function to call on ``inputs`` (an ``AttentionInputs``): ``prepare(inputs)`` or ``fn``."""
@@ -98,16 +114,21 @@ def register_variant(
     fully_masked_rows: str = "zeros",
     prepare: PrepareFn | None = None,
     compiled: bool = False,
-    forward_only: str | None = None,
+    forward_only: str | Mapping[str, str] | None = None,
     saves_scores_for_backward: bool | None = None,
     fused: bool = False,
+    property_tests: bool | None = None,
     wraps: str | None = None,
 ) -> Callable[[VariantFn], VariantFn]:
     """Decorator that registers ``fn`` under ``name`` and returns it unchanged.
 
+    ``forward_only``: a reason (no backward anywhere) or ``{device: reason}`` (no backward on
+    those devices only, e.g. ``{"cpu": "the CPU kernel has no backward"}``).
+
     Raises:
-        ValueError: ``name`` is already registered, or ``fully_masked_rows`` is not
-            one of ``FULLY_MASKED_ROW_RESULTS``.
+        ValueError: ``name`` is already registered, ``fully_masked_rows`` is not one of
+            ``FULLY_MASKED_ROW_RESULTS``, or ``forward_only`` names a device not in ``DEVICES``
+            or gives an empty reason.
         TypeError: ``fn`` does not have the variant signature.
     """
 
@@ -116,14 +137,44 @@ def register_variant(
             raise ValueError(f"attention variant {name!r} is already registered")
         if fully_masked_rows not in FULLY_MASKED_ROW_RESULTS:
             raise ValueError(f"fully_masked_rows={fully_masked_rows!r}; allowed: {', '.join(FULLY_MASKED_ROW_RESULTS)}")
+        anywhere, per_device = _forward_only(name, forward_only)
         check_signature(name, fn)
         _REGISTRY[name] = Variant(name, fn, description, sdpa_backend, copies_scores_when_masked, fully_masked_rows,
-                                  prepare, compiled, forward_only, saves_scores_for_backward, fused)
+                                  prepare, compiled, anywhere, saves_scores_for_backward, fused, per_device,
+                                  property_tests)
         if wraps:
             _REGISTRY[name] = dataclasses.replace(_REGISTRY[name], wraps=wraps)
         return fn
 
     return decorate
+
+
+def _forward_only(name: str, value: str | Mapping[str, str] | None) -> tuple[str | None, tuple[tuple[str, str], ...]]:
+    """Split ``forward_only`` into (reason everywhere, ((device, reason), ...)); ValueError when malformed."""
+    if value is None or isinstance(value, str):
+        return value, ()
+    if not isinstance(value, Mapping):
+        raise ValueError(f"attention variant {name!r}: forward_only={value!r}; give a reason (str) or "
+                         f"{{device: reason}} with devices from {', '.join(DEVICES)}")
+    for device, reason in value.items():
+        if device not in DEVICES or not isinstance(reason, str) or not reason:
+            raise ValueError(f"attention variant {name!r}: forward_only entry {device!r}: {reason!r}; devices are "
+                             f"{', '.join(DEVICES)} and each needs a reason (a non-empty str)")
+    return None, tuple(sorted(value.items()))
+
+
+def add_variant(variant: Variant) -> None:
+    """Register an existing ``Variant`` again (one ``unregister_variant`` returned); ValueError if its name is taken."""
+    if variant.name in _REGISTRY:
+        raise ValueError(f"attention variant {variant.name!r} is already registered")
+    _REGISTRY[variant.name] = variant
+
+
+def unregister_variant(name: str) -> Variant:
+    """Remove the variant called ``name`` and return it; ``ValueError`` when it is not registered."""
+    variant = get_variant(name)
+    del _REGISTRY[name]
+    return variant
 
 
 def get_variant(name: str) -> Variant:

@@ -24,10 +24,35 @@ from perfsuite.variants import registry
 ENTRY_POINT_GROUP = "perfsuite.variants"
 
 
+_LOADED: list[str] = []  # names of the variants loaded from specs and entry points, in order
+
+
+def loaded_user_variants() -> tuple[str, ...]:
+    """Names of the variants ``load_variant_spec`` and ``load_entry_point_variants`` returned so far."""
+    return tuple(_LOADED)
+
+
+def _loaded(names: list[str]) -> list[str]:
+    _LOADED.extend(n for n in names if n not in _LOADED)
+    return names
+
+
+# Variants a ``--perfsuite-variant`` import registered besides the named function, kept (by the
+# function's id) so that naming one of them later restores what its decorator declared.
+_HELD: dict[int, registry.Variant] = {}
+
+
 def _register_function(name: str, fn, source: str) -> str:
     for known in registry.registered_variants():
         if known.fn is fn:
             return known.name  # registered by its own decorator
+    held = _HELD.pop(id(fn), None)
+    if held is not None and held.fn is fn:
+        try:
+            registry.add_variant(held)
+        except ValueError as exc:
+            raise ValueError(f"{source}: {exc}") from None
+        return held.name
     try:
         doc = (inspect.getdoc(fn) or source).splitlines()[0]
         registry.register_variant(name, f"user variant from {source}: {doc}")(fn)
@@ -37,7 +62,11 @@ def _register_function(name: str, fn, source: str) -> str:
 
 
 def load_variant_spec(spec: str) -> str:
-    """Import ``module:function`` and register it; returns the variant name.
+    """Import ``module:function`` and register that function only; returns the variant name.
+
+    Importing the module runs every ``@register_variant`` in it; the variants it registered
+    besides the named function are unregistered again (and restored when a later spec names
+    them), so ``--perfsuite-variant mod:fast`` runs ``fast`` and not the module's other variants.
 
     Raises:
         ValueError: malformed spec, missing module or function, wrong signature, or a name
@@ -47,14 +76,19 @@ def load_variant_spec(spec: str) -> str:
     if not sep or not module_name or not function_name:
         hint = f"; did you mean {spec.rpartition('.')[0]}:{spec.rpartition('.')[2]}?" if "." in spec and not sep else ""
         raise ValueError(f"variant spec {spec!r} is not package.module:function{hint}")
+    before = set(registry.variant_names())
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ValueError(f"variant spec {spec!r}: cannot import {module_name!r} ({exc})") from None
     fn = getattr(module, function_name, None)
+    for name in [n for n in registry.variant_names() if n not in before]:
+        if registry.get_variant(name).fn is not fn:
+            held = registry.unregister_variant(name)
+            _HELD[id(held.fn)] = held
     if not callable(fn):
         raise ValueError(f"variant spec {spec!r}: module {module_name!r} has no function {function_name!r}")
-    return _register_function(function_name, fn, spec)
+    return _loaded([_register_function(function_name, fn, spec)])[0]
 
 
 def load_entry_point_variants() -> list[str]:
@@ -73,4 +107,4 @@ def load_entry_point_variants() -> list[str]:
             names += [v.name for v in registry.registered_variants() if v.fn.__module__ == loaded.__name__]
         else:
             names.append(_register_function(entry.name, loaded, source))
-    return names
+    return _loaded(names)

@@ -62,10 +62,11 @@ def test_timed_run_saves_a_baseline_with_extra_info_and_a_table(project):
     result = project.runpytest_subprocess(TINY, eager, "-v")
     outcomes = result.parseoutcomes()
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
-    # 5 variants run: 3 modes x (equivalence + benchmark) + copies + saved-for-backward (not sdpa: it declares
-    # nothing), plus sdpa_flash's fused check; efficient/cudnn skip all 9 of theirs; no compiled variant is selected.
+    # 5 variants run: 3 modes x (equivalence + benchmark) + copies + score accounting + saved-for-backward (not
+    # sdpa: it declares nothing), plus sdpa_flash's fused check; efficient/cudnn skip all 10 of theirs; no compiled
+    # variant is selected.
     # The CUDA-only checks skip here: each pinned backend's own kernel family (3) and compiled flex's (no such variant).
-    assert outcomes["passed"] == 5 * 8 - 1 + 1 and outcomes["skipped"] == 2 * 9 + 1 + 3 + 1
+    assert outcomes["passed"] == 5 * 9 - 1 + 1 and outcomes["skipped"] == 2 * 10 + 1 + 3 + 1
     result.stdout.fnmatch_lines([
         "*perfsuite: attention at a glance*",
         "naive * forward * b1h2s16d8-fp32-causal-cpu *1 *",
@@ -80,6 +81,13 @@ def test_timed_run_saves_a_baseline_with_extra_info_and_a_table(project):
     assert {v: i["score_copies_per_forward"] for (v, m), i in infos.items() if m == "forward"} == {
         "naive": 1, "naive_inplace": 0, "sdpa": 0, "sdpa_math": 0, "sdpa_flash": 0,
     }
+    # score accounting (issue 14): the post's findings restated, stored for the table and the fingerprint
+    assert {v: i["score_accounting"]["copies"] for (v, m), i in infos.items() if m == "forward"} == {
+        "naive": 1.0, "naive_inplace": 0.0, "sdpa": 0.0, "sdpa_math": 0.0, "sdpa_flash": 0.0,
+    }
+    assert any(label.startswith("copy [1x2x16x16] in aten::masked_fill")
+               for label in infos[("naive", "forward")]["fingerprint"]["score_writes"])
+    assert infos[("naive", "forward")]["output_layout"] == "contiguous"
     for (variant, mode), info in infos.items():
         assert info["flop"] > 0 and info["achieved_tflops"] > 0 and info["max_abs_error"] < 1e-4
         assert info["graphs_compiled_while_timed"] == 0

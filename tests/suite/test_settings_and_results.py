@@ -77,9 +77,28 @@ def result(median_s, correct=True):
 def test_markdown_table_rows_and_skips():
     text = markdown_table([result(0.002), result(None, correct=False)], [SkippedResult("sdpa_cudnn", "c", "no kernel")])
     lines = text.splitlines()
-    assert lines[2] == "| naive | forward | b1h1s8d8-fp32-causal-cpu | 2.000 | - | - | - | 0.001 | 45 ops | 1 | 4.0 MiB | 3.0 KiB | - | 1.5e-07 |"
-    assert lines[3].split(" | ")[3] == "not timed" and lines[3].endswith("FAIL |")
+    # a row read from a run saved before score accounting: its old copy count, the writes unknown
+    assert lines[2] == "| naive | forward | b1h1s8d8-fp32-causal-cpu | 2.000 | - | - | - | 0.001 | 45 ops | ? (1 copy) | 4.0 MiB | 3.0 KiB | - | 1.5e-07 | - |"
+    assert lines[3].split(" | ")[3] == "not timed" and lines[3].endswith("FAIL | - |")
     assert lines[-1] == "- `sdpa_cudnn` on `c` (forward): no kernel"
+
+
+def test_score_writes_and_output_layout_cells_name_what_they_count():
+    import dataclasses
+
+    row = dataclasses.replace(result(0.002), score_written=6.0, score_copies=0.0, score_casts=1.5,
+                              score_mask_expansions=1.0, output_layout="dense as [B, Sq, H, D]")
+    cells = markdown_table([row], []).splitlines()[2].split(" | ")
+    assert cells[9] == "6 (0 copies, 1.50 casts, 1 mask expansion)" and cells[-1] == "dense as [B, Sq, H, D] |"
+
+
+def test_a_partial_run_heads_its_table_and_lists_crashes():
+    from perfsuite.report.results import CrashedResult
+
+    text = markdown_table([result(0.002)], [], [CrashedResult("crashy", "c", "backward", "signal SIGABRT; ...\nmore")],
+                          "interrupted (KeyboardInterrupt): 1 of 6 benchmarks finished")
+    assert text.startswith("**Partial run**: interrupted (KeyboardInterrupt): 1 of 6 benchmarks finished.")
+    assert text.splitlines()[-1] == "- `crashy` on `c` (backward): signal SIGABRT; ..."
 
 
 def test_rates_and_bytes():

@@ -1,8 +1,8 @@
 """Property tests: every selected variant (``--perfsuite-variants``, users' own included), on cases
 hypothesis draws (profile: see perfsuite.testing.strategies).
 
-Compiled variants (and ``PER_CASE_COMPILE``) are left out: each drawn case would compile anew; they
-get the same checks on the suite's cases in ``perfsuite/suite/test_properties.py``. Kept apart
+Compiled variants (and ``PER_CASE_COMPILE``) are left out unless they declare ``property_tests=True``
+(``Variant.runs_property_tests``): each drawn case would compile anew; they get the same checks on the suite's cases in ``perfsuite/suite/test_properties.py``. Kept apart
 from the timed suite: hypothesis refuses function-scoped fixtures such as ``benchmark`` under ``@given``.
 """
 
@@ -30,7 +30,7 @@ STRUCTURE_EXAMPLES = max(5, settings().max_examples // 4)  # each example runs t
 def variants(perfsuite_variants):
     """The selected variants that are not compiled (see the module docstring), warmed up: each runs
     once per dtype so lazy initialisation never counts against a deadline."""
-    chosen = [v.name for v in perfsuite_variants if not v.compiled and v.name not in PER_CASE_COMPILE]
+    chosen = [v.name for v in perfsuite_variants if v.runs_property_tests and v.name not in PER_CASE_COMPILE]
     for device in DEVICES:
         for dtype in LOW_PRECISION:
             case = AttentionCase(1, 2, 4, 4, 8, dtype, device, "causal")

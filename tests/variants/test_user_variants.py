@@ -60,9 +60,9 @@ def test_the_example_runs_through_every_check_of_the_suite(pytester, monkeypatch
     result = pytester.runpytest_subprocess("--perfsuite-variant", "chunked_attention.variant:chunked_attention",
                                            "--perfsuite-variants", "chunked_attention", "--perfsuite-case-set", "masks",
                                            "--perfsuite-shapes", "1x2x96:128x16", "--perfsuite-results", "out")
-    # 7 mask cases: 3 modes x (equivalence + benchmark) + copies pass; a user variant declares nothing about
-    # what it saves for backward, and is neither compiled nor fused: those three tests have no variant to run.
-    result.assert_outcomes(passed=7 * 7, skipped=5)  # 3 not applicable + 2 CUDA-only kernel-family checks
+    # 7 mask cases: 3 modes x (equivalence + benchmark) + copies + score accounting pass; a user variant declares
+    # nothing about what it saves for backward, and is neither compiled nor fused: those three tests have no variant.
+    result.assert_outcomes(passed=8 * 7, skipped=5)  # 3 not applicable + 2 CUDA-only kernel-family checks
     bad = pytester.runpytest_subprocess("--perfsuite-variant", "chunked_attention.variant:nothing")
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
     assert "has no function 'nothing'" in bad.stderr.str()

@@ -1,0 +1,166 @@
+"""Probe a risky variant's first calls in a child process, so a crash costs only its own results.
+
+A variant that crashes the process (a segfault or abort inside a compiled kernel) would kill
+pytest and every other variant's results with it. Before such a variant runs in the suite's
+process, ``probe`` runs the first call of each of its (case, mode) pairs once in a child
+Python process (``python -m perfsuite.measure.isolation``): inputs drawn, per-case setup,
+one step of the mode (forward, backward or both), synchronized. The child reports each pair
+as it starts and ends; when it dies, the pair it was running is reported ``crashed`` with the
+signal or exit code and the end of its stderr, and a fresh child continues with the remaining
+pairs. Pairs that pass run in the suite's process as usual, so timing and profiling are
+unchanged. A crash that only happens later (after many calls, under the profiler) is not
+caught here; the suite's results written as they come (``run.json``) say which test was running.
+
+Cost: one child per probed variant, plus one more per crash: Python, torch and perfsuite start-up,
+measured at 7 s of CPU time (8-15 s wall on this project's loaded 2-core machine; 45 s for
+5 pairs with 2 crashes, so 3 children, in ``tests/measure/test_isolation.py``), and one extra
+call per pair (for a compiled variant, one extra compilation per case and grad mode).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+from typing import Iterable
+
+STATUSES = ("ok", "unsupported", "error", "crashed")
+_STDERR_TAIL_LINES = 12
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbeOutcome:
+    """How the first call of one (case, mode) went in the child.
+
+    ``status``: ``"ok"``; ``"unsupported"`` (torch refused it: the suite skips it in-process);
+    ``"error"`` (a Python exception: the suite reports it in-process); ``"crashed"`` (the child
+    died). ``detail``: the exception, or for a crash the signal / exit code and the last lines
+    of the child's stderr.
+    """
+
+    case_id: str
+    mode: str
+    status: str
+    detail: str = ""
+
+
+def _exit_description(returncode: int) -> str:
+    """``signal SIGSEGV`` for a negative return code, ``exit code 3`` otherwise."""
+    if returncode < 0:
+        try:
+            return f"signal {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"signal {-returncode}"
+    return f"exit code {returncode}"
+
+
+def _child_command(variant: str, specs: Iterable[str], pairs: list[tuple[str, str]], seed: int) -> list[str]:
+    command = [sys.executable, "-m", "perfsuite.measure.isolation", "--variant", variant, "--seed", str(seed)]
+    for spec in specs:
+        command += ["--spec", spec]
+    for case_id, mode in pairs:
+        command += ["--pair", f"{case_id}:{mode}"]
+    return command
+
+
+def probe(variant: str, pairs: Iterable[tuple[str, str]], seed: int, specs: Iterable[str] = (),
+          timeout_s: float = 1800.0) -> dict[tuple[str, str], ProbeOutcome]:
+    """Run the first call of ``variant`` on each ``(case_id, mode)`` pair in child processes.
+
+    ``specs``: the ``--perfsuite-variant`` specs (``module:function``) the child loads, besides
+    installed entry points, so it knows the same variants; ``seed``: the suite's. The child
+    inherits ``sys.path`` through ``PYTHONPATH``. Returns an outcome for every pair. A child
+    that runs past ``timeout_s`` in all is killed and its running pair reported ``crashed``.
+    """
+    remaining = list(dict.fromkeys(pairs))
+    outcomes: dict[tuple[str, str], ProbeOutcome] = {}
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    specs = list(specs)
+    while remaining:
+        command = _child_command(variant, specs, remaining, seed)
+        running: tuple[str, str] | None = None
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout_s)
+            stdout, stderr, returncode = done.stdout, done.stderr, done.returncode
+        except subprocess.TimeoutExpired as exc:
+            stdout = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+            stderr = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+            returncode = None
+        for line in stdout.splitlines():
+            kind, _, payload = line.partition(" ")
+            if kind == "perfsuite-start":
+                running = tuple(json.loads(payload))
+            elif kind == "perfsuite-done":
+                record = json.loads(payload)
+                pair = (record["case_id"], record["mode"])
+                outcomes[pair] = ProbeOutcome(pair[0], pair[1], record["status"], record["detail"])
+                running = None
+        remaining = [pair for pair in remaining if pair not in outcomes]
+        if not remaining:
+            break
+        how = f"ran past {timeout_s:g} s" if returncode is None else _exit_description(returncode)
+        tail = "\n".join(stderr.strip().splitlines()[-_STDERR_TAIL_LINES:])
+        if running is None:  # died before its first pair, or after the last it reported
+            for pair in remaining:
+                outcomes[pair] = ProbeOutcome(pair[0], pair[1], "crashed",
+                                              f"the probe process for {variant} ended ({how}) before running it:\n{tail}")
+            break
+        outcomes[running] = ProbeOutcome(running[0], running[1], "crashed", f"{how}; the child's stderr ends:\n{tail}")
+        remaining.remove(running)
+    return outcomes
+
+
+def _run_pairs(variant_name: str, pairs: list[tuple[str, str]], seed: int) -> None:
+    """The child: run each pair's first call, reporting it on stdout as it starts and ends."""
+    from perfsuite.attention.cases import parse_case_id  # noqa: PLC0415 (child only)
+    from perfsuite.attention.modes import make_step  # noqa: PLC0415
+    from perfsuite.measure.evidence import VariantUnsupported, prepare_case, run_once  # noqa: PLC0415
+    from perfsuite.measure.timing import synchronized  # noqa: PLC0415
+    from perfsuite.variants import get_variant  # noqa: PLC0415
+
+    variant = get_variant(variant_name)
+    for case_id, mode in pairs:
+        print("perfsuite-start", json.dumps([case_id, mode]), flush=True)
+        status, detail = "ok", ""
+        try:
+            case = parse_case_id(case_id)
+            no_backward = variant.backward_unsupported(case.device)
+            if mode != "forward" and no_backward:
+                raise VariantUnsupported(no_backward)
+            prepared = prepare_case(variant, case, seed)
+            step = make_step(mode, prepared.fn, prepared.inputs, prepared.grad_output)
+            run_once(variant, case, synchronized(step, case.device))
+        except VariantUnsupported as exc:
+            status, detail = "unsupported", str(exc)
+        except Exception as exc:  # reported, not a crash: the suite reports it in-process
+            status, detail = "error", f"{type(exc).__name__}: {exc}"
+        print("perfsuite-done", json.dumps({"case_id": case_id, "mode": mode, "status": status, "detail": detail}),
+              flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m perfsuite.measure.isolation",
+                                     description="probe one variant's first calls (run by perfsuite, not by hand)")
+    parser.add_argument("--variant", required=True)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--spec", action="append", default=[])
+    parser.add_argument("--pair", action="append", default=[], help="CASE_ID:MODE")
+    args = parser.parse_args(argv)
+    import warnings  # noqa: PLC0415
+
+    warnings.simplefilter("ignore")  # the suite's process shows the variant's warnings
+    from perfsuite.variants.user import load_entry_point_variants, load_variant_spec  # noqa: PLC0415
+
+    load_entry_point_variants()
+    for spec in args.spec:
+        load_variant_spec(spec)
+    _run_pairs(args.variant, [tuple(p.rsplit(":", 1)) for p in args.pair], args.seed)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

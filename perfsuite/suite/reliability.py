@@ -1,0 +1,107 @@
+"""Run state that keeps failures cheap and honest: setup errors once, crashes isolated, progress known.
+
+Used by the suite's session (``perfsuite.suite.plugin``):
+
+* ``FailureLedger``: an error of a variant's per-case setup (or of one mode's evidence) is
+  raised in full by the first test that needs it; every later test of that variant and case
+  fails with one line that names the first test, not with the same output again.
+* ``CrashProbes``: for the variants ``SuiteSettings.isolate`` names, the first call of every
+  (case, mode) runs once in a child process (``perfsuite.measure.isolation``) before it runs
+  here; a pair that crashed the child fails its tests with variant, case, mode and signal, and
+  is never run in this process.
+* ``Progress``: benchmarks expected and finished, and whether the run was interrupted or stopped,
+  so what is saved can say it is partial (``perfsuite.gate.baseline.Incomplete``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Iterable
+
+import pytest
+
+from perfsuite.gate.baseline import Incomplete
+from perfsuite.measure.isolation import ProbeOutcome, probe
+
+
+@dataclasses.dataclass
+class _Failure:
+    nodeid: str
+    summary: str
+
+
+class FailureLedger:
+    """First failure per key (``(variant, case)`` or ``(variant, case, mode)``) in full, then references."""
+
+    def __init__(self):
+        self._first: dict[tuple, _Failure] = {}
+
+    def report(self, key: tuple, nodeid: str, what: str, error: BaseException) -> None:
+        """Raise ``error`` (in full) for the first test of ``key``; for every later one, fail with one
+        line naming ``what`` failed, the error's first line, and the first test, which shows it all."""
+        first = self._first.get(key)
+        if first is None:
+            lines = str(error).strip().splitlines()
+            self._first[key] = _Failure(nodeid or "the first test that needed it",
+                                        f"{type(error).__name__}: {lines[0] if lines else ''}")
+            raise error
+        pytest.fail(f"{what} failed: {first.summary} (reported in full once, by {first.nodeid})", pytrace=False)
+
+    def failures(self) -> dict[tuple, str]:
+        """Key -> ``"ValueError: ... (first: nodeid)"``, for the end-of-run summary."""
+        return {key: f"{f.summary} (first: {f.nodeid})" for key, f in self._first.items()}
+
+
+class CrashProbes:
+    """Probe outcomes per variant, gathered lazily: all of a variant's pairs in one child run."""
+
+    def __init__(self, isolate: Iterable[str], seed: int, specs: Iterable[str],
+                 run_probe: Callable[..., dict[tuple[str, str], ProbeOutcome]] = probe):
+        self.isolate = frozenset(isolate)
+        self.seed = seed
+        self.specs = tuple(specs)
+        self._run_probe = run_probe
+        self._outcomes: dict[str, dict[tuple[str, str], ProbeOutcome]] = {}
+
+    def crash(self, variant: str, case_id: str, mode: str, pairs: Callable[[], list[tuple[str, str]]]) -> ProbeOutcome | None:
+        """The crash outcome of ``(variant, case_id, mode)``, or None (not isolated, or it did not crash).
+
+        ``pairs``: every ``(case_id, mode)`` of the variant in this run, probed together the first time.
+        """
+        if variant not in self.isolate:
+            return None
+        if variant not in self._outcomes:
+            wanted = list(dict.fromkeys(list(pairs()) + [(case_id, mode)]))
+            self._outcomes[variant] = self._run_probe(variant, wanted, self.seed, self.specs)
+        outcome = self._outcomes[variant].get((case_id, mode))
+        return outcome if outcome is not None and outcome.status == "crashed" else None
+
+    def crashes(self) -> list[tuple[str, ProbeOutcome]]:
+        """``(variant, outcome)`` of every crashed pair so far."""
+        return [(variant, o) for variant, found in self._outcomes.items() for o in found.values() if o.status == "crashed"]
+
+
+def crash_message(variant: str, outcome: ProbeOutcome) -> str:
+    """``variant X crashed the process on case C in mode M (signal SIGSEGV) ...``: the failure of its tests."""
+    return (f"variant {variant} crashed the process on case {outcome.case_id} in mode {outcome.mode}, in an isolated "
+            f"child (--perfsuite-isolate); it is not run here, the other variants' results are kept. {outcome.detail}")
+
+
+@dataclasses.dataclass
+class Progress:
+    """Benchmarks of this run: ``expected`` (collected), ``finished`` (timed or called), how it stopped."""
+
+    expected: int = 0
+    finished: int = 0
+    interrupted: bool = False
+    stopped: str | None = None  # "stopped after a failure (-x / --maxfail)" etc.
+    running: str | None = None  # the benchmark test running now (a crash leaves it named in run.json)
+
+    def incomplete(self) -> Incomplete | None:
+        """Why the run's results are partial, or None when every expected benchmark finished or the
+        run ended normally (a benchmark that failed or was skipped still counts as run)."""
+        if self.interrupted:
+            return Incomplete("interrupted (KeyboardInterrupt)", self.finished, self.expected)
+        if self.stopped:
+            return Incomplete(self.stopped, self.finished, self.expected)
+        return None
