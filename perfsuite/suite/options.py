@@ -48,7 +48,9 @@ def raw_settings(config: pytest.Config) -> settings.RawSettings:
         elif ini:
             overridden = any(o.startswith(f"{spec.ini_key}=") for o in config.getoption("override_ini") or [])
             where = "-o" if overridden else config.inipath
-            raw[name] = settings.RawValue(ini, f"ini key {spec.ini_key}={ini!r} from {where}", "ini")
+            # "args"-typed keys come back as a list even from a plain string: show them as written
+            shown = " ".join(ini) if isinstance(ini, list) and all(isinstance(v, str) for v in ini) else ini
+            raw[name] = settings.RawValue(ini, f"ini key {spec.ini_key}={shown!r} from {where}", "ini")
         else:
             raw[name] = settings.RawValue(spec.default, f"built-in default {spec.ini_key}={spec.default!r}", "default")
     return raw
