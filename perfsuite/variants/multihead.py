@@ -33,7 +33,7 @@ import torch
 
 from perfsuite.attention.inputs import AttentionInputs
 from perfsuite.attention.masks import AttentionMask, mask_kind
-from perfsuite.variants.registry import VariantFn, register_variant
+from perfsuite.variants.registry import VariantFn, prepared_on_every_call, register_variant
 from perfsuite.variants.unsupported import CaseUnsupported
 
 
@@ -108,12 +108,8 @@ def prepare_for(need_weights: bool) -> Callable[[AttentionInputs], VariantFn]:
 
 
 def _direct(need_weights: bool) -> VariantFn:
-    def attention(query, key, value, *, mask, scale):
-        return prepare_for(need_weights)(AttentionInputs(query, key, value, mask, scale))(
-            query, key, value, mask=mask, scale=scale)
-
-    attention.__doc__ = f"nn.MultiheadAttention with need_weights={need_weights}; builds the module on every direct call."
-    return attention
+    return prepared_on_every_call(prepare_for(need_weights), f"nn.MultiheadAttention with need_weights={need_weights}; "
+                                  "builds the module on every direct call.")
 
 
 register_variant("mha", "nn.MultiheadAttention(need_weights=False) with identity projections: runs SDPA inside",

@@ -192,3 +192,18 @@ def registered_variants() -> list[Variant]:
 def variant_names() -> list[str]:
     """Names of all registered variants, in registration order."""
     return list(_REGISTRY)
+
+
+def prepared_on_every_call(prepare: PrepareFn, doc: str) -> VariantFn:
+    """A variant function for direct calls: it runs ``prepare`` (per-case setup) on every call.
+
+    The suite calls ``Variant.for_case`` once per case instead; this is what a user gets when
+    calling the registered function by hand. ``doc`` becomes its docstring.
+    """
+    from perfsuite.attention.inputs import AttentionInputs
+
+    def attention(query, key, value, *, mask, scale):
+        return prepare(AttentionInputs(query, key, value, mask, scale))(query, key, value, mask=mask, scale=scale)
+
+    attention.__doc__ = doc
+    return attention

@@ -45,7 +45,7 @@ import torch
 
 from perfsuite.attention.inputs import AttentionInputs
 from perfsuite.attention.masks import mask_kind
-from perfsuite.variants.registry import VariantFn, register_variant
+from perfsuite.variants.registry import VariantFn, prepared_on_every_call, register_variant
 from perfsuite.variants.unsupported import CaseUnsupported, optional_module
 
 INSTALL_HINT = "install it with: pip install 'perfsuite[transformers]'"
@@ -255,12 +255,8 @@ def prepare_for(impl: str) -> Callable[[AttentionInputs], VariantFn]:
 
 
 def _direct(impl: str) -> VariantFn:
-    def attention(query, key, value, *, mask, scale):
-        return prepare_for(impl)(AttentionInputs(query, key, value, mask, scale))(
-            query, key, value, mask=mask, scale=scale)
-
-    attention.__doc__ = f"transformers' {impl} attention; called directly it builds module and mask on every call."
-    return attention
+    return prepared_on_every_call(prepare_for(impl), f"transformers' {impl} attention; called directly it builds "
+                                  "module and mask on every call.")
 
 
 # What each implementation is declared to do (asserted by the suite):
