@@ -39,12 +39,18 @@ def _need_cuda(name: str, query: torch.Tensor) -> None:
         raise CaseUnsupported(f"{name} runs on CUDA only (this case is on {query.device.type})")
 
 
-def prepare_flash_attn(inputs: AttentionInputs) -> VariantFn:
-    """``flash_attn_func`` bound to the case's causal flag and window (see the module docstring)."""
-    _need_cuda("flash-attn", inputs.query)
-    module, missing = optional_module("flash_attn", "install flash-attn (CUDA builds only)")
+def _cuda_module(name: str, import_name: str, hint: str, query: torch.Tensor):
+    """The imported CUDA-only library; ``CaseUnsupported`` off CUDA or when it is not installed."""
+    _need_cuda(name, query)
+    module, missing = optional_module(import_name, hint)
     if module is None:
         raise CaseUnsupported(missing)
+    return module
+
+
+def prepare_flash_attn(inputs: AttentionInputs) -> VariantFn:
+    """``flash_attn_func`` bound to the case's causal flag and window (see the module docstring)."""
+    module = _cuda_module("flash-attn", "flash_attn", "install flash-attn (CUDA builds only)", inputs.query)
     query, key, mask = inputs.query, inputs.key, inputs.mask
     if query.dtype not in (torch.float16, torch.bfloat16):
         raise CaseUnsupported(f"flash_attn_func takes fp16 and bf16 only, not {query.dtype}")
@@ -66,10 +72,7 @@ def prepare_flash_attn(inputs: AttentionInputs) -> VariantFn:
 
 def prepare_xformers(inputs: AttentionInputs) -> VariantFn:
     """``memory_efficient_attention`` with the case's mask as an xformers bias (see the module docstring)."""
-    _need_cuda("xformers", inputs.query)
-    module, missing = optional_module("xformers.ops", "install xformers")
-    if module is None:
-        raise CaseUnsupported(missing)
+    module = _cuda_module("xformers", "xformers.ops", "install xformers", inputs.query)
     query, key, mask = inputs.query, inputs.key, inputs.mask
     batch, num_heads, seq_len_q, head_dim = query.shape
     num_kv_heads, seq_len_kv = key.shape[1], key.shape[2]
