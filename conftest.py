@@ -1,4 +1,5 @@
-"""Root conftest: the hypothesis profile. (The perfsuite plugin loads by its pytest11 entry point.)"""
+"""Root conftest: the hypothesis profile, and pytest-xdist's environment kept from the processes tests
+start. (The perfsuite plugin loads by its pytest11 entry point.)"""
 
 import pytest
 
@@ -17,3 +18,14 @@ def pytest_report_header(config):
 
 
 PROFILE_KEY = pytest.StashKey[str]()
+
+
+XDIST_ENV = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID")
+
+
+@pytest.fixture(autouse=True)
+def _not_an_xdist_worker_in_child_processes(monkeypatch):
+    """Under ``pytest -n`` (scripts/test.sh) each worker has ``PYTEST_XDIST_WORKER`` set; a pytest a test
+    starts would inherit it, and pytest-benchmark would then disable timing there as if it were a worker."""
+    for name in XDIST_ENV:
+        monkeypatch.delenv(name, raising=False)

@@ -5,9 +5,10 @@ Repeats the gate (``perfsuite ab`` on a case set) in these scenarios:
 * ``A/A``: identical code on both sides;
 * ``10% injected`` / ``5% injected``: busy CPU work after each forward of one variant
   (``--slow-variant``), that fraction of its runtime;
-* ``real change``: the head runs ``naive`` where the base runs ``naive_inplace`` (one extra
-  score-sized copy and an out-of-place scale per forward, a real code change), for that one
-  benchmark only (the other variants are A/A in the same gate).
+* ``real change``: a real code change, gated as a pull request is: the head is a copy of this
+  source tree whose ``naive_inplace`` lost its in-place ``masked_fill_`` (``scores =
+  scores.masked_fill(...)``: one extra score-sized copy per forward, the Hugging Face post's
+  finding); every other variant is identical code in the same gate.
 
 ``--busy N`` runs N busy processes beside every gate (``scripts/contend.py``). Reports, per
 scenario: gates with any "slower", how often the changed variant was caught, false "slower"
@@ -22,7 +23,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -30,6 +33,7 @@ import torch
 
 from perfsuite.gate.ab import Side, run_ab
 from perfsuite.gate.stats import CONTENDED_VERDICT, DECISIVE, GateSettings, SequentialPlan
+from perfsuite.measure.contention import snapshot
 from perfsuite.storage import write_text_atomic
 from perfsuite.suite.settings import SETTINGS, RawValue, resolve, split_list
 from perfsuite.variants import variant_names
@@ -44,26 +48,43 @@ def smoke_cases(case_set: str) -> list[str]:
     return [c.id for c in resolve(raw, torch.cuda.is_available()).cases]
 
 
+LOST_INPLACE = ("scores.masked_fill_(mask.masked_out,", "scores = scores.masked_fill(mask.masked_out,")
+
+
+def lost_inplace_tree(root: Path) -> Path:
+    """A copy of this source tree's ``perfsuite/`` under ``root`` whose ``naive_inplace`` masks out of
+    place; ``RuntimeError`` if the line to change is no longer there."""
+    shutil.copytree(Path(__file__).resolve().parent.parent / "perfsuite", root / "perfsuite",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    module = root / "perfsuite" / "variants" / "naive_inplace.py"
+    source = module.read_text()
+    if LOST_INPLACE[0] not in source:
+        raise RuntimeError(f"{module}: {LOST_INPLACE[0]!r} not found; update LOST_INPLACE")
+    module.write_text(source.replace(*LOST_INPLACE))
+    return root
+
+
 def gate_once(scenario: str, args, variants: list[str], cases: list[str]) -> dict:
-    """One gate; the changed benchmark ('real change': naive_inplace -> naive) is run as its own A/B."""
+    """One gate of ``scenario`` over ``variants`` x ``cases``; a dict of verdicts, counts and seconds."""
     settings, plan = GateSettings(args.alpha, args.min_effect), SequentialPlan(budget_s=args.budget_s)
-    load_before, start = load_average(), time.perf_counter()
-    results = []
+    load_before, start, before = load_average(), time.perf_counter(), snapshot()
     if scenario == "real change":
         changed = "naive_inplace"
-        results += run_ab(Side(Path("."), "naive_inplace"), Side(Path("."), "naive"), [changed], cases,
-                          settings=settings, plan=plan, rounds=args.rounds)[0]
-        results += run_ab(Side(Path(".")), Side(Path(".")), [v for v in variants if v != changed], cases,
-                          settings=settings, plan=plan, rounds=args.rounds)[0]
+        with tempfile.TemporaryDirectory(prefix="perfsuite-head-") as head:
+            results = run_ab(Side(Path(__file__).resolve().parent.parent), Side(lost_inplace_tree(Path(head))),
+                             variants, cases, settings=settings, plan=plan, rounds=args.rounds)[0]
     else:
         changed = args.slow_variant
         slowdown = {"A/A": 0.0, "10% injected": 0.10, "5% injected": 0.05}[scenario]
         head = Side(Path("."), slowdown=slowdown, slow_variant=args.slow_variant)
         results = run_ab(Side(Path(".")), head, variants, cases, settings=settings, plan=plan, rounds=args.rounds)[0]
+    after = snapshot()
     verdicts = {r.key.split("/")[0]: r.comparison.verdict for r in results}
     is_changed = scenario != "A/A"
     return {
         "seconds": time.perf_counter() - start, "load_before": load_before, "load_after": load_average(),
+        # the hypervisor's share: CPU time stolen from this VM over the gate, of all its CPUs' time
+        "steal": (after.steal_s - before.steal_s) / max(after.all_cpu_s - before.all_cpu_s, 1e-9),
         "verdicts": verdicts,
         "ratios": {r.key.split("/")[0]: r.comparison.estimate.ratio for r in results},
         "pairs": {r.key.split("/")[0]: len(r.contended) for r in results},
@@ -92,11 +113,13 @@ def summary(runs: dict[str, list[dict]], busy: int) -> str:
         total = sum(g["benchmarks"] for g in gates)
         unchanged = sum(g["unchanged"] for g in gates)
         loads = f"{gates[0]['load_before'].split()[0]}-{gates[-1]['load_after'].split()[0]}"
+        steal = sorted(g.get("steal", float("nan")) for g in gates)
+        steals = f"{steal[0]:.0%}-{steal[-1]:.0%} (median {steal[len(steal) // 2]:.0%})"
         rows.append(f"| {name} | {sum(g['flagged'] for g in gates)}/{len(gates)} | {caught} | "
                     f"{sum(g['false_alarms'] for g in gates)}/{unchanged} | "
                     f"{sum(g['unchanged_no_change'] for g in gates)}/{unchanged} | "
                     f"{sum(g['decisive'] for g in gates)}/{total} | {sum(g['contended'] for g in gates)}/{total} | "
-                    f"{seconds[len(seconds) // 2]:.1f} | {seconds[-1]:.1f} | {loads} |")
+                    f"{seconds[len(seconds) // 2]:.1f} | {seconds[-1]:.1f} | {loads} | {steals} |")
     return "\n".join(rows)
 
 
@@ -124,7 +147,8 @@ def main() -> None:
             for name in scenarios:
                 runs[name].append(gate_once(name, args, variants, cases))
                 gate = runs[name][-1]
-                print(f"rep {rep + 1}/{args.reps} {name}: {gate['seconds']:.0f} s, load {gate['load_after']}: "
+                print(f"rep {rep + 1}/{args.reps} {name}: {gate['seconds']:.0f} s, load {gate['load_after']}, "
+                      f"steal {gate['steal']:.0%}: "
                       f"{gate['verdicts']}", flush=True)
                 write_text_atomic(args.out, json.dumps({"args": vars(args), "cases": cases, "runs": runs}, indent=1) + "\n")
     print()

@@ -7,7 +7,12 @@ before the command and kills exactly those PIDs afterwards, whatever the command
 ``--busy 0`` runs the command alone, so quiet and loaded runs use the same script. Prints the
 load average before and after (``/proc/loadavg``) on stderr. Exit code: the command's.
 
-Other scripts use ``busy_processes(n)`` as a context manager.
+``--probe-steal SECONDS`` runs nothing else: it keeps every CPU busy for that long and prints the
+share of their time the hypervisor gave to other guests (CPU steal, ``/proc/stat``). On a
+virtual machine whose host is busy this is what the contention check flags as "CPU steal", and
+no timing taken then is a quiet-machine number.
+
+Other scripts use ``busy_processes(n)`` and ``probe_steal(seconds)``.
 """
 
 from __future__ import annotations
@@ -47,11 +52,35 @@ def busy_processes(count: int):
             process.wait()
 
 
+def probe_steal(seconds: float) -> float | None:
+    """CPU steal as a share of all CPU time while one busy process per CPU runs ``seconds`` (None
+    where ``/proc/stat`` has no steal field)."""
+    import os
+
+    from perfsuite.measure.contention import snapshot
+
+    before = snapshot()
+    with busy_processes(os.cpu_count() or 1):
+        time.sleep(seconds)
+    after = snapshot()
+    if None in (before.steal_s, after.steal_s) or after.all_cpu_s <= before.all_cpu_s:
+        return None
+    return (after.steal_s - before.steal_s) / (after.all_cpu_s - before.all_cpu_s)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--busy", type=int, default=1, help="busy processes beside the command (default 1)")
+    parser.add_argument("--probe-steal", type=float, metavar="SECONDS",
+                        help="only measure CPU steal with every CPU busy for SECONDS, then exit")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
     args = parser.parse_args()
+    if args.probe_steal:
+        steal = probe_steal(args.probe_steal)
+        print("contend: no CPU steal field in /proc/stat" if steal is None else
+              f"contend: CPU steal {steal:.1%} of CPU time over {args.probe_steal:g} s with every CPU busy "
+              f"(load average now {load_average()})")
+        return 0
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no command given (put it after --)")

@@ -5,10 +5,15 @@ For every built-in variant on a case set (default: the default CPU set), forward
 1. the suite (``pytest -c benchmarks.ini``) times each step as usual (its median per benchmark);
 2. for each benchmark, a fresh Python process builds the same step (``evidence.prepare_case`` +
    ``modes.make_step``: same seed, same inputs, ``torch.no_grad()``) and times it with
-   ``torch.utils.benchmark.Timer(...).blocked_autorange()``, with the suite's thread count
-   (Timer's default is ONE thread) -- once fresh, and once after the suite's own preparation
-   (``gather_evidence``: the reference check and the profiled steps), so a difference caused by
-   what ran before the timing shows apart from one caused by the timing method.
+   ``torch.utils.benchmark.Timer``, with the suite's thread count (Timer's default is ONE
+   thread), two ways: ``timeit(1)`` repeated (the median of single calls: the suite's statistic)
+   and ``blocked_autorange()`` (the median of per-block MEANS: ``Timer._estimate_block_size`` grows
+   a block by 10x until the timer's own overhead is at most 1e-4 of it, so a block of a
+   millisecond-scale step holds 10-100 calls, and its mean carries the slow tail that a median of
+   single calls leaves out; the table shows the calls per block). Once
+   fresh, and once after the suite's own preparation (``gather_evidence``: the reference check
+   and the profiled steps), so a difference caused by what ran before the timing shows apart
+   from one caused by the timing method.
 
 Every process runs under the same conditions (``perfsuite.measure.conditions.required_env``).
 Writes a Markdown table (suite median / Timer median per benchmark, 0.97-1.03 is agreement)
@@ -53,12 +58,18 @@ else:
 for _ in range(3):
     step()
 from perfsuite.measure.contention import Probe
+import statistics, time
 timer = tb.Timer(stmt="step()", globals={"step": step}, num_threads=torch.get_num_threads())
 with Probe() as probe:
     m = timer.blocked_autorange(min_run_time=min_run_time)
-contention = probe.evidence().as_dict()
+    per_call, end = [], time.perf_counter() + min_run_time  # one call per measurement, as the suite times
+    while time.perf_counter() < end or len(per_call) < 20:
+        per_call.append(timer.timeit(1).median)
+contention = probe.evidence(per_call).as_dict()
 print(json.dumps({"contention": contention, "median_s": m.median, "mean_s": m.mean, "iqr_s": m.iqr, "blocks": len(m.times),
-                  "number_per_run": m.number_per_run, "threads": torch.get_num_threads()}))
+                  "number_per_run": m.number_per_run, "threads": torch.get_num_threads(),
+                  "per_call_median_s": statistics.median(per_call), "per_call_mean_s": statistics.fmean(per_call),
+                  "per_call_n": len(per_call)}))
 """
 
 
@@ -72,7 +83,8 @@ def run_suite(args, env) -> dict[str, dict]:
     subprocess.run(command, cwd=ROOT, env=env, check=False, stdout=subprocess.DEVNULL)
     data = json.loads(json_path.read_text())
     return {f"{b['extra_info']['variant']}/{b['extra_info']['case']}": {
-        "median_s": b["stats"]["median"], "iqr_s": b["stats"]["iqr"], "rounds": b["stats"]["rounds"],
+        "median_s": b["stats"]["median"], "mean_s": b["stats"]["mean"], "iqr_s": b["stats"]["iqr"],
+        "rounds": b["stats"]["rounds"],
         "contention": b["extra_info"].get("contention")} for b in data["benchmarks"]}
 
 
@@ -112,21 +124,23 @@ def main() -> None:
     lines = [f"Suite run load average: {suite_load}; conditions: "
              + " ".join(f"{k}={v}" for k, v in required_env().items()), "",
              "A ratio is a fidelity check only where no side was contended (last column); elsewhere it measures "
-             "the other processes.", "",
-             "| benchmark | suite median ms | Timer fresh median ms | suite / Timer fresh | "
-             "Timer after evidence ms | suite / Timer after evidence | load during Timer runs | contended |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "the other processes. 'per call': Timer.timeit(1) repeated, the statistic the suite uses (median of "
+             "single calls); 'blocked': blocked_autorange's median of per-block means (N calls per block).", "",
+             "| benchmark | suite median ms | Timer per-call median ms (fresh) | suite / Timer per call (fresh) | "
+             "suite / Timer per call (after evidence) | Timer blocked median ms (calls/block) | suite / Timer blocked | "
+             "suite mean / Timer blocked | load during Timer runs | contended |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for key, row in rows.items():
-        s = row["suite"]["median_s"]
-        cells = [f"`{key}`", f"{s * 1e3:.3f}"]
-        for name in ("timer_fresh", "timer_after_evidence"):
-            t = row[name]
-            cells += ([f"{t['median_s'] * 1e3:.3f}", f"{s / t['median_s']:.3f}"] if "median_s" in t
-                      else [t.get("error", "?"), "-"])
-        cells.append(f"{row['timer_fresh'].get('load_before', '?').split()[0]}-"
-                     f"{row['timer_after_evidence'].get('load_after', '?').split()[0]}")
-        sides = {"suite": row["suite"].get("contention"), "Timer fresh": row["timer_fresh"].get("contention"),
-                 "Timer after evidence": row["timer_after_evidence"].get("contention")}
+        suite, fresh, after = row["suite"], row["timer_fresh"], row["timer_after_evidence"]
+        ratio = lambda num, t, field: f"{num / t[field]:.3f}" if field in t else t.get("error", "?")
+        cells = [f"`{key}`", f"{suite['median_s'] * 1e3:.3f}",
+                 f"{fresh['per_call_median_s'] * 1e3:.3f}" if "per_call_median_s" in fresh else fresh.get("error", "?"),
+                 ratio(suite["median_s"], fresh, "per_call_median_s"), ratio(suite["median_s"], after, "per_call_median_s"),
+                 f"{fresh['median_s'] * 1e3:.3f} ({fresh['number_per_run']})" if "median_s" in fresh else "-",
+                 ratio(suite["median_s"], fresh, "median_s"), ratio(suite["mean_s"], fresh, "median_s"),
+                 f"{fresh.get('load_before', '?').split()[0]}-{after.get('load_after', '?').split()[0]}"]
+        sides = {"suite": suite.get("contention"), "Timer fresh": fresh.get("contention"),
+                 "Timer after evidence": after.get("contention")}
         cells.append(", ".join(name for name, c in sides.items() if (c or {}).get("contended")) or "no")
         lines.append("| " + " | ".join(cells) + " |")
     table = "\n".join(lines) + "\n"

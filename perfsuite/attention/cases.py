@@ -10,6 +10,7 @@ naming where the value came from.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import re
 
@@ -225,11 +226,39 @@ def parse_masks(text: str) -> tuple[str, ...]:
     return MASK_ALIASES.get(name) or (parse_mask_kind(name),)
 
 
-def build_cases(shapes: list[Shape], dtypes: list[str], device: str, masks: list[str]) -> list[AttentionCase]:
-    """All combinations of shapes x dtypes x masks on one device, in that order."""
-    return [
-        AttentionCase(s.batch, s.num_heads, s.seq_len_q, s.seq_len_kv, s.head_dim, dtype, device, mask, s.num_kv_heads)
-        for s in shapes
-        for dtype in dtypes
-        for mask in masks
-    ]
+COMBINATIONS = ("all", "pairwise")
+
+
+def build_cases(shapes: list[Shape], dtypes: list[str], device: str, masks: list[str],
+                combinations: str = "all") -> list[AttentionCase]:
+    """Cases of shapes x dtypes x masks on one device, in that order.
+
+    ``combinations``: ``all`` gives every combination; ``pairwise`` gives ``covering_pairs`` of
+    them (every shape with every dtype and every mask, every dtype with every mask). ``ValueError``
+    names any other value.
+    """
+    if combinations not in COMBINATIONS:
+        raise ValueError(f"combinations {combinations!r}: expected one of {', '.join(COMBINATIONS)}")
+    product = list(itertools.product(shapes, dtypes, masks))
+    chosen = product if combinations == "all" else covering_pairs(product)
+    return [AttentionCase(s.batch, s.num_heads, s.seq_len_q, s.seq_len_kv, s.head_dim, dtype, device, mask,
+                          s.num_kv_heads) for s, dtype, mask in chosen]
+
+
+def covering_pairs(product: list[tuple]) -> list[tuple]:
+    """A subset of ``product`` (tuples of one value per factor) in which every pair of values of
+    two factors that occurs in ``product`` still occurs: a strength-2 covering array ("pairwise
+    testing"), built greedily as AETG does (Cohen, Dalal, Fredman & Patton, IEEE TSE 1997): take
+    the tuple, first in ``product`` order on ties, that covers the most pairs not yet covered,
+    until none is left. Deterministic; keeps ``product`` order.
+    """
+    def pairs(row: tuple) -> set:
+        return {(i, row[i], j, row[j]) for i, j in itertools.combinations(range(len(row)), 2)}
+
+    uncovered = set().union(*map(pairs, product)) if product else set()
+    chosen: list[int] = []
+    while uncovered:
+        best = max(range(len(product)), key=lambda k: (len(pairs(product[k]) & uncovered), -k))
+        chosen.append(best)
+        uncovered -= pairs(product[best])
+    return [product[k] for k in sorted(chosen)]

@@ -28,7 +28,6 @@ import re
 import warnings
 
 import torch
-from torch.nn.attention.bias import causal_lower_right
 
 PLAIN_KINDS = ("noncausal", "causal", "causal_br", "bool", "additive", "padding")
 _WINDOW_RE = re.compile(r"^window(\d+)$")
@@ -184,6 +183,8 @@ def build_mask(kind: str, shape: tuple[int, int, int, int], dtype: torch.dtype, 
         with warnings.catch_warnings():
             # torch warns of NaN rows when seq_len_q > seq_len_kv; the suite checks what happens
             warnings.filterwarnings("ignore", message="Lower right causal bias will produce NaNs")
+            from torch.nn.attention.bias import causal_lower_right  # imports TorchDynamo: 2-3 s, only when used
+
             bias = causal_lower_right(seq_len_q, seq_len_kv)
         return compose(kind, allowed, None, causal_bias=bias)
     if kind == "bool":

@@ -15,7 +15,7 @@ from perfsuite.errors import UsageError
 from perfsuite.gate.baseline import check_baseline_file
 from perfsuite.gate.compare import load_benchmark_file
 from perfsuite.gate.flow import GateOutcome, judge, judge_saved_runs
-from perfsuite.gate.stats import SEPARATE_RUNS_MIN_EFFECT, SEQUENTIAL_LOOKS, GateSettings, SequentialPlan
+from perfsuite.gate.stats import SEPARATE_RUNS_MIN_EFFECT, SEQUENTIAL_LOOKS, GateSettings, SequentialPlan, min_pairs
 from perfsuite.storage import write_text_atomic
 
 
@@ -181,6 +181,13 @@ def run_ab_command(args: argparse.Namespace) -> int:
         if not Path(tree).is_dir():
             raise UsageError(f"{option} {tree!r}: no such folder")
     plan = plan_for(args.blocks, args.budget_s)
+    needed = min_pairs(plan.alpha_per_look(settings.alpha))
+    if args.blocks < needed:
+        why = (f"--blocks {args.blocks}: at alpha {settings.alpha:g} over {len(plan.looks)} look(s) the interval "
+               f"needs at least {needed} block pairs to be finite, so no timing verdict is possible")
+        if not args.fail_on_structure:
+            raise UsageError(f"{why}; use --blocks {needed} or more, or add --fail-on-structure to gate on structure only")
+        print(f"perfsuite: note: {why}; this gate judges structure only (--fail-on-structure)", file=sys.stderr)
     with git_worktrees({"base": args.base_ref, "head": args.head_ref}) as trees:
         base = Side(trees.get("base", Path(args.base_tree)), args.base_variant, python=args.base_python)
         head = Side(trees.get("head", Path(args.head_tree)), args.head_variant, args.head_slowdown, args.slow_variant,

@@ -6,7 +6,8 @@ Runs the suite shipped in the package with the current directory as pytest's roo
 ``[tool.pytest.ini_options]`` keys (``perfsuite_user_variants``, ``perfsuite_variants``,
 ``perfsuite_case_set``, ``perfsuite_modes``, ...) apply, and the table, traces and baseline are
 written here (``perfsuite-results/``, ``.benchmarks/``, named by your git commit). ``--check``
-skips timing (correctness and profiler checks only). Other arguments go to pytest.
+skips timing (correctness and profiler checks only). Other arguments go to pytest, and the
+exit code is pytest's (0 passed, 1 failed, 2 interrupted, 4 usage error, 5 nothing collected).
 """
 
 from __future__ import annotations

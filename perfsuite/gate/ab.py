@@ -163,6 +163,14 @@ def run_benchmark(base: WorkerProcess, head: WorkerProcess, variant: str, case_i
                    "specs": list(specs), "slowdown": worker.side.slowdown_for(variant)}
         setups.append(worker.ask({"setup": request}))
     key = benchmark_key(variant, case_id, mode)
+    missing = {side: s["missing"] for side, s in zip(("base", "head"), setups) if "missing" in s}
+    for side, worker in (("base", base), ("head", head)):
+        if side in missing and (worker.side.variant or len(missing) == 2):  # a typo, not a rename
+            raise WorkerError(f"{f'--{side}-variant' if worker.side.variant else side}: {missing[side]}")
+    if missing:  # renamed or removed by the change: reported, not timed
+        present = "head" if "base" in missing else "base"
+        comparison = BenchmarkComparison(key, None, None, None, "missing", [], f"only in the {present} tree")
+        return AbBenchmark(key, [], [], comparison)
     if any("unsupported" in s for s in setups):
         return None
     outcome = sequential_paired(pair_sampler(base, head, rounds), settings, plan)
@@ -235,5 +243,6 @@ def write_json(path: Path, results: list[AbBenchmark], info: dict, settings: Gat
                                "contended_pairs": r.contended, "looks": r.looks, "stopped": r.stopped,
                                "seconds": r.seconds, "verdict": r.comparison.verdict,
                                "structure": r.comparison.structure,
-                               "ratio": dataclasses.asdict(r.comparison.estimate)} for r in results]}
+                               "ratio": dataclasses.asdict(r.comparison.estimate) if r.comparison.estimate else None}
+                              for r in results]}
     write_text_atomic(path, json.dumps(payload, indent=1) + "\n")

@@ -44,10 +44,12 @@ class Worker:
         from perfsuite.measure.profiling import profile_steps
         from perfsuite.measure.timing import synchronized
         from perfsuite.trace.structure import fingerprint
-        from perfsuite.variants import get_variant
+        from perfsuite.variants import get_variant, variant_names
 
         self.load_variants(request.get("specs", []))
         case, mode = parse_case_id(request["case"]), request.get("mode", "forward")
+        if request["variant"] not in variant_names():  # renamed or removed on this side
+            return {"missing": f"no variant {request['variant']!r} in this tree"}
         variant = get_variant(request["variant"])
         no_backward = variant.backward_unsupported(case.device)
         if mode in GRADIENT_MODES and no_backward:

@@ -16,6 +16,11 @@ from perfsuite.gate.stats import CONTENDED_VERDICT, GateSettings
 EXIT_PASS, EXIT_REGRESSION, EXIT_UNUSABLE = 0, 1, 2
 
 
+def plural(count: int, noun: str) -> str:
+    """``1 benchmark``, ``2 benchmarks``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 @dataclasses.dataclass(frozen=True)
 class GateOutcome:
     """What a gate decided.
@@ -44,7 +49,7 @@ class GateOutcome:
         if self.judged_nothing:
             return f"perfsuite gate: NOT JUDGED: no benchmark is in both runs ({total} seen)"
         if self.failures:
-            return f"perfsuite gate: FAIL: {len(self.failures)} of {total} benchmarks regressed"
+            return f"perfsuite gate: FAIL: {len(self.failures)} of {plural(total, 'benchmark')} regressed"
         counts = {v: sum(c.verdict == v for c in self.comparisons)
                   for v in ("no change", "faster", "inconclusive", CONTENDED_VERDICT, "missing")}
         shown = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
@@ -54,7 +59,7 @@ class GateOutcome:
             notes.append("inconclusive timings decide nothing: more blocks/rounds or a quieter machine")
         if counts[CONTENDED_VERDICT]:
             notes.append(f"WARNING: {counts[CONTENDED_VERDICT]} timed under contention, not judged")
-        return (f"perfsuite gate: PASS: no regression found in {total} benchmarks ({shown})"
+        return (f"perfsuite gate: PASS: no regression found in {plural(total, 'benchmark')} ({shown})"
                 + "".join(f"; {note}" for note in notes))
 
 

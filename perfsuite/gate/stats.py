@@ -182,6 +182,15 @@ def wilcoxon_interval(values, alpha: float) -> tuple[float, float, float]:
     return estimate, float(walsh[c]), float(walsh[walsh.size - 1 - c])
 
 
+def min_pairs(alpha: float) -> int:
+    """Fewest values for which ``wilcoxon_interval`` at level ``1 - alpha`` is finite: the smallest
+    ``n`` with ``2 * 2**-n <= alpha`` (its docstring); fewer pairs can never decide a gate."""
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must lie in (0, 1), got {alpha!r}")
+    n = max(1, math.ceil(math.log2(2 / alpha)))
+    return n if 2.0 ** (1 - n) <= alpha else n + 1
+
+
 def pair_log_ratios(base_blocks: list[list[float]], head_blocks: list[list[float]]) -> np.ndarray:
     """``log(median(head block) / median(base block))`` per block pair (``ValueError`` on unequal
     numbers of blocks or an empty block)."""

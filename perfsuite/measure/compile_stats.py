@@ -9,8 +9,7 @@ reason. Counters are process-wide, so a delta is only meaningful around calls of
 from __future__ import annotations
 
 import dataclasses
-
-from torch._dynamo.utils import counters
+import sys
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,8 +37,12 @@ class CompileActivity:
 
 
 def snapshot() -> CompileSnapshot:
-    """The current counters."""
-    return CompileSnapshot(int(counters["stats"]["unique_graphs"]), dict(counters["graph_break"]))
+    """The current counters; zeros while TorchDynamo is not imported (nothing can have been
+    compiled; importing it here would cost every process about 2 s of start-up)."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    if utils is None:
+        return CompileSnapshot(0, {})
+    return CompileSnapshot(int(utils.counters["stats"]["unique_graphs"]), dict(utils.counters["graph_break"]))
 
 
 def since(before: CompileSnapshot) -> CompileActivity:

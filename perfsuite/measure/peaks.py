@@ -15,6 +15,7 @@ import torch
 from torch.utils.benchmark import Timer
 
 from perfsuite.attention.cases import DTYPES
+from perfsuite.measure.contention import Probe
 from perfsuite.measure.machine import device_name
 from perfsuite.storage import write_text_atomic
 
@@ -57,16 +58,25 @@ def machine_key(device: str) -> str:
 
 def measured_peaks(device: str, dtypes: list[str], cache: Path) -> dict[str, object]:
     """``{"memory_gbps": ..., "matmul_tflops": {dtype: ...}}`` for this machine, from ``cache``
-    when it holds them, otherwise measured (a few seconds) and written there atomically."""
+    when it holds them, otherwise measured (a few seconds) and written there atomically.
+
+    Peaks measured while other processes took the CPU (``perfsuite.measure.contention``) are
+    returned with ``"contended": [reasons]`` and not cached, so the next run measures them again.
+    """
     stored = json.loads(cache.read_text()) if cache.exists() else {}
     key = machine_key(device)
     peaks = stored.get(key, {"memory_gbps": None, "matmul_tflops": {}})
-    if peaks["memory_gbps"] is None:
-        peaks["memory_gbps"] = copy_gbps(device)
     missing = [d for d in dtypes if d not in peaks["matmul_tflops"]]
-    for dtype in missing:
-        peaks["matmul_tflops"][dtype] = matmul_tflops(device, dtype)
-    if missing or key not in stored:
-        stored[key] = peaks
-        write_text_atomic(cache, json.dumps(stored, indent=2, sort_keys=True) + "\n")
+    if peaks["memory_gbps"] is not None and not missing:
+        return peaks
+    with Probe() as probe:
+        if peaks["memory_gbps"] is None:
+            peaks["memory_gbps"] = copy_gbps(device)
+        for dtype in missing:
+            peaks["matmul_tflops"][dtype] = matmul_tflops(device, dtype)
+    evidence = probe.evidence()
+    if evidence.contended:
+        return dict(peaks, contended=list(evidence.reasons))
+    stored[key] = peaks
+    write_text_atomic(cache, json.dumps(stored, indent=2, sort_keys=True) + "\n")
     return peaks

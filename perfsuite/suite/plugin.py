@@ -39,6 +39,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "perfsuite_only(flag_or_predicate): parametrize only over variants whose "
                                        "Variant.<flag> is true, or for which predicate(variant) is true")
+    config.addinivalue_line("markers", "xdist_group(name): pytest-xdist's; set by perfsuite on every variant/case "
+                                       "pair (declared here too for runs without pytest-xdist)")
     try:
         load_entry_point_variants()
     except ValueError as exc:

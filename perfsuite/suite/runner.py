@@ -67,7 +67,9 @@ def suite_arguments(directory: Path, timed: bool, extra: list[str]) -> list[str]
     """
     config = find_config(directory) or EMPTY_CONFIG
     return ["-c", str(config), "--rootdir", str(directory), "-rfEs", *(TIMED_OPTIONS if timed else CHECK_OPTIONS),
-            str(SUITE_MODULE), *([] if timed else [str(PROPERTIES_MODULE)]), *extra]
+            # the folder, not the files: pytest names tests relative to the path it was given, and a
+            # file given as such would leave test ids without their file (``::test_benchmark[...]``)
+            str(SUITE_MODULE.parent), *([f"--ignore={PROPERTIES_MODULE}"] if timed else []), *extra]
 
 
 def ini_value(directory: Path, key: str) -> list[str]:

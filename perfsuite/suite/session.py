@@ -29,6 +29,7 @@ from perfsuite.storage import write_text_atomic
 from perfsuite.suite import settings
 from perfsuite.suite.reliability import CrashProbes, FailureLedger, Progress, crash_message
 from perfsuite.variants import get_variant
+from perfsuite.variants.registry import preload_variants
 
 
 class SuiteSession:
@@ -185,7 +186,12 @@ class SuiteSession:
         return adapter if variant.wraps and adapter is not None else self.settings.cases
 
     def parametrize(self, metafunc: pytest.Metafunc) -> None:
-        """Parametrize a test taking ``variant`` and ``case`` (and ``mode``) over the selection."""
+        """Parametrize a test taking ``variant`` and ``case`` (and ``mode``) over the selection.
+
+        The first call imports the selected variants' libraries (``Variant.preload``): during
+        collection, before any test compiles anything, and only in runs that collect the suite.
+        """
+        preload_variants(self.settings.variants)
         variants = [get_variant(v) for v in self.settings.variants]
         only = metafunc.definition.get_closest_marker("perfsuite_only")
         if only:
@@ -193,10 +199,13 @@ class SuiteSession:
             variants = [v for v in variants if (wanted(v) if callable(wanted) else getattr(v, wanted))]
         pairs = [(v, c) for v in variants for c in self.cases_for(v)]
         names: tuple[str, ...] = ("variant", "case")
-        params = [pytest.param(v, c, id=f"{v.name}-{c.id}") for v, c in pairs]
+        # pytest-xdist's --dist loadgroup keeps a pair's tests on one worker, where its evidence is cached
+        group = lambda v, c: pytest.mark.xdist_group(f"{v.name}-{c.id}")
+        params = [pytest.param(v, c, id=f"{v.name}-{c.id}", marks=group(v, c)) for v, c in pairs]
         if "mode" in metafunc.fixturenames:
             names += ("mode",)
-            params = [pytest.param(v, c, m, id=f"{v.name}-{c.id}-{m}") for v, c in pairs for m in self.settings.modes]
+            params = [pytest.param(v, c, m, id=f"{v.name}-{c.id}-{m}", marks=group(v, c))
+                      for v, c in pairs for m in self.settings.modes]
         if not params:
             wanted = only.args[0] if only else "runnable"
             what = (wanted.__doc__ or wanted.__name__) if callable(wanted) else wanted

@@ -52,6 +52,9 @@ SETTINGS = {
     "masks": Setting("perfsuite_masks", "--perfsuite-masks", "", "masks for every device (causal noncausal causal_br bool additive padding window<W>, both)"),
     "cpu_masks": Setting("perfsuite_cpu_masks", None, "", "CPU masks"),
     "cuda_masks": Setting("perfsuite_cuda_masks", None, "", "CUDA masks"),
+    "combinations": Setting("perfsuite_combinations", "--perfsuite-combinations", "all",
+                            "all: every shape x dtype x mask; pairwise: fewer cases in which every shape still meets "
+                            "every dtype and mask, and every dtype every mask"),
     "cases": Setting("perfsuite_cases", "--perfsuite-cases", "", "exact case ids (b1h4kv2q3k7d8-fp32-bool-cpu), replacing the above"),
     "extra_cases": Setting("perfsuite_extra_cases", "--perfsuite-extra-cases", "", "case ids added to the others (not to --perfsuite-cases)"),
     "modes": Setting("perfsuite_modes", "--perfsuite-modes", "all", "modes: forward backward forward_backward, or 'all'"),
@@ -248,8 +251,13 @@ def _resolve_cases(raw: RawSettings, devices: tuple[str, ...], case_set_name: st
         shapes = _parse_items(fields[0], cases.parse_shape, "shapes")
         dtypes = _parse_items(fields[1], cases.parse_dtype, "dtypes")
         masks = [m for group in _parse_items(fields[2], cases.parse_masks, "masks") for m in group]
-        found += cases.build_cases(list(dict.fromkeys(shapes)), list(dict.fromkeys(dtypes)), device, list(dict.fromkeys(masks)))
-    return found, "; ".join(dict.fromkeys(sources))
+        try:
+            found += cases.build_cases(list(dict.fromkeys(shapes)), list(dict.fromkeys(dtypes)), device,
+                                       list(dict.fromkeys(masks)), raw["combinations"].value.strip().lower())
+        except ValueError as exc:
+            raise SettingsError(f"{raw['combinations'].source}: {exc}") from None
+    combined = "" if raw["combinations"].value.strip().lower() == "all" else ", pairwise combinations"
+    return found, "; ".join(dict.fromkeys(sources)) + combined
 
 
 def _resolve_isolate(raw: RawSettings, variants: tuple[str, ...], user_variants: tuple[str, ...]) -> tuple[str, ...]:

@@ -55,6 +55,9 @@ class Variant:
     ``wraps``: the library whose attention the variant calls (``"transformers"``,
     ``"torch.nn.MultiheadAttention"``, ``"flash-attn"``), or None for perfsuite's own; the suite runs
     such adapters on ``perfsuite_adapter_cases`` when that is set.
+    ``preload``: imports the variant's library once per process; the suite calls it for every
+    selected variant before any test runs (``preload_variants``), so a slow import is paid only by
+    runs that select the variant, and never between a compile and its next call.
     """
 
     name: str
@@ -71,6 +74,7 @@ class Variant:
     forward_only_on: tuple[tuple[str, str], ...] = ()
     property_tests: bool | None = None
     wraps: str | None = None
+    preload: Callable[[], object] | None = None
 
     def backward_unsupported(self, device: str) -> str | None:
         """Why the variant has no backward on ``device`` (``"cpu"``, ``"cuda"``), or None when it has one."""
@@ -119,6 +123,7 @@ def register_variant(
     fused: bool = False,
     property_tests: bool | None = None,
     wraps: str | None = None,
+    preload: Callable[[], object] | None = None,
 ) -> Callable[[VariantFn], VariantFn]:
     """Decorator that registers ``fn`` under ``name`` and returns it unchanged.
 
@@ -142,8 +147,8 @@ def register_variant(
         _REGISTRY[name] = Variant(name, fn, description, sdpa_backend, copies_scores_when_masked, fully_masked_rows,
                                   prepare, compiled, anywhere, saves_scores_for_backward, fused, per_device,
                                   property_tests)
-        if wraps:
-            _REGISTRY[name] = dataclasses.replace(_REGISTRY[name], wraps=wraps)
+        if wraps or preload:
+            _REGISTRY[name] = dataclasses.replace(_REGISTRY[name], wraps=wraps, preload=preload)
         return fn
 
     return decorate
@@ -182,6 +187,14 @@ def get_variant(name: str) -> Variant:
     if name not in _REGISTRY:
         raise ValueError(f"unknown attention variant {name!r}; known: {', '.join(_REGISTRY)}")
     return _REGISTRY[name]
+
+
+def preload_variants(names) -> None:
+    """Run ``Variant.preload`` of each named variant (each import happens once per process)."""
+    for name in names:
+        variant = get_variant(name)
+        if variant.preload is not None:
+            variant.preload()
 
 
 def registered_variants() -> list[Variant]:

@@ -2,7 +2,9 @@
 
 One variant ``hf_<implementation>`` per entry of transformers' attention-function registry
 (``ALL_ATTENTION_FUNCTIONS``: ``sdpa``, ``flex_attention``, ``flash_attention_2/3/4``) plus
-``hf_eager`` (the model's own ``eager_attention_forward``). ``prepare`` builds, once per case and
+``hf_eager`` (the model's own ``eager_attention_forward``). The names are listed here
+(``IMPLEMENTATIONS``) and transformers is imported only when one of them is prepared or
+preloaded (``load``). ``prepare`` builds, once per case and
 outside the timed call, what a model has at that point of its forward:
 
 * an attention module constructed from a config on the ``meta`` device (no weights; the attention
@@ -39,6 +41,7 @@ variant is still registered and skips with the install hint (``pip install perfs
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable
 
 import torch
@@ -49,22 +52,33 @@ from perfsuite.variants.registry import VariantFn, prepared_on_every_call, regis
 from perfsuite.variants.unsupported import CaseUnsupported, optional_module
 
 INSTALL_HINT = "install it with: pip install 'perfsuite[transformers]'"
-_transformers, MISSING = optional_module("transformers", INSTALL_HINT)
-# The model modules are imported here, with perfsuite.variants, not at the first prepare: importing them
-# registers about 50 pytree node types (transformers' ModelOutput classes, caches), and every graph
-# torch.compile made before that has a guard on the number of pytree types, so it would recompile at its
-# next call (flex_compiled did, while timed). The import costs 2-3 s once per process.
-if _transformers is not None:
-    _models, _MODELS_MISSING = optional_module("transformers.models.llama.modeling_llama", INSTALL_HINT)
-    for _name in ("transformers.models.mistral.modeling_mistral", "transformers.models.bert.modeling_bert",
-                  "transformers.masking_utils", "transformers.cache_utils"):
-        optional_module(_name, INSTALL_HINT)
-    if _models is None:  # an installed transformers without the modules this adapter calls
-        _transformers, MISSING = None, _MODELS_MISSING
+_MODEL_MODULES = ("transformers.models.llama.modeling_llama", "transformers.models.mistral.modeling_mistral",
+                  "transformers.models.bert.modeling_bert", "transformers.masking_utils", "transformers.cache_utils")
 
-# Implementations registered when transformers is not importable, so they are listed as skipped.
-_EXPECTED_IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention", "flash_attention_2", "flash_attention_3")
-_NOT_A_KERNEL = ("paged|eager",)  # paged attention needs a PagedAttentionCache (continuous batching), not a call
+
+@functools.cache
+def load() -> str | None:
+    """Import transformers and the model modules this adapter calls, once; None, or why they are missing.
+
+    Not at import of ``perfsuite.variants`` (it costs 3-5 s, which every process would pay): the
+    suite calls it through ``Variant.preload`` for selected ``hf_*`` variants before any test runs.
+    It must run before anything is compiled: importing the model modules registers about 50 pytree
+    node types (transformers' ModelOutput classes, caches), and every graph torch.compile made
+    before that has a guard on the number of pytree types, so it would recompile at its next call
+    (flex_compiled did, while timed).
+    """
+    for name in ("transformers", *_MODEL_MODULES):
+        module, missing = optional_module(name, INSTALL_HINT)
+        if module is None:
+            return missing
+    return None
+
+
+# transformers 5.24's ALL_ATTENTION_FUNCTIONS keys that are kernels, plus the model file's eager (the
+# order of the table). Listed, not read, so that listing variants does not import transformers;
+# tests/variants/test_transformers_attn.py fails when the installed transformers has others.
+IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention", "flash_attention_2", "flash_attention_3", "flash_attention_4")
+NOT_A_KERNEL = ("paged|eager",)  # paged attention needs a PagedAttentionCache (continuous batching), not a call
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,15 +97,11 @@ class ModelCall:
     family: str
 
 
-def implementations() -> tuple[str, ...]:
-    """``eager`` and the keys of transformers' ``ALL_ATTENTION_FUNCTIONS`` (the expected ones without it)."""
-    if _transformers is None:
-        return _EXPECTED_IMPLEMENTATIONS
+def registry_implementations() -> tuple[str, ...]:
+    """``eager`` and the kernel keys of the installed transformers' ``ALL_ATTENTION_FUNCTIONS`` (imports it)."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-    keys = [k for k in ALL_ATTENTION_FUNCTIONS.valid_keys() if k not in _NOT_A_KERNEL]
-    first = [k for k in ("sdpa", "flex_attention") if k in keys]
-    return ("eager", *first, *sorted(k for k in keys if k not in first))
+    return ("eager", *sorted(k for k in ALL_ATTENTION_FUNCTIONS.valid_keys() if k not in NOT_A_KERNEL))
 
 
 def _config(config_class, impl: str, query: torch.Tensor, key: torch.Tensor, **extra):
@@ -145,8 +155,9 @@ def model_call(impl: str, inputs: AttentionInputs) -> ModelCall:
     Raises:
         CaseUnsupported: transformers is missing, or no model makes this case (the reason says which).
     """
-    if _transformers is None:
-        raise CaseUnsupported(MISSING)
+    missing = load()
+    if missing:
+        raise CaseUnsupported(missing)
     from transformers import BertConfig, LlamaConfig, MistralConfig
     from transformers.masking_utils import (create_bidirectional_mask, create_causal_mask,
                                             create_sliding_window_causal_mask)
@@ -235,8 +246,9 @@ def prepare_for(impl: str) -> Callable[[AttentionInputs], VariantFn]:
     """``prepare`` of ``hf_<impl>``: module and mask built once per case, then only the attention call is timed."""
 
     def prepare(inputs: AttentionInputs) -> VariantFn:
-        if _transformers is None:
-            raise CaseUnsupported(MISSING)
+        missing = load()
+        if missing:
+            raise CaseUnsupported(missing)
         _needs_cuda(impl, inputs.query)
         call = model_call(impl, inputs)
         function = attention_function(impl, call)
@@ -276,11 +288,12 @@ _DESCRIPTIONS = {
 }
 
 
-for _impl in implementations():
+for _impl in IMPLEMENTATIONS:
     register_variant(
-        f"hf_{_impl.replace('|', '_')}",
+        f"hf_{_impl}",
         _DESCRIPTIONS.get(_impl, f"transformers {_impl} attention function (CUDA only)"),
         prepare=prepare_for(_impl),
         wraps="transformers",
+        preload=load,
         **_DECLARATIONS.get(_impl, {}),
     )(_direct(_impl))

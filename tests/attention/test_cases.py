@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from perfsuite.attention.cases import AttentionCase, Shape, build_cases, parse_case_id, parse_device, parse_dtype, parse_masks, parse_shape
+from perfsuite.attention.cases import AttentionCase, Shape, build_cases, covering_pairs, parse_case_id, parse_device, parse_dtype, parse_masks, parse_shape
 
 
 def test_case_ids_name_shape_dtype_mask_and_device():
@@ -78,3 +78,24 @@ def test_build_cases_is_the_full_product_in_order():
     assert len(cases) == 8
     assert cases[0].id == "b1h2s8d4-fp32-causal-cpu" and cases[-1].id == "b2h2kv1q1k16d4-bf16-noncausal-cpu"
     assert cases[1].torch_dtype is torch.float32
+
+
+def test_pairwise_cases_keep_every_pair_of_values_and_drop_the_rest():
+    shapes = [Shape(1, 2, 2, 8, 8, 4), Shape(2, 2, 1, 1, 16, 4), Shape(1, 4, 4, 6, 6, 8)]
+    masks = ["causal", "noncausal", "causal_br", "bool", "additive", "padding", "window4"]
+    full = build_cases(shapes, ["fp32", "bf16"], "cpu", masks)
+    pairwise = build_cases(shapes, ["fp32", "bf16"], "cpu", masks, combinations="pairwise")
+    key = lambda c: (c.seq_len_q, c.num_kv_heads, c.num_heads)  # tells the three shapes apart
+    seen = lambda cs: ({(key(c), c.dtype) for c in cs}, {(key(c), c.mask) for c in cs}, {(c.dtype, c.mask) for c in cs})
+    assert seen(pairwise) == seen(full)
+    assert len(pairwise) == 21 < len(full) == 42  # 3 shapes x 7 masks is the least that can cover
+    assert [c for c in full if c in pairwise] == pairwise  # a subset, in the product's order
+
+
+def test_covering_pairs_on_edge_products():
+    assert covering_pairs([]) == []
+    assert covering_pairs([("a", "x")]) == [("a", "x")]
+    two_factors = [(a, b) for a in "ab" for b in "xyz"]
+    assert covering_pairs(two_factors) == two_factors  # with two factors every row is its own pair
+    with pytest.raises(ValueError, match="combinations 'some': expected one of all, pairwise"):
+        build_cases([Shape(1, 2, 2, 8, 8, 4)], ["fp32"], "cpu", ["causal"], combinations="some")

@@ -149,7 +149,7 @@ def test_ab_run_reports_structure_between_two_variants():
 
 @pytest.mark.slow
 def test_ab_worker_errors_surface(tmp_path):
-    with pytest.raises(WorkerError, match="unknown attention variant 'nope'"):
+    with pytest.raises(WorkerError, match="--base-variant: no variant 'nope' in this tree"):
         run_ab(Side(Path("."), "nope"), Side(Path(".")), ["naive"], ["b1h2s16d8-fp32-causal-cpu"], rounds=1)
 
 
@@ -232,3 +232,33 @@ def test_bad_sequential_options_name_the_value(capsys):
         with pytest.raises(SystemExit):
             main(["ab", option, value])
         assert value in capsys.readouterr().err
+
+
+def test_blocks_too_few_to_ever_decide_are_a_usage_error(capsys):
+    """At alpha 0.01 the exact interval needs 8 pairs (2 * 2**-8 <= 0.01 < 2 * 2**-7): --blocks 7 can never decide."""
+    assert main(["ab", "--blocks", "7", "--cases", "b1h2s16d8-fp32-causal-cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "--blocks 7" in err and "at least 8 block pairs" in err and "--fail-on-structure" in err
+
+
+class SetupWorker:
+    """Answers a ``setup`` request as a worker whose tree lacks ``absent`` variants."""
+
+    def __init__(self, absent=(), variant=None):
+        self.absent, self.side = absent, Side(Path("."), variant)
+
+    def ask(self, request):
+        name = request["setup"]["variant"]
+        return {"missing": f"no variant {name!r} in this tree"} if name in self.absent else {"fingerprint": {}}
+
+
+def test_a_variant_renamed_by_the_change_is_missing_not_an_error():
+    from perfsuite.gate.ab import run_benchmark
+
+    args = ("b1h2s16d8-fp32-causal-cpu", 0, 2, SETTINGS, SequentialPlan())
+    renamed = run_benchmark(SetupWorker(), SetupWorker(absent=("old",)), "old", *args)
+    assert (renamed.comparison.verdict, renamed.comparison.note) == ("missing", "only in the base tree")
+    with pytest.raises(WorkerError, match="either|base: no variant 'typo'"):
+        run_benchmark(SetupWorker(absent=("typo",)), SetupWorker(absent=("typo",)), "typo", *args)
+    with pytest.raises(WorkerError, match="--head-variant: no variant 'nope'"):
+        run_benchmark(SetupWorker(), SetupWorker(absent=("nope",), variant="nope"), "naive", *args)

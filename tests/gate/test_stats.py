@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from perfsuite.gate import stats
-from perfsuite.gate.stats import (CONTENDED_VERDICT, GateSettings, SequentialPlan, sequential_paired,
+from perfsuite.gate.stats import (CONTENDED_VERDICT, GateSettings, SequentialPlan, min_pairs, sequential_paired,
                                   signed_rank_null_cdf, wilcoxon_interval)
 
 NO_BUDGET = 1e9
@@ -150,3 +150,11 @@ def test_the_stated_method_names_its_source_and_levels():
     text = SequentialPlan(looks=(12, 24), budget_s=5).describe(0.01)
     assert "Hollander & Wolfe" in text and "0.005" in text and "12, 24" in text
     assert "Bonferroni" in stats.__doc__ and "Jennison & Turnbull" in stats.__doc__
+
+
+@pytest.mark.parametrize("alpha", [0.5, 0.1, 0.01, 0.01 / 7, 2 ** -6])
+def test_min_pairs_is_where_the_interval_becomes_finite(alpha):
+    n = min_pairs(alpha)
+    assert math.isfinite(wilcoxon_interval(np.arange(n, dtype=float), alpha)[1])
+    if n > 1:
+        assert wilcoxon_interval(np.arange(n - 1, dtype=float), alpha)[1] == -math.inf

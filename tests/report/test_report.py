@@ -66,7 +66,25 @@ def test_report_command_writes_files_and_refuses_bad_input(tmp_path, capsys):
     assert "no such run file" in capsys.readouterr().err
 
 
+class FakeProbe:
+    """A contention probe whose verdict the test sets (the real one reads the machine's load)."""
+
+    contended = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+    def evidence(self, round_times_s=()):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(contended=self.contended, reasons=("threads waited 60%",) if self.contended else ())
+
+
 def test_peaks_are_measured_once_and_cached(tmp_path, monkeypatch):
+    monkeypatch.setattr(peaks, "Probe", FakeProbe)
     calls = []
     monkeypatch.setattr(peaks, "copy_gbps", lambda device: calls.append("copy") or 20.0)
     monkeypatch.setattr(peaks, "matmul_tflops", lambda device, dtype: calls.append(dtype) or 0.1)
@@ -77,6 +95,15 @@ def test_peaks_are_measured_once_and_cached(tmp_path, monkeypatch):
     assert again["matmul_tflops"] == {"fp32": 0.1, "bf16": 0.1}
     assert calls == ["copy", "fp32", "bf16"]
     assert peaks.machine_key("cpu") in json.loads(cache.read_text())
+
+
+def test_peaks_measured_under_contention_are_not_cached(tmp_path, monkeypatch):
+    monkeypatch.setattr(peaks, "Probe", type("Loaded", (FakeProbe,), {"contended": True}))
+    monkeypatch.setattr(peaks, "copy_gbps", lambda device: 5.0)
+    monkeypatch.setattr(peaks, "matmul_tflops", lambda device, dtype: 0.01)
+    cache = tmp_path / "peaks.json"
+    assert peaks.measured_peaks("cpu", ["fp32"], cache)["contended"] == ["threads waited 60%"]
+    assert not cache.exists()
 
 
 def test_the_machine_line_names_rocm_cuda_or_a_cpu_build():

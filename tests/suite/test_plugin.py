@@ -160,7 +160,7 @@ def test_perfsuite_gate_judges_against_the_compared_baseline(project, monkeypatc
     result = project.runpytest_subprocess(TINY, "--benchmark-compare", "--perfsuite-gate")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.stdout.fnmatch_lines(["*perfsuite: regression gate*", "*`naive/b1h2s16d8-fp32-causal-cpu`*slower*+1 aten::clone*",
-                                 "*perfsuite gate: FAIL: 1 of * benchmarks regressed*"])
+                                 "*perfsuite gate: FAIL: 1 of * regressed*"])
     assert "slower" in Path(project.path, "out", "gate.md").read_text()
 
     no_baseline = project.runpytest_subprocess(TINY, "--perfsuite-gate")

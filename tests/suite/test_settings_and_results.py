@@ -54,6 +54,16 @@ def test_explicit_case_ids_replace_and_extra_ids_add():
     assert [c.id for c in extra.cases] == ["b2h8s256d64-fp32-causal-cpu", "b1h2s4d4-fp32-bool-cpu"]
 
 
+def test_pairwise_combinations_cut_the_product_and_say_so():
+    product = dict(cpu_shapes="1x2x4x4 2x4:2x1:8x4", cpu_dtypes="fp32 bf16", masks="causal bool padding")
+    full = settings.resolve(raw(ini=product), cuda_available=False)
+    pairwise = settings.resolve(raw(ini=dict(product, combinations="pairwise")), cuda_available=False)
+    assert len(full.cases) == 12 and len(pairwise.cases) == 6 and set(pairwise.cases) < set(full.cases)
+    assert pairwise.cases_from.endswith(", pairwise combinations") and "pairwise" not in full.cases_from
+    with pytest.raises(settings.SettingsError, match="^option combinations: combinations 'half': expected one of"):
+        settings.resolve(raw(combinations="half"), cuda_available=False)
+
+
 def test_every_case_set_resolves_on_both_devices():
     from perfsuite.attention.case_sets import CASE_SETS
 

@@ -27,6 +27,18 @@ def test_every_registered_attention_function_is_a_variant():
     assert all(get_variant(name).wraps == "transformers" for name in expected)
 
 
+def test_listing_variants_does_not_import_transformers_and_preload_does():
+    """Every process that imports perfsuite would otherwise pay transformers' 3-5 s import."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from perfsuite.variants import variant_names, registry; names = variant_names(); "
+            "assert 'hf_sdpa' in names and 'transformers' not in sys.modules, sorted(sys.modules)[:0]; "
+            "registry.preload_variants(['naive', 'hf_sdpa']); assert 'transformers.masking_utils' in sys.modules")
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert found.returncode == 0, found.stderr[-2000:]
+
+
 @pytest.mark.parametrize("case", [
     _case("causal"), _case("causal_br", sq=1, skv=9, kv_heads=2), _case("causal_br", sq=3, skv=9),
     _case("window3", sq=4, skv=9, kv_heads=1), _case("padding", sq=5, skv=7), _case("bool"), _case("noncausal"),
@@ -71,8 +83,7 @@ def test_flash_attention_implementations_skip_off_cuda():
 
 
 def test_without_transformers_the_variants_skip_with_the_install_hint(monkeypatch):
-    monkeypatch.setattr(hf, "_transformers", None)
-    monkeypatch.setattr(hf, "MISSING", "transformers is not importable (ModuleNotFoundError); " + hf.INSTALL_HINT)
+    monkeypatch.setattr(hf, "load", lambda: "transformers is not importable (ModuleNotFoundError); " + hf.INSTALL_HINT)
     with pytest.raises(CaseUnsupported, match=r"pip install 'perfsuite\[transformers\]'"):
         get_variant("hf_sdpa").for_case(make_inputs(_case("causal"), seed=0))
 
