@@ -103,8 +103,8 @@ def gate_once(scenario: str, args, variants: list[str], cases: list[str]) -> dic
 def summary(runs: dict[str, list[dict]], busy: int) -> str:
     rows = [f"| scenario (busy processes: {busy}) | gates with a 'slower' | changed variant caught | false 'slower' on "
             "unchanged | unchanged confirmed 'no change' | decisive | contended | median s/gate | max s/gate | "
-            "load before-after |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+            "load before-after | CPU steal per gate |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name, gates in runs.items():
         if not gates:
             continue
@@ -137,7 +137,14 @@ def main() -> None:
     parser.add_argument("--min-effect", type=float, default=0.05)
     parser.add_argument("--busy", type=int, default=0, help="busy processes beside every gate (scripts/contend.py)")
     parser.add_argument("--out", default="perfsuite-results/calibration.json")
+    parser.add_argument("--summarize", metavar="JSON", help="only print the tables of a saved calibration")
+    parser.add_argument("--quiet-steal", type=float, default=0.02,
+                        help="the second table keeps gates whose CPU steal stayed below this share (default 0.02)")
     args = parser.parse_args()
+    if args.summarize:
+        saved = json.loads(Path(args.summarize).read_text())
+        print_summaries(saved["runs"], saved["args"]["busy"], args.quiet_steal)
+        return
     cases = smoke_cases(args.case_set)
     variants = variant_names() if args.variants == "all" else split_list(args.variants)
     scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
@@ -151,8 +158,16 @@ def main() -> None:
                       f"steal {gate['steal']:.0%}: "
                       f"{gate['verdicts']}", flush=True)
                 write_text_atomic(args.out, json.dumps({"args": vars(args), "cases": cases, "runs": runs}, indent=1) + "\n")
+    print_summaries(runs, args.busy, args.quiet_steal)
+
+
+def print_summaries(runs: dict[str, list[dict]], busy: int, quiet_steal: float) -> None:
+    """Every gate, then only the gates the hypervisor left alone (steal below ``quiet_steal``)."""
     print()
-    print(summary(runs, args.busy))
+    print(summary(runs, busy))
+    quiet = {name: [g for g in gates if g.get("steal", 1.0) < quiet_steal] for name, gates in runs.items()}
+    print(f"\nGates with CPU steal below {quiet_steal:.0%}:\n")
+    print(summary(quiet, busy))
 
 
 if __name__ == "__main__":

@@ -179,10 +179,12 @@ class SuiteSession:
     # -- parametrization ---------------------------------------------------------------------
     def cases_for(self, variant) -> tuple:
         """The cases ``variant`` runs: ``perfsuite_compiled_cases`` for compiled variants when set, else
-        ``perfsuite_adapter_cases`` for variants that wrap a library when set, else every case."""
+        ``perfsuite_adapter_cases`` for variants that wrap a library when set, else every case. A
+        compiled adapter (``hf_flex_attention``) runs on the cases both lists share, if any."""
         compiled, adapter = self.settings.compiled_cases, self.settings.adapter_cases
         if variant.compiled and compiled is not None:
-            return compiled
+            shared = tuple(c for c in compiled if variant.wraps and adapter and c in adapter)
+            return shared or compiled
         return adapter if variant.wraps and adapter is not None else self.settings.cases
 
     def parametrize(self, metafunc: pytest.Metafunc) -> None:

@@ -152,3 +152,18 @@ def test_the_run_ends_with_a_warning_naming_contended_benchmarks():
     assert first.startswith("perfsuite: WARNING: 1 of 2 timings are not trustworthy")
     assert named == ("perfsuite:   sdpa forward b1h1s8d8-fp32-causal-cpu: threads waited for a CPU 40% of the wall "
                      "time (limit 5%)")
+
+
+def test_compiled_adapters_run_on_the_cases_both_lists_share():
+    from perfsuite.suite.session import SuiteSession
+    from perfsuite.variants import get_variant
+
+    ini = {"compiled_cases": "b1h1s8d8-fp32-causal-cpu b1h1s8d8-bf16-padding-cpu",
+           "adapter_cases": "b1h1s8d8-fp32-causal-cpu b1h1s8d8-fp32-padding-cpu"}
+    session = SuiteSession(settings.resolve(raw(ini=ini), cuda_available=False), ())
+    ids = lambda name: [c.id for c in session.cases_for(get_variant(name))]
+    assert ids("hf_flex_attention") == ["b1h1s8d8-fp32-causal-cpu"]  # compiled and an adapter: the shared case
+    assert ids("flex_compiled") == ["b1h1s8d8-fp32-causal-cpu", "b1h1s8d8-bf16-padding-cpu"]
+    assert ids("hf_eager") == ["b1h1s8d8-fp32-causal-cpu", "b1h1s8d8-fp32-padding-cpu"]
+    apart = SuiteSession(settings.resolve(raw(ini=dict(ini, adapter_cases="b1h1s8d8-fp32-padding-cpu")), False), ())
+    assert [c.id for c in apart.cases_for(get_variant("hf_flex_attention"))] == ids("flex_compiled")

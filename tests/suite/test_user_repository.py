@@ -124,6 +124,8 @@ def test_the_suite_runs_in_the_users_repository_with_their_config(user_repo):
     assert str(ROOT) not in output.split("perfsuite: attention at a glance")[0].split("rootdir:")[1].splitlines()[0]
     saved = list((repo / ".benchmarks").rglob("0001_*.json"))
     assert len(saved) == 1 and saved[0].name.startswith(f"0001_{base_sha}"), saved  # named by the user's commit
+    names = [b["fullname"] for b in json.loads(saved[0].read_text())["benchmarks"]]
+    assert names and all(n.startswith("test_attention.py::test_benchmark[") for n in names), names[:1]  # not "::test..."
     rows = json.loads((repo / "perfsuite-results" / "run.json").read_text())["results"]
     assert {(r["variant"], r["mode"]) for r in rows} == {(v, m) for v in ("blocked_attention", "sdpa")
                                                          for m in ("forward", "backward")}
