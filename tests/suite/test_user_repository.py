@@ -125,7 +125,8 @@ def test_the_suite_runs_in_the_users_repository_with_their_config(user_repo):
     saved = list((repo / ".benchmarks").rglob("0001_*.json"))
     assert len(saved) == 1 and saved[0].name.startswith(f"0001_{base_sha}"), saved  # named by the user's commit
     names = [b["fullname"] for b in json.loads(saved[0].read_text())["benchmarks"]]
-    assert names and all(n.startswith("test_attention.py::test_benchmark[") for n in names), names[:1]  # not "::test..."
+    # named by the suite file's path under the repository (here inside its .venv), never "::test_benchmark[...]"
+    assert names and all(n.split("::")[0].endswith("perfsuite/suite/test_attention.py") for n in names), names[:1]
     rows = json.loads((repo / "perfsuite-results" / "run.json").read_text())["results"]
     assert {(r["variant"], r["mode"]) for r in rows} == {(v, m) for v in ("blocked_attention", "sdpa")
                                                          for m in ("forward", "backward")}
