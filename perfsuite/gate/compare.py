@@ -125,7 +125,8 @@ def markdown(comparisons: list[BenchmarkComparison], settings: GateSettings, tit
             f"| benchmark | base ms | head ms | head ms / base ms | {statistic} ({level:g}% CI) | verdict | structure |",
             "| --- | --- | --- | --- | --- | --- | --- |"]
     for c in comparisons:
-        ratio = f"{c.estimate.ratio:.3f} [{c.estimate.low:.3f}, {c.estimate.high:.3f}]" if c.estimate else "-"
+        ratio = (f"{c.estimate.ratio:.3f} [{c.estimate.low:.3f}, {c.estimate.high:.3f}]"
+                 if c.estimate and c.estimate.units else "-")  # no units: nothing was measured, no ratio to show
         plain = f"{c.head_median_s / c.base_median_s:.3f}" if c.base_median_s and c.head_median_s else "-"
         mark = {"slower": "**slower**", "faster": "faster"}.get(c.verdict, c.verdict)
         note = f" ({c.note})" if c.note else ""

@@ -79,8 +79,8 @@ CONDITIONS: tuple[Condition, ...] = (
         "idle OpenMP threads sleep instead of spin-waiting after a parallel region (libgomp's default "
         "spins), so they neither steal a core from another process nor lose theirs to one",
         "on a machine where other processes run, spinning threads and the scheduler's tick inflate "
-        "medians several-fold with a small IQR (docs/contention.md); it cannot be set after torch "
-        "started: run scripts/bench.sh or export OMP_WAIT_POLICY=PASSIVE",
+        "medians several-fold with a small IQR (perfsuite's docs/contention.md); it cannot be set after "
+        "torch started: export OMP_WAIT_POLICY=PASSIVE before the run (perfsuite's scripts/bench.sh does)",
     ),
     Condition(
         "MALLOC_MMAP_THRESHOLD_", lambda: str(32 * 2**20),

@@ -262,3 +262,15 @@ def test_a_variant_renamed_by_the_change_is_missing_not_an_error():
         run_benchmark(SetupWorker(absent=("typo",)), SetupWorker(absent=("typo",)), "typo", *args)
     with pytest.raises(WorkerError, match="--head-variant: no variant 'nope'"):
         run_benchmark(SetupWorker(), SetupWorker(absent=("nope",), variant="nope"), "naive", *args)
+
+
+def test_a_benchmark_with_no_uncontended_pair_shows_no_ratio():
+    """0 pairs measured: the paired column says '-', not a ratio of 1.000 that reads like 'no change'."""
+    from perfsuite.gate.compare import BenchmarkComparison, markdown
+    from perfsuite.gate.stats import RatioEstimate
+
+    nothing = BenchmarkComparison("naive/b1h2s16d8-fp32-causal-cpu", 0.010, 0.012,
+                                  RatioEstimate(1.0, 0.0, float("inf"), 0, "paired sequential"), CONTENDED_VERDICT, [],
+                                  "0 pairs, 34 contended set aside")
+    row = next(line for line in markdown([nothing], SETTINGS, "t", "paired").splitlines() if line.startswith("| `naive"))
+    assert "| 1.200 | - | inconclusive: contended" in row and "1.000" not in row
