@@ -42,5 +42,7 @@ def test_register_checks_the_signature():
 
 
 def test_unknown_variant_lists_the_known_ones():
-    with pytest.raises(ValueError, match=r"unknown attention variant 'flash3' \(did you mean 'flash_attn'\?\); known: naive, naive_inplace"):
-        get_variant("flash3")
+    with pytest.raises(ValueError, match=r"unknown attention variant 'sdpa_flsh' \(did you mean 'sdpa_flash'\?\); known: naive, naive_inplace"):
+        get_variant("sdpa_flsh")
+    with pytest.raises(ValueError, match=r"unknown attention variant 'zzz'; known: naive, naive_inplace"):
+        get_variant("zzz")
