@@ -7,8 +7,9 @@ Per profiled step this module counts, from the profiler's ATen op records with s
 * the op that writes is the innermost writing ATen op (no writing op runs inside it on its
   thread), so ``masked_fill`` -> ``clone`` -> ``copy_`` counts once, as the ``copy_``, and
   ``matmul`` -> ``bmm`` once, as the ``bmm``; views (``expand``,
-  ``transpose``, ``_unsafe_view``), allocations (``empty*``), reductions (``amax``, ``sum``) and
-  fused attention kernels write no score-sized tensor;
+  ``transpose``, ``_unsafe_view``), allocations (``empty*``), reductions (``amax``, ``sum``),
+  fused attention kernels and autograd's node records (``MaskedFillBackward0``: what a node
+  writes is in the ATen ops it calls; a view's node calls none) write no score-sized tensor;
 * its output shape is read from the record: input 0 for in-place ops (``masked_fill_``,
   ``copy_``), the matrix-product rule for ``bmm``/``mm``/``baddbmm``/``addmm``, and the
   broadcast of the tensor inputs for every other (elementwise) op (``add``, ``_softmax``, ``where``);
@@ -40,6 +41,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
+import re
 from typing import Any, Iterable
 
 from perfsuite.trace.summary import TraceIndex
@@ -60,6 +62,8 @@ _NO_WRITE = frozenset({
 })
 _FUSED_ATTENTION_MARKERS = ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention",
                             "flex_attention")
+# Autograd node records in a backward step (``BmmBackward0``, ``ViewBackward0``): wrappers, never writers.
+_AUTOGRAD_NODE = re.compile(r"Backward\d*$")
 _MATMULS = {"aten::bmm", "aten::mm", "aten::baddbmm", "aten::addmm", "aten::matmul"}
 _NOT_TENSOR_TYPES = ("", "Scalar", "ScalarList", "TensorList", "GenericList")
 
@@ -172,7 +176,7 @@ def _broadcast(shapes: Iterable[tuple[int, ...]]) -> tuple[int, ...] | None:
 def output_dims(event: dict[str, Any]) -> tuple[int, ...] | None:
     """The dims an op record wrote, by the rules of the module docstring; None when it writes nothing known."""
     name = str(event.get("name", ""))
-    if name in _NO_WRITE or any(marker in name for marker in _FUSED_ATTENTION_MARKERS):
+    if name in _NO_WRITE or _AUTOGRAD_NODE.search(name) or any(marker in name for marker in _FUSED_ATTENTION_MARKERS):
         return None
     dims = _tensor_dims(event)
     if not dims:

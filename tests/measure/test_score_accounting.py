@@ -53,6 +53,21 @@ def test_a_copy_between_dtypes_is_a_cast_and_a_copy_from_a_broadcast_or_bool_sou
     assert found.by_kind() == {"copy": 0, "cast": 1, "mask expansion": 2, "computed": 0}
 
 
+def test_an_autograd_node_record_is_not_a_write_its_aten_ops_are():
+    """A backward step's ``ViewBackward0`` (a view: no ATen writer inside) writes nothing, and
+    ``MaskedFillBackward0`` counts once, as the ``copy_`` and ``masked_fill_`` it calls."""
+    ops = [op("ViewBackward0", 0, 2, [[8, 64, 64]], ["float"]),
+           op("aten::view", 1, 1, [S, []], ["float", "ScalarList"]),
+           op("MaskedFillBackward0", 4, 20, [S], ["float"]),
+           op("aten::masked_fill", 5, 18, [S, [1, 1, 64, 64], []], ["float", "bool", "Scalar"]),
+           op("aten::clone", 6, 5, [S, []], ["float", "Scalar"]),
+           dict(COPY, ts=7, dur=3),
+           op("aten::masked_fill_", 12, 3, [S, [1, 1, 64, 64], []], ["float", "bool", "Scalar"])]
+    found = account_ops(ops, SCORE, HEAD_DIM)
+    assert [w.op for w in found.writes] == ["aten::copy_", "aten::masked_fill_"]
+    assert (found.written, found.copies) == (2, 1)
+
+
 def test_views_reductions_and_fused_attention_write_no_scores_and_a_scalar_wrapper_hides_nothing():
     ops = [op("aten::expand", 0, 1, [[1, 1, 64, 64], [], []], ["bool", "ScalarList", "Scalar"]),
            op("aten::amax", 2, 1, [S, [], []], ["float", "ScalarList", "Scalar"]),
