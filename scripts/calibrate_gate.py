@@ -8,7 +8,9 @@ Repeats the gate (``perfsuite ab`` on a case set) in these scenarios:
 * ``real change``: a real code change, gated as a pull request is: the head is a copy of this
   source tree whose ``naive_inplace`` lost its in-place ``masked_fill_`` (``scores =
   scores.masked_fill(...)``: one extra score-sized copy per forward, the Hugging Face post's
-  finding); every other variant is identical code in the same gate.
+  finding); every other variant is identical code in the same gate;
+* ``real change x2``: the same, and ``mul_`` lost too (``scores = scores * scale``: a second
+  score-sized tensor allocated and written per forward).
 
 ``--busy N`` runs N busy processes beside every gate (``scripts/contend.py``). Reports, per
 scenario: gates with any "slower", how often the changed variant was caught, false "slower"
@@ -48,19 +50,24 @@ def smoke_cases(case_set: str) -> list[str]:
     return [c.id for c in resolve(raw, torch.cuda.is_available()).cases]
 
 
-LOST_INPLACE = ("scores.masked_fill_(mask.masked_out,", "scores = scores.masked_fill(mask.masked_out,")
+LOST_MASKED_FILL_ = ("scores.masked_fill_(mask.masked_out,", "scores = scores.masked_fill(mask.masked_out,")
+LOST_MUL_ = ("scores.mul_(scale)", "scores = scores * scale")
+# The source edits of each real-change scenario, applied to naive_inplace.py in the head's tree.
+REAL_CHANGES = {"real change": (LOST_MASKED_FILL_,), "real change x2": (LOST_MASKED_FILL_, LOST_MUL_)}
 
 
-def lost_inplace_tree(root: Path) -> Path:
-    """A copy of this source tree's ``perfsuite/`` under ``root`` whose ``naive_inplace`` masks out of
-    place; ``RuntimeError`` if the line to change is no longer there."""
+def lost_inplace_tree(root: Path, edits) -> Path:
+    """A copy of this source tree's ``perfsuite/`` under ``root`` whose ``naive_inplace.py`` has each
+    ``(old, new)`` of ``edits`` applied; ``RuntimeError`` if a line to change is no longer there."""
     shutil.copytree(Path(__file__).resolve().parent.parent / "perfsuite", root / "perfsuite",
                     ignore=shutil.ignore_patterns("__pycache__"))
     module = root / "perfsuite" / "variants" / "naive_inplace.py"
     source = module.read_text()
-    if LOST_INPLACE[0] not in source:
-        raise RuntimeError(f"{module}: {LOST_INPLACE[0]!r} not found; update LOST_INPLACE")
-    module.write_text(source.replace(*LOST_INPLACE))
+    for old, new in edits:
+        if old not in source:
+            raise RuntimeError(f"{module}: {old!r} not found; update REAL_CHANGES")
+        source = source.replace(old, new)
+    module.write_text(source)
     return root
 
 
@@ -68,10 +75,11 @@ def gate_once(scenario: str, args, variants: list[str], cases: list[str]) -> dic
     """One gate of ``scenario`` over ``variants`` x ``cases``; a dict of verdicts, counts and seconds."""
     settings, plan = GateSettings(args.alpha, args.min_effect), SequentialPlan(budget_s=args.budget_s)
     load_before, start, before = load_average(), time.perf_counter(), snapshot()
-    if scenario == "real change":
+    if scenario in REAL_CHANGES:
         changed = "naive_inplace"
         with tempfile.TemporaryDirectory(prefix="perfsuite-head-") as head:
-            results = run_ab(Side(Path(__file__).resolve().parent.parent), Side(lost_inplace_tree(Path(head))),
+            head_tree = lost_inplace_tree(Path(head), REAL_CHANGES[scenario])
+            results = run_ab(Side(Path(__file__).resolve().parent.parent), Side(head_tree),
                              variants, cases, settings=settings, plan=plan, rounds=args.rounds)[0]
     else:
         changed = args.slow_variant

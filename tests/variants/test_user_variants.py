@@ -59,7 +59,8 @@ def test_the_example_runs_through_every_check_of_the_suite(pytester, monkeypatch
     pytester.makepyfile(test_attention=SUITE)
     result = pytester.runpytest_subprocess("--perfsuite-variant", "chunked_attention.variant:chunked_attention",
                                            "--perfsuite-variants", "chunked_attention", "--perfsuite-case-set", "masks",
-                                           "--perfsuite-shapes", "1x2x96:128x16", "--perfsuite-results", "out")
+                                           "--perfsuite-shapes", "1x2x96:128x16", "--perfsuite-results", "out",
+                                           "--benchmark-disable")  # each benchmark runs once, untimed, as in the test run
     # 7 mask cases: 3 modes x (equivalence + benchmark) + copies + score accounting pass; a user variant declares
     # nothing about what it saves for backward, and is neither compiled nor fused: those three tests have no variant.
     result.assert_outcomes(passed=8 * 7, skipped=5)  # 3 not applicable + 2 CUDA-only kernel-family checks
