@@ -19,18 +19,32 @@ Every process runs under the same conditions (``perfsuite.measure.conditions.req
 Writes a Markdown table (suite median / Timer median per benchmark, 0.97-1.03 is agreement)
 with the load average before and after each measurement, and the raw numbers as JSON.
 
+``--interleaved`` measures the two timing methods on the same step in ONE process instead, so
+that what differs between processes and over minutes (memory placement, the host's other
+tenants, CPU steal) cannot pass for a difference of method: after the suite's preparation
+(``gather_evidence``), it alternates blocks of pytest-benchmark's own loop (a
+``BenchmarkFixture`` with benchmarks.ini's time and warmup, ``--block-rounds`` rounds at least) and of ``Timer.timeit(1)``
+calls (as many), in ABBA order, ``--pairs`` block pairs per benchmark. The statistic is the
+suite median / Timer median per pair, its Hodges-Lehmann estimate and exact 95% signed-rank
+interval over the pairs (``perfsuite.gate.stats.wilcoxon_interval``), the same statistic the A/B
+gate uses; the interval inside 0.97-1.03 is agreement.
+
     .venv/bin/python scripts/fidelity.py --out docs/fidelity
+    .venv/bin/python scripts/fidelity.py --interleaved --out docs/fidelity
 """
 
 from __future__ import annotations
 
 import argparse
+import configparser
 import json
+import math
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+from perfsuite.gate.stats import wilcoxon_interval
 from perfsuite.measure.conditions import required_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -72,6 +86,131 @@ print(json.dumps({"contention": contention, "median_s": m.median, "mean_s": m.me
                   "per_call_n": len(per_call)}))
 """
 
+INTERLEAVED_CODE = r"""
+import json, math, statistics, sys, tempfile, time, types
+from pathlib import Path
+import torch
+import torch.utils.benchmark as tb
+from pytest_benchmark.fixture import BenchmarkFixture
+from pytest_benchmark.utils import NameWrapper
+from perfsuite.attention.cases import parse_case_id
+from perfsuite.gate.stats import wilcoxon_interval
+from perfsuite.measure.contention import Probe
+from perfsuite.measure.evidence import gather_evidence
+from perfsuite.variants import get_variant
+
+variant, case, seed, pairs = sys.argv[1], parse_case_id(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+options = json.loads(sys.argv[5])
+with tempfile.TemporaryDirectory() as scratch:
+    step = gather_evidence(get_variant(variant), case, seed, Path(scratch)).step
+quiet = types.SimpleNamespace(debug=lambda *a, **k: None, info=lambda *a, **k: None, warning=lambda *a, **k: None)
+
+def suite_block():
+    fixture = BenchmarkFixture(types.SimpleNamespace(name="fidelity", nodeid="fidelity"), disable_gc=False,
+        timer=NameWrapper(time.perf_counter), min_rounds=options["min_rounds"], min_time=options["min_time"],
+        max_time=options["max_time"], precision=None, confidence=None, warmup=True,
+        warmup_iterations=options["warmup_iterations"], calibration_precision=10, add_stats=lambda s: None,
+        logger=quiet, warner=lambda *a, **k: None, disabled=False, cprofile=False, cprofile_loops=None,
+        cprofile_dump=False)
+    fixture(step)
+    return list(fixture.stats.stats.data)
+
+timer = tb.Timer(stmt="step()", globals={"step": step}, num_threads=torch.get_num_threads())
+def timer_block(calls):
+    for _ in range(options["warmup_iterations"]):
+        step()
+    return [timer.timeit(1).median for _ in range(calls)]
+
+ratios, suite_all, timer_all, contended = [], [], [], 0
+for pair in range(pairs):
+    with Probe() as probe:
+        if pair % 2 == 0:  # ABBA: neither method always runs first
+            suite = suite_block(); timer_times = timer_block(len(suite))
+        else:
+            timer_times = timer_block(len(suite_all[-1]) if suite_all else options["min_rounds"]); suite = suite_block()
+    if probe.evidence(suite + timer_times).contended:
+        contended += 1
+        continue
+    suite_all.append(suite); timer_all.append(timer_times)
+    ratios.append(math.log(statistics.median(suite) / statistics.median(timer_times)))
+result = {"pairs": len(ratios), "contended_pairs": contended,
+          "suite_median_s": statistics.median(x for b in suite_all for x in b) if suite_all else None,
+          "timer_median_s": statistics.median(x for b in timer_all for x in b) if timer_all else None,
+          "rounds_per_block": [len(b) for b in suite_all],
+          "pair_ratios": [round(math.exp(r), 4) for r in ratios],
+          "block_medians_ms": [[round(statistics.median(a) * 1e3, 4), round(statistics.median(b) * 1e3, 4)]
+                               for a, b in zip(suite_all, timer_all)]}
+if len(ratios) >= 6:
+    estimate, low, high = wilcoxon_interval(ratios, 0.05)
+    result |= {"ratio": math.exp(estimate), "low": math.exp(low), "high": math.exp(high)}
+print(json.dumps(result))
+"""
+
+
+def benchmark_keys(args) -> list[str]:
+    """``variant/case`` for the variants of ``--variants`` on the CPU cases of ``--case-set``."""
+    from perfsuite.suite.settings import SETTINGS, RawValue, resolve, split_list
+
+    raw = {n: RawValue(setting.default, n, "default") for n, setting in SETTINGS.items()}
+    raw["case_set"] = RawValue(args.case_set, "case_set", "option")
+    cases = [c.id for c in resolve(raw, False).cases if c.device == "cpu"]
+    return [f"{variant}/{case}" for variant in split_list(args.variants) for case in cases]
+
+
+def benchmark_options() -> dict:
+    """benchmarks.ini's pytest-benchmark settings that shape its loop (rounds, time, warmup)."""
+    addopts = configparser.ConfigParser(interpolation=None)
+    addopts.read(ROOT / "benchmarks.ini")
+    found = dict(opt.lstrip("-").split("=", 1) for opt in addopts["pytest"]["addopts"].split() if "=" in opt)
+    return {"min_rounds": int(found["benchmark-min-rounds"]), "max_time": float(found["benchmark-max-time"]),
+            "min_time": float(found.get("benchmark-min-time", "0.000005")),
+            "warmup_iterations": int(found["benchmark-warmup-iterations"])}
+
+
+def run_interleaved(key: str, args, env) -> dict:
+    variant, case = key.split("/")
+    before = load_average()
+    found = subprocess.run([sys.executable, "-c", INTERLEAVED_CODE, variant, case, str(args.seed), str(args.pairs),
+                            json.dumps(benchmark_options() | {"min_rounds": args.block_rounds})],
+                           cwd=ROOT, env=env, capture_output=True, text=True)
+    if found.returncode:
+        return {"error": found.stderr.strip().splitlines()[-1] if found.stderr.strip() else f"exit {found.returncode}"}
+    return json.loads(found.stdout.strip().splitlines()[-1]) | {"load_before": before, "load_after": load_average()}
+
+
+def interleaved_table(rows: dict[str, dict]) -> str:
+    lines = ["| benchmark | suite median ms | Timer median ms | suite / Timer (Hodges-Lehmann) | 95% interval | "
+             "within 0.97-1.03 | pairs used (contended, set aside) | load |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for key, r in rows.items():
+        if "ratio" not in r:
+            lines.append(f"| `{key}` | {r.get('error', 'fewer than 6 uncontended pairs')} | | | | | "
+                         f"{r.get('pairs', 0)} ({r.get('contended_pairs', 0)}) | |")
+            continue
+        agrees = "yes" if 0.97 <= r["low"] and r["high"] <= 1.03 else "no"
+        lines.append(f"| `{key}` | {r['suite_median_s'] * 1e3:.3f} | {r['timer_median_s'] * 1e3:.3f} | {r['ratio']:.3f} | "
+                     f"[{r['low']:.3f}, {r['high']:.3f}] | {agrees} | {r['pairs']} ({r['contended_pairs']}) | "
+                     f"{r['load_before'].split()[0]}-{r['load_after'].split()[0]} |")
+    logs = [math.log(ratio) for r in rows.values() for ratio in r.get("pair_ratios", [])]
+    if len(logs) >= 6:
+        estimate, low, high = (math.exp(x) for x in wilcoxon_interval(logs, 0.05))
+        lines += ["", f"All benchmarks' pairs pooled ({len(logs)} pairs): suite / Timer = {estimate:.3f}, "
+                      f"95% interval [{low:.3f}, {high:.3f}]."]
+    return "\n".join(lines) + "\n"
+
+
+def main_interleaved(args, env, keys: list[str]) -> None:
+    rows = {}
+    for key in keys:
+        rows[key] = run_interleaved(key, args, env)
+        print(key, json.dumps(rows[key]), flush=True)
+    out = Path(args.out)
+    (out / "interleaved.json").write_text(json.dumps({"args": vars(args), "options": benchmark_options(),
+                                                      "conditions": required_env(), "rows": rows}, indent=1))
+    table = interleaved_table(rows)
+    (out / "interleaved.md").write_text(table)
+    print(table)
+
 
 def run_suite(args, env) -> dict[str, dict]:
     out = Path(args.out)
@@ -107,9 +246,20 @@ def main() -> None:
     parser.add_argument("--min-run-time", type=float, default=1.0, help="blocked_autorange's min_run_time (s)")
     parser.add_argument("--busy", type=int, default=0, help="busy processes beside it (scripts/contend.py)")
     parser.add_argument("--out", default="perfsuite-results/fidelity")
+    parser.add_argument("--interleaved", action="store_true",
+                        help="both methods in one process, alternating blocks (module docstring)")
+    parser.add_argument("--pairs", type=int, default=20, help="--interleaved: block pairs per benchmark")
+    parser.add_argument("--block-rounds", type=int, default=5,
+                        help="--interleaved: pytest-benchmark's min_rounds per block (benchmarks.ini's max_time "
+                             "still applies: a fast step gets more rounds); fewer than the suite's 15 so that a "
+                             "300 ms step's pair takes 3 s, not 9")
     args = parser.parse_args()
     Path(args.out).mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, **required_env())
+    if args.interleaved:
+        with busy_processes(args.busy):
+            main_interleaved(args, env, benchmark_keys(args))
+        return
     with busy_processes(args.busy):
         suite_load = load_average()
         suite = run_suite(args, env)

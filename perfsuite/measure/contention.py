@@ -215,7 +215,8 @@ def assess(before: Snapshot, after: Snapshot, round_times_s: Sequence[float] = (
         reasons.append(f"not flagged: {CHECK_ENV}=off")
     if reasons and after.load1 is not None and before.load1 is not None:
         reasons.append(f"load average {before.load1:.2f} before, {after.load1:.2f} after "
-                       f"on {os.cpu_count()} CPUs; {cpu_per_wall:.2f} CPU-seconds per second with {threads} threads")
+                       f"on {os.cpu_count()} CPUs; {cpu_per_wall:.2f} CPU-seconds per second across all "
+                       f"{threads} threads of this process (torch's operator threads and the rest)")
     return ContentionEvidence(wall, cpu_per_wall, threads, wait, steal, before.procs_running, after.procs_running,
                               before.load1, after.load1, tick, flagged, tuple(reasons))
 
