@@ -8,6 +8,7 @@ Each mode is a no-argument *step* the suite checks, profiles and times:
 * ``forward_backward``: a forward with autograd on, then ``torch.autograd.grad``.
 
 Gradients are returned, never accumulated into ``.grad``, so every call does the same work.
+Replaying one graph needs AOTAutograd's donated buffers off (see ``allow_graph_replay``).
 Work per mode is in ``perfsuite.attention.cost_model``.
 """
 
@@ -50,6 +51,20 @@ def _leaves(inputs: AttentionInputs) -> tuple[torch.Tensor, torch.Tensor, torch.
     return tuple(t.detach().requires_grad_(True) for t in (inputs.query, inputs.key, inputs.value))
 
 
+def allow_graph_replay() -> None:
+    """Turn off AOTAutograd's donated buffers (``torch._functorch.config.donated_buffer``), process-wide.
+
+    A compiled backward with donated buffers frees saved tensors as it runs, so torch refuses
+    ``retain_graph=True`` on it (``RuntimeError: ... compiled with non-empty donated buffers``), and
+    the ``backward`` mode replays one graph. It is process-wide because the graph of a case is compiled
+    once, at its first call in any gradient mode, by perfsuite or by the user's own ``torch.compile``.
+    Cost: a compiled backward keeps its saved tensors until it ends, as eager autograd does.
+    """
+    from torch._functorch import config as functorch_config
+
+    functorch_config.donated_buffer = False
+
+
 def make_step(mode: str, fn: VariantFn, inputs: AttentionInputs, grad_output: torch.Tensor) -> Step:
     """The step of ``mode`` for ``fn`` on ``inputs``; ``grad_output`` ``[B, H, Sq, D]`` seeds backward.
 
@@ -62,6 +77,7 @@ def make_step(mode: str, fn: VariantFn, inputs: AttentionInputs, grad_output: to
             with torch.no_grad():
                 return StepResult(call(inputs.query, inputs.key, inputs.value), None)
         return forward
+    allow_graph_replay()
     leaves = _leaves(inputs)
     if mode == "forward_backward":
         def forward_backward() -> StepResult:

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from torch._functorch import config as functorch_config
 from torch.utils.flop_counter import FlopCounterMode
 
 from perfsuite.attention.cases import parse_case_id
@@ -93,3 +94,22 @@ def test_saved_score_matrices_do_not_count_inputs_of_the_same_size(tmp_path):
     flash = gather_evidence(get_variant("sdpa_flash"), case, 0, tmp_path, "forward_backward").saved_for_backward
     naive = gather_evidence(get_variant("naive"), case, 0, tmp_path, "forward_backward").saved_for_backward
     assert flash.score_sized == 0 and naive.score_sized == 1 and naive.bytes > flash.bytes
+
+
+def test_a_compiled_backward_can_be_replayed_in_any_mode_order(monkeypatch):
+    """A user's own ``torch.compile``d attention, forward+backward first, then the backward replay:
+    torch refuses ``retain_graph=True`` on a graph compiled with donated buffers (its default)."""
+    monkeypatch.setattr(functorch_config, "donated_buffer", True)
+
+    def attention(query, key, value, *, mask, scale):
+        scores = (query @ key.transpose(-2, -1)) * scale
+        return torch.softmax(scores, dim=-1) @ value
+
+    compiled = torch.compile(attention, dynamic=False)
+    inputs, grad_output = make_inputs(CASE, 0), make_grad_output(CASE, 0)
+    expected = make_step("forward_backward", attention, inputs, grad_output)().gradients
+    for mode in ("forward_backward", "backward"):
+        step = make_step(mode, compiled, inputs, grad_output)
+        step()
+        for got, want in zip(step().gradients, expected):
+            torch.testing.assert_close(got, want)
