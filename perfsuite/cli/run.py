@@ -8,11 +8,14 @@ Runs the suite shipped in the package with the current directory as pytest's roo
 written here (``perfsuite-results/``, ``.benchmarks/``, named by your git commit). ``--check``
 skips timing (correctness and profiler checks only). Other arguments go to pytest, and the
 exit code is pytest's (0 passed, 1 failed, 2 interrupted, 4 usage error, 5 nothing collected).
+pytest starts under the process conditions of every timed run (``perfsuite.measure.conditions``;
+an ``OMP_NUM_THREADS`` you exported is kept).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -26,8 +29,10 @@ def add_command(commands) -> None:
 
 
 def run_suite(args: argparse.Namespace) -> int:
-    """pytest in a child process, so it imports and assert-rewrites the plugin itself; its exit code."""
+    """pytest in a child process, so it imports and assert-rewrites the plugin itself, and starts
+    under the process conditions (the OpenMP wait policy cannot be set later); its exit code."""
+    from perfsuite.measure.conditions import required_env
     from perfsuite.suite.runner import suite_arguments
 
     command = [sys.executable, "-m", "pytest", *suite_arguments(Path.cwd(), not args.check, list(args.pytest_args))]
-    return subprocess.call(command)
+    return subprocess.call(command, env={**os.environ, **required_env()})

@@ -1,6 +1,6 @@
 """The process conditions of every timed run, stated once.
 
-The timed suite (``scripts/bench.sh``, ``pytest -c benchmarks.ini``), the A/B gate's workers
+The timed suite (``scripts/bench.sh``, ``perfsuite run``, ``pytest -c benchmarks.ini``), the A/B gate's workers
 (``perfsuite.gate.ab``) and the fidelity check (``scripts/fidelity.py``) all run under these
 conditions; the run header says which are missing and what that costs.
 
@@ -79,8 +79,8 @@ CONDITIONS: tuple[Condition, ...] = (
         "idle OpenMP threads sleep instead of spin-waiting after a parallel region (libgomp's default "
         "spins), so they neither steal a core from another process nor lose theirs to one",
         "on a machine where other processes run, spinning threads and the scheduler's tick inflate "
-        "medians several-fold with a small IQR (perfsuite's docs/contention.md); it cannot be set after "
-        "torch started: export OMP_WAIT_POLICY=PASSIVE before the run (perfsuite's scripts/bench.sh does)",
+        "medians several-fold with a small IQR; it cannot be set after torch started: use `perfsuite run` "
+        "(or perfsuite's scripts/bench.sh), which set it, or export OMP_WAIT_POLICY=PASSIVE before pytest",
     ),
     Condition(
         "MALLOC_MMAP_THRESHOLD_", lambda: str(32 * 2**20),

@@ -203,7 +203,8 @@ def assess(before: Snapshot, after: Snapshot, round_times_s: Sequence[float] = (
     reasons, flagged = [], False
     if wait is not None and wait > wait_limit:
         flagged = True
-        reasons.append(f"threads waited for a CPU {wait:.0%} of the wall time (limit {wait_limit:.0%})")
+        reasons.append(f"the process's {threads} threads waited for a CPU {wait:.0%} of the wall time, "
+                       f"summed over threads (limit {wait_limit:.0%})")
     if steal is not None and steal > steal_limit:
         flagged = True
         reasons.append(f"CPU steal {steal:.0%} of CPU time (limit {steal_limit:.0%})")

@@ -23,7 +23,7 @@ Each write is labelled by ``kind``:
 * ``"copy"``: a same-dtype ``copy_`` from a score-sized, non-broadcast source (the clone inside
   an out-of-place ``masked_fill``, a ``contiguous`` of transposed scores): a duplicate;
 * ``"cast"``: a ``copy_`` between dtypes (an fp32 softmax in a bf16 model, SDPA math's upcast);
-* ``"mask expansion"``: a ``copy_`` whose source is a bool tensor or a broadcast view (a zero
+* ``"mask expansion"``: a ``copy_`` whose source is a bool tensor (into any dtype) or a broadcast view (a zero
   stride in a dimension of size > 1): a mask materialised per head or batch, not a score copy;
 * ``"computed"``: any other op writing score-sized data (``bmm``, ``mul``, an out-of-place
   ``add`` of an additive mask, ``masked_fill_``, ``_softmax``).
@@ -214,10 +214,10 @@ def _copy_kind(event: dict[str, Any]) -> str:
     types = args.get("Input type") or []
     dims = args.get("Input Dims") or []
     strides = args.get("Input Strides") or []
+    if len(types) >= 2 and types[1] == "bool":
+        return "mask expansion"  # into any dtype: a bool source is a mask (nan_to_num's backward makes one)
     if len(types) >= 2 and types[0] != types[1]:
         return "cast"
-    if len(types) >= 2 and types[1] == "bool":
-        return "mask expansion"
     if len(dims) >= 2 and len(strides) >= 2 and isinstance(dims[1], list) and isinstance(strides[1], list):
         if any(stride == 0 and size > 1 for size, stride in zip(dims[1], strides[1])):
             return "mask expansion"

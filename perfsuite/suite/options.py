@@ -46,8 +46,7 @@ def raw_settings(config: pytest.Config) -> settings.RawSettings:
         if option is not None:
             raw[name] = settings.RawValue(option, f"option {spec.option}={option!r}", "option")
         elif ini:
-            overridden = any(o.startswith(f"{spec.ini_key}=") for o in config.getoption("override_ini") or [])
-            where = "-o" if overridden else config.inipath
+            where = _ini_source(config, spec.ini_key)
             # "args"-typed keys come back as a list even from a plain string: show them as written
             shown = " ".join(ini) if isinstance(ini, list) and all(isinstance(v, str) for v in ini) else ini
             raw[name] = settings.RawValue(ini, f"ini key {spec.ini_key}={shown!r} from {where}", "ini")
@@ -60,7 +59,14 @@ def variant_specs(config: pytest.Config) -> list[tuple[str, str]]:
     """``(spec, where it came from)``: ``--perfsuite-variant`` specs, then the ``perfsuite_user_variants`` ini key's."""
     from_ini = [line.strip() for line in config.getini("perfsuite_user_variants") if line.strip()]
     return ([(spec, "option --perfsuite-variant") for spec in config.getoption("perfsuite_variant")]
-            + [(spec, f"ini key perfsuite_user_variants in {config.inipath}") for spec in from_ini])
+            + [(spec, f"ini key perfsuite_user_variants from {_ini_source(config, 'perfsuite_user_variants')}")
+               for spec in from_ini])
+
+
+def _ini_source(config: pytest.Config, key: str) -> str:
+    """Where ``key``'s value came from: ``-o`` on the command line, or the ini file."""
+    overridden = any(o.startswith(f"{key}=") for o in config.getoption("override_ini") or [])
+    return "-o" if overridden else str(config.inipath)
 
 
 def asked_for_perfsuite(config: pytest.Config) -> bool:

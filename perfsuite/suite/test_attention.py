@@ -36,11 +36,24 @@ def test_score_copies_per_forward(attention_evidence):
     for lane in lanes:
         copies = evidence.score_copies(lane)
         expected = [evidence.expected_score_copies] * ACTIVE_STEPS
-        all_copies = [c for f in evidence.steps for c in f.copies]
         assert copies == expected, (
             f"{evidence.variant.name} on {evidence.case.id}: score-sized copies per forward on the {lane} lane "
-            f"{copies}, expected {expected}; copies seen: {all_copies}; trace: {evidence.trace_path}"
+            f"{copies}, expected {expected}; {_score_copies_named(evidence, lane)}; trace: {evidence.trace_path}"
+            + (_COPY_HINT if max(copies) > evidence.expected_score_copies else "")
         )
+
+
+_COPY_HINT = (". Out-of-place masked_fill clones the scores (aten::clone), as do .clone() and .contiguous() on a "
+              "non-contiguous view; masked_fill_ in place does not (safe under torch.no_grad; README 'Masks and "
+              "findings'). If the copy is intended, declare it: register_variant(..., copies_scores_when_masked=True)")
+
+
+def _score_copies_named(evidence, lane: str) -> str:
+    """The first step's score-sized copies on ``lane``, as ``op [shape]``, for a failure message."""
+    shape = tuple(evidence.case.score_shape)
+    names = [f"{c.name} [{'x'.join(map(str, c.shape))}]" for c in evidence.steps[0].copies
+             if c.lane == lane and c.shape == shape and not c.dtype_conversion]
+    return "score-sized copies in the first step: " + (", ".join(names) or "none")
 
 
 def test_score_accounting_per_step(attention_evidence):

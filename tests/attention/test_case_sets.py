@@ -33,3 +33,12 @@ def test_prefill_of_the_sliding_window_set_is_longer_than_the_window():
     gemma = MODEL_SHAPES["gemma-3-1b"]
     for text in CASE_SETS["model-gemma-3-1b"].cpu.shapes.split():
         assert parse_shape(text).seq_len_kv > gemma.sliding_window
+
+
+def test_a_mistyped_case_set_gets_its_suggestion_a_far_one_none():
+    from perfsuite.attention.case_sets import get_case_set
+
+    with pytest.raises(ValueError, match=r"case set 'model-llama3-8b' is unknown \(did you mean 'model-llama-3-8b'\?\)"):
+        get_case_set("model-llama3-8b")
+    with pytest.raises(ValueError, match=r"case set 'huge' is unknown; known: smoke"):
+        get_case_set("huge")

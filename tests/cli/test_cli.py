@@ -88,3 +88,19 @@ def test_rules_list_every_family(capsys):
     assert main(["trace", "--rules"]) == 0
     out = capsys.readouterr().out
     assert all(f"| {family} |" in out for family, _ in FAMILY_RULES)
+
+
+def test_perfsuite_run_starts_pytest_under_the_process_conditions(monkeypatch, tmp_path):
+    """The wait policy cannot be set once torch started, so ``perfsuite run`` sets it for its child;
+    a thread count the user exported is kept."""
+    import perfsuite.cli.run as run_command
+
+    seen = {}
+    monkeypatch.setattr(run_command.subprocess, "call", lambda command, env: seen.update(env=env) or 0)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "--check"]) == 0
+    assert seen["env"]["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert seen["env"]["OMP_NUM_THREADS"] == "1"
+    assert seen["env"]["MALLOC_MMAP_THRESHOLD_"] == str(32 * 2**20)

@@ -25,7 +25,7 @@ def test_threads_waiting_for_a_cpu_flag_the_window_and_say_how_long():
     after = snap(11.0, 6.2, {1: 0.2, 2: 0.1, 3: 0.05})  # a thread born inside the window counts from 0
     evidence = assess(before, after, tick_s=TICK)
     assert evidence.wait_fraction == pytest.approx(0.35) and evidence.contended
-    assert "waited for a CPU 35% of the wall time (limit 5%)" in evidence.reasons[0]
+    assert "waited for a CPU 35% of the wall time, summed over threads (limit 5%)" in evidence.reasons[0]
     assert evidence.cpu_per_wall == pytest.approx(1.2) and evidence.threads == 3
 
 

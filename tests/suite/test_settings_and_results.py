@@ -167,3 +167,26 @@ def test_compiled_adapters_run_on_the_cases_both_lists_share():
     assert ids("hf_eager") == ["b1h1s8d8-fp32-causal-cpu", "b1h1s8d8-fp32-padding-cpu"]
     apart = SuiteSession(settings.resolve(raw(ini=dict(ini, adapter_cases="b1h1s8d8-fp32-padding-cpu")), False), ())
     assert [c.id for c in apart.cases_for(get_variant("hf_flex_attention"))] == ids("flex_compiled")
+
+
+class _Config:
+    """The few ``pytest.Config`` calls ``perfsuite.suite.options`` makes, for a run with ``-o``."""
+
+    inipath = Path("/repo/pyproject.toml")
+
+    def __init__(self, override_ini):
+        self.override_ini = override_ini
+
+    def getini(self, key):
+        return [o.partition("=")[2] for o in self.override_ini if o.startswith(f"{key}=")]
+
+    def getoption(self, name):
+        return {"override_ini": self.override_ini, "perfsuite_variant": []}[name]
+
+
+def test_a_user_variant_given_with_dash_o_is_traced_to_dash_o_not_to_the_file():
+    from perfsuite.suite.options import variant_specs
+
+    assert variant_specs(_Config(["perfsuite_user_variants=myattn:f"])) == [
+        ("myattn:f", "ini key perfsuite_user_variants from -o")]
+    assert variant_specs(_Config([])) == []
