@@ -180,16 +180,19 @@ def run_interleaved(key: str, args, env) -> dict:
 
 def interleaved_table(rows: dict[str, dict]) -> str:
     lines = ["| benchmark | suite median ms | Timer median ms | suite / Timer (Hodges-Lehmann) | 95% interval | "
-             "within 0.97-1.03 | pairs used (contended, set aside) | load |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "estimate in 0.97-1.03 | interval inside 0.97-1.03 | interval contains 1 | "
+             "pairs used (contended, set aside) | load |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    yes = lambda holds: "yes" if holds else "no"
     for key, r in rows.items():
         if "ratio" not in r:
-            lines.append(f"| `{key}` | {r.get('error', 'fewer than 6 uncontended pairs')} | | | | | "
+            lines.append(f"| `{key}` | {r.get('error', 'fewer than 6 uncontended pairs')} | | | | | | | "
                          f"{r.get('pairs', 0)} ({r.get('contended_pairs', 0)}) | |")
             continue
-        agrees = "yes" if 0.97 <= r["low"] and r["high"] <= 1.03 else "no"
         lines.append(f"| `{key}` | {r['suite_median_s'] * 1e3:.3f} | {r['timer_median_s'] * 1e3:.3f} | {r['ratio']:.3f} | "
-                     f"[{r['low']:.3f}, {r['high']:.3f}] | {agrees} | {r['pairs']} ({r['contended_pairs']}) | "
+                     f"[{r['low']:.3f}, {r['high']:.3f}] | {yes(0.97 <= r['ratio'] <= 1.03)} | "
+                     f"{yes(0.97 <= r['low'] and r['high'] <= 1.03)} | {yes(r['low'] <= 1 <= r['high'])} | "
+                     f"{r['pairs']} ({r['contended_pairs']}) | "
                      f"{r['load_before'].split()[0]}-{r['load_after'].split()[0]} |")
     logs = [math.log(ratio) for r in rows.values() for ratio in r.get("pair_ratios", [])]
     if len(logs) >= 6:
@@ -253,7 +256,11 @@ def main() -> None:
                         help="--interleaved: pytest-benchmark's min_rounds per block (benchmarks.ini's max_time "
                              "still applies: a fast step gets more rounds); fewer than the suite's 15 so that a "
                              "300 ms step's pair takes 3 s, not 9")
+    parser.add_argument("--summarize", metavar="JSON", help="only reprint the table of a saved interleaved.json")
     args = parser.parse_args()
+    if args.summarize:
+        print(interleaved_table(json.loads(Path(args.summarize).read_text())["rows"]), end="")
+        return
     Path(args.out).mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, **required_env())
     if args.interleaved:
