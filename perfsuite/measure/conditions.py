@@ -84,8 +84,9 @@ CONDITIONS: tuple[Condition, ...] = (
     ),
     Condition(
         "MALLOC_MMAP_THRESHOLD_", lambda: str(32 * 2**20),
-        "a fixed mmap threshold turns off glibc's adaptive threshold (mallopt(3)), so the score matrix "
-        "comes from the heap, not from fresh page-faulting mmap'd memory depending on the process's history",
+        "a fixed mmap threshold turns off glibc's adaptive threshold (mallopt(3)), so a score matrix under "
+        "32 MiB comes from the heap, not from fresh page-faulting mmap'd memory depending on the process's "
+        "history (32 MiB is glibc's cap on 64-bit: larger blocks are always mmap'd; scripts/page_faults.py)",
         "identical code measured up to 2x apart between two processes (the A/B gate's calibration)",
     ),
     Condition(
