@@ -169,7 +169,7 @@ def selected_modes(text: str) -> tuple[str, ...]:
 
 def run_ab_command(args: argparse.Namespace) -> int:
     from perfsuite.gate.ab import PAIRED_METHOD, Side, run_ab, write_json
-    from perfsuite.gate.worktrees import git_worktrees
+    from perfsuite.gate.worktrees import git_worktrees, ref_commits
 
     settings = GateSettings(args.alpha, GateSettings.min_effect if args.min_effect is None else args.min_effect)
     try:
@@ -188,6 +188,9 @@ def run_ab_command(args: argparse.Namespace) -> int:
         if not args.fail_on_structure:
             raise UsageError(f"{why}; use --blocks {needed} or more, or add --fail-on-structure to gate on structure only")
         print(f"perfsuite: note: {why}; this gate judges structure only (--fail-on-structure)", file=sys.stderr)
+    commits, notes = ref_commits({"base": args.base_ref, "head": args.head_ref})
+    for note in notes:
+        print(f"perfsuite: note: {note}", file=sys.stderr)
     with git_worktrees({"base": args.base_ref, "head": args.head_ref}) as trees:
         base = Side(trees.get("base", Path(args.base_tree)), args.base_variant, python=args.base_python)
         head = Side(trees.get("head", Path(args.head_tree)), args.head_variant, args.head_slowdown, args.slow_variant,
@@ -199,9 +202,14 @@ def run_ab_command(args: argparse.Namespace) -> int:
         write_json(Path(args.json), results, info, settings, plan)
     comparisons = [r.comparison for r in results]
     two_pythons = base.python != head.python
-    name = lambda ref, side, variant: ((f"{ref} ({side.label(two_pythons)})" if ref else side.label(two_pythons))
-                                       + (f":{variant}" if variant else ""))
-    title = f"perfsuite A/B: {name(args.base_ref, base, args.base_variant)} -> {name(args.head_ref, head, args.head_variant)}"
+    # a ref side is named by its commit: its temporary worktree is gone by now
+    named = lambda ref, commit: ref if commit.startswith(ref) or ref.startswith(commit) else f"{ref} ({commit})"
+    name = lambda ref, commit, side, variant: ((named(ref, commit) if ref else side.label(two_pythons))
+                                               + (f":{variant}" if variant else ""))
+    title = (f"perfsuite A/B: {name(args.base_ref, commits.get('base'), base, args.base_variant)} -> "
+             f"{name(args.head_ref, commits.get('head'), head, args.head_variant)}")
+    if notes:
+        title += " (" + "; ".join(notes) + ")"
     versions = (info["base_machine"].get("torch_version"), info.get("torch_version"))
     if versions[0] != versions[1]:
         title += f" (torch {versions[0]} -> {versions[1]})"

@@ -18,6 +18,38 @@ def _git(*args: str, cwd: Path | None = None) -> str:
     return result.stdout.strip()
 
 
+def ref_commits(refs: dict[str, str | None]) -> tuple[dict[str, str], list[str]]:
+    """Short commit ids of the named refs (``{"base": "main", "head": "HEAD"}``), and notes for the
+    user: base and head are one commit (an A/A gate), or a ref is the checked-out commit while the
+    working tree has uncommitted changes to tracked files, which a ref does not include.
+
+    Raises:
+        UsageError: not inside a git repository, or a ref that does not resolve.
+    """
+    wanted = {name: ref for name, ref in refs.items() if ref}
+    if not wanted:
+        return {}, []
+    repo = Path(_git("rev-parse", "--show-toplevel"))
+    commits = {name: _resolve(name, ref, repo) for name, ref in wanted.items()}
+    notes = []
+    if len(set(commits.values())) == 1 and len(commits) == 2:
+        notes.append(f"base and head are the same commit ({commits['base'][:9]}): this is an A/A gate")
+    checked_out = _git("rev-parse", "HEAD", cwd=repo)
+    dirty = _git("status", "--porcelain", "--untracked-files=no", cwd=repo)
+    for name, commit in commits.items():
+        if dirty and commit == checked_out:
+            notes.append(f"--{name}-ref {wanted[name]} is the checked-out commit, and your uncommitted changes are not "
+                         f"in it; commit them, or gate them as they are with --{name}-tree .")
+    return {name: commit[:9] for name, commit in commits.items()}, notes
+
+
+def _resolve(name: str, ref: str, repo: Path) -> str:
+    try:
+        return _git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", cwd=repo)
+    except UsageError:
+        raise UsageError(f"--{name}-ref {ref!r}: no such commit, branch or tag in {repo}", f"--{name}-ref") from None
+
+
 @contextlib.contextmanager
 def git_worktrees(refs: dict[str, str | None]) -> Iterator[dict[str, Path]]:
     """Check out each named ref (``{"base": "main", "head": None}``) in a detached temporary worktree
@@ -36,10 +68,7 @@ def git_worktrees(refs: dict[str, str | None]) -> Iterator[dict[str, Path]]:
     with tempfile.TemporaryDirectory(prefix="perfsuite-ab-") as scratch:
         try:
             for name, ref in wanted.items():
-                try:
-                    commit = _git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", cwd=repo)
-                except UsageError:
-                    raise UsageError(f"--{name}-ref {ref!r}: no such commit, branch or tag in {repo}", f"--{name}-ref") from None
+                commit = _resolve(name, ref, repo)
                 path = Path(scratch) / name
                 _git("worktree", "add", "--detach", str(path), commit, cwd=repo)
                 made.append(path)

@@ -1,0 +1,49 @@
+"""Git refs as A/B sides: commit ids for the title, and notes when a ref cannot show what the user changed."""
+
+import subprocess
+
+import pytest
+
+from perfsuite.errors import UsageError
+from perfsuite.gate.worktrees import git_worktrees, ref_commits
+
+
+def git(repo, *args):
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch):
+    git(tmp_path, "init", "-q", "-b", "main")
+    git(tmp_path, "config", "user.email", "t@example.com")
+    git(tmp_path, "config", "user.name", "t")
+    (tmp_path / "attention.py").write_text("scores.masked_fill_(mask, 0)\n")
+    git(tmp_path, "add", ".")
+    git(tmp_path, "commit", "-qm", "base")
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_refs_are_named_by_commit_and_one_commit_on_both_sides_is_called_an_a_a_gate(repo):
+    commits, notes = ref_commits({"base": "main", "head": "HEAD"})
+    commit = git(repo, "rev-parse", "HEAD")[:9]
+    assert commits == {"base": commit, "head": commit}
+    assert notes == [f"base and head are the same commit ({commits['base']}): this is an A/A gate"]
+
+
+def test_uncommitted_changes_are_pointed_out_with_the_option_that_gates_them(repo):
+    (repo / "attention.py").write_text("scores = scores.masked_fill(mask, 0)\n")
+    _, notes = ref_commits({"base": "main", "head": "HEAD"})
+    assert "--head-ref HEAD is the checked-out commit, and your uncommitted changes are not in it; commit them, " \
+           "or gate them as they are with --head-tree ." in notes
+
+
+def test_a_committed_change_needs_no_note_and_a_bad_ref_is_a_usage_error(repo):
+    git(repo, "checkout", "-qb", "feature")
+    (repo / "attention.py").write_text("scores = scores.masked_fill(mask, 0)\n")
+    git(repo, "commit", "-qam", "head")
+    assert ref_commits({"base": "main", "head": "HEAD"})[1] == []
+    with pytest.raises(UsageError, match="--head-ref 'HAED': no such commit, branch or tag"):
+        ref_commits({"base": "main", "head": "HAED"})
+    with git_worktrees({"base": "main", "head": None}) as trees:
+        assert (trees["base"] / "attention.py").read_text() == "scores.masked_fill_(mask, 0)\n"
