@@ -142,8 +142,8 @@ def markdown(comparisons: list[BenchmarkComparison], settings: GateSettings, tit
              "shown, which may differ from it" + (" (the paired statistic compares each block with its neighbour, so "
                                                   "drift between blocks cancels)." if method != UNPAIRED_METHOD else ".")]
     if any(c.verdict == CONTENDED_VERDICT for c in comparisons):
-        rows.append(f"`{CONTENDED_VERDICT}`: other processes took the CPU while it was timed "
-                    "(perfsuite.measure.contention); rerun it on a quiet machine.")
+        rows.append(f"`{CONTENDED_VERDICT}`: other processes, or on a virtual machine the hypervisor (CPU steal), "
+                    "took the CPU while it was timed (perfsuite.measure.contention); rerun it when the machine is quiet.")
     if method == UNPAIRED_METHOD:
         rows.append("Two separate runs: drift of the machine between them is not controlled, so there is no "
                     "false-alarm bound; gate with `perfsuite ab` (interleaved), which has one.")

@@ -325,7 +325,8 @@ def contention_warning(results: list[BenchmarkResult]) -> list[str]:
     if not flagged:
         return []
     return [f"perfsuite: WARNING: {len(flagged)} of {sum(r.median_s is not None for r in results)} timings are not "
-            "trustworthy: other processes took the CPU while they ran (timing column CONTENDED):"] + flagged
+            "trustworthy: other processes, or the hypervisor (CPU steal), took the CPU while they ran (timing column "
+            "CONTENDED; the reasons follow):"] + flagged
 
 
 def group_skips(skipped: list[SkippedResult]) -> dict[tuple[str, str], tuple[list[str], list[str]]]:

@@ -185,7 +185,7 @@ def test_a_run_timed_under_contention_is_not_judged_slower(tmp_path, capsys):
     assert comparison.verdict == CONTENDED_VERDICT and "head run contended: threads waited" in comparison.note
     assert main(["compare", str(base), str(head)]) == 0
     out = capsys.readouterr().out
-    assert "WARNING: 1 timed under contention, not judged" in out and "rerun it on a quiet machine" in out
+    assert "WARNING: 1 timed under contention, not judged" in out and "rerun it when the machine is quiet" in out
     quiet = saved_run(tmp_path / "quiet.json", 3 * np.exp(rng.normal(0, 0.01, 50)), contention={"contended": False})
     assert main(["compare", str(base), str(quiet)]) == 1
 
