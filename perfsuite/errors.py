@@ -18,6 +18,15 @@ Errors that report a bad value also derive from ``ValueError``, as Python's own 
 
 from __future__ import annotations
 
+import difflib
+from typing import Iterable
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the closest name of ``known`` (``difflib``), or ``""`` when none is close."""
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
 
 class PerfsuiteError(Exception):
     """Base of perfsuite's errors; ``source`` names the file or option the error is about."""

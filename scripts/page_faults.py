@@ -11,7 +11,8 @@ page-faulted on first touch and unmapped on ``free``; the threshold cannot be se
     MALLOC_MMAP_MAX_=0 .venv/bin/python scripts/page_faults.py    # every block from the heap
 
 Faults come from ``getrusage(RUSAGE_SELF).ru_minflt`` (all threads), over ``--calls`` calls after
-3 warm-up calls, under ``torch.no_grad()``. ``--blocks N`` also prints N block medians of ``--calls``
+3 warm-up calls, of the forward the suite profiles (``perfsuite.measure.evidence.bind``: under
+``torch.no_grad()``, the variant prepared for the case). ``--blocks N`` also prints N block medians of ``--calls``
 calls each and their spread (max / min - 1): the drift of one step within one process.
 """
 
@@ -26,34 +27,32 @@ import torch
 
 from perfsuite.attention.cases import parse_case_id
 from perfsuite.attention.inputs import make_inputs
+from perfsuite.measure.evidence import bind
 from perfsuite.variants import get_variant
 
 
-def faults_and_ms(fn, inputs, calls: int) -> tuple[float, float]:
-    """Minor faults and milliseconds per call of ``fn`` on ``inputs``, after 3 warm-up calls."""
-    call = lambda: fn(inputs.query, inputs.key, inputs.value, mask=inputs.mask, scale=inputs.scale)
-    with torch.no_grad():
-        for _ in range(3):
-            call()
-        faults, start = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.perf_counter()
-        for _ in range(calls):
-            call()
-        seconds = time.perf_counter() - start
-        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+def faults_and_ms(forward, calls: int) -> tuple[float, float]:
+    """Minor faults and milliseconds per call of ``forward``, after 3 warm-up calls."""
+    for _ in range(3):
+        forward()
+    faults, start = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.perf_counter()
+    for _ in range(calls):
+        forward()
+    seconds = time.perf_counter() - start
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
     return faults / calls, seconds / calls * 1e3
 
 
-def block_medians_ms(fn, inputs, blocks: int, calls: int) -> list[float]:
-    """``blocks`` medians of ``calls`` single-call times of ``fn`` on ``inputs``, in ms."""
+def block_medians_ms(forward, blocks: int, calls: int) -> list[float]:
+    """``blocks`` medians of ``calls`` single-call times of ``forward``, in ms."""
     medians = []
-    with torch.no_grad():
-        for _ in range(blocks):
-            times = []
-            for _ in range(calls):
-                start = time.perf_counter()
-                fn(inputs.query, inputs.key, inputs.value, mask=inputs.mask, scale=inputs.scale)
-                times.append(time.perf_counter() - start)
-            medians.append(statistics.median(times) * 1e3)
+    for _ in range(blocks):
+        times = []
+        for _ in range(calls):
+            start = time.perf_counter()
+            forward()
+            times.append(time.perf_counter() - start)
+        medians.append(statistics.median(times) * 1e3)
     return medians
 
 
@@ -69,10 +68,11 @@ def main() -> None:
         inputs = make_inputs(case, 0)
         score_mib = torch.Size(case.score_shape).numel() * inputs.query.element_size() / 2**20
         for name in args.variants.split():
-            faults, ms = faults_and_ms(get_variant(name).fn, inputs, args.calls)
+            forward = bind(get_variant(name), inputs)  # prepared for the case, under torch.no_grad()
+            faults, ms = faults_and_ms(forward, args.calls)
             print(f"{case_id} (scores {score_mib:g} MiB) {name:14s} {faults:8.0f} minor faults/call {ms:8.2f} ms/call")
             if args.blocks:
-                medians = block_medians_ms(get_variant(name).fn, inputs, args.blocks, args.calls)
+                medians = block_medians_ms(forward, args.blocks, args.calls)
                 print(f"    block medians ms: {' '.join(f'{m:.1f}' for m in medians)}; "
                       f"spread {max(medians) / min(medians) - 1:.0%}")
 

@@ -8,7 +8,8 @@ datacenter GPU (the post's case is ``8x16x1024x64`` bf16 causal).
 from __future__ import annotations
 
 import dataclasses
-import difflib
+
+from perfsuite.errors import did_you_mean
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,7 +131,5 @@ CASE_SETS.update({
 def get_case_set(name: str) -> CaseSet:
     """The set called ``name``; ``ValueError`` lists the known sets otherwise."""
     if name not in CASE_SETS:
-        close = difflib.get_close_matches(name, list(CASE_SETS), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ValueError(f"case set {name!r} is unknown{hint}; known: {', '.join(CASE_SETS)}")
+        raise ValueError(f"case set {name!r} is unknown{did_you_mean(name, CASE_SETS)}; known: {', '.join(CASE_SETS)}")
     return CASE_SETS[name]

@@ -50,9 +50,8 @@ _COPY_HINT = (". Out-of-place masked_fill clones the scores (aten::clone), as do
 
 def _score_copies_named(evidence, lane: str) -> str:
     """The first step's score-sized copies on ``lane``, as ``op [shape]``, for a failure message."""
-    shape = tuple(evidence.case.score_shape)
-    names = [f"{c.name} [{'x'.join(map(str, c.shape))}]" for c in evidence.steps[0].copies
-             if c.lane == lane and c.shape == shape and not c.dtype_conversion]
+    names = [f"{c.name} [{'x'.join(map(str, c.shape))}]"
+             for c in evidence.steps[0].copies_with_shape(evidence.case.score_shape, lane)]
     return "score-sized copies in the first step: " + (", ".join(names) or "none")
 
 

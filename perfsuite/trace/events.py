@@ -118,10 +118,14 @@ class WindowSummary:
     def copy_kernel_count(self) -> int:
         return sum(1 for c in self.copies if c.kind == "copy kernel")
 
-    def copies_of_shape(self, shape: Iterable[int], lane: str) -> int:
+    def copies_with_shape(self, shape: Iterable[int], lane: str) -> list[CopyRecord]:
         """Same-dtype copies on ``lane`` whose destination has exactly ``shape`` (e.g. the scores)."""
         wanted = tuple(shape)
-        return sum(1 for c in self.copies if c.lane == lane and c.shape == wanted and not c.dtype_conversion)
+        return [c for c in self.copies if c.lane == lane and c.shape == wanted and not c.dtype_conversion]
+
+    def copies_of_shape(self, shape: Iterable[int], lane: str) -> int:
+        """How many ``copies_with_shape``."""
+        return len(self.copies_with_shape(shape, lane))
 
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

@@ -9,13 +9,13 @@ output ``[batch, num_heads, seq_len_q, head_dim]``; ``mask`` is a ``perfsuite.at
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import inspect
 from typing import Any, Callable, Mapping
 
 import torch
 
 from perfsuite.attention.contract import PrepareFn, VariantFn
+from perfsuite.errors import did_you_mean
 
 _POSITIONAL = ("query", "key", "value")
 _KEYWORD_ONLY = ("mask", "scale")
@@ -186,9 +186,8 @@ def unregister_variant(name: str) -> Variant:
 def get_variant(name: str) -> Variant:
     """Return the variant called ``name``; ``ValueError`` lists the known names otherwise."""
     if name not in _REGISTRY:
-        close = difflib.get_close_matches(name, list(_REGISTRY), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ValueError(f"unknown attention variant {name!r}{hint}; known: {', '.join(_REGISTRY)}")
+        raise ValueError(f"unknown attention variant {name!r}{did_you_mean(name, _REGISTRY)}; "
+                         f"known: {', '.join(_REGISTRY)}")
     return _REGISTRY[name]
 
 
