@@ -29,8 +29,16 @@ suite median / Timer median per pair, its Hodges-Lehmann estimate and exact 95% 
 interval over the pairs (``perfsuite.gate.stats.wilcoxon_interval``), the same statistic the A/B
 gate uses; the interval inside 0.97-1.03 is agreement.
 
+``--interleaved --alternate calls`` pairs single timed calls instead of blocks: pytest-benchmark's
+own round (the fixture's runner, with the iterations per round its calibration picks) and one
+``Timer.timeit(1)``, adjacent, alternating which goes first; the statistic is the same over the
+per-call ratios. On this VM a step's speed changes from one half-second block to the next by up to
+25%, so block pairs leave intervals 3-8% wide; adjacent calls share the machine's state, so the
+pairs measure the two instruments, not the moment (README, "Timings on a shared machine").
+
     .venv/bin/python scripts/fidelity.py --out docs/fidelity
     .venv/bin/python scripts/fidelity.py --interleaved --out docs/fidelity
+    .venv/bin/python scripts/fidelity.py --interleaved --alternate calls --pairs 200 --out docs/fidelity
 """
 
 from __future__ import annotations
@@ -100,18 +108,21 @@ from perfsuite.measure.evidence import gather_evidence
 from perfsuite.variants import get_variant
 
 variant, case, seed, pairs = sys.argv[1], parse_case_id(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-options = json.loads(sys.argv[5])
+options, mode = json.loads(sys.argv[5]), sys.argv[6]
 with tempfile.TemporaryDirectory() as scratch:
     step = gather_evidence(get_variant(variant), case, seed, Path(scratch)).step
 quiet = types.SimpleNamespace(debug=lambda *a, **k: None, info=lambda *a, **k: None, warning=lambda *a, **k: None)
 
-def suite_block():
-    fixture = BenchmarkFixture(types.SimpleNamespace(name="fidelity", nodeid="fidelity"), disable_gc=False,
+def make_fixture():
+    return BenchmarkFixture(types.SimpleNamespace(name="fidelity", nodeid="fidelity"), disable_gc=False,
         timer=NameWrapper(time.perf_counter), min_rounds=options["min_rounds"], min_time=options["min_time"],
         max_time=options["max_time"], precision=None, confidence=None, warmup=True,
         warmup_iterations=options["warmup_iterations"], calibration_precision=10, add_stats=lambda s: None,
         logger=quiet, warner=lambda *a, **k: None, disabled=False, cprofile=False, cprofile_loops=None,
         cprofile_dump=False)
+
+def suite_block():
+    fixture = make_fixture()
     fixture(step)
     return list(fixture.stats.stats.data)
 
@@ -121,30 +132,61 @@ def timer_block(calls):
         step()
     return [timer.timeit(1).median for _ in range(calls)]
 
-ratios, suite_all, timer_all, contended = [], [], [], 0
-for pair in range(pairs):
-    with Probe() as probe:
-        if pair % 2 == 0:  # ABBA: neither method always runs first
-            suite = suite_block(); timer_times = timer_block(len(suite))
-        else:
-            timer_times = timer_block(len(suite_all[-1]) if suite_all else options["min_rounds"]); suite = suite_block()
-    if probe.evidence(suite + timer_times).contended:
-        contended += 1
-        continue
-    suite_all.append(suite); timer_all.append(timer_times)
-    ratios.append(math.log(statistics.median(suite) / statistics.median(timer_times)))
+def blocks():
+    ratios, suite_all, timer_all, contended = [], [], [], 0
+    for pair in range(pairs):
+        with Probe() as probe:
+            if pair % 2 == 0:  # ABBA: neither method always runs first
+                suite = suite_block(); timer_times = timer_block(len(suite))
+            else:
+                timer_times = timer_block(len(suite_all[-1]) if suite_all else options["min_rounds"]); suite = suite_block()
+        if probe.evidence(suite + timer_times).contended:
+            contended += 1
+            continue
+        suite_all.append(suite); timer_all.append(timer_times)
+        ratios.append(math.log(statistics.median(suite) / statistics.median(timer_times)))
+    return ratios, suite_all, timer_all, contended, {
+        "rounds_per_block": [len(b) for b in suite_all],
+        "block_medians_ms": [[round(statistics.median(a) * 1e3, 4), round(statistics.median(b) * 1e3, 4)]
+                             for a, b in zip(suite_all, timer_all)]}
+
+def calls(chunk=20):
+    # pytest-benchmark's own round (its runner, the iterations its calibration picks) and one
+    # Timer.timeit(1), adjacent, alternating which goes first; a Probe per chunk of pairs
+    fixture = make_fixture()
+    runner = fixture._make_runner(step, (), {})
+    _, iterations, loops = fixture._calibrate_timer(runner)
+    for _ in range(options["warmup_iterations"]):
+        step()
+    ratios, suite_all, timer_all, contended = [], [], [], 0
+    for start in range(0, pairs, chunk):
+        suite, timer_times = [], []
+        with Probe() as probe:
+            for pair in range(start, min(start + chunk, pairs)):
+                if pair % 2 == 0:
+                    suite.append(runner(loops) / iterations); timer_times.append(timer.timeit(1).median)
+                else:
+                    timer_times.append(timer.timeit(1).median); suite.append(runner(loops) / iterations)
+        if probe.evidence(suite + timer_times).contended:
+            contended += len(suite)
+            continue
+        suite_all.append(suite); timer_all.append(timer_times)
+        ratios += [math.log(a / b) for a, b in zip(suite, timer_times)]
+    return ratios, suite_all, timer_all, contended, {"iterations_per_round": iterations}
+
+ratios, suite_all, timer_all, contended, extra = blocks() if mode == "blocks" else calls()
 result = {"pairs": len(ratios), "contended_pairs": contended,
           "suite_median_s": statistics.median(x for b in suite_all for x in b) if suite_all else None,
           "timer_median_s": statistics.median(x for b in timer_all for x in b) if timer_all else None,
-          "rounds_per_block": [len(b) for b in suite_all],
-          "pair_ratios": [round(math.exp(r), 4) for r in ratios],
-          "block_medians_ms": [[round(statistics.median(a) * 1e3, 4), round(statistics.median(b) * 1e3, 4)]
-                               for a, b in zip(suite_all, timer_all)]}
+          "pair_ratios": [round(math.exp(r), 4) for r in ratios]} | extra
 if len(ratios) >= 6:
     estimate, low, high = wilcoxon_interval(ratios, 0.05)
     result |= {"ratio": math.exp(estimate), "low": math.exp(low), "high": math.exp(high)}
 print(json.dumps(result))
 """
+
+
+POOLED_PAIRS_MAX = 1000  # the exact signed-rank distribution costs O(n^3) time beyond that
 
 
 def benchmark_keys(args) -> list[str]:
@@ -171,7 +213,7 @@ def run_interleaved(key: str, args, env) -> dict:
     variant, case = key.split("/")
     before = load_average()
     found = subprocess.run([sys.executable, "-c", INTERLEAVED_CODE, variant, case, str(args.seed), str(args.pairs),
-                            json.dumps(benchmark_options() | {"min_rounds": args.block_rounds})],
+                            json.dumps(benchmark_options() | {"min_rounds": args.block_rounds}), args.alternate],
                            cwd=ROOT, env=env, capture_output=True, text=True)
     if found.returncode:
         return {"error": found.stderr.strip().splitlines()[-1] if found.stderr.strip() else f"exit {found.returncode}"}
@@ -195,10 +237,16 @@ def interleaved_table(rows: dict[str, dict]) -> str:
                      f"{r['pairs']} ({r['contended_pairs']}) | "
                      f"{r['load_before'].split()[0]}-{r['load_after'].split()[0]} |")
     logs = [math.log(ratio) for r in rows.values() for ratio in r.get("pair_ratios", [])]
-    if len(logs) >= 6:
+    if 6 <= len(logs) <= POOLED_PAIRS_MAX:
         estimate, low, high = (math.exp(x) for x in wilcoxon_interval(logs, 0.05))
         lines += ["", f"All benchmarks' pairs pooled ({len(logs)} pairs): suite / Timer = {estimate:.3f}, "
                       f"95% interval [{low:.3f}, {high:.3f}]."]
+    estimates = [math.log(r["ratio"]) for r in rows.values() if "ratio" in r]
+    if len(logs) > POOLED_PAIRS_MAX and len(estimates) >= 6:
+        estimate, low, high = (math.exp(x) for x in wilcoxon_interval(estimates, 0.05))
+        lines += ["", f"Across the {len(estimates)} benchmarks' estimates: suite / Timer = {estimate:.3f}, "
+                      f"95% interval [{low:.3f}, {high:.3f}] (Hodges-Lehmann and signed-rank interval over "
+                      f"the per-benchmark estimates)."]
     return "\n".join(lines) + "\n"
 
 
@@ -207,11 +255,11 @@ def main_interleaved(args, env, keys: list[str]) -> None:
     for key in keys:
         rows[key] = run_interleaved(key, args, env)
         print(key, json.dumps(rows[key]), flush=True)
-    out = Path(args.out)
-    (out / "interleaved.json").write_text(json.dumps({"args": vars(args), "options": benchmark_options(),
+    out, name = Path(args.out), "interleaved" if args.alternate == "blocks" else "interleaved-calls"
+    (out / f"{name}.json").write_text(json.dumps({"args": vars(args), "options": benchmark_options(),
                                                       "conditions": required_env(), "rows": rows}, indent=1))
     table = interleaved_table(rows)
-    (out / "interleaved.md").write_text(table)
+    (out / f"{name}.md").write_text(table)
     print(table)
 
 
@@ -251,7 +299,10 @@ def main() -> None:
     parser.add_argument("--out", default="perfsuite-results/fidelity")
     parser.add_argument("--interleaved", action="store_true",
                         help="both methods in one process, alternating blocks (module docstring)")
-    parser.add_argument("--pairs", type=int, default=20, help="--interleaved: block pairs per benchmark")
+    parser.add_argument("--alternate", choices=("blocks", "calls"), default="blocks",
+                        help="--interleaved: alternate blocks of each method's loop, or single timed calls")
+    parser.add_argument("--pairs", type=int, default=20,
+                        help="--interleaved: block pairs (or call pairs) per benchmark")
     parser.add_argument("--block-rounds", type=int, default=5,
                         help="--interleaved: pytest-benchmark's min_rounds per block (benchmarks.ini's max_time "
                              "still applies: a fast step gets more rounds); fewer than the suite's 15 so that a "
