@@ -4,9 +4,10 @@ intervals, structural differences, and refusals that keep baselines honest.
 Benchmarks are matched by ``variant/case-id`` from their ``extra_info`` (never by test node
 id), so a case with another dtype or shape is another benchmark. Runs from different device
 names or torch versions are refused unless forced. A benchmark timed under contention in either
-run (``extra_info['contention']``, ``perfsuite.measure.contention``) gets the verdict
-``inconclusive: contended`` instead of slower/faster: its timings say more about the other
-processes than about the code.
+run (``extra_info['contention']``, ``perfsuite.measure.contention``), or whose reference kernel
+shows the machine ran at another speed in the two runs (``perfsuite.measure.speed_reference``), gets
+the verdict ``inconclusive: contended`` instead of slower/faster: its timings say more about the
+machine than about the code.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 from perfsuite.errors import BaselineError, IncomparableRuns
 from perfsuite.trace.structure import diff_fingerprints
 from perfsuite.measure.machine import machine_differences
+from perfsuite.measure.speed_reference import speed_change
 from perfsuite.gate.stats import CONTENDED_VERDICT, GateSettings, RatioEstimate, unpaired_ratio, verdict
 from perfsuite.storage import read_json
 
@@ -77,6 +79,8 @@ def _compare_one(key: str, base: dict[str, Any] | None, head: dict[str, Any] | N
                                    "no per-round data: save runs with --benchmark-save-data")
     estimate = unpaired_ratio(data_base, data_head, settings.alpha)
     contended = contention_note(base, "base") + contention_note(head, "head")
+    speed = speed_change(base.get("extra_info") or {}, head.get("extra_info") or {})
+    contended += [speed] if speed else []
     if contended:
         return BenchmarkComparison(key, *medians, estimate, CONTENDED_VERDICT, structure, "; ".join(contended))
     return BenchmarkComparison(key, *medians, estimate, verdict(estimate, settings), structure)
@@ -143,7 +147,8 @@ def markdown(comparisons: list[BenchmarkComparison], settings: GateSettings, tit
                                                   "drift between blocks cancels)." if method != UNPAIRED_METHOD else ".")]
     if any(c.verdict == CONTENDED_VERDICT for c in comparisons):
         rows.append(f"`{CONTENDED_VERDICT}`: other processes, or on a virtual machine the hypervisor (CPU steal), "
-                    "took the CPU while it was timed (perfsuite.measure.contention); rerun it when the machine is quiet.")
+                    "took the CPU while it was timed (perfsuite.measure.contention), or the machine ran at another "
+                    "speed in the two runs (perfsuite.measure.speed_reference); rerun it when the machine is quiet.")
     if method == UNPAIRED_METHOD:
         rows.append("Two separate runs: drift of the machine between them is not controlled, so there is no "
                     "false-alarm bound; gate with `perfsuite ab` (interleaved), which has one.")

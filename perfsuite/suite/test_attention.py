@@ -8,7 +8,7 @@ that cannot run a case (or has no backward) is skipped with the reason torch gav
 import pytest
 import torch
 
-from perfsuite.measure import compile_stats, contention
+from perfsuite.measure import compile_stats, contention, speed_reference
 from perfsuite.trace.kernel_families import (FLEX_FUSED_FAMILY, SDPA_BACKEND_FAMILIES, backend_kernel_families,
                                              fused_kernel_failure, is_unfused_attention_work, kernel_family)
 from perfsuite.suite.record import benchmark_extra_info
@@ -166,11 +166,15 @@ def test_benchmark(mode_evidence, benchmark, perfsuite_run, request):
     benchmark.group = case.id
     benchmark.extra_info.update(benchmark_extra_info(evidence))
     before = compile_stats.snapshot()
+    on_cpu = case.device == "cpu"
+    speed_before = speed_reference.reference_ms() if on_cpu else None  # the machine's speed, beside the rounds
     with contention.Probe() as probe:  # reads /proc before and after, never inside the timed rounds
         timing, info = benchmark_step(benchmark, evidence.step, case.device, run.timer,
                                       rounds=request.config.getoption("benchmark_min_rounds"), flush_l2=run.l2_flush,
                                       cuda_graph=run.cuda_graphs)
     benchmark.extra_info.update(info)
+    if on_cpu:
+        benchmark.extra_info["speed_reference"] = speed_reference.record(speed_before, speed_reference.reference_ms())
     recompiled = compile_stats.since(before).graphs_compiled
     benchmark.extra_info["graphs_compiled_while_timed"] = recompiled
     stats = benchmark.stats.stats if benchmark.stats else None  # None when timing is disabled

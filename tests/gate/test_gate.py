@@ -77,11 +77,14 @@ def test_fingerprint_diff_names_the_hidden_copy(tmp_path):
     assert diff_fingerprints(fingerprint(naive, "cpu"), fingerprint(naive, "cpu")) == []
 
 
-def saved_run(path, times, device="cpu: AMD EPYC", torch_version="2.13.0", clones=0, contention=None):
+def saved_run(path, times, device="cpu: AMD EPYC", torch_version="2.13.0", clones=0, contention=None,
+              reference_ms=None):
     bench = {"name": "test_benchmark[x]", "stats": {"median": float(np.median(times)), "data": list(times)},
              "extra_info": {"variant": "naive", "case": "b1h2s16d8-fp32-causal-cpu",
                             "fingerprint": {"cpu_ops": {"aten::clone": clones}, "allocated_bytes": 0},
                             "contention": contention}}
+    if reference_ms is not None:
+        bench["extra_info"]["speed_reference"] = {"before_ms": reference_ms[0], "after_ms": reference_ms[1]}
     data = {"machine_info": {"perfsuite": {"device_names": {"cpu": device}, "torch_version": torch_version}},
             "benchmarks": [bench]}
     path.write_text(json.dumps(data))
@@ -188,6 +191,22 @@ def test_a_run_timed_under_contention_is_not_judged_slower(tmp_path, capsys):
     assert "WARNING: 1 timed under contention, not judged" in out and "rerun it when the machine is quiet" in out
     quiet = saved_run(tmp_path / "quiet.json", 3 * np.exp(rng.normal(0, 0.01, 50)), contention={"contended": False})
     assert main(["compare", str(base), str(quiet)]) == 1
+
+
+def test_a_machine_at_another_speed_is_not_judged(tmp_path, capsys):
+    """The head is 1.4x slower and so was the reference kernel beside it: the machine changed, not the code."""
+    rng = np.random.default_rng(5)
+    base = saved_run(tmp_path / "base.json", np.exp(rng.normal(0, 0.01, 50)), reference_ms=(1.0, 1.0))
+    slow_machine = saved_run(tmp_path / "slow.json", 1.4 * np.exp(rng.normal(0, 0.01, 50)), reference_ms=(1.3, 1.5))
+    [comparison] = compare_runs(load_benchmark_file(base), load_benchmark_file(slow_machine), SETTINGS)
+    assert comparison.verdict == CONTENDED_VERDICT
+    assert "took 1.000 ms in the base run and 1.396 ms in the head run (x1.40, limit 5%)" in comparison.note
+    assert main(["compare", str(base), str(slow_machine)]) == 0
+    assert "ran at another speed in the two runs" in capsys.readouterr().out
+    same_machine = saved_run(tmp_path / "same.json", 1.4 * np.exp(rng.normal(0, 0.01, 50)), reference_ms=(0.95, 1.05))
+    no_reference = saved_run(tmp_path / "old.json", 1.4 * np.exp(rng.normal(0, 0.01, 50)))
+    assert main(["compare", str(base), str(same_machine)]) == 1  # a real slowdown on a steady machine still fails
+    assert main(["compare", str(base), str(no_reference)]) == 1  # runs saved before the reference existed
 
 
 def test_the_table_shows_the_ratio_of_medians_next_to_the_statistic(tmp_path, capsys):
