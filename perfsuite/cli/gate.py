@@ -55,7 +55,8 @@ def add_gate_options(parser: argparse.ArgumentParser) -> None:
 
 def add_commands(commands) -> None:
     compare = commands.add_parser("compare", help="statistical comparison of two saved runs (pytest-benchmark JSON)")
-    compare.add_argument("base", help="baseline JSON (saved with --benchmark-save-data)")
+    compare.add_argument("base", help="baseline JSON with per-round data (perfsuite run and scripts/bench.sh save it; "
+                                      "plain pytest-benchmark needs --benchmark-save-data)")
     compare.add_argument("head", help="new run JSON")
     add_gate_options(compare)
     ab = commands.add_parser("ab", help="A/B gate: base and head interleaved in one run")
@@ -208,10 +209,9 @@ def run_ab_command(args: argparse.Namespace) -> int:
                                                + (f":{variant}" if variant else ""))
     title = (f"perfsuite A/B: {name(args.base_ref, commits.get('base'), base, args.base_variant)} -> "
              f"{name(args.head_ref, commits.get('head'), head, args.head_variant)}")
-    if notes:
-        title += " (" + "; ".join(notes) + ")"
     versions = (info["base_machine"].get("torch_version"), info.get("torch_version"))
     if versions[0] != versions[1]:
         title += f" (torch {versions[0]} -> {versions[1]})"
+    title += "".join(f"\n\nNote: {note}." for note in notes)  # below the heading, not in it
     method = f"{PAIRED_METHOD}; {plan.describe(settings.alpha)}"
     return _finish(judge(comparisons, settings, title, method, args.fail_on_structure), args)

@@ -127,17 +127,21 @@ class AbBenchmark:
 
 def pair_sampler(base: WorkerProcess, head: WorkerProcess, rounds: int):
     """``next_pair()`` for ``sequential_paired``: one block per side, order alternating AB, BA, ...;
-    the pair is contended when either block was (``perfsuite.measure.contention``)."""
+    the pair is contended when either block was (``perfsuite.measure.contention``); ``next_pair.reasons``
+    collects the first reason of each contended block, for the report."""
     count = [0]
+    reasons: list[str] = []
 
     def next_pair() -> tuple[list[float], list[float], bool]:
         order = (base, head) if count[0] % 2 == 0 else (head, base)
         count[0] += 1
         replies = {id(worker): worker.ask({"time": rounds}) for worker in order}
         b, h = replies[id(base)], replies[id(head)]
-        contended = any((r.get("contention") or {}).get("contended") for r in (b, h))
-        return b["times"], h["times"], contended
+        flagged = [r["contention"] for r in (b, h) if (r.get("contention") or {}).get("contended")]
+        reasons.extend(found["reasons"][0] for found in flagged if found.get("reasons"))
+        return b["times"], h["times"], bool(flagged)
 
+    next_pair.reasons = reasons
     return next_pair
 
 
@@ -173,10 +177,13 @@ def run_benchmark(base: WorkerProcess, head: WorkerProcess, variant: str, case_i
         return AbBenchmark(key, [], [], comparison)
     if any("unsupported" in s for s in setups):
         return None
-    outcome = sequential_paired(pair_sampler(base, head, rounds), settings, plan)
+    sampler = pair_sampler(base, head, rounds)
+    outcome = sequential_paired(sampler, settings, plan)
     clean = [i for i, c in enumerate(outcome.contended) if not c]
     note = f"{len(clean)} pairs" + (f", {len(outcome.contended) - len(clean)} contended set aside"
                                     if len(clean) < len(outcome.contended) else "")
+    if sampler.reasons:
+        note += f"; the last: {sampler.reasons[-1]}"
     comparison = BenchmarkComparison(
         key, median_of_rounds([outcome.base_blocks[i] for i in clean]) or median_of_rounds(outcome.base_blocks),
         median_of_rounds([outcome.head_blocks[i] for i in clean]) or median_of_rounds(outcome.head_blocks),

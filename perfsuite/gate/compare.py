@@ -19,7 +19,7 @@ from typing import Any
 from perfsuite.errors import BaselineError, IncomparableRuns
 from perfsuite.trace.structure import diff_fingerprints
 from perfsuite.measure.machine import machine_differences
-from perfsuite.measure.speed_reference import speed_change
+from perfsuite.measure.speed_reference import SPEED_CHANGED, speed_change
 from perfsuite.gate.stats import CONTENDED_VERDICT, GateSettings, RatioEstimate, unpaired_ratio, verdict
 from perfsuite.storage import read_json
 
@@ -94,6 +94,11 @@ def contention_note(bench: dict[str, Any], side: str) -> list[str]:
     return [f"{side} run contended: " + "; ".join(found.get("reasons") or ["no reason recorded"])]
 
 
+def speed_changed(comparison: BenchmarkComparison) -> bool:
+    """True when the machine's speed, not contention, kept a benchmark from being judged."""
+    return comparison.verdict == CONTENDED_VERDICT and comparison.note.startswith(SPEED_CHANGED)
+
+
 def compare_runs(base: dict[str, Any], head: dict[str, Any], settings: GateSettings) -> list[BenchmarkComparison]:
     """Compare every benchmark of either run, in a stable order.
 
@@ -145,10 +150,15 @@ def markdown(comparisons: list[BenchmarkComparison], settings: GateSettings, tit
              f"The verdict comes from the {statistic} column; head ms / base ms is the ratio of the two medians "
              "shown, which may differ from it" + (" (the paired statistic compares each block with its neighbour, so "
                                                   "drift between blocks cancels)." if method != UNPAIRED_METHOD else ".")]
-    if any(c.verdict == CONTENDED_VERDICT for c in comparisons):
+    if any(c.verdict == CONTENDED_VERDICT and not speed_changed(c) for c in comparisons):
         rows.append(f"`{CONTENDED_VERDICT}`: other processes, or on a virtual machine the hypervisor (CPU steal), "
-                    "took the CPU while it was timed (perfsuite.measure.contention), or the machine ran at another "
-                    "speed in the two runs (perfsuite.measure.speed_reference); rerun it when the machine is quiet.")
+                    "took the CPU while it was timed (perfsuite.measure.contention); rerun it when the machine is quiet.")
+    if any(speed_changed(c) for c in comparisons):
+        rows.append(f"`{CONTENDED_VERDICT}` ({SPEED_CHANGED}): nothing that /proc shows took the CPU (the run's "
+                    "`timing` column may say ok), but a reference matmul timed beside the benchmark ran at another "
+                    "speed in the two runs (perfsuite.measure.speed_reference): on a virtual machine, another guest "
+                    "on the same core or the host's clock. A quiet load average does not rule it out; gate with "
+                    "`perfsuite ab`, whose pairs share the machine's speed.")
     if method == UNPAIRED_METHOD:
         rows.append("Two separate runs: drift of the machine between them is not controlled, so there is no "
                     "false-alarm bound; gate with `perfsuite ab` (interleaved), which has one.")

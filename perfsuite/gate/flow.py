@@ -10,7 +10,7 @@ import dataclasses
 from typing import Any
 
 from perfsuite.gate.compare import (UNPAIRED_METHOD, BenchmarkComparison, check_compatible, compare_runs,
-                                    judged_nothing, markdown)
+                                    judged_nothing, markdown, speed_changed)
 from perfsuite.gate.stats import CONTENDED_VERDICT, GateSettings
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_UNUSABLE = 0, 1, 2
@@ -54,13 +54,26 @@ class GateOutcome:
                   for v in ("no change", "faster", "inconclusive", CONTENDED_VERDICT, "missing")}
         shown = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
         changed = sum(1 for c in self.comparisons if c.structure)
-        notes = [f"{changed} with structural changes (they fail only with --fail-on-structure)"] if changed else []
+        notes = [f"{changed} with structural changes (they fail the gate only with --fail-on-structure, "
+                  "or --perfsuite-fail-on-structure in perfsuite run / pytest)"] if changed else []
         if counts["inconclusive"]:
             notes.append("inconclusive timings decide nothing: more blocks/rounds or a quieter machine")
         if counts[CONTENDED_VERDICT]:
-            notes.append(f"WARNING: {counts[CONTENDED_VERDICT]} timed under contention, not judged")
+            notes.append(f"WARNING: {counts[CONTENDED_VERDICT]} {self._why_contended(counts[CONTENDED_VERDICT])}, "
+                         "not judged")
         return (f"perfsuite gate: PASS: no regression found in {plural(total, 'benchmark')} ({shown})"
                 + "".join(f"; {note}" for note in notes))
+
+    def _why_contended(self, contended: int) -> str:
+        return _why_contended_text(contended, sum(1 for c in self.comparisons if speed_changed(c)))
+
+
+def _why_contended_text(contended: int, speed: int) -> str:
+    if not speed:
+        return "timed under contention"
+    if speed == contended:
+        return "at another machine speed than the baseline"
+    return f"timed under contention or ({speed} of them) at another machine speed than the baseline"
 
 
 def failure_reason(comparison: BenchmarkComparison, fail_on_structure: bool) -> str | None:

@@ -20,8 +20,9 @@ def _git(*args: str, cwd: Path | None = None) -> str:
 
 def ref_commits(refs: dict[str, str | None]) -> tuple[dict[str, str], list[str]]:
     """Short commit ids of the named refs (``{"base": "main", "head": "HEAD"}``), and notes for the
-    user: base and head are one commit (an A/A gate), or a ref is the checked-out commit while the
-    working tree has uncommitted changes to tracked files, which a ref does not include.
+    user: base and head are one commit (an A/A gate), or the head ref is the checked-out commit while the
+    working tree has uncommitted changes to tracked files, which a ref does not include (a base ref
+    without them, beside ``--head-tree .``, is the usual way to gate them, and gets no note).
 
     Raises:
         UsageError: not inside a git repository, or a ref that does not resolve.
@@ -36,10 +37,9 @@ def ref_commits(refs: dict[str, str | None]) -> tuple[dict[str, str], list[str]]
         notes.append(f"base and head are the same commit ({commits['base'][:9]}): this is an A/A gate")
     checked_out = _git("rev-parse", "HEAD", cwd=repo)
     dirty = _git("status", "--porcelain", "--untracked-files=no", cwd=repo)
-    for name, commit in commits.items():
-        if dirty and commit == checked_out:
-            notes.append(f"--{name}-ref {wanted[name]} is the checked-out commit, and your uncommitted changes are not "
-                         f"in it; commit them, or gate them as they are with --{name}-tree .")
+    if dirty and commits.get("head") == checked_out:  # a base ref without the changes is what the user wants
+        notes.append(f"--head-ref {wanted['head']} is the checked-out commit, and your uncommitted changes are not "
+                     "in it; commit them, or gate them as they are with --head-tree . instead of --head-ref")
     return {name: commit[:9] for name, commit in commits.items()}, notes
 
 

@@ -27,6 +27,7 @@ from perfsuite.measure.contention import WAIT_LIMIT, check_enabled
 REFERENCE_SIZE = 384  # square fp32 matmul: about 0.1 GFLOP, about 1 ms on two cores of the CI VM
 REFERENCE_CALLS = 20  # median of this many calls: about 20 ms before and 20 ms after each benchmark
 SPEED_LIMIT = WAIT_LIMIT  # as for run-queue wait: a change of machine speed that could explain a 5% change
+SPEED_CHANGED = "the machine ran at another speed"  # how a speed_change sentence starts
 REFERENCE = f"fp32 matmul {REFERENCE_SIZE}x{REFERENCE_SIZE}x{REFERENCE_SIZE}, median of {REFERENCE_CALLS} calls"
 
 _operands: tuple[Any, Any] | None = None
@@ -79,6 +80,6 @@ def speed_change(base_info: dict[str, Any], head_info: dict[str, Any], limit: fl
     ratio = head / base
     if abs(math.log(ratio)) <= math.log1p(limit):
         return None
-    return (f"the machine ran at another speed: the reference ({REFERENCE}) took {base:.3f} ms in the base run "
+    return (f"{SPEED_CHANGED}: the reference ({REFERENCE}) took {base:.3f} ms in the base run "
             f"and {head:.3f} ms in the head run (x{ratio:.2f}, limit {limit:.0%}); on a virtual machine another "
             "guest on the same core or the host's clock, which CPU steal does not show")

@@ -10,7 +10,8 @@ from perfsuite.gate.ab import Side, run_ab
 from perfsuite.attention.cases import AttentionCase
 from perfsuite.cli.main import main
 from perfsuite.errors import BaselineError, IncomparableRuns, WorkerError
-from perfsuite.gate.compare import check_compatible, compare_runs, gate_failed, load_benchmark_file
+from perfsuite.gate.compare import (UNPAIRED_METHOD, BenchmarkComparison, check_compatible, compare_runs,
+                                    gate_failed, load_benchmark_file)
 from perfsuite.measure.evidence import gather_evidence
 from perfsuite.trace.structure import diff_fingerprints, fingerprint
 from perfsuite.gate.stats import (CONTENDED_VERDICT, GateSettings, RatioEstimate, SequentialPlan, paired_ratio,
@@ -230,7 +231,9 @@ class FakeWorker:
     def ask(self, request):
         self.log.append(self.name)
         self.calls += 1
-        return {"times": [self.seconds] * request["time"], "contention": {"contended": self.contended(self.calls)}}
+        contended = self.contended(self.calls)
+        reasons = [f"CPU steal 9% of CPU time (limit 5%) in block {self.calls}"] if contended else []
+        return {"times": [self.seconds] * request["time"], "contention": {"contended": contended, "reasons": reasons}}
 
 
 def test_pairs_alternate_their_order_and_carry_either_side_s_contention():
@@ -244,6 +247,23 @@ def test_pairs_alternate_their_order_and_carry_either_side_s_contention():
     assert log == ["base", "head", "head", "base", "base", "head"]
     assert [p[2] for p in pairs] == [False, True, False]
     assert pairs[0][:2] == ([1.0] * 3, [1.1] * 3)
+    assert next_pair.reasons == ["CPU steal 9% of CPU time (limit 5%) in block 2"]  # why, for the report
+
+
+def test_the_verdict_line_says_whether_contention_or_the_machine_s_speed_kept_a_benchmark_unjudged():
+    from perfsuite.gate.flow import judge
+
+    def comparison(note):
+        return BenchmarkComparison("k", 1.0, 1.0, None, CONTENDED_VERDICT, [], note)
+
+    speed = comparison("the machine ran at another speed: the reference took 1.000 ms in the base run")
+    busy = comparison("head run contended: CPU steal 9% of CPU time (limit 5%)")
+    lines = {tuple(n): judge([comparison(n_) for n_ in n], SETTINGS, "t", UNPAIRED_METHOD, False).verdict_line
+             for n in [(speed.note,), (busy.note,), (speed.note, busy.note)]}
+    assert lines[(speed.note,)].endswith("WARNING: 1 at another machine speed than the baseline, not judged")
+    assert lines[(busy.note,)].endswith("WARNING: 1 timed under contention, not judged")
+    assert lines[(speed.note, busy.note)].endswith(
+        "WARNING: 2 timed under contention or (1 of them) at another machine speed than the baseline, not judged")
 
 
 def test_bad_sequential_options_name_the_value(capsys):
