@@ -83,3 +83,17 @@ def speed_change(base_info: dict[str, Any], head_info: dict[str, Any], limit: fl
     return (f"{SPEED_CHANGED}: the reference ({REFERENCE}) took {base:.3f} ms in the base run "
             f"and {head:.3f} ms in the head run (x{ratio:.2f}, limit {limit:.0%}); on a virtual machine another "
             "guest on the same core or the host's clock, which CPU steal does not show")
+
+
+def run_spread(references_ms: list[float], limit: float = SPEED_LIMIT) -> str | None:
+    """A sentence when the reference beside a run's benchmarks (ms each) spread by more than ``limit``
+    over the run, else None (also with fewer than two references)."""
+    if len(references_ms) < 2:
+        return None
+    low, high = min(references_ms), max(references_ms)
+    if high / low <= 1 + limit:
+        return None
+    return (f"the machine's speed changed during this run: the reference ({REFERENCE}) beside its "
+            f"{len(references_ms)} CPU benchmarks took {low:.3f}-{high:.3f} ms (x{high / low:.2f}, limit {limit:.0%}); "
+            "compared with a separate run its timings may show the machine, not the code (perfsuite compare "
+            "withholds those verdicts; perfsuite ab pairs base and head in time)")

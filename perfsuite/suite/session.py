@@ -17,6 +17,7 @@ from perfsuite.gate.baseline import INCOMPLETE_KEY, coverage_note, resolve_basel
 from perfsuite.gate.compare import benchmark_key
 from perfsuite.gate.flow import GateOutcome, judge_saved_runs
 from perfsuite.gate.stats import SEPARATE_RUNS_MIN_EFFECT, GateSettings
+from perfsuite.measure.speed_reference import reference_of, run_spread
 from perfsuite.measure import machine
 from perfsuite.measure.cleanup import release_device_memory, release_exception_frames
 from perfsuite.measure.evidence import (Evidence, PreparedCase, VariantUnsupported, gather_evidence, layout_differences,
@@ -50,6 +51,7 @@ class SuiteSession:
         self._prepared: dict[tuple[str, str], PreparedCase | Exception] = {}
         self._evidence: dict[tuple[str, str, str], Evidence | Exception] = {}
         self.results: dict[tuple[str, str, str], BenchmarkResult] = {}
+        self.speed_references: dict[tuple[str, str, str], float] = {}  # ms, per timed CPU benchmark
         self.skipped: dict[tuple[str, str, str], SkippedResult] = {}
         self.written: tuple[Path, Path] | None = None  # (table.md, run.json) once written
         self._machine: dict | None = None
@@ -126,6 +128,8 @@ class SuiteSession:
         timed run, write table.md and run.json at once (marked partial until the run ends)."""
         result = result_from_benchmark(info, stats)
         self.results[(result.variant, result.case_id, result.mode)] = result
+        if stats and (reference := reference_of(info)) is not None:
+            self.speed_references[(result.variant, result.case_id, result.mode)] = reference
         self.progress.finished += 1
         if self.timed:
             self.write_outputs(final=False)
@@ -316,6 +320,8 @@ class SuiteSession:
             lines.append("timing was disabled in this run; the timed run is `perfsuite run` "
                          "(in perfsuite's own checkout: pytest -c benchmarks.ini)")
         lines += contention_warning(results)
+        spread = run_spread(list(self.speed_references.values()))
+        lines += [f"perfsuite: note: {spread}"] if spread else []
         return lines
 
 

@@ -42,3 +42,12 @@ def test_no_verdict_is_withheld_without_a_reference_on_both_sides():
 def test_the_contention_switch_turns_the_speed_check_off_too(monkeypatch):
     monkeypatch.setenv("PERFSUITE_CONTENTION_CHECK", "off")
     assert speed_change(info(1.0, 1.0), info(2.0, 2.0)) is None
+
+
+def test_a_run_whose_machine_changed_speed_says_so_with_the_range():
+    from perfsuite.measure.speed_reference import run_spread
+
+    assert run_spread([0.70, 0.72, 0.73]) is None  # within 5%
+    assert run_spread([0.9]) is None and run_spread([]) is None
+    found = run_spread([0.648, 0.70, 0.882])
+    assert "beside its 3 CPU benchmarks took 0.648-0.882 ms (x1.36, limit 5%)" in found
