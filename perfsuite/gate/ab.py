@@ -26,7 +26,7 @@ from perfsuite.errors import IncomparableRuns, WorkerError
 from perfsuite.gate.compare import BenchmarkComparison
 from perfsuite.measure.conditions import required_env
 from perfsuite.measure.machine import MUST_MATCH, machine_differences
-from perfsuite.trace.structure import diff_fingerprints
+from perfsuite.trace.structure import adds_work, diff_fingerprints
 from perfsuite.gate.stats import GateSettings, SequentialPlan, sequential_paired
 
 # The same, fixed process conditions for both sides, and for every timed run: the list and the
@@ -187,7 +187,8 @@ def run_benchmark(base: WorkerProcess, head: WorkerProcess, variant: str, case_i
     comparison = BenchmarkComparison(
         key, median_of_rounds([outcome.base_blocks[i] for i in clean]) or median_of_rounds(outcome.base_blocks),
         median_of_rounds([outcome.head_blocks[i] for i in clean]) or median_of_rounds(outcome.head_blocks),
-        outcome.estimate, outcome.verdict, diff_fingerprints(setups[0]["fingerprint"], setups[1]["fingerprint"]), note)
+        outcome.estimate, outcome.verdict, diff_fingerprints(setups[0]["fingerprint"], setups[1]["fingerprint"]), note,
+        adds_work(setups[0]["fingerprint"], setups[1]["fingerprint"]))
     return AbBenchmark(key, outcome.base_blocks, outcome.head_blocks, comparison, outcome.contended,
                        outcome.looks, outcome.stopped, outcome.seconds)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.errors import BaselineError, IncomparableRuns
-from perfsuite.trace.structure import diff_fingerprints
+from perfsuite.trace.structure import adds_work, diff_fingerprints
 from perfsuite.measure.machine import machine_differences
 from perfsuite.measure.speed_reference import SPEED_CHANGED, speed_change
 from perfsuite.gate.stats import CONTENDED_VERDICT, GateSettings, RatioEstimate, unpaired_ratio, verdict
@@ -35,6 +35,7 @@ class BenchmarkComparison:
     verdict: str
     structure: list[str]
     note: str = ""
+    structure_adds_work: bool = False  # trace.structure.adds_work: the change that --fail-on-structure fails
 
 
 def load_benchmark_file(path: str | Path) -> dict[str, Any]:
@@ -71,19 +72,19 @@ def _compare_one(key: str, base: dict[str, Any] | None, head: dict[str, Any] | N
         side = "base" if head is None else "head"
         return BenchmarkComparison(key, None, None, None, "missing", [], f"only in the {side} run")
     medians = (base["stats"]["median"], head["stats"]["median"])
-    structure = diff_fingerprints(base.get("extra_info", {}).get("fingerprint", {}),
-                                  head.get("extra_info", {}).get("fingerprint", {}))
+    prints = (base.get("extra_info", {}).get("fingerprint", {}), head.get("extra_info", {}).get("fingerprint", {}))
+    structure, more = diff_fingerprints(*prints), adds_work(*prints)
     data_base, data_head = base["stats"].get("data"), head["stats"].get("data")
     if not data_base or not data_head:
         return BenchmarkComparison(key, *medians, None, "inconclusive", structure,
-                                   "no per-round data: save runs with --benchmark-save-data")
+                                   "no per-round data: save runs with --benchmark-save-data", more)
     estimate = unpaired_ratio(data_base, data_head, settings.alpha)
     contended = contention_note(base, "base") + contention_note(head, "head")
     speed = speed_change(base.get("extra_info") or {}, head.get("extra_info") or {})
     contended += [speed] if speed else []
     if contended:
-        return BenchmarkComparison(key, *medians, estimate, CONTENDED_VERDICT, structure, "; ".join(contended))
-    return BenchmarkComparison(key, *medians, estimate, verdict(estimate, settings), structure)
+        return BenchmarkComparison(key, *medians, estimate, CONTENDED_VERDICT, structure, "; ".join(contended), more)
+    return BenchmarkComparison(key, *medians, estimate, verdict(estimate, settings), structure, "", more)
 
 
 def contention_note(bench: dict[str, Any], side: str) -> list[str]:
@@ -118,8 +119,9 @@ def _compare_all(base: dict[str, Any], head: dict[str, Any], settings: GateSetti
 
 
 def gate_failed(comparisons: list[BenchmarkComparison], fail_on_structure: bool) -> bool:
-    """True on a ``slower`` verdict, or any structural change when ``fail_on_structure``."""
-    return any(c.verdict == "slower" or (fail_on_structure and c.structure) for c in comparisons)
+    """True on a ``slower`` verdict, or a structural change that adds work (``trace.structure.adds_work``)
+    when ``fail_on_structure``."""
+    return any(c.verdict == "slower" or (fail_on_structure and c.structure_adds_work) for c in comparisons)
 
 
 def _ms(value: float | None) -> str:

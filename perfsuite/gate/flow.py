@@ -35,6 +35,7 @@ class GateOutcome:
     failures: list[str]
     warnings: list[str]
     judged_nothing: bool
+    fail_on_structure: bool = False
 
     @property
     def exit_code(self) -> int:
@@ -49,13 +50,14 @@ class GateOutcome:
         if self.judged_nothing:
             return f"perfsuite gate: NOT JUDGED: no benchmark is in both runs ({total} seen)"
         if self.failures:
-            return f"perfsuite gate: FAIL: {len(self.failures)} of {plural(total, 'benchmark')} regressed"
+            slower = sum(c.verdict == "slower" for c in self.comparisons)
+            more = sum(bool(self.fail_on_structure and c.structure_adds_work) for c in self.comparisons)
+            return (f"perfsuite gate: FAIL: {len(self.failures)} of {plural(total, 'benchmark')} regressed "
+                    f"({slower} slower, {more} with structure that adds work)")
         counts = {v: sum(c.verdict == v for c in self.comparisons)
                   for v in ("no change", "faster", "inconclusive", CONTENDED_VERDICT, "missing")}
         shown = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
-        changed = sum(1 for c in self.comparisons if c.structure)
-        notes = [f"{changed} with structural changes (they fail the gate only with --fail-on-structure, "
-                  "or --perfsuite-fail-on-structure in perfsuite run / pytest)"] if changed else []
+        notes = self._structure_notes()
         if counts["inconclusive"]:
             notes.append("inconclusive timings decide nothing: more blocks/rounds or a quieter machine")
         if counts[CONTENDED_VERDICT]:
@@ -63,6 +65,15 @@ class GateOutcome:
                          "not judged")
         return (f"perfsuite gate: PASS: no regression found in {plural(total, 'benchmark')} ({shown})"
                 + "".join(f"; {note}" for note in notes))
+
+    def _structure_notes(self) -> list[str]:
+        changed = [c for c in self.comparisons if c.structure]
+        if not changed:
+            return []
+        if not self.fail_on_structure:
+            return [f"{len(changed)} with structural changes (a change that adds work fails the gate only with "
+                    "--fail-on-structure, or --perfsuite-fail-on-structure in perfsuite run / pytest)"]
+        return [f"{len(changed)} with structural changes that only remove work (not a failure)"]
 
     def _why_contended(self, contended: int) -> str:
         return _why_contended_text(contended, sum(1 for c in self.comparisons if speed_changed(c)))
@@ -82,8 +93,8 @@ def failure_reason(comparison: BenchmarkComparison, fail_on_structure: bool) -> 
     if comparison.verdict == "slower" and comparison.estimate:
         e = comparison.estimate
         reasons.append(f"slower x{e.ratio:.3f} [{e.low:.3f}, {e.high:.3f}]")
-    if fail_on_structure and comparison.structure:
-        reasons.append("structure changed: " + "; ".join(comparison.structure))
+    if fail_on_structure and comparison.structure_adds_work:
+        reasons.append("structure adds work: " + "; ".join(comparison.structure))
     return ", ".join(reasons) or None
 
 
@@ -92,7 +103,7 @@ def judge(comparisons: list[BenchmarkComparison], settings: GateSettings, title:
     """Turn comparisons into a ``GateOutcome`` (report, failures with reasons, verdict line)."""
     failures = [f"{c.key}: {reason}" for c in comparisons
                 if (reason := failure_reason(c, fail_on_structure)) is not None]
-    outcome = GateOutcome(comparisons, "", failures, list(warnings), judged_nothing(comparisons))
+    outcome = GateOutcome(comparisons, "", failures, list(warnings), judged_nothing(comparisons), fail_on_structure)
     lines = [markdown(comparisons, settings, title, method)]
     lines += [f"- FAIL `{line}`" for line in failures]
     lines += [f"- warning (forced): {w}" for w in warnings]

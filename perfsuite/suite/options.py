@@ -23,7 +23,8 @@ def add_options(parser: pytest.Parser) -> None:
                     help="with --benchmark-compare: judge each benchmark with perfsuite's statistics and "
                          "fingerprints (needs per-round data: --benchmark-save-data in both runs)")
     group.addoption("--perfsuite-fail-on-structure", action="store_true",
-                    help="with --perfsuite-gate: any structural change (ops, kernels, copies, bytes, backend) fails")
+                    help="with --perfsuite-gate: a structural change that adds work (more ops+kernels, copies, "
+                         "bytes, or another SDPA backend) fails")
     group.addoption("--perfsuite-gate-force", action="store_true",
                     help="with --perfsuite-gate: compare with a baseline from other hardware or torch anyway")
     parser.addini("perfsuite_user_variants", "your own attention functions as variants, MODULE:FUNCTION, one per "

@@ -51,6 +51,23 @@ def fingerprint(summary: WindowSummary, device: str, score_writes: Mapping[str, 
 
 
 
+ADDED_WORK_FIELDS = ("copies", "memcpy", "score_writes")  # each counted whole: more of any is more work
+
+
+def adds_work(base: dict[str, Any], head: dict[str, Any]) -> bool:
+    """True when the head's fingerprint does more than the base's: more copies, Memcpy or score
+    writes, more ops and kernels together, more bytes allocated, or another SDPA backend (either
+    way: a backend change needs a reviewer). A change that only removes work (the copy an in-place
+    op saves) is False, so ``--fail-on-structure`` does not fail an optimisation."""
+    total = lambda fp, field: sum((fp.get(field) or {}).values())
+    if any(total(head, f) > total(base, f) for f in ADDED_WORK_FIELDS if f in base and f in head):
+        return True
+    if total(head, "cpu_ops") + total(head, "kernels") > total(base, "cpu_ops") + total(base, "kernels"):
+        return True
+    return (head.get("allocated_bytes", 0) > base.get("allocated_bytes", 0)
+            or base.get("sdpa_backends") != head.get("sdpa_backends"))
+
+
 def diff_fingerprints(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
     """Human lines for every structural change, ``[]`` when identical.
 

@@ -113,6 +113,31 @@ def test_structure_alone_fails_only_when_asked(tmp_path):
     assert gate_failed(comparisons, fail_on_structure=True)
 
 
+def test_a_structural_change_that_only_removes_work_does_not_fail(tmp_path, capsys):
+    """The head drops the clone (an in-place op restored): an optimisation, not a regression."""
+    times = np.exp(np.random.default_rng(3).normal(0, 0.01, 50))
+    base, head = saved_run(tmp_path / "a.json", times, clones=1), saved_run(tmp_path / "b.json", times)
+    [comparison] = compare_runs(load_benchmark_file(base), load_benchmark_file(head), SETTINGS)
+    assert comparison.structure == ["-1 aten::clone"] and not comparison.structure_adds_work
+    assert main(["compare", str(base), str(head), "--fail-on-structure"]) == 0
+    assert "1 with structural changes that only remove work (not a failure)" in capsys.readouterr().out
+    assert main(["compare", str(head), str(base), "--fail-on-structure"]) == 1
+    assert "FAIL: 1 of 1 benchmark regressed (0 slower, 1 with structure that adds work)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("change, adds", [
+    ({"copies": {"cpu aten::clone [2x8]": 1}}, True), ({"memcpy": {"Memcpy DtoD": 1}}, True),
+    ({"allocated_bytes": 4096}, True), ({"sdpa_backends": ["MATH"]}, True),
+    ({"cpu_ops": {"aten::clone": 1, "aten::add": 1}}, True),  # two ops for one
+    ({"cpu_ops": {"aten::view": 1}}, False),  # one op renamed: as much work
+    ({"cpu_ops": {}}, False), ({"allocated_bytes": 0}, False)])
+def test_adds_work_counts_each_kind_of_work_whole(change, adds):
+    from perfsuite.trace.structure import adds_work
+
+    base = {"cpu_ops": {"aten::add": 1}, "copies": {}, "memcpy": {}, "allocated_bytes": 1024, "sdpa_backends": None}
+    assert adds_work(base, base | change) == adds
+
+
 def test_runs_from_other_hardware_are_refused_unless_forced(tmp_path, capsys):
     base = saved_run(tmp_path / "a.json", [1.0] * 10, device="cuda: NVIDIA H100")
     head = saved_run(tmp_path / "b.json", [1.0] * 10)
