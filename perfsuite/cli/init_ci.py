@@ -16,29 +16,41 @@ from perfsuite.storage import write_text_atomic
 
 TEMPLATE = Path(__file__).with_name("templates") / "perfsuite-gate.yml"
 DEFAULT_PATH = Path(".github/workflows/perfsuite-gate.yml")
-DEFAULT_TORCH = "torch --index-url https://download.pytorch.org/whl/cpu"
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+def default_torch() -> str:
+    """pip arguments for the torch this environment runs (``torch==2.13.0`` from the CPU index), so that
+    CI times the torch the user has; a local version label (``+cpu``) is left to the index."""
+    import torch
+
+    return f"torch=={torch.__version__.split('+')[0]} --index-url {TORCH_CPU_INDEX}"
 
 
 def add_command(commands) -> None:
     init = commands.add_parser("init-ci", help="write a GitHub workflow gating your pull requests with perfsuite ab")
     init.add_argument("--output", default=str(DEFAULT_PATH), help=f"where to write it (default {DEFAULT_PATH})")
-    init.add_argument("--torch", default=DEFAULT_TORCH, help=f"pip arguments for torch (default: {DEFAULT_TORCH!r})")
+    init.add_argument("--torch", help="pip arguments for torch (default: the version installed here, from the "
+                                      f"CPU index: {default_torch()!r})")
     init.add_argument("--perfsuite", required=True, metavar="REQUIREMENT",
                       help="how the runner installs perfsuite: a pip requirement such as a git URL "
                            "(git+https://github.com/ORG/perfsuite@TAG) or a wheel's URL")
     init.add_argument("--python", default="3.11", help="Python version of the runner (default 3.11)")
-    init.add_argument("--case-set", default="smoke", help="case set to gate (default smoke)")
+    init.add_argument("--case-set", help="case set to gate (default: perfsuite_case_set of your pytest "
+                                         "configuration, read by perfsuite ab on the runner)")
     init.add_argument("--force", action="store_true", help="replace an existing file")
 
 
-def render(torch: str, perfsuite: str, python: str, case_set: str) -> str:
-    """The workflow text with its placeholders filled; ``UsageError`` for a value that would break YAML."""
-    values = {"@TORCH@": torch, "@PERFSUITE@": perfsuite, "@PYTHON@": python, "@CASE_SET@": case_set}
+def render(torch: str, perfsuite: str, python: str, case_set: str | None) -> str:
+    """The workflow text with its placeholders filled (no ``--case-set`` when ``case_set`` is None);
+    ``UsageError`` for a value that would break YAML."""
+    values = {"@TORCH@": torch, "@PERFSUITE@": perfsuite, "@PYTHON@": python}
+    values |= {"@CASE_SET@": case_set} if case_set is not None else {}
     for name, value in values.items():
         if not value.strip() or any(c in value for c in "\n\"'`$#"):
             raise UsageError(f"{name.strip('@').lower()} value {value!r}: give a non-empty value without newlines, "
                              "quotes, '$', '#' or backquotes")
-    text = TEMPLATE.read_text()
+    text = TEMPLATE.read_text().replace("--case-set @CASE_SET@ ", "" if case_set is None else "--case-set @CASE_SET@ ")
     for name, value in values.items():
         text = text.replace(name, value)
     return text
@@ -48,6 +60,8 @@ def run_init_ci(args: argparse.Namespace) -> int:
     output = Path(args.output)
     if output.exists() and not args.force:
         raise UsageError(f"{output} exists; it is left as it is (use --force to replace it)")
-    write_text_atomic(output, render(args.torch, args.perfsuite, args.python, args.case_set))
-    print(f"wrote {output}: it gates every pull request with perfsuite ab (case set {args.case_set})", file=sys.stderr)
+    torch = args.torch or default_torch()
+    write_text_atomic(output, render(torch, args.perfsuite, args.python, args.case_set))
+    case_set = f"case set {args.case_set}" if args.case_set else "the case set of your pytest configuration"
+    print(f"wrote {output}: it gates every pull request with perfsuite ab ({case_set}; {torch})", file=sys.stderr)
     return 0
