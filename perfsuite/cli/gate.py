@@ -57,8 +57,9 @@ def add_gate_options(parser: argparse.ArgumentParser) -> None:
 def add_commands(commands) -> None:
     compare = commands.add_parser("compare", help="statistical comparison of two saved runs (pytest-benchmark JSON)")
     compare.add_argument("base", help="baseline JSON with per-round data (perfsuite run and scripts/bench.sh save it; "
-                                      "plain pytest-benchmark needs --benchmark-save-data)")
-    compare.add_argument("head", help="new run JSON")
+                                      "plain pytest-benchmark needs --benchmark-save-data), or a saved run's number "
+                                      "(0001) under .benchmarks/")
+    compare.add_argument("head", help="new run JSON, or a saved run's number under .benchmarks/")
     add_gate_options(compare)
     ab = commands.add_parser("ab", help="A/B gate: base and head interleaved in one run")
     ab.add_argument("--base-tree", default=".", help="source tree put first on the base's PYTHONPATH, with its src/ "
@@ -108,8 +109,27 @@ def _finish(outcome: GateOutcome, args: argparse.Namespace) -> int:
     return outcome.exit_code
 
 
+SAVED_RUNS = Path(".benchmarks")  # where perfsuite run saves (perfsuite.suite.runner)
+
+
+def saved_run_path(spec: str) -> str:
+    """A path as given, or a saved run's number (``0001``, as ``--benchmark-compare=0001`` takes it)
+    resolved under ``.benchmarks/``. ``UsageError`` when a number matches no saved run or several,
+    naming the saved runs there."""
+    if Path(spec).exists() or not spec.isdigit():
+        return spec
+    found = sorted(SAVED_RUNS.glob(f"*/{spec}_*.json"))
+    if len(found) == 1:
+        return str(found[0])
+    why = f"several match: {', '.join(map(str, found))}" if found else f"none in {SAVED_RUNS.resolve()}"
+    saved = sorted(p.name.split("_")[0] for p in SAVED_RUNS.glob("*/*.json"))
+    raise UsageError(f"saved run {spec!r}: {why}; saved runs there: {', '.join(saved[-10:]) or 'none'} "
+                     "(or give a file's path)")
+
+
 def run_compare(args: argparse.Namespace) -> int:
     settings = GateSettings(args.alpha, SEPARATE_RUNS_MIN_EFFECT if args.min_effect is None else args.min_effect)
+    args.base, args.head = saved_run_path(args.base), saved_run_path(args.head)
     base, head = check_baseline_file(args.base), load_benchmark_file(args.head)  # a partial run is no baseline
     title = f"perfsuite compare: {Path(args.base).name} -> {Path(args.head).name}"
     return _finish(judge_saved_runs(base, head, args.base, args.head, settings, args.force, args.fail_on_structure,

@@ -27,7 +27,7 @@ from perfsuite.gate.compare import BenchmarkComparison
 from perfsuite.measure.conditions import required_env
 from perfsuite.measure.machine import MUST_MATCH, machine_differences
 from perfsuite.trace.structure import adds_work, diff_fingerprints
-from perfsuite.gate.stats import GateSettings, SequentialPlan, sequential_paired
+from perfsuite.gate.stats import GateSettings, SequentialPlan, below_min_effect, sequential_paired
 
 # The same, fixed process conditions for both sides, and for every timed run: the list and the
 # reason for each live in perfsuite.measure.conditions.
@@ -182,6 +182,8 @@ def run_benchmark(base: WorkerProcess, head: WorkerProcess, variant: str, case_i
     clean = [i for i, c in enumerate(outcome.contended) if not c]
     note = f"{len(clean)} pairs" + (f", {len(outcome.contended) - len(clean)} contended set aside"
                                     if len(clean) < len(outcome.contended) else "")
+    if small := below_min_effect(outcome.estimate, outcome.verdict, settings):
+        note += f"; {small}"
     if sampler.reasons:
         note += f"; the last: {sampler.reasons[-1]}"
     comparison = BenchmarkComparison(

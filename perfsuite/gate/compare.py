@@ -20,7 +20,8 @@ from perfsuite.errors import BaselineError, IncomparableRuns
 from perfsuite.trace.structure import adds_work, diff_fingerprints
 from perfsuite.measure.machine import machine_differences
 from perfsuite.measure.speed_reference import SPEED_CHANGED, speed_change
-from perfsuite.gate.stats import CONTENDED_VERDICT, GateSettings, RatioEstimate, unpaired_ratio, verdict
+from perfsuite.gate.stats import (CONTENDED_VERDICT, GateSettings, RatioEstimate, below_min_effect, unpaired_ratio,
+                                  verdict)
 from perfsuite.storage import read_json
 
 
@@ -84,7 +85,9 @@ def _compare_one(key: str, base: dict[str, Any] | None, head: dict[str, Any] | N
     contended += [speed] if speed else []
     if contended:
         return BenchmarkComparison(key, *medians, estimate, CONTENDED_VERDICT, structure, "; ".join(contended), more)
-    return BenchmarkComparison(key, *medians, estimate, verdict(estimate, settings), structure, "", more)
+    found = verdict(estimate, settings)
+    return BenchmarkComparison(key, *medians, estimate, found, structure, below_min_effect(estimate, found, settings),
+                               more)
 
 
 def contention_note(bench: dict[str, Any], side: str) -> list[str]:

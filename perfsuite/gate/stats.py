@@ -133,6 +133,14 @@ def verdict(estimate: RatioEstimate, settings: GateSettings) -> str:
     return "inconclusive"
 
 
+def below_min_effect(estimate: RatioEstimate | None, verdict_: str, settings: GateSettings) -> str:
+    """For a ``no change`` whose interval still excludes 1, the measured change and the minimum
+    effect it fell below (``"a +9.0% change, below the 15% minimum effect"``); else ``""``."""
+    if verdict_ != "no change" or estimate is None or estimate.low <= 1 <= estimate.high:
+        return ""
+    return f"a {estimate.ratio - 1:+.1%} change, below the {settings.min_effect:.0%} minimum effect"
+
+
 # -- sequential A/B ---------------------------------------------------------------------------
 
 SEQUENTIAL_LOOKS = (12, 16, 24, 32, 48, 64, 96)

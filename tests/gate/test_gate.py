@@ -103,6 +103,31 @@ def test_compare_command_flags_a_slower_head_and_writes_markdown(tmp_path, capsy
     assert main(["compare", str(base), str(base)]) == 0
 
 
+def test_compare_takes_a_saved_run_s_number_as_benchmark_compare_does(tmp_path, monkeypatch, capsys):
+    times = np.exp(np.random.default_rng(6).normal(0, 0.01, 50))
+    saved = tmp_path / ".benchmarks" / "Linux-CPython-3.11-64bit"
+    saved.mkdir(parents=True)
+    saved_run(saved / "0001_abc_20261201_000000.json", times)
+    saved_run(saved / "0002_abc_20261201_000100.json", times)
+    monkeypatch.chdir(tmp_path)
+    assert main(["compare", "0001", "0002"]) == 0
+    assert "perfsuite compare: 0001_abc_20261201_000000.json -> 0002_abc" in capsys.readouterr().out
+    assert main(["compare", "0001", "0009"]) == 2
+    err = capsys.readouterr().err
+    assert "saved run '0009': none in" in err and "saved runs there: 0001, 0002" in err
+
+
+def test_a_no_change_that_excludes_1_says_how_much_and_the_floor(tmp_path):
+    rng = np.random.default_rng(7)
+    base = saved_run(tmp_path / "a.json", np.exp(rng.normal(0, 0.005, 50)))
+    head = saved_run(tmp_path / "b.json", 1.09 * np.exp(rng.normal(0, 0.005, 50)))
+    [comparison] = compare_runs(load_benchmark_file(base), load_benchmark_file(head), GateSettings(min_effect=0.15))
+    assert comparison.verdict == "no change" and comparison.note.startswith("a +9.")
+    assert comparison.note.endswith("% change, below the 15% minimum effect")
+    [same] = compare_runs(load_benchmark_file(base), load_benchmark_file(base), GateSettings(min_effect=0.15))
+    assert same.verdict == "no change" and same.note == ""
+
+
 def test_structure_alone_fails_only_when_asked(tmp_path):
     times = np.exp(np.random.default_rng(3).normal(0, 0.01, 50))
     base = load_benchmark_file(saved_run(tmp_path / "a.json", times))
