@@ -196,8 +196,8 @@ def compare_with_reference(actual: torch.Tensor, expected: torch.Tensor, label: 
 
     ``label`` names the variant and case in the message. ``fully_masked`` (bool
     ``[batch, num_heads, seq_len_q]``) marks rows that see no key; with
-    ``fully_masked_result="nan"`` those rows must be NaN, with ``"finite"`` finite (any value),
-    and either way are left out of the numeric comparison; otherwise they must equal the
+    ``fully_masked_result="nan"`` those rows must be NaN, with ``"finite"`` finite (any value), with
+    ``"any"`` anything, and in these cases are left out of the numeric comparison; otherwise they must equal the
     reference's zeros. Any other non-finite
     output fails.
     """
@@ -205,9 +205,9 @@ def compare_with_reference(actual: torch.Tensor, expected: torch.Tensor, label: 
         return Comparison(float("inf"), f"{label}: output shape {list(actual.shape)} != {list(expected.shape)}")
     actual64 = actual.detach().to(torch.float64)
     expected = expected.clone()
-    if fully_masked is not None and fully_masked_result in ("nan", "finite") and fully_masked.any():
-        check = _check_nan_rows if fully_masked_result == "nan" else _check_finite_rows
-        failure = check(actual64, fully_masked, label)
+    if fully_masked is not None and fully_masked_result in ("nan", "finite", "any") and fully_masked.any():
+        check = {"nan": _check_nan_rows, "finite": _check_finite_rows}.get(fully_masked_result)
+        failure = check(actual64, fully_masked, label) if check else None
         if failure:
             return Comparison(float("inf"), failure)
         rows = fully_masked.to(actual64.device).unsqueeze(-1).expand_as(actual64)

@@ -110,7 +110,7 @@ def check_causality(variant: Variant, case: AttentionCase, seed: int) -> str | N
                              value=torch.where(later, inputs.value - noise, inputs.value))
     output = _run(variant, case, changed)
     rows = _last_visible_key(case) < position
-    if variant.fully_masked_rows == "finite":
+    if variant.fully_masked_rows in ("finite", "any"):
         rows &= _last_visible_key(case) >= 0  # rows that see no key may hold any finite value
     if not _close(output[:, :, rows], base[:, :, rows], case.torch_dtype):
         return _fail(variant, case, seed, f"rows {rows.nonzero().flatten().tolist()} changed when keys >= {position} changed")
@@ -127,7 +127,7 @@ def _free_rows(variant: Variant, inputs: AttentionInputs, case: AttentionCase) -
     """Bool ``[batch, num_heads, seq_len_q]``: rows that see no key, for a variant that declares
     ``fully_masked_rows="finite"`` (any finite value there, which may depend on every key); else none."""
     rows = fully_masked_rows(inputs.mask, case.score_shape).cpu()
-    return rows if variant.fully_masked_rows == "finite" else torch.zeros_like(rows)
+    return rows if variant.fully_masked_rows in ("finite", "any") else torch.zeros_like(rows)
 
 
 def _keys_hidden_somewhere(mask: AttentionMask, case: AttentionCase) -> torch.Tensor:

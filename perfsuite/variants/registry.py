@@ -19,7 +19,7 @@ from perfsuite.errors import did_you_mean
 
 _POSITIONAL = ("query", "key", "value")
 _KEYWORD_ONLY = ("mask", "scale")
-FULLY_MASKED_ROW_RESULTS = ("zeros", "nan", "finite")
+FULLY_MASKED_ROW_RESULTS = ("zeros", "nan", "finite", "any")
 DEVICES = ("cpu", "cuda")
 
 
@@ -34,9 +34,11 @@ class Variant:
     keys (the out-of-place ``masked_fill`` of the post); the profiler test asserts it.
     ``fully_masked_rows``: what the variant returns for a query that sees no key:
     ``"zeros"`` (SDPA's ``_safe_softmax`` semantics, the reference's), ``"nan"`` (a plain
-    softmax over all ``-inf``) or ``"finite"`` (some finite value, as libraries that mask with
-    a large negative number return: the mean of the values, or anything else); the equivalence
-    check asserts it, and with ``"finite"`` leaves those rows out of the numeric comparison.
+    softmax over all ``-inf``), ``"finite"`` (some finite value, as libraries that mask with
+    a large negative number return: the mean of the values, or anything else) or ``"any"`` (finite
+    or not: a large negative mask value plus a negative score can overflow to ``-inf`` in fp16, and
+    the row becomes NaN); the equivalence check asserts it, and with ``"finite"``/``"any"`` leaves
+    those rows out of the numeric comparison.
     ``prepare``: per-case setup (see the module docstring), or None to call ``fn`` as is.
     ``compiled``: the variant runs through ``torch.compile``; the suite records its compile
     time, compiled graphs and graph breaks, and asserts nothing recompiles while it is timed.

@@ -110,7 +110,21 @@ def test_eager_gives_a_query_that_sees_no_key_the_mean_of_the_values_and_sdpa_ze
     value_mean = inputs.value.mean(dim=2)  # [B, H, D]
     torch.testing.assert_close(eager[:, :, 0], value_mean)
     assert (sdpa[:, :, 0] == 0).all()
-    assert get_variant("hf_eager").fully_masked_rows == "finite" and get_variant("hf_sdpa").fully_masked_rows == "zeros"
+    assert get_variant("hf_eager").fully_masked_rows == "any" and get_variant("hf_sdpa").fully_masked_rows == "zeros"
+
+
+def test_in_fp16_eager_gives_a_query_that_sees_no_key_nan_when_its_scores_are_negative():
+    """finfo(float16).min = -65504; adding a score below about -16 rounds to -inf, and softmax of a row
+    of -inf is NaN: the reason hf_eager declares fully_masked_rows="any", not "finite"."""
+    from perfsuite.attention.cases import parse_case_id
+    from perfsuite.testing.properties import check_matches_reference
+
+    case = parse_case_id("b2h2kv1s1d64-fp16-bool-scale2.5-strided-cpu")  # found by hypothesis, seed 1
+    inputs = make_inputs(case, seed=1)
+    output = bind(get_variant("hf_eager"), inputs)()
+    rows = ~inputs.mask.allowed.expand(case.score_shape).any(dim=-1)
+    assert rows.any() and not torch.isfinite(output[rows]).all()
+    assert check_matches_reference(get_variant("hf_eager"), case, 1) is None
 
 
 def test_a_bool_4d_mask_given_to_eager_is_added_not_selected():
