@@ -27,6 +27,7 @@ from perfsuite.gate.compare import BenchmarkComparison
 from perfsuite.measure.conditions import required_env
 from perfsuite.measure.machine import MUST_MATCH, machine_differences
 from perfsuite.trace.structure import adds_work, diff_fingerprints
+from perfsuite.gate.worktrees import describe_tree
 from perfsuite.gate.stats import GateSettings, SequentialPlan, below_min_effect, sequential_paired
 
 # The same, fixed process conditions for both sides, and for every timed run: the list and the
@@ -65,7 +66,7 @@ class Side:
 
     def label(self, with_python: bool = False) -> str:
         """``tree`` (and ``python`` when asked, or when it is not this interpreter) as a header shows them."""
-        where = str(self.tree) if self.tree is not None else "installed code"
+        where = describe_tree(self.tree) if self.tree is not None else "installed code"
         return f"{where} with {self.python}" if with_python or self.python != sys.executable else where
 
 

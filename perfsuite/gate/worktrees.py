@@ -43,6 +43,18 @@ def ref_commits(refs: dict[str, str | None]) -> tuple[dict[str, str], list[str]]
     return {name: commit[:9] for name, commit in commits.items()}, notes
 
 
+def describe_tree(tree: Path) -> str:
+    """``tree`` as a report names it: with the commit it is at and whether it has uncommitted changes
+    to tracked files (``". (working tree at 26f940372, with uncommitted changes)"``), or as given
+    outside a git repository."""
+    try:
+        commit = _git("rev-parse", "--short=9", "HEAD", cwd=tree)
+        dirty = _git("status", "--porcelain", "--untracked-files=no", cwd=tree)
+    except (UsageError, OSError):
+        return str(tree)
+    return f"{tree} (working tree at {commit}{', with uncommitted changes' if dirty else ''})"
+
+
 def _resolve(name: str, ref: str, repo: Path) -> str:
     try:
         return _git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", cwd=repo)

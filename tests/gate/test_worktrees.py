@@ -5,7 +5,7 @@ import subprocess
 import pytest
 
 from perfsuite.errors import UsageError
-from perfsuite.gate.worktrees import git_worktrees, ref_commits
+from perfsuite.gate.worktrees import describe_tree, git_worktrees, ref_commits
 
 
 def git(repo, *args):
@@ -49,3 +49,12 @@ def test_a_committed_change_needs_no_note_and_a_bad_ref_is_a_usage_error(repo):
         ref_commits({"base": "main", "head": "HAED"})
     with git_worktrees({"base": "main", "head": None}) as trees:
         assert (trees["base"] / "attention.py").read_text() == "scores.masked_fill_(mask, 0)\n"
+
+
+def test_a_tree_side_is_named_with_its_commit_and_uncommitted_changes(repo, tmp_path_factory):
+    commit = git(repo, "rev-parse", "--short=9", "HEAD")
+    assert describe_tree(repo) == f"{repo} (working tree at {commit})"
+    (repo / "attention.py").write_text("scores = scores.masked_fill(mask, 0)\n")
+    assert describe_tree(repo) == f"{repo} (working tree at {commit}, with uncommitted changes)"
+    outside = tmp_path_factory.mktemp("plain")  # not a git repository: named as given
+    assert describe_tree(outside) == str(outside)
