@@ -212,9 +212,8 @@ def run_gate(terminalreporter, config: pytest.Config) -> None:
     if outcome.judged_nothing:
         terminalreporter.write_line("perfsuite: the gate judged nothing: no benchmark of this run is in the baseline",
                                     red=True)
-    terminalreporter.write_line(outcome.report_md)
-    for failure in outcome.failures:
-        terminalreporter.write_line(f"perfsuite: FAIL {failure}", red=True)
+    # the report lists the failures; its closing verdict line is printed once, in colour
+    terminalreporter.write_line(outcome.report_md.removesuffix(f"\n**{outcome.verdict_line}**\n"))
     terminalreporter.write_line(outcome.verdict_line, red=bool(outcome.exit_code), green=not outcome.exit_code)
     exit_status = {1: pytest.ExitCode.TESTS_FAILED, 2: pytest.ExitCode.USAGE_ERROR}.get(outcome.exit_code)
     if exit_status is not None:
