@@ -15,7 +15,7 @@ import argparse
 import itertools
 from collections import Counter
 
-from perfsuite.gate.compare import compare_runs, load_benchmark_file, speed_changed
+from perfsuite.gate.compare import compare_runs, load_benchmark_file
 from perfsuite.gate.stats import CONTENDED_VERDICT, SEPARATE_RUNS_MIN_EFFECT, GateSettings, verdict
 
 
@@ -32,7 +32,7 @@ def main() -> None:
     for base, head in itertools.combinations(args.runs, 2):
         found = compare_runs(runs[base], runs[head], settings)
         counts = Counter(c.verdict for c in found)
-        speed = [c for c in found if speed_changed(c)]
+        speed = [c for c in found if c.speed_changed]
         raw = Counter(verdict(c.estimate, settings) for c in speed if c.estimate)
         total.update(counts)
         without.update(counts + Counter({"slower": raw["slower"], "faster": raw["faster"]}))

@@ -180,6 +180,9 @@ def _check_nan_rows(actual64: torch.Tensor, rows: torch.Tensor, label: str) -> s
     return None
 
 
+UNDEFINED_ROW_RESULTS = ("finite", "any")  # fully_masked_rows whose rows the reference does not define
+
+
 def _check_finite_rows(actual64: torch.Tensor, rows: torch.Tensor, label: str) -> str | None:
     """For ``fully_masked_rows="finite"`` variants: rows that see no key must hold finite values (any)."""
     wrong = rows & ~torch.isfinite(actual64).all(dim=-1).cpu()
@@ -205,7 +208,7 @@ def compare_with_reference(actual: torch.Tensor, expected: torch.Tensor, label: 
         return Comparison(float("inf"), f"{label}: output shape {list(actual.shape)} != {list(expected.shape)}")
     actual64 = actual.detach().to(torch.float64)
     expected = expected.clone()
-    if fully_masked is not None and fully_masked_result in ("nan", "finite", "any") and fully_masked.any():
+    if fully_masked is not None and fully_masked_result in ("nan", *UNDEFINED_ROW_RESULTS) and fully_masked.any():
         check = {"nan": _check_nan_rows, "finite": _check_finite_rows}.get(fully_masked_result)
         failure = check(actual64, fully_masked, label) if check else None
         if failure:

@@ -50,7 +50,9 @@ def render(torch: str, perfsuite: str, python: str, case_set: str | None) -> str
         if not value.strip() or any(c in value for c in "\n\"'`$#"):
             raise UsageError(f"{name.strip('@').lower()} value {value!r}: give a non-empty value without newlines, "
                              "quotes, '$', '#' or backquotes")
-    text = TEMPLATE.read_text().replace("--case-set @CASE_SET@ ", "" if case_set is None else "--case-set @CASE_SET@ ")
+    text = TEMPLATE.read_text()
+    if case_set is None:  # perfsuite ab reads perfsuite_case_set from the user's configuration
+        text = text.replace("--case-set @CASE_SET@ ", "")
     for name, value in values.items():
         text = text.replace(name, value)
     return text

@@ -37,6 +37,7 @@ class BenchmarkComparison:
     structure: list[str]
     note: str = ""
     structure_adds_work: bool = False  # trace.structure.adds_work: the change that --fail-on-structure fails
+    speed_changed: bool = False  # contended only because the machine's speed differed (measure.speed_reference)
 
 
 def load_benchmark_file(path: str | Path) -> dict[str, Any]:
@@ -82,9 +83,10 @@ def _compare_one(key: str, base: dict[str, Any] | None, head: dict[str, Any] | N
     estimate = unpaired_ratio(data_base, data_head, settings.alpha)
     contended = contention_note(base, "base") + contention_note(head, "head")
     speed = speed_change(base.get("extra_info") or {}, head.get("extra_info") or {})
-    contended += [speed] if speed else []
-    if contended:
-        return BenchmarkComparison(key, *medians, estimate, CONTENDED_VERDICT, structure, "; ".join(contended), more)
+    notes = contended + ([speed] if speed else [])
+    if notes:
+        return BenchmarkComparison(key, *medians, estimate, CONTENDED_VERDICT, structure, "; ".join(notes), more,
+                                   speed_changed=not contended)
     found = verdict(estimate, settings)
     return BenchmarkComparison(key, *medians, estimate, found, structure, below_min_effect(estimate, found, settings),
                                more)
@@ -96,11 +98,6 @@ def contention_note(bench: dict[str, Any], side: str) -> list[str]:
     if not found.get("contended"):
         return []
     return [f"{side} run contended: " + "; ".join(found.get("reasons") or ["no reason recorded"])]
-
-
-def speed_changed(comparison: BenchmarkComparison) -> bool:
-    """True when the machine's speed, not contention, kept a benchmark from being judged."""
-    return comparison.verdict == CONTENDED_VERDICT and comparison.note.startswith(SPEED_CHANGED)
 
 
 def compare_runs(base: dict[str, Any], head: dict[str, Any], settings: GateSettings) -> list[BenchmarkComparison]:
@@ -155,10 +152,10 @@ def markdown(comparisons: list[BenchmarkComparison], settings: GateSettings, tit
              f"The verdict comes from the {statistic} column; head ms / base ms is the ratio of the two medians "
              "shown, which may differ from it" + (" (the paired statistic compares each block with its neighbour, so "
                                                   "drift between blocks cancels)." if method != UNPAIRED_METHOD else ".")]
-    if any(c.verdict == CONTENDED_VERDICT and not speed_changed(c) for c in comparisons):
+    if any(c.verdict == CONTENDED_VERDICT and not c.speed_changed for c in comparisons):
         rows.append(f"`{CONTENDED_VERDICT}`: other processes, or on a virtual machine the hypervisor (CPU steal), "
                     "took the CPU while it was timed (perfsuite.measure.contention); rerun it when the machine is quiet.")
-    if any(speed_changed(c) for c in comparisons):
+    if any(c.speed_changed for c in comparisons):
         rows.append(f"`{CONTENDED_VERDICT}` ({SPEED_CHANGED}): nothing that /proc shows took the CPU (the run's "
                     "`timing` column may say ok), but a reference matmul timed beside the benchmark ran at another "
                     "speed in the two runs (perfsuite.measure.speed_reference): on a virtual machine, another guest "

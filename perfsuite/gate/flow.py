@@ -10,7 +10,7 @@ import dataclasses
 from typing import Any
 
 from perfsuite.gate.compare import (UNPAIRED_METHOD, BenchmarkComparison, check_compatible, compare_runs,
-                                    judged_nothing, markdown, speed_changed)
+                                    judged_nothing, markdown)
 from perfsuite.gate.stats import CONTENDED_VERDICT, GateSettings
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_UNUSABLE = 0, 1, 2
@@ -61,8 +61,7 @@ class GateOutcome:
         if counts["inconclusive"]:
             notes.append("inconclusive timings decide nothing: more blocks/rounds or a quieter machine")
         if counts[CONTENDED_VERDICT]:
-            notes.append(f"WARNING: {counts[CONTENDED_VERDICT]} {self._why_contended(counts[CONTENDED_VERDICT])}, "
-                         "not judged")
+            notes.append(f"WARNING: {counts[CONTENDED_VERDICT]} {self._why_contended()}, not judged")
         return (f"perfsuite gate: PASS: no regression found in {plural(total, 'benchmark')} ({shown})"
                 + "".join(f"; {note}" for note in notes))
 
@@ -75,16 +74,13 @@ class GateOutcome:
                     "--fail-on-structure, or --perfsuite-fail-on-structure in perfsuite run / pytest)"]
         return [f"{len(changed)} with structural changes that only remove work (not a failure)"]
 
-    def _why_contended(self, contended: int) -> str:
-        return _why_contended_text(contended, sum(1 for c in self.comparisons if speed_changed(c)))
-
-
-def _why_contended_text(contended: int, speed: int) -> str:
-    if not speed:
-        return "timed under contention"
-    if speed == contended:
-        return "at another machine speed than the baseline"
-    return f"timed under contention or ({speed} of them) at another machine speed than the baseline"
+    def _why_contended(self) -> str:
+        speed = sum(c.speed_changed for c in self.comparisons)
+        if not speed:
+            return "timed under contention"
+        if speed == sum(c.verdict == CONTENDED_VERDICT for c in self.comparisons):
+            return "at another machine speed than the baseline"
+        return f"timed under contention or ({speed} of them) at another machine speed than the baseline"
 
 
 def failure_reason(comparison: BenchmarkComparison, fail_on_structure: bool) -> str | None:

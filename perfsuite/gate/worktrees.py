@@ -35,9 +35,7 @@ def ref_commits(refs: dict[str, str | None]) -> tuple[dict[str, str], list[str]]
     notes = []
     if len(set(commits.values())) == 1 and len(commits) == 2:
         notes.append(f"base and head are the same commit ({commits['base'][:9]}): this is an A/A gate")
-    checked_out = _git("rev-parse", "HEAD", cwd=repo)
-    dirty = _git("status", "--porcelain", "--untracked-files=no", cwd=repo)
-    if dirty and commits.get("head") == checked_out:  # a base ref without the changes is what the user wants
+    if commits.get("head") == _git("rev-parse", "HEAD", cwd=repo) and _has_uncommitted(repo):  # a base ref without the changes is what the user wants
         notes.append(f"--head-ref {wanted['head']} is the checked-out commit, and your uncommitted changes are not "
                      "in it; commit them, or gate them as they are with --head-tree . instead of --head-ref")
     return {name: commit[:9] for name, commit in commits.items()}, notes
@@ -49,10 +47,15 @@ def describe_tree(tree: Path) -> str:
     outside a git repository."""
     try:
         commit = _git("rev-parse", "--short=9", "HEAD", cwd=tree)
-        dirty = _git("status", "--porcelain", "--untracked-files=no", cwd=tree)
+        dirty = _has_uncommitted(tree)
     except (UsageError, OSError):
         return str(tree)
     return f"{tree} (working tree at {commit}{', with uncommitted changes' if dirty else ''})"
+
+
+def _has_uncommitted(tree: Path) -> bool:
+    """Uncommitted changes to tracked files (untracked files are not part of a commit either way)."""
+    return bool(_git("status", "--porcelain", "--untracked-files=no", cwd=tree))
 
 
 def _resolve(name: str, ref: str, repo: Path) -> str:

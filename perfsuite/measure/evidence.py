@@ -28,7 +28,7 @@ from perfsuite.measure.profiling import record_trace, step_annotation
 from perfsuite.measure.score_accounting import ScoreAccounting, account_windows
 from perfsuite.measure.saved_tensors import SavedForBackward, measure_saved
 from perfsuite.attention.reference import (REFERENCE_BLOCK_BYTES, Comparison, compare_gradients, compare_with_reference,
-                                          reference_attention, tolerances)
+                                          UNDEFINED_ROW_RESULTS, reference_attention, tolerances)
 from perfsuite.measure.timing import synchronized
 from perfsuite.trace.summary import WindowSummary, summarize_windows
 from perfsuite.variants import Variant
@@ -329,7 +329,7 @@ def _compare_with_reference(prepared: PreparedCase, mode: str, result: StepResul
     if variant.fully_masked_rows == "nan" and rows:
         return None, (f"{variant.name} returns NaN for the {rows} query rows of this case that see no key, so its "
                       "gradients are NaN everywhere: nothing to compare (the forward check holds those rows to NaN)")
-    if variant.fully_masked_rows in ("finite", "any") and rows:
+    if variant.fully_masked_rows in UNDEFINED_ROW_RESULTS and rows:
         return None, (f"{variant.name} declares fully_masked_rows={variant.fully_masked_rows!r}: the {rows} query rows "
                       "of this case that see no key may hold any value the reference does not define, so neither are "
                       "the gradients: nothing to compare")

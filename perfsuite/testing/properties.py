@@ -22,7 +22,7 @@ from perfsuite.measure.evidence import bind, check_output, run_once
 from perfsuite.attention.inputs import AttentionInputs, make_inputs
 from perfsuite.attention.masks import AttentionMask, fully_masked_rows, mask_kind
 from perfsuite.measure.profiling import profile_steps
-from perfsuite.attention.reference import TOLERANCES
+from perfsuite.attention.reference import TOLERANCES, UNDEFINED_ROW_RESULTS
 from perfsuite.variants import Variant
 
 
@@ -110,7 +110,7 @@ def check_causality(variant: Variant, case: AttentionCase, seed: int) -> str | N
                              value=torch.where(later, inputs.value - noise, inputs.value))
     output = _run(variant, case, changed)
     rows = _last_visible_key(case) < position
-    if variant.fully_masked_rows in ("finite", "any"):
+    if variant.fully_masked_rows in UNDEFINED_ROW_RESULTS:
         rows &= _last_visible_key(case) >= 0  # rows that see no key may hold any finite value
     if not _close(output[:, :, rows], base[:, :, rows], case.torch_dtype):
         return _fail(variant, case, seed, f"rows {rows.nonzero().flatten().tolist()} changed when keys >= {position} changed")
@@ -127,7 +127,7 @@ def _free_rows(variant: Variant, inputs: AttentionInputs, case: AttentionCase) -
     """Bool ``[batch, num_heads, seq_len_q]``: rows that see no key, for a variant that declares
     ``fully_masked_rows="finite"`` (any finite value there, which may depend on every key); else none."""
     rows = fully_masked_rows(inputs.mask, case.score_shape).cpu()
-    return rows if variant.fully_masked_rows in ("finite", "any") else torch.zeros_like(rows)
+    return rows if variant.fully_masked_rows in UNDEFINED_ROW_RESULTS else torch.zeros_like(rows)
 
 
 def _keys_hidden_somewhere(mask: AttentionMask, case: AttentionCase) -> torch.Tensor:

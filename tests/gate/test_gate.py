@@ -304,7 +304,8 @@ def test_the_verdict_line_says_whether_contention_or_the_machine_s_speed_kept_a_
     from perfsuite.gate.flow import judge
 
     def comparison(note):
-        return BenchmarkComparison("k", 1.0, 1.0, None, CONTENDED_VERDICT, [], note)
+        return BenchmarkComparison("k", 1.0, 1.0, None, CONTENDED_VERDICT, [], note,
+                                   speed_changed=note.startswith("the machine ran at another speed"))
 
     speed = comparison("the machine ran at another speed: the reference took 1.000 ms in the base run")
     busy = comparison("head run contended: CPU steal 9% of CPU time (limit 5%)")
