@@ -1,41 +1,94 @@
 #!/usr/bin/env bash
-# GPU verification: the suite on CUDA, short, then a Markdown report of every check (pass/fail)
-# and the time per step (wall, device and their difference, TFLOP/s against the measured peak).
+# GPU verification: a 30-second smoke step, then the suite on CUDA, short, then a Markdown report of
+# every check (pass/fail) and the time per step (wall, device and their difference, TFLOP/s against
+# the measured peak).
 #
-#   bash scripts/gpu_suite.sh                      # report: perfsuite-results/gpu/verification.md
-#   PERFSUITE_TORCH="torch --index-url https://download.pytorch.org/whl/cu126" bash scripts/gpu_suite.sh
+#   bash scripts/gpu_suite.sh                                   # online: .venv via scripts/setup.sh
+#   PERFSUITE_PYTHON=python3 bash scripts/gpu_suite.sh          # offline: the torch python3 has
+#   PERFSUITE_PYTHON=python3 PERFSUITE_GPU_OUT=$OUT bash scripts/gpu_suite.sh   # files to bring back
 #
-# Cases: the post's case (8x16x1024x64 bf16) and one longer sequence, every variant (torch.compile and
-# flex_attention included) in every mode, timed on CUDA events with an L2 flush between rounds.
-# The suite gets PERFSUITE_GPU_BUDGET_S seconds (default 420, so the whole script fits 8 minutes on
-# one GPU once torch is installed); running past it is a failure in the report.
+# Offline mode (PERFSUITE_PYTHON set): no venv, nothing from the network (scripts/setup_offline.sh);
+# the installed torch, triton and transformers are used as they are.
+# Steps: (1) smoke (`perfsuite verify --smoke`): CUDA visible, one call per pinned SDPA backend, one
+# profiled naive forward whose device lane shows the score copy; a failure stops here, so a broken
+# machine costs seconds. (2) the suite on PERFSUITE_GPU_SHAPES (default: the post's case,
+# 8x16x1024x64) in bf16, every variant in every mode, timed on CUDA events with an L2 flush
+# between rounds, within PERFSUITE_GPU_BUDGET_S seconds (default 210; running past it is a failure).
+# (3) the report: RESULTS/verification.md (PERFSUITE_GPU_RESULTS, default perfsuite-results/gpu).
+# PERFSUITE_GPU_OUT: a folder that receives at most 8 files (report, junit, table, run.json, trace
+# summary, a few traces, the log), for a machine whose files come back by a size-limited copy.
 # Exit status: 0 every check passed; 1 a check failed, the suite failed or ran too long.
 # Without a CUDA device it still runs end to end and writes a report that says "NO CUDA DEVICE"
 # (exit 0; PERFSUITE_REQUIRE_CUDA=1 makes it exit 1). Extra arguments go to pytest.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh || exit 1
 out=${PERFSUITE_GPU_RESULTS:-perfsuite-results/gpu}
-budget=${PERFSUITE_GPU_BUDGET_S:-420}
+budget=${PERFSUITE_GPU_BUDGET_S:-210}
+shapes=${PERFSUITE_GPU_SHAPES:-8x16x1024x64}
+collect=${PERFSUITE_GPU_OUT:-}
+mkdir -p "$out"
+exec > >(tee "$out/gpu_suite.log") 2>&1
+if [ -n "${PERFSUITE_PYTHON:-}" ]; then
+    bash scripts/setup_offline.sh || exit 1
+    py=$PERFSUITE_PYTHON
+else
+    bash scripts/setup.sh || exit 1
+    py=.venv/bin/python
+fi
+perfsuite() { "$py" -m perfsuite.cli.main "$@"; }
 require=()
 [ "${PERFSUITE_REQUIRE_CUDA:-0}" = 1 ] && require=(--require-cuda)
-mkdir -p "$out"
-.venv/bin/python - <<'PY'
+
+# Bring back what fits (at most 8 files): the report first, the log last.
+collect_files() {
+    [ -n "$collect" ] || return 0
+    mkdir -p "$collect"
+    for f in verification.md junit.xml table.md run.json trace-summary.txt; do
+        [ -f "$out/$f" ] && cp "$out/$f" "$collect/"
+    done
+    if [ -d "$out/traces" ]; then  # a few forward traces: naive, naive_inplace and the pinned backends
+        find "$out/traces" -name '*.json.gz' \( -name '*naive*' -o -name '*sdpa_*' -o -name '*flex_compiled*' \) \
+            -size -2M | head -n 12 | tar -czf "$collect/traces.tar.gz" -T - 2>/dev/null || true
+    fi
+    sleep 0.2; cp "$out/gpu_suite.log" "$collect/"
+}
+summary() {
+    echo "perfsuite gpu_suite: summary"
+    grep -m1 -E '^\*\*Result' "$out/verification.md" 2>/dev/null | tr -d '*'
+    grep -m1 -E '^\*\*Smoke' "$out/verification.md" 2>/dev/null | tr -d '*'
+    grep -m1 -E '^[0-9]+ passed, ' "$out/verification.md" 2>/dev/null
+    [ -n "$collect" ] && echo "files: $(cd "$collect" 2>/dev/null && ls | tr '\n' ' ')"
+}
+
+"$py" - <<'PY'
 import torch
 print(f"perfsuite gpu_suite: torch {torch.__version__}, torch.version.cuda={torch.version.cuda}, "
       f"torch.version.hip={getattr(torch.version, 'hip', None)}, cuda available: {torch.cuda.is_available()}")
 PY
-command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader
 command -v rocm-smi >/dev/null && rocm-smi --showdriverversion
-if ! .venv/bin/python -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
-    exec .venv/bin/perfsuite verify --results "$out" ${require[@]+"${require[@]}"}
+if ! "$py" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
+    perfsuite verify --results "$out" ${require[@]+"${require[@]}"}
+    status=$?
+    collect_files; summary
+    exit "$status"
 fi
+rm -f "$out/smoke.md"
 suite_exit=0
-timeout --kill-after=20 "$budget" .venv/bin/python -m pytest -c benchmarks.ini -p no:cacheprovider \
-    --perfsuite-devices cuda --perfsuite-shapes "8x16x1024x64 4x16x4096x64" --perfsuite-dtypes bf16 \
-    --perfsuite-timer cuda_event --perfsuite-l2-flush on \
-    --perfsuite-results "$out" --junitxml "$out/junit.xml" \
-    --benchmark-max-time=0.2 --benchmark-min-rounds=10 "$@" || suite_exit=$?
-# Kernels and copies per forward and per training step, read back from the traces (for the log).
-.venv/bin/perfsuite trace "$out/traces" --annotation perfsuite::forward --first --top 5 || true
-.venv/bin/perfsuite verify --results "$out" --suite-exit "$suite_exit" --budget-s "$budget" ${require[@]+"${require[@]}"}
+if timeout --kill-after=10 120 "$py" -m perfsuite.cli.main verify --smoke --results "$out"; then
+    timeout --kill-after=20 "$budget" "$py" -m pytest -c benchmarks.ini -p no:cacheprovider \
+        --perfsuite-devices cuda --perfsuite-shapes "$shapes" --perfsuite-dtypes bf16 \
+        --perfsuite-timer cuda_event --perfsuite-l2-flush on \
+        --perfsuite-results "$out" --junitxml "$out/junit.xml" \
+        --benchmark-max-time=0.2 --benchmark-min-rounds=10 "$@" || suite_exit=$?
+    # Kernels and copies per forward, read back from the traces (for the log and the summary file).
+    perfsuite trace "$out/traces" --annotation perfsuite::forward --first --top 5 > "$out/trace-summary.txt" 2>&1 || true
+else
+    echo "perfsuite gpu_suite: the smoke step failed; the suite is not run (see the report)"
+    [ -f "$out/smoke.md" ] || printf '## Smoke step\n\n**Smoke: FAIL: it did not finish (timeout or crash)**\n' > "$out/smoke.md"
+    suite_exit=1
+fi
+perfsuite verify --results "$out" --suite-exit "$suite_exit" --budget-s "$budget" ${require[@]+"${require[@]}"}
+status=$?
+collect_files; summary
+exit "$status"

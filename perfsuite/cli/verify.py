@@ -26,6 +26,7 @@ from perfsuite.report.results import BenchmarkResult
 from perfsuite.report.saved import ReportError, load_run
 from perfsuite.storage import write_text_atomic
 
+SMOKE_FILE = "smoke.md"
 TIMEOUT_EXIT_CODES = (124, 137)  # coreutils timeout: 124 after TERM, 137 after KILL
 INSTALL_HELP = """\
 To run on a GPU, install a CUDA or ROCm build of torch into the suite's environment; setup.sh
@@ -35,7 +36,8 @@ installs whatever `PERFSUITE_TORCH` names (pip arguments), for example:
     PERFSUITE_TORCH="torch --index-url https://download.pytorch.org/whl/rocm6.4" bash scripts/gpu_suite.sh   # ROCm 6.4
 
 (the index names a CUDA or ROCm version that pytorch.org lists for the torch version you want;
-PyPI's default Linux wheel is a CUDA 12 build)."""
+PyPI's default Linux wheel is a CUDA 12 build). On a machine with no network, use the torch that is
+installed there and install nothing: `PERFSUITE_PYTHON=python3 bash scripts/gpu_suite.sh`."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,8 +148,22 @@ def verification_report(env: dict[str, Any], checks: list[Check], results: list[
     return "\n".join(lines) + "\n", passed
 
 
+def run_smoke_step(args: argparse.Namespace) -> int:
+    """``perfsuite verify --smoke``: the fail-fast checks (``gpu_smoke``), written to RESULTS/smoke.md."""
+    from perfsuite.cli.gpu_smoke import run_smoke, smoke_report
+
+    results_dir = Path(args.results)
+    checks = run_smoke(args.device, scratch=results_dir / "smoke-traces")
+    write_text_atomic(results_dir / SMOKE_FILE, smoke_report(checks))
+    for check in checks:
+        print(f"perfsuite smoke: {check.outcome:4} {check.name}: {check.detail}")
+    return 1 if any(c.outcome == "FAIL" for c in checks) else 0
+
+
 def run_verify(args: argparse.Namespace) -> int:
     """``perfsuite verify``: write the report to ``--out`` (default RESULTS/verification.md)."""
+    if args.smoke:
+        return run_smoke_step(args)
     results_dir = Path(args.results)
     out = Path(args.out) if args.out else results_dir / "verification.md"
     env = environment()
@@ -165,6 +181,11 @@ def run_verify(args: argparse.Namespace) -> int:
     except ReportError as exc:
         checks.append(Check("reading the suite's results", "", "error", str(exc)))
     report, passed = verification_report(env, checks, results, peaks, args.suite_exit, args.budget_s)
+    smoke = results_dir / SMOKE_FILE
+    if smoke.exists():  # the smoke step's table, and its failures in the result
+        smoke_text = smoke.read_text(encoding="utf-8")
+        passed = passed and "**Smoke: PASS**" in smoke_text
+        report += "\n" + smoke_text
     write_text_atomic(out, report)
     print(f"perfsuite verify: {report.splitlines()[2].strip('*')}; report: {out}")
     return 0 if passed else 1
@@ -177,3 +198,8 @@ def add_command(commands) -> None:
     verify.add_argument("--suite-exit", type=int, default=0, help="pytest's exit status (124/137: ran past the budget)")
     verify.add_argument("--budget-s", type=int, help="the suite's time budget in seconds, for the report")
     verify.add_argument("--require-cuda", action="store_true", help="exit 1 when there is no CUDA device")
+    verify.add_argument("--smoke", action="store_true",
+                        help="run only the fail-fast smoke checks (device, one call per pinned SDPA backend, "
+                             "naive's score copy on the device lane) into RESULTS/smoke.md; exit 1 on a failure")
+    verify.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                        help="the device of --smoke (cpu: the same steps on the CPU lane)")
