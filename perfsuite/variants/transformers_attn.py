@@ -78,7 +78,14 @@ def load() -> str | None:
 # order of the table). Listed, not read, so that listing variants does not import transformers;
 # tests/variants/test_transformers_attn.py fails when the installed transformers has others.
 IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention", "flash_attention_2", "flash_attention_3", "flash_attention_4")
-NOT_A_KERNEL = ("paged|eager",)  # paged attention needs a PagedAttentionCache (continuous batching), not a call
+# Paged attention (``paged|eager``; ``paged|sdpa``, ``paged|flash_attention_2`` ... in 5.17) needs a
+# PagedAttentionCache (continuous batching), not a call on query/key/value.
+PAGED_PREFIX = "paged|"
+
+
+def is_kernel_key(key: str) -> bool:
+    """Whether an ``ALL_ATTENTION_FUNCTIONS`` key is an attention function callable on a case."""
+    return not key.startswith(PAGED_PREFIX)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,7 +108,7 @@ def registry_implementations() -> tuple[str, ...]:
     """``eager`` and the kernel keys of the installed transformers' ``ALL_ATTENTION_FUNCTIONS`` (imports it)."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-    return ("eager", *sorted(k for k in ALL_ATTENTION_FUNCTIONS.valid_keys() if k not in NOT_A_KERNEL))
+    return ("eager", *sorted(k for k in ALL_ATTENTION_FUNCTIONS.valid_keys() if is_kernel_key(k)))
 
 
 def _config(config_class, impl: str, query: torch.Tensor, key: torch.Tensor, **extra):

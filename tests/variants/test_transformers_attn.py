@@ -22,7 +22,7 @@ def _case(mask, sq=6, skv=6, heads=4, kv_heads=4, dtype="fp32", batch=2, head_di
 def test_every_registered_attention_function_is_a_variant():
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-    expected = {"hf_eager"} | {f"hf_{k}" for k in ALL_ATTENTION_FUNCTIONS.valid_keys() if k != "paged|eager"}
+    expected = {"hf_eager"} | {f"hf_{k}" for k in ALL_ATTENTION_FUNCTIONS.valid_keys() if hf.is_kernel_key(k)}
     assert expected <= set(variant_names())
     assert all(get_variant(name).wraps == "transformers" for name in expected)
 
