@@ -12,6 +12,7 @@ from typing import Any
 from perfsuite.gate.compare import (UNPAIRED_METHOD, BenchmarkComparison, check_compatible, compare_runs,
                                     judged_nothing, markdown)
 from perfsuite.gate.stats import CONTENDED_VERDICT, GateSettings
+from perfsuite.trace.structure import NO_WORK_PREFIX
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_UNUSABLE = 0, 1, 2
 
@@ -72,7 +73,7 @@ class GateOutcome:
         if not self.fail_on_structure:
             return [f"{len(changed)} with structural changes (a change that adds work fails the gate only with "
                     "--fail-on-structure, or --perfsuite-fail-on-structure in perfsuite run / pytest)"]
-        return [f"{len(changed)} with structural changes that only remove work (not a failure)"]
+        return [f"{len(changed)} with structural changes that add no work (not a failure)"]
 
     def _why_contended(self) -> str:
         speed = sum(c.speed_changed for c in self.comparisons)
@@ -90,7 +91,8 @@ def failure_reason(comparison: BenchmarkComparison, fail_on_structure: bool) -> 
         e = comparison.estimate
         reasons.append(f"slower x{e.ratio:.3f} [{e.low:.3f}, {e.high:.3f}]")
     if fail_on_structure and comparison.structure_adds_work:
-        reasons.append("structure adds work: " + "; ".join(comparison.structure))
+        work = [line for line in comparison.structure if not line.startswith(NO_WORK_PREFIX)]
+        reasons.append("structure adds work: " + "; ".join(work))
     return ", ".join(reasons) or None
 
 
