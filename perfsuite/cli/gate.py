@@ -62,9 +62,9 @@ def add_commands(commands) -> None:
     compare.add_argument("head", help="new run JSON, or a saved run's number under .benchmarks/")
     add_gate_options(compare)
     ab = commands.add_parser("ab", help="A/B gate: base and head interleaved in one run")
-    ab.add_argument("--base-tree", default=".", help="source tree put first on the base's PYTHONPATH, with its src/ "
-                                                     "(default .: your checkout, or perfsuite's)")
-    ab.add_argument("--head-tree", default=".", help="source tree of the head (default .)")
+    ab.add_argument("--base-tree", help="source tree put first on the base's PYTHONPATH, with its src/ "
+                                        "(default: the repository's root, found as perfsuite run finds it)")
+    ab.add_argument("--head-tree", help="source tree of the head (default: the repository's root)")
     ab.add_argument("--base-ref", help="git ref of the current repository as the base (a temporary worktree)")
     ab.add_argument("--head-ref", help="git ref of the current repository as the head (a temporary worktree)")
     ab.add_argument("--base-python", default=sys.executable, help="interpreter (a virtualenv's bin/python) of the base")
@@ -158,8 +158,8 @@ def selected_variants(args: argparse.Namespace) -> list[str]:
 
     from perfsuite.suite.runner import ini_value
 
-    args.variant = args.variant or ini_value(Path.cwd(), "perfsuite_user_variants")
-    wanted = args.variants or " ".join(ini_value(Path.cwd(), "perfsuite_variants")) or "all"
+    args.variant = args.variant or ini_value(config_root(args), "perfsuite_user_variants")
+    wanted = args.variants or " ".join(ini_value(config_root(args), "perfsuite_variants")) or "all"
     try:
         load_entry_point_variants()
         for spec in args.variant:
@@ -173,11 +173,21 @@ def selected_variants(args: argparse.Namespace) -> list[str]:
         raise UsageError(str(exc)) from None
 
 
+def config_root(args: argparse.Namespace) -> Path:
+    """Where ``ab`` reads its configuration: the repository around the current directory
+    (``runner.find_project_root``), unless set on ``args.config_root``."""
+    from perfsuite.suite.runner import find_project_root
+
+    if getattr(args, "config_root", None) is None:
+        args.config_root = find_project_root(Path.cwd())
+    return args.config_root
+
+
 def configured(args: argparse.Namespace, key: str, default: str) -> str:
-    """The value of ini ``key`` in the current directory's pytest configuration, else ``default``."""
+    """The value of ini ``key`` in the configuration ``ab`` reads (``config_root``), else ``default``."""
     from perfsuite.suite.runner import ini_value
 
-    return " ".join(ini_value(Path.cwd(), key)) or default
+    return " ".join(ini_value(config_root(args), key)) or default
 
 
 def selected_modes(text: str) -> tuple[str, ...]:
@@ -199,6 +209,7 @@ def run_ab_command(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     variants, modes = selected_variants(args), selected_modes(args.modes or configured(args, "perfsuite_modes", "all"))
+    args.base_tree, args.head_tree = args.base_tree or config_root(args), args.head_tree or config_root(args)
     for option, tree in (("--base-tree", args.base_tree), ("--head-tree", args.head_tree)):
         if not Path(tree).is_dir():
             raise UsageError(f"{option} {tree!r}: no such folder")

@@ -132,6 +132,18 @@ def test_the_suite_runs_in_the_users_repository_with_their_config(user_repo):
                                                          for m in ("forward", "backward")}
 
 
+def test_run_from_a_subdirectory_uses_the_repositorys_configuration(user_repo):
+    """``cd src && perfsuite run --check`` runs the user's variants, not the built-in ones."""
+    repo, *_ = user_repo
+    result = sh(repo / ".venv" / "bin" / "perfsuite", "run", "--check", "-k", "blocked_attention and forward",
+                cwd=repo / "src", check=False)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert f"perfsuite run: running in {repo.resolve()}" in output
+    assert "perfsuite: variants=blocked_attention,sdpa" in output
+    assert not (repo / "src" / "perfsuite-results").exists()
+
+
 def test_plain_pytest_with_perfsuite_options_says_what_to_do(user_repo):
     repo, *_ = user_repo
     result = sh(repo / ".venv" / "bin" / "python", "-m", "pytest", "--perfsuite-variants=sdpa", cwd=repo, check=False)
