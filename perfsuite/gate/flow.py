@@ -54,17 +54,31 @@ class GateOutcome:
             slower = sum(c.verdict == "slower" for c in self.comparisons)
             more = sum(bool(self.fail_on_structure and c.structure_adds_work) for c in self.comparisons)
             return (f"perfsuite gate: FAIL: {len(self.failures)} of {plural(total, 'benchmark')} regressed "
-                    f"({slower} slower, {more} with structure that adds work)")
-        counts = {v: sum(c.verdict == v for c in self.comparisons)
-                  for v in ("no change", "faster", "inconclusive", CONTENDED_VERDICT, "missing")}
+                    f"({slower} slower, {more} with structure that adds work)"
+                    + ("; no timing was judged, structure only" if not self._timed() else "")
+                    + "".join(f"; {note}" for note in self._timing_notes(self._counts())))
+        counts = self._counts()
         shown = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
-        notes = self._structure_notes()
+        notes = self._structure_notes() + self._timing_notes(counts)
+        return (f"perfsuite gate: PASS: no regression found in {plural(total, 'benchmark')} ({shown})"
+                + "".join(f"; {note}" for note in notes))
+
+    def _timed(self) -> int:
+        """Benchmarks whose timing was judged (slower, faster or no change)."""
+        return sum(c.verdict in ("slower", "faster", "no change") for c in self.comparisons)
+
+    def _counts(self) -> dict[str, int]:
+        return {v: sum(c.verdict == v for c in self.comparisons)
+                for v in ("no change", "faster", "inconclusive", CONTENDED_VERDICT, "missing")}
+
+    def _timing_notes(self, counts: dict[str, int]) -> list[str]:
+        """What the timings did not decide, on PASS and FAIL lines alike."""
+        notes = []
         if counts["inconclusive"]:
             notes.append("inconclusive timings decide nothing: more blocks/rounds or a quieter machine")
         if counts[CONTENDED_VERDICT]:
             notes.append(f"WARNING: {counts[CONTENDED_VERDICT]} {self._why_contended()}, not judged")
-        return (f"perfsuite gate: PASS: no regression found in {plural(total, 'benchmark')} ({shown})"
-                + "".join(f"; {note}" for note in notes))
+        return notes
 
     def _structure_notes(self) -> list[str]:
         changed = [c for c in self.comparisons if c.structure]

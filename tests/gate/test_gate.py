@@ -364,3 +364,18 @@ def test_a_benchmark_with_no_uncontended_pair_shows_no_ratio():
                                   "0 pairs, 34 contended set aside")
     row = next(line for line in markdown([nothing], SETTINGS, "t", "paired").splitlines() if line.startswith("| `naive"))
     assert "| 1.200 | - | inconclusive: contended" in row and "1.000" not in row
+
+
+def test_a_fail_that_judged_no_timing_says_so(tmp_path, capsys):
+    """Structure fails the gate while every timing was contended: the FAIL line says no timing was judged."""
+    rng = np.random.default_rng(8)
+    loaded = {"contended": True, "reasons": ["threads waited for a CPU 60% of the wall time (limit 5%)"]}
+    base = saved_run(tmp_path / "base.json", np.exp(rng.normal(0, 0.01, 50)))
+    head = saved_run(tmp_path / "head.json", np.exp(rng.normal(0, 0.01, 50)), clones=1, contention=loaded)
+    assert main(["compare", str(base), str(head), "--fail-on-structure"]) == 1
+    out = capsys.readouterr().out
+    assert ("FAIL: 1 of 1 benchmark regressed (0 slower, 1 with structure that adds work); no timing was judged, "
+            "structure only; WARNING: 1 timed under contention, not judged") in out
+    timed = saved_run(tmp_path / "timed.json", np.exp(rng.normal(0, 0.01, 50)), clones=1)
+    assert main(["compare", str(base), str(timed), "--fail-on-structure"]) == 1
+    assert "no timing was judged" not in capsys.readouterr().out
