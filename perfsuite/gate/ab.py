@@ -25,6 +25,7 @@ from typing import Any
 from perfsuite.errors import IncomparableRuns, WorkerError
 from perfsuite.gate.compare import BenchmarkComparison
 from perfsuite.measure.conditions import required_env
+from perfsuite.measure.contention import brief_reason
 from perfsuite.measure.machine import MUST_MATCH, machine_differences
 from perfsuite.trace.structure import adds_work, diff_fingerprints
 from perfsuite.gate.worktrees import describe_tree
@@ -129,7 +130,7 @@ class AbBenchmark:
 def pair_sampler(base: WorkerProcess, head: WorkerProcess, rounds: int):
     """``next_pair()`` for ``sequential_paired``: one block per side, order alternating AB, BA, ...;
     the pair is contended when either block was (``perfsuite.measure.contention``); ``next_pair.reasons``
-    collects the first reason of each contended block, for the report."""
+    collects each contended block's reasons in one short line, for the report."""
     count = [0]
     reasons: list[str] = []
 
@@ -139,7 +140,7 @@ def pair_sampler(base: WorkerProcess, head: WorkerProcess, rounds: int):
         replies = {id(worker): worker.ask({"time": rounds}) for worker in order}
         b, h = replies[id(base)], replies[id(head)]
         flagged = [r["contention"] for r in (b, h) if (r.get("contention") or {}).get("contended")]
-        reasons.extend(found["reasons"][0] for found in flagged if found.get("reasons"))
+        reasons.extend(brief_reason(found) for found in flagged)
         return b["times"], h["times"], bool(flagged)
 
     next_pair.reasons = reasons
