@@ -109,20 +109,23 @@ def _finish(outcome: GateOutcome, args: argparse.Namespace) -> int:
     return outcome.exit_code
 
 
-SAVED_RUNS = Path(".benchmarks")  # where perfsuite run saves (perfsuite.suite.runner)
+SAVED_RUNS = Path(".benchmarks")  # where perfsuite run saves, under the repository's root (perfsuite.suite.runner)
 
 
 def saved_run_path(spec: str) -> str:
     """A path as given, or a saved run's number (``0001``, as ``--benchmark-compare=0001`` takes it)
-    resolved under ``.benchmarks/``. ``UsageError`` when a number matches no saved run or several,
-    naming the saved runs there."""
+    resolved under the repository's ``.benchmarks/`` (found from a subdirectory as ``perfsuite run``
+    finds its root). ``UsageError`` when a number matches no saved run or several, naming the saved runs there."""
     if Path(spec).exists() or not spec.isdigit():
         return spec
-    found = sorted(SAVED_RUNS.glob(f"*/{spec}_*.json"))
+    from perfsuite.suite.runner import find_project_root
+
+    folder = find_project_root(Path.cwd()) / SAVED_RUNS
+    found = sorted(folder.glob(f"*/{spec}_*.json"))
     if len(found) == 1:
         return str(found[0])
-    why = f"several match: {', '.join(map(str, found))}" if found else f"none in {SAVED_RUNS.resolve()}"
-    saved = sorted(p.name.split("_")[0] for p in SAVED_RUNS.glob("*/*.json"))
+    why = f"several match: {', '.join(map(str, found))}" if found else f"none in {folder}"
+    saved = sorted(p.name.split("_")[0] for p in folder.glob("*/*.json"))
     raise UsageError(f"saved run {spec!r}: {why}; saved runs there: {', '.join(saved[-10:]) or 'none'} "
                      "(or give a file's path)")
 
