@@ -7,8 +7,12 @@ Exit codes: 0 no regression; 1 a regression (``slower``, or a structural change 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+import threading
 from pathlib import Path
+from typing import Iterator
 
 from perfsuite.suite import settings as suite_settings
 from perfsuite.errors import UsageError
@@ -202,20 +206,68 @@ def selected_modes(text: str) -> tuple[str, ...]:
         raise UsageError(f"--modes: {exc}") from None
 
 
+def ref_config_root(tree: Path) -> Path:
+    """Where a ref's temporary worktree keeps the configuration: found from the same subdirectory
+    as the current one (``runner.find_project_root``), or from the worktree's root."""
+    from perfsuite.gate.worktrees import repository_root
+    from perfsuite.suite.runner import find_project_root
+
+    below = tree / Path.cwd().resolve().relative_to(repository_root())
+    return find_project_root(below if below.is_dir() else tree)
+
+
+def describe_config(args: argparse.Namespace, trees: dict[str, Path], commits: dict[str, str]) -> str:
+    """``pyproject.toml at --head-ref feature (3f2a9c1d0)``, or the working tree's file, or none."""
+    from perfsuite.suite.runner import find_config
+
+    root = config_root(args)
+    config = find_config(root)
+    if "head" in trees:
+        where = f"at --head-ref {args.head_ref} ({commits['head']})"
+        name = config.relative_to(trees["head"]).as_posix() if config else None
+    else:
+        where, name = "in the working tree", str(config) if config else None
+    return f"{name} {where}" if name else f"no pytest configuration {where}: perfsuite's defaults"
+
+
+class Terminated(Exception):
+    """SIGTERM (what CI sends on a timeout), raised where the coordinator runs so that every
+    ``finally`` runs: workers are closed and temporary worktrees removed, as on Ctrl-C."""
+
+
+@contextlib.contextmanager
+def sigterm_raises() -> Iterator[None]:
+    def handler(signum, frame):
+        raise Terminated()
+
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run_ab_command(args: argparse.Namespace) -> int:
+    """``perfsuite ab``; Ctrl-C and SIGTERM end it with one line (exit 130 / 143), worktrees removed."""
+    stopped = {KeyboardInterrupt: ("interrupted (Ctrl-C)", 130), Terminated: ("terminated (SIGTERM)", 143)}
+    try:
+        with sigterm_raises():
+            return _run_ab(args)
+    except (KeyboardInterrupt, Terminated) as exc:
+        what, code = stopped[type(exc)]
+        print(f"perfsuite ab: {what}: stopped; workers ended and temporary worktrees removed, no verdict",
+              file=sys.stderr)
+        return code
+
+
+def _run_ab(args: argparse.Namespace) -> int:
     from perfsuite.gate.ab import PAIRED_METHOD, Side, run_ab, write_json
     from perfsuite.gate.worktrees import git_worktrees, ref_commits
 
     settings = GateSettings(args.alpha, GateSettings.min_effect if args.min_effect is None else args.min_effect)
-    try:
-        case_ids = resolve_case_ids(args)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    variants, modes = selected_variants(args), selected_modes(args.modes or configured(args, "perfsuite_modes", "all"))
-    args.base_tree, args.head_tree = args.base_tree or config_root(args), args.head_tree or config_root(args)
-    for option, tree in (("--base-tree", args.base_tree), ("--head-tree", args.head_tree)):
-        if not Path(tree).is_dir():
-            raise UsageError(f"{option} {tree!r}: no such folder")
     plan = plan_for(args.blocks, args.budget_s)
     needed = min_pairs(plan.alpha_per_look(settings.alpha))
     if args.blocks < needed:
@@ -228,6 +280,20 @@ def run_ab_command(args: argparse.Namespace) -> int:
     for note in notes:
         print(f"perfsuite: note: {note}", file=sys.stderr)
     with git_worktrees({"base": args.base_ref, "head": args.head_ref}) as trees:
+        if "head" in trees:  # the configuration committed at the head ref, not the working tree's
+            args.config_root = ref_config_root(trees["head"])
+        used = describe_config(args, trees, commits)
+        print(f"perfsuite ab: configuration: {used}", file=sys.stderr)
+        try:
+            case_ids = resolve_case_ids(args)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        variants = selected_variants(args)
+        modes = selected_modes(args.modes or configured(args, "perfsuite_modes", "all"))
+        args.base_tree, args.head_tree = args.base_tree or config_root(args), args.head_tree or config_root(args)
+        for option, tree in (("--base-tree", args.base_tree), ("--head-tree", args.head_tree)):
+            if not Path(tree).is_dir():
+                raise UsageError(f"{option} {tree!r}: no such folder")
         base = Side(trees.get("base", Path(args.base_tree)), args.base_variant, python=args.base_python)
         head = Side(trees.get("head", Path(args.head_tree)), args.head_variant, args.head_slowdown, args.slow_variant,
                     python=args.head_python)
@@ -247,6 +313,6 @@ def run_ab_command(args: argparse.Namespace) -> int:
     versions = (info["base_machine"].get("torch_version"), info.get("torch_version"))
     if versions[0] != versions[1]:
         title += f" (torch {versions[0]} -> {versions[1]})"
-    title += "".join(f"\n\nNote: {note}." for note in notes)  # below the heading, not in it
+    title += "".join(f"\n\nNote: {note}." for note in [*notes, f"configuration: {used}"])  # below the heading
     method = f"{PAIRED_METHOD}; {plan.describe(settings.alpha)}"
     return _finish(judge(comparisons, settings, title, method, args.fail_on_structure), args)

@@ -106,10 +106,17 @@ class WorkerProcess:
         return reply
 
     def close(self) -> None:
-        if self.process.poll() is None:
+        """Ask the worker to quit; kill it when it cannot be asked (it died, or an interrupt broke
+        the pipe) or does not quit within 30 s."""
+        if self.process.poll() is not None:
+            return
+        try:
             self.process.stdin.write(json.dumps({"quit": True}) + "\n")
             self.process.stdin.close()
             self.process.wait(timeout=30)
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            self.process.kill()
+            self.process.wait()
 
 
 @dataclasses.dataclass

@@ -19,6 +19,7 @@ per line on stdin and answers one JSON line on stdout:
 from __future__ import annotations
 
 import json
+import signal
 import statistics
 import sys
 import tempfile
@@ -103,6 +104,8 @@ class Worker:
 
 
 def main() -> None:
+    # Ctrl-C reaches the whole process group: the coordinator alone handles it and ends this worker
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     replies = sys.stdout
     sys.stdout = sys.stderr  # nothing but replies on the reply channel
     worker = Worker()
