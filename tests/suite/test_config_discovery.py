@@ -45,3 +45,20 @@ def test_an_unreadable_configuration_on_the_way_is_named(tmp_path):
     (tmp_path / "src").mkdir()
     with pytest.raises(UsageError, match="pyproject.toml: not valid TOML"):
         find_project_root(tmp_path / "src")
+
+
+def test_plain_pytest_in_a_repository_without_perfsuite_prints_nothing_of_perfsuite(tmp_path):
+    """The plugin loads in every pytest run of the environment; another project's run shows no trace of it."""
+    import os
+    import sys
+
+    (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = -q\n")
+    (tmp_path / "test_theirs.py").write_text("def test_theirs():\n    assert True\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "MALLOC_", "PERFSUITE"))}
+    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "perfsuite" not in (result.stdout + result.stderr).lower(), result.stdout + result.stderr
+    asked = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--perfsuite-variants=sdpa"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    assert "perfsuite: no test of the attention suite was collected here" in asked.stdout  # asked for: it answers
