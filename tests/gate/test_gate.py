@@ -379,3 +379,15 @@ def test_a_fail_that_judged_no_timing_says_so(tmp_path, capsys):
     timed = saved_run(tmp_path / "timed.json", np.exp(rng.normal(0, 0.01, 50)), clones=1)
     assert main(["compare", str(base), str(timed), "--fail-on-structure"]) == 1
     assert "no timing was judged" not in capsys.readouterr().out
+
+
+def test_the_ab_worker_fingerprint_holds_score_writes_and_saved_bytes_as_a_saved_run_does():
+    """``ab --fail-on-structure`` judges the same facts as ``compare``: score writes, work, saved bytes."""
+    from perfsuite.gate.ab_worker import Worker
+
+    request = {"variant": "naive", "case": "b1h2s16d8-fp32-causal-cpu", "seed": 0, "specs": []}
+    forward = Worker().setup(request | {"mode": "forward"})["fingerprint"]
+    assert any(label.startswith("copy [1x2x16x16] in aten::masked_fill") for label in forward["score_writes"])
+    assert forward["no_work_ops"] and forward["work_ops"] and "saved_for_backward_bytes" not in forward
+    both = Worker().setup(request | {"mode": "forward_backward"})["fingerprint"]
+    assert both["saved_for_backward_bytes"] > 0
