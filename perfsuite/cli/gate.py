@@ -69,6 +69,9 @@ def add_commands(commands) -> None:
     ab.add_argument("--base-tree", help="source tree put first on the base's PYTHONPATH, with its src/ "
                                         "(default: the repository's root, found as perfsuite run finds it)")
     ab.add_argument("--head-tree", help="source tree of the head (default: the repository's root)")
+    ab.add_argument("--timing-threads", type=positive_threads, metavar="N",
+                    help="experimental, not yet calibrated: both workers time with N torch threads (1: a busy "
+                         "process beside the gate shares a core with one thread, not with an OpenMP team)")
     ab.add_argument("--base-ref", help="git ref of the current repository as the base (a temporary worktree)")
     ab.add_argument("--head-ref", help="git ref of the current repository as the head (a temporary worktree)")
     ab.add_argument("--base-python", default=sys.executable, help="interpreter (a virtualenv's bin/python) of the base")
@@ -114,6 +117,13 @@ def _finish(outcome: GateOutcome, args: argparse.Namespace) -> int:
 
 
 SAVED_RUNS = Path(".benchmarks")  # where perfsuite run saves, under the repository's root (perfsuite.suite.runner)
+
+
+def positive_threads(text: str) -> int:
+    """``--timing-threads``: a whole number of threads, 1 or more."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a thread count (1 or more)")
+    return int(text)
 
 
 def saved_run_path(spec: str) -> str:
@@ -299,7 +309,7 @@ def _run_ab(args: argparse.Namespace) -> int:
                     python=args.head_python)
         results, info = run_ab(base, head, variants, case_ids, rounds=args.rounds, settings=settings, plan=plan,
                                force=args.force, progress=lambda text: print(text, file=sys.stderr),
-                               modes=modes, specs=tuple(args.variant))
+                               modes=modes, specs=tuple(args.variant), timing_threads=args.timing_threads)
     if args.json:
         write_json(Path(args.json), results, info, settings, plan)
     comparisons = [r.comparison for r in results]
@@ -315,4 +325,6 @@ def _run_ab(args: argparse.Namespace) -> int:
         title += f" (torch {versions[0]} -> {versions[1]})"
     title += "".join(f"\n\nNote: {note}." for note in [*notes, f"configuration: {used}"])  # below the heading
     method = f"{PAIRED_METHOD}; {plan.describe(settings.alpha)}"
+    if args.timing_threads:
+        method += f"; timed with {args.timing_threads} torch thread{'s' if args.timing_threads > 1 else ''} per side"
     return _finish(judge(comparisons, settings, title, method, args.fail_on_structure), args)

@@ -34,6 +34,9 @@ from perfsuite.gate.stats import GateSettings, SequentialPlan, below_min_effect,
 # The same, fixed process conditions for both sides, and for every timed run: the list and the
 # reason for each live in perfsuite.measure.conditions.
 WORKER_ENV = required_env()
+# ``--timing-threads N`` (experimental, not yet calibrated): both workers time with N torch threads
+# (``torch.set_num_threads``), so a busy process beside the gate shares a core with fewer of them.
+TIMING_THREADS_ENV = "PERFSUITE_AB_TIMING_THREADS"
 
 PAIRED_METHOD = "per-block-pair log ratios, base and head interleaved ABAB in one run"
 
@@ -84,9 +87,11 @@ def no_aslr_prefix() -> list[str]:
 class WorkerProcess:
     """A running ``perfsuite.gate.ab_worker`` for one side."""
 
-    def __init__(self, side: Side):
+    def __init__(self, side: Side, timing_threads: int | None = None):
         paths = side.python_path() + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths), **WORKER_ENV)
+        if timing_threads is not None:
+            env |= {TIMING_THREADS_ENV: str(timing_threads), "OMP_NUM_THREADS": str(timing_threads)}
         self.side = side
         self.process = subprocess.Popen(
             no_aslr_prefix() + [side.python, "-m", "perfsuite.gate.ab_worker"], cwd=side.tree or ".", env=env, text=True,
@@ -225,14 +230,15 @@ def check_same_machine(base: WorkerProcess, head: WorkerProcess, devices: list[s
 def run_ab(base_side: Side, head_side: Side, variants: list[str], case_ids: list[str], seed: int = 0,
            rounds: int = 8, settings: GateSettings = GateSettings(), force: bool = False,
            progress=None, plan: SequentialPlan = SequentialPlan(), modes: tuple[str, ...] = ("forward",),
-           specs: tuple[str, ...] = ()) -> tuple[list[AbBenchmark], dict]:
+           specs: tuple[str, ...] = (), timing_threads: int | None = None) -> tuple[list[AbBenchmark], dict]:
     """A/B every variant x case x mode (``plan``: looks and time budget per benchmark); returns the
     benchmarks both sides could run and machine info.
 
     ``specs``: users' ``module:function`` variants, registered in both workers (each imports
-    them from its own tree). A variant without backward is gated in forward only.
+    them from its own tree). A variant without backward is gated in forward only. ``timing_threads``:
+    the torch thread count of both workers (``TIMING_THREADS_ENV``; None: the machine's default).
     """
-    base, head = WorkerProcess(base_side), WorkerProcess(head_side)
+    base, head = WorkerProcess(base_side, timing_threads), WorkerProcess(head_side, timing_threads)
     try:
         devices = sorted({c.rsplit("-", 1)[1] for c in case_ids})
         info = check_same_machine(base, head, devices, force)

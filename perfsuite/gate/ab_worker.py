@@ -20,6 +20,7 @@ per line on stdin and answers one JSON line on stdout:
 from __future__ import annotations
 
 import json
+import os
 import signal
 import statistics
 import sys
@@ -115,6 +116,11 @@ class Worker:
 def main() -> None:
     # Ctrl-C reaches the whole process group: the coordinator alone handles it and ends this worker
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threads = os.environ.get("PERFSUITE_AB_TIMING_THREADS")  # perfsuite.gate.ab.TIMING_THREADS_ENV
+    if threads:
+        import torch
+
+        torch.set_num_threads(int(threads))
     replies = sys.stdout
     sys.stdout = sys.stderr  # nothing but replies on the reply channel
     worker = Worker()

@@ -391,3 +391,18 @@ def test_the_ab_worker_fingerprint_holds_score_writes_and_saved_bytes_as_a_saved
     assert forward["no_work_ops"] and forward["work_ops"] and "saved_for_backward_bytes" not in forward
     both = Worker().setup(request | {"mode": "forward_backward"})["fingerprint"]
     assert both["saved_for_backward_bytes"] > 0
+
+
+def test_ab_timing_threads_sets_both_workers_thread_count(tmp_path, capsys):
+    """``--timing-threads 1`` (experimental, not yet calibrated): both workers time single-threaded, and the
+    report's method says so."""
+    out = tmp_path / "ab.json"
+    code = main(["ab", "--variants", "naive_inplace", "--cases", "b1h2s16d8-fp32-causal-cpu", "--modes", "forward",
+                 "--blocks", "2", "--rounds", "1", "--fail-on-structure", "--timing-threads", "1", "--json", str(out)])
+    report = capsys.readouterr().out
+    assert code == 0, report
+    machine = json.loads(out.read_text())["machine"]
+    assert machine["num_threads"] == 1 and machine["base_machine"]["num_threads"] == 1
+    assert "timed with 1 torch thread per side" in report
+    with pytest.raises(SystemExit):
+        main(["ab", "--timing-threads", "0"])
