@@ -52,8 +52,10 @@ def add_gate_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--alpha", type=float, default=0.01, help="two-sided level of the interval (default 0.01)")
     parser.add_argument("--min-effect", type=float, default=None,
                         help="smallest change that counts (default 0.05 for ab, 0.15 for compare of separate runs)")
-    parser.add_argument("--fail-on-structure", action="store_true", help="a structural change that adds work (more ops+kernels, copies, bytes, "
-                                 "or another SDPA backend) fails the gate; one that only removes work does not")
+    parser.add_argument("--fail-on-structure", action="store_true", help="a structural change that adds work (more copies or casts, device "
+                                 "kernels, Memcpy, score writes, bytes allocated/written/saved, or another SDPA backend) "
+                                 "fails the gate; one that only removes work, or adds ops that do none (views, a "
+                                 "same-dtype .to), does not")
     parser.add_argument("--force", action="store_true", help="compare runs from different hardware/software anyway")
     parser.add_argument("--markdown", help="also write the Markdown verdict here (e.g. $GITHUB_STEP_SUMMARY)")
 

@@ -25,8 +25,9 @@ def add_options(parser: pytest.Parser) -> None:
                     help="with --benchmark-compare: judge each benchmark with perfsuite's statistics and "
                          "fingerprints (needs per-round data: --benchmark-save-data in both runs)")
     group.addoption("--perfsuite-fail-on-structure", action="store_true",
-                    help="with --perfsuite-gate: a structural change that adds work (more ops+kernels, copies, "
-                         "bytes, or another SDPA backend) fails")
+                    help="with --perfsuite-gate: a structural change that adds work (more copies or casts, device "
+                         "kernels, Memcpy, score writes, bytes allocated/written/saved, or another SDPA backend) "
+                         "fails; ops that do no work (views, a same-dtype .to) never do")
     group.addoption("--perfsuite-gate-force", action="store_true",
                     help="with --perfsuite-gate: compare with a baseline from other hardware or torch anyway")
     parser.addini("perfsuite_user_variants", "your own attention functions as variants, MODULE:FUNCTION, one per "
