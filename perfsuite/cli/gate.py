@@ -7,8 +7,12 @@ Exit codes: 0 no regression; 1 a regression (``slower``, or a structural change 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+import threading
 from pathlib import Path
+from typing import Iterator
 
 from perfsuite.suite import settings as suite_settings
 from perfsuite.errors import UsageError
@@ -48,8 +52,10 @@ def add_gate_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--alpha", type=float, default=0.01, help="two-sided level of the interval (default 0.01)")
     parser.add_argument("--min-effect", type=float, default=None,
                         help="smallest change that counts (default 0.05 for ab, 0.15 for compare of separate runs)")
-    parser.add_argument("--fail-on-structure", action="store_true", help="a structural change that adds work (more ops+kernels, copies, bytes, "
-                                 "or another SDPA backend) fails the gate; one that only removes work does not")
+    parser.add_argument("--fail-on-structure", action="store_true", help="a structural change that adds work (more copies or casts, device "
+                                 "kernels, Memcpy, score writes, bytes allocated/written/saved, or another SDPA backend) "
+                                 "fails the gate; one that only removes work, or adds ops that do none (views, a "
+                                 "same-dtype .to), does not")
     parser.add_argument("--force", action="store_true", help="compare runs from different hardware/software anyway")
     parser.add_argument("--markdown", help="also write the Markdown verdict here (e.g. $GITHUB_STEP_SUMMARY)")
 
@@ -62,9 +68,12 @@ def add_commands(commands) -> None:
     compare.add_argument("head", help="new run JSON, or a saved run's number under .benchmarks/")
     add_gate_options(compare)
     ab = commands.add_parser("ab", help="A/B gate: base and head interleaved in one run")
-    ab.add_argument("--base-tree", default=".", help="source tree put first on the base's PYTHONPATH, with its src/ "
-                                                     "(default .: your checkout, or perfsuite's)")
-    ab.add_argument("--head-tree", default=".", help="source tree of the head (default .)")
+    ab.add_argument("--base-tree", help="source tree put first on the base's PYTHONPATH, with its src/ "
+                                        "(default: the repository's root, found as perfsuite run finds it)")
+    ab.add_argument("--head-tree", help="source tree of the head (default: the repository's root)")
+    ab.add_argument("--timing-threads", type=positive_threads, metavar="N",
+                    help="experimental, not yet calibrated: both workers time with N torch threads (1: a busy "
+                         "process beside the gate shares a core with one thread, not with an OpenMP team)")
     ab.add_argument("--base-ref", help="git ref of the current repository as the base (a temporary worktree)")
     ab.add_argument("--head-ref", help="git ref of the current repository as the head (a temporary worktree)")
     ab.add_argument("--base-python", default=sys.executable, help="interpreter (a virtualenv's bin/python) of the base")
@@ -109,20 +118,30 @@ def _finish(outcome: GateOutcome, args: argparse.Namespace) -> int:
     return outcome.exit_code
 
 
-SAVED_RUNS = Path(".benchmarks")  # where perfsuite run saves (perfsuite.suite.runner)
+SAVED_RUNS = Path(".benchmarks")  # where perfsuite run saves, under the repository's root (perfsuite.suite.runner)
+
+
+def positive_threads(text: str) -> int:
+    """``--timing-threads``: a whole number of threads, 1 or more."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a thread count (1 or more)")
+    return int(text)
 
 
 def saved_run_path(spec: str) -> str:
     """A path as given, or a saved run's number (``0001``, as ``--benchmark-compare=0001`` takes it)
-    resolved under ``.benchmarks/``. ``UsageError`` when a number matches no saved run or several,
-    naming the saved runs there."""
+    resolved under the repository's ``.benchmarks/`` (found from a subdirectory as ``perfsuite run``
+    finds its root). ``UsageError`` when a number matches no saved run or several, naming the saved runs there."""
     if Path(spec).exists() or not spec.isdigit():
         return spec
-    found = sorted(SAVED_RUNS.glob(f"*/{spec}_*.json"))
+    from perfsuite.suite.runner import find_project_root
+
+    folder = find_project_root(Path.cwd()) / SAVED_RUNS
+    found = sorted(folder.glob(f"*/{spec}_*.json"))
     if len(found) == 1:
         return str(found[0])
-    why = f"several match: {', '.join(map(str, found))}" if found else f"none in {SAVED_RUNS.resolve()}"
-    saved = sorted(p.name.split("_")[0] for p in SAVED_RUNS.glob("*/*.json"))
+    why = f"several match: {', '.join(map(str, found))}" if found else f"none in {folder}"
+    saved = sorted(p.name.split("_")[0] for p in folder.glob("*/*.json"))
     raise UsageError(f"saved run {spec!r}: {why}; saved runs there: {', '.join(saved[-10:]) or 'none'} "
                      "(or give a file's path)")
 
@@ -158,8 +177,8 @@ def selected_variants(args: argparse.Namespace) -> list[str]:
 
     from perfsuite.suite.runner import ini_value
 
-    args.variant = args.variant or ini_value(Path.cwd(), "perfsuite_user_variants")
-    wanted = args.variants or " ".join(ini_value(Path.cwd(), "perfsuite_variants")) or "all"
+    args.variant = args.variant or ini_value(config_root(args), "perfsuite_user_variants")
+    wanted = args.variants or " ".join(ini_value(config_root(args), "perfsuite_variants")) or "all"
     try:
         load_entry_point_variants()
         for spec in args.variant:
@@ -173,11 +192,21 @@ def selected_variants(args: argparse.Namespace) -> list[str]:
         raise UsageError(str(exc)) from None
 
 
+def config_root(args: argparse.Namespace) -> Path:
+    """Where ``ab`` reads its configuration: the repository around the current directory
+    (``runner.find_project_root``), unless set on ``args.config_root``."""
+    from perfsuite.suite.runner import find_project_root
+
+    if getattr(args, "config_root", None) is None:
+        args.config_root = find_project_root(Path.cwd())
+    return args.config_root
+
+
 def configured(args: argparse.Namespace, key: str, default: str) -> str:
-    """The value of ini ``key`` in the current directory's pytest configuration, else ``default``."""
+    """The value of ini ``key`` in the configuration ``ab`` reads (``config_root``), else ``default``."""
     from perfsuite.suite.runner import ini_value
 
-    return " ".join(ini_value(Path.cwd(), key)) or default
+    return " ".join(ini_value(config_root(args), key)) or default
 
 
 def selected_modes(text: str) -> tuple[str, ...]:
@@ -189,19 +218,68 @@ def selected_modes(text: str) -> tuple[str, ...]:
         raise UsageError(f"--modes: {exc}") from None
 
 
+def ref_config_root(tree: Path) -> Path:
+    """Where a ref's temporary worktree keeps the configuration: found from the same subdirectory
+    as the current one (``runner.find_project_root``), or from the worktree's root."""
+    from perfsuite.gate.worktrees import repository_root
+    from perfsuite.suite.runner import find_project_root
+
+    below = tree / Path.cwd().resolve().relative_to(repository_root())
+    return find_project_root(below if below.is_dir() else tree)
+
+
+def describe_config(args: argparse.Namespace, trees: dict[str, Path], commits: dict[str, str]) -> str:
+    """``pyproject.toml at --head-ref feature (3f2a9c1d0)``, or the working tree's file, or none."""
+    from perfsuite.suite.runner import find_config
+
+    root = config_root(args)
+    config = find_config(root)
+    if "head" in trees:
+        where = f"at --head-ref {args.head_ref} ({commits['head']})"
+        name = config.relative_to(trees["head"]).as_posix() if config else None
+    else:
+        where, name = "in the working tree", str(config) if config else None
+    return f"{name} {where}" if name else f"no pytest configuration {where}: perfsuite's defaults"
+
+
+class Terminated(Exception):
+    """SIGTERM (what CI sends on a timeout), raised where the coordinator runs so that every
+    ``finally`` runs: workers are closed and temporary worktrees removed, as on Ctrl-C."""
+
+
+@contextlib.contextmanager
+def sigterm_raises() -> Iterator[None]:
+    def handler(signum, frame):
+        raise Terminated()
+
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run_ab_command(args: argparse.Namespace) -> int:
+    """``perfsuite ab``; Ctrl-C and SIGTERM end it with one line (exit 130 / 143), worktrees removed."""
+    stopped = {KeyboardInterrupt: ("interrupted (Ctrl-C)", 130), Terminated: ("terminated (SIGTERM)", 143)}
+    try:
+        with sigterm_raises():
+            return _run_ab(args)
+    except (KeyboardInterrupt, Terminated) as exc:
+        what, code = stopped[type(exc)]
+        print(f"perfsuite ab: {what}: stopped; workers ended and temporary worktrees removed, no verdict",
+              file=sys.stderr)
+        return code
+
+
+def _run_ab(args: argparse.Namespace) -> int:
     from perfsuite.gate.ab import PAIRED_METHOD, Side, run_ab, write_json
     from perfsuite.gate.worktrees import git_worktrees, ref_commits
 
     settings = GateSettings(args.alpha, GateSettings.min_effect if args.min_effect is None else args.min_effect)
-    try:
-        case_ids = resolve_case_ids(args)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    variants, modes = selected_variants(args), selected_modes(args.modes or configured(args, "perfsuite_modes", "all"))
-    for option, tree in (("--base-tree", args.base_tree), ("--head-tree", args.head_tree)):
-        if not Path(tree).is_dir():
-            raise UsageError(f"{option} {tree!r}: no such folder")
     plan = plan_for(args.blocks, args.budget_s)
     needed = min_pairs(plan.alpha_per_look(settings.alpha))
     if args.blocks < needed:
@@ -214,12 +292,26 @@ def run_ab_command(args: argparse.Namespace) -> int:
     for note in notes:
         print(f"perfsuite: note: {note}", file=sys.stderr)
     with git_worktrees({"base": args.base_ref, "head": args.head_ref}) as trees:
+        if "head" in trees:  # the configuration committed at the head ref, not the working tree's
+            args.config_root = ref_config_root(trees["head"])
+        used = describe_config(args, trees, commits)
+        print(f"perfsuite ab: configuration: {used}", file=sys.stderr)
+        try:
+            case_ids = resolve_case_ids(args)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        variants = selected_variants(args)
+        modes = selected_modes(args.modes or configured(args, "perfsuite_modes", "all"))
+        args.base_tree, args.head_tree = args.base_tree or config_root(args), args.head_tree or config_root(args)
+        for option, tree in (("--base-tree", args.base_tree), ("--head-tree", args.head_tree)):
+            if not Path(tree).is_dir():
+                raise UsageError(f"{option} {tree!r}: no such folder")
         base = Side(trees.get("base", Path(args.base_tree)), args.base_variant, python=args.base_python)
         head = Side(trees.get("head", Path(args.head_tree)), args.head_variant, args.head_slowdown, args.slow_variant,
                     python=args.head_python)
         results, info = run_ab(base, head, variants, case_ids, rounds=args.rounds, settings=settings, plan=plan,
                                force=args.force, progress=lambda text: print(text, file=sys.stderr),
-                               modes=modes, specs=tuple(args.variant))
+                               modes=modes, specs=tuple(args.variant), timing_threads=args.timing_threads)
     if args.json:
         write_json(Path(args.json), results, info, settings, plan)
     comparisons = [r.comparison for r in results]
@@ -233,6 +325,8 @@ def run_ab_command(args: argparse.Namespace) -> int:
     versions = (info["base_machine"].get("torch_version"), info.get("torch_version"))
     if versions[0] != versions[1]:
         title += f" (torch {versions[0]} -> {versions[1]})"
-    title += "".join(f"\n\nNote: {note}." for note in notes)  # below the heading, not in it
+    title += "".join(f"\n\nNote: {note}." for note in [*notes, f"configuration: {used}"])  # below the heading
     method = f"{PAIRED_METHOD}; {plan.describe(settings.alpha)}"
+    if args.timing_threads:
+        method += f"; timed with {args.timing_threads} torch thread{'s' if args.timing_threads > 1 else ''} per side"
     return _finish(judge(comparisons, settings, title, method, args.fail_on_structure), args)

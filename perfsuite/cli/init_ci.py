@@ -8,6 +8,7 @@ unless ``--force`` is given.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -27,14 +28,40 @@ def default_torch() -> str:
     return f"torch=={torch.__version__.split('+')[0]} --index-url {TORCH_CPU_INDEX}"
 
 
+def installed_requirement() -> str:
+    """The pip requirement for the perfsuite installed here: ``perfsuite==0.1.0`` for a release from a
+    package index, ``git+URL@COMMIT`` for an install from a git URL (pip's ``direct_url.json``).
+
+    Raises:
+        UsageError: perfsuite runs from a local folder (an editable install, a checkout), which the
+            runner cannot install; ``--perfsuite`` must say how.
+    """
+    from importlib import metadata
+
+    try:
+        dist = metadata.distribution("perfsuite")
+    except metadata.PackageNotFoundError:
+        dist = None
+    direct = json.loads((dist.read_text("direct_url.json") if dist else None) or "null")
+    if dist is not None and direct is None:
+        return f"perfsuite=={dist.version}"
+    vcs = (direct or {}).get("vcs_info") or {}
+    if vcs.get("vcs") == "git" and vcs.get("commit_id"):
+        return f"git+{direct['url']}@{vcs['commit_id']}"
+    where = (direct or {}).get("url") or "a source folder"
+    raise UsageError(f"perfsuite here is installed from {where}, which a CI runner cannot install; give --perfsuite "
+                     "REQUIREMENT (perfsuite==VERSION from PyPI, or git+https://github.com/ORG/perfsuite@TAG)")
+
+
 def add_command(commands) -> None:
     init = commands.add_parser("init-ci", help="write a GitHub workflow gating your pull requests with perfsuite ab")
     init.add_argument("--output", default=str(DEFAULT_PATH), help=f"where to write it (default {DEFAULT_PATH})")
     init.add_argument("--torch", help="pip arguments for torch (default: the version installed here, from the "
                                       f"CPU index: {default_torch()!r})")
-    init.add_argument("--perfsuite", required=True, metavar="REQUIREMENT",
+    init.add_argument("--perfsuite", metavar="REQUIREMENT",
                       help="how the runner installs perfsuite: a pip requirement such as a git URL "
-                           "(git+https://github.com/ORG/perfsuite@TAG) or a wheel's URL")
+                           "(git+https://github.com/ORG/perfsuite@TAG) or a wheel's URL (default: the release "
+                           "installed here, perfsuite==VERSION, or the git commit it was installed from)")
     init.add_argument("--python", default="3.11", help="Python version of the runner (default 3.11)")
     init.add_argument("--case-set", help="case set to gate (default: perfsuite_case_set of your pytest "
                                          "configuration, read by perfsuite ab on the runner)")
@@ -63,7 +90,9 @@ def run_init_ci(args: argparse.Namespace) -> int:
     if output.exists() and not args.force:
         raise UsageError(f"{output} exists; it is left as it is (use --force to replace it)")
     torch = args.torch or default_torch()
-    write_text_atomic(output, render(torch, args.perfsuite, args.python, args.case_set))
+    requirement = args.perfsuite or installed_requirement()
+    write_text_atomic(output, render(torch, requirement, args.python, args.case_set))
     case_set = f"case set {args.case_set}" if args.case_set else "the case set of your pytest configuration"
-    print(f"wrote {output}: it gates every pull request with perfsuite ab ({case_set}; {torch})", file=sys.stderr)
+    print(f"wrote {output}: it gates every pull request with perfsuite ab ({case_set}; {torch}; {requirement})",
+          file=sys.stderr)
     return 0

@@ -142,7 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
     trace.add_argument("--json", action="store_true", help="print JSON instead of text")
     trace.add_argument("--rules", action="store_true", help="print the kernel family rules and exit")
     report = commands.add_parser("report", help="the results table, as Markdown/HTML, and plots, from a saved run")
-    report.add_argument("run", help="perfsuite run.json or a pytest-benchmark JSON file")
+    report.add_argument("run", help="perfsuite run.json, a pytest-benchmark JSON file, or a saved run's number "
+                                    "(0001: the one under .benchmarks/, as compare takes it)")
     report.add_argument("--markdown", help="write the Markdown report here")
     report.add_argument("--html", help="write the self-contained HTML report here")
     report.add_argument("--plots", help="write the plots (PNG and SVG) into this folder")

@@ -1,4 +1,5 @@
-"""``perfsuite report RUN.json``: the table as Markdown/HTML and the plots, from a saved run."""
+"""``perfsuite report RUN``: the table as Markdown/HTML and the plots, from a saved run (a file's path,
+or a saved run's number such as ``0001``, as ``perfsuite compare`` takes it)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from perfsuite.storage import write_text_atomic
 
 
 def run_report(args: argparse.Namespace) -> int:
-    run = load_run(args.run)  # ReportError: printed by the CLI as one line, exit 2
+    from perfsuite.cli.gate import saved_run_path
+
+    run = load_run(saved_run_path(args.run))  # ReportError, UsageError: printed by the CLI as one line, exit 2
     plots: list[Path] = []
     if args.plots:
         from perfsuite.report.plots import all_plots

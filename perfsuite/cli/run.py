@@ -2,7 +2,9 @@
 
     perfsuite run [--check] [PYTEST ARGS...]
 
-Runs the suite shipped in the package with the current directory as pytest's root: your
+Runs the suite shipped in the package with your repository as pytest's root (from a
+subdirectory, the nearest directory above whose pytest configuration has perfsuite keys, else
+the git root, as pytest and git find theirs): your
 ``[tool.pytest.ini_options]`` keys (``perfsuite_user_variants``, ``perfsuite_variants``,
 ``perfsuite_case_set``, ``perfsuite_modes``, ...) apply, and the table, traces and baseline are
 written here (``perfsuite-results/``, ``.benchmarks/``, named by your git commit). ``--check``
@@ -32,7 +34,10 @@ def run_suite(args: argparse.Namespace) -> int:
     """pytest in a child process, so it imports and assert-rewrites the plugin itself, and starts
     under the process conditions (the OpenMP wait policy cannot be set later); its exit code."""
     from perfsuite.measure.conditions import required_env
-    from perfsuite.suite.runner import suite_arguments
+    from perfsuite.suite.runner import find_project_root, suite_arguments
 
-    command = [sys.executable, "-m", "pytest", *suite_arguments(Path.cwd(), not args.check, list(args.pytest_args))]
-    return subprocess.call(command, env={**os.environ, **required_env()})
+    root = find_project_root(Path.cwd())  # from a subdirectory: the repository's configuration
+    if root != Path.cwd().resolve():
+        print(f"perfsuite run: running in {root} (the repository's root and configuration)", file=sys.stderr)
+    command = [sys.executable, "-m", "pytest", *suite_arguments(root, not args.check, list(args.pytest_args))]
+    return subprocess.call(command, env={**os.environ, **required_env()}, cwd=root)

@@ -25,6 +25,7 @@ from typing import Any
 from perfsuite.errors import IncomparableRuns, WorkerError
 from perfsuite.gate.compare import BenchmarkComparison
 from perfsuite.measure.conditions import required_env
+from perfsuite.measure.contention import brief_reason
 from perfsuite.measure.machine import MUST_MATCH, machine_differences
 from perfsuite.trace.structure import adds_work, diff_fingerprints
 from perfsuite.gate.worktrees import describe_tree
@@ -33,6 +34,9 @@ from perfsuite.gate.stats import GateSettings, SequentialPlan, below_min_effect,
 # The same, fixed process conditions for both sides, and for every timed run: the list and the
 # reason for each live in perfsuite.measure.conditions.
 WORKER_ENV = required_env()
+# ``--timing-threads N`` (experimental, not yet calibrated): both workers time with N torch threads
+# (``torch.set_num_threads``), so a busy process beside the gate shares a core with fewer of them.
+TIMING_THREADS_ENV = "PERFSUITE_AB_TIMING_THREADS"
 
 PAIRED_METHOD = "per-block-pair log ratios, base and head interleaved ABAB in one run"
 
@@ -83,9 +87,11 @@ def no_aslr_prefix() -> list[str]:
 class WorkerProcess:
     """A running ``perfsuite.gate.ab_worker`` for one side."""
 
-    def __init__(self, side: Side):
+    def __init__(self, side: Side, timing_threads: int | None = None):
         paths = side.python_path() + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths), **WORKER_ENV)
+        if timing_threads is not None:
+            env |= {TIMING_THREADS_ENV: str(timing_threads), "OMP_NUM_THREADS": str(timing_threads)}
         self.side = side
         self.process = subprocess.Popen(
             no_aslr_prefix() + [side.python, "-m", "perfsuite.gate.ab_worker"], cwd=side.tree or ".", env=env, text=True,
@@ -105,10 +111,17 @@ class WorkerProcess:
         return reply
 
     def close(self) -> None:
-        if self.process.poll() is None:
+        """Ask the worker to quit; kill it when it cannot be asked (it died, or an interrupt broke
+        the pipe) or does not quit within 30 s."""
+        if self.process.poll() is not None:
+            return
+        try:
             self.process.stdin.write(json.dumps({"quit": True}) + "\n")
             self.process.stdin.close()
             self.process.wait(timeout=30)
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            self.process.kill()
+            self.process.wait()
 
 
 @dataclasses.dataclass
@@ -129,7 +142,7 @@ class AbBenchmark:
 def pair_sampler(base: WorkerProcess, head: WorkerProcess, rounds: int):
     """``next_pair()`` for ``sequential_paired``: one block per side, order alternating AB, BA, ...;
     the pair is contended when either block was (``perfsuite.measure.contention``); ``next_pair.reasons``
-    collects the first reason of each contended block, for the report."""
+    collects each contended block's reasons in one short line, for the report."""
     count = [0]
     reasons: list[str] = []
 
@@ -139,7 +152,7 @@ def pair_sampler(base: WorkerProcess, head: WorkerProcess, rounds: int):
         replies = {id(worker): worker.ask({"time": rounds}) for worker in order}
         b, h = replies[id(base)], replies[id(head)]
         flagged = [r["contention"] for r in (b, h) if (r.get("contention") or {}).get("contended")]
-        reasons.extend(found["reasons"][0] for found in flagged if found.get("reasons"))
+        reasons.extend(brief_reason(found) for found in flagged)
         return b["times"], h["times"], bool(flagged)
 
     next_pair.reasons = reasons
@@ -217,14 +230,15 @@ def check_same_machine(base: WorkerProcess, head: WorkerProcess, devices: list[s
 def run_ab(base_side: Side, head_side: Side, variants: list[str], case_ids: list[str], seed: int = 0,
            rounds: int = 8, settings: GateSettings = GateSettings(), force: bool = False,
            progress=None, plan: SequentialPlan = SequentialPlan(), modes: tuple[str, ...] = ("forward",),
-           specs: tuple[str, ...] = ()) -> tuple[list[AbBenchmark], dict]:
+           specs: tuple[str, ...] = (), timing_threads: int | None = None) -> tuple[list[AbBenchmark], dict]:
     """A/B every variant x case x mode (``plan``: looks and time budget per benchmark); returns the
     benchmarks both sides could run and machine info.
 
     ``specs``: users' ``module:function`` variants, registered in both workers (each imports
-    them from its own tree). A variant without backward is gated in forward only.
+    them from its own tree). A variant without backward is gated in forward only. ``timing_threads``:
+    the torch thread count of both workers (``TIMING_THREADS_ENV``; None: the machine's default).
     """
-    base, head = WorkerProcess(base_side), WorkerProcess(head_side)
+    base, head = WorkerProcess(base_side, timing_threads), WorkerProcess(head_side, timing_threads)
     try:
         devices = sorted({c.rsplit("-", 1)[1] for c in case_ids})
         info = check_same_machine(base, head, devices, force)

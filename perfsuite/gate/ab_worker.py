@@ -4,7 +4,8 @@ Started by ``perfsuite.gate.ab`` as ``python -m perfsuite.gate.ab_worker`` with 
 source tree, so it imports that tree's perfsuite and variants. It reads one JSON request
 per line on stdin and answers one JSON line on stdout:
 
-* ``{"setup": {"variant", "case", "seed", "slowdown", "mode", "specs"}}`` -> ``{"fingerprint": ...}``
+* ``{"setup": {"variant", "case", "seed", "slowdown", "mode", "specs"}}`` -> ``{"fingerprint": ...}`` (with
+  the score-sized writes, and in forward_backward the bytes saved for backward, as a saved run's)
   or ``{"unsupported": reason}``. ``mode``: forward (default), backward or forward_backward.
   ``specs``: users' ``module:function`` variants to register first (entry points of the
   ``perfsuite.variants`` group always are). ``slowdown`` (0.1 = 10%) adds busy CPU work after
@@ -19,6 +20,8 @@ per line on stdin and answers one JSON line on stdout:
 from __future__ import annotations
 
 import json
+import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -41,7 +44,11 @@ class Worker:
         from perfsuite.attention.cases import parse_case_id
         from perfsuite.attention.modes import GRADIENT_MODES, make_step
         from perfsuite.measure.evidence import VariantUnsupported, prepare_case, run_once
-        from perfsuite.measure.profiling import profile_steps
+        from perfsuite.measure.evidence import input_tensors
+        from perfsuite.measure.profiling import FORWARD_ANNOTATION, record_trace
+        from perfsuite.measure.saved_tensors import measure_saved
+        from perfsuite.measure.score_accounting import account_windows
+        from perfsuite.trace.summary import summarize_windows
         from perfsuite.measure.timing import synchronized
         from perfsuite.trace.structure import fingerprint
         from perfsuite.variants import get_variant, variant_names
@@ -61,11 +68,15 @@ class Worker:
         except VariantUnsupported as exc:
             return {"unsupported": str(exc)}
         with tempfile.TemporaryDirectory() as scratch:
-            summary = profile_steps(step, case.device, Path(scratch) / "t.json.gz")[0]
+            trace = record_trace(step, case.device, Path(scratch) / "t.json.gz")
+        summary = summarize_windows(trace, FORWARD_ANNOTATION)[0]
+        scores = account_windows(trace, FORWARD_ANNOTATION, case.score_shape, case.head_dim)[0].by_label()
+        saved = (measure_saved(step, case.score_shape, input_tensors(prepared.inputs)).bytes
+                 if mode == "forward_backward" else None)
         extra_s = request.get("slowdown", 0.0) * statistics.median(self._times(step, 7))
         self.forward = step if not extra_s else (lambda: (step(), _spin(extra_s)))
         self._times(self.forward, 5)  # warm-up
-        return {"fingerprint": fingerprint(summary, case.device)}
+        return {"fingerprint": fingerprint(summary, case.device, scores, saved)}
 
     def load_variants(self, specs: list[str]) -> None:
         """Register installed entry points and users' ``module:function`` specs (once each)."""
@@ -103,6 +114,13 @@ class Worker:
 
 
 def main() -> None:
+    # Ctrl-C reaches the whole process group: the coordinator alone handles it and ends this worker
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threads = os.environ.get("PERFSUITE_AB_TIMING_THREADS")  # perfsuite.gate.ab.TIMING_THREADS_ENV
+    if threads:
+        import torch
+
+        torch.set_num_threads(int(threads))
     replies = sys.stdout
     sys.stdout = sys.stderr  # nothing but replies on the reply channel
     worker = Worker()

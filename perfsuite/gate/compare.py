@@ -18,6 +18,7 @@ from typing import Any
 
 from perfsuite.errors import BaselineError, IncomparableRuns
 from perfsuite.trace.structure import adds_work, diff_fingerprints
+from perfsuite.measure.contention import brief_reason
 from perfsuite.measure.machine import machine_differences
 from perfsuite.measure.speed_reference import SPEED_CHANGED, speed_change
 from perfsuite.gate.stats import (CONTENDED_VERDICT, GateSettings, RatioEstimate, below_min_effect, unpaired_ratio,
@@ -93,11 +94,12 @@ def _compare_one(key: str, base: dict[str, Any] | None, head: dict[str, Any] | N
 
 
 def contention_note(bench: dict[str, Any], side: str) -> list[str]:
-    """``["<side> run: <reasons>"]`` when the benchmark was timed under contention, else []."""
+    """``["<side> run contended: <the reasons in one short line>"]`` when the benchmark was timed under
+    contention, else []."""
     found = (bench.get("extra_info") or {}).get("contention") or {}
     if not found.get("contended"):
         return []
-    return [f"{side} run contended: " + "; ".join(found.get("reasons") or ["no reason recorded"])]
+    return [f"{side} run contended: {brief_reason(found)}"]  # in full: the run's JSON and report
 
 
 def compare_runs(base: dict[str, Any], head: dict[str, Any], settings: GateSettings) -> list[BenchmarkComparison]:

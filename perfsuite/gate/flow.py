@@ -12,6 +12,7 @@ from typing import Any
 from perfsuite.gate.compare import (UNPAIRED_METHOD, BenchmarkComparison, check_compatible, compare_runs,
                                     judged_nothing, markdown)
 from perfsuite.gate.stats import CONTENDED_VERDICT, GateSettings
+from perfsuite.trace.structure import NO_WORK_PREFIX
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_UNUSABLE = 0, 1, 2
 
@@ -53,17 +54,31 @@ class GateOutcome:
             slower = sum(c.verdict == "slower" for c in self.comparisons)
             more = sum(bool(self.fail_on_structure and c.structure_adds_work) for c in self.comparisons)
             return (f"perfsuite gate: FAIL: {len(self.failures)} of {plural(total, 'benchmark')} regressed "
-                    f"({slower} slower, {more} with structure that adds work)")
-        counts = {v: sum(c.verdict == v for c in self.comparisons)
-                  for v in ("no change", "faster", "inconclusive", CONTENDED_VERDICT, "missing")}
+                    f"({slower} slower, {more} with structure that adds work)"
+                    + ("; no timing was judged, structure only" if not self._timed() else "")
+                    + "".join(f"; {note}" for note in self._timing_notes(self._counts())))
+        counts = self._counts()
         shown = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
-        notes = self._structure_notes()
+        notes = self._structure_notes() + self._timing_notes(counts)
+        return (f"perfsuite gate: PASS: no regression found in {plural(total, 'benchmark')} ({shown})"
+                + "".join(f"; {note}" for note in notes))
+
+    def _timed(self) -> int:
+        """Benchmarks whose timing was judged (slower, faster or no change)."""
+        return sum(c.verdict in ("slower", "faster", "no change") for c in self.comparisons)
+
+    def _counts(self) -> dict[str, int]:
+        return {v: sum(c.verdict == v for c in self.comparisons)
+                for v in ("no change", "faster", "inconclusive", CONTENDED_VERDICT, "missing")}
+
+    def _timing_notes(self, counts: dict[str, int]) -> list[str]:
+        """What the timings did not decide, on PASS and FAIL lines alike."""
+        notes = []
         if counts["inconclusive"]:
             notes.append("inconclusive timings decide nothing: more blocks/rounds or a quieter machine")
         if counts[CONTENDED_VERDICT]:
             notes.append(f"WARNING: {counts[CONTENDED_VERDICT]} {self._why_contended()}, not judged")
-        return (f"perfsuite gate: PASS: no regression found in {plural(total, 'benchmark')} ({shown})"
-                + "".join(f"; {note}" for note in notes))
+        return notes
 
     def _structure_notes(self) -> list[str]:
         changed = [c for c in self.comparisons if c.structure]
@@ -72,7 +87,7 @@ class GateOutcome:
         if not self.fail_on_structure:
             return [f"{len(changed)} with structural changes (a change that adds work fails the gate only with "
                     "--fail-on-structure, or --perfsuite-fail-on-structure in perfsuite run / pytest)"]
-        return [f"{len(changed)} with structural changes that only remove work (not a failure)"]
+        return [f"{len(changed)} with structural changes that add no work (not a failure)"]
 
     def _why_contended(self) -> str:
         speed = sum(c.speed_changed for c in self.comparisons)
@@ -90,7 +105,8 @@ def failure_reason(comparison: BenchmarkComparison, fail_on_structure: bool) -> 
         e = comparison.estimate
         reasons.append(f"slower x{e.ratio:.3f} [{e.low:.3f}, {e.high:.3f}]")
     if fail_on_structure and comparison.structure_adds_work:
-        reasons.append("structure adds work: " + "; ".join(comparison.structure))
+        work = [line for line in comparison.structure if not line.startswith(NO_WORK_PREFIX)]
+        reasons.append("structure adds work: " + "; ".join(work))
     return ", ".join(reasons) or None
 
 

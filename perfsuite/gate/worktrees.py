@@ -41,6 +41,11 @@ def ref_commits(refs: dict[str, str | None]) -> tuple[dict[str, str], list[str]]
     return {name: commit[:9] for name, commit in commits.items()}, notes
 
 
+def repository_root() -> Path:
+    """The root of the git repository around the current directory; ``UsageError`` outside one."""
+    return Path(_git("rev-parse", "--show-toplevel")).resolve()
+
+
 def describe_tree(tree: Path) -> str:
     """``tree`` as a report names it: with the commit it is at and whether it has uncommitted changes
     to tracked files (``". (working tree at 26f940372, with uncommitted changes)"``), or as given

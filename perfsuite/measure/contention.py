@@ -132,7 +132,8 @@ class ContentionEvidence:
     """Contention over one timed window (see the module docstring for each field and limit).
 
     ``wait_fraction``/``steal_fraction``/``cpu_per_wall`` are None where ``/proc`` did not say;
-    ``reasons``: one sentence per finding, flagged or supporting; ``contended``: any flagged one.
+    ``reasons``: one sentence per finding, flagged or supporting; ``contended``: any flagged one;
+    ``brief``: the findings in one short line (``threads waited 60% (limit 5%), load 3.2 on 2 CPUs``).
     """
 
     wall_s: float
@@ -147,6 +148,7 @@ class ContentionEvidence:
     on_tick: bool
     contended: bool
     reasons: tuple[str, ...]
+    brief: str = ""  # the reasons as one short line, for terminals and table cells (``reasons`` in full)
 
     @property
     def available(self) -> bool:
@@ -160,10 +162,10 @@ class ContentionEvidence:
     def from_dict(cls, data: dict[str, Any]) -> "ContentionEvidence":
         """The inverse of ``as_dict``; ``ValueError`` naming the missing keys otherwise."""
         names = [f.name for f in dataclasses.fields(cls)]
-        lacking = [n for n in names if n not in data]
+        lacking = [n for n in names if n not in data and n != "brief"]  # runs saved before it had one
         if lacking:
             raise ValueError(f"contention evidence lacks {', '.join(lacking)}: {data!r}")
-        return cls(**{n: data[n] for n in names} | {"reasons": tuple(data["reasons"])})
+        return cls(**{n: data[n] for n in names if n in data} | {"reasons": tuple(data["reasons"])})
 
 
 def on_tick(round_times_s: Sequence[float], tick_s: float) -> bool:
@@ -218,8 +220,19 @@ def assess(before: Snapshot, after: Snapshot, round_times_s: Sequence[float] = (
         reasons.append(f"load average {before.load1:.2f} before, {after.load1:.2f} after "
                        f"on {os.cpu_count()} CPUs; {cpu_per_wall:.2f} CPU-seconds per second across all "
                        f"{threads} threads of this process (torch's operator threads and the rest)")
+    brief = [f"threads waited {wait:.0%} (limit {wait_limit:.0%})" if wait is not None and wait > wait_limit else "",
+             f"CPU steal {steal:.0%} (limit {steal_limit:.0%})" if steal is not None and steal > steal_limit else "",
+             "rounds on scheduler ticks" if tick else "",
+             f"load {after.load1:.1f} on {os.cpu_count()} CPUs" if reasons and after.load1 is not None else "",
+             "not flagged (check off)" if reasons and not flagged and not check_enabled() else ""]
     return ContentionEvidence(wall, cpu_per_wall, threads, wait, steal, before.procs_running, after.procs_running,
-                              before.load1, after.load1, tick, flagged, tuple(reasons))
+                              before.load1, after.load1, tick, flagged, tuple(reasons), ", ".join(b for b in brief if b))
+
+
+def brief_reason(contention: dict[str, Any]) -> str:
+    """One short line for a saved ``extra_info['contention']``: its ``brief``, or for runs saved
+    before there was one, its first reason."""
+    return contention.get("brief") or (contention.get("reasons") or ["no reason recorded"])[0]
 
 
 class Probe:

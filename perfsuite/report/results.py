@@ -36,7 +36,8 @@ class BenchmarkResult:
     device time (``perfsuite.measure.device_timing``), else None.
     ``contended``: other processes took the CPU while this benchmark was timed, so its timing is
     not trustworthy (``perfsuite.measure.contention``); None when not timed or not measured (older
-    runs). ``contention_reasons``: why, in words.
+    runs). ``contention_reasons``: why, in words; ``contention_brief``: the same in one short line
+    (``ContentionEvidence.brief``; the first reason for runs saved before it).
     """
 
     variant: str
@@ -68,6 +69,7 @@ class BenchmarkResult:
     device_median_s: float | None = None
     contended: bool | None = None
     contention_reasons: tuple[str, ...] = ()
+    contention_brief: str = ""
 
     @property
     def host_overhead_s(self) -> float | None:
@@ -215,6 +217,7 @@ def result_from_benchmark(info: Mapping[str, Any], stats: Mapping[str, Any] | No
         timer=info.get("timer", "host"), wall_median_s=info.get("wall_median_s"),
         device_median_s=info.get("device_median_s"),
         contended=contention.get("contended"), contention_reasons=tuple(contention.get("reasons", ())),
+        contention_brief=contention.get("brief") or next(iter(contention.get("reasons") or ()), ""),
     )
 
 
@@ -268,13 +271,15 @@ def contended_results(results: list[BenchmarkResult]) -> list[BenchmarkResult]:
     return [r for r in results if r.contended]
 
 
-def contention_lines(results: list[BenchmarkResult], prefix: str = "", intro: list[str] = ()) -> list[str]:
-    """One line per contended row naming it and why; [] when none is."""
+def contention_lines(results: list[BenchmarkResult], prefix: str = "", intro: list[str] = (),
+                     brief: bool = False) -> list[str]:
+    """One line per contended row naming it and why (``brief``: the short reason, for a terminal;
+    else every reason in full, for the report); [] when none is."""
     flagged = contended_results(results)
     if not flagged:
         return []
-    return list(intro) + [f"{prefix}{r.variant} {r.mode} {r.case_id}: {'; '.join(r.contention_reasons)}"
-                          for r in flagged]
+    why = lambda r: (r.contention_brief or "; ".join(r.contention_reasons)) if brief else "; ".join(r.contention_reasons)
+    return list(intro) + [f"{prefix}{r.variant} {r.mode} {r.case_id}: {why(r)}" for r in flagged]
 
 
 def text_table(results: list[BenchmarkResult]) -> str:

@@ -6,6 +6,8 @@ default; every raw value keeps where it came from, so an error can name it.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -23,8 +25,9 @@ def add_options(parser: pytest.Parser) -> None:
                     help="with --benchmark-compare: judge each benchmark with perfsuite's statistics and "
                          "fingerprints (needs per-round data: --benchmark-save-data in both runs)")
     group.addoption("--perfsuite-fail-on-structure", action="store_true",
-                    help="with --perfsuite-gate: a structural change that adds work (more ops+kernels, copies, "
-                         "bytes, or another SDPA backend) fails")
+                    help="with --perfsuite-gate: a structural change that adds work (more copies or casts, device "
+                         "kernels, Memcpy, score writes, bytes allocated/written/saved, or another SDPA backend) "
+                         "fails; ops that do no work (views, a same-dtype .to) never do")
     group.addoption("--perfsuite-gate-force", action="store_true",
                     help="with --perfsuite-gate: compare with a baseline from other hardware or torch anyway")
     parser.addini("perfsuite_user_variants", "your own attention functions as variants, MODULE:FUNCTION, one per "
@@ -76,6 +79,25 @@ def asked_for_perfsuite(config: pytest.Config) -> bool:
     if config.getoption("perfsuite_variant"):
         return True
     return any(raw.origin == "option" for raw in raw_settings(config).values())
+
+
+def uses_perfsuite(config: pytest.Config) -> bool:
+    """True when this pytest run is perfsuite's: a ``--perfsuite-*`` option, a ``perfsuite_*`` key in
+    its configuration, or the shipped suite among its paths (``perfsuite run``, ``--pyargs perfsuite.suite``).
+    Otherwise (the plugin loads in every pytest run of the environment) perfsuite prints no header
+    and sets no process conditions."""
+    if asked_for_perfsuite(config) or any(raw.origin == "ini" for raw in raw_settings(config).values()):
+        return True
+    if config.getini("perfsuite_user_variants"):
+        return True
+    package = Path(settings.__file__).resolve().parents[1]
+    for arg in config.args:
+        path = Path(str(arg).split("::")[0])
+        if str(arg).startswith("perfsuite") and not path.exists():
+            return True  # --pyargs perfsuite.suite
+        if path.exists() and (path.resolve() == package or package in path.resolve().parents):
+            return True
+    return False
 
 
 def header_lines(run: settings.SuiteSettings) -> list[str]:

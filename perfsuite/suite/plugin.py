@@ -55,7 +55,8 @@ def pytest_configure(config: pytest.Config) -> None:
     except settings.SettingsError as exc:
         raise pytest.UsageError(f"perfsuite: {exc}") from None
     config.stash[SESSION_KEY] = SuiteSession(resolved, tuple(spec for spec, _ in options.variant_specs(config)))
-    config.stash[APPLIED_CONDITIONS_KEY] = conditions.apply_in_process()
+    if options.uses_perfsuite(config):  # another repository's plain pytest: left as it is
+        config.stash[APPLIED_CONDITIONS_KEY] = conditions.apply_in_process()
 
 
 @pytest.hookimpl(trylast=True)
@@ -77,6 +78,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
+    if not options.uses_perfsuite(config):
+        return []
     applied = config.stash.get(APPLIED_CONDITIONS_KEY, [])
     return options.header_lines(session_of(config).settings) + conditions.header_lines(applied=applied)
 

@@ -57,6 +57,7 @@ def benchmark_extra_info(evidence: Evidence) -> dict[str, object]:
         "output_layout": evidence.output_layout,
         "variant_warnings": list(evidence.warnings),
         "fingerprint": fingerprint(first, case.device,
-                                   evidence.score_accounting[0].by_label() if evidence.score_accounting else None),
+                                   evidence.score_accounting[0].by_label() if evidence.score_accounting else None,
+                                   evidence.saved_for_backward.bytes if evidence.saved_for_backward else None),
         "trace_file": str(evidence.trace_path),
     }

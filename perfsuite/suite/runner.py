@@ -14,6 +14,7 @@ import tomllib
 from pathlib import Path
 
 import perfsuite.suite
+from perfsuite.errors import UsageError
 
 # The timed run's pytest-benchmark options, stated once: ``perfsuite run`` passes them, and this
 # repository's benchmarks.ini repeats them as addopts (tests/suite/test_runner.py checks they agree).
@@ -56,6 +57,44 @@ def find_config(directory: Path) -> Path | None:
         if (directory / name).is_file() and parser.read(directory / name) and parser.has_section(section):
             return directory / name
     return None
+
+
+def _has_perfsuite_keys(config: Path) -> bool:
+    """True when the pytest section of ``config`` (``find_config``'s) sets a ``perfsuite_*`` key."""
+    if config.suffix == ".toml":
+        try:
+            section = tomllib.loads(config.read_text()).get("tool", {}).get("pytest", {}).get("ini_options", {})
+        except tomllib.TOMLDecodeError as exc:
+            raise UsageError(f"{config}: not valid TOML ({exc}); fix it or run perfsuite elsewhere") from None
+        return any(str(key).startswith("perfsuite_") for key in section)
+    parser = configparser.ConfigParser(interpolation=None)
+    try:
+        parser.read(config)
+    except configparser.Error as exc:
+        raise UsageError(f"{config}: not a readable ini file ({exc})") from None
+    return any(parser.has_section(s) and any(k.startswith("perfsuite_") for k in parser.options(s))
+               for s in ("pytest", "tool:pytest"))
+
+
+def find_project_root(start: Path) -> Path:
+    """The directory whose configuration ``perfsuite run``/``ab`` use, found as pytest and git find theirs.
+
+    Walks up from ``start``: the first directory whose pytest configuration (``find_config``)
+    sets a ``perfsuite_*`` key; else the root of the git repository around ``start``; else
+    ``start`` itself (no repository: perfsuite's defaults, here). A configuration without
+    perfsuite keys on the way (a sub-package's own pytest settings) is passed over.
+
+    Raises:
+        UsageError: a configuration on the way cannot be read (it is named).
+    """
+    start = start.resolve()
+    for directory in (start, *start.parents):
+        config = find_config(directory)
+        if config is not None and _has_perfsuite_keys(config):
+            return directory
+        if (directory / ".git").exists():
+            return directory
+    return start
 
 
 def suite_arguments(directory: Path, timed: bool, extra: list[str]) -> list[str]:

@@ -327,12 +327,12 @@ class SuiteSession:
 
 def contention_warning(results: list[BenchmarkResult]) -> list[str]:
     """The run's last lines when other processes disturbed timings: each contended benchmark and why."""
-    flagged = contention_lines(results, prefix="perfsuite:   ")
+    flagged = contention_lines(results, prefix="perfsuite:   ", brief=True)  # full reasons: run.json, the report
     if not flagged:
         return []
     return [f"perfsuite: WARNING: {len(flagged)} of {sum(r.median_s is not None for r in results)} timings are not "
             "trustworthy: other processes, or the hypervisor (CPU steal), took the CPU while they ran (timing column "
-            "CONTENDED; the reasons follow):"] + flagged
+            "CONTENDED; why, in short, follows; in full in run.json and the report):"] + flagged
 
 
 def group_skips(skipped: list[SkippedResult]) -> dict[tuple[str, str], tuple[list[str], list[str]]]:

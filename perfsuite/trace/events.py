@@ -70,6 +70,9 @@ class WindowSummary:
     in the whole trace as ``unattributed_events`` / ``unattributed_time_us`` (kernels, Memcpy
     and Memset, all device time in microseconds) and cannot be placed in a window;
     ``warnings`` then says that per-window attribution is incomplete.
+    ``work_ops``/``no_work_ops`` split ``cpu_ops`` by whether the op did work (allocated, launched
+    device work or wrote in place), ``written_in_place_bytes`` sums the in-place writes
+    (``perfsuite.trace.work``).
     """
 
     annotation: str
@@ -93,6 +96,9 @@ class WindowSummary:
     unattributed_events: int = 0
     unattributed_time_us: float = 0.0
     warnings: tuple[str, ...] = ()
+    work_ops: dict[str, int] = dataclasses.field(default_factory=dict)
+    no_work_ops: dict[str, int] = dataclasses.field(default_factory=dict)
+    written_in_place_bytes: int = 0
 
     @property
     def cpu_op_count(self) -> int:

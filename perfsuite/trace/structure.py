@@ -31,41 +31,76 @@ def count_changes(before: dict[str, float], after: dict[str, float]) -> list[tup
     return [(n, before.get(n, 0), after.get(n, 0)) for n in names if before.get(n, 0) != after.get(n, 0)]
 
 
-def fingerprint(summary: WindowSummary, device: str, score_writes: Mapping[str, int] | None = None) -> dict[str, Any]:
-    """JSON-ready fingerprint of one profiled forward on ``device``.
+def fingerprint(summary: WindowSummary, device: str, score_writes: Mapping[str, int] | None = None,
+                saved_for_backward_bytes: int | None = None) -> dict[str, Any]:
+    """JSON-ready fingerprint of one profiled step on ``device``.
 
     ``score_writes``: its score-sized writes counted by label, ``ScoreAccounting.by_label()``
-    (``{"copy [2x8x256x256] in aten::masked_fill > aten::clone > aten::copy_": 1, ...}``).
+    (``{"copy [2x8x256x256] in aten::masked_fill > aten::clone > aten::copy_": 1, ...}``);
+    ``saved_for_backward_bytes``: what one forward saved for backward (``SavedForBackward.bytes``).
+    ``work_ops``/``no_work_ops``/``written_in_place_bytes``: what the ops did (``perfsuite.trace.work``).
     """
     copies = copy_counts(summary)
     return {
         "cpu_ops": dict(sorted(summary.cpu_ops.items())),
+        "work_ops": dict(sorted(summary.work_ops.items())),
+        "no_work_ops": dict(sorted(summary.no_work_ops.items())),
         "kernels": dict(sorted(summary.kernels.items())),
         "copies": dict(sorted(copies.items())),
         "memcpy": dict(sorted(summary.memcpy_counts.items())),
         "allocated_bytes": summary.allocated_bytes.get(device, 0),
+        "written_in_place_bytes": summary.written_in_place_bytes,
         "sdpa_backends": summary.sdpa_backends,
         **({"score_writes": dict(sorted(score_writes.items()))} if score_writes is not None else {}),
+        **({"saved_for_backward_bytes": saved_for_backward_bytes} if saved_for_backward_bytes is not None else {}),
     }
 
 
+# Each counted whole, compared when both fingerprints have it: more of any is more work.
+# "kernels" are the device lane's (a CPU run has none); "copies" hold casts, marked (dtype conversion).
+COUNTED_WORK = {"copies": "copies", "memcpy": "Memcpy", "kernels": "device kernels", "score_writes": "score writes"}
+WORK_BYTES = {"allocated_bytes": "bytes allocated", "written_in_place_bytes": "bytes written in place",
+              "saved_for_backward_bytes": "bytes saved for backward"}
+NO_WORK_PREFIX = "no work added: "
 
 
-ADDED_WORK_FIELDS = ("copies", "memcpy", "score_writes")  # each counted whole: more of any is more work
+def _total(fp: dict[str, Any], field: str) -> int:
+    return sum((fp.get(field) or {}).values())
+
+
+def _knows_work(fp: dict[str, Any]) -> bool:
+    return "no_work_ops" in fp
+
+
+def added_work(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
+    """What the head does that the base does not, one phrase per kind of work; [] when it adds none.
+
+    More copies or casts (any tensor), Memcpy, device kernels or score-sized writes (each counted
+    whole, so a copy that only moved adds none), more bytes allocated, written in place or saved
+    for backward, or another SDPA backend (either way: a backend change needs a reviewer).
+    Ops that did no work (``perfsuite.trace.work``) never count. Fingerprints recorded before
+    ops were split by work compare their op counts instead (``+1 aten::add`` is more work there).
+    """
+    found = []
+    for field, label in COUNTED_WORK.items():
+        if field in base and field in head and _total(head, field) > _total(base, field):
+            found.append(f"{_total(head, field) - _total(base, field):+d} {label}")
+    for field, label in WORK_BYTES.items():
+        grown = (head.get(field) or 0) - (base.get(field) or 0)
+        if field in base and field in head and grown > 0:
+            found.append(f"+{format_bytes(grown)} {label}")
+    if not (_knows_work(base) and _knows_work(head)) and _total(head, "cpu_ops") > _total(base, "cpu_ops"):
+        found.append(f"{_total(head, 'cpu_ops') - _total(base, 'cpu_ops'):+d} ops (a fingerprint without work records)")
+    if base.get("sdpa_backends") != head.get("sdpa_backends"):
+        found.append("another SDPA backend")
+    return found
 
 
 def adds_work(base: dict[str, Any], head: dict[str, Any]) -> bool:
-    """True when the head's fingerprint does more than the base's: more copies, Memcpy or score
-    writes, more ops and kernels together, more bytes allocated, or another SDPA backend (either
-    way: a backend change needs a reviewer). A change that only removes work (the copy an in-place
-    op saves) is False, so ``--fail-on-structure`` does not fail an optimisation."""
-    total = lambda fp, field: sum((fp.get(field) or {}).values())
-    if any(total(head, f) > total(base, f) for f in ADDED_WORK_FIELDS if f in base and f in head):
-        return True
-    if total(head, "cpu_ops") + total(head, "kernels") > total(base, "cpu_ops") + total(base, "kernels"):
-        return True
-    return (head.get("allocated_bytes", 0) > base.get("allocated_bytes", 0)
-            or base.get("sdpa_backends") != head.get("sdpa_backends"))
+    """True when the head's fingerprint does more than the base's (``added_work``). A change that
+    only removes work (the copy an in-place op saves) or adds ops that do none (a same-dtype
+    ``.to``, a view) is False, so ``--fail-on-structure`` fails neither."""
+    return bool(added_work(base, head))
 
 
 def diff_fingerprints(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
@@ -73,10 +108,14 @@ def diff_fingerprints(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
 
     ``+1 aten::clone``, ``+1 copy cpu aten::clone [2x8x256x256]``, ``allocated +4.0 MiB``,
     ``SDPA backend MATH -> FLASH_ATTENTION``, ``+1 score write copy [2x8x256x256] in aten::masked_fill > ...``.
-    Score writes are compared only when both fingerprints have them (older runs do not).
+    Ops that did no work are on one last line, ``no work added: +1 aten::to, -16 aten::_unsafe_view``.
+    Score writes are compared only when both fingerprints have them (older runs do not), and ops
+    by work only when both split them.
     """
     lines = []
-    fields = [("cpu_ops", ""), ("kernels", "kernel "), ("copies", "copy "), ("memcpy", "Memcpy ")]
+    split = _knows_work(base) and _knows_work(head)
+    fields = [("work_ops" if split else "cpu_ops", ""), ("kernels", "kernel "), ("copies", "copy "),
+              ("memcpy", "Memcpy ")]
     if "score_writes" in base and "score_writes" in head:
         fields.append(("score_writes", "score write "))
     for field, label in fields:
@@ -86,6 +125,14 @@ def diff_fingerprints(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
     if grown:
         sign = "+" if grown > 0 else "-"
         lines.append(f"allocated {sign}{format_bytes(abs(grown))} per forward")
+    for field, label in (("written_in_place_bytes", "written in place"), ("saved_for_backward_bytes", "saved for backward")):
+        grown = (head.get(field) or 0) - (base.get(field) or 0)
+        if field in base and field in head and grown:
+            lines.append(f"{label} {'+' if grown > 0 else '-'}{format_bytes(abs(grown))}")
     if base.get("sdpa_backends") != head.get("sdpa_backends"):
         lines.append(f"SDPA backend {base.get('sdpa_backends')} -> {head.get('sdpa_backends')}")
+    if split:
+        idle = count_changes(base["no_work_ops"], head["no_work_ops"])
+        if idle:
+            lines.append(NO_WORK_PREFIX + ", ".join(f"{after - before:+d} {name}" for name, before, after in idle))
     return lines

@@ -24,6 +24,7 @@ from perfsuite.trace.events import (  # noqa: F401  (CopyRecord, WindowSummary, 
     _tensor_types, device_event_kind, load_trace, op_output_bytes,
 )
 from perfsuite.trace.kernel_families import is_copy_kernel
+from perfsuite.trace.work import op_work
 
 
 class TraceIndex:
@@ -117,6 +118,8 @@ class TraceIndex:
             kernel_time[e["name"]] += float(e.get("dur", 0))
         unattributed = self.unattributed if whole else []
         allocated, peak = self._memory(start, end, pid, whole)
+        memory = [e for e in self.memory if inside(e)]
+        work = op_work(ops, memory, launches)
         return WindowSummary(
             annotation=window["name"],
             start_us=float(start),
@@ -140,6 +143,9 @@ class TraceIndex:
             unattributed_events=len(unattributed),
             unattributed_time_us=float(sum(e.get("dur", 0) for e in unattributed)),
             warnings=self._unattributed_warning(start, end, whole),
+            work_ops=work.work_ops,
+            no_work_ops=work.no_work_ops,
+            written_in_place_bytes=work.written_in_place_bytes,
         )
 
     def _event_bytes(self, event: dict[str, Any]) -> int | None:

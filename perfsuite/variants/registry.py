@@ -101,14 +101,19 @@ _REGISTRY: dict[str, Variant] = {}
 
 
 def check_signature(name: str, fn: VariantFn) -> None:
-    """Raise ``TypeError`` unless ``fn`` takes (query, key, value, *, mask, scale)."""
-    params = inspect.signature(fn).parameters
-    positional = [p.name for p in params.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    keyword = [p.name for p in params.values() if p.kind is p.KEYWORD_ONLY]
-    if tuple(positional) != _POSITIONAL or set(keyword) != set(_KEYWORD_ONLY):
+    """Raise ``TypeError`` unless ``fn`` takes (query, key, value, *, mask, scale); further parameters
+    with defaults (``chunk=32``, keyword-only or after ``value``) are accepted and left at their defaults."""
+    params = inspect.signature(fn).parameters.values()
+    extra_without_default = [p.name for p in params if p.default is p.empty
+                             and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+                             and p.name not in (*_POSITIONAL, *_KEYWORD_ONLY)]
+    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    keyword = {p.name for p in params if p.kind is p.KEYWORD_ONLY}
+    if tuple(positional[:len(_POSITIONAL)]) != _POSITIONAL or not set(_KEYWORD_ONLY) <= keyword or extra_without_default:
+        extra = f" ({', '.join(extra_without_default)} without a default)" if extra_without_default else ""
         raise TypeError(
-            f"attention variant {name!r} has signature {inspect.signature(fn)}; expected "
-            f"({', '.join(_POSITIONAL)}, *, {', '.join(_KEYWORD_ONLY)})"
+            f"attention variant {name!r} has signature {inspect.signature(fn)}{extra}; expected "
+            f"({', '.join(_POSITIONAL)}, *, {', '.join(_KEYWORD_ONLY)}), further parameters with defaults"
         )
 
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import inspect
+import sys
+from pathlib import Path
 from types import ModuleType
 
 from perfsuite.variants import registry
@@ -61,6 +63,22 @@ def _register_function(name: str, fn, source: str) -> str:
     return name
 
 
+def _install_hint(exc: ImportError) -> str:
+    """When the missing module is a package in a source folder here or above (``src/myattn`` or
+    ``myattn``), the install the user forgot; else nothing."""
+    top = (getattr(exc, "name", None) or "").partition(".")[0]
+    if not top or not isinstance(exc, ModuleNotFoundError):
+        return ""
+    here = Path.cwd().resolve()
+    for folder in (here, *here.parents):
+        if (folder / "src" / top).is_dir() or (folder / top / "__init__.py").is_file():
+            return (f"; {top} is in {folder} but not installed for {sys.executable}: "
+                    f"run `{Path(sys.executable).name} -m pip install -e {folder}` (or `pip install -e .` there)")
+        if (folder / ".git").exists():
+            break
+    return ""
+
+
 def load_variant_spec(spec: str) -> str:
     """Import ``module:function`` and register that function only; returns the variant name.
 
@@ -80,7 +98,7 @@ def load_variant_spec(spec: str) -> str:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ValueError(f"variant spec {spec!r}: cannot import {module_name!r} ({exc})") from None
+        raise ValueError(f"variant spec {spec!r}: cannot import {module_name!r} ({exc}){_install_hint(exc)}") from None
     fn = getattr(module, function_name, None)
     for name in [n for n in registry.variant_names() if n not in before]:
         if registry.get_variant(name).fn is not fn:

@@ -145,7 +145,7 @@ def test_a_structural_change_that_only_removes_work_does_not_fail(tmp_path, caps
     [comparison] = compare_runs(load_benchmark_file(base), load_benchmark_file(head), SETTINGS)
     assert comparison.structure == ["-1 aten::clone"] and not comparison.structure_adds_work
     assert main(["compare", str(base), str(head), "--fail-on-structure"]) == 0
-    assert "1 with structural changes that only remove work (not a failure)" in capsys.readouterr().out
+    assert "1 with structural changes that add no work (not a failure)" in capsys.readouterr().out
     assert main(["compare", str(head), str(base), "--fail-on-structure"]) == 1
     assert "FAIL: 1 of 1 benchmark regressed (0 slower, 1 with structure that adds work)" in capsys.readouterr().out
 
@@ -364,3 +364,45 @@ def test_a_benchmark_with_no_uncontended_pair_shows_no_ratio():
                                   "0 pairs, 34 contended set aside")
     row = next(line for line in markdown([nothing], SETTINGS, "t", "paired").splitlines() if line.startswith("| `naive"))
     assert "| 1.200 | - | inconclusive: contended" in row and "1.000" not in row
+
+
+def test_a_fail_that_judged_no_timing_says_so(tmp_path, capsys):
+    """Structure fails the gate while every timing was contended: the FAIL line says no timing was judged."""
+    rng = np.random.default_rng(8)
+    loaded = {"contended": True, "reasons": ["threads waited for a CPU 60% of the wall time (limit 5%)"]}
+    base = saved_run(tmp_path / "base.json", np.exp(rng.normal(0, 0.01, 50)))
+    head = saved_run(tmp_path / "head.json", np.exp(rng.normal(0, 0.01, 50)), clones=1, contention=loaded)
+    assert main(["compare", str(base), str(head), "--fail-on-structure"]) == 1
+    out = capsys.readouterr().out
+    assert ("FAIL: 1 of 1 benchmark regressed (0 slower, 1 with structure that adds work); no timing was judged, "
+            "structure only; WARNING: 1 timed under contention, not judged") in out
+    timed = saved_run(tmp_path / "timed.json", np.exp(rng.normal(0, 0.01, 50)), clones=1)
+    assert main(["compare", str(base), str(timed), "--fail-on-structure"]) == 1
+    assert "no timing was judged" not in capsys.readouterr().out
+
+
+def test_the_ab_worker_fingerprint_holds_score_writes_and_saved_bytes_as_a_saved_run_does():
+    """``ab --fail-on-structure`` judges the same facts as ``compare``: score writes, work, saved bytes."""
+    from perfsuite.gate.ab_worker import Worker
+
+    request = {"variant": "naive", "case": "b1h2s16d8-fp32-causal-cpu", "seed": 0, "specs": []}
+    forward = Worker().setup(request | {"mode": "forward"})["fingerprint"]
+    assert any(label.startswith("copy [1x2x16x16] in aten::masked_fill") for label in forward["score_writes"])
+    assert forward["no_work_ops"] and forward["work_ops"] and "saved_for_backward_bytes" not in forward
+    both = Worker().setup(request | {"mode": "forward_backward"})["fingerprint"]
+    assert both["saved_for_backward_bytes"] > 0
+
+
+def test_ab_timing_threads_sets_both_workers_thread_count(tmp_path, capsys):
+    """``--timing-threads 1`` (experimental, not yet calibrated): both workers time single-threaded, and the
+    report's method says so."""
+    out = tmp_path / "ab.json"
+    code = main(["ab", "--variants", "naive_inplace", "--cases", "b1h2s16d8-fp32-causal-cpu", "--modes", "forward",
+                 "--blocks", "2", "--rounds", "1", "--fail-on-structure", "--timing-threads", "1", "--json", str(out)])
+    report = capsys.readouterr().out
+    assert code == 0, report
+    machine = json.loads(out.read_text())["machine"]
+    assert machine["num_threads"] == 1 and machine["base_machine"]["num_threads"] == 1
+    assert "timed with 1 torch thread per side" in report
+    with pytest.raises(SystemExit):
+        main(["ab", "--timing-threads", "0"])

@@ -79,3 +79,32 @@ def test_the_check_can_be_switched_off_but_not_misspelled(monkeypatch):
     monkeypatch.setenv(contention.CHECK_ENV, "maybe")
     with pytest.raises(ValueError, match="PERFSUITE_CONTENTION_CHECK='maybe'"):
         assess(*loaded, tick_s=TICK)
+
+
+def test_the_reasons_come_in_one_short_line_too():
+    """Terminals and table cells get ``brief``; JSON and the report keep every reason in full."""
+    before = snap(0.0, 0.0, {1: 0.0, 2: 0.0}, steal=1.0, total=100.0, load=3.0)
+    after = snap(1.0, 1.0, {1: 0.4, 2: 0.2}, steal=1.5, total=102.0, load=3.25)
+    evidence = assess(before, after, tick_s=TICK)
+    assert evidence.brief == f"threads waited 60% (limit 5%), CPU steal 25% (limit 5%), load 3.2 on {os.cpu_count()} CPUs"
+    assert "\n" not in evidence.brief and len(evidence.brief) < len("; ".join(evidence.reasons)) / 2
+    assert contention.brief_reason(evidence.as_dict()) == evidence.brief
+    older = {k: v for k, v in evidence.as_dict().items() if k != "brief"}  # a run saved before briefs
+    assert contention.brief_reason(older) == evidence.reasons[0]
+    assert ContentionEvidence.from_dict(older).reasons == evidence.reasons
+    quiet = assess(snap(0.0, 0.0, {1: 0.0}), snap(1.0, 2.0, {1: 0.01}), tick_s=TICK)
+    assert quiet.brief == ""
+
+
+def test_the_terminal_names_each_contended_benchmark_in_one_short_line():
+    from perfsuite.report.results import BenchmarkResult, contention_lines
+
+    unset = dict.fromkeys(("device", "flop", "bytes_moved", "median_s", "rounds", "work_per_forward", "work_unit",
+                           "score_copies_per_forward", "allocated_bytes", "peak_bytes", "max_abs_error", "correct"))
+    row = BenchmarkResult(variant="naive", case_id="b1h2s16d8-fp32-causal-cpu", mode="forward", contended=True, **unset,
+                          contention_reasons=("the process's 2 threads waited for a CPU 60% of the wall time, "
+                                              "summed over threads (limit 5%)", "load average 3.00 before, ..."),
+                          contention_brief="threads waited 60% (limit 5%), load 3.2 on 2 CPUs")
+    assert contention_lines([row], brief=True) == [
+        "naive forward b1h2s16d8-fp32-causal-cpu: threads waited 60% (limit 5%), load 3.2 on 2 CPUs"]
+    assert "summed over threads" in contention_lines([row])[0]  # the report: in full

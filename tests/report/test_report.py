@@ -130,3 +130,24 @@ def test_contended_rows_are_marked_in_the_table_report_and_plots(tmp_path):
     assert "CONTENDED" not in markdown_table(run.results, []) and "| ok |" not in markdown_table(run.results, [])
     plots = all_plots(dataclasses.replace(run, results=marked), tmp_path)
     assert any("contended: not trustworthy" in p.read_text() for p in plots if p.suffix == ".svg")
+
+
+def test_report_takes_a_saved_run_s_number_as_compare_does(tmp_path, monkeypatch, capsys):
+    """``perfsuite report 0001``: the run saved as .benchmarks/*/0001_*.json, also from a subdirectory."""
+    run = load_run(EXAMPLE)
+    first = run.results[0]
+    info = {"variant": first.variant, "case": first.case_id, "case_fields": {"device": "cpu"}, "flop": first.flop,
+            "bytes_read": first.bytes_moved, "bytes_written": 0, "cpu_ops_per_forward": 45, "kernels_per_forward": 0,
+            "score_copies_per_forward": 1, "allocated_bytes_per_forward": 10, "peak_memory_bytes": 5,
+            "max_abs_error": 1e-7, "correct": True}
+    saved = tmp_path / ".benchmarks" / "Linux-CPython-3.11-64bit"
+    saved.mkdir(parents=True)
+    (saved / "0001_abc_20261201_000000.json").write_text(json.dumps(
+        {"benchmarks": [{"extra_info": info, "stats": {"median": 0.002, "rounds": 7}}]}))
+    (tmp_path / ".git").mkdir()  # the repository's root, seen from src/
+    (tmp_path / "src").mkdir()
+    monkeypatch.chdir(tmp_path / "src")
+    assert main(["report", "0001"]) == 0
+    assert first.variant in capsys.readouterr().out
+    assert main(["report", "0002"]) == 2
+    assert "saved run '0002': none in" in capsys.readouterr().err

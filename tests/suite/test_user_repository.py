@@ -132,6 +132,18 @@ def test_the_suite_runs_in_the_users_repository_with_their_config(user_repo):
                                                          for m in ("forward", "backward")}
 
 
+def test_run_from_a_subdirectory_uses_the_repositorys_configuration(user_repo):
+    """``cd src && perfsuite run --check`` runs the user's variants, not the built-in ones."""
+    repo, *_ = user_repo
+    result = sh(repo / ".venv" / "bin" / "perfsuite", "run", "--check", "-k", "blocked_attention and forward",
+                cwd=repo / "src", check=False)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert f"perfsuite run: running in {repo.resolve()}" in output
+    assert "perfsuite: variants=blocked_attention,sdpa" in output
+    assert not (repo / "src" / "perfsuite-results").exists()
+
+
 def test_plain_pytest_with_perfsuite_options_says_what_to_do(user_repo):
     repo, *_ = user_repo
     result = sh(repo / ".venv" / "bin" / "python", "-m", "pytest", "--perfsuite-variants=sdpa", cwd=repo, check=False)
@@ -185,3 +197,44 @@ def test_a_backward_only_slowdown_is_caught_in_backward_mode(user_repo):
     assert result.returncode == 1, output
     failing = [line for line in output.splitlines() if line.startswith("- FAIL")]
     assert any("/backward: structure adds work" in line and "aten::bmm" in line for line in failing), failing
+
+
+def test_ab_on_two_refs_reads_their_configuration_not_the_working_trees(user_repo):
+    """An uncommitted edit of pyproject.toml is not what two committed refs are gated with; ab says which it used."""
+    repo, base_sha, head_sha, _ = user_repo
+    pyproject = repo / "pyproject.toml"
+    committed = pyproject.read_text()
+    pyproject.write_text(committed.replace('perfsuite_variants = "blocked_attention sdpa"', 'perfsuite_variants = "sdpa"'))
+    try:
+        result = perfsuite(repo, "ab", "--cases", CASE, "--blocks", "2", "--rounds", "1", "--fail-on-structure",
+                           "--modes", "forward", "--base-ref", base_sha, "--head-ref", head_sha)
+    finally:
+        pyproject.write_text(committed)
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output  # the committed variants: blocked_attention's extra copy is gated
+    assert f"perfsuite ab: configuration: pyproject.toml at --head-ref {head_sha} ({head_sha[:9]})" in output
+    assert "blocked_attention/b1h2s16d8-fp32-causal-cpu" in output
+
+
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM"])
+def test_ctrl_c_and_sigterm_end_ab_with_one_line_and_remove_the_worktrees(user_repo, how):
+    """Ctrl-C (SIGINT to the terminal's process group) and SIGTERM (what CI sends on a timeout)."""
+    import signal
+    import time
+
+    repo, base_sha, head_sha, _ = user_repo
+    command = [str(repo / ".venv" / "bin" / "perfsuite"), "ab", "--cases", CASE, "--blocks", "400", "--rounds", "5",
+               "--base-ref", base_sha, "--head-ref", head_sha]
+    process = subprocess.Popen(command, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    deadline = time.monotonic() + 300
+    while "perfsuite-ab-" not in sh("git", "worktree", "list", cwd=repo).stdout:
+        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
+        time.sleep(0.2)
+    time.sleep(3)  # workers started and timing
+    os.killpg(process.pid, signal.SIGINT) if how == "SIGINT" else process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == (130 if how == "SIGINT" else 143), err
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("perfsuite ab: "), err
+    assert ("interrupted (Ctrl-C)" if how == "SIGINT" else "terminated (SIGTERM)") in err
+    assert "perfsuite-ab-" not in sh("git", "worktree", "list", cwd=repo).stdout

@@ -46,3 +46,33 @@ def test_unknown_variant_lists_the_known_ones():
         get_variant("sdpa_flsh")
     with pytest.raises(ValueError, match=r"unknown attention variant 'zzz'; known: naive, naive_inplace"):
         get_variant("zzz")
+
+
+def test_a_user_function_with_an_extra_keyword_with_a_default_is_accepted_and_runs(tmp_path):
+    """``chunk=32`` (a tuning knob the suite leaves at its default) is accepted; without a default it is not."""
+    import torch
+
+    from perfsuite.attention.cases import AttentionCase
+    from perfsuite.measure.evidence import gather_evidence
+
+    def chunked(query, key, value, *, mask, scale, chunk=8):
+        pieces = []
+        for start in range(0, query.shape[2], chunk):
+            scores = (query[:, :, start:start + chunk] @ key.transpose(-2, -1)).mul_(scale)
+            if mask.additive is not None:
+                scores.add_(mask.additive[..., start:start + chunk, :])
+            if mask.masked_out is not None:
+                scores.masked_fill_(mask.masked_out[..., start:start + chunk, :], float("-inf"))
+            pieces.append(torch.softmax(scores, dim=-1).nan_to_num(0.0) @ value)
+        return torch.cat(pieces, dim=2)
+
+    register_variant("test_only_chunked", "chunked")(chunked)
+    case = AttentionCase(1, 2, 16, 16, 8, "fp32", "cpu", "causal")
+    evidence = gather_evidence(get_variant("test_only_chunked"), case, 0, tmp_path)
+    assert evidence.comparison.failure is None
+
+    def required(query, key, value, *, mask, scale, chunk):
+        return query
+
+    with pytest.raises(TypeError, match="chunk without a default"):
+        register_variant("test_only_required", "bad")(required)

@@ -67,3 +67,19 @@ def test_the_example_runs_through_every_check_of_the_suite(pytester, monkeypatch
     bad = pytester.runpytest_subprocess("--perfsuite-variant", "chunked_attention.variant:nothing")
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
     assert "has no function 'nothing'" in bad.stderr.str()
+
+
+def test_a_user_who_forgot_to_install_their_package_is_told_to(tmp_path, monkeypatch):
+    """``src/myattn`` in the repository, not installed: the error says ``pip install -e``, from any subdirectory."""
+    package = tmp_path / "src" / "myattn_not_installed"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "attention.py").write_text("def attention(query, key, value, *, mask, scale):\n    return query\n")
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "docs").mkdir()
+    monkeypatch.chdir(tmp_path / "docs")
+    with pytest.raises(ValueError, match=r"myattn_not_installed is in .* but not installed for .*pip install -e "):
+        load_variant_spec("myattn_not_installed.attention:attention")
+    with pytest.raises(ValueError) as other:  # a module that is nowhere here: no such hint
+        load_variant_spec("no_such_module_anywhere:attention")
+    assert "pip install -e" not in str(other.value)
