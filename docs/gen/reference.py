@@ -14,6 +14,7 @@ import ast
 import dataclasses
 import inspect
 import os
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -112,7 +113,11 @@ def pytest_options_page() -> str:
 
     from perfsuite.suite import options
 
-    parser = pytest.Parser()
+    with (
+        warnings.catch_warnings()
+    ):  # pytest marks a hand-made Parser as private API; it is only read here
+        warnings.simplefilter("ignore", pytest.PytestDeprecationWarning)
+        parser = pytest.Parser()
     options.add_options(parser)
     rows = []
     for group in parser._groups:  # pytest.Parser offers no public list of a group's options
