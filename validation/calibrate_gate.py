@@ -1,4 +1,4 @@
-"""Measure the sequential A/B gate's error rates on this machine (README: "Regression gating").
+"""Measure the sequential A/B gate's error rates on this machine (docs/validation.md: "Gate error rates").
 
 Repeats the gate (``perfsuite ab`` on a case set) in these scenarios:
 

@@ -34,7 +34,7 @@ own round (the fixture's runner, with the iterations per round its calibration p
 ``Timer.timeit(1)``, adjacent, alternating which goes first; the statistic is the same over the
 per-call ratios. On this VM a step's speed changes from one half-second block to the next by up to
 25%, so block pairs leave intervals 3-8% wide; adjacent calls share the machine's state, so the
-pairs measure the two instruments, not the moment (README, "Timings on a shared machine").
+pairs measure the two instruments, not the moment (docs/validation.md, "Fidelity against torch.utils.benchmark.Timer").
 
     .venv/bin/python -m validation.fidelity --out docs/fidelity
     .venv/bin/python -m validation.fidelity --interleaved --out docs/fidelity
