@@ -82,11 +82,23 @@ def _argument_rows(parser: argparse.ArgumentParser) -> list[list[str]]:
     return rows
 
 
+def _usage(parser: argparse.ArgumentParser) -> str:
+    """The usage line wrapped at 100 columns, whatever the terminal (argparse reads COLUMNS)."""
+    saved = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = "100"
+    try:
+        return parser.format_usage().strip()
+    finally:
+        if saved is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = saved
+
+
 def cli_page() -> str:
     """Every ``perfsuite`` subcommand: its usage and its arguments, from ``perfsuite.cli.main.build_parser``."""
     from perfsuite.cli.main import build_parser
 
-    os.environ["COLUMNS"] = "100"  # argparse wraps usage lines to the terminal width
     parser = build_parser()
     parts = [
         GENERATED,
@@ -96,7 +108,7 @@ def cli_page() -> str:
         "([pytest options](pytest-options.md)) work there too.",
     ]
     for name, (help_text, sub) in _subcommands(parser).items():
-        usage = sub.format_usage().strip()
+        usage = _usage(sub)
         parts += [
             f"## `perfsuite {name}`",
             _cell(help_text.capitalize() + "." if help_text else ""),
