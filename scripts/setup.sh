@@ -2,7 +2,7 @@
 # Create .venv (if missing) and install perfsuite into it, torch first.
 # PERFSUITE_TORCH chooses the torch requirement (default torch==2.13.0: a CPU build here,
 # the CUDA build from PyPI on a Linux GPU machine); it may hold pip options, for example
-#   PERFSUITE_TORCH="torch==2.7.1 --index-url https://download.pytorch.org/whl/cu126"  (CUDA 12)
+#   PERFSUITE_TORCH="torch==2.11.0 --index-url https://download.pytorch.org/whl/cu126"  (CUDA 12)
 #   PERFSUITE_TORCH="torch --index-url https://download.pytorch.org/whl/rocm6.4"      (ROCm)
 # When set, it is installed even into an existing .venv (pip changes torch only if the
 # installed one does not satisfy it), and setup stops if torch still does not match.

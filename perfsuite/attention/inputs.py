@@ -27,7 +27,7 @@ class AttentionInputs:
     mask: AttentionMask
     scale: float
 
-    def replace(self, **changes) -> "AttentionInputs":
+    def replace(self, **changes) -> AttentionInputs:
         return dataclasses.replace(self, **changes)
 
 

@@ -129,7 +129,7 @@ class AttentionMask:
     additive: torch.Tensor | None
     sdpa_mask: object | None
 
-    def with_additive(self, additive: torch.Tensor | None) -> "AttentionMask":
+    def with_additive(self, additive: torch.Tensor | None) -> AttentionMask:
         """The same key selection with another additive bias (SDPA gets one float mask)."""
         return compose(self.kind, self.allowed, additive, top_left_causal=False)
 

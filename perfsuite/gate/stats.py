@@ -148,7 +148,7 @@ CONTENDED_VERDICT = "inconclusive: contended"
 DECISIVE = ("slower", "faster", "no change")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def signed_rank_null_cdf(n: int) -> np.ndarray:
     """``P(W+ <= w)`` for ``w = 0 .. n(n+1)/2`` under the null of the Wilcoxon signed-rank statistic
     (each of ``n`` ranks positive with probability 1/2, independently): exact, by convolution."""

@@ -1,7 +1,7 @@
 """The process conditions of every timed run, stated once.
 
 The timed suite (``scripts/bench.sh``, ``perfsuite run``, ``pytest -c benchmarks.ini``), the A/B gate's workers
-(``perfsuite.gate.ab``) and the fidelity check (``scripts/fidelity.py``) all run under these
+(``perfsuite.gate.ab``) and the fidelity check (``python -m validation.fidelity``) all run under these
 conditions; the run header says which are missing and what that costs.
 
 Each condition is an environment variable read when a library starts (libgomp reads
@@ -86,7 +86,7 @@ CONDITIONS: tuple[Condition, ...] = (
         "MALLOC_MMAP_THRESHOLD_", lambda: str(32 * 2**20),
         "a fixed mmap threshold turns off glibc's adaptive threshold (mallopt(3)), so a score matrix under "
         "32 MiB comes from the heap, not from fresh page-faulting mmap'd memory depending on the process's "
-        "history (32 MiB is glibc's cap on 64-bit: larger blocks are always mmap'd; scripts/page_faults.py)",
+        "history (32 MiB is glibc's cap on 64-bit: larger blocks are always mmap'd; python -m validation.page_faults)",
         "identical code measured up to 2x apart between two processes (the A/B gate's calibration)",
     ),
     Condition(

@@ -159,7 +159,7 @@ class ContentionEvidence:
         return dataclasses.asdict(self) | {"reasons": list(self.reasons)}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "ContentionEvidence":
+    def from_dict(cls, data: dict[str, Any]) -> ContentionEvidence:
         """The inverse of ``as_dict``; ``ValueError`` naming the missing keys otherwise."""
         names = [f.name for f in dataclasses.fields(cls)]
         lacking = [n for n in names if n not in data and n != "brief"]  # runs saved before it had one
@@ -238,7 +238,7 @@ def brief_reason(contention: dict[str, Any]) -> str:
 class Probe:
     """``with Probe() as probe: <timed window>``, then ``probe.evidence(round_times_s)``."""
 
-    def __enter__(self) -> "Probe":
+    def __enter__(self) -> Probe:
         self.before = snapshot()
         self.after: Snapshot | None = None
         return self

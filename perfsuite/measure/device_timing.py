@@ -31,7 +31,7 @@ import time
 from typing import Any, Callable
 
 from perfsuite.errors import DeviceTimingError
-from perfsuite.measure.device_api import (L2_FLUSH_FACTOR, DeviceApi, GraphCapture, L2Flush, TorchCuda,  # noqa: F401
+from perfsuite.measure.device_api import (L2_FLUSH_FACTOR, DeviceApi, GraphCapture, L2Flush, TorchCuda,  # noqa: F401  (re-exported: tests reach them here)
                                           capture_step)
 from perfsuite.measure.timing import synchronized
 

@@ -116,11 +116,12 @@ def probe(variant: str, pairs: Iterable[tuple[str, str]], seed: int, specs: Iter
 
 def _run_pairs(variant_name: str, pairs: list[tuple[str, str]], seed: int) -> None:
     """The child: run each pair's first call, reporting it on stdout as it starts and ends."""
-    from perfsuite.attention.cases import parse_case_id  # noqa: PLC0415 (child only)
-    from perfsuite.attention.modes import make_step  # noqa: PLC0415
-    from perfsuite.measure.evidence import VariantUnsupported, prepare_case, run_once  # noqa: PLC0415
-    from perfsuite.measure.timing import synchronized  # noqa: PLC0415
-    from perfsuite.variants import get_variant  # noqa: PLC0415
+    # imported here: only the isolated child process needs them
+    from perfsuite.attention.cases import parse_case_id
+    from perfsuite.attention.modes import make_step
+    from perfsuite.measure.evidence import VariantUnsupported, prepare_case, run_once
+    from perfsuite.measure.timing import synchronized
+    from perfsuite.variants import get_variant
 
     variant = get_variant(variant_name)
     for case_id, mode in pairs:
@@ -150,10 +151,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spec", action="append", default=[])
     parser.add_argument("--pair", action="append", default=[], help="CASE_ID:MODE")
     args = parser.parse_args(argv)
-    import warnings  # noqa: PLC0415
+    import warnings
 
     warnings.simplefilter("ignore")  # the suite's process shows the variant's warnings
-    from perfsuite.variants.user import load_entry_point_variants, load_variant_spec  # noqa: PLC0415
+    from perfsuite.variants.user import load_entry_point_variants, load_variant_spec
 
     load_entry_point_variants()
     for spec in args.spec:

@@ -2,8 +2,8 @@
 
 On a virtual machine the CPU's speed can change with no trace in ``/proc``: another guest on the
 same physical core (an SMT sibling) or the host's clock. Neither is CPU steal nor run-queue wait,
-so ``perfsuite.measure.contention`` cannot see it. Measured on the 2-core CI VM (README, "Timings on
-a shared machine"): with 0% steal, a 384x384 fp32 matmul's median over 10 calls moved by up to 4x
+so ``perfsuite.measure.contention`` cannot see it. Measured on the 2-core CI VM (docs/validation.md, "Separate
+runs and the speed reference"): with 0% steal, a 384x384 fp32 matmul's median over 10 calls moved by up to 4x
 within 3 s, one-second windows of ``sdpa`` moved by 2.3x within a minute with a correlation of 0.85
 to the matmul timed beside them, and identical code compared across two quiet separate runs was
 called ``slower`` in 2 of 6 comparisons.

@@ -19,16 +19,22 @@ from __future__ import annotations
 import collections
 from pathlib import Path
 
-import matplotlib
+from perfsuite.attention.cases import parse_case_id
+from perfsuite.errors import ReportError
+from perfsuite.report.results import BenchmarkResult
+from perfsuite.report.saved import SavedRun
+
+MISSING_MATPLOTLIB = ("plots need matplotlib, which is not installed: pip install 'perfsuite[plots]' "
+                      "(the Markdown and HTML reports work without it)")
+
+try:
+    import matplotlib
+    from matplotlib.ticker import NullFormatter
+except ModuleNotFoundError as error:  # matplotlib is the optional extra [plots]
+    raise ReportError(MISSING_MATPLOTLIB) from error
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after choosing the non-interactive backend)
-
-from matplotlib.ticker import NullFormatter  # noqa: E402
-
-from perfsuite.attention.cases import parse_case_id  # noqa: E402
-from perfsuite.report.saved import SavedRun  # noqa: E402
-from perfsuite.report.results import BenchmarkResult  # noqa: E402
+import matplotlib.pyplot as plt  # noqa: E402  (pyplot only after choosing the non-interactive backend)
 
 
 def _save(figure, folder: Path, name: str) -> list[Path]:

@@ -93,7 +93,7 @@ def _machine_line(run: SavedRun) -> str:
 
 def markdown_report(run: SavedRun, plot_names: list[str] = ()) -> str:
     """Markdown for a GitHub step summary or PR comment; ``plot_names`` are linked below the table."""
-    lines = [f"## perfsuite: attention at a glance", "", f"{_machine_line(run)}  ", f"source: `{run.source.name}`", ""]
+    lines = ["## perfsuite: attention at a glance", "", f"{_machine_line(run)}  ", f"source: `{run.source.name}`", ""]
     lines.append(markdown_table(run.results, run.skipped, incomplete=run.incomplete))
     lines += [f"![{name}]({name})" for name in plot_names]
     return "\n".join(lines) + "\n"

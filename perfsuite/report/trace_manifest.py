@@ -60,7 +60,7 @@ class TraceManifest:
 
     def start(self) -> None:
         """Record this run as ``running`` with no traces yet."""
-        started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
         self._entry = {"run_id": self.run_id, "started": started, "status": "running", "traces": []}
         self._update(lambda runs: None)
 

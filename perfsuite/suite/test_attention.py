@@ -44,8 +44,8 @@ def test_score_copies_per_forward(attention_evidence):
 
 
 _COPY_HINT = (". Out-of-place masked_fill clones the scores (aten::clone), as do .clone() and .contiguous() on a "
-              "non-contiguous view; masked_fill_ in place does not (safe under torch.no_grad; README 'Masks and "
-              "findings'). If the copy is intended, declare it: register_variant(..., copies_scores_when_masked=True)")
+              "non-contiguous view; masked_fill_ in place does not (safe under torch.no_grad; docs: "
+              "correctness and masks). If the copy is intended, declare it: register_variant(..., copies_scores_when_masked=True)")
 
 
 def _score_copies_named(evidence, lane: str) -> str:

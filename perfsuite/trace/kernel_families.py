@@ -19,7 +19,7 @@ Tensile / hipBLASLt ``Cijk_<A>_<B>_<type>`` (``B`` bf16, ``H`` fp16, ``S`` fp32,
 ``F8`` fp8).
 
 The first matching rule of ``FAMILY_RULES`` wins (``rules_markdown()`` renders the tables,
-which the README shows); a name no rule matches is ``unknown``: shown, never guessed; a GEMM
+which the documentation's kernel-families page shows); a name no rule matches is ``unknown``: shown, never guessed; a GEMM
 whose precision no rule reads is ``GEMM (precision not in name)``.
 """
 
@@ -147,7 +147,7 @@ def _table(header: str, rules: tuple[tuple[str, str], ...]) -> list[str]:
 
 
 def rules_markdown() -> str:
-    """The rule tables as Markdown (for the README and ``perfsuite trace --rules``)."""
+    """The rule tables as Markdown (for the documentation's reference page and ``perfsuite trace --rules``)."""
     rows = _table("family", FAMILY_RULES) + ["", f"A {GEMM}'s precision, first match wins:", ""]
     rows += _table("precision", PRECISION_RULES)
     return "\n".join(rows)

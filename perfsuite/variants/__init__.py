@@ -1,8 +1,7 @@
 """Attention variants; importing this package registers the built-in ones (in table order)."""
 
-from perfsuite.variants import naive, naive_inplace, compiled, sdpa, flex  # noqa: F401, I001  (registers, in order)
-from perfsuite.variants import transformers_attn, multihead, external  # noqa: F401, I001  (optional packages: skips)
-from perfsuite.variants import registry  # noqa: F401
+from perfsuite.variants import naive, naive_inplace, compiled, sdpa, flex  # noqa: F401  (registers, in order)
+from perfsuite.variants import transformers_attn, multihead, external  # noqa: F401  (optional packages: skips)
 from perfsuite.variants.registry import Variant, get_variant, register_variant, variant_names
 
 __all__ = ["Variant", "get_variant", "register_variant", "variant_names"]

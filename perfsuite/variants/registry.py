@@ -12,7 +12,6 @@ import dataclasses
 import inspect
 from typing import Any, Callable, Mapping
 
-import torch
 
 from perfsuite.attention.contract import PrepareFn, VariantFn
 from perfsuite.errors import did_you_mean

@@ -239,7 +239,7 @@ def _flex_backward_unsupported(impl: str, query: torch.Tensor) -> str | None:
 
     torch has no flex_attention backward on the CPU. transformers compiles one flex_attention for the
     whole process (``WrappedFlexAttention``); a backward that fails while Dynamo traces flex_attention
-    leaves every later call of it on the unfused eager path (README, finding 1), so the variant refuses
+    leaves every later call of it on the unfused eager path (docs/explanation/model-implementations.md, finding 1), so the variant refuses
     the backward before calling it.
     """
     if impl == "flex_attention" and query.device.type == "cpu":

@@ -3,7 +3,6 @@ from a JUnit file and results written here."""
 
 import dataclasses
 
-import pytest
 
 from perfsuite.cli import verify
 from perfsuite.cli.main import main

@@ -9,7 +9,7 @@ import pytest
 from perfsuite.gate.ab import Side, run_ab
 from perfsuite.attention.cases import AttentionCase
 from perfsuite.cli.main import main
-from perfsuite.errors import BaselineError, IncomparableRuns, WorkerError
+from perfsuite.errors import IncomparableRuns, WorkerError
 from perfsuite.gate.compare import (UNPAIRED_METHOD, BenchmarkComparison, check_compatible, compare_runs,
                                     gate_failed, load_benchmark_file)
 from perfsuite.measure.evidence import gather_evidence

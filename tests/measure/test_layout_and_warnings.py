@@ -49,7 +49,7 @@ def test_describe_layout_falls_back_to_strides():
 
 
 def warns_on_first_call(query, key, value, *, mask, scale):
-    warnings.warn("this kernel is experimental", UserWarning)
+    warnings.warn("this kernel is experimental", UserWarning, stacklevel=2)
     return torch.nn.functional.scaled_dot_product_attention(query, key, value, is_causal=mask.is_causal, scale=scale)
 
 

@@ -8,7 +8,7 @@ from perfsuite.cli.main import main
 from perfsuite.report.plots import all_plots
 from perfsuite.report.saved import ReportError, html_report, load_run, markdown_report
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "example" / "run.json"
+EXAMPLE = Path(__file__).resolve().parents[2] / "tests" / "data" / "runs" / "cpu-sequence-sweep.json"  # a real CPU run
 
 
 def test_saved_run_renders_as_markdown_and_html(tmp_path):

@@ -32,7 +32,7 @@ def test_crash_probes_run_one_child_per_isolated_variant_and_answer_per_pair():
                                 "signal SIGSEGV" if p == ("c2", "backward") else "") for p in pairs}
 
     probes = CrashProbes(["risky"], seed=0, specs=[], run_probe=fake_probe)
-    pairs = lambda: [("c1", "forward"), ("c2", "backward")]  # noqa: E731
+    pairs = lambda: [("c1", "forward"), ("c2", "backward")]
     assert probes.crash("safe", "c1", "forward", pairs) is None and calls == []
     assert probes.crash("risky", "c1", "forward", pairs) is None
     crashed = probes.crash("risky", "c2", "backward", pairs)

@@ -55,7 +55,7 @@ def test_explicit_case_ids_replace_and_extra_ids_add():
 
 
 def test_pairwise_combinations_cut_the_product_and_say_so():
-    product = dict(cpu_shapes="1x2x4x4 2x4:2x1:8x4", cpu_dtypes="fp32 bf16", masks="causal bool padding")
+    product = {"cpu_shapes": "1x2x4x4 2x4:2x1:8x4", "cpu_dtypes": "fp32 bf16", "masks": "causal bool padding"}
     full = settings.resolve(raw(ini=product), cuda_available=False)
     pairwise = settings.resolve(raw(ini=dict(product, combinations="pairwise")), cuda_available=False)
     assert len(full.cases) == 12 and len(pairwise.cases) == 6 and set(pairwise.cases) < set(full.cases)

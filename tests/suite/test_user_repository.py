@@ -1,4 +1,4 @@
-"""perfsuite in a user's own repository, end to end, as README's "Use it in your repository" says.
+"""perfsuite in a user's own repository, end to end, as README's "Use it in your repository" and the getting-started tutorial say.
 
 A throwaway git repository with a small attention package (src layout), a base commit and a head
 commit that adds one extra score-sized copy per forward; perfsuite is installed into the

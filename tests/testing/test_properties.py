@@ -9,7 +9,6 @@ from the timed suite: hypothesis refuses function-scoped fixtures such as ``benc
 import pytest
 import torch
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from perfsuite.testing import properties
 from perfsuite.attention.cases import AttentionCase

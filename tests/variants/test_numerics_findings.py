@@ -1,4 +1,4 @@
-"""Numerical facts the mask and in-place conventions rest on (README: "Masks and findings")."""
+"""Numerical facts the mask and in-place conventions rest on (docs/explanation/correctness-and-masks.md)."""
 
 import pytest
 import torch

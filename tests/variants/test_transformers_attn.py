@@ -1,5 +1,5 @@
 """transformers' attention implementations as variants: masks, skips and the library's behaviours
-the README's "Which attention implementation for my model?" section reports."""
+docs/explanation/model-implementations.md reports."""
 
 import pytest
 import torch
@@ -96,7 +96,7 @@ def test_without_transformers_the_variants_skip_with_the_install_hint(monkeypatc
         get_variant("hf_sdpa").for_case(make_inputs(_case("causal"), seed=0))
 
 
-# The library's own behaviours (README: "Which attention implementation for my model?").
+# The library's own behaviours (docs/explanation/model-implementations.md).
 
 def test_eager_gives_a_query_that_sees_no_key_the_mean_of_the_values_and_sdpa_zeros():
     """eager_mask writes finfo(dtype).min, not -inf: softmax over a row of equal minima is uniform."""

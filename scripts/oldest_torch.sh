@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The oldest torch that pyproject.toml claims (the floor of its "torch>=X" requirement), tested in a second
+# virtualenv (.venv-oldest-torch): the tests of the parts that call torch's API directly (cases, masks,
+# modes, the float64 reference, evidence and profiling, trace reading, the gate's statistics) and the
+# attention suite itself on the test run's small cases, with the eager, SDPA and compiled flex variants (a few minutes on 2 cores, plus the download).
+# On Linux x86-64, PyPI's torch is the CUDA build (about 2.6 GB with its nvidia-* wheels); it runs on the CPU.
+# PERFSUITE_OLDEST_TORCH overrides the requirement (pip arguments, e.g. "torch==2.11.0 --index-url URL").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+floor=$(sed -n 's/^ *"torch>=\([0-9.]*\),.*/\1/p' pyproject.toml)
+[ -n "$floor" ] || { echo "oldest_torch: no \"torch>=X\" requirement in pyproject.toml" >&2; exit 2; }
+wanted=${PERFSUITE_OLDEST_TORCH:-"torch==$floor.*"}
+venv=.venv-oldest-torch
+pip() { "$venv/bin/python" -m pip --quiet --disable-pip-version-check "$@"; }
+[ -x "$venv/bin/python" ] || "${PYTHON:-python3}" -m venv "$venv"
+echo "oldest_torch: installing $wanted into $venv"
+pip install $wanted  # unquoted: may hold pip options
+pip install -e .
+"$venv/bin/python" -c "import torch; print('oldest_torch: torch', torch.__version__)"
+exec "$venv/bin/python" -m pytest -p no:xdist -m "not slow" -q \
+    tests/attention tests/trace tests/measure tests/gate/test_stats.py tests/variants/test_numerics_findings.py \
+    perfsuite/suite/test_attention.py \
+    --perfsuite-variants naive,naive_inplace,sdpa,sdpa_math,sdpa_flash,flex_compiled "$@"

@@ -1,0 +1,82 @@
+"""The documentation site: its reference pages come from the code, and its navigation names existing pages.
+
+The strict build itself (every link and anchor checked) runs in CI through scripts/docs.sh; these tests
+need no MkDocs and check that each generated page carries the facts of the objects it is generated from.
+"""
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+
+
+@pytest.fixture(scope="module")
+def pages() -> dict[str, str]:
+    spec = importlib.util.spec_from_file_location(
+        "perfsuite_docs_reference", DOCS / "gen" / "reference.py"
+    )
+    reference = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reference)
+    return {path: make_page() for path, make_page in reference.PAGES.items()}
+
+
+def test_the_kernel_families_page_shows_the_rules_the_code_applies(pages):
+    from perfsuite.trace.kernel_families import rules_markdown
+
+    assert rules_markdown() in pages["reference/kernel-families.md"]
+
+
+def test_every_column_setting_case_set_and_variant_has_its_row(pages):
+    from perfsuite.attention.case_sets import CASE_SETS
+    from perfsuite.report.results import COLUMNS
+    from perfsuite.suite.settings import SETTINGS
+    from perfsuite.variants import variant_names
+
+    assert all(f"| `{c.header}` |" in pages["reference/columns.md"] for c in COLUMNS)
+    assert all(f"`{s.ini_key}`" in pages["reference/configuration.md"] for s in SETTINGS.values())
+    assert all(f"| `{name}` |" in pages["reference/case-sets.md"] for name in CASE_SETS)
+    assert all(f"| `{name}` |" in pages["reference/variants.md"] for name in variant_names())
+
+
+def test_every_subcommand_and_plugin_option_is_documented(pages):
+    from perfsuite.cli.main import build_parser
+
+    parser = build_parser()
+    for sub in next(a for a in parser._actions if a.dest == "command").choices:
+        assert f"## `perfsuite {sub}`" in pages["reference/cli.md"]
+    assert "`--perfsuite-gate`" in pages["reference/pytest-options.md"]
+    assert "`--fail-on-structure`" in pages["reference/cli.md"]
+
+
+def test_the_stored_data_page_lists_every_extra_info_key(pages):
+    text = pages["reference/schemas.md"]
+    for key in ("schema_version", "case_fields", "score_accounting", "fingerprint"):
+        assert f"`{key}`" in text
+
+
+def test_navigation_names_only_pages_that_exist_or_are_generated(pages):
+    nav = re.findall(
+        r":\s+([\w/.-]+\.md)\s*$", (ROOT / "mkdocs.yml").read_text(encoding="utf-8"), flags=re.M
+    )
+    generated = set(pages) | {"changelog.md"}
+    missing = [p for p in nav if p not in generated and not (DOCS / p).is_file()]
+    assert nav and not missing, f"mkdocs.yml names pages that do not exist: {missing}"
+
+
+def test_docs_hold_no_raw_measurement_output():
+    raw = [
+        p.relative_to(ROOT)
+        for p in DOCS.rglob("*")
+        if p.suffix in {".json", ".html", ".log", ".svg"}
+    ]
+    assert not raw, f"raw output belongs to the validation tool's --out folders, not docs/: {raw}"
+
+
+def test_the_readme_states_the_test_command_and_stays_short():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "bash scripts/test.sh" in readme
+    assert len(readme.splitlines()) <= 250
