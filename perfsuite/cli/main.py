@@ -9,6 +9,7 @@
   perfsuite run [--check] [PYTEST ARGS]                      the attention suite in this directory (your repository)
   perfsuite init-ci                                          a GitHub workflow gating your pull requests
   perfsuite verify --results DIR [--suite-exit N]            GPU verification report (scripts/gpu_suite.sh)
+  perfsuite dashboard [--store URL] [--out DIR] [--repo-url URL]   the history dashboard (a static site)
 
 Exit codes: 0 success; 1 a regression (compare, ab) or a failed check (verify); 2 bad arguments, an unreadable file,
 or no window of that name (the message names the file).
@@ -22,6 +23,7 @@ import sys
 from pathlib import Path
 
 from perfsuite.errors import PerfsuiteError, UsageError
+from perfsuite.cli import dashboard as dashboard_command
 from perfsuite.cli import init_ci
 from perfsuite.cli import run as run_command
 from perfsuite.cli.gate import add_commands, run_ab_command, run_compare
@@ -150,6 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     run_command.add_command(commands)
     init_ci.add_command(commands)
     add_verify_command(commands)
+    dashboard_command.add_command(commands)
     return parser
 
 
@@ -172,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
             return init_ci.run_init_ci(args)
         if args.command == "verify":
             return run_verify(args)
+        if args.command == "dashboard":
+            return dashboard_command.run_dashboard(args)
         from perfsuite.cli.report import run_report
 
         return run_report(args)
