@@ -1,0 +1,153 @@
+"""The dashboard in a real browser: Debian's headless chromium driven by Playwright, on a site written by
+``perfsuite dashboard`` from a store built in the test. Every test fails on a console error, an uncaught
+exception or a network request (anything but file://). PERFSUITE_SCREENSHOTS=DIR keeps the screenshots
+(docs/dashboard/ holds the committed ones)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from perfsuite.cli.main import main
+from perfsuite.dashboard.model import ChangePoint, Commit, Dashboard, Series, point_from_rounds
+from perfsuite.dashboard.model import Testbed as SiteTestbed
+from perfsuite.dashboard.site import write_site
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--no-first-run", "--disable-sync"]
+CAUSE = "+1 copy cpu aten::clone [2x8x256x256]; allocated +4.0 MiB per forward"
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM.exists():
+        if os.environ.get("CI"):
+            pytest.fail("CI must run the browser tests: /usr/bin/chromium is missing (scripts/install_chromium.sh)")
+        pytest.skip("no /usr/bin/chromium (Debian's chromium: bash scripts/install_chromium.sh)")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in perfsuite[dev]")
+    with sync_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser):
+    """A page that records console errors, page errors and every request that is not file://."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    opened = context.new_page()
+    problems: list[str] = []
+    opened.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+    opened.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    opened.on("request", lambda r: problems.append(f"network request: {r.url}")
+              if not r.url.startswith(("file://", "data:", "about:")) else None)
+    yield opened
+    context.close()
+    assert problems == [], problems
+
+
+def shoot(page, name: str, tmp_path: Path, locator: str | None = None) -> Path:
+    folder = Path(os.environ.get("PERFSUITE_SCREENSHOTS") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.png"
+    (page.locator(locator) if locator else page).screenshot(path=str(path))
+    assert path.stat().st_size > 10_000  # a page with content, not a blank one
+    return path
+
+
+def open_site(page, index: Path) -> None:
+    page.goto(index.resolve().as_uri())
+    page.wait_for_selector("body[data-ready]", timeout=20_000)
+
+
+def test_site_from_a_store_charts_filters_and_links(history_store, tmp_path, page):
+    url, shas = history_store
+    out = tmp_path / "site"
+    assert main(["dashboard", "--store", url, "--out", str(out), "--repo-url", "https://github.com/org/repo"]) == 0
+    open_site(page, out / "index.html")
+    cards = page.locator("article.series")
+    assert cards.count() == 3  # naive, naive_inplace, sdpa_math (forward, wall time)
+    naive = page.locator("article.series", has_text="naive \u00b7 b2h8s256d64")
+    naive.first.scroll_into_view_if_needed()
+    series_id = naive.first.get_attribute("data-series")
+    page.wait_for_function(f"window.perfsuiteCharts[{series_id!r}] !== undefined")
+    assert page.evaluate(f"window.perfsuiteCharts[{series_id!r}].data[0].length") == len(shas)
+    assert naive.first.get_attribute("data-points") == str(len(shas))
+    assert "torch 2.12.0 -> 2.13.0" in naive.first.inner_text()  # the epoch boundary
+    # hover: the commit, date, value and rounds of the point under the cursor
+    box = naive.first.locator(".u-over").bounding_box()
+    page.mouse.move(box["x"] + box["width"] - 2, box["y"] + box["height"] / 2)
+    hover = naive.first.locator(".hover").inner_text()
+    assert shas[-1][:8] in hover and "25 rounds" in hover and "median" in hover
+    # a filter narrows the list, and the link it writes opens the same view
+    page.select_option("#filter-variant", "naive_inplace")
+    assert cards.count() == 1 and "1 of 1 matching" in page.inner_text("#series-count")
+    assert "variant=naive_inplace" in page.url
+    assert "contended point(s) drawn apart" in cards.first.inner_text()
+    # the post's checks and the fastest implementation
+    assert page.locator("#checks tr.ok").count() == 3 and page.locator("#checks tr.bad").count() == 0
+    assert "sdpa_math" in page.inner_text("#fastest")
+    page.goto((out / "index.html").resolve().as_uri() + "#variant=sdpa_math")
+    page.wait_for_selector("body[data-ready]")
+    assert cards.count() == 1
+
+
+def planted_dashboard(commits: int = 12, bad: int = 8) -> Dashboard:
+    """A dashboard model with a known change point (naive, +40% from commit ``bad``, one extra copy)."""
+    shas = [f"{i:02d}{'ab' * 19}" for i in range(commits)]
+    series = []
+    for variant, slow in (("naive", 1.4), ("naive_inplace", 1.0)):
+        points = [point_from_rounds(sha, [100e-6 * (slow if i >= bad else 1.0) * (1 + 0.01 * (r % 5))
+                                          for r in range(20)], structure="b" if slow > 1 and i >= bad else "a",
+                                    copies=(1 if variant == "naive" else 0) + (1 if slow > 1 and i >= bad else 0))
+                  for i, sha in enumerate(shas)]
+        changes = [ChangePoint(shas[bad - 1], shas[bad], 1.4, 1.36, 1.44, CAUSE)] if slow > 1 else []
+        series.append(Series(f"{variant}-fwd", variant, "b2h8s256d64-fp32-causal-cpu", "forward", "fp32", "wall",
+                             "tb", points, changes))
+    return Dashboard("perfsuite dashboard", [Commit(s, f"2026-01-{i + 1:02d}T12:00:00Z", f"commit {i}")
+                                             for i, s in enumerate(shas)], series,
+                     [SiteTestbed("tb", "Test CPU (2 threads)")], repo_url="https://github.com/org/repo")
+
+
+def test_findings_list_the_change_point_with_commits_and_cause(tmp_path, page):
+    dashboard = planted_dashboard()
+    index = write_site(dashboard, tmp_path / "site")
+    open_site(page, index)
+    row = page.locator("#changes tbody tr")
+    assert row.count() == 1
+    text = row.first.inner_text()
+    good, bad = dashboard.commits[7].sha, dashboard.commits[8].sha
+    assert CAUSE in text and "+40.0%" in text and good[:8] in text and bad[:8] in text
+    assert row.first.locator(f"a[href='https://github.com/org/repo/commit/{bad}']").count() == 1
+    shoot(page, "findings", tmp_path)
+    card = page.locator("article.series[data-series='naive-fwd']")
+    card.scroll_into_view_if_needed()
+    page.wait_for_function("window.perfsuiteCharts['naive-fwd'] !== undefined")
+    assert card.locator("li.regression").inner_text().startswith("change +40.0%")
+    box = card.locator(".u-over").bounding_box()
+    page.mouse.move(box["x"] + box["width"] * 0.75, box["y"] + box["height"] / 2)
+    assert "2 score copies" in card.locator(".hover").inner_text()  # a point after the change
+    shoot(page, "series", tmp_path, "article.series[data-series='naive-fwd']")
+    # the comparison opens on the newest regression's last good and first bad commit
+    page.locator("#compare").scroll_into_view_if_needed()
+    compare = page.locator("#compare-table tbody tr")
+    assert compare.count() == 2
+    first = compare.first.inner_text()
+    assert "naive \u00b7" in first and "1.400x" in first and CAUSE in first and "score copies 1 -> 2" in first
+    assert "same structure" in compare.nth(1).inner_text()
+    shoot(page, "comparison", tmp_path, "#compare")
+
+
+def test_a_foreign_folder_is_never_overwritten(tmp_path):
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "notes.txt").write_text("mine")
+    from perfsuite.errors import UsageError
+
+    with pytest.raises(UsageError, match="not a folder written by perfsuite dashboard"):
+        write_site(planted_dashboard(), tmp_path / "site")
+    assert (tmp_path / "site" / "notes.txt").read_text() == "mine"
