@@ -42,18 +42,15 @@ def _epoch_label(changed: dict[str, tuple[Any, Any]]) -> str:
     return ", ".join(f"{field} {before} -> {after}" for field, (before, after) in changed.items()) or "software changed"
 
 
-def _change_points(store: Any, key: Any, found: list[Any]) -> list[ChangePoint]:
-    """The store's change points of a series (``perfsuite.history.changepoints``), or none when the store
-    has no detector."""
-    try:
-        from perfsuite.history import changepoints
-    except ImportError:
-        return []
-    result = []
-    for c in changepoints.detect_points(found) if hasattr(changepoints, "detect_points") else []:
-        result.append(ChangePoint(c.last_good, c.first_bad, c.ratio, c.ratio_low, c.ratio_high,
-                                  getattr(c, "cause", "") or "", getattr(c, "open", True)))
-    return result
+def _change_points(measure: str, found: list[Any]) -> list[ChangePoint]:
+    """The store's change points of a series (``perfsuite.history.changepoints.detect``); the newest one of a
+    series is open (the series is still at its level), earlier ones were followed by another step."""
+    from perfsuite.history.changepoints import detect
+
+    steps = detect(found, measure)
+    return [ChangePoint(c.last_good.sha, c.first_bad.sha, c.ratio, c.interval[0], c.interval[1],
+                        "; ".join(c.structure), open=i == len(steps) - 1)
+            for i, c in enumerate(steps) if c.last_good.sha and c.first_bad.sha]
 
 
 def _fastest(series: list[Series]) -> list[Fastest]:
@@ -133,7 +130,7 @@ def dashboard_from_store(store: Any, title: str = "perfsuite dashboard", repo_ur
         testbeds.setdefault(s.key.testbed, _testbed_label(s.testbed_spec))
         series.append(Series(s.key.id + ("" if s.key.measure == "time_s" else "-device"), s.variant, s.case_id,
                              s.mode, _dtype(s.case_id), MEASURES[s.key.measure], s.key.testbed, points,
-                             _change_points(store, s.key, found), epochs))
+                             _change_points(s.key.measure, found), epochs))
         last = found[-1]
         if s.key.measure == "time_s":
             newest[(s.variant, s.key.testbed, str(last.software.get("torch")))] = (
