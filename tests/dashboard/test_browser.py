@@ -6,6 +6,7 @@ exception or a network request (anything but file://). PERFSUITE_SCREENSHOTS=DIR
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -70,6 +71,15 @@ def test_site_from_a_store_charts_filters_and_links(history_store, tmp_path, pag
     out = tmp_path / "site"
     assert main(["dashboard", "--store", url, "--out", str(out), "--repo-url", "https://github.com/org/repo"]) == 0
     open_site(page, out / "index.html")
+    # the first screen names the planted regression: its commits, size and structural cause
+    row = page.locator("#changes tbody tr")
+    assert row.count() == 1
+    text = row.first.inner_text()
+    assert "naive \u00b7 b2h8s256d64" in text and re.search(r"\+(39|40)\.\d% \[\+\d+\.\d%, \+\d+\.\d%\]", text), text
+    assert shas[4][:8] in text and shas[3][:8] in text and "slower" in text
+    assert "+1 copy cpu aten::clone [2x8x256x256]" in text and "allocated +4.0 MiB per forward" in text
+    assert row.first.locator(f"a[href='https://github.com/org/repo/commit/{shas[4]}']").count() == 1
+    shoot(page, "findings", tmp_path)
     cards = page.locator("article.series")
     assert cards.count() == 3  # naive, naive_inplace, sdpa_math (forward, wall time)
     naive = page.locator("article.series", has_text="naive \u00b7 b2h8s256d64")
@@ -124,7 +134,6 @@ def test_findings_list_the_change_point_with_commits_and_cause(tmp_path, page):
     good, bad = dashboard.commits[7].sha, dashboard.commits[8].sha
     assert CAUSE in text and "+40.0%" in text and good[:8] in text and bad[:8] in text
     assert row.first.locator(f"a[href='https://github.com/org/repo/commit/{bad}']").count() == 1
-    shoot(page, "findings", tmp_path)
     card = page.locator("article.series[data-series='naive-fwd']")
     card.scroll_into_view_if_needed()
     page.wait_for_function("window.perfsuiteCharts['naive-fwd'] !== undefined")
