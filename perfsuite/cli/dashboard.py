@@ -15,9 +15,21 @@ def add_command(commands) -> None:
     dash.add_argument("--out", default=DEFAULT_OUT, help=f"folder to write the site into (default {DEFAULT_OUT})")
     dash.add_argument("--repo-url", default="", help="https://github.com/ORG/REPO: commits become links")
     dash.add_argument("--title", default="perfsuite dashboard", help="the page's title")
+    dash.add_argument("--links", metavar="AB_JSON", help="instead of a site: print Markdown linking the published "
+                                                         "dashboard and the series of each benchmark this "
+                                                         "perfsuite ab --json file flags (for a job summary)")
+    dash.add_argument("--site-url", help="where the dashboard is published (with --links)")
 
 
 def run_dashboard(args: argparse.Namespace) -> int:
+    if args.links:
+        from perfsuite.dashboard.links import summary_links
+        from perfsuite.errors import UsageError
+
+        if not args.site_url:
+            raise UsageError("--links needs --site-url (where the dashboard is published)")
+        print(summary_links(args.links, args.site_url), end="")
+        return 0
     from perfsuite.dashboard.from_store import dashboard_from_store
     from perfsuite.dashboard.site import write_site
     from perfsuite.history import open_store
