@@ -7,21 +7,15 @@ Times are the ``time_s`` measure (every round) and, where the testbed has device
 from __future__ import annotations
 
 import collections
-from typing import Any, Iterable
+from typing import Any
 
-from perfsuite.dashboard.model import (ChangePoint, Check, Commit, Dashboard, Epoch, Fastest, Point, Series, Testbed,
+from perfsuite.dashboard.findings import checks_from, fastest_ratio
+from perfsuite.dashboard.model import (ChangePoint, Commit, Dashboard, Epoch, Fastest, Point, Series, Testbed,
                                        median_interval_s, quartiles_s)
 
 from perfsuite.history.records import Testbed as HistoryTestbed
 
 MEASURES = {"time_s": "wall", "device_s": "device"}  # store measure -> the dashboard's name
-# The post's findings: the out-of-place masked_fill copies the score matrix, masked_fill_ does not;
-# a pinned SDPA backend runs its own kernel (torch's SDPBackend names, as the structure records them).
-SCORE_COPIES = {"naive": "copies the score matrix", "naive_inplace": "no score copy"}
-PINNED = {"sdpa_math": "MATH", "sdpa_flash": "FLASH_ATTENTION", "sdpa_efficient": "EFFICIENT_ATTENTION",
-          "sdpa_cudnn": "CUDNN_ATTENTION"}
-
-
 def _dtype(case_id: str) -> str:
     """``fp32`` from ``b2h4s64d32-fp32-causal-cpu`` (the case id's second field)."""
     parts = case_id.split("-")
@@ -74,28 +68,8 @@ def _fastest(series: list[Series]) -> list[Fastest]:
         commit = max(shared, key=lambda c: order[c])
         ranked = sorted(at[commit].items(), key=lambda item: item[1].median_s)
         (best, p0), (second, p1) = ranked[0], ranked[1]
-        lo0, hi0 = median_interval_s(p0)
-        lo1, hi1 = median_interval_s(p1)
-        found.append(Fastest(case, mode, testbed, best, p0.median_s, second, p1.median_s / p0.median_s,
-                             lo1 / hi0 if hi0 > 0 else float("nan"), hi1 / lo0 if lo0 > 0 else float("inf")))
-    return found
-
-
-def checks_from(newest: Iterable[tuple[str, str, str, float | None, dict | None]]) -> list[Check]:
-    """The post's findings on the newest point of each (variant, testbed, torch): ``newest`` yields
-    (variant, testbed, torch, score copies per forward, structural fingerprint)."""
-    found = []
-    for variant, testbed, torch, copies, structure in newest:
-        if variant in SCORE_COPIES and copies is not None:
-            expected = ">= 1 score copy" if variant == "naive" else "0 score copies"
-            ok = copies >= 1 if variant == "naive" else copies == 0
-            found.append(Check(f"{variant} {SCORE_COPIES[variant]}", variant, testbed, torch, expected,
-                               f"{copies:g} score copies per forward", ok))
-        if variant in PINNED and structure is not None:
-            ran = structure.get("sdpa_backends") or []
-            ok = any(b.split(" ")[0] == PINNED[variant] for b in ran)
-            found.append(Check(f"pinned {PINNED[variant]} ran its kernel", variant, testbed, torch, PINNED[variant],
-                               ", ".join(ran) or "no SDPA backend op", ok))
+        ratio = fastest_ratio((p0.median_s, *median_interval_s(p0)), (p1.median_s, *median_interval_s(p1)))
+        found.append(Fastest(case, mode, testbed, best, p0.median_s, second, *(ratio or (None, None, None))))
     return found
 
 

@@ -121,6 +121,27 @@ class Testbed:
     label: str
 
 
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """A line of the findings that is not a change point (``level``: ``bad``, ``warn`` or ``info``)."""
+
+    level: str
+    text: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Group:
+    """One chart of a single run: the implementations of a case and mode side by side, medians (seconds)
+    with the 95% interval of each median (``low_s``/``high_s``, None when the run kept no spread)."""
+
+    title: str
+    labels: list[str]
+    median_s: list[float]
+    low_s: list[float | None]
+    high_s: list[float | None]
+    rounds: list[int | None]
+
+
 @dataclasses.dataclass
 class Dashboard:
     """Everything the site shows; ``repo_url`` (``https://github.com/ORG/REPO``) links the commits."""
@@ -132,6 +153,10 @@ class Dashboard:
     fastest: list[Fastest] = dataclasses.field(default_factory=list)
     checks: list[Check] = dataclasses.field(default_factory=list)
     repo_url: str = ""
+    notes: list[Finding] = dataclasses.field(default_factory=list)
+    groups: list[Group] = dataclasses.field(default_factory=list)
+    subtitle: str = ""
+    detail: dict[str, Any] | None = None  # a single run's table: {"header": [...], "rows": [[...]], "skipped": [...]}
 
 
 def quartiles_s(rounds_s: list[float] | np.ndarray) -> tuple[float, float, float]:
@@ -196,11 +221,15 @@ def to_json(dashboard: Dashboard) -> dict[str, Any]:
             "epochs": [{"c": at(e.commit), "label": e.label} for e in s.epochs],
         })
     return {
-        "schema": 1, "title": dashboard.title, "repo_url": dashboard.repo_url.rstrip("/"),
+        "schema": 1, "title": dashboard.title, "subtitle": dashboard.subtitle, "detail": dashboard.detail, "repo_url": dashboard.repo_url.rstrip("/"),
         "commits": [[c.sha, c.date, c.subject] for c in dashboard.commits],
         "testbeds": {t.id: t.label for t in dashboard.testbeds},
         "series": series,
         "fastest": [{k: v for k, v in dataclasses.asdict(f).items() if k != "median_s"} | {"median_us": _us(f.median_s)}
                     for f in dashboard.fastest],
         "checks": [dataclasses.asdict(c) for c in dashboard.checks],
+        "notes": [dataclasses.asdict(n) for n in dashboard.notes],
+        "groups": [{"title": g.title, "labels": g.labels, "m": [_us(v) for v in g.median_s],
+                    "lo": [None if v is None else _us(v) for v in g.low_s],
+                    "hi": [None if v is None else _us(v) for v in g.high_s], "n": g.rounds} for g in dashboard.groups],
     }

@@ -42,6 +42,20 @@ def page(data: dict) -> str:
         "</body></html>\n")
 
 
+def inline_page(data: dict) -> str:
+    """One self-contained HTML file: the same page with uPlot, its licence notice and our script inlined."""
+    def asset(name: str) -> str:
+        return ASSETS[name].read_text().replace("</script", "<\\/script").replace("</style", "<\\/style")
+
+    notice = "/* uPlot (MIT): " + " ".join(asset("uPlot.LICENSE").split()) + " */"
+    text = page(data)
+    text = text.replace("<link rel='stylesheet' href='uPlot.min.css'>", f"<style>{asset('uPlot.min.css')}</style>")
+    text = text.replace("<link rel='stylesheet' href='dashboard.css'>", f"<style>{asset('dashboard.css')}</style>")
+    text = text.replace("<script src='uPlot.iife.min.js'></script>", f"<script>{notice}\n{asset('uPlot.iife.min.js')}</script>")
+    text = text.replace("<script src='dashboard.js'></script>", f"<script>{asset('dashboard.js')}</script>")
+    return text.replace("<a href='uPlot.LICENSE'>uPlot</a> (MIT)", "uPlot (MIT, licence in the page source)")
+
+
 def write_site(dashboard: Dashboard, out: str | Path) -> Path:
     """Write the site into ``out`` (created if missing) and return ``out/index.html``.
 

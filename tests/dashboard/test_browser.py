@@ -160,3 +160,29 @@ def test_a_foreign_folder_is_never_overwritten(tmp_path):
     with pytest.raises(UsageError, match="not a folder written by perfsuite dashboard"):
         write_site(planted_dashboard(), tmp_path / "site")
     assert (tmp_path / "site" / "notes.txt").read_text() == "mine"
+
+
+def test_the_run_report_is_findings_first_with_error_bars(tmp_path, page):
+    """``perfsuite report --html``: one file, findings first, the dashboard's charts with error bars."""
+    import json
+
+    example = Path(__file__).resolve().parents[2] / "docs" / "example" / "run.json"
+    data = json.loads(example.read_text())
+    for r in data["results"]:  # the example kept no spread; give each median an IQR of 4% so bars are drawn
+        r["iqr_s"] = r["median_s"] * 0.04 if r.get("median_s") else None
+    run_file = tmp_path / "run.json"
+    run_file.write_text(json.dumps(data))
+    html = tmp_path / "report.html"
+    assert main(["report", str(run_file), "--html", str(html)]) == 0
+    open_site(page, html)
+    order = page.evaluate("[...document.querySelectorAll('main > section')].map(s => s.id)")
+    assert order[:4] == ["findings", "fastest", "checks", "groups"] and order[-1] == "detail"
+    assert "copy the score matrix in the forward: naive" in page.inner_text("#notes")
+    cases = {(r["case_id"], r["mode"]) for r in data["results"] if r.get("median_s") is not None}
+    assert page.locator("#group-list article").count() == len(cases)
+    first = page.locator("#group-list article").first
+    timed = [r for r in data["results"] if r.get("median_s") is not None
+             and (r["case_id"], r["mode"]) == sorted(cases)[0]]
+    assert first.get_attribute("data-points") == str(len(timed))
+    assert "[" in page.inner_text("#fastest")  # runner-up ratios with intervals
+    shoot(page, "report", tmp_path)

@@ -29,12 +29,14 @@
   }
   function fmtUs(us) {
     if (us === null || us === undefined) return "-";
+    if (us === 0) return "0";
     if (us >= 1e6) return (us / 1e6).toPrecision(3) + " s";
     if (us >= 1e3) return (us / 1e3).toPrecision(3) + " ms";
     return us.toPrecision(3) + " \u00b5s";
   }
   const pct = (r) => (r >= 1 ? "+" : "") + ((r - 1) * 100).toFixed(1) + "%";
-  const fmtRatio = (r, lo, hi) => r.toFixed(3) + "x [" + lo.toFixed(3) + ", " + hi.toFixed(3) + "]";
+  const fmtRatio = (r, lo, hi) => r.toFixed(3) + "x " + (lo === null || hi === null ? "(no interval: the run kept no spread)" : "[" + lo.toFixed(3) + ", " + hi.toFixed(3) + "]");
+  const yTicks = (u, ticks) => ticks.map(fmtUs);
   const testbed = (id) => D.testbeds[id] || id;
   const label = (s) => s.variant + " \u00b7 " + s.case + " \u00b7 " + s.mode + " \u00b7 " + s.measure;
   // 95% interval of a median: median +- 1.58 IQR / sqrt(rounds) (McGill, Tukey, Larsen 1978); model.py has the same.
@@ -55,7 +57,8 @@
     rows.sort((a, b) => b[1].bad - a[1].bad || b[1].ratio - a[1].ratio);
     const regressions = rows.filter(([, c]) => c.ratio > 1).length;
     const sec = el("section", {id: "findings"}, el("h2", {}, "Findings"));
-    sec.append(el("p", {class: "lead"}, rows.length
+    if (D.notes.length) sec.append(el("ul", {id: "notes"}, D.notes.map((n) => el("li", {class: n.level}, n.text))));
+    if (D.series.length) sec.append(el("p", {class: "lead"}, rows.length
       ? regressions + " open regression(s) and " + (rows.length - regressions) + " improvement(s), newest first"
       : "No open change point in " + D.series.length + " series."));
     if (rows.length) {
@@ -79,7 +82,7 @@
       D.fastest.map((f) => el("tr", {},
         el("td", {}, f.case), el("td", {}, f.mode), el("td", {}, testbed(f.testbed)),
         el("td", {}, el("b", {}, f.variant)), el("td", {class: "num"}, fmtUs(f.median_us)),
-        el("td", {class: "num"}, f.runner_up ? f.runner_up + " " + fmtRatio(f.ratio, f.ratio_low, f.ratio_high) : "-"),
+        el("td", {class: "num"}, f.runner_up && f.ratio !== null ? f.runner_up + " " + fmtRatio(f.ratio, f.ratio_low, f.ratio_high) : "-"),
         el("td", {class: "num"}, f.roofline === null ? "-" : (100 * f.roofline).toFixed(1) + "% of " + f.roof)))));
     return sec;
   }
@@ -159,7 +162,7 @@
       width, height: 220, legend: {show: false}, cursor: {points: {size: 6}},
       scales: {x: {time: false}},
       axes: [{values: (u, ticks) => ticks.map((t) => (Number.isInteger(t) && C[t] ? short(t).slice(0, 7) : ""))},
-             {label: s.measure + " time (\u00b5s)", size: 60}],
+             {label: s.measure + " time", size: 70, values: yTicks}],
       series: [{},
         {label: "median", stroke: "#1f4e79", width: 2, spanGaps: true, points: {show: s.c.length <= 120, size: 4}},
         {label: "q1", stroke: "rgba(31,78,121,0.25)", width: 1, points: {show: false}},
@@ -285,6 +288,59 @@
     return {sec, update};
   })();
 
+  // ---------- one run: implementations side by side, medians with error bars ----------
+  function groupChart(g, box) {
+    const x = g.labels.map((_, i) => i);
+    const bars = (u) => {
+      const ctx = u.ctx, dpr = devicePixelRatio || 1;
+      ctx.save(); ctx.strokeStyle = "#1f4e79"; ctx.lineWidth = 1.5 * dpr;
+      for (let i = 0; i < x.length; i++) {
+        if (g.lo[i] === null || g.hi[i] === null) continue;
+        const px = u.valToPos(i, "x", true), lo = u.valToPos(g.lo[i], "y", true), hi = u.valToPos(g.hi[i], "y", true);
+        ctx.beginPath(); ctx.moveTo(px, lo); ctx.lineTo(px, hi);
+        ctx.moveTo(px - 5 * dpr, lo); ctx.lineTo(px + 5 * dpr, lo); ctx.moveTo(px - 5 * dpr, hi); ctx.lineTo(px + 5 * dpr, hi);
+        ctx.stroke();
+      }
+      ctx.restore();
+    };
+    const values = g.m.concat(g.lo.filter((v) => v !== null), g.hi.filter((v) => v !== null));
+    const opts = {
+      width: Math.max(320, box.clientWidth || 600), height: 240, legend: {show: false},
+      scales: {x: {time: false, range: [-0.5, x.length - 0.5]}, y: {range: [0, Math.max(...values) * 1.1]}},
+      axes: [{splits: () => x, values: (u, ticks) => ticks.map((t) => g.labels[t] || ""), rotate: 0, size: 40},
+             {label: "median", size: 70, values: yTicks}],
+      series: [{}, {label: "median", stroke: "#1f4e79", paths: () => null, points: {show: true, size: 9, fill: "#1f4e79"}}],
+      hooks: {draw: [bars]},
+    };
+    charts[g.title] = new uPlot(opts, [x, g.m], box);
+  }
+  function groupsSection() {
+    const sec = el("section", {id: "groups"}, el("h2", {}, "Medians with 95% intervals, per case and mode"),
+      el("p", {class: "meta"}, "Error bars: median \u00b1 1.58 IQR/\u221arounds (McGill, Tukey and Larsen 1978)."));
+    const list = el("div", {id: "group-list"});
+    sec.append(list);
+    sec._render = () => {
+      for (const g of D.groups) {
+        const box = el("div", {class: "chart"});
+        list.append(el("article", {class: "series group", "data-group": g.title, "data-points": g.m.length},
+          el("h3", {}, g.title), box,
+          el("p", {class: "meta"}, g.labels.map((l, i) => l + " " + fmtUs(g.m[i])).join(" \u00b7 "))));
+        groupChart(g, box);
+      }
+    };
+    return sec;
+  }
+
+  // the single run's full table (rendered in Python: report.results owns the columns)
+  function detail() {
+    const sec = el("section", {id: "detail"}, el("h2", {}, "All results"));
+    const table = el("table", {}, el("thead", {}, el("tr", {}, D.detail.header.map((h) => el("th", {}, h)))),
+      el("tbody", {}, D.detail.rows.map((r) => el("tr", {}, r.map((c) => el("td", {}, c))))));
+    sec.append(table);
+    if (D.detail.skipped.length) sec.append(el("h3", {}, "Skipped"), el("ul", {}, D.detail.skipped.map((t) => el("li", {}, t))));
+    return sec;
+  }
+
   // ---------- links (#variant=...&case=...&series=ID) ----------
   function readHash() {
     const params = new URLSearchParams(location.hash.slice(1));
@@ -302,14 +358,18 @@
     const t0 = performance.now();
     readHash();
     const dates = C.map((c) => c[1]).filter(Boolean).sort();
-    document.getElementById("summary").textContent = D.series.length + " series over " + C.length + " commits" +
+    document.getElementById("summary").textContent = D.subtitle || D.series.length + " series over " + C.length + " commits" +
       (dates.length ? " (" + dates[0].slice(0, 10) + " to " + dates[dates.length - 1].slice(0, 10) + ")" : "") +
       " on " + new Set(D.series.map((s) => s.testbed)).size + " testbed(s)";
-    const series = seriesSection();
-    const nav = el("nav", {}, [["findings", "Findings"], ["fastest", "Fastest"], ["checks", "Checks"], ["series", "Series"], ["compare", "Compare"]]
-      .map(([id, t]) => el("a", {href: "#" + id, onclick: (e) => { e.preventDefault(); document.getElementById(id).scrollIntoView(); }}, t)));
-    document.getElementById("app").replaceChildren(nav, findings(), fastest(), checks(), series, comparison.sec);
-    series._render();
+    const history = D.series.length > 0;
+    const series = seriesSection(), groups = groupsSection();
+    const parts = [["findings", "Findings"], ["fastest", "Fastest"], ["checks", "Checks"]]
+      .concat(D.groups.length ? [["groups", "Charts"]] : []).concat(history ? [["series", "Series"], ["compare", "Compare"]] : []);
+    const nav = el("nav", {}, parts.map(([id, t]) => el("a", {href: "#" + id, onclick: (e) => { e.preventDefault(); document.getElementById(id).scrollIntoView(); }}, t)));
+    document.getElementById("app").replaceChildren(nav, findings(), fastest(), checks(), ...(D.groups.length ? [groups] : []),
+      ...(history ? [series, comparison.sec] : []), ...(D.detail ? [detail()] : []));
+    if (D.groups.length) groups._render();
+    if (history) series._render();
     window.addEventListener("hashchange", () => { state.filters = {}; readHash(); for (const f of FILTERS) document.getElementById("filter-" + f).value = state.filters[f] || ""; series._render(); });
     if (state.filters.series) { const card = document.getElementById("s-" + state.filters.series); if (card) card.scrollIntoView(); }
     window.perfsuiteReady = {ms: performance.now() - t0};
