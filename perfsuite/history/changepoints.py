@@ -15,7 +15,7 @@ Offline (``detect``), per epoch (a software change is never mixed into one segme
    points left and right of the split (inside the segment bounded by the neighbouring change points),
    kept when p < ``p_value`` and the step is at least ``min_effect``; the two halves are split again.
    When a side has fewer than ``MIN_POINTS`` points, the test uses that side's raw log rounds (its
-   run-to-run noise is then unobserved, so the ``min_effect`` floor carries the weight).
+   run-to-run noise is then unobserved, so such a step must also be ``RAW_MIN_EFFECT`` or more).
 3. Series longer than ``WINDOW`` points are searched in overlapping windows (as Otava windows its
    series) and every candidate is re-tested against its neighbours, so 10,000 points take well
    under a second.
@@ -45,6 +45,10 @@ from perfsuite.trace.structure import adds_work, diff_fingerprints
 P_VALUE = 0.001
 MIN_EFFECT = 0.02  # a step smaller than 2% is not reported
 MIN_POINTS = 3
+# A step tested on raw rounds (a side with fewer than MIN_POINTS points) must be at least this large:
+# rounds of one run do not show run-to-run noise, which reached 5-10% between separate runs here
+# (docs/contention.md's speed reference; measure/speed_reference.SPEED_LIMIT).
+RAW_MIN_EFFECT = 0.10
 WINDOW = 800
 MAD_TO_SD = 1.4826
 
@@ -176,9 +180,13 @@ def _detect_one_epoch(points: Sequence[Point], p_value: float, min_effect: float
     def test(tau: int, a: int, b: int) -> tuple[float, float, tuple[float, float]]:
         return step_test(points[a:tau], points[tau:b], x[a:tau], x[tau:b])
 
+    def floor(tau: int, a: int, b: int) -> float:
+        raw = min(tau - a, b - tau) < MIN_POINTS
+        return math.log1p(max(min_effect, RAW_MIN_EFFECT) if raw else min_effect)
+
     def accept(tau: int, a: int, b: int) -> bool:
         p, ratio, _ = test(tau, a, b)
-        return p < p_value and abs(math.log(ratio)) >= math.log1p(min_effect)
+        return p < p_value and abs(math.log(ratio)) >= floor(tau, a, b)
 
     if n <= WINDOW:
         candidates = _segment_splits(x, 0, n, accept)
@@ -191,8 +199,8 @@ def _detect_one_epoch(points: Sequence[Point], p_value: float, min_effect: float
     while True:
         bounds = [0, *kept, n]
         results = [test(c, bounds[i], bounds[i + 2]) for i, c in enumerate(kept)]
-        failing = [(r[0], i) for i, r in enumerate(results)
-                   if not (r[0] < p_value and abs(math.log(r[1])) >= math.log1p(min_effect))]
+        failing = [(r[0], i) for i, (c, r) in enumerate(zip(kept, results))
+                   if not (r[0] < p_value and abs(math.log(r[1])) >= floor(c, bounds[i], bounds[i + 2]))]
         if not failing:
             return [(c, *r) for c, r in zip(kept, results)]
         kept.pop(max(failing)[1])
