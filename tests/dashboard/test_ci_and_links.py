@@ -28,7 +28,7 @@ def test_main_pushes_record_into_the_store_and_publish_the_dashboard():
     assert "push:\n    branches: [main]" in text
     history = text[text.index("\n  history:"):text.index("\n  pages:")]
     assert "if: github.event_name == 'push'" in history and "secrets.PERFSUITE_HISTORY_URL" in history
-    assert "perfsuite history import" in history and "perfsuite dashboard --out perfsuite-dashboard" in history
+    assert "perfsuite run\n" in history and "perfsuite history record" in history and "perfsuite dashboard --out perfsuite-dashboard" in history
     assert "name: perfsuite-history" in history and "actions/upload-pages-artifact@" in history
     pages = text[text.index("\n  pages:"):]
     assert "pages: write" in pages and "id-token: write" in pages and "actions/deploy-pages@" in pages
