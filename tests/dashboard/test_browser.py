@@ -16,40 +16,9 @@ from perfsuite.dashboard.model import ChangePoint, Commit, Dashboard, Series, po
 from perfsuite.dashboard.model import Testbed as SiteTestbed
 from perfsuite.dashboard.site import write_site
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--no-first-run", "--disable-sync"]
 CAUSE = "+1 copy cpu aten::clone [2x8x256x256]; allocated +4.0 MiB per forward"
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not CHROMIUM.exists():
-        if os.environ.get("CI"):
-            pytest.fail("CI must run the browser tests: /usr/bin/chromium is missing (scripts/install_chromium.sh)")
-        pytest.skip("no /usr/bin/chromium (Debian's chromium: bash scripts/install_chromium.sh)")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in perfsuite[dev]")
-    with sync_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        yield chromium
-        chromium.close()
-
-
-@pytest.fixture
-def page(browser):
-    """A page that records console errors, page errors and every request that is not file://."""
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    opened = context.new_page()
-    problems: list[str] = []
-    opened.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
-    opened.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-    opened.on("request", lambda r: problems.append(f"network request: {r.url}")
-              if not r.url.startswith(("file://", "data:", "about:")) else None)
-    yield opened
-    context.close()
-    assert problems == [], problems
 
 
 def shoot(page, name: str, tmp_path: Path, locator: str | None = None) -> Path:

@@ -89,7 +89,7 @@
 
   function checks() {
     const sec = el("section", {id: "checks"}, el("h2", {}, "The post's findings, checked on every run"));
-    if (!D.checks.length) { sec.append(el("p", {}, "No run recorded score copies or SDPA backends.")); return sec; }
+    if (!D.checks.length) { sec.append(el("p", {}, "No check applies: the store has no run of naive, naive_inplace or a pinned SDPA variant (sdpa_math, sdpa_flash, sdpa_efficient, sdpa_cudnn).")); return sec; }
     sec.append(table(["", "finding", "variant", "testbed", "torch", "expected", "observed"], D.checks.map((c) =>
       el("tr", {class: c.ok ? "ok" : "bad"}, el("td", {}, c.ok ? "\u2713" : "\u2717"), el("td", {}, c.finding),
         el("td", {}, c.variant), el("td", {}, testbed(c.testbed)), el("td", {}, c.torch),
