@@ -13,7 +13,7 @@ from perfsuite.dashboard.site import embedded_json, page
 
 def dashboard(cause: str = "") -> Dashboard:
     commits = [Commit("a" * 40, "2026-01-01T00:00:00Z"), Commit("b" * 40), Commit("c" * 40)]
-    points = [point_from_rounds(c.sha, [1e-4, 2e-4, 3e-4, 4e-4], contended=i == 1, structure="x" if i < 2 else "y",
+    points = [point_from_rounds(c.sha, [1e-4, 2e-4, 3e-4, 4e-4], contended=i == 1, structure="x" if i == 0 else "y",
                                 copies=i) for i, c in enumerate(commits[::2])]
     series = Series("s1", "naive", "b1h2s16d8-fp32-causal-cpu", "forward", "fp32", "wall", "tb", points,
                     [ChangePoint("a" * 40, "c" * 40, 1.5, 1.4, 1.6, cause)])
