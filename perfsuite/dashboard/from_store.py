@@ -1,7 +1,9 @@
 """The dashboard's model from the history store: series with their points, epochs and change points,
 the fastest implementation per case and testbed, and the post's findings as checks.
 
-Times are the ``time_s`` measure (every round) and, where the testbed has device clocks, ``device_s``.
+Measures: ``time`` is the store's ``time_s``, every round on the run's timer (the host clock, or the device
+clock when the suite timed with one); ``wall`` is ``wall_s``, each run's median synchronized host time, which
+the store has only when a device clock timed the rounds (so wall and device time are both shown then).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from perfsuite.dashboard.model import (ChangePoint, Commit, Dashboard, Epoch, Fa
 
 from perfsuite.history.records import Testbed as HistoryTestbed
 
-MEASURES = {"time_s": "wall", "device_s": "device"}  # store measure -> the dashboard's name
+MEASURES = {"time_s": "time", "wall_s": "wall"}  # store measure -> the dashboard's name
 def _dtype(case_id: str) -> str:
     """``fp32`` from ``b2h4s64d32-fp32-causal-cpu`` (the case id's second field)."""
     parts = case_id.split("-")
@@ -48,10 +50,10 @@ def _change_points(measure: str, found: list[Any]) -> list[ChangePoint]:
 
 
 def _fastest(series: list[Series]) -> list[Fastest]:
-    """Per case, mode and testbed (wall time): the fastest variant at the newest commit two or more share."""
+    """Per case, mode and testbed (``time``): the fastest variant at the newest commit two or more share."""
     groups: dict[tuple[str, str, str], list[Series]] = collections.defaultdict(list)
     for s in series:
-        if s.measure == "wall" and s.points:
+        if s.measure == "time" and s.points:
             groups[(s.case, s.mode, s.testbed)].append(s)
     found = []
     for (case, mode, testbed), members in sorted(groups.items()):
@@ -102,7 +104,7 @@ def dashboard_from_store(store: Any, title: str = "perfsuite dashboard", repo_ur
         epochs = [Epoch(found[e.start].sha, _epoch_label(e.changed)) for e in _epochs(found) if e.changed
                   and found[e.start].sha in shas]
         testbeds.setdefault(s.key.testbed, _testbed_label(s.testbed_spec))
-        series.append(Series(s.key.id + ("" if s.key.measure == "time_s" else "-device"), s.variant, s.case_id,
+        series.append(Series(s.key.id + ("" if s.key.measure == "time_s" else "-wall"), s.variant, s.case_id,
                              s.mode, _dtype(s.case_id), MEASURES[s.key.measure], s.key.testbed, points,
                              _change_points(s.key.measure, found), epochs))
         last = found[-1]

@@ -155,3 +155,19 @@ def test_the_run_report_is_findings_first_with_error_bars(tmp_path, page):
     assert first.get_attribute("data-points") == str(len(timed))
     assert "[" in page.inner_text("#fastest")  # runner-up ratios with intervals
     shoot(page, "report", tmp_path)
+
+
+def test_the_page_recorder_catches_console_errors_and_requests(browser, tmp_path):
+    from dashboard_browser import record_problems
+
+    bad = tmp_path / "bad.html"
+    bad.write_text("<script>console.error('boom'); fetch('http://127.0.0.1:9/x').catch(() => {});</script>"
+                   "<img src='http://127.0.0.1:9/y.png'>")
+    context = browser.new_context()
+    opened = context.new_page()
+    problems = record_problems(opened)
+    opened.goto(bad.as_uri())
+    opened.wait_for_timeout(500)
+    context.close()
+    assert any("console error: boom" in p for p in problems), problems
+    assert any("network request: http://127.0.0.1:9/" in p for p in problems), problems

@@ -162,7 +162,7 @@
       width, height: 220, legend: {show: false}, cursor: {points: {size: 6}},
       scales: {x: {time: false}},
       axes: [{values: (u, ticks) => ticks.map((t) => (Number.isInteger(t) && C[t] ? short(t).slice(0, 7) : ""))},
-             {label: s.measure + " time", size: 70, values: yTicks}],
+             {label: {time: "time per round", wall: "wall time per run"}[s.measure] || s.measure, size: 70, values: yTicks}],
       series: [{},
         {label: "median", stroke: "#1f4e79", width: 2, spanGaps: true, points: {show: s.c.length <= 120, size: 4}},
         {label: "q1", stroke: "rgba(31,78,121,0.25)", width: 1, points: {show: false}},
