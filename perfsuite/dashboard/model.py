@@ -175,11 +175,16 @@ def point_from_rounds(commit: str, rounds_s: list[float], contended: bool = Fals
     return Point(commit, median, q1, q3, len(rounds_s), contended, structure, copies)
 
 
-def median_interval_s(point: Point) -> tuple[float, float]:
-    """An approximate 95% interval of the median: median +- 1.58 IQR / sqrt(rounds) (McGill, Tukey and
+def notch_interval_s(median_s: float, iqr_s: float, rounds: int) -> tuple[float, float]:
+    """An approximate 95% interval of a median: median +- 1.58 IQR / sqrt(rounds) (McGill, Tukey and
     Larsen 1978, the notch of a notched box plot). The site computes the same in JavaScript."""
-    half = 1.58 * (point.q3_s - point.q1_s) / math.sqrt(max(point.rounds, 1))
-    return point.median_s - half, point.median_s + half
+    half = 1.58 * iqr_s / math.sqrt(max(rounds, 1))
+    return median_s - half, median_s + half
+
+
+def median_interval_s(point: Point) -> tuple[float, float]:
+    """``notch_interval_s`` of a point's median."""
+    return notch_interval_s(point.median_s, point.q3_s - point.q1_s, point.rounds)
 
 
 def _us(seconds: float) -> float:

@@ -7,24 +7,20 @@ from __future__ import annotations
 
 import base64
 import collections
-import math
 from pathlib import Path
 
 from perfsuite.dashboard.findings import checks_from, fastest_ratio
-from perfsuite.dashboard.model import Dashboard, Fastest, Finding, Group
+from perfsuite.dashboard.model import Dashboard, Fastest, Finding, Group, notch_interval_s, to_json
 from perfsuite.dashboard.site import inline_page
-from perfsuite.dashboard.model import to_json
 from perfsuite.report.results import HEADER, BenchmarkResult, table_row
 from perfsuite.report.saved import SavedRun, machine_line
 
 
 def median_interval_s(result: BenchmarkResult) -> tuple[float, float] | None:
-    """95% interval of a result's median: median +- 1.58 IQR / sqrt(rounds) (McGill, Tukey and Larsen 1978);
-    None without a median, an IQR or rounds."""
+    """``model.notch_interval_s`` of a result's median; None without a median, an IQR or rounds."""
     if result.median_s is None or result.iqr_s is None or not result.rounds:
         return None
-    half = 1.58 * result.iqr_s / math.sqrt(result.rounds)
-    return result.median_s - half, result.median_s + half
+    return notch_interval_s(result.median_s, result.iqr_s, result.rounds)
 
 
 def _dtype(case_id: str) -> str:
