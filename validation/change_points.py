@@ -8,8 +8,11 @@ TCPDBench scores them: van den Burg & Williams, "An Evaluation of Change Point D
               github.com/alan-turing-institute/TCPD; only series whose licence allows reuse):
               python -m validation.change_points tcpd --path TCPD_CHECKOUT
   speed       10,000 points analysed:  python -m validation.change_points speed
-  history     a perfsuite history store of a real throwaway repository (planted commits named in
-              --planted): python -m validation.change_points history --store URL --planted SHA,...
+  make-history  a throwaway repository of 32 commits, each timed by perfsuite run, with an extra copy,
+              a lost in-place op and a slower backward planted: python -m validation.change_points
+              make-history --repo /tmp/h
+  history     its store against the planted commits: python -m validation.change_points history
+              --store /tmp/h/.perfsuite/history.sqlite --planted SHA,SHA,SHA
 
 Run from the repository root. Results are printed as Markdown tables.
 """
@@ -171,6 +174,78 @@ def run_history(url: str, planted: list[str]) -> list[str]:
     return lines
 
 
+ATTENTION = '''"""Softmax attention over the whole score matrix (validation history, commit {number})."""
+import torch
+from torch.utils.checkpoint import checkpoint
+
+
+def _attention(query, key, value, mask, scale):
+    scores = torch.matmul(query, key.transpose(-2, -1)).mul_(scale)
+{copy}    if mask.masked_out is not None:
+        {fill}
+    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    return torch.matmul(weights, value)
+
+
+def blocked_attention(query, key, value, *, mask, scale):
+    """Softmax attention; commit {number}."""
+{call}
+'''
+PLAIN_CALL = "    return _attention(query, key, value, mask, scale)"
+CHECKPOINTED_CALL = ("    return checkpoint(_attention, query, key, value, mask, scale, use_reentrant=False)"
+                     "  # backward recomputes the forward")
+IN_PLACE = 'scores.masked_fill_(mask.masked_out, float("-inf"))'
+OUT_OF_PLACE = 'scores = scores.masked_fill(mask.masked_out, float("-inf"))  # lost in-place op: a clone'
+EXTRA_COPY = "    scores = scores.clone()  # an extra copy\n"
+HISTORY_PYPROJECT = '''[project]
+name = "myattn"
+version = "0.1.0"
+
+[tool.pytest.ini_options]
+perfsuite_user_variants = ["myattn.attention:blocked_attention"]
+perfsuite_variants = "blocked_attention"
+perfsuite_cases = "{case}"
+perfsuite_modes = ["forward", "backward"]
+'''
+
+
+def make_history(repo: Path, commits: int, case: str, planted: dict[int, str]) -> list[str]:
+    """A throwaway git repository with ``commits`` commits, each timed by ``perfsuite run`` (recorded in
+    its own .perfsuite/history.sqlite); ``planted``: commit number -> extra_copy | lost_in_place |
+    slower_backward (each kept from then on). Returns the planted commits' shas."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, GIT_AUTHOR_NAME="v", GIT_AUTHOR_EMAIL="v@example.com", GIT_COMMITTER_NAME="v",
+               GIT_COMMITTER_EMAIL="v@example.com", PYTHONPATH="src")
+    run = lambda *a: subprocess.run(a, cwd=repo, env=env, check=True, capture_output=True, text=True)
+    (repo / "src" / "myattn").mkdir(parents=True)
+    (repo / "src" / "myattn" / "__init__.py").write_text("")
+    (repo / "pyproject.toml").write_text(HISTORY_PYPROJECT.format(case=case))
+    (repo / ".gitignore").write_text(".benchmarks/\nperfsuite-results/\n__pycache__/\n")
+    run("git", "init", "-q", "-b", "main")
+    state, shas = {"copy": "", "fill": IN_PLACE, "call": PLAIN_CALL}, []
+    for number in range(1, commits + 1):
+        change = planted.get(number)
+        if change == "extra_copy":
+            state["copy"] = EXTRA_COPY
+        elif change == "lost_in_place":
+            state["fill"] = OUT_OF_PLACE
+        elif change == "slower_backward":
+            state["call"] = CHECKPOINTED_CALL
+        (repo / "src" / "myattn" / "attention.py").write_text(ATTENTION.format(number=number, **state))
+        run("git", "add", "-A")
+        run("git", "commit", "-qm", f"commit {number}" + (f": {change}" if change else ": no change to the work"))
+        if change:
+            shas.append(run("git", "rev-parse", "HEAD").stdout.strip())
+        timed = subprocess.run([sys.executable, "-m", "perfsuite", "run", "--benchmark-min-rounds=15",
+                                "--benchmark-max-time=0.2", "-q"], cwd=repo, env=env, capture_output=True, text=True)
+        line = [l for l in timed.stdout.splitlines() if "perfsuite: history" in l]
+        print(f"commit {number}: {change or '-'}: {line[0] if line else timed.stdout[-300:]}", flush=True)
+    return shas
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -186,7 +261,17 @@ def main(argv: list[str] | None = None) -> int:
     history = commands.add_parser("history")
     history.add_argument("--store", required=True)
     history.add_argument("--planted", required=True, help="comma-separated shas (prefixes) of planted changes")
+    made = commands.add_parser("make-history", help="a throwaway repository of timed commits with planted changes")
+    made.add_argument("--repo", type=Path, required=True, help="a new folder")
+    made.add_argument("--commits", type=int, default=32)
+    made.add_argument("--case", default="b1h2s256d32-fp32-causal-cpu")
     args = parser.parse_args(argv)
+    if args.command == "make-history":
+        planted = {11: "extra_copy", 19: "lost_in_place", 26: "slower_backward"}
+        shas = make_history(args.repo, args.commits, args.case, planted)
+        print(f"planted: {','.join(shas)}\nthen: python -m validation.change_points history "
+              f"--store {args.repo / '.perfsuite' / 'history.sqlite'} --planted {','.join(shas)}")
+        return 0
     if args.command == "synthetic":
         lines = run_synthetic(args.series, args.seed, args.points)
     elif args.command == "tcpd":
