@@ -99,6 +99,16 @@ def test_three_commits_show_three_points_and_the_regression_with_its_cause(repo)
     assert float(added.group(2)) < 1.0  # the store adds under a second, after the timed windows
     assert sh("git", "status", "--porcelain", cwd=repo).stdout == ""  # the store is ignored by git
 
+    # a store that cannot be written: a warning, the run passes and its files are saved; the file is untouched
+    notes = repo.parent / "notes.txt"
+    notes.write_text("not a store\n")
+    saved_before = len(list((repo / ".benchmarks").rglob("*.json")))
+    warned = sh(repo / ".venv" / "bin" / "perfsuite", "run", *TIMED, "--perfsuite-history-url", notes, cwd=repo)
+    assert "perfsuite: warning: the run was not recorded in the history store" in warned.stdout
+    assert f"{notes}: not a perfsuite history store" in warned.stdout
+    assert len(list((repo / ".benchmarks").rglob("*.json"))) == saved_before + 1
+    assert notes.read_text() == "not a store\n"
+
     shas.append(commit(repo, "a comment only", ATTENTION.replace('"""Softmax', '"""Plain softmax')))
     perfsuite(repo, "run", *TIMED, check=True)
     identical = perfsuite(repo, "history", "detect", "--confirm", "1", "--min-effect", "5")
@@ -128,7 +138,7 @@ def test_three_commits_show_three_points_and_the_regression_with_its_cause(repo)
     assert "REGRESSION" in regressed.stdout and "copy cpu aten::clone" in regressed.stdout
 
     again = perfsuite(repo, "history", "import", ".benchmarks", check=True)  # the plugin recorded them already
-    assert "0 run(s) added, 3 already in the store" in again.stdout, again.stdout
+    assert "1 run(s) added, 3 already in the store" in again.stdout, again.stdout  # the run the broken store missed
 
     # perfsuite ab records both sides, each under its own commit; its --json file imports as nothing new
     ab = perfsuite(repo, "ab", "--base-ref", shas[1], "--head-ref", shas[2], "--cases", CASE, "--blocks", "2",
