@@ -171,3 +171,26 @@ def test_the_page_recorder_catches_console_errors_and_requests(browser, tmp_path
     context.close()
     assert any("console error: boom" in p for p in problems), problems
     assert any("network request: http://127.0.0.1:9/" in p for p in problems), problems
+
+
+def test_two_testbeds_side_by_side(tmp_path, page):
+    import dataclasses
+
+    dashboard = planted_dashboard()
+    faster = [dataclasses.replace(s, id=s.id + "-gpu", testbed="tb2", change_points=[],
+                                  points=[dataclasses.replace(p, median_s=p.median_s / 2, q1_s=p.q1_s / 2,
+                                                              q3_s=p.q3_s / 2) for p in s.points])
+              for s in dashboard.series]
+    dashboard.series.extend(faster)
+    dashboard.testbeds.append(SiteTestbed("tb2", "Other machine"))
+    open_site(page, write_site(dashboard, tmp_path / "site"))
+    page.select_option("#compare-kind", "testbeds")
+    page.select_option("#compare-a", "tb")
+    page.select_option("#compare-b", "tb2")
+    rows = page.locator("#compare-table tbody tr")
+    assert rows.count() == 2
+    for i in range(2):
+        text = rows.nth(i).inner_text()
+        assert "Test CPU (2 threads) vs Other machine" in text and "0.500x" in text, text
+    page.select_option("#filter-variant", "naive")  # the filters apply to the comparison too
+    assert rows.count() == 1
