@@ -34,3 +34,14 @@ def test_a_device_clock_adds_the_wall_time_series(tmp_path):
     with open_store(url, create=False) as store:
         model = dashboard_from_store(store)
     assert sorted(s.measure for s in model.series) == ["time", "wall"]
+
+
+def test_the_command_refuses_a_missing_or_foreign_store_and_writes_nothing(tmp_path, capsys):
+    from perfsuite.cli.main import main
+
+    assert main(["dashboard", "--store", str(tmp_path / "none.sqlite"), "--out", str(tmp_path / "site")]) == 2
+    assert "none.sqlite: no history store yet" in capsys.readouterr().err
+    (tmp_path / "notes.sqlite").write_text("my notes")
+    assert main(["dashboard", "--store", str(tmp_path / "notes.sqlite"), "--out", str(tmp_path / "site")]) == 2
+    assert "notes.sqlite: not a perfsuite history store" in capsys.readouterr().err
+    assert (tmp_path / "notes.sqlite").read_text() == "my notes" and not (tmp_path / "site").exists()
