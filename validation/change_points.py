@@ -87,10 +87,21 @@ def synthetic_series(rng: np.random.Generator, n: int, step: float | None, drift
     return make_points(levels, rng), sorted(truth)
 
 
-def run_synthetic(series_per_row: int, seed: int, n: int) -> list[str]:
+def ruptures_indices(points: list[Point]) -> list[int]:
+    """The comparison: ruptures' PELT (l2 cost) on the same point values, BIC-style penalty
+    2 log(n) sigma^2 with sigma from the MAD of successive differences."""
+    import ruptures
+
+    x = np.array([math.log(float(np.median(p.values))) for p in points])
+    sigma = 1.4826 * float(np.median(np.abs(np.diff(x)))) / math.sqrt(2)
+    ends = ruptures.Pelt(model="l2", min_size=2, jump=1).fit(x).predict(pen=2 * math.log(len(x)) * max(sigma, 1e-9) ** 2)
+    return [e for e in ends if e < len(x)]
+
+
+def run_synthetic(series_per_row: int, seed: int, n: int, method: str = "perfsuite") -> list[str]:
     rng = np.random.default_rng(seed)
     sigma = point_sigma()
-    lines = [f"Point noise sigma (log scale) = {sigma:.4f} ({sigma * 100:.1f}%); {series_per_row} series of {n} "
+    lines = [f"Method: {method}. Point noise sigma (log scale) = {sigma:.4f} ({sigma * 100:.1f}%); {series_per_row} series of {n} "
              f"points per row, {ROUNDS} rounds per point, seed {seed}, margin {MARGIN} points.", "",
              "| series | step | step / sigma | precision | recall | F1 | false change points per 1,000 stationary points |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
@@ -101,7 +112,7 @@ def run_synthetic(series_per_row: int, seed: int, n: int) -> list[str]:
         scores, false = [], 0
         for _ in range(series_per_row):
             points, truth = synthetic_series(rng, n, step, drift)
-            found = [c.index for c in detect(points)]
+            found = [c.index for c in detect(points)] if method == "perfsuite" else ruptures_indices(points)
             scores.append(f1_margin(truth, found, n))
             false += sum(1 for f in found if all(abs(f - t) > MARGIN for t in truth))
         precision, recall, f1 = (float(np.mean([s[i] for s in scores])) for i in range(3))
@@ -253,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
     synthetic.add_argument("--series", type=int, default=400, help="series per row (default 400)")
     synthetic.add_argument("--points", type=int, default=200)
     synthetic.add_argument("--seed", type=int, default=0)
+    synthetic.add_argument("--method", choices=("perfsuite", "ruptures"), default="perfsuite",
+                           help="perfsuite's detector, or ruptures' PELT as a comparison")
     tcpd = commands.add_parser("tcpd")
     tcpd.add_argument("--path", type=Path, required=True, help="a checkout of alan-turing-institute/TCPD")
     speed = commands.add_parser("speed")
@@ -273,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
               f"--store {args.repo / '.perfsuite' / 'history.sqlite'} --planted {','.join(shas)}")
         return 0
     if args.command == "synthetic":
-        lines = run_synthetic(args.series, args.seed, args.points)
+        lines = run_synthetic(args.series, args.seed, args.points, args.method)
     elif args.command == "tcpd":
         lines = run_tcpd(args.path)
     elif args.command == "speed":
