@@ -87,10 +87,21 @@ def synthetic_series(rng: np.random.Generator, n: int, step: float | None, drift
     return make_points(levels, rng), sorted(truth)
 
 
-def run_synthetic(series_per_row: int, seed: int, n: int) -> list[str]:
+def ruptures_indices(points: list[Point]) -> list[int]:
+    """The comparison: ruptures' PELT (l2 cost) on the same point values, BIC-style penalty
+    2 log(n) sigma^2 with sigma from the MAD of successive differences."""
+    import ruptures
+
+    x = np.array([math.log(float(np.median(p.values))) for p in points])
+    sigma = 1.4826 * float(np.median(np.abs(np.diff(x)))) / math.sqrt(2)
+    ends = ruptures.Pelt(model="l2", min_size=2, jump=1).fit(x).predict(pen=2 * math.log(len(x)) * max(sigma, 1e-9) ** 2)
+    return [e for e in ends if e < len(x)]
+
+
+def run_synthetic(series_per_row: int, seed: int, n: int, method: str = "perfsuite") -> list[str]:
     rng = np.random.default_rng(seed)
     sigma = point_sigma()
-    lines = [f"Point noise sigma (log scale) = {sigma:.4f} ({sigma * 100:.1f}%); {series_per_row} series of {n} "
+    lines = [f"Method: {method}. Point noise sigma (log scale) = {sigma:.4f} ({sigma * 100:.1f}%); {series_per_row} series of {n} "
              f"points per row, {ROUNDS} rounds per point, seed {seed}, margin {MARGIN} points.", "",
              "| series | step | step / sigma | precision | recall | F1 | false change points per 1,000 stationary points |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
@@ -101,7 +112,7 @@ def run_synthetic(series_per_row: int, seed: int, n: int) -> list[str]:
         scores, false = [], 0
         for _ in range(series_per_row):
             points, truth = synthetic_series(rng, n, step, drift)
-            found = [c.index for c in detect(points)]
+            found = [c.index for c in detect(points)] if method == "perfsuite" else ruptures_indices(points)
             scores.append(f1_margin(truth, found, n))
             false += sum(1 for f in found if all(abs(f - t) > MARGIN for t in truth))
         precision, recall, f1 = (float(np.mean([s[i] for s in scores])) for i in range(3))
@@ -157,19 +168,28 @@ def run_speed(n: int, repeats: int) -> list[str]:
     return [f"{n} points: detect() best of {repeats}: {min(times):.3f} s, median {float(np.median(times)):.3f} s"]
 
 
-def run_history(url: str, planted: list[str]) -> list[str]:
-    """Every time_s series of a store: change points found against the planted commits."""
+def run_history(url: str, planted: list[str], include_contended: bool = False) -> list[str]:
+    """Every time_s series of a store: change points found against the planted commits.
+    ``include_contended``: judge contended points too (their rounds used as if quiet), to show what
+    the detector makes of timings the contention check would leave out."""
+    import dataclasses
+
     from perfsuite.history import open_store
 
-    lines = ["| benchmark | points | planted found | change points elsewhere |", "| --- | --- | --- | --- |"]
+    lines = [f"contended points {'used' if include_contended else 'left out (the rule)'}", "",
+             "| benchmark | points | of which contended | planted found | change points elsewhere |",
+             "| --- | --- | --- | --- | --- |"]
     with open_store(url, create=False) as store:
         for series in store.list_series(measure="time_s"):
             points = store.points(series.key)
+            contended = sum(p.contended for p in points)
+            if include_contended:
+                points = [dataclasses.replace(p, values=p.all_values, contended=False) for p in points]
             found = detect(points)
             shas = [c.first_bad.sha for c in found]
             hit = [p for p in planted if any(s and s.startswith(p) for s in shas)]
             extra = [s[:10] for s in shas if not any(s and s.startswith(p) for p in planted)]
-            lines.append(f"| {series.key.benchmark} | {len(points)} | {len(hit)} of {len(planted)} | "
+            lines.append(f"| {series.key.benchmark} | {len(points)} | {contended} | {len(hit)} of {len(planted)} | "
                          f"{', '.join(extra) or 'none'} |")
     return lines
 
@@ -253,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     synthetic.add_argument("--series", type=int, default=400, help="series per row (default 400)")
     synthetic.add_argument("--points", type=int, default=200)
     synthetic.add_argument("--seed", type=int, default=0)
+    synthetic.add_argument("--method", choices=("perfsuite", "ruptures"), default="perfsuite",
+                           help="perfsuite's detector, or ruptures' PELT as a comparison")
     tcpd = commands.add_parser("tcpd")
     tcpd.add_argument("--path", type=Path, required=True, help="a checkout of alan-turing-institute/TCPD")
     speed = commands.add_parser("speed")
@@ -261,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     history = commands.add_parser("history")
     history.add_argument("--store", required=True)
     history.add_argument("--planted", required=True, help="comma-separated shas (prefixes) of planted changes")
+    history.add_argument("--include-contended", action="store_true", help="judge contended points too")
     made = commands.add_parser("make-history", help="a throwaway repository of timed commits with planted changes")
     made.add_argument("--repo", type=Path, required=True, help="a new folder")
     made.add_argument("--commits", type=int, default=32)
@@ -273,13 +296,13 @@ def main(argv: list[str] | None = None) -> int:
               f"--store {args.repo / '.perfsuite' / 'history.sqlite'} --planted {','.join(shas)}")
         return 0
     if args.command == "synthetic":
-        lines = run_synthetic(args.series, args.seed, args.points)
+        lines = run_synthetic(args.series, args.seed, args.points, args.method)
     elif args.command == "tcpd":
         lines = run_tcpd(args.path)
     elif args.command == "speed":
         lines = run_speed(args.points, args.repeats)
     else:
-        lines = run_history(args.store, [s for s in args.planted.split(",") if s])
+        lines = run_history(args.store, [s for s in args.planted.split(",") if s], args.include_contended)
     print("\n".join(lines))
     return 0
 

@@ -90,7 +90,7 @@ def perfsuite(repo, *args, check=False):
     return sh(repo / ".venv" / "bin" / "perfsuite", *args, cwd=repo, check=check)
 
 
-def test_three_commits_show_three_points_and_the_regression_with_its_cause(repo):
+def test_three_commits_show_three_points_and_the_regression_with_its_cause(repo, request):
     shas = [commit(repo, "base", ATTENTION)]
     timed = perfsuite(repo, "run", *TIMED, check=True)
     added = re.search(r"perfsuite: history: recorded 1 benchmark\(s\) in (\S+) \(([\d.]+) s\)", timed.stdout)
@@ -149,3 +149,13 @@ def test_three_commits_show_three_points_and_the_regression_with_its_cause(repo)
     assert runs_by_commit == {shas[0]: 1, shas[1]: 2, shas[2]: 2}, runs_by_commit
     again = perfsuite(repo, "history", "import", "ab.json", check=True)
     assert "0 run(s) added, 2 already in the store" in again.stdout, again.stdout
+
+    # the same history on a real PostgreSQL server: the saved runs imported, the same change point named
+    from conftest import postgresql_url
+
+    url = postgresql_url(request)
+    perfsuite(repo, "history", "--store", url, "import", ".benchmarks", "ab.json", check=True)
+    on_postgresql = json.loads(perfsuite(repo, "history", "--store", url, "show", BENCH, "--json", check=True).stdout)
+    assert [p["sha"] for p in on_postgresql[0]["points"]] == shas
+    assert any(c["first_bad"] == shas[2] and c["structure"] for c in on_postgresql[0]["change_points"])
+    assert perfsuite(repo, "history", "--store", url, "detect", "--confirm", "1", "--min-effect", "5").returncode == 1
