@@ -7,6 +7,18 @@ from typing import Iterable
 
 from perfsuite.dashboard.model import Check
 
+
+def hides_keys(case_id: str) -> bool | None:
+    """Whether the case's mask hides some key from some query (``attention.masks.MaskKind.hides_keys``): only
+    then does the out-of-place ``masked_fill`` copy the scores. None for a case id perfsuite cannot parse."""
+    from perfsuite.attention.cases import parse_case_id
+    from perfsuite.attention.masks import mask_kind
+
+    try:
+        return mask_kind(parse_case_id(case_id).mask).hides_keys
+    except ValueError:
+        return None
+
 # The post's findings: the out-of-place masked_fill copies the score matrix, masked_fill_ does not;
 # a pinned SDPA backend runs its own kernel (torch's SDPBackend names, as the structure records them).
 SCORE_COPIES = {"naive": "copies the score matrix", "naive_inplace": "no score copy"}
@@ -16,24 +28,25 @@ PINNED = {"sdpa_math": "MATH", "sdpa_flash": "FLASH_ATTENTION", "sdpa_efficient"
 
 
 
-def checks_from(newest: Iterable[tuple[str, str, str, float | None, dict | None]]) -> list[Check]:
-    """The post's findings on the newest point of each (variant, testbed, torch): ``newest`` yields
-    (variant, testbed, torch, score copies per forward, structural fingerprint)."""
+def checks_from(newest: Iterable[tuple[str, str, str, str, float | None, dict | None]]) -> list[Check]:
+    """The post's findings on the newest point of each benchmark: ``newest`` yields (variant, case id, testbed,
+    torch, score copies per forward, structural fingerprint). naive copies the scores once when the mask hides
+    keys and not otherwise (``Variant.expected_score_copies``); naive_inplace never does."""
     found = []
-    for variant, testbed, torch, copies, structure in newest:
-        if variant in SCORE_COPIES and copies is not None:
-            expected = ">= 1 score copy" if variant == "naive" else "0 score copies"
-            ok = copies >= 1 if variant == "naive" else copies == 0
-            found.append(Check(f"{variant} {SCORE_COPIES[variant]}", variant, testbed, torch, expected,
-                               f"{copies:g} score copies per forward", ok))
+    for variant, case_id, testbed, torch, copies, structure in newest:
+        hidden = hides_keys(case_id)
+        if variant in SCORE_COPIES and copies is not None and hidden is not None:
+            wanted = 1 if variant == "naive" and hidden else 0
+            finding = (f"{variant} {SCORE_COPIES[variant]}" if wanted or variant == "naive_inplace"
+                       else "naive makes no copy when the mask hides nothing")
+            found.append(Check(f"{finding} ({case_id})", variant, testbed, torch, f"{wanted} score copies",
+                               f"{copies:g} score copies per forward", copies == wanted))
         if variant in PINNED and structure is not None:
             ran = structure.get("sdpa_backends") or []
             ok = any(b.split(" ")[0] == PINNED[variant] for b in ran)
-            found.append(Check(f"pinned {PINNED[variant]} ran its kernel", variant, testbed, torch, PINNED[variant],
-                               ", ".join(ran) or "no SDPA backend op", ok))
+            found.append(Check(f"pinned {PINNED[variant]} ran its kernel ({case_id})", variant, testbed, torch,
+                               PINNED[variant], ", ".join(ran) or "no SDPA backend op", ok))
     return found
-
-
 
 
 def fastest_ratio(fast: tuple[float, float, float], other: tuple[float, float, float]) -> tuple[float, float, float] | None:

@@ -109,12 +109,12 @@ def dashboard_from_store(store: Any, title: str = "perfsuite dashboard", repo_ur
                              _change_points(s.key.measure, found), epochs))
         last = found[-1]
         if s.key.measure == "time_s":
-            newest[(s.variant, s.key.testbed, str(last.software.get("torch")))] = (
+            newest[(s.variant, s.case_id, s.key.testbed, str(last.software.get("torch")))] = (
                 copies.get(last.sha), last.structure)
     ordered = sorted(commits.items(), key=lambda item: (item[1][0], item[1][1]))
     return Dashboard(title, [Commit(sha, _iso(t), subject) for sha, (_, t, subject) in ordered], series,
                      [Testbed(k, v) for k, v in testbeds.items()], _fastest(series),
-                     checks_from((v, tb, torch, c, st) for (v, tb, torch), (c, st) in sorted(newest.items())),
+                     checks_from((v, case, tb, torch, c, st) for (v, case, tb, torch), (c, st) in sorted(newest.items())),
                      repo_url)
 
 

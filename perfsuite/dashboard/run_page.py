@@ -105,17 +105,12 @@ def run_dashboard(run: SavedRun) -> Dashboard:
     device = next((r.device for r in run.results), "cpu")
     torch = str(run.machine.get("torch_version", "?"))
     timed = _timed(run)
-    checks = checks_from((r.variant, device, torch, r.score_copies_per_forward, None)
+    checks = checks_from((r.variant, r.case_id, device, torch, r.score_copies_per_forward, None)
                          for r in run.results if r.mode == "forward")
-    seen, unique = set(), []
-    for c in checks:  # one check per variant (the first case shows it)
-        if (c.variant, c.finding) not in seen:
-            seen.add((c.variant, c.finding))
-            unique.append(c)
     detail = {"header": list(HEADER), "rows": [table_row(r) for r in run.results],
               "skipped": [f"{s.variant} on {s.case_id}: {s.reason}" for s in run.skipped]}
     return Dashboard("perfsuite: attention at a glance", [], [], fastest=_fastest(timed, run.peaks, device),
-                     checks=unique, notes=_notes(run), groups=_groups(timed),
+                     checks=checks, notes=_notes(run), groups=_groups(timed),
                      subtitle=f"{machine_line(run)} \u00b7 source: {run.source.name}", detail=detail)
 
 

@@ -25,7 +25,8 @@ def test_the_model_names_the_planted_change_its_cause_and_the_epoch(history_stor
     assert by_variant["naive_inplace"].points[1].contended
     [fastest] = model.fastest
     assert (fastest.variant, fastest.runner_up) == ("sdpa_math", "naive_inplace") and fastest.ratio_low > 1
-    assert {(c.variant, c.ok) for c in model.checks} == {("naive", True), ("naive_inplace", True), ("sdpa_math", True)}
+    assert {(c.variant, c.ok) for c in model.checks} == {("naive", False), ("naive_inplace", True), ("sdpa_math", True)}
+    assert [c.observed for c in model.checks if c.variant == "naive"] == ["2 score copies per forward"]
 
 
 def test_a_device_clock_adds_the_wall_time_series(tmp_path):

@@ -50,3 +50,18 @@ def test_embedded_data_cannot_close_its_script_element():
     body = text[start:text.index("</script>", start)]
     assert json.loads(body)["series"][0]["changes"][0]["cause"].startswith("</script>")
     assert "<script>alert" not in embedded_json({"x": "<script>alert"})
+
+
+def test_the_posts_checks_follow_the_mask():
+    from perfsuite.dashboard.findings import checks_from
+
+    checks = checks_from([
+        ("naive", "b1h2s16d8-fp32-causal-cpu", "tb", "2.13.0", 1.0, None),     # hides keys: one copy, as the post says
+        ("naive", "b1h2s16d8-fp32-noncausal-cpu", "tb", "2.13.0", 0.0, None),  # hides nothing: no masked_fill, no copy
+        ("naive_inplace", "b1h2s16d8-fp32-causal-cpu", "tb", "2.13.0", 1.0, None),  # lost its in-place op
+        ("sdpa_flash", "b1h2s16d8-fp32-causal-cpu", "tb", "2.13.0", 0.0, {"sdpa_backends": ["MATH"]}),  # fell back
+        ("naive", "my-own-case", "tb", "2.13.0", 3.0, None),                   # not a perfsuite case: no check
+    ])
+    assert [(c.variant, c.ok) for c in checks] == [("naive", True), ("naive", True), ("naive_inplace", False),
+                                                   ("sdpa_flash", False)]
+    assert checks[3].observed == "MATH" and checks[3].expected == "FLASH_ATTENTION"
