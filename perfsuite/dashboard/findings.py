@@ -39,7 +39,7 @@ def checks_from(newest: Iterable[tuple[str, str, str, str, float | None, dict | 
             wanted = 1 if variant == "naive" and hidden else 0
             finding = (f"{variant} {SCORE_COPIES[variant]}" if wanted or variant == "naive_inplace"
                        else "naive makes no copy when the mask hides nothing")
-            found.append(Check(f"{finding} ({case_id})", variant, testbed, torch, f"{wanted} score copies",
+            found.append(Check(f"{finding} ({case_id})", variant, testbed, torch, f"{wanted} score cop{'y' if wanted == 1 else 'ies'}",
                                f"{copies:g} score copies per forward", copies == wanted))
         if variant in PINNED and structure is not None:
             ran = structure.get("sdpa_backends") or []
