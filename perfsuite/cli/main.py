@@ -9,8 +9,10 @@
   perfsuite run [--check] [PYTEST ARGS]                      the attention suite in this directory (your repository)
   perfsuite init-ci                                          a GitHub workflow gating your pull requests
   perfsuite verify --results DIR [--suite-exit N]            GPU verification report (scripts/gpu_suite.sh)
+  perfsuite history record|import|list|show|detect|export   the performance history store (perfsuite history -h)
+  perfsuite dashboard [--store URL] [--out DIR] [--repo-url URL]   the history dashboard (a static site)
 
-Exit codes: 0 success; 1 a regression (compare, ab) or a failed check (verify); 2 bad arguments, an unreadable file,
+Exit codes: 0 success; 1 a regression (compare, ab, history detect) or a failed check (verify); 2 bad arguments, an unreadable file,
 or no window of that name (the message names the file).
 """
 
@@ -22,7 +24,9 @@ import sys
 from pathlib import Path
 
 from perfsuite.errors import PerfsuiteError, UsageError
+from perfsuite.cli import dashboard as dashboard_command
 from perfsuite.cli import init_ci
+from perfsuite.cli import history as history_command
 from perfsuite.cli import run as run_command
 from perfsuite.cli.gate import add_commands, run_ab_command, run_compare
 from perfsuite.cli.verify import add_command as add_verify_command, run_verify
@@ -151,6 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
     run_command.add_command(commands)
     init_ci.add_command(commands)
     add_verify_command(commands)
+    history_command.add_command(commands)
+    dashboard_command.add_command(commands)
     return parser
 
 
@@ -173,6 +179,10 @@ def main(argv: list[str] | None = None) -> int:
             return init_ci.run_init_ci(args)
         if args.command == "verify":
             return run_verify(args)
+        if args.command == "history":
+            return history_command.run_history(args)
+        if args.command == "dashboard":
+            return dashboard_command.run_dashboard(args)
         from perfsuite.cli.report import run_report
 
         return run_report(args)

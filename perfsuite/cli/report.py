@@ -7,7 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from perfsuite.report.saved import html_report, load_run, markdown_report
+from perfsuite.dashboard.run_page import html_report
+from perfsuite.report.saved import load_run, markdown_report
 from perfsuite.storage import write_text_atomic
 
 

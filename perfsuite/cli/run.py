@@ -40,4 +40,5 @@ def run_suite(args: argparse.Namespace) -> int:
     if root != Path.cwd().resolve():
         print(f"perfsuite run: running in {root} (the repository's root and configuration)", file=sys.stderr)
     command = [sys.executable, "-m", "pytest", *suite_arguments(root, not args.check, list(args.pytest_args))]
-    return subprocess.call(command, env={**os.environ, **required_env()}, cwd=root)
+    # PERFSUITE_HISTORY_SOURCE: the history store records this run as perfsuite run's
+    return subprocess.call(command, env={**os.environ, **required_env(), "PERFSUITE_HISTORY_SOURCE": "run"}, cwd=root)

@@ -1,18 +1,15 @@
 """Reports from a saved run: load perfsuite's run.json or a pytest-benchmark JSON file, render
-the results table as Markdown or a self-contained HTML page."""
+the results table as Markdown (the HTML page, findings first with charts, is ``perfsuite.dashboard.run_page``)."""
 
 from __future__ import annotations
 
-import base64
 import dataclasses
-import html
 from pathlib import Path
 from typing import Any
 
 from perfsuite.errors import ReportError
 from perfsuite.storage import read_json
-from perfsuite.report.results import (HEADER, BenchmarkResult, SkippedResult, markdown_table, result_from_benchmark,
-                                      table_row)
+from perfsuite.report.results import BenchmarkResult, SkippedResult, markdown_table, result_from_benchmark
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +81,8 @@ def platform_text(machine: dict[str, Any]) -> str:
     return "CPU-only torch build (no CUDA or ROCm)"
 
 
-def _machine_line(run: SavedRun) -> str:
+def machine_line(run: SavedRun) -> str:
+    """``torch 2.13.0, CUDA 12.8, 8 threads; cuda: NVIDIA H100``: the run's software and devices."""
     m = run.machine
     cuda = platform_text(m)
     names = ", ".join(f"{d}: {n}" for d, n in m.get("device_names", {}).items())
@@ -93,27 +91,7 @@ def _machine_line(run: SavedRun) -> str:
 
 def markdown_report(run: SavedRun, plot_names: list[str] = ()) -> str:
     """Markdown for a GitHub step summary or PR comment; ``plot_names`` are linked below the table."""
-    lines = ["## perfsuite: attention at a glance", "", f"{_machine_line(run)}  ", f"source: `{run.source.name}`", ""]
+    lines = ["## perfsuite: attention at a glance", "", f"{machine_line(run)}  ", f"source: `{run.source.name}`", ""]
     lines.append(markdown_table(run.results, run.skipped, incomplete=run.incomplete))
     lines += [f"![{name}]({name})" for name in plot_names]
     return "\n".join(lines) + "\n"
-
-
-def html_report(run: SavedRun, plots: list[Path] = ()) -> str:
-    """A single HTML page (plots embedded as data URIs), no external resources."""
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in HEADER)
-    rows = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in table_row(r)) + "</tr>" for r in run.results)
-    skips = "".join(f"<li><code>{html.escape(s.variant)}</code> on <code>{html.escape(s.case_id)}</code>: "
-                    f"{html.escape(s.reason)}</li>" for s in run.skipped)
-    images = "".join(
-        f'<figure><img alt="{html.escape(p.stem)}" src="data:image/png;base64,'
-        f'{base64.b64encode(p.read_bytes()).decode()}"><figcaption>{html.escape(p.stem)}</figcaption></figure>'
-        for p in plots if p.suffix == ".png"
-    )
-    style = ("body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse}"
-             "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}td:first-child,td:nth-child(2){text-align:left}"
-             "th{background:#f3f3f3}img{max-width:100%;border:1px solid #eee}")
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>perfsuite report</title><style>{style}</style>"
-            f"</head><body><h1>perfsuite: attention at a glance</h1><p>{html.escape(_machine_line(run))}<br>"
-            f"source: <code>{html.escape(run.source.name)}</code></p><table><tr>{head}</tr>{rows}</table>"
-            f"{'<h2>Skipped</h2><ul>' + skips + '</ul>' if skips else ''}{images}</body></html>\n")

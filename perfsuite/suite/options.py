@@ -30,6 +30,13 @@ def add_options(parser: pytest.Parser) -> None:
                          "fails; ops that do no work (views, a same-dtype .to) never do")
     group.addoption("--perfsuite-gate-force", action="store_true",
                     help="with --perfsuite-gate: compare with a baseline from other hardware or torch anyway")
+    group.addoption("--perfsuite-history-url", default=None, metavar="URL",
+                    help="the history store a timed run is recorded in (ini: perfsuite_history_url; env: "
+                         "PERFSUITE_HISTORY_URL; default .perfsuite/history.sqlite at the repository root)")
+    parser.addini("perfsuite_history_url", "the history store timed runs are recorded in: a SQLite path or URL, "
+                  "or postgresql+psycopg://... (PERFSUITE_HISTORY_URL wins over it)", default="")
+    parser.addini("perfsuite_history", "record timed, saved runs in the history store: on (default) or off",
+                  default="on")
     parser.addini("perfsuite_user_variants", "your own attention functions as variants, MODULE:FUNCTION, one per "
                   "line or a TOML list (the ini form of --perfsuite-variant)", type="linelist", default=[])
     for spec in settings.SETTINGS.values():

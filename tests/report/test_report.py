@@ -1,4 +1,5 @@
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -6,7 +7,8 @@ import pytest
 from perfsuite.measure import peaks
 from perfsuite.cli.main import main
 from perfsuite.report.plots import all_plots
-from perfsuite.report.saved import ReportError, html_report, load_run, markdown_report
+from perfsuite.dashboard.run_page import html_report
+from perfsuite.report.saved import ReportError, load_run, markdown_report
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "tests" / "data" / "runs" / "cpu-sequence-sweep.json"  # a real CPU run
 
@@ -24,7 +26,8 @@ def test_saved_run_renders_as_markdown_and_html(tmp_path):
     assert all(p.read_bytes()[:4] in (b"\x89PNG", b"<?xm") for p in plots)
     page = html_report(run, plots)
     assert page.startswith("<!doctype html>") and page.count("data:image/png;base64,") == 3
-    assert "http" not in page.replace("http-equiv", "")  # self-contained
+    assert not re.search(r"(src|href)=['\"]?(https?:)?//", page)  # self-contained: no resource from elsewhere
+    assert page.index("id='perfsuite-data'") < page.index("<script>")  # data, then the inlined scripts
 
 
 def test_a_pytest_benchmark_file_is_read_from_its_extra_info(tmp_path):
