@@ -2,6 +2,7 @@ from pathlib import Path
 
 import pytest
 
+from perfsuite.errors import ConfigError
 from perfsuite.suite import settings
 from perfsuite.report.results import BenchmarkResult, SkippedResult, markdown_table
 from perfsuite.units import format_bytes
@@ -25,7 +26,7 @@ def test_defaults_pick_cpu_without_cuda_and_cuda_with_it():
 
 def test_modes_and_compiled_cases_resolve_with_their_precedence():
     assert settings.resolve(raw(modes="backward, forward"), cuda_available=False).modes == ("backward", "forward")
-    with pytest.raises(settings.SettingsError, match="mode 'fwd' is not supported"):
+    with pytest.raises(ConfigError, match="mode 'fwd' is not supported"):
         settings.resolve(raw(modes="fwd"), cuda_available=False)
     compiled = {"compiled_cases": "b1h1s8d8-fp32-causal-cpu"}
     assert [c.id for c in settings.resolve(raw(compiled), False).compiled_cases] == ["b1h1s8d8-fp32-causal-cpu"]
@@ -60,7 +61,7 @@ def test_pairwise_combinations_cut_the_product_and_say_so():
     pairwise = settings.resolve(raw(ini=dict(product, combinations="pairwise")), cuda_available=False)
     assert len(full.cases) == 12 and len(pairwise.cases) == 6 and set(pairwise.cases) < set(full.cases)
     assert pairwise.cases_from.endswith(", pairwise combinations") and "pairwise" not in full.cases_from
-    with pytest.raises(settings.SettingsError, match="^option combinations: combinations 'half': expected one of"):
+    with pytest.raises(ConfigError, match="^option combinations: combinations 'half': expected one of"):
         settings.resolve(raw(combinations="half"), cuda_available=False)
 
 
@@ -73,9 +74,9 @@ def test_every_case_set_resolves_on_both_devices():
 
 
 def test_errors_name_the_source():
-    with pytest.raises(settings.SettingsError, match=r"^option dtypes: dtype 'fp9'"):
+    with pytest.raises(ConfigError, match=r"^option dtypes: dtype 'fp9'"):
         settings.resolve(raw(dtypes="fp9"), cuda_available=False)
-    with pytest.raises(settings.SettingsError, match="option case_set: case set 'huge' is unknown; known: smoke"):
+    with pytest.raises(ConfigError, match="option case_set: case set 'huge' is unknown; known: smoke"):
         settings.resolve(raw(case_set="huge"), cuda_available=False)
 
 
@@ -123,9 +124,9 @@ def test_timer_flush_and_graph_settings():
     assert (default.timer, default.l2_flush, default.cuda_graphs) == ("host", True, False)
     chosen = settings.resolve(raw(timer="kernel", l2_flush="off", cuda_graphs="on"), cuda_available=False)
     assert (chosen.timer, chosen.l2_flush, chosen.cuda_graphs) == ("kernel", False, True)
-    with pytest.raises(settings.SettingsError, match="option timer: timer 'cupti' is not one of host, cuda_event, kernel"):
+    with pytest.raises(ConfigError, match="option timer: timer 'cupti' is not one of host, cuda_event, kernel"):
         settings.resolve(raw(timer="cupti"), cuda_available=False)
-    with pytest.raises(settings.SettingsError, match="ini l2_flush: 'yes' is not on or off"):
+    with pytest.raises(ConfigError, match="ini l2_flush: 'yes' is not on or off"):
         settings.resolve(raw({"l2_flush": "yes"}), cuda_available=False)
 
 
