@@ -26,7 +26,7 @@ def test_matches_float64_reference(mode_evidence):
     assert failure is None, failure
 
 
-def test_score_copies_per_forward(attention_evidence):
+def test_score_copies_per_step(attention_evidence):
     """naive copies the masked score matrix once per forward; the others never copy it."""
     evidence = attention_evidence
     if evidence.case.head_dim == evidence.case.seq_len_kv and evidence.expected_score_copies == 0:

@@ -13,7 +13,7 @@ JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 <testsuites><testsuite name="pytest" tests="3">
 <testcase classname="perfsuite.suite.test_attention" name="test_pinned_backend_runs_its_own_fused_kernel[sdpa_flash-b8h16s1024d64-bf16-causal-cuda]" time="0.1"/>
 <testcase classname="perfsuite.suite.test_attention" name="test_pinned_backend_runs_its_own_fused_kernel[sdpa_cudnn-b8h16s1024d64-bf16-causal-cuda]" time="0.1">{failure}</testcase>
-<testcase classname="perfsuite.suite.test_attention" name="test_score_copies_per_forward[flex_eager-b8h16s1024d64-bf16-causal-cuda]" time="0.1"><skipped type="pytest.skip" message="no kernel | here"/></testcase>
+<testcase classname="perfsuite.suite.test_attention" name="test_score_copies_per_step[flex_eager-b8h16s1024d64-bf16-causal-cuda]" time="0.1"><skipped type="pytest.skip" message="no kernel | here"/></testcase>
 </testsuite></testsuites>
 """
 FAILURE = '<failure message="sdpa_cudnn on b8h16s1024d64-bf16-causal-cuda: no kernel of fused attention: cuDNN ran">trace</failure>'
