@@ -1,16 +1,16 @@
 """Statistics of the regression gate: is HEAD slower than BASE, by how much, how sure.
 
-Method: **percentile bootstrap** confidence interval (Efron & Tibshirani, "An Introduction to
-the Bootstrap", 1993, ch. 13) of the ratio ``HEAD / BASE`` of typical times, computed on
-log-times with a fixed random seed, so the same data always gives the same verdict.
+Each comparison estimates the ratio ``HEAD / BASE`` of typical times with a confidence interval,
+computed on log-times and deterministic (the same data always gives the same verdict).
 
-* Paired (A/B runs, ``paired_ratio``): base and head ran in alternating blocks (ABAB...) in
-  the same time window. Each block pair gives ``log(median(head block) / median(base block))``;
-  the estimate is the median of those, and the bootstrap resamples pairs. Machine drift is
-  shared by the two blocks of a pair, so it cancels.
-* Unpaired (two saved runs, ``unpaired_ratio``): the ratio of the medians of all rounds, the
-  bootstrap resampling the rounds of each run independently. Drift between the two runs
+* Unpaired (two saved runs, ``unpaired_ratio``): the ratio of the medians of all rounds, with a
+  **percentile bootstrap** interval (Efron & Tibshirani, "An Introduction to the Bootstrap",
+  1993, ch. 13, fixed random seed) resampling the rounds of each run independently. Drift between the two runs
   does not cancel: prefer A/B runs for gating.
+* Paired (A/B runs, ``sequential_paired`` below): base and head ran in alternating blocks
+  (ABAB...) in the same time window; each block pair gives ``log(median(head block) /
+  median(base block))`` (``pair_log_ratios``). Machine drift is shared by the two blocks of a
+  pair, so it cancels.
 
 Verdict (``verdict``), with ``alpha`` (two-sided) and ``min_effect``:
 
@@ -88,23 +88,6 @@ class GateSettings:
 
 def _interval(values: np.ndarray, alpha: float) -> tuple[float, float]:
     return float(np.quantile(values, alpha / 2)), float(np.quantile(values, 1 - alpha / 2))
-
-
-def paired_ratio(base_blocks: list[list[float]], head_blocks: list[list[float]], alpha: float) -> RatioEstimate:
-    """Ratio from alternating blocks: ``base_blocks[i]`` and ``head_blocks[i]`` ran back to back.
-
-    Raises ``ValueError`` when the two lists differ in length or a block is empty.
-    """
-    if len(base_blocks) != len(head_blocks) or any(not b for b in base_blocks + head_blocks):
-        raise ValueError("paired_ratio needs the same number of non-empty base and head blocks")
-    logs = np.array([math.log(np.median(h) / np.median(b)) for b, h in zip(base_blocks, head_blocks)])
-    if len(logs) < 2:
-        return RatioEstimate(math.exp(float(logs.mean())) if len(logs) else 1.0, 0.0, math.inf, len(logs), "paired")
-    rng = np.random.default_rng(BOOTSTRAP_SEED)
-    picks = rng.integers(0, len(logs), size=(BOOTSTRAP_SAMPLES, len(logs)))
-    medians = np.median(logs[picks], axis=1)
-    low, high = _interval(medians, alpha)
-    return RatioEstimate(math.exp(float(np.median(logs))), math.exp(low), math.exp(high), len(logs), "paired")
 
 
 def unpaired_ratio(base: list[float], head: list[float], alpha: float) -> RatioEstimate:
