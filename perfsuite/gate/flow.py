@@ -11,7 +11,7 @@ from typing import Any
 
 from perfsuite.gate.compare import (UNPAIRED_METHOD, BenchmarkComparison, check_compatible, compare_runs,
                                     judged_nothing, markdown)
-from perfsuite.gate.stats import CONTENDED_VERDICT, GateSettings
+from perfsuite.gate.stats import CONTENDED_VERDICT, GateSettings, Verdict
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_UNUSABLE = 0, 1, 2
 
@@ -50,15 +50,15 @@ class GateOutcome:
         if self.judged_nothing:
             return f"perfsuite gate: NOT JUDGED: no benchmark is in both runs ({total} seen)"
         if self.failures:
-            slower = sum(c.verdict == "slower" for c in self.comparisons)
+            slower = sum(c.verdict == Verdict.SLOWER for c in self.comparisons)
             more = sum(bool(self.fail_on_structure and c.structure_adds_work) for c in self.comparisons)
             return (f"perfsuite gate: FAIL: {len(self.failures)} of {plural(total, 'benchmark')} regressed "
                     f"({slower} slower, {more} with structure that adds work)")
         counts = {v: sum(c.verdict == v for c in self.comparisons)
-                  for v in ("no change", "faster", "inconclusive", CONTENDED_VERDICT, "missing")}
+                  for v in (Verdict.NO_CHANGE, Verdict.FASTER, Verdict.INCONCLUSIVE, CONTENDED_VERDICT, Verdict.MISSING)}
         shown = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
         notes = self._structure_notes()
-        if counts["inconclusive"]:
+        if counts[Verdict.INCONCLUSIVE]:
             notes.append("inconclusive timings decide nothing: more blocks/rounds or a quieter machine")
         if counts[CONTENDED_VERDICT]:
             notes.append(f"WARNING: {counts[CONTENDED_VERDICT]} {self._why_contended()}, not judged")
@@ -86,7 +86,7 @@ class GateOutcome:
 def failure_reason(comparison: BenchmarkComparison, fail_on_structure: bool) -> str | None:
     """Why one benchmark fails the gate, or None when it does not."""
     reasons = []
-    if comparison.verdict == "slower" and comparison.estimate:
+    if comparison.verdict == Verdict.SLOWER and comparison.estimate:
         e = comparison.estimate
         reasons.append(f"slower x{e.ratio:.3f} [{e.low:.3f}, {e.high:.3f}]")
     if fail_on_structure and comparison.structure_adds_work:

@@ -43,6 +43,7 @@ pair is contended is decided by the scheduler's counters, not by its ratio.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import math
 import statistics
@@ -50,6 +51,19 @@ import time
 from typing import Callable
 
 import numpy as np
+
+
+
+class Verdict(enum.StrEnum):
+    """A benchmark's verdict (rules in the module docstring); stored and printed as its value."""
+
+    SLOWER = "slower"
+    FASTER = "faster"
+    NO_CHANGE = "no change"
+    INCONCLUSIVE = "inconclusive"
+    CONTENDED = "inconclusive: contended"  # not decisive, and at least half the pairs were contended
+    MISSING = "missing"  # in one run (or tree) only
+
 
 MIN_UNITS = 6
 SEPARATE_RUNS_MIN_EFFECT = 0.15
@@ -103,23 +117,23 @@ def unpaired_ratio(base: list[float], head: list[float], alpha: float) -> RatioE
     return RatioEstimate(ratio, math.exp(low), math.exp(high), min(len(base), len(head)), "unpaired")
 
 
-def verdict(estimate: RatioEstimate, settings: GateSettings) -> str:
+def verdict(estimate: RatioEstimate, settings: GateSettings) -> Verdict:
     """``slower``, ``faster``, ``no change`` or ``inconclusive`` (rules in the module docstring)."""
     if estimate.units < MIN_UNITS:
-        return "inconclusive"
+        return Verdict.INCONCLUSIVE
     if estimate.low > 1 and estimate.ratio >= 1 + settings.min_effect:
-        return "slower"
+        return Verdict.SLOWER
     if estimate.high < 1 and estimate.ratio <= 1 - settings.min_effect:
-        return "faster"
+        return Verdict.FASTER
     if 1 - settings.min_effect <= estimate.low and estimate.high <= 1 + settings.min_effect:
-        return "no change"
-    return "inconclusive"
+        return Verdict.NO_CHANGE
+    return Verdict.INCONCLUSIVE
 
 
 def below_min_effect(estimate: RatioEstimate | None, verdict_: str, settings: GateSettings) -> str:
     """For a ``no change`` whose interval still excludes 1, the measured change and the minimum
     effect it fell below (``"a +9.0% change, below the 15% minimum effect"``); else ``""``."""
-    if verdict_ != "no change" or estimate is None or estimate.low <= 1 <= estimate.high:
+    if verdict_ != Verdict.NO_CHANGE or estimate is None or estimate.low <= 1 <= estimate.high:
         return ""
     return f"a {estimate.ratio - 1:+.1%} change, below the {settings.min_effect:.0%} minimum effect"
 
@@ -127,8 +141,8 @@ def below_min_effect(estimate: RatioEstimate | None, verdict_: str, settings: Ga
 # -- sequential A/B ---------------------------------------------------------------------------
 
 SEQUENTIAL_LOOKS = (12, 16, 24, 32, 48, 64, 96)
-CONTENDED_VERDICT = "inconclusive: contended"
-DECISIVE = ("slower", "faster", "no change")
+CONTENDED_VERDICT = Verdict.CONTENDED
+DECISIVE = (Verdict.SLOWER, Verdict.FASTER, Verdict.NO_CHANGE)
 
 
 @functools.lru_cache(maxsize=None)
@@ -261,7 +275,7 @@ def sequential_paired(next_pair: Callable[[], tuple[list[float], list[float], bo
     alpha_look = plan.alpha_per_look(settings.alpha)
     base_blocks, head_blocks, contended = [], [], []
     start, looks_taken, next_look, last_n = clock(), 0, 0, -1
-    estimate, result, stopped = None, "inconclusive", "last look"
+    estimate, result, stopped = None, Verdict.INCONCLUSIVE, "last look"
     while True:
         clean = contended.count(False)
         out_of_time = clock() - start >= plan.budget_s

@@ -117,7 +117,7 @@ def probe(variant: str, pairs: Iterable[tuple[str, str]], seed: int, specs: Iter
 def _run_pairs(variant_name: str, pairs: list[tuple[str, str]], seed: int) -> None:
     """The child: run each pair's first call, reporting it on stdout as it starts and ends."""
     from perfsuite.attention.cases import parse_case_id  # noqa: PLC0415 (child only)
-    from perfsuite.attention.modes import make_step  # noqa: PLC0415
+    from perfsuite.attention.modes import Mode, make_step  # noqa: PLC0415
     from perfsuite.measure.evidence import VariantUnsupported, prepare_case, run_once  # noqa: PLC0415
     from perfsuite.measure.timing import synchronized  # noqa: PLC0415
     from perfsuite.variants import get_variant  # noqa: PLC0415
@@ -129,7 +129,7 @@ def _run_pairs(variant_name: str, pairs: list[tuple[str, str]], seed: int) -> No
         try:
             case = parse_case_id(case_id)
             no_backward = variant.backward_unsupported(case.device)
-            if mode != "forward" and no_backward:
+            if mode != Mode.FORWARD and no_backward:
                 raise VariantUnsupported(no_backward)
             prepared = prepare_case(variant, case, seed)
             step = make_step(mode, prepared.fn, prepared.inputs, prepared.grad_output)

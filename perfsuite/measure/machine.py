@@ -8,12 +8,14 @@ import subprocess
 
 import torch
 
+from perfsuite.attention.cases import Device
+
 DRIVER_QUERY_TIMEOUT_S = 10
 
 
 def device_name(device: str) -> str:
     """``torch.cuda.get_device_name()`` on CUDA; the CPU's model name (or architecture) on CPU."""
-    if device == "cuda":
+    if device == Device.CUDA:
         return torch.cuda.get_device_name() if torch.cuda.is_available() else "cuda (not available)"
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:

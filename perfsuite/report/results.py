@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from perfsuite.attention.modes import Mode
 from perfsuite.storage import write_text_atomic
 from perfsuite.units import format_bytes
 
@@ -53,7 +54,7 @@ class BenchmarkResult:
     peak_bytes: int
     max_abs_error: float | None
     correct: bool | None
-    mode: str = "forward"
+    mode: str = Mode.FORWARD
     compile_s: float | None = None
     saved_for_backward_bytes: int | None = None
     saved_score_matrices: int | None = None
@@ -94,7 +95,7 @@ class SkippedResult:
     variant: str
     case_id: str
     reason: str
-    mode: str = "forward"
+    mode: str = Mode.FORWARD
 
 
 @dataclasses.dataclass(frozen=True)

@@ -75,7 +75,7 @@ def test_nan_rows_variant_gradients_are_not_compared_and_say_why(tmp_path):
 
 
 def test_forward_only_variant_skips_backward_modes_with_its_reason(tmp_path):
-    variant = Variant("fwd_only", get_variant("naive_inplace").fn, "test", forward_only="it mutates softmax's output")
+    variant = Variant(name="fwd_only", fn=get_variant("naive_inplace").fn, description="test", forward_only="it mutates softmax's output")
     prepared = prepare_case(variant, CASE, 0)
     with pytest.raises(VariantUnsupported, match="fwd_only has no backward( on cpu)?: it mutates softmax's output"):
         gather_evidence(variant, CASE, 0, tmp_path, "backward", prepared)

@@ -14,7 +14,7 @@ CASE = AttentionCase(1, 2, 32, 32, 16, "fp32", "cpu", "causal")
 
 
 def variant(name, fn, fully_masked_rows="zeros"):
-    return Variant(name, fn, "test-only variant", fully_masked_rows=fully_masked_rows)
+    return Variant(name=name, fn=fn, description="test-only variant", fully_masked_rows=fully_masked_rows)
 
 
 def test_every_dtype_has_a_tolerance():
@@ -183,7 +183,7 @@ def _raises(error):
     def attention(query, key, value, *, mask, scale):
         raise error
 
-    return Variant("raiser", attention, "raises")
+    return Variant(name="raiser", fn=attention, description="raises")
 
 
 def _inductor_wrapped():

@@ -38,9 +38,9 @@ def returns_nan_rows(query, key, value, *, mask, scale):
 def test_finite_rows_are_a_declaration_the_equivalence_check_honours():
     inputs = make_inputs(NO_KEY_ROWS, 0)
     output = large_negative_mask(inputs.query, inputs.key, inputs.value, mask=inputs.mask, scale=inputs.scale)
-    as_zeros = Variant("lib", large_negative_mask, "test-only")
+    as_zeros = Variant(name="lib", fn=large_negative_mask, description="test-only")
     assert "expected" in check_output(as_zeros, NO_KEY_ROWS, inputs, output, "lib").failure  # zeros: fails
-    declared = Variant("lib", large_negative_mask, "test-only", fully_masked_rows="finite")
+    declared = Variant(name="lib", fn=large_negative_mask, description="test-only", fully_masked_rows="finite")
     assert check_output(declared, NO_KEY_ROWS, inputs, output, "lib").failure is None
     bad = returns_nan_rows(inputs.query, inputs.key, inputs.value, mask=inputs.mask, scale=inputs.scale)
     failure = check_output(declared, NO_KEY_ROWS, inputs, bad, "lib").failure
@@ -48,15 +48,15 @@ def test_finite_rows_are_a_declaration_the_equivalence_check_honours():
 
 
 def test_finite_rows_leave_gradients_uncompared_with_the_reason(tmp_path):
-    declared = Variant("lib", large_negative_mask, "test-only", fully_masked_rows="finite")
+    declared = Variant(name="lib", fn=large_negative_mask, description="test-only", fully_masked_rows="finite")
     evidence = gather_evidence(declared, NO_KEY_ROWS, 0, tmp_path, "backward")
     assert evidence.comparison is None and "fully_masked_rows='finite'" in evidence.not_compared
 
 
 def test_finite_rows_are_left_out_of_the_masked_key_property():
-    declared = Variant("lib", large_negative_mask, "test-only", fully_masked_rows="finite")
+    declared = Variant(name="lib", fn=large_negative_mask, description="test-only", fully_masked_rows="finite")
     assert ALL_CHECKS["masked_keys_do_not_matter"](declared, NO_KEY_ROWS, 0) is None
-    undeclared = Variant("lib", large_negative_mask, "test-only")
+    undeclared = Variant(name="lib", fn=large_negative_mask, description="test-only")
     assert "changed when it changed" in ALL_CHECKS["masked_keys_do_not_matter"](undeclared, NO_KEY_ROWS, 0)
 
 
@@ -80,11 +80,11 @@ def test_a_bad_forward_only_declaration_is_named(value, message):
 
 def test_an_internally_compiled_variant_can_declare_property_tests():
     case = AttentionCase(1, 2, 8, 8, 8, "fp32", "cpu", "causal")
-    compiled = Variant("c", large_negative_mask, "test-only", compiled=True)
+    compiled = Variant(name="c", fn=large_negative_mask, description="test-only", compiled=True)
     assert "declare property_tests=True" in applicable("matches_reference", compiled, case)
-    declared = Variant("c", large_negative_mask, "test-only", compiled=True, property_tests=True)
+    declared = Variant(name="c", fn=large_negative_mask, description="test-only", compiled=True, property_tests=True)
     assert applicable("matches_reference", declared, case) is None
-    opted_out = Variant("e", large_negative_mask, "test-only", property_tests=False)
+    opted_out = Variant(name="e", fn=large_negative_mask, description="test-only", property_tests=False)
     assert "property_tests=False" in applicable("matches_reference", opted_out, case)
 
 
