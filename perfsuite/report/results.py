@@ -14,7 +14,7 @@ from perfsuite.units import format_bytes
 SCHEMA_VERSION = 1
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class BenchmarkResult:
     """What one variant did on one case in one mode (``perfsuite.attention.modes``).
 

@@ -122,7 +122,7 @@ def config_text(value: object, source: str) -> str:
 RawSettings = dict[str, RawValue]
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class SuiteSettings:
     """Resolved settings of one pytest run."""
 

@@ -21,8 +21,10 @@ ENV = {"torch": "2.13.0", "torch.version.cuda": "12.6", "torch.version.hip": Non
 
 
 def result(**changes):
-    base = BenchmarkResult("sdpa_flash", "b8h16s1024d64-bf16-causal-cuda", "cuda", 2 * 10**12, 10**9, 0.010, 10, 1,
-                           "kernels", 0, 0, 0, 1e-3, True, timer="cuda_event", wall_median_s=0.012, device_median_s=0.010)
+    base = BenchmarkResult(variant="sdpa_flash", case_id="b8h16s1024d64-bf16-causal-cuda", device="cuda",
+                           flop=2 * 10**12, bytes_moved=10**9, median_s=0.010, rounds=10, work_per_step=1,
+                           work_unit="kernels", score_copies_per_step=0, allocated_bytes=0, peak_bytes=0,
+                           max_abs_error=1e-3, correct=True, timer="cuda_event", wall_median_s=0.012, device_median_s=0.010)
     return dataclasses.replace(base, **changes)
 
 

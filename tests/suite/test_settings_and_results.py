@@ -81,8 +81,10 @@ def test_errors_name_the_source():
 
 
 def result(median_s, correct=True):
-    return BenchmarkResult("naive", "b1h1s8d8-fp32-causal-cpu", "cpu", 2_000_000, 1000, median_s, 10, 45, "ops", 1,
-                           4 * 1024 * 1024, 3 * 1024, 1.5e-7, correct)
+    return BenchmarkResult(variant="naive", case_id="b1h1s8d8-fp32-causal-cpu", device="cpu", flop=2_000_000,
+                           bytes_moved=1000, median_s=median_s, rounds=10, work_per_step=45, work_unit="ops",
+                           score_copies_per_step=1, allocated_bytes=4 * 1024 * 1024, peak_bytes=3 * 1024,
+                           max_abs_error=1.5e-7, correct=correct)
 
 
 def test_markdown_table_rows_and_skips():
