@@ -47,7 +47,8 @@ class Side:
     has one), so its modules shadow installed ones; None adds nothing. ``python``: the
     interpreter (a virtualenv's ``bin/python``) whose torch and perfsuite the worker uses.
     ``variant``: run this variant instead of the benchmark's own. ``slowdown``: an injected
-    slowdown fraction (calibration only), for ``slow_variant`` only when set.
+    slowdown fraction, for ``slow_variant`` only when set: calibration only, set by the validation
+    tool through this API (``perfsuite ab`` has no option for it).
     """
 
     tree: Path | None

@@ -323,6 +323,16 @@ def test_the_verdict_line_says_whether_contention_or_the_machine_s_speed_kept_a_
         "WARNING: 2 timed under contention or (1 of them) at another machine speed than the baseline, not judged")
 
 
+def test_calibration_slowdown_is_python_api_only(capsys):
+    """The injected slowdown is no ``perfsuite ab`` option; the validation tool sets it on ``Side``."""
+    for option in ("--head-slowdown", "--slow-variant"):
+        with pytest.raises(SystemExit):
+            main(["ab", option, "0.3"])
+        assert f"unrecognized arguments: {option}" in capsys.readouterr().err
+    head = Side(Path("."), slowdown=0.3, slow_variant="sdpa")
+    assert (head.slowdown_for("sdpa"), head.slowdown_for("naive"), Side(Path(".")).slowdown_for("sdpa")) == (0.3, 0.0, 0.0)
+
+
 def test_bad_sequential_options_name_the_value(capsys):
     for option, value in (("--budget-s", "0"), ("--budget-s", "soon"), ("--blocks", "1")):
         with pytest.raises(SystemExit):
