@@ -1,4 +1,4 @@
-"""Output layout recorded and compared, transposed-last-dimension cases, skip reasons, variant warnings (issue 14, items 6-7)."""
+"""Output layout recorded and compared, transposed-last-dimension cases, skip reasons, variant warnings."""
 
 import warnings
 

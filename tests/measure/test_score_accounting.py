@@ -1,4 +1,4 @@
-"""Score accounting names what it counts (issue 14, item 9): written, of which copies, casts, mask expansions."""
+"""Score accounting names what it counts: written, of which copies, casts, mask expansions."""
 
 import pytest
 import torch

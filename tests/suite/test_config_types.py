@@ -1,4 +1,4 @@
-"""Every value type a pytest configuration file can give a perfsuite key (issue 14, item 1)."""
+"""Every value type a pytest configuration file can give a perfsuite key."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""Declarations real attention libraries need (issue 14, item 8), and --perfsuite-variant naming one function."""
+"""Declarations real attention libraries need (fully masked rows, compiled, property tests), and --perfsuite-variant naming one function."""
 
 import sys
 import textwrap
@@ -91,21 +91,21 @@ def test_an_internally_compiled_variant_can_declare_property_tests():
 MODULE = textwrap.dedent('''
     from perfsuite.variants.registry import register_variant
 
-    @register_variant("issue14_fast", "the one named")
+    @register_variant("declared_fast", "the one named")
     def fast(query, key, value, *, mask, scale):
         return query
 
-    @register_variant("issue14_slow", "not named", forward_only="declared by its decorator")
+    @register_variant("declared_slow", "not named", forward_only="declared by its decorator")
     def slow(query, key, value, *, mask, scale):
         return query
 ''')
 
 
 def test_a_spec_registers_only_the_named_function_of_a_module_and_keeps_the_others_declarations(tmp_path, monkeypatch):
-    (tmp_path / "issue14_variants.py").write_text(MODULE)
+    (tmp_path / "declared_variants.py").write_text(MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, "issue14_variants", raising=False)
-    assert load_variant_spec("issue14_variants:fast") == "issue14_fast"
-    assert "issue14_fast" in registry.variant_names() and "issue14_slow" not in registry.variant_names()
-    assert load_variant_spec("issue14_variants:slow") == "issue14_slow"  # named later: its declaration is back
-    assert get_variant("issue14_slow").forward_only == "declared by its decorator"
+    monkeypatch.delitem(sys.modules, "declared_variants", raising=False)
+    assert load_variant_spec("declared_variants:fast") == "declared_fast"
+    assert "declared_fast" in registry.variant_names() and "declared_slow" not in registry.variant_names()
+    assert load_variant_spec("declared_variants:slow") == "declared_slow"  # named later: its declaration is back
+    assert get_variant("declared_slow").forward_only == "declared by its decorator"
