@@ -46,3 +46,12 @@ def test_unknown_variant_lists_the_known_ones():
         get_variant("sdpa_flsh")
     with pytest.raises(ValueError, match=r"unknown attention variant 'zzz'; known: naive, naive_inplace"):
         get_variant("zzz")
+
+
+def test_devices_and_fully_masked_row_results_are_the_attention_layer_s():
+    from perfsuite.attention import cases, reference
+
+    assert registry.DEVICES is cases.DEVICES
+    assert registry.FULLY_MASKED_ROW_RESULTS == tuple(reference.FullyMaskedRows)
+    with pytest.raises(ValueError, match="fully_masked_rows='zero'; allowed: zeros, nan, finite, any"):
+        registry.register_variant("bad_rows", "test-only", fully_masked_rows="zero")(get_variant("naive").fn)
