@@ -89,7 +89,7 @@ def torch_machine_info(devices: list[str]) -> dict[str, object]:
         "cuda_version": torch.version.cuda,
         "hip_version": getattr(torch.version, "hip", None),
         "cudnn_version": cudnn,
-        "driver_version": driver_version() if "cuda" in devices else None,
+        "driver_version": driver_version() if Device.CUDA in devices else None,
         "num_threads": torch.get_num_threads(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "device_names": {device: device_name(device) for device in devices},

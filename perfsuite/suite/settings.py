@@ -17,7 +17,7 @@ from typing import Callable
 from perfsuite.attention import cases
 from perfsuite.errors import ConfigError
 from perfsuite.attention.case_sets import get_case_set
-from perfsuite.attention.cases import AttentionCase
+from perfsuite.attention.cases import AttentionCase, Device
 from perfsuite.attention.modes import MODES, parse_mode
 from perfsuite.errors import DeviceTimingError
 from perfsuite.measure.device_timing import parse_timer
@@ -162,7 +162,7 @@ def _parse_items(raw: RawValue, parse: Callable[[str], object], what: str) -> li
 
 def _resolve_devices(raw: RawSettings, cuda_available: bool) -> tuple[str, ...]:
     if raw["devices"].value.strip().lower() == "auto":
-        return ("cuda",) if cuda_available else ("cpu",)
+        return (Device.CUDA,) if cuda_available else (Device.CPU,)
     return tuple(dict.fromkeys(_parse_items(raw["devices"], cases.parse_device, "cpu or cuda")))
 
 

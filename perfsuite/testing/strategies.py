@@ -75,7 +75,7 @@ def mask_kinds(draw, kinds: tuple[str, ...] = PLAIN_KINDS + ("window",)) -> str:
 @st.composite
 def attention_cases(
     draw,
-    devices: tuple[str, ...] = ("cpu",),
+    devices: tuple[str, ...] = (Device.CPU,),
     dtypes: tuple[str, ...] = ("fp32",),
     masks: tuple[str, ...] = PLAIN_KINDS + ("window",),
     max_seq_len: int = 24,
