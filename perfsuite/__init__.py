@@ -4,7 +4,8 @@ The public API, importable from ``perfsuite`` whatever module it lives in (names
 first use, so ``import perfsuite`` stays cheap and subpackages can move without breaking users):
 
 - variants: ``register_variant``, ``Variant``, ``get_variant``, ``variant_names``, ``AttentionFn``;
-- the problem: ``AttentionCase``, ``AttentionMask``, ``MaskKind``, ``mask_kind``, ``make_inputs``;
+- the problem: ``AttentionCase``, ``AttentionMask``, ``MaskKind``, ``mask_kind``, ``make_inputs``, and the
+  named values ``Mode``, ``Device``, ``FullyMaskedRows`` (``StrEnum``: members are their strings);
 - property checks for users' own tests: ``ALL_CHECKS``, ``applicable`` and each ``check_*``;
   hypothesis strategies: ``attention_cases``;
 - errors: ``PerfsuiteError`` and its subclasses (``perfsuite.errors``).
@@ -21,6 +22,7 @@ _EXPORTS = {
     "variant_names": "perfsuite.variants", "AttentionFn": "perfsuite.attention.contract",
     "AttentionCase": "perfsuite.attention.cases", "AttentionMask": "perfsuite.attention.masks",
     "MaskKind": "perfsuite.attention.masks", "mask_kind": "perfsuite.attention.masks",
+    "Mode": "perfsuite.attention.modes", "Device": "perfsuite.attention.cases", "FullyMaskedRows": "perfsuite.attention.reference",
     "make_inputs": "perfsuite.attention.inputs", "attention_cases": "perfsuite.testing.strategies",
     "ALL_CHECKS": "perfsuite.testing.properties", "applicable": "perfsuite.testing.properties",
     "check_matches_reference": "perfsuite.testing.properties",

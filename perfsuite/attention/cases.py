@@ -10,6 +10,7 @@ naming where the value came from.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import itertools
 import math
 import re
@@ -32,7 +33,16 @@ DTYPE_ALIASES = {
     "float16": "fp16",
     "half": "fp16",
 }
-DEVICES = ("cpu", "cuda")
+
+
+class Device(enum.StrEnum):
+    """Where a case runs, as torch spells the device type."""
+
+    CPU = "cpu"
+    CUDA = "cuda"
+
+
+DEVICES = tuple(Device)
 MASK_ALIASES = {"both": ("causal", "noncausal")}
 
 # B x H[:Hkv] x S[:Skv] x D, e.g. 8x16x1024x64 or 4x32:8x1:4096x128 (GQA decode).
@@ -212,12 +222,12 @@ def parse_dtype(text: str) -> str:
     return name
 
 
-def parse_device(text: str) -> str:
-    """Return ``"cpu"`` or ``"cuda"``; raises ``ValueError`` for anything else."""
+def parse_device(text: str) -> Device:
+    """Return the ``Device`` named by ``text``; raises ``ValueError`` for anything else."""
     name = text.strip().lower()
     if name not in DEVICES:
         raise ValueError(f"device {text!r} is not supported; allowed: {', '.join(DEVICES)}")
-    return name
+    return Device(name)
 
 
 def parse_masks(text: str) -> tuple[str, ...]:

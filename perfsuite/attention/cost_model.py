@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from perfsuite.attention.cases import AttentionCase
 from perfsuite.attention.masks import mask_kind
+from perfsuite.attention.modes import Mode
 
 
 def attended_pairs(case: AttentionCase) -> int:
@@ -51,7 +52,7 @@ def forward_bytes(case: AttentionCase) -> tuple[int, int]:
 
 
 # FLOP of a mode relative to one forward (see the module docstring for the source).
-MODE_FLOP_FACTOR = {"forward": 1.0, "backward": 2.5, "forward_backward": 3.5}
+MODE_FLOP_FACTOR = {Mode.FORWARD: 1.0, Mode.BACKWARD: 2.5, Mode.FORWARD_BACKWARD: 3.5}
 
 
 def mode_flop(case: AttentionCase, mode: str) -> int:
@@ -67,9 +68,9 @@ def backward_bytes(case: AttentionCase) -> tuple[int, int]:
 
 def mode_bytes(case: AttentionCase, mode: str) -> tuple[int, int]:
     """``(bytes_read, bytes_written)`` at minimum for one step of ``mode``."""
-    if mode == "forward":
+    if mode == Mode.FORWARD:
         return forward_bytes(case)
-    if mode == "backward":
+    if mode == Mode.BACKWARD:
         return backward_bytes(case)
     (fr, fw), (br, bw) = forward_bytes(case), backward_bytes(case)
     return fr + br, fw + bw

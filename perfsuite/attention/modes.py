@@ -15,6 +15,7 @@ Work per mode is in ``perfsuite.attention.cost_model``.
 from __future__ import annotations
 
 import dataclasses
+import enum
 from typing import Callable
 
 import torch
@@ -22,16 +23,26 @@ import torch
 from perfsuite.attention.inputs import AttentionInputs
 from perfsuite.attention.contract import VariantFn
 
-MODES = ("forward", "backward", "forward_backward")
-GRADIENT_MODES = ("backward", "forward_backward")
 
 
-def parse_mode(text: str) -> str:
+class Mode(enum.StrEnum):
+    """A step the suite checks and times (see the module docstring); stored as its value."""
+
+    FORWARD = "forward"
+    BACKWARD = "backward"
+    FORWARD_BACKWARD = "forward_backward"
+
+
+MODES = tuple(Mode)
+GRADIENT_MODES = (Mode.BACKWARD, Mode.FORWARD_BACKWARD)
+
+
+def parse_mode(text: str) -> Mode:
     """Validate a mode name; ``ValueError`` names the value and the allowed ones."""
     name = text.strip().lower()
     if name not in MODES:
         raise ValueError(f"mode {text!r} is not supported; allowed: {', '.join(MODES)} (or 'all' alone)")
-    return name
+    return Mode(name)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,7 +83,7 @@ def make_step(mode: str, fn: VariantFn, inputs: AttentionInputs, grad_output: to
     """
     parse_mode(mode)
     call = lambda q, k, v: fn(q, k, v, mask=inputs.mask, scale=inputs.scale)
-    if mode == "forward":
+    if mode == Mode.FORWARD:
         def forward() -> StepResult:
             with torch.no_grad():
                 return StepResult(call(inputs.query, inputs.key, inputs.value), None)

@@ -32,6 +32,7 @@ GPU needs a few score blocks of memory, not several full float64 score matrices.
 from __future__ import annotations
 
 import dataclasses
+import enum
 
 import torch
 
@@ -180,7 +181,16 @@ def _check_nan_rows(actual64: torch.Tensor, rows: torch.Tensor, label: str) -> s
     return None
 
 
-UNDEFINED_ROW_RESULTS = ("finite", "any")  # fully_masked_rows whose rows the reference does not define
+class FullyMaskedRows(enum.StrEnum):
+    """What a variant returns for a query row that sees no key (``Variant.fully_masked_rows``)."""
+
+    ZEROS = "zeros"  # SDPA's _safe_softmax, the reference's
+    NAN = "nan"  # a plain softmax over all -inf
+    FINITE = "finite"  # some finite value (libraries that mask with a large negative number)
+    ANY = "any"  # finite or not (a large negative mask value can overflow to -inf in fp16)
+
+
+UNDEFINED_ROW_RESULTS = (FullyMaskedRows.FINITE, FullyMaskedRows.ANY)  # rows the reference does not define
 
 
 def _check_finite_rows(actual64: torch.Tensor, rows: torch.Tensor, label: str) -> str | None:
@@ -193,7 +203,7 @@ def _check_finite_rows(actual64: torch.Tensor, rows: torch.Tensor, label: str) -
 
 
 def compare_with_reference(actual: torch.Tensor, expected: torch.Tensor, label: str,
-                           fully_masked: torch.Tensor | None = None, fully_masked_result: str = "zeros",
+                           fully_masked: torch.Tensor | None = None, fully_masked_result: str = FullyMaskedRows.ZEROS,
                            tolerance: tuple[float, float] | None = None) -> Comparison:
     """Compare a variant's output with the float64 reference.
 
@@ -208,8 +218,8 @@ def compare_with_reference(actual: torch.Tensor, expected: torch.Tensor, label: 
         return Comparison(float("inf"), f"{label}: output shape {list(actual.shape)} != {list(expected.shape)}")
     actual64 = actual.detach().to(torch.float64)
     expected = expected.clone()
-    if fully_masked is not None and fully_masked_result in ("nan", *UNDEFINED_ROW_RESULTS) and fully_masked.any():
-        check = {"nan": _check_nan_rows, "finite": _check_finite_rows}.get(fully_masked_result)
+    if fully_masked is not None and fully_masked_result in (FullyMaskedRows.NAN, *UNDEFINED_ROW_RESULTS) and fully_masked.any():
+        check = {FullyMaskedRows.NAN: _check_nan_rows, FullyMaskedRows.FINITE: _check_finite_rows}.get(fully_masked_result)
         failure = check(actual64, fully_masked, label) if check else None
         if failure:
             return Comparison(float("inf"), failure)

@@ -98,8 +98,6 @@ def add_commands(commands) -> None:
                     help=f"seconds of sampling per benchmark before the gate stops adding pairs "
                          f"(default {SequentialPlan.budget_s:g})")
     ab.add_argument("--rounds", type=at_least(1), default=8, help="rounds per block (default 8)")
-    ab.add_argument("--head-slowdown", type=float, default=0.0, help="calibration: busy work added to head, as a fraction")
-    ab.add_argument("--slow-variant", help="calibration: the variant that gets --head-slowdown (default all)")
     ab.add_argument("--json", help="write raw blocks and verdicts here")
     add_gate_options(ab)
 
@@ -339,8 +337,7 @@ def _run_ab(args: argparse.Namespace) -> int:
             if not Path(tree).is_dir():
                 raise UsageError(f"{option} {tree!r}: no such folder")
         base = Side(trees.get("base", Path(args.base_tree)), args.base_variant, python=args.base_python)
-        head = Side(trees.get("head", Path(args.head_tree)), args.head_variant, args.head_slowdown, args.slow_variant,
-                    python=args.head_python)
+        head = Side(trees.get("head", Path(args.head_tree)), args.head_variant, python=args.head_python)
         results, info = run_ab(base, head, variants, case_ids, rounds=args.rounds, settings=settings, plan=plan,
                                force=args.force, progress=lambda text: print(text, file=sys.stderr),
                                modes=modes, specs=tuple(args.variant), timing_threads=args.timing_threads)

@@ -22,14 +22,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from perfsuite.attention.cases import parse_case_id
+from perfsuite.attention.modes import Mode
 from perfsuite.errors import IncomparableRuns, WorkerError
-from perfsuite.gate.compare import BenchmarkComparison
+from perfsuite.gate.compare import BenchmarkComparison, BenchmarkKey
 from perfsuite.measure.conditions import required_env
 from perfsuite.measure.contention import brief_reason
 from perfsuite.measure.machine import MUST_MATCH, machine_differences
 from perfsuite.trace.structure import adds_work, diff_fingerprints
 from perfsuite.gate.worktrees import describe_tree
-from perfsuite.gate.stats import GateSettings, SequentialPlan, below_min_effect, sequential_paired
+from perfsuite.gate.stats import GateSettings, SequentialPlan, Verdict, below_min_effect, sequential_paired
 
 # The same, fixed process conditions for both sides, and for every timed run: the list and the
 # reason for each live in perfsuite.measure.conditions.
@@ -49,7 +51,8 @@ class Side:
     has one), so its modules shadow installed ones; None adds nothing. ``python``: the
     interpreter (a virtualenv's ``bin/python``) whose torch and perfsuite the worker uses.
     ``variant``: run this variant instead of the benchmark's own. ``slowdown``: an injected
-    slowdown fraction (calibration only), for ``slow_variant`` only when set.
+    slowdown fraction, for ``slow_variant`` only when set: calibration only, set by the validation
+    tool through this API (``perfsuite ab`` has no option for it).
     """
 
     tree: Path | None
@@ -166,13 +169,8 @@ def median_of_rounds(blocks: list[list[float]]) -> float | None:
     return rounds[len(rounds) // 2] if rounds else None
 
 
-def benchmark_key(variant: str, case_id: str, mode: str) -> str:
-    """``variant/case`` for the forward, ``variant/case/mode`` otherwise (as ``compare`` keys saved runs)."""
-    return f"{variant}/{case_id}" + ("" if mode == "forward" else f"/{mode}")
-
-
 def run_benchmark(base: WorkerProcess, head: WorkerProcess, variant: str, case_id: str, seed: int,
-                  rounds: int, settings: GateSettings, plan: SequentialPlan, mode: str = "forward",
+                  rounds: int, settings: GateSettings, plan: SequentialPlan, mode: str = Mode.FORWARD,
                   specs: tuple[str, ...] = ()) -> AbBenchmark | None:
     """A/B one variant on one case in one mode, sequentially (``stats.sequential_paired``); None when
     either side cannot run it."""
@@ -181,14 +179,14 @@ def run_benchmark(base: WorkerProcess, head: WorkerProcess, variant: str, case_i
         request = {"variant": worker.side.variant or variant, "case": case_id, "seed": seed, "mode": mode,
                    "specs": list(specs), "slowdown": worker.side.slowdown_for(variant)}
         setups.append(worker.ask({"setup": request}))
-    key = benchmark_key(variant, case_id, mode)
+    key = str(BenchmarkKey(variant, case_id, mode))
     missing = {side: s["missing"] for side, s in zip(("base", "head"), setups) if "missing" in s}
     for side, worker in (("base", base), ("head", head)):
         if side in missing and (worker.side.variant or len(missing) == 2):  # a typo, not a rename
             raise WorkerError(f"{f'--{side}-variant' if worker.side.variant else side}: {missing[side]}")
     if missing:  # renamed or removed by the change: reported, not timed
         present = "head" if "base" in missing else "base"
-        comparison = BenchmarkComparison(key, None, None, None, "missing", [], f"only in the {present} tree")
+        comparison = BenchmarkComparison(key, None, None, None, Verdict.MISSING, [], f"only in the {present} tree")
         return AbBenchmark(key, [], [], comparison)
     if any("unsupported" in s for s in setups):
         return None
@@ -231,7 +229,7 @@ def check_same_machine(base: WorkerProcess, head: WorkerProcess, devices: list[s
 
 def run_ab(base_side: Side, head_side: Side, variants: list[str], case_ids: list[str], seed: int = 0,
            rounds: int = 8, settings: GateSettings = GateSettings(), force: bool = False,
-           progress=None, plan: SequentialPlan = SequentialPlan(), modes: tuple[str, ...] = ("forward",),
+           progress=None, plan: SequentialPlan = SequentialPlan(), modes: tuple[str, ...] = (Mode.FORWARD,),
            specs: tuple[str, ...] = (), timing_threads: int | None = None) -> tuple[list[AbBenchmark], dict]:
     """A/B every variant x case x mode (``plan``: looks and time budget per benchmark); returns the
     benchmarks both sides could run and machine info.
@@ -242,7 +240,7 @@ def run_ab(base_side: Side, head_side: Side, variants: list[str], case_ids: list
     """
     base, head = WorkerProcess(base_side, timing_threads), WorkerProcess(head_side, timing_threads)
     try:
-        devices = sorted({c.rsplit("-", 1)[1] for c in case_ids})
+        devices = sorted({parse_case_id(c).device for c in case_ids})
         info = check_same_machine(base, head, devices, force)
         results = []
         for variant in variants:

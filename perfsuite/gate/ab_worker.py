@@ -42,7 +42,7 @@ class Worker:
 
     def setup(self, request: dict) -> dict:
         from perfsuite.attention.cases import parse_case_id
-        from perfsuite.attention.modes import GRADIENT_MODES, make_step
+        from perfsuite.attention.modes import GRADIENT_MODES, Mode, make_step
         from perfsuite.measure.evidence import VariantUnsupported, prepare_case, run_once
         from perfsuite.measure.evidence import input_tensors
         from perfsuite.measure.profiling import FORWARD_ANNOTATION, record_trace
@@ -54,7 +54,7 @@ class Worker:
         from perfsuite.variants import get_variant, variant_names
 
         self.load_variants(request.get("specs", []))
-        case, mode = parse_case_id(request["case"]), request.get("mode", "forward")
+        case, mode = parse_case_id(request["case"]), request.get("mode", Mode.FORWARD)
         if request["variant"] not in variant_names():  # renamed or removed on this side
             return {"missing": f"no variant {request['variant']!r} in this tree"}
         variant = get_variant(request["variant"])

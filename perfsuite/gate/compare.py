@@ -16,12 +16,13 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+from perfsuite.attention.modes import Mode
 from perfsuite.errors import BaselineError, IncomparableRuns
 from perfsuite.trace.structure import adds_work, diff_fingerprints
 from perfsuite.measure.contention import brief_reason
 from perfsuite.measure.machine import machine_differences
 from perfsuite.measure.speed_reference import SPEED_CHANGED, speed_change
-from perfsuite.gate.stats import (CONTENDED_VERDICT, GateSettings, RatioEstimate, below_min_effect, unpaired_ratio,
+from perfsuite.gate.stats import (CONTENDED_VERDICT, GateSettings, RatioEstimate, Verdict, below_min_effect, unpaired_ratio,
                                   verdict)
 from perfsuite.storage import read_json
 
@@ -50,13 +51,29 @@ def load_benchmark_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
+@dataclasses.dataclass(frozen=True)
+class BenchmarkKey:
+    """One benchmark of a run: a variant on a case in a mode; the one key runs are matched by.
+
+    Written ``variant/case`` for the forward and ``variant/case/mode`` otherwise (``str(key)``),
+    the form reports, coverage notes and A/B rows show.
+    """
+
+    variant: str
+    case_id: str
+    mode: str = Mode.FORWARD
+
+    def __str__(self) -> str:
+        return f"{self.variant}/{self.case_id}" + ("" if self.mode == Mode.FORWARD else f"/{self.mode}")
+
+
 def benchmark_key(bench: dict[str, Any]) -> str:
-    """``variant/case`` for the forward (older runs have no mode), ``variant/case/mode`` otherwise."""
+    """``str(BenchmarkKey)`` of a saved pytest-benchmark entry (older runs have no mode: the forward);
+    its test name when it has no perfsuite ``extra_info``."""
     info = bench.get("extra_info") or {}
     if "variant" not in info or "case" not in info:
         return bench.get("name", "?")
-    mode = info.get("mode", "forward")
-    return f"{info['variant']}/{info['case']}" + ("" if mode == "forward" else f"/{mode}")
+    return str(BenchmarkKey(info["variant"], info["case"], info.get("mode", Mode.FORWARD)))
 
 
 def check_compatible(base: dict[str, Any], head: dict[str, Any], base_name: str, head_name: str, force: bool) -> list[str]:
@@ -73,13 +90,13 @@ def check_compatible(base: dict[str, Any], head: dict[str, Any], base_name: str,
 def _compare_one(key: str, base: dict[str, Any] | None, head: dict[str, Any] | None, settings: GateSettings) -> BenchmarkComparison:
     if base is None or head is None:
         side = "base" if head is None else "head"
-        return BenchmarkComparison(key, None, None, None, "missing", [], f"only in the {side} run")
+        return BenchmarkComparison(key, None, None, None, Verdict.MISSING, [], f"only in the {side} run")
     medians = (base["stats"]["median"], head["stats"]["median"])
     prints = (base.get("extra_info", {}).get("fingerprint", {}), head.get("extra_info", {}).get("fingerprint", {}))
     structure, more = diff_fingerprints(*prints), adds_work(*prints)
     data_base, data_head = base["stats"].get("data"), head["stats"].get("data")
     if not data_base or not data_head:
-        return BenchmarkComparison(key, *medians, None, "inconclusive", structure,
+        return BenchmarkComparison(key, *medians, None, Verdict.INCONCLUSIVE, structure,
                                    "no per-round data: save runs with --benchmark-save-data", more)
     estimate = unpaired_ratio(data_base, data_head, settings.alpha)
     contended = contention_note(base, "base") + contention_note(head, "head")
@@ -123,7 +140,7 @@ def _compare_all(base: dict[str, Any], head: dict[str, Any], settings: GateSetti
 def gate_failed(comparisons: list[BenchmarkComparison], fail_on_structure: bool) -> bool:
     """True on a ``slower`` verdict, or a structural change that adds work (``trace.structure.adds_work``)
     when ``fail_on_structure``."""
-    return any(c.verdict == "slower" or (fail_on_structure and c.structure_adds_work) for c in comparisons)
+    return any(c.verdict == Verdict.SLOWER or (fail_on_structure and c.structure_adds_work) for c in comparisons)
 
 
 def _ms(value: float | None) -> str:
@@ -141,9 +158,9 @@ def markdown(comparisons: list[BenchmarkComparison], settings: GateSettings, tit
         ratio = (f"{c.estimate.ratio:.3f} [{c.estimate.low:.3f}, {c.estimate.high:.3f}]"
                  if c.estimate and c.estimate.units else "-")  # no units: nothing was measured, no ratio to show
         plain = f"{c.head_median_s / c.base_median_s:.3f}" if c.base_median_s and c.head_median_s else "-"
-        mark = {"slower": "**slower**", "faster": "faster"}.get(c.verdict, c.verdict)
+        mark = {Verdict.SLOWER: "**slower**", Verdict.FASTER: "faster"}.get(c.verdict, c.verdict)
         note = f" ({c.note})" if c.note else ""
-        structure = "-" if c.verdict == "missing" else ("; ".join(c.structure) if c.structure else "same")
+        structure = "-" if c.verdict == Verdict.MISSING else ("; ".join(c.structure) if c.structure else "same")
         rows.append(f"| `{c.key}` | {_ms(c.base_median_s)} | {_ms(c.head_median_s)} | {plain} | {ratio} | {mark}{note} "
                     f"| {structure} |")
     counts = {v: sum(c.verdict == v for c in comparisons) for v in VERDICTS}
@@ -174,8 +191,8 @@ def markdown(comparisons: list[BenchmarkComparison], settings: GateSettings, tit
 
 def judged_nothing(comparisons: list[BenchmarkComparison]) -> bool:
     """True when no benchmark was in both runs: a gate that compared nothing must not pass."""
-    return not any(c.verdict != "missing" for c in comparisons)
+    return not any(c.verdict != Verdict.MISSING for c in comparisons)
 
 
-VERDICTS = ("slower", "faster", "no change", "inconclusive", CONTENDED_VERDICT, "missing")
+VERDICTS = tuple(Verdict)
 UNPAIRED_METHOD = "percentile bootstrap (Efron & Tibshirani 1993) of the ratio of median round times of two separate runs"

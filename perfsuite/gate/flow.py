@@ -11,7 +11,7 @@ from typing import Any
 
 from perfsuite.gate.compare import (UNPAIRED_METHOD, BenchmarkComparison, check_compatible, compare_runs,
                                     judged_nothing, markdown)
-from perfsuite.gate.stats import CONTENDED_VERDICT, GateSettings
+from perfsuite.gate.stats import CONTENDED_VERDICT, GateSettings, Verdict
 from perfsuite.trace.structure import NO_WORK_PREFIX
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_UNUSABLE = 0, 1, 2
@@ -51,7 +51,7 @@ class GateOutcome:
         if self.judged_nothing:
             return f"perfsuite gate: NOT JUDGED: no benchmark is in both runs ({total} seen)"
         if self.failures:
-            slower = sum(c.verdict == "slower" for c in self.comparisons)
+            slower = sum(c.verdict == Verdict.SLOWER for c in self.comparisons)
             more = sum(bool(self.fail_on_structure and c.structure_adds_work) for c in self.comparisons)
             return (f"perfsuite gate: FAIL: {len(self.failures)} of {plural(total, 'benchmark')} regressed "
                     f"({slower} slower, {more} with structure that adds work)"
@@ -65,16 +65,16 @@ class GateOutcome:
 
     def _timed(self) -> int:
         """Benchmarks whose timing was judged (slower, faster or no change)."""
-        return sum(c.verdict in ("slower", "faster", "no change") for c in self.comparisons)
+        return sum(c.verdict in (Verdict.SLOWER, Verdict.FASTER, Verdict.NO_CHANGE) for c in self.comparisons)
 
     def _counts(self) -> dict[str, int]:
         return {v: sum(c.verdict == v for c in self.comparisons)
-                for v in ("no change", "faster", "inconclusive", CONTENDED_VERDICT, "missing")}
+                for v in (Verdict.NO_CHANGE, Verdict.FASTER, Verdict.INCONCLUSIVE, CONTENDED_VERDICT, Verdict.MISSING)}
 
     def _timing_notes(self, counts: dict[str, int]) -> list[str]:
         """What the timings did not decide, on PASS and FAIL lines alike."""
         notes = []
-        if counts["inconclusive"]:
+        if counts[Verdict.INCONCLUSIVE]:
             notes.append("inconclusive timings decide nothing: more blocks/rounds or a quieter machine")
         if counts[CONTENDED_VERDICT]:
             notes.append(f"WARNING: {counts[CONTENDED_VERDICT]} {self._why_contended()}, not judged")
@@ -101,7 +101,7 @@ class GateOutcome:
 def failure_reason(comparison: BenchmarkComparison, fail_on_structure: bool) -> str | None:
     """Why one benchmark fails the gate, or None when it does not."""
     reasons = []
-    if comparison.verdict == "slower" and comparison.estimate:
+    if comparison.verdict == Verdict.SLOWER and comparison.estimate:
         e = comparison.estimate
         reasons.append(f"slower x{e.ratio:.3f} [{e.low:.3f}, {e.high:.3f}]")
     if fail_on_structure and comparison.structure_adds_work:

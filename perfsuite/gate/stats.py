@@ -1,16 +1,16 @@
 """Statistics of the regression gate: is HEAD slower than BASE, by how much, how sure.
 
-Method: **percentile bootstrap** confidence interval (Efron & Tibshirani, "An Introduction to
-the Bootstrap", 1993, ch. 13) of the ratio ``HEAD / BASE`` of typical times, computed on
-log-times with a fixed random seed, so the same data always gives the same verdict.
+Each comparison estimates the ratio ``HEAD / BASE`` of typical times with a confidence interval,
+computed on log-times and deterministic (the same data always gives the same verdict).
 
-* Paired (A/B runs, ``paired_ratio``): base and head ran in alternating blocks (ABAB...) in
-  the same time window. Each block pair gives ``log(median(head block) / median(base block))``;
-  the estimate is the median of those, and the bootstrap resamples pairs. Machine drift is
-  shared by the two blocks of a pair, so it cancels.
-* Unpaired (two saved runs, ``unpaired_ratio``): the ratio of the medians of all rounds, the
-  bootstrap resampling the rounds of each run independently. Drift between the two runs
+* Unpaired (two saved runs, ``unpaired_ratio``): the ratio of the medians of all rounds, with a
+  **percentile bootstrap** interval (Efron & Tibshirani, "An Introduction to the Bootstrap",
+  1993, ch. 13, fixed random seed) resampling the rounds of each run independently. Drift between the two runs
   does not cancel: prefer A/B runs for gating.
+* Paired (A/B runs, ``sequential_paired`` below): base and head ran in alternating blocks
+  (ABAB...) in the same time window; each block pair gives ``log(median(head block) /
+  median(base block))`` (``pair_log_ratios``). Machine drift is shared by the two blocks of a
+  pair, so it cancels.
 
 Verdict (``verdict``), with ``alpha`` (two-sided) and ``min_effect``:
 
@@ -43,6 +43,7 @@ pair is contended is decided by the scheduler's counters, not by its ratio.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import math
 import statistics
@@ -50,6 +51,19 @@ import time
 from typing import Callable
 
 import numpy as np
+
+
+
+class Verdict(enum.StrEnum):
+    """A benchmark's verdict (rules in the module docstring); stored and printed as its value."""
+
+    SLOWER = "slower"
+    FASTER = "faster"
+    NO_CHANGE = "no change"
+    INCONCLUSIVE = "inconclusive"
+    CONTENDED = "inconclusive: contended"  # not decisive, and at least half the pairs were contended
+    MISSING = "missing"  # in one run (or tree) only
+
 
 MIN_UNITS = 6
 SEPARATE_RUNS_MIN_EFFECT = 0.15
@@ -90,23 +104,6 @@ def _interval(values: np.ndarray, alpha: float) -> tuple[float, float]:
     return float(np.quantile(values, alpha / 2)), float(np.quantile(values, 1 - alpha / 2))
 
 
-def paired_ratio(base_blocks: list[list[float]], head_blocks: list[list[float]], alpha: float) -> RatioEstimate:
-    """Ratio from alternating blocks: ``base_blocks[i]`` and ``head_blocks[i]`` ran back to back.
-
-    Raises ``ValueError`` when the two lists differ in length or a block is empty.
-    """
-    if len(base_blocks) != len(head_blocks) or any(not b for b in base_blocks + head_blocks):
-        raise ValueError("paired_ratio needs the same number of non-empty base and head blocks")
-    logs = np.array([math.log(np.median(h) / np.median(b)) for b, h in zip(base_blocks, head_blocks)])
-    if len(logs) < 2:
-        return RatioEstimate(math.exp(float(logs.mean())) if len(logs) else 1.0, 0.0, math.inf, len(logs), "paired")
-    rng = np.random.default_rng(BOOTSTRAP_SEED)
-    picks = rng.integers(0, len(logs), size=(BOOTSTRAP_SAMPLES, len(logs)))
-    medians = np.median(logs[picks], axis=1)
-    low, high = _interval(medians, alpha)
-    return RatioEstimate(math.exp(float(np.median(logs))), math.exp(low), math.exp(high), len(logs), "paired")
-
-
 def unpaired_ratio(base: list[float], head: list[float], alpha: float) -> RatioEstimate:
     """Ratio of medians of two independent samples of round times (seconds)."""
     if not base or not head:
@@ -120,23 +117,23 @@ def unpaired_ratio(base: list[float], head: list[float], alpha: float) -> RatioE
     return RatioEstimate(ratio, math.exp(low), math.exp(high), min(len(base), len(head)), "unpaired")
 
 
-def verdict(estimate: RatioEstimate, settings: GateSettings) -> str:
+def verdict(estimate: RatioEstimate, settings: GateSettings) -> Verdict:
     """``slower``, ``faster``, ``no change`` or ``inconclusive`` (rules in the module docstring)."""
     if estimate.units < MIN_UNITS:
-        return "inconclusive"
+        return Verdict.INCONCLUSIVE
     if estimate.low > 1 and estimate.ratio >= 1 + settings.min_effect:
-        return "slower"
+        return Verdict.SLOWER
     if estimate.high < 1 and estimate.ratio <= 1 - settings.min_effect:
-        return "faster"
+        return Verdict.FASTER
     if 1 - settings.min_effect <= estimate.low and estimate.high <= 1 + settings.min_effect:
-        return "no change"
-    return "inconclusive"
+        return Verdict.NO_CHANGE
+    return Verdict.INCONCLUSIVE
 
 
 def below_min_effect(estimate: RatioEstimate | None, verdict_: str, settings: GateSettings) -> str:
     """For a ``no change`` whose interval still excludes 1, the measured change and the minimum
     effect it fell below (``"a +9.0% change, below the 15% minimum effect"``); else ``""``."""
-    if verdict_ != "no change" or estimate is None or estimate.low <= 1 <= estimate.high:
+    if verdict_ != Verdict.NO_CHANGE or estimate is None or estimate.low <= 1 <= estimate.high:
         return ""
     return f"a {estimate.ratio - 1:+.1%} change, below the {settings.min_effect:.0%} minimum effect"
 
@@ -144,8 +141,8 @@ def below_min_effect(estimate: RatioEstimate | None, verdict_: str, settings: Ga
 # -- sequential A/B ---------------------------------------------------------------------------
 
 SEQUENTIAL_LOOKS = (12, 16, 24, 32, 48, 64, 96)
-CONTENDED_VERDICT = "inconclusive: contended"
-DECISIVE = ("slower", "faster", "no change")
+CONTENDED_VERDICT = Verdict.CONTENDED
+DECISIVE = (Verdict.SLOWER, Verdict.FASTER, Verdict.NO_CHANGE)
 
 
 @functools.cache
@@ -278,7 +275,7 @@ def sequential_paired(next_pair: Callable[[], tuple[list[float], list[float], bo
     alpha_look = plan.alpha_per_look(settings.alpha)
     base_blocks, head_blocks, contended = [], [], []
     start, looks_taken, next_look, last_n = clock(), 0, 0, -1
-    estimate, result, stopped = None, "inconclusive", "last look"
+    estimate, result, stopped = None, Verdict.INCONCLUSIVE, "last look"
     while True:
         clean = contended.count(False)
         out_of_time = clock() - start >= plan.budget_s

@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from perfsuite.attention.cases import Device
+
 
 def _chain(exc: BaseException):
     seen: set[int] = set()
@@ -51,7 +53,7 @@ def release_device_memory(device: str, cuda: Any = None) -> bool:
     Returns True when memory was released; False on the CPU or without a CUDA device.
     """
     cuda = torch.cuda if cuda is None else cuda
-    if device != "cuda" or not cuda.is_available():
+    if device != Device.CUDA or not cuda.is_available():
         return False
     gc.collect()
     cuda.synchronize()

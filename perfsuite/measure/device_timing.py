@@ -30,6 +30,7 @@ import statistics
 import time
 from typing import Any, Callable
 
+from perfsuite.attention.cases import Device
 from perfsuite.errors import DeviceTimingError
 from perfsuite.measure.device_api import (L2_FLUSH_FACTOR, DeviceApi, GraphCapture, L2Flush, TorchCuda,  # noqa: F401  (re-exported: tests reach them here)
                                           capture_step)
@@ -207,9 +208,9 @@ def benchmark_step(benchmark: Any, step: Callable[[], object], device: str, time
     which has no device clock, or ``timer="host"``) pytest-benchmark's own timer around a
     synchronized call, of the CUDA-graph replay when ``cuda_graph`` and capture works.
     """
-    if device == "cuda" and parse_timer(timer) != "host":
+    if device == Device.CUDA and parse_timer(timer) != "host":
         timing = time_on_device(benchmark, step, timer, rounds, flush_l2=flush_l2, cuda_graph=cuda_graph, api=api)
         return timing, (timing.extra_info() if timing else {"timer": timer})
-    graph = capture_step(api or TorchCuda(), step) if device == "cuda" and cuda_graph else None
+    graph = capture_step(api or TorchCuda(), step) if device == Device.CUDA and cuda_graph else None
     benchmark(synchronized(graph.step if graph else step, device))
     return None, {"timer": "host", "cuda_graph": graph.description if graph else "off"}

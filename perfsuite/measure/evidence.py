@@ -88,7 +88,7 @@ class PreparedCase:
     fn: VariantFn
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Evidence:
     """Correctness and profiler facts for one variant on one case in one mode.
 
@@ -376,6 +376,8 @@ def gather_evidence(variant: Variant, case: AttentionCase, seed: int, trace_dir:
         trace = record_trace(step, case.device, trace_path, annotation)
     steps = summarize_windows(trace, annotation)
     accounting = account_windows(trace, annotation, case.score_shape, case.head_dim)
-    return Evidence(variant, case, mode, comparison, not_compared, tuple(steps), trace_path, step,
-                    first_call_s, compiled, compile_stats.since(before), saved, tuple(accounting),
-                    output_stride, output_layout, tuple(seen))
+    return Evidence(variant=variant, case=case, mode=mode, comparison=comparison, not_compared=not_compared,
+                    steps=tuple(steps), trace_path=trace_path, step=step, first_call_s=first_call_s,
+                    compile_first_call=compiled, compile_while_profiled=compile_stats.since(before),
+                    saved_for_backward=saved, score_accounting=tuple(accounting), output_stride=output_stride,
+                    output_layout=output_layout, warnings=tuple(seen))

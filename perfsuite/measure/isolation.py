@@ -118,7 +118,7 @@ def _run_pairs(variant_name: str, pairs: list[tuple[str, str]], seed: int) -> No
     """The child: run each pair's first call, reporting it on stdout as it starts and ends."""
     # imported here: only the isolated child process needs them
     from perfsuite.attention.cases import parse_case_id
-    from perfsuite.attention.modes import make_step
+    from perfsuite.attention.modes import Mode, make_step
     from perfsuite.measure.evidence import VariantUnsupported, prepare_case, run_once
     from perfsuite.measure.timing import synchronized
     from perfsuite.variants import get_variant
@@ -130,7 +130,7 @@ def _run_pairs(variant_name: str, pairs: list[tuple[str, str]], seed: int) -> No
         try:
             case = parse_case_id(case_id)
             no_backward = variant.backward_unsupported(case.device)
-            if mode != "forward" and no_backward:
+            if mode != Mode.FORWARD and no_backward:
                 raise VariantUnsupported(no_backward)
             prepared = prepare_case(variant, case, seed)
             step = make_step(mode, prepared.fn, prepared.inputs, prepared.grad_output)

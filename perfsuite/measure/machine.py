@@ -8,12 +8,14 @@ import subprocess
 
 import torch
 
+from perfsuite.attention.cases import Device
+
 DRIVER_QUERY_TIMEOUT_S = 10
 
 
 def device_name(device: str) -> str:
     """``torch.cuda.get_device_name()`` on CUDA; the CPU's model name (or architecture) on CPU."""
-    if device == "cuda":
+    if device == Device.CUDA:
         return torch.cuda.get_device_name() if torch.cuda.is_available() else "cuda (not available)"
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
@@ -87,7 +89,7 @@ def torch_machine_info(devices: list[str]) -> dict[str, object]:
         "cuda_version": torch.version.cuda,
         "hip_version": getattr(torch.version, "hip", None),
         "cudnn_version": cudnn,
-        "driver_version": driver_version() if "cuda" in devices else None,
+        "driver_version": driver_version() if Device.CUDA in devices else None,
         "num_threads": torch.get_num_threads(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "device_names": {device: device_name(device) for device in devices},

@@ -14,14 +14,14 @@ from pathlib import Path
 import torch
 from torch.utils.benchmark import Timer
 
-from perfsuite.attention.cases import DTYPES
+from perfsuite.attention.cases import DTYPES, Device
 from perfsuite.measure.contention import Probe
 from perfsuite.measure.machine import device_name
 from perfsuite.storage import write_text_atomic
 
-MATMUL_MAX_SIZE = {"cpu": 2048, "cuda": 8192}
+MATMUL_MAX_SIZE = {Device.CPU: 2048, Device.CUDA: 8192}
 TARGET_CALL_S = 0.1  # size the matmul so one call takes about this long
-COPY_BYTES = {"cpu": 256 * 2**20, "cuda": 2 * 2**30}
+COPY_BYTES = {Device.CPU: 256 * 2**20, Device.CUDA: 2 * 2**30}
 
 
 def _median_s(statement: str, **names) -> float:

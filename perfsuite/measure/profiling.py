@@ -15,6 +15,7 @@ from typing import Any, Callable
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
+from perfsuite.attention.cases import Device
 from perfsuite.storage import write_bytes_atomic
 from perfsuite.trace.summary import WindowSummary, summarize_windows
 
@@ -32,7 +33,7 @@ WAIT_STEPS, WARMUP_STEPS, ACTIVE_STEPS = 1, 1, 2
 
 def activities_for(device: str) -> list[ProfilerActivity]:
     """CPU activity always; CUDA activity (CUPTI/roctracer) for a CUDA device."""
-    return [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    return [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == Device.CUDA else [])
 
 
 def profile_steps(forward: Callable[[], object], device: str, trace_path: Path,
@@ -60,7 +61,7 @@ def record_trace(forward: Callable[[], object], device: str, trace_path: Path,
         for _ in range(steps):
             with record_function(annotation):
                 forward()
-            if device == "cuda":
+            if device == Device.CUDA:
                 torch.cuda.synchronize()
             prof.step()
     with tempfile.TemporaryDirectory() as scratch:

@@ -6,6 +6,8 @@ from typing import Callable
 
 import torch
 
+from perfsuite.attention.cases import Device
+
 
 def synchronized(forward: Callable[[], object], device: str) -> Callable[[], object]:
     """Return a callable that runs ``forward`` and waits for the device to finish.
@@ -13,7 +15,7 @@ def synchronized(forward: Callable[[], object], device: str) -> Callable[[], obj
     On CUDA, kernels are launched asynchronously: timing without ``synchronize`` would
     time launches, not kernels. On the CPU ``forward`` is returned unchanged.
     """
-    if device != "cuda":
+    if device != Device.CUDA:
         return forward
 
     def forward_and_wait() -> object:

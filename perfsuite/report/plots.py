@@ -20,6 +20,7 @@ import collections
 from pathlib import Path
 
 from perfsuite.attention.cases import parse_case_id
+from perfsuite.attention.modes import Mode
 from perfsuite.errors import ReportError
 from perfsuite.report.results import BenchmarkResult
 from perfsuite.report.saved import SavedRun
@@ -154,7 +155,7 @@ def roofline(run: SavedRun, folder: Path) -> list[Path]:
         dtype = parse_case_id(r.case_id).dtype
         dtypes.append(dtype)
         color = DTYPE_COLORS.get(dtype, "gray")
-        face = color if r.mode == "forward" else "none"
+        face = color if r.mode == Mode.FORWARD else "none"
         axes.scatter(x, r.achieved_tflops, marker=markers[r.variant], s=40, facecolors=face, edgecolors=color, alpha=0.8)
         if r.contended:
             axes.scatter(x, r.achieved_tflops, marker="x", s=90, color="black")
@@ -164,7 +165,7 @@ def roofline(run: SavedRun, folder: Path) -> list[Path]:
         axes.scatter([], [], marker="s", color=DTYPE_COLORS.get(dtype, "gray"), label=f"inputs {dtype}")
     if any(r.contended for r in results):
         axes.scatter([], [], marker="x", color="black", label="contended: not trustworthy")
-    if any(r.mode != "forward" for r in results):
+    if any(r.mode != Mode.FORWARD for r in results):
         axes.scatter([], [], marker="o", facecolors="none", edgecolors="gray", label="hollow: backward / fwd+bwd")
     axes.set_xscale("log")
     axes.set_yscale("log")

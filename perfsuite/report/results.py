@@ -7,18 +7,19 @@ import json
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from perfsuite.attention.modes import Mode
 from perfsuite.storage import write_text_atomic
 from perfsuite.units import format_bytes
 
 SCHEMA_VERSION = 1
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class BenchmarkResult:
     """What one variant did on one case in one mode (``perfsuite.attention.modes``).
 
     ``median_s`` is None when timing was disabled (the default ``pytest`` run) or the
-    benchmark did not run; ``work_per_forward`` counts CPU ops on the CPU and device
+    benchmark did not run; ``work_per_step`` counts CPU ops on the CPU and device
     kernels on CUDA (``work_unit`` says which). Counts and bytes are per timed step (one
     forward, backward or both, as ``mode`` says); ``flop`` is the mode's FLOP
     (``cost_model.mode_flop``). ``max_abs_error``/``correct`` are None when the outputs could
@@ -47,14 +48,14 @@ class BenchmarkResult:
     bytes_moved: int
     median_s: float | None
     rounds: int | None
-    work_per_forward: int
+    work_per_step: int
     work_unit: str
-    score_copies_per_forward: int
+    score_copies_per_step: int
     allocated_bytes: int
     peak_bytes: int
     max_abs_error: float | None
     correct: bool | None
-    mode: str = "forward"
+    mode: str = Mode.FORWARD
     compile_s: float | None = None
     saved_for_backward_bytes: int | None = None
     saved_score_matrices: int | None = None
@@ -96,7 +97,7 @@ class SkippedResult:
     variant: str
     case_id: str
     reason: str
-    mode: str = "forward"
+    mode: str = Mode.FORWARD
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,7 +153,7 @@ def _count(value: float) -> str:
 def _scores(r: BenchmarkResult) -> str:
     """``5 (1 copy)``; casts and mask expansions added when any: ``6 (0 copies, 1.5 casts)``."""
     if r.score_written is None:
-        return f"? ({r.score_copies_per_forward} cop{'y' if r.score_copies_per_forward == 1 else 'ies'})"
+        return f"? ({r.score_copies_per_step} cop{'y' if r.score_copies_per_step == 1 else 'ies'})"
     parts = [f"{_count(r.score_copies or 0)} cop{'y' if r.score_copies == 1 else 'ies'}"]
     if r.score_casts:
         parts.append(f"{_count(r.score_casts)} cast{'' if r.score_casts == 1 else 's'}")
@@ -171,7 +172,7 @@ COLUMNS = (
     Column("timing", "", _trust),
     Column("compile s", "s", lambda r: f"{r.compile_s:.1f}" if r.compile_s is not None else "-"),
     Column("TFLOP/s", "TFLOP/s", lambda r: f"{r.achieved_tflops:.3g}" if r.achieved_tflops else "-"),
-    Column("ops or kernels / step", "count", lambda r: f"{r.work_per_forward} {r.work_unit}"),
+    Column("ops or kernels / step", "count", lambda r: f"{r.work_per_step} {r.work_unit}"),
     Column("score writes / step (of which)", "score matrices", _scores),
     Column("allocated / step", "bytes", lambda r: format_bytes(r.allocated_bytes)),
     Column("peak memory", "bytes", lambda r: format_bytes(r.peak_bytes)),
@@ -205,10 +206,10 @@ def result_from_benchmark(info: Mapping[str, Any], stats: Mapping[str, Any] | No
         variant=info["variant"], case_id=info["case"], device=device, mode=info.get("mode", "forward"),
         flop=info["flop"], bytes_moved=info["bytes_read"] + info["bytes_written"],
         median_s=stats.get("median"), rounds=stats.get("rounds"), iqr_s=stats.get("iqr"),
-        work_per_forward=info["kernels_per_forward"] if device == "cuda" else info["cpu_ops_per_forward"],
+        work_per_step=info["kernels_per_step"] if device == "cuda" else info["cpu_ops_per_step"],
         work_unit="kernels" if device == "cuda" else "ops",
-        score_copies_per_forward=info["score_copies_per_forward"],
-        allocated_bytes=info["allocated_bytes_per_forward"], peak_bytes=info["peak_memory_bytes"],
+        score_copies_per_step=info["score_copies_per_step"],
+        allocated_bytes=info["allocated_bytes_per_step"], peak_bytes=info["peak_memory_bytes"],
         max_abs_error=info["max_abs_error"], correct=info.get("correct", True),
         compile_s=compile_info.get("first_call_s"),
         saved_for_backward_bytes=saved.get("bytes"), saved_score_matrices=saved.get("score_sized"),

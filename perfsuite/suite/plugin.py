@@ -15,7 +15,7 @@ import pytest
 import torch
 from pytest_benchmark.session import PerformanceRegression
 
-from perfsuite.errors import PerfsuiteError
+from perfsuite.errors import ConfigError, PerfsuiteError
 from perfsuite.measure import conditions
 from perfsuite.measure.evidence import Evidence
 from perfsuite.suite import options, settings
@@ -52,7 +52,7 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(f"perfsuite: {source}: {exc}") from None
     try:
         resolved = settings.resolve(options.raw_settings(config), torch.cuda.is_available(), loaded_user_variants())
-    except settings.SettingsError as exc:
+    except ConfigError as exc:
         raise pytest.UsageError(f"perfsuite: {exc}") from None
     config.stash[SESSION_KEY] = SuiteSession(resolved, tuple(spec for spec, _ in options.variant_specs(config)))
     if options.uses_perfsuite(config):  # another repository's plain pytest: left as it is

@@ -13,9 +13,10 @@ import os
 import time
 import uuid
 
+from perfsuite.attention.modes import Mode
 from perfsuite.errors import BaselineError, IncomparableRuns
 from perfsuite.gate.baseline import INCOMPLETE_KEY, coverage_note, resolve_baseline
-from perfsuite.gate.compare import benchmark_key
+from perfsuite.gate.compare import BenchmarkKey
 from perfsuite.gate.flow import GateOutcome, judge_saved_runs
 from perfsuite.gate.stats import SEPARATE_RUNS_MIN_EFFECT, GateSettings
 import perfsuite.history.capture as history_capture
@@ -96,7 +97,7 @@ class SuiteSession:
             self.failures.report(key, self.progress.running, f"per-case setup of {variant.name} on {case.id}", found)
         return _unwrap(found)
 
-    def evidence(self, variant, case, mode: str = "forward") -> Evidence:
+    def evidence(self, variant, case, mode: str = Mode.FORWARD) -> Evidence:
         """Gather evidence once per (variant, case, mode); its skip for every test, its error in full once.
 
         A variant that ``--perfsuite-isolate`` names has each (case, mode) probed in a child process
@@ -282,8 +283,7 @@ class SuiteSession:
         """A note when the compared baseline holds only some of this run's benchmarks."""
         if self.baseline is None or not self.results:
             return None
-        keys = [benchmark_key({"extra_info": {"variant": r.variant, "case": r.case_id, "mode": r.mode}})
-                for r in self.results.values()]
+        keys = [str(BenchmarkKey(r.variant, r.case_id, r.mode)) for r in self.results.values()]
         name = self.baseline_path.name if self.baseline_path else "(loaded)"
         return coverage_note(self.baseline, keys, name)
 

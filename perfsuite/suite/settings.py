@@ -4,7 +4,7 @@ Each setting has a command-line option (``--perfsuite-dtypes``) that wins over t
 key (``perfsuite_cpu_dtypes`` in ``benchmarks.ini`` or ``pyproject.toml``), which wins
 over the built-in default; shapes, dtypes and masks default to the chosen case set, and
 a case set named on the command line wins over the ini keys. Lists are separated by spaces or commas. A bad value raises
-``SettingsError`` naming the value, where it came from and what is allowed.
+``ConfigError`` naming the value, where it came from and what is allowed.
 """
 
 from __future__ import annotations
@@ -17,14 +17,11 @@ from typing import Callable
 from perfsuite.attention import cases
 from perfsuite.errors import ConfigError
 from perfsuite.attention.case_sets import get_case_set
-from perfsuite.attention.cases import AttentionCase
+from perfsuite.attention.cases import AttentionCase, Device
 from perfsuite.attention.modes import MODES, parse_mode
 from perfsuite.errors import DeviceTimingError
 from perfsuite.measure.device_timing import parse_timer
 from perfsuite.variants import get_variant, variant_names
-
-
-SettingsError = ConfigError  # the name tests and older code use
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +85,7 @@ class RawValue:
     (``benchmarks.ini``, ``-o``), a list of strings (``perfsuite_modes = ["forward", "backward"]``
     under ``[tool.pytest.ini_options]`` in ``pyproject.toml``), or a TOML integer, float or
     boolean (``perfsuite_seed = 3`` under ``[tool.pytest]``); it is normalised to one string,
-    list items joined by spaces. Raises ``SettingsError`` naming the value and ``source``
+    list items joined by spaces. Raises ``ConfigError`` naming the value and ``source``
     (key and file) for anything else: a table, or a list holding lists or tables.
     """
 
@@ -107,7 +104,7 @@ def config_text(value: object, source: str) -> str:
     """One setting's value as text: lists joined by spaces, numbers and booleans as written.
 
     Raises:
-        SettingsError: ``value`` is None, a table (dict), or a list with a non-scalar item;
+        ConfigError: ``value`` is None, a table (dict), or a list with a non-scalar item;
             the message names ``source`` and the value.
     """
     if isinstance(value, str):
@@ -118,14 +115,14 @@ def config_text(value: object, source: str) -> str:
         return str(value)
     if isinstance(value, (list, tuple)) and all(isinstance(item, _SCALARS) for item in value):
         return " ".join(config_text(item, source) for item in value)
-    raise SettingsError(f"{source}: value {value!r} of type {type(value).__name__} is not usable; give a string "
+    raise ConfigError(f"{source}: value {value!r} of type {type(value).__name__} is not usable; give a string "
                         "('forward backward') or a list of strings (['forward', 'backward'])")
 
 
 RawSettings = dict[str, RawValue]
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class SuiteSettings:
     """Resolved settings of one pytest run."""
 
@@ -153,19 +150,19 @@ def split_list(text: str) -> list[str]:
 def _parse_items(raw: RawValue, parse: Callable[[str], object], what: str) -> list:
     items = split_list(raw.value)
     if not items:
-        raise SettingsError(f"{raw.source} is empty; give at least one value ({what})")
+        raise ConfigError(f"{raw.source} is empty; give at least one value ({what})")
     parsed = []
     for item in items:
         try:
             parsed.append(parse(item))
         except ValueError as exc:
-            raise SettingsError(f"{raw.source}: {exc}") from None
+            raise ConfigError(f"{raw.source}: {exc}") from None
     return parsed
 
 
 def _resolve_devices(raw: RawSettings, cuda_available: bool) -> tuple[str, ...]:
     if raw["devices"].value.strip().lower() == "auto":
-        return ("cuda",) if cuda_available else ("cpu",)
+        return (Device.CUDA,) if cuda_available else (Device.CPU,)
     return tuple(dict.fromkeys(_parse_items(raw["devices"], cases.parse_device, "cpu or cuda")))
 
 
@@ -216,7 +213,7 @@ def _parse_seed(raw: RawSettings) -> int:
     except ValueError:
         seed = -1
     if seed < 0:
-        raise SettingsError(f"{raw['seed'].source}: seed {value!r} is not a non-negative integer")
+        raise ConfigError(f"{raw['seed'].source}: seed {value!r} is not a non-negative integer")
     return seed
 
 
@@ -224,13 +221,13 @@ def _parse_timer(raw: RawSettings) -> str:
     try:
         return parse_timer(raw["timer"].value)
     except DeviceTimingError as exc:
-        raise SettingsError(f"{raw['timer'].source}: {exc}") from None
+        raise ConfigError(f"{raw['timer'].source}: {exc}") from None
 
 
 def _parse_switch(raw: RawSettings, name: str) -> bool:
     value = raw[name].value.strip().lower()
     if value not in ("on", "off"):
-        raise SettingsError(f"{raw[name].source}: {raw[name].value!r} is not on or off")
+        raise ConfigError(f"{raw[name].source}: {raw[name].value!r} is not on or off")
     return value == "on"
 
 
@@ -255,7 +252,7 @@ def _resolve_cases(raw: RawSettings, devices: tuple[str, ...], case_set_name: st
             found += cases.build_cases(list(dict.fromkeys(shapes)), list(dict.fromkeys(dtypes)), device,
                                        list(dict.fromkeys(masks)), raw["combinations"].value.strip().lower())
         except ValueError as exc:
-            raise SettingsError(f"{raw['combinations'].source}: {exc}") from None
+            raise ConfigError(f"{raw['combinations'].source}: {exc}") from None
     combined = "" if raw["combinations"].value.strip().lower() == "all" else ", pairwise combinations"
     return found, "; ".join(dict.fromkeys(sources)) + combined
 
@@ -270,13 +267,13 @@ def _resolve_isolate(raw: RawSettings, variants: tuple[str, ...], user_variants:
     if words == ["user"]:
         return tuple(v for v in variants if v in user_variants)
     if any(w in ISOLATE_WORDS for w in words):
-        raise SettingsError(f"{raw['isolate'].source}: {', '.join(ISOLATE_WORDS)} stand alone; or give variant names")
+        raise ConfigError(f"{raw['isolate'].source}: {', '.join(ISOLATE_WORDS)} stand alone; or give variant names")
     names = tuple(dict.fromkeys(v.name for v in _parse_items(raw["isolate"], get_variant, "variant names")))
     return tuple(v for v in variants if v in names)
 
 
 def resolve(raw: RawSettings, cuda_available: bool, user_variants: tuple[str, ...] = ()) -> SuiteSettings:
-    """Build ``SuiteSettings`` from raw values; raises ``SettingsError`` on a bad one.
+    """Build ``SuiteSettings`` from raw values; raises ``ConfigError`` on a bad one.
 
     ``user_variants``: names of the variants loaded from ``--perfsuite-variant`` and entry
     points (``perfsuite.variants.user.loaded_user_variants``), which ``isolate=user`` probes.
@@ -285,7 +282,7 @@ def resolve(raw: RawSettings, cuda_available: bool, user_variants: tuple[str, ..
     try:
         get_case_set(case_set_name)
     except ValueError as exc:
-        raise SettingsError(f"{raw['case_set'].source}: {exc}") from None
+        raise ConfigError(f"{raw['case_set'].source}: {exc}") from None
     devices = _resolve_devices(raw, cuda_available)
     resolved_cases, cases_from = _resolve_cases(raw, devices, case_set_name)
     if raw["extra_cases"].value.strip() and not raw["cases"].value.strip():

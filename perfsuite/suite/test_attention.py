@@ -8,6 +8,8 @@ that cannot run a case (or has no backward) is skipped with the reason torch gav
 import pytest
 import torch
 
+from perfsuite.attention.cases import Device
+from perfsuite.attention.modes import Mode
 from perfsuite.measure import compile_stats, contention, speed_reference
 from perfsuite.trace.kernel_families import (FLEX_FUSED_FAMILY, SDPA_BACKEND_FAMILIES, backend_kernel_families,
                                              fused_kernel_failure, is_unfused_attention_work, kernel_family)
@@ -26,13 +28,13 @@ def test_matches_float64_reference(mode_evidence):
     assert failure is None, failure
 
 
-def test_score_copies_per_forward(attention_evidence):
+def test_score_copies_per_step(attention_evidence):
     """naive copies the masked score matrix once per forward; the others never copy it."""
     evidence = attention_evidence
     if evidence.case.head_dim == evidence.case.seq_len_kv and evidence.expected_score_copies == 0:
         pytest.skip("head_dim == seq_len_kv: a copy of the output has the score matrix's shape")
     assert len(evidence.steps) == ACTIVE_STEPS, f"profiler recorded {len(evidence.steps)} forwards in {evidence.trace_path}"
-    lanes = ["cpu", "device"] if evidence.case.device == "cuda" else ["cpu"]
+    lanes = ["cpu", "device"] if evidence.case.device == Device.CUDA else ["cpu"]
     for lane in lanes:
         copies = evidence.score_copies(lane)
         expected = [evidence.expected_score_copies] * ACTIVE_STEPS
@@ -84,9 +86,9 @@ def test_scores_saved_for_backward(variant, case, perfsuite_run):
 
     Variants that depend on the case (sdpa's dispatch, Inductor's pattern matching, users' own
     functions by default) declare nothing and are only reported (``saved for bwd`` column)."""
-    if "forward_backward" not in perfsuite_run.settings.modes:
+    if Mode.FORWARD_BACKWARD not in perfsuite_run.settings.modes:
         pytest.skip("mode forward_backward is not selected (--perfsuite-modes)")
-    evidence = perfsuite_run.evidence(variant, case, "forward_backward")
+    evidence = perfsuite_run.evidence(variant, case, Mode.FORWARD_BACKWARD)
     saved, expected = evidence.saved_for_backward, variant.saves_scores_for_backward
     if case.head_dim * case.seq_len_q == case.seq_len_q * case.seq_len_kv:
         pytest.skip("head_dim == seq_len_kv: the output has as many elements as the scores")
@@ -119,7 +121,7 @@ def test_pinned_backend_runs_its_own_fused_kernel(attention_evidence):
     """On CUDA a pinned SDPA backend runs its own fused kernel family (flash, cutlass, cuDNN; AOTriton
     or CK on ROCm) and nothing unfused: a silent fallback fails with the kernel names."""
     evidence = attention_evidence
-    if evidence.case.device != "cuda":
+    if evidence.case.device != Device.CUDA:
         pytest.skip("kernel families are read from the device lane; this case runs on the CPU")
     expected = backend_kernel_families(evidence.variant.sdpa_backend, rocm=torch.version.hip is not None)
     for step in evidence.steps:
@@ -136,7 +138,7 @@ def compiled_flex(variant):
 def test_compiled_flex_runs_its_fused_triton_kernel(attention_evidence):
     """On CUDA compiled flex_attention runs Inductor's fused attention template (``triton_tem_*``)."""
     evidence = attention_evidence
-    if evidence.case.device != "cuda":
+    if evidence.case.device != Device.CUDA:
         pytest.skip("on the CPU Inductor's flex_attention is C++, not a Triton kernel")
     for step in evidence.steps:
         failure = fused_kernel_failure(step.kernels, (FLEX_FUSED_FAMILY,))
@@ -166,7 +168,7 @@ def test_benchmark(mode_evidence, benchmark, perfsuite_run, request):
     benchmark.group = case.id
     benchmark.extra_info.update(benchmark_extra_info(evidence))
     before = compile_stats.snapshot()
-    on_cpu = case.device == "cpu"
+    on_cpu = case.device == Device.CPU
     speed_before = speed_reference.reference_ms() if on_cpu else None  # the machine's speed, beside the rounds
     with contention.Probe() as probe:  # reads /proc before and after, never inside the timed rounds
         timing, info = benchmark_step(benchmark, evidence.step, case.device, run.timer,

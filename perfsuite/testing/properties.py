@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from perfsuite.attention.cases import AttentionCase
+from perfsuite.attention.cases import AttentionCase, Device
 from perfsuite.measure.evidence import bind, check_output, run_once
 from perfsuite.attention.inputs import AttentionInputs, make_inputs
 from perfsuite.attention.masks import AttentionMask, fully_masked_rows, mask_kind
@@ -221,7 +221,7 @@ def check_score_copies(variant: Variant, case: AttentionCase, seed: int) -> str 
     run_once(variant, case, forward)
     with tempfile.TemporaryDirectory() as scratch:
         forwards = profile_steps(forward, case.device, Path(scratch) / "trace.json.gz")
-    lane = "device" if case.device == "cuda" else "cpu"
+    lane = "device" if case.device == Device.CUDA else "cpu"
     counts = [f.copies_of_shape(case.score_shape, lane) for f in forwards]
     expected = variant.expected_score_copies(case.hides_keys)
     if counts != [expected] * len(forwards):

@@ -21,7 +21,7 @@ import os
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from perfsuite.attention.cases import AttentionCase
+from perfsuite.attention.cases import AttentionCase, Device
 from perfsuite.attention.masks import PLAIN_KINDS, mask_kind
 
 PROFILE_ENV = "PERFSUITE_HYPOTHESIS_PROFILE"
@@ -75,7 +75,7 @@ def mask_kinds(draw, kinds: tuple[str, ...] = PLAIN_KINDS + ("window",)) -> str:
 @st.composite
 def attention_cases(
     draw,
-    devices: tuple[str, ...] = ("cpu",),
+    devices: tuple[str, ...] = (Device.CPU,),
     dtypes: tuple[str, ...] = ("fp32",),
     masks: tuple[str, ...] = PLAIN_KINDS + ("window",),
     max_seq_len: int = 24,
@@ -96,7 +96,7 @@ def attention_cases(
         num_heads=num_kv_heads * groups,
         seq_len_q=seq_len_q,
         seq_len_kv=seq_len_kv,
-        head_dim=draw(st.sampled_from(CUDA_HEAD_DIMS if device == "cuda" else HEAD_DIMS)),
+        head_dim=draw(st.sampled_from(CUDA_HEAD_DIMS if device == Device.CUDA else HEAD_DIMS)),
         dtype=draw(st.sampled_from(dtypes)),
         device=device,
         mask=draw(mask_kinds(masks)),

@@ -51,7 +51,7 @@ class CopyRecord:
     types: tuple[str, ...] = ()
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class WindowSummary:
     """What one annotated window (one forward, one profiler step) did.
 

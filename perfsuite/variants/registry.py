@@ -13,16 +13,17 @@ import inspect
 from typing import Any, Callable, Mapping
 
 
+from perfsuite.attention.cases import DEVICES
 from perfsuite.attention.contract import PrepareFn, VariantFn
+from perfsuite.attention.reference import FullyMaskedRows
 from perfsuite.errors import did_you_mean
 
 _POSITIONAL = ("query", "key", "value")
 _KEYWORD_ONLY = ("mask", "scale")
-FULLY_MASKED_ROW_RESULTS = ("zeros", "nan", "finite", "any")
-DEVICES = ("cpu", "cuda")
+FULLY_MASKED_ROW_RESULTS = tuple(FullyMaskedRows)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Variant:
     """A registered attention implementation.
 
@@ -31,8 +32,8 @@ class Variant:
     ``copies_scores_when_masked``: True when the implementation is expected to copy the
     ``[batch, num_heads, seq_len_q, seq_len_kv]`` score matrix once per forward that hides
     keys (the out-of-place ``masked_fill`` of the post); the profiler test asserts it.
-    ``fully_masked_rows``: what the variant returns for a query that sees no key:
-    ``"zeros"`` (SDPA's ``_safe_softmax`` semantics, the reference's), ``"nan"`` (a plain
+    ``fully_masked_rows``: what the variant returns for a query that sees no key
+    (a ``FullyMaskedRows`` value): ``"zeros"`` (SDPA's ``_safe_softmax`` semantics, the reference's), ``"nan"`` (a plain
     softmax over all ``-inf``), ``"finite"`` (some finite value, as libraries that mask with
     a large negative number return: the mean of the values, or anything else) or ``"any"`` (finite
     or not: a large negative mask value plus a negative score can overflow to ``-inf`` in fp16, and
@@ -67,7 +68,7 @@ class Variant:
     description: str
     sdpa_backend: str | None = None
     copies_scores_when_masked: bool = False
-    fully_masked_rows: str = "zeros"
+    fully_masked_rows: str = FullyMaskedRows.ZEROS
     prepare: PrepareFn | None = None
     compiled: bool = False
     forward_only: str | None = None
@@ -122,7 +123,7 @@ def register_variant(
     *,
     sdpa_backend: str | None = None,
     copies_scores_when_masked: bool = False,
-    fully_masked_rows: str = "zeros",
+    fully_masked_rows: str = FullyMaskedRows.ZEROS,
     prepare: PrepareFn | None = None,
     compiled: bool = False,
     forward_only: str | Mapping[str, str] | None = None,
@@ -151,11 +152,11 @@ def register_variant(
             raise ValueError(f"fully_masked_rows={fully_masked_rows!r}; allowed: {', '.join(FULLY_MASKED_ROW_RESULTS)}")
         anywhere, per_device = _forward_only(name, forward_only)
         check_signature(name, fn)
-        _REGISTRY[name] = Variant(name, fn, description, sdpa_backend, copies_scores_when_masked, fully_masked_rows,
-                                  prepare, compiled, anywhere, saves_scores_for_backward, fused, per_device,
-                                  property_tests)
-        if wraps or preload:
-            _REGISTRY[name] = dataclasses.replace(_REGISTRY[name], wraps=wraps, preload=preload)
+        _REGISTRY[name] = Variant(
+            name=name, fn=fn, description=description, sdpa_backend=sdpa_backend,
+            copies_scores_when_masked=copies_scores_when_masked, fully_masked_rows=fully_masked_rows, prepare=prepare,
+            compiled=compiled, forward_only=anywhere, saves_scores_for_backward=saves_scores_for_backward, fused=fused,
+            forward_only_on=per_device, property_tests=property_tests, wraps=wraps, preload=preload)
         return fn
 
     return decorate

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from perfsuite.attention.cases import AttentionCase, Shape, build_cases, covering_pairs, parse_case_id, parse_device, parse_dtype, parse_masks, parse_shape
+from perfsuite.attention.cases import DEVICES, AttentionCase, Device, Shape, build_cases, covering_pairs, parse_case_id, parse_device, parse_dtype, parse_masks, parse_shape
 
 
 def test_case_ids_name_shape_dtype_mask_and_device():
@@ -56,7 +56,9 @@ def test_parse_dtype_aliases_and_rejects_unknown():
 
 
 def test_parse_device_and_masks():
-    assert parse_device("CUDA") == "cuda"
+    assert parse_device("CUDA") is Device.CUDA == "cuda"
+    assert DEVICES == tuple(Device) == ("cpu", "cuda")
+    assert parse_case_id("b1h2s16d8-fp32-causal-cpu").device is Device.CPU
     with pytest.raises(ValueError, match="'tpu'.*allowed: cpu, cuda"):
         parse_device("tpu")
     assert parse_masks("both") == ("causal", "noncausal")

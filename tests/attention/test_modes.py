@@ -9,7 +9,7 @@ from perfsuite.attention.cases import parse_case_id
 from perfsuite.attention.cost_model import MODE_FLOP_FACTOR, forward_flop, mode_bytes, mode_flop
 from perfsuite.measure.evidence import VariantUnsupported, gather_evidence, prepare_case
 from perfsuite.attention.inputs import make_grad_output, make_inputs
-from perfsuite.attention.modes import make_step, parse_mode
+from perfsuite.attention.modes import MODES, Mode, make_step, parse_mode
 from perfsuite.attention.reference import compare_gradients, reference_gradients
 from perfsuite.variants import Variant, get_variant
 
@@ -75,7 +75,7 @@ def test_nan_rows_variant_gradients_are_not_compared_and_say_why(tmp_path):
 
 
 def test_forward_only_variant_skips_backward_modes_with_its_reason(tmp_path):
-    variant = Variant("fwd_only", get_variant("naive_inplace").fn, "test", forward_only="it mutates softmax's output")
+    variant = Variant(name="fwd_only", fn=get_variant("naive_inplace").fn, description="test", forward_only="it mutates softmax's output")
     prepared = prepare_case(variant, CASE, 0)
     with pytest.raises(VariantUnsupported, match="fwd_only has no backward( on cpu)?: it mutates softmax's output"):
         gather_evidence(variant, CASE, 0, tmp_path, "backward", prepared)
@@ -83,7 +83,8 @@ def test_forward_only_variant_skips_backward_modes_with_its_reason(tmp_path):
 
 
 def test_parse_mode_names_the_bad_value():
-    assert parse_mode(" Forward_Backward ") == "forward_backward"
+    assert parse_mode(" Forward_Backward ") is Mode.FORWARD_BACKWARD == "forward_backward"
+    assert MODES == tuple(Mode) == ("forward", "backward", "forward_backward")
     with pytest.raises(ValueError, match="mode 'fwd' is not supported; allowed: forward, backward, forward_backward"):
         parse_mode("fwd")
 

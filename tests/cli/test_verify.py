@@ -12,7 +12,7 @@ JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 <testsuites><testsuite name="pytest" tests="3">
 <testcase classname="perfsuite.suite.test_attention" name="test_pinned_backend_runs_its_own_fused_kernel[sdpa_flash-b8h16s1024d64-bf16-causal-cuda]" time="0.1"/>
 <testcase classname="perfsuite.suite.test_attention" name="test_pinned_backend_runs_its_own_fused_kernel[sdpa_cudnn-b8h16s1024d64-bf16-causal-cuda]" time="0.1">{failure}</testcase>
-<testcase classname="perfsuite.suite.test_attention" name="test_score_copies_per_forward[flex_eager-b8h16s1024d64-bf16-causal-cuda]" time="0.1"><skipped type="pytest.skip" message="no kernel | here"/></testcase>
+<testcase classname="perfsuite.suite.test_attention" name="test_score_copies_per_step[flex_eager-b8h16s1024d64-bf16-causal-cuda]" time="0.1"><skipped type="pytest.skip" message="no kernel | here"/></testcase>
 </testsuite></testsuites>
 """
 FAILURE = '<failure message="sdpa_cudnn on b8h16s1024d64-bf16-causal-cuda: no kernel of fused attention: cuDNN ran">trace</failure>'
@@ -20,8 +20,10 @@ ENV = {"torch": "2.13.0", "torch.version.cuda": "12.6", "torch.version.hip": Non
 
 
 def result(**changes):
-    base = BenchmarkResult("sdpa_flash", "b8h16s1024d64-bf16-causal-cuda", "cuda", 2 * 10**12, 10**9, 0.010, 10, 1,
-                           "kernels", 0, 0, 0, 1e-3, True, timer="cuda_event", wall_median_s=0.012, device_median_s=0.010)
+    base = BenchmarkResult(variant="sdpa_flash", case_id="b8h16s1024d64-bf16-causal-cuda", device="cuda",
+                           flop=2 * 10**12, bytes_moved=10**9, median_s=0.010, rounds=10, work_per_step=1,
+                           work_unit="kernels", score_copies_per_step=0, allocated_bytes=0, peak_bytes=0,
+                           max_abs_error=1e-3, correct=True, timer="cuda_event", wall_median_s=0.012, device_median_s=0.010)
     return dataclasses.replace(base, **changes)
 
 

@@ -1,4 +1,4 @@
-"""Every --benchmark-compare use is checked (issue 14, item 3), and partial runs are refused as baselines (item 2)."""
+"""Every --benchmark-compare use is checked (test path, missing, corrupt, coverage), and partial runs are refused as baselines."""
 
 import json
 

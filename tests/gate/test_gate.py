@@ -14,8 +14,8 @@ from perfsuite.gate.compare import (UNPAIRED_METHOD, BenchmarkComparison, check_
                                     gate_failed, load_benchmark_file)
 from perfsuite.measure.evidence import gather_evidence
 from perfsuite.trace.structure import diff_fingerprints, fingerprint
-from perfsuite.gate.stats import (CONTENDED_VERDICT, GateSettings, RatioEstimate, SequentialPlan, paired_ratio,
-                                  unpaired_ratio, verdict)
+from perfsuite.gate.stats import (CONTENDED_VERDICT, GateSettings, RatioEstimate, SequentialPlan, pair_log_ratios,
+                                  unpaired_ratio, verdict, wilcoxon_interval)
 from perfsuite.variants import get_variant
 
 SETTINGS = GateSettings(alpha=0.01, min_effect=0.03)
@@ -29,6 +29,12 @@ def blocks(rng, ratio, n_blocks=12, rounds=8, noise=0.05, drift=0.0):
         base.append(list(level * np.exp(rng.normal(0, noise, rounds))))
         head.append(list(level * ratio * np.exp(rng.normal(0, noise, rounds))))
     return base, head
+
+
+def paired_ratio(base_blocks, head_blocks, alpha):
+    """The A/B estimate at one look: the signed-rank interval of the block pairs' log-ratios."""
+    centre, low, high = wilcoxon_interval(pair_log_ratios(base_blocks, head_blocks), alpha)
+    return RatioEstimate(np.exp(centre), np.exp(low), np.exp(high), len(base_blocks), "paired")
 
 
 def test_exact_samples_give_exact_answers():
@@ -315,6 +321,16 @@ def test_the_verdict_line_says_whether_contention_or_the_machine_s_speed_kept_a_
     assert lines[(busy.note,)].endswith("WARNING: 1 timed under contention, not judged")
     assert lines[(speed.note, busy.note)].endswith(
         "WARNING: 2 timed under contention or (1 of them) at another machine speed than the baseline, not judged")
+
+
+def test_calibration_slowdown_is_python_api_only(capsys):
+    """The injected slowdown is no ``perfsuite ab`` option; the validation tool sets it on ``Side``."""
+    for option in ("--head-slowdown", "--slow-variant"):
+        with pytest.raises(SystemExit):
+            main(["ab", option, "0.3"])
+        assert f"unrecognized arguments: {option}" in capsys.readouterr().err
+    head = Side(Path("."), slowdown=0.3, slow_variant="sdpa")
+    assert (head.slowdown_for("sdpa"), head.slowdown_for("naive"), Side(Path(".")).slowdown_for("sdpa")) == (0.3, 0.0, 0.0)
 
 
 def test_bad_sequential_options_name_the_value(capsys):

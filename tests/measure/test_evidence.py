@@ -14,7 +14,7 @@ CASE = AttentionCase(1, 2, 32, 32, 16, "fp32", "cpu", "causal")
 
 
 def variant(name, fn, fully_masked_rows="zeros"):
-    return Variant(name, fn, "test-only variant", fully_masked_rows=fully_masked_rows)
+    return Variant(name=name, fn=fn, description="test-only variant", fully_masked_rows=fully_masked_rows)
 
 
 def test_every_dtype_has_a_tolerance():
@@ -183,7 +183,7 @@ def _raises(error):
     def attention(query, key, value, *, mask, scale):
         raise error
 
-    return Variant("raiser", attention, "raises")
+    return Variant(name="raiser", fn=attention, description="raises")
 
 
 def _inductor_wrapped():
@@ -222,11 +222,11 @@ def test_other_errors_are_not_turned_into_skips():
 
 def test_an_undeclared_score_copy_fails_naming_the_op_and_what_to_do(tmp_path):
     """The suite's copy check on naive's code registered without declarations (as a user's function is)."""
-    from perfsuite.suite.test_attention import test_score_copies_per_forward
+    from perfsuite.suite.test_attention import test_score_copies_per_step
 
     evidence = gather_evidence(variant("plain_naive", get_variant("naive").fn, "nan"), CASE, 0, tmp_path)
     with pytest.raises(AssertionError) as failure:
-        test_score_copies_per_forward(evidence)
+        test_score_copies_per_step(evidence)
     message = str(failure.value)
     assert "score-sized copies in the first step: aten::clone [1x2x32x32]" in message
     assert "masked_fill_" in message and "copies_scores_when_masked=True" in message

@@ -1,4 +1,4 @@
-"""A variant that crashes the process costs only its own results (issue 14, item 4): the probe."""
+"""A variant that crashes the process costs only its own results: the probe."""
 
 import sys
 import textwrap
@@ -13,7 +13,7 @@ CRASHY = textwrap.dedent('''
     import torch
     from perfsuite.variants.registry import register_variant
 
-    @register_variant("crashy_issue14", "segfaults on long sequences, aborts in backward")
+    @register_variant("crashy_variants", "segfaults on long sequences, aborts in backward")
     def crashy(query, key, value, *, mask, scale):
         if query.shape[2] > 8:
             ctypes.string_at(0)  # a segfault, as inside a broken compiled kernel
@@ -27,13 +27,13 @@ CRASHY = textwrap.dedent('''
 
 @pytest.mark.slow
 def test_a_crash_in_the_child_names_the_pair_and_signal_and_the_other_pairs_still_run(tmp_path, monkeypatch):
-    (tmp_path / "crashy_issue14.py").write_text(CRASHY)
+    (tmp_path / "crashy_variants.py").write_text(CRASHY)
     monkeypatch.syspath_prepend(str(tmp_path))
     pairs = [("b1h2s4d8-fp32-noncausal-cpu", "forward"), ("b1h2s16d8-fp32-noncausal-cpu", "forward"),
              ("b1h2s4d8-fp32-noncausal-cpu", "backward"), ("b1h2s3d8-fp32-noncausal-cpu", "forward"),
              ("b1h2s4d8-fp32-noncausal-cuda", "forward")]
     started = time.perf_counter()
-    outcomes = probe("crashy_issue14", pairs, seed=0, specs=["crashy_issue14:crashy"])
+    outcomes = probe("crashy_variants", pairs, seed=0, specs=["crashy_variants:crashy"])
     elapsed_s = time.perf_counter() - started
     status = {pair: outcomes[pair].status for pair in pairs}
     assert status == {pairs[0]: "ok", pairs[1]: "crashed", pairs[2]: "crashed", pairs[3]: "error",

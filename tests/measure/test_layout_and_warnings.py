@@ -1,4 +1,4 @@
-"""Output layout recorded and compared, transposed-last-dimension cases, skip reasons, variant warnings (issue 14, items 6-7)."""
+"""Output layout recorded and compared, transposed-last-dimension cases, skip reasons, variant warnings."""
 
 import warnings
 
@@ -56,7 +56,7 @@ def warns_on_first_call(query, key, value, *, mask, scale):
 def test_a_variants_warnings_are_recorded_and_shown_once_with_the_variant_named(tmp_path, monkeypatch):
     """Before: recorded by run_once and dropped."""
     monkeypatch.setattr(evidence_module, "_ANNOUNCED", set())
-    variant = Variant("noisy", warns_on_first_call, "test-only")
+    variant = Variant(name="noisy", fn=warns_on_first_call, description="test-only")
     case = AttentionCase(1, 2, 8, 8, 8, "fp32", "cpu", "causal")
     with warnings.catch_warnings(record=True) as shown:
         warnings.simplefilter("always")

@@ -1,4 +1,4 @@
-"""Score accounting names what it counts (issue 14, item 9): written, of which copies, casts, mask expansions."""
+"""Score accounting names what it counts: written, of which copies, casts, mask expansions."""
 
 import pytest
 import torch
@@ -135,7 +135,7 @@ def expanded_mask(query, key, value, *, mask, scale):
 
 
 def profiled(fn, case, tmp_path):
-    variant = fn if isinstance(fn, Variant) else Variant(fn.__name__, fn, "test-only variant")
+    variant = fn if isinstance(fn, Variant) else Variant(name=fn.__name__, fn=fn, description="test-only variant")
     forward = bind(variant, make_inputs(case, 0))
     forward()
     trace = record_trace(forward, case.device, tmp_path / "trace.json.gz")

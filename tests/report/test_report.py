@@ -34,15 +34,15 @@ def test_a_pytest_benchmark_file_is_read_from_its_extra_info(tmp_path):
     run = load_run(EXAMPLE)
     first = run.results[0]
     info = {"variant": first.variant, "case": first.case_id, "case_fields": {"device": "cpu"}, "flop": first.flop,
-            "bytes_read": first.bytes_moved, "bytes_written": 0, "cpu_ops_per_forward": 45, "kernels_per_forward": 0,
-            "score_copies_per_forward": 1, "allocated_bytes_per_forward": 10, "peak_memory_bytes": 5,
+            "bytes_read": first.bytes_moved, "bytes_written": 0, "cpu_ops_per_step": 45, "kernels_per_step": 0,
+            "score_copies_per_step": 1, "allocated_bytes_per_step": 10, "peak_memory_bytes": 5,
             "max_abs_error": 1e-7, "correct": True}
     saved = {"machine_info": {"perfsuite": {"torch_version": "2.13.0"}},
              "benchmarks": [{"extra_info": info, "stats": {"median": 0.002, "rounds": 7}}, {"extra_info": {}, "stats": {}}]}
     path = tmp_path / "0001_x.json"
     path.write_text(json.dumps(saved))
     [result] = load_run(path).results
-    assert (result.variant, result.median_s, result.work_per_forward, result.score_copies_per_forward) == (first.variant, 0.002, 45, 1)
+    assert (result.variant, result.median_s, result.work_per_step, result.score_copies_per_step) == (first.variant, 0.002, 45, 1)
 
 
 @pytest.mark.parametrize("content, message", [

@@ -1,4 +1,4 @@
-"""Each run's traces are listed apart, with how the run ended (issue 14, item 2)."""
+"""Each run's traces are listed apart, with how the run ended."""
 
 from perfsuite.report.trace_manifest import TraceManifest, read_manifest
 

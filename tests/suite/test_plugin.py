@@ -78,10 +78,10 @@ def test_timed_run_saves_a_baseline_with_extra_info_and_a_table(project):
     assert saved["machine_info"]["perfsuite"]["torch_version"]
     infos = {(b["extra_info"]["variant"], b["extra_info"]["mode"]): b["extra_info"] for b in saved["benchmarks"]}
     assert {v for v, _ in infos} == {"naive", "naive_inplace", "sdpa", "sdpa_math", "sdpa_flash"}
-    assert {v: i["score_copies_per_forward"] for (v, m), i in infos.items() if m == "forward"} == {
+    assert {v: i["score_copies_per_step"] for (v, m), i in infos.items() if m == "forward"} == {
         "naive": 1, "naive_inplace": 0, "sdpa": 0, "sdpa_math": 0, "sdpa_flash": 0,
     }
-    # score accounting (issue 14): the post's findings restated, stored for the table and the fingerprint
+    # score accounting: the post's findings restated, stored for the table and the fingerprint
     assert {v: i["score_accounting"]["copies"] for (v, m), i in infos.items() if m == "forward"} == {
         "naive": 1.0, "naive_inplace": 0.0, "sdpa": 0.0, "sdpa_math": 0.0, "sdpa_flash": 0.0,
     }

@@ -1,4 +1,4 @@
-"""Setup errors once, crash probes per variant, progress of a run (issue 14, items 2, 4, 5)."""
+"""Setup errors once, crash probes per variant, progress of a run."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""Nothing lost, nothing misleading, end to end (issue 14): interrupted runs, crashes, setup errors, baselines."""
+"""Nothing lost, nothing misleading, end to end: interrupted runs, crashes, setup errors, baselines."""
 
 import json
 import os
@@ -111,9 +111,9 @@ CRASHY = textwrap.dedent('''
 
 def test_a_crashing_variant_costs_only_its_own_results(project, monkeypatch):
     """Before: the abort killed pytest: no table, no run.json, every other variant's results lost."""
-    project.makepyfile(crashy_issue14=CRASHY)
+    project.makepyfile(crashy_variants=CRASHY)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(project.path)] + sys.path))
-    result = project.runpytest_subprocess(TINY, "--perfsuite-variant", "crashy_issue14:crashy",
+    result = project.runpytest_subprocess(TINY, "--perfsuite-variant", "crashy_variants:crashy",
                                           "--perfsuite-variants=naive,crashy")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     output = result.stdout.str()
@@ -140,9 +140,9 @@ BROKEN_SETUP = textwrap.dedent('''
 
 def test_a_setup_error_is_reported_in_full_once_per_variant_and_case_then_referenced(project, monkeypatch):
     """Before: the whole output re-raised by every test of the case (a 54,000-line log for 4 failing cases)."""
-    project.makepyfile(broken_issue14=BROKEN_SETUP)
+    project.makepyfile(broken_setup=BROKEN_SETUP)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(project.path)] + sys.path))
-    result = project.runpytest_subprocess(TINY, "--perfsuite-variant", "broken_issue14:broken",
+    result = project.runpytest_subprocess(TINY, "--perfsuite-variant", "broken_setup:broken",
                                           "--perfsuite-variants=broken_setup", "--perfsuite-isolate=none",
                                           "--benchmark-disable")
     assert result.ret == pytest.ExitCode.TESTS_FAILED

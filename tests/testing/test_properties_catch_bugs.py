@@ -13,7 +13,7 @@ from perfsuite.variants.naive import expand_kv_heads, naive_attention
 
 
 def broken(name, fn):
-    return Variant(name, fn, "broken on purpose", fully_masked_rows="nan")
+    return Variant(name=name, fn=fn, description="broken on purpose", fully_masked_rows="nan")
 
 
 def leaks_future_keys(query, key, value, *, mask, scale):
@@ -108,6 +108,6 @@ def test_shift_invariance_catches_clamped_scores():
 
 
 def test_structure_catches_a_hidden_copy_of_the_scores():
-    sneaky = Variant("sneaky_inplace", copies_scores, "broken on purpose")
+    sneaky = Variant(name="sneaky_inplace", fn=copies_scores, description="broken on purpose")
     message = caught(properties.check_score_copies, sneaky, attention_cases(contiguous=True))
     assert "score-sized copies per forward [1, 1], expected 0" in message

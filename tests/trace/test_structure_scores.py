@@ -1,4 +1,4 @@
-"""The fingerprint carries the score accounting (issue 14, item 9)."""
+"""The fingerprint carries the score accounting: score-sized writes, copies, casts and mask expansions."""
 
 from perfsuite.attention.cases import AttentionCase
 from perfsuite.trace.structure import diff_fingerprints, fingerprint

@@ -1,4 +1,4 @@
-"""Declarations real attention libraries need (issue 14, item 8), and --perfsuite-variant naming one function."""
+"""Declarations real attention libraries need (fully masked rows, compiled, property tests), and --perfsuite-variant naming one function."""
 
 import sys
 import textwrap
@@ -38,9 +38,9 @@ def returns_nan_rows(query, key, value, *, mask, scale):
 def test_finite_rows_are_a_declaration_the_equivalence_check_honours():
     inputs = make_inputs(NO_KEY_ROWS, 0)
     output = large_negative_mask(inputs.query, inputs.key, inputs.value, mask=inputs.mask, scale=inputs.scale)
-    as_zeros = Variant("lib", large_negative_mask, "test-only")
+    as_zeros = Variant(name="lib", fn=large_negative_mask, description="test-only")
     assert "expected" in check_output(as_zeros, NO_KEY_ROWS, inputs, output, "lib").failure  # zeros: fails
-    declared = Variant("lib", large_negative_mask, "test-only", fully_masked_rows="finite")
+    declared = Variant(name="lib", fn=large_negative_mask, description="test-only", fully_masked_rows="finite")
     assert check_output(declared, NO_KEY_ROWS, inputs, output, "lib").failure is None
     bad = returns_nan_rows(inputs.query, inputs.key, inputs.value, mask=inputs.mask, scale=inputs.scale)
     failure = check_output(declared, NO_KEY_ROWS, inputs, bad, "lib").failure
@@ -48,15 +48,15 @@ def test_finite_rows_are_a_declaration_the_equivalence_check_honours():
 
 
 def test_finite_rows_leave_gradients_uncompared_with_the_reason(tmp_path):
-    declared = Variant("lib", large_negative_mask, "test-only", fully_masked_rows="finite")
+    declared = Variant(name="lib", fn=large_negative_mask, description="test-only", fully_masked_rows="finite")
     evidence = gather_evidence(declared, NO_KEY_ROWS, 0, tmp_path, "backward")
     assert evidence.comparison is None and "fully_masked_rows='finite'" in evidence.not_compared
 
 
 def test_finite_rows_are_left_out_of_the_masked_key_property():
-    declared = Variant("lib", large_negative_mask, "test-only", fully_masked_rows="finite")
+    declared = Variant(name="lib", fn=large_negative_mask, description="test-only", fully_masked_rows="finite")
     assert ALL_CHECKS["masked_keys_do_not_matter"](declared, NO_KEY_ROWS, 0) is None
-    undeclared = Variant("lib", large_negative_mask, "test-only")
+    undeclared = Variant(name="lib", fn=large_negative_mask, description="test-only")
     assert "changed when it changed" in ALL_CHECKS["masked_keys_do_not_matter"](undeclared, NO_KEY_ROWS, 0)
 
 
@@ -80,32 +80,32 @@ def test_a_bad_forward_only_declaration_is_named(value, message):
 
 def test_an_internally_compiled_variant_can_declare_property_tests():
     case = AttentionCase(1, 2, 8, 8, 8, "fp32", "cpu", "causal")
-    compiled = Variant("c", large_negative_mask, "test-only", compiled=True)
+    compiled = Variant(name="c", fn=large_negative_mask, description="test-only", compiled=True)
     assert "declare property_tests=True" in applicable("matches_reference", compiled, case)
-    declared = Variant("c", large_negative_mask, "test-only", compiled=True, property_tests=True)
+    declared = Variant(name="c", fn=large_negative_mask, description="test-only", compiled=True, property_tests=True)
     assert applicable("matches_reference", declared, case) is None
-    opted_out = Variant("e", large_negative_mask, "test-only", property_tests=False)
+    opted_out = Variant(name="e", fn=large_negative_mask, description="test-only", property_tests=False)
     assert "property_tests=False" in applicable("matches_reference", opted_out, case)
 
 
 MODULE = textwrap.dedent('''
     from perfsuite.variants.registry import register_variant
 
-    @register_variant("issue14_fast", "the one named")
+    @register_variant("declared_fast", "the one named")
     def fast(query, key, value, *, mask, scale):
         return query
 
-    @register_variant("issue14_slow", "not named", forward_only="declared by its decorator")
+    @register_variant("declared_slow", "not named", forward_only="declared by its decorator")
     def slow(query, key, value, *, mask, scale):
         return query
 ''')
 
 
 def test_a_spec_registers_only_the_named_function_of_a_module_and_keeps_the_others_declarations(tmp_path, monkeypatch):
-    (tmp_path / "issue14_variants.py").write_text(MODULE)
+    (tmp_path / "declared_variants.py").write_text(MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, "issue14_variants", raising=False)
-    assert load_variant_spec("issue14_variants:fast") == "issue14_fast"
-    assert "issue14_fast" in registry.variant_names() and "issue14_slow" not in registry.variant_names()
-    assert load_variant_spec("issue14_variants:slow") == "issue14_slow"  # named later: its declaration is back
-    assert get_variant("issue14_slow").forward_only == "declared by its decorator"
+    monkeypatch.delitem(sys.modules, "declared_variants", raising=False)
+    assert load_variant_spec("declared_variants:fast") == "declared_fast"
+    assert "declared_fast" in registry.variant_names() and "declared_slow" not in registry.variant_names()
+    assert load_variant_spec("declared_variants:slow") == "declared_slow"  # named later: its declaration is back
+    assert get_variant("declared_slow").forward_only == "declared by its decorator"

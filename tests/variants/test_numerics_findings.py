@@ -55,7 +55,7 @@ def test_the_suite_runs_every_forward_without_autograd():
     inputs = make_inputs(case, seed=0)
     inputs = inputs.replace(query=inputs.query.requires_grad_())
     with torch.enable_grad():
-        bind(Variant("spy", spy, "records grad mode"), inputs)()
+        bind(Variant(name="spy", fn=spy, description="records grad mode"), inputs)()
     assert seen == [False]
 
 

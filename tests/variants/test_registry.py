@@ -76,3 +76,12 @@ def test_a_user_function_with_an_extra_keyword_with_a_default_is_accepted_and_ru
 
     with pytest.raises(TypeError, match="chunk without a default"):
         register_variant("test_only_required", "bad")(required)
+
+
+def test_devices_and_fully_masked_row_results_are_the_attention_layer_s():
+    from perfsuite.attention import cases, reference
+
+    assert registry.DEVICES is cases.DEVICES
+    assert registry.FULLY_MASKED_ROW_RESULTS == tuple(reference.FullyMaskedRows)
+    with pytest.raises(ValueError, match="fully_masked_rows='zero'; allowed: zeros, nan, finite, any"):
+        registry.register_variant("bad_rows", "test-only", fully_masked_rows="zero")(get_variant("naive").fn)

@@ -1,10 +1,11 @@
+"""Suite settings resolved once: defaults, precedence of options over ini keys, case sets, errors naming the source."""
+
 from pathlib import Path
 
 import pytest
 
+from perfsuite.errors import ConfigError
 from perfsuite.suite import settings
-from perfsuite.report.results import BenchmarkResult, SkippedResult, markdown_table
-from perfsuite.units import format_bytes
 
 
 def raw(ini=None, **options):
@@ -25,7 +26,7 @@ def test_defaults_pick_cpu_without_cuda_and_cuda_with_it():
 
 def test_modes_and_compiled_cases_resolve_with_their_precedence():
     assert settings.resolve(raw(modes="backward, forward"), cuda_available=False).modes == ("backward", "forward")
-    with pytest.raises(settings.SettingsError, match="mode 'fwd' is not supported"):
+    with pytest.raises(ConfigError, match="mode 'fwd' is not supported"):
         settings.resolve(raw(modes="fwd"), cuda_available=False)
     compiled = {"compiled_cases": "b1h1s8d8-fp32-causal-cpu"}
     assert [c.id for c in settings.resolve(raw(compiled), False).compiled_cases] == ["b1h1s8d8-fp32-causal-cpu"]
@@ -60,7 +61,7 @@ def test_pairwise_combinations_cut_the_product_and_say_so():
     pairwise = settings.resolve(raw(ini=dict(product, combinations="pairwise")), cuda_available=False)
     assert len(full.cases) == 12 and len(pairwise.cases) == 6 and set(pairwise.cases) < set(full.cases)
     assert pairwise.cases_from.endswith(", pairwise combinations") and "pairwise" not in full.cases_from
-    with pytest.raises(settings.SettingsError, match="^option combinations: combinations 'half': expected one of"):
+    with pytest.raises(ConfigError, match="^option combinations: combinations 'half': expected one of"):
         settings.resolve(raw(combinations="half"), cuda_available=False)
 
 
@@ -73,49 +74,10 @@ def test_every_case_set_resolves_on_both_devices():
 
 
 def test_errors_name_the_source():
-    with pytest.raises(settings.SettingsError, match=r"^option dtypes: dtype 'fp9'"):
+    with pytest.raises(ConfigError, match=r"^option dtypes: dtype 'fp9'"):
         settings.resolve(raw(dtypes="fp9"), cuda_available=False)
-    with pytest.raises(settings.SettingsError, match="option case_set: case set 'huge' is unknown; known: smoke"):
+    with pytest.raises(ConfigError, match="option case_set: case set 'huge' is unknown; known: smoke"):
         settings.resolve(raw(case_set="huge"), cuda_available=False)
-
-
-def result(median_s, correct=True):
-    return BenchmarkResult("naive", "b1h1s8d8-fp32-causal-cpu", "cpu", 2_000_000, 1000, median_s, 10, 45, "ops", 1,
-                           4 * 1024 * 1024, 3 * 1024, 1.5e-7, correct)
-
-
-def test_markdown_table_rows_and_skips():
-    text = markdown_table([result(0.002), result(None, correct=False)], [SkippedResult("sdpa_cudnn", "c", "no kernel")])
-    lines = text.splitlines()
-    # a row read from a run saved before score accounting: its old copy count, the writes unknown
-    assert lines[2] == "| naive | forward | b1h1s8d8-fp32-causal-cpu | 2.000 | - | - | - | 0.001 | 45 ops | ? (1 copy) | 4.0 MiB | 3.0 KiB | - | 1.5e-07 | - |"
-    assert lines[3].split(" | ")[3] == "not timed" and lines[3].endswith("FAIL | - |")
-    assert lines[-1] == "- `sdpa_cudnn` on `c` (forward): no kernel"
-
-
-def test_score_writes_and_output_layout_cells_name_what_they_count():
-    import dataclasses
-
-    row = dataclasses.replace(result(0.002), score_written=6.0, score_copies=0.0, score_casts=1.5,
-                              score_mask_expansions=1.0, output_layout="dense as [B, Sq, H, D]")
-    cells = markdown_table([row], []).splitlines()[2].split(" | ")
-    assert cells[9] == "6 (0 copies, 1.50 casts, 1 mask expansion)" and cells[-1] == "dense as [B, Sq, H, D] |"
-
-
-def test_a_partial_run_heads_its_table_and_lists_crashes():
-    from perfsuite.report.results import CrashedResult
-
-    text = markdown_table([result(0.002)], [], [CrashedResult("crashy", "c", "backward", "signal SIGABRT; ...\nmore")],
-                          "interrupted (KeyboardInterrupt): 1 of 6 benchmarks finished")
-    assert text.startswith("**Partial run**: interrupted (KeyboardInterrupt): 1 of 6 benchmarks finished.")
-    assert text.splitlines()[-1] == "- `crashy` on `c` (backward): signal SIGABRT; ..."
-
-
-def test_rates_and_bytes():
-    assert result(0.002).achieved_tflops == pytest.approx(1e-3)
-    assert result(0.002).achieved_gbps == pytest.approx(5e-4)
-    assert result(None).achieved_tflops is None
-    assert format_bytes(512) == "512 B" and format_bytes(3 * 1024**3) == "3.0 GiB"
 
 
 def test_timer_flush_and_graph_settings():
@@ -123,35 +85,10 @@ def test_timer_flush_and_graph_settings():
     assert (default.timer, default.l2_flush, default.cuda_graphs) == ("host", True, False)
     chosen = settings.resolve(raw(timer="kernel", l2_flush="off", cuda_graphs="on"), cuda_available=False)
     assert (chosen.timer, chosen.l2_flush, chosen.cuda_graphs) == ("kernel", False, True)
-    with pytest.raises(settings.SettingsError, match="option timer: timer 'cupti' is not one of host, cuda_event, kernel"):
+    with pytest.raises(ConfigError, match="option timer: timer 'cupti' is not one of host, cuda_event, kernel"):
         settings.resolve(raw(timer="cupti"), cuda_available=False)
-    with pytest.raises(settings.SettingsError, match="ini l2_flush: 'yes' is not on or off"):
+    with pytest.raises(ConfigError, match="ini l2_flush: 'yes' is not on or off"):
         settings.resolve(raw({"l2_flush": "yes"}), cuda_available=False)
-
-
-def test_table_shows_wall_device_and_their_difference_for_device_timed_rows():
-    import dataclasses
-
-    timed = dataclasses.replace(result(0.002), timer="cuda_event", wall_median_s=0.0025, device_median_s=0.002)
-    host_only = markdown_table([result(0.002)], []).splitlines()
-    assert "device ms" not in host_only[0]
-    lines = markdown_table([timed, result(0.003)], []).splitlines()
-    assert lines[0].endswith("| timer | wall ms | device ms | wall - device ms |")
-    assert lines[2].endswith("| cuda_event | 2.500 | 2.000 | 0.500 |")
-    assert lines[3].endswith("| host | - | - | - |")
-def test_the_run_ends_with_a_warning_naming_contended_benchmarks():
-    import dataclasses
-
-    from perfsuite.suite.session import contention_warning
-
-    quiet = dataclasses.replace(result(0.002), contended=False)
-    loaded = dataclasses.replace(result(0.004), variant="sdpa", contended=True,
-                                 contention_reasons=("threads waited for a CPU 40% of the wall time (limit 5%)",))
-    assert contention_warning([quiet]) == []
-    first, named = contention_warning([quiet, loaded])
-    assert first.startswith("perfsuite: WARNING: 1 of 2 timings are not trustworthy")
-    assert named == ("perfsuite:   sdpa forward b1h1s8d8-fp32-causal-cpu: threads waited for a CPU 40% of the wall "
-                     "time (limit 5%)")
 
 
 def test_compiled_adapters_run_on_the_cases_both_lists_share():
