@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from conftest import make_run
+from history_records import make_run
 from perfsuite.cli.main import main
 from perfsuite.history import open_store
 
