@@ -91,7 +91,7 @@ def perfsuite(repo, *args, check=False):
     return sh(repo / ".venv" / "bin" / "perfsuite", *args, cwd=repo, check=check)
 
 
-def test_three_commits_show_three_points_and_the_regression_with_its_cause(repo, request):
+def test_three_commits_show_three_points_and_the_regression_with_its_cause(repo, new_postgresql_url):
     shas = [commit(repo, "base", ATTENTION)]
     timed = perfsuite(repo, "run", *TIMED, check=True)
     added = re.search(r"perfsuite: history: recorded 1 benchmark\(s\) in (\S+) \(([\d.]+) s\)", timed.stdout)
@@ -158,12 +158,10 @@ def test_three_commits_show_three_points_and_the_regression_with_its_cause(repo,
     assert "0 run(s) added, 2 already in the store" in again.stdout, again.stdout
 
     # the same history on a real PostgreSQL server: the saved runs imported, the same points and change points
-    from conftest import postgresql_url
-
     on_sqlite = json.loads(perfsuite(repo, "history", "show", BENCH, "--json", check=True).stdout)
     detected = perfsuite(repo, "history", "detect", "--confirm", "1", "--min-effect", "5")
 
-    url = postgresql_url(request)
+    url = new_postgresql_url()
     perfsuite(repo, "history", "--store", url, "import", ".benchmarks", "ab.json", check=True)
     on_postgresql = json.loads(perfsuite(repo, "history", "--store", url, "show", BENCH, "--json", check=True).stdout)
     assert [p["sha"] for p in on_postgresql[0]["points"]] == shas
