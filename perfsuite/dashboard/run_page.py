@@ -60,7 +60,7 @@ def _notes(run: SavedRun) -> list[Finding]:
             notes.append(Finding("bad", f"{r.variant} on {r.case_id} ({r.mode}): wrong result, max abs error "
                                         f"{r.max_abs_error:.3g}" if r.max_abs_error is not None else
                                         f"{r.variant} on {r.case_id} ({r.mode}): wrong result"))
-    copying = sorted({r.variant for r in run.results if r.mode == "forward" and r.score_copies_per_forward})
+    copying = sorted({r.variant for r in run.results if r.mode == "forward" and r.score_copies_per_step})
     if copying:
         notes.append(Finding("warn", "copy the score matrix in the forward: " + ", ".join(copying)))
     contended = [r for r in run.results if r.contended]
@@ -105,7 +105,7 @@ def run_dashboard(run: SavedRun) -> Dashboard:
     device = next((r.device for r in run.results), "cpu")
     torch = str(run.machine.get("torch_version", "?"))
     timed = _timed(run)
-    checks = checks_from((r.variant, r.case_id, device, torch, r.score_copies_per_forward, None)
+    checks = checks_from((r.variant, r.case_id, device, torch, r.score_copies_per_step, None)
                          for r in run.results if r.mode == "forward")
     detail = {"header": list(HEADER), "rows": [table_row(r) for r in run.results],
               "skipped": [f"{s.variant} on {s.case_id}: {s.reason}" for s in run.skipped]}

@@ -95,7 +95,7 @@ def benchmark_from_json(bench: Mapping[str, Any]) -> BenchmarkRecord:
         mode=mode, device=(info.get("case_fields") or {}).get("device"), timer=info.get("timer", "host"),
         rounds_s=rounds, median_s=median, wall_median_s=info.get("wall_median_s"),
         device_median_s=info.get("device_median_s"), tflops=tflops, gbps=gbps, flop=flop, bytes_moved=moved or None,
-        score_copies=scores.get("copies", info.get("score_copies_per_forward")), structure=info.get("fingerprint"),
+        score_copies=scores.get("copies", info.get("score_copies_per_step")), structure=info.get("fingerprint"),
         contended=contention.get("contended") if contention else None, contention=contention,
         speed_reference=info.get("speed_reference"), extra=extra)
 

@@ -68,7 +68,7 @@ def test_import_is_idempotent_and_skips_files_that_are_not_runs(tmp_path, capsys
              "benchmarks": [{"fullname": "t[x]", "stats": {"median": 1e-3, "data": [1e-3, 1.1e-3]},
                              "extra_info": {"variant": "naive", "case": "c-cpu", "mode": "forward",
                                             "case_fields": {"device": "cpu"}, "flop": 10, "bytes_read": 4,
-                                            "bytes_written": 4, "score_copies_per_forward": 1}}]}
+                                            "bytes_written": 4, "score_copies_per_step": 1}}]}
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / "0001_run.json").write_text(json.dumps(saved))
     (tmp_path / "runs" / "notes.json").write_text("[1, 2]")

@@ -99,8 +99,8 @@ def test_the_reasons_come_in_one_short_line_too():
 def test_the_terminal_names_each_contended_benchmark_in_one_short_line():
     from perfsuite.report.results import BenchmarkResult, contention_lines
 
-    unset = dict.fromkeys(("device", "flop", "bytes_moved", "median_s", "rounds", "work_per_forward", "work_unit",
-                           "score_copies_per_forward", "allocated_bytes", "peak_bytes", "max_abs_error", "correct"))
+    unset = dict.fromkeys(("device", "flop", "bytes_moved", "median_s", "rounds", "work_per_step", "work_unit",
+                           "score_copies_per_step", "allocated_bytes", "peak_bytes", "max_abs_error", "correct"))
     row = BenchmarkResult(variant="naive", case_id="b1h2s16d8-fp32-causal-cpu", mode="forward", contended=True, **unset,
                           contention_reasons=("the process's 2 threads waited for a CPU 60% of the wall time, "
                                               "summed over threads (limit 5%)", "load average 3.00 before, ..."),

@@ -140,8 +140,8 @@ def test_report_takes_a_saved_run_s_number_as_compare_does(tmp_path, monkeypatch
     run = load_run(EXAMPLE)
     first = run.results[0]
     info = {"variant": first.variant, "case": first.case_id, "case_fields": {"device": "cpu"}, "flop": first.flop,
-            "bytes_read": first.bytes_moved, "bytes_written": 0, "cpu_ops_per_forward": 45, "kernels_per_forward": 0,
-            "score_copies_per_forward": 1, "allocated_bytes_per_forward": 10, "peak_memory_bytes": 5,
+            "bytes_read": first.bytes_moved, "bytes_written": 0, "cpu_ops_per_step": 45, "kernels_per_step": 0,
+            "score_copies_per_step": 1, "allocated_bytes_per_step": 10, "peak_memory_bytes": 5,
             "max_abs_error": 1e-7, "correct": True}
     saved = tmp_path / ".benchmarks" / "Linux-CPython-3.11-64bit"
     saved.mkdir(parents=True)
