@@ -40,7 +40,8 @@ class Worker:
     def setup(self, request: dict) -> dict:
         from perfsuite.attention.cases import parse_case_id
         from perfsuite.attention.modes import GRADIENT_MODES, make_step
-        from perfsuite.measure.evidence import VariantUnsupported, prepare_case, run_once
+        from perfsuite.measure.refusals import VariantUnsupported
+        from perfsuite.measure.evidence import prepare_case, run_once
         from perfsuite.measure.profiling import profile_steps
         from perfsuite.measure.timing import synchronized
         from perfsuite.trace.structure import fingerprint

@@ -1,4 +1,4 @@
-"""Run one variant on one case in one mode: can it run, is it correct, what did the profiler see.
+"""Gather the evidence for one variant on one case in one mode: can it run, is it correct, what did the profiler see.
 
 A variant is prepared once per case (inputs drawn, ``prepare`` run: block masks built,
 ``torch.compile`` set up) and its evidence gathered once per mode; both are shared by the
@@ -8,9 +8,7 @@ work and a compiled variant compiles once per case and grad mode.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import re
 import time
 import warnings
 from pathlib import Path
@@ -22,58 +20,21 @@ from perfsuite.measure import compile_stats
 from perfsuite.attention.cases import AttentionCase
 from perfsuite.measure.compile_stats import CompileActivity
 from perfsuite.attention.inputs import AttentionInputs, make_grad_output, make_inputs
-from perfsuite.attention.masks import fully_masked_rows
-from perfsuite.attention.modes import GRADIENT_MODES, Step, StepResult, make_step
+from perfsuite.attention.modes import GRADIENT_MODES, Step, make_step
+from perfsuite.attention.reference import Comparison
+from perfsuite.measure.correctness import compare_result
+from perfsuite.measure.layout import describe_layout
 from perfsuite.measure.profiling import record_trace, step_annotation
+from perfsuite.measure.refusals import (UNSUPPORTED_RE, VariantUnsupported, device_unavailable_reason,
+                                        machine_limit_reason, unsupported_reason)
 from perfsuite.measure.score_accounting import ScoreAccounting, account_windows
 from perfsuite.measure.saved_tensors import SavedForBackward, measure_saved
-from perfsuite.attention.reference import (REFERENCE_BLOCK_BYTES, Comparison, compare_gradients, compare_with_reference,
-                                          UNDEFINED_ROW_RESULTS, reference_attention, tolerances)
 from perfsuite.measure.timing import synchronized
+from perfsuite.measure.warnings_capture import announce_warnings, announced_once, shown_warnings
 from perfsuite.trace.summary import WindowSummary, summarize_windows
 from perfsuite.variants import Variant
 from perfsuite.variants.registry import VariantFn
 from perfsuite.variants.unsupported import CaseUnsupported
-
-# Messages with which torch refuses a case it has no kernel for (not a bug of the variant).
-_UNSUPPORTED_RE = re.compile(r"No available kernel|No viable backend|not implemented for '\w+'|does not support backward on")
-# Refusals of the machine rather than of torch's dispatch: cuDNN's frontend finding no execution
-# plan for the graph (a shape/dtype/GPU combination its heuristics do not cover), and Triton or
-# Inductor kernels needing more shared memory or registers than this GPU has, or autotuning
-# finding no kernel that fits. Each is a skip whose reason says which, never a pass or a failure.
-_MACHINE_LIMITS = (
-    (re.compile(r"No execution plans? (support|supports|found)|cudnn.*no (valid )?execution plan", re.IGNORECASE),
-     "cuDNN has no execution plan for this case on this GPU"),
-    (re.compile(r"OutOfResources|out of resource: (shared memory|registers)", re.IGNORECASE),
-     "a Triton kernel needs more shared memory or registers than this GPU has"),
-    (re.compile(r"NoValidChoicesError|No choices to select", re.IGNORECASE),
-     "Inductor's autotuning found no kernel choice that runs on this GPU"),
-)
-
-
-def _messages(exc: BaseException) -> str:
-    """The exception's type and message and those of its causes (Inductor wraps Triton's errors)."""
-    parts, seen, current = [], set(), exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        parts.append(f"{type(current).__name__}: {current}")
-        current = current.__cause__ or current.__context__
-    return "\n".join(parts)
-
-
-def machine_limit_reason(exc: BaseException) -> str | None:
-    """Why ``exc`` is this machine's limit (``_MACHINE_LIMITS``) with the error's first line, or None."""
-    text = _messages(exc)
-    for pattern, why in _MACHINE_LIMITS:
-        match = pattern.search(text)
-        if match:
-            line = next((part for part in text.splitlines() if pattern.search(part)), match.group(0))
-            return f"{why}; torch: '{line.strip()[:300]}'"
-    return None
-
-
-class VariantUnsupported(Exception):
-    """The variant cannot run this case on this machine; the message says why (not which pair)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,57 +112,6 @@ def bind(variant: Variant, inputs: AttentionInputs) -> Callable[[], torch.Tensor
     return forward
 
 
-def device_unavailable_reason(device: str) -> str | None:
-    if device == "cuda" and not torch.cuda.is_available():
-        return "device cuda is not available on this machine (torch.cuda.is_available() is False)"
-    return None
-
-
-class VariantWarning(UserWarning):
-    """A warning a variant raised on its first call, re-issued once per process with the variant named."""
-
-
-_ANNOUNCED: set[tuple[str, str]] = set()
-_TRIGGERED_RE = re.compile(r"\s*\(Triggered internally at [^)]*\)\.?")
-
-
-def warning_line(caught: warnings.WarningMessage) -> str:
-    """``UserWarning: <first line of the message> (file.py:12)``, without torch's ``Triggered internally`` note."""
-    text = _TRIGGERED_RE.sub("", str(caught.message)).strip().splitlines()
-    where = f"{Path(caught.filename).name}:{caught.lineno}"
-    return f"{caught.category.__name__}: {text[0] if text else ''} ({where})"
-
-
-def shown_warnings(caught: list[warnings.WarningMessage]) -> list[str]:
-    """Lines of the warnings worth showing: not our own ``VariantWarning``s, and not torch's deprecation
-    notices about its own internals (``torch.jit.script_method`` while ``torch.compile`` sets up)."""
-    lines = []
-    for found in caught:
-        if issubclass(found.category, VariantWarning):
-            continue
-        if issubclass(found.category, (DeprecationWarning, PendingDeprecationWarning)) and "torch" in Path(found.filename).parts:
-            continue
-        lines.append(warning_line(found))
-    return list(dict.fromkeys(lines))
-
-
-def announce_warnings(variant: Variant, lines: list[str]) -> None:
-    """Re-issue each warning line as a ``VariantWarning`` naming the variant, once per process."""
-    for line in lines:
-        if (variant.name, line) not in _ANNOUNCED:
-            _ANNOUNCED.add((variant.name, line))
-            warnings.warn(VariantWarning(f"variant {variant.name} warned on its first call: {line}"), stacklevel=3)
-
-
-@contextlib.contextmanager
-def announced_once(variant: Variant):
-    """Record warnings raised inside; show each once per variant and message (``announce_warnings``)."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        yield
-    announce_warnings(variant, shown_warnings(caught))
-
-
 def run_once(variant: Variant, case: AttentionCase, forward: Callable[[], object],
              seen: list[str] | None = None) -> object:
     """First call of the forward; a refusal by torch becomes ``VariantUnsupported`` with its reasons.
@@ -226,7 +136,7 @@ def run_once(variant: Variant, case: AttentionCase, forward: Callable[[], object
             limit = machine_limit_reason(exc)
             if limit:
                 raise VariantUnsupported(f"{variant.name} on {case.device}: {limit}") from None
-            if not isinstance(exc, (RuntimeError, NotImplementedError)) or not _UNSUPPORTED_RE.search(str(exc)):
+            if not isinstance(exc, (RuntimeError, NotImplementedError)) or not UNSUPPORTED_RE.search(str(exc)):
                 raise
             raise VariantUnsupported(unsupported_reason(variant, case, exc, caught)) from None
     lines = shown_warnings(caught)
@@ -234,62 +144,6 @@ def run_once(variant: Variant, case: AttentionCase, forward: Callable[[], object
         seen += [line for line in lines if line not in seen]
     announce_warnings(variant, lines)
     return result
-
-
-def unsupported_reason(variant: Variant, case: AttentionCase, exc: Exception, caught: list) -> str:
-    """One line: the backend, the cause torch warned about (else the dtype/device), torch's error (first sentence).
-
-    A backend that refuses a case for its layout (``All fused kernels require the last dimension
-    of the input to have stride 1``) is reported with that cause, not as a missing dtype kernel.
-    """
-    error = str(exc).splitlines()[0].split(". ")[0].rstrip(".")
-    if "backward" in error:
-        return f"{variant.name} has no backward on {case.device} in torch {torch.__version__}; torch: '{error}'"
-    backend = f"SDPBackend.{variant.sdpa_backend}" if variant.sdpa_backend else "its kernels"
-    notes = list(dict.fromkeys(_TRIGGERED_RE.sub("", str(w.message)).strip().splitlines()[0] for w in caught
-                               if str(w.message).strip()))
-    causes = [n for n in notes if not n.rstrip().endswith("because:")]
-    if causes:
-        return f"{backend} refuses this case on {case.device}: {' | '.join(causes)}; torch: '{error}'"
-    return f"{backend} has no kernel for {case.dtype} on {case.device}; torch: '{error}'"
-
-
-_DIM_NAMES = ("B", "H", "Sq", "D")
-
-
-def describe_layout(tensor: torch.Tensor) -> str:
-    """``contiguous``; ``dense as [B, Sq, H, D]`` for a dense tensor in another dimension order
-    (outermost first, as a transposed ``[B, S, H, D]`` buffer); else ``strides (a, b, c, d)``."""
-    if tensor.is_contiguous():
-        return "contiguous"
-    order = sorted(range(tensor.dim()), key=lambda d: (-tensor.stride(d), -tensor.shape[d]))
-    names = _DIM_NAMES if tensor.dim() == 4 else tuple(f"d{i}" for i in range(tensor.dim()))
-    if tensor.permute(order).is_contiguous():
-        return f"dense as [{', '.join(names[d] for d in order)}]"
-    return f"strides {tuple(tensor.stride())}"
-
-
-def layout_differences(layouts_seen: list[tuple[str, str, str, str]]) -> list[str]:
-    """Lines naming the cases and modes where variants returned outputs of different layouts.
-
-    ``layouts_seen``: ``(variant, case_id, mode, output_layout)`` per evidence (``Evidence.layout_record``).
-    ``b1h2s8d4-fp32-causal-strided-cpu (forward): contiguous (sdpa_math); dense as [B, Sq, H, D] (sdpa_flash)``.
-    """
-    groups: dict[tuple[str, str], dict[str, list[str]]] = {}
-    for variant, case_id, mode, layout in layouts_seen:
-        if layout:
-            layouts = groups.setdefault((case_id, mode), {})
-            layouts.setdefault(layout, []).append(variant)
-    return [f"{case_id} ({mode}): " + "; ".join(f"{layout} ({', '.join(names)})" for layout, names in layouts.items())
-            for (case_id, mode), layouts in groups.items() if len(layouts) > 1]
-
-
-def check_output(variant: Variant, case: AttentionCase, inputs: AttentionInputs, output: torch.Tensor,
-                 label: str) -> Comparison:
-    """Compare ``output`` with the float64 reference, holding fully masked rows to the variant's rule."""
-    rows = fully_masked_rows(inputs.mask, case.score_shape)
-    expected = reference_attention(inputs)
-    return compare_with_reference(output, expected, label, rows, variant.fully_masked_rows, tolerances(inputs, expected))
 
 
 def prepare_case(variant: Variant, case: AttentionCase, seed: int) -> PreparedCase:
@@ -303,38 +157,6 @@ def prepare_case(variant: Variant, case: AttentionCase, seed: int) -> PreparedCa
     inputs = make_inputs(case, seed)
     fn = run_once(variant, case, lambda: variant.for_case(inputs))
     return PreparedCase(variant, case, inputs, make_grad_output(case, seed), fn)
-
-
-def _compare(prepared: PreparedCase, mode: str, result: StepResult, seed: int) -> tuple[Comparison | None, str | None]:
-    """The comparison with the float64 reference, or None and why not (NaN rows, out of memory)."""
-    try:
-        return _compare_with_reference(prepared, mode, result, seed)
-    except torch.OutOfMemoryError:
-        case = prepared.case
-        if case.device == "cuda":
-            torch.cuda.empty_cache()
-        return None, (f"not compared: the float64 reference of {case.id} ran out of {case.device} memory even in blocks "
-                      f"of {REFERENCE_BLOCK_BYTES} bytes of scores (perfsuite.attention.reference)")
-
-
-def _compare_with_reference(prepared: PreparedCase, mode: str, result: StepResult,
-                            seed: int) -> tuple[Comparison | None, str | None]:
-    variant, case, inputs = prepared.variant, prepared.case, prepared.inputs
-    in_mode = "" if mode == "forward" else f" in mode {mode}"
-    label = f"variant {variant.name} on case {case.id}{in_mode} (seed {seed})"
-    output = check_output(variant, case, inputs, result.output, label)
-    if result.gradients is None or output.failure:
-        return output, None
-    rows = int(fully_masked_rows(inputs.mask, case.score_shape).sum())
-    if variant.fully_masked_rows == "nan" and rows:
-        return None, (f"{variant.name} returns NaN for the {rows} query rows of this case that see no key, so its "
-                      "gradients are NaN everywhere: nothing to compare (the forward check holds those rows to NaN)")
-    if variant.fully_masked_rows in UNDEFINED_ROW_RESULTS and rows:
-        return None, (f"{variant.name} declares fully_masked_rows={variant.fully_masked_rows!r}: the {rows} query rows "
-                      "of this case that see no key may hold any value the reference does not define, so neither are "
-                      "the gradients: nothing to compare")
-    gradients = compare_gradients(result.gradients, inputs, prepared.grad_output, label)
-    return Comparison(max(output.max_abs_error, gradients.max_abs_error), gradients.failure), None
 
 
 def input_tensors(inputs: AttentionInputs) -> tuple[torch.Tensor, ...]:
@@ -364,7 +186,7 @@ def gather_evidence(variant: Variant, case: AttentionCase, seed: int, trace_dir:
     result = run_once(variant, case, synchronized(step, case.device), seen)
     first_call_s = time.perf_counter() - started
     compiled = compile_stats.since(before)
-    comparison, not_compared = _compare(prepared, mode, result, seed)
+    comparison, not_compared = compare_result(variant, case, prepared.inputs, prepared.grad_output, mode, result, seed)
     output_stride, output_layout = tuple(result.output.stride()), describe_layout(result.output)
     del result  # not held while profiling
     suffix = "" if mode == "forward" else f"-{mode}"

@@ -118,7 +118,8 @@ def _run_pairs(variant_name: str, pairs: list[tuple[str, str]], seed: int) -> No
     """The child: run each pair's first call, reporting it on stdout as it starts and ends."""
     from perfsuite.attention.cases import parse_case_id  # noqa: PLC0415 (child only)
     from perfsuite.attention.modes import make_step  # noqa: PLC0415
-    from perfsuite.measure.evidence import VariantUnsupported, prepare_case, run_once  # noqa: PLC0415
+    from perfsuite.measure.refusals import VariantUnsupported  # noqa: PLC0415
+    from perfsuite.measure.evidence import prepare_case, run_once  # noqa: PLC0415
     from perfsuite.measure.timing import synchronized  # noqa: PLC0415
     from perfsuite.variants import get_variant  # noqa: PLC0415
 

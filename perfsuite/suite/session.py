@@ -20,8 +20,9 @@ from perfsuite.gate.stats import SEPARATE_RUNS_MIN_EFFECT, GateSettings
 from perfsuite.measure.speed_reference import reference_of, run_spread
 from perfsuite.measure import machine
 from perfsuite.measure.cleanup import release_device_memory, release_exception_frames
-from perfsuite.measure.evidence import (Evidence, PreparedCase, VariantUnsupported, gather_evidence, layout_differences,
-                                       prepare_case)
+from perfsuite.measure.evidence import Evidence, PreparedCase, gather_evidence, prepare_case
+from perfsuite.measure.layout import layout_differences
+from perfsuite.measure.refusals import VariantUnsupported
 from perfsuite.measure.peaks import measured_peaks
 from perfsuite.report.results import (BenchmarkResult, CrashedResult, SkippedResult, contention_lines,
                                       result_from_benchmark, text_table, write_run)

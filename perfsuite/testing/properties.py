@@ -18,7 +18,8 @@ from pathlib import Path
 import torch
 
 from perfsuite.attention.cases import AttentionCase
-from perfsuite.measure.evidence import bind, check_output, run_once
+from perfsuite.measure.evidence import bind, run_once
+from perfsuite.measure.correctness import check_output
 from perfsuite.attention.inputs import AttentionInputs, make_inputs
 from perfsuite.attention.masks import AttentionMask, fully_masked_rows, mask_kind
 from perfsuite.measure.profiling import profile_steps

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from perfsuite.testing import properties
 from perfsuite.attention.cases import AttentionCase
-from perfsuite.measure.evidence import VariantUnsupported, bind, run_once
+from perfsuite.measure.refusals import VariantUnsupported
+from perfsuite.measure.evidence import bind, run_once
 from perfsuite.attention.inputs import make_inputs
 from perfsuite.testing.strategies import MASKS_HIDING_KEYS, attention_cases, seeds
 from perfsuite.variants import get_variant
