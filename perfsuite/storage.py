@@ -50,3 +50,23 @@ def read_json(path: Path, error: type[Exception], what: str) -> Any:
         raise error(f"{path}: no such {what}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise error(f"{path}: corrupt or truncated {what} ({exc})") from None
+
+
+# Versions of what perfsuite stores: each benchmark's ``extra_info`` (``suite/record.py``) and
+# ``run.json`` (``report/results.py``). A reader refuses a newer version (``check_schema_version``).
+EXTRA_INFO_SCHEMA_VERSION = 2
+RUN_SCHEMA_VERSION = 2
+
+
+def check_schema_version(found: Any, supported: int, what: str, error: type[Exception]) -> None:
+    """Raise ``error`` naming ``what`` and the version when ``found`` is not a schema version up to ``supported``.
+
+    A missing or non-integer version, or one newer than this perfsuite writes, is refused: a newer
+    record may hold fields whose meaning this reader does not know.
+    """
+    if not isinstance(found, int) or isinstance(found, bool) or found < 1:
+        raise error(f"{what}: schema_version {found!r} is not a perfsuite schema version (this perfsuite "
+                    f"reads versions 1 to {supported})")
+    if found > supported:
+        raise error(f"{what}: schema_version {found} is newer than this perfsuite reads ({supported}); "
+                    "upgrade perfsuite to read it")
