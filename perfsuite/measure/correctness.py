@@ -13,6 +13,60 @@ from perfsuite.attention.reference import (REFERENCE_BLOCK_BYTES, UNDEFINED_ROW_
 from perfsuite.variants import Variant
 
 
+class ContractViolation(AssertionError):
+    """A variant returned something the attention contract (``perfsuite.attention.contract``) does not allow."""
+
+
+def contract_failures(output: object, case: AttentionCase, inputs: AttentionInputs) -> list[str]:
+    """One line per way ``output`` breaks the contract: a ``torch.Tensor`` shaped ``[B, H, Sq, D]``
+    in the query's dtype and on its device. Empty when it keeps it."""
+    if not isinstance(output, torch.Tensor):
+        hint = " (return the attention output alone, not a tuple such as (output, weights))" if isinstance(output, tuple) else ""
+        return [f"returned {type(output).__name__}, not a torch.Tensor{hint}"]
+    expected = (case.batch, case.num_heads, case.seq_len_q, case.head_dim)
+    found = []
+    if tuple(output.shape) != expected:
+        found.append(f"returned shape {list(output.shape)}, expected [B, H, Sq, D] = {list(expected)}")
+    if output.dtype != inputs.query.dtype:
+        found.append(f"returned dtype {output.dtype}, expected the inputs' {inputs.query.dtype}")
+    if output.device != inputs.query.device:
+        found.append(f"returned a tensor on {output.device}, expected the inputs' device {inputs.query.device}")
+    return found
+
+
+def contract_checked(fn, variant: Variant, case: AttentionCase, inputs: AttentionInputs):
+    """``fn`` with its return value checked (``contract_failures``); raises ``ContractViolation``
+    naming the variant, the case and each mismatch. For checked calls only, never timed ones."""
+
+    def checked(*args, **kwargs):
+        output = fn(*args, **kwargs)
+        failures = contract_failures(output, case, inputs)
+        if failures:
+            raise ContractViolation(f"variant {variant.name} on case {case.id} breaks the attention contract: "
+                                    + "; ".join(failures))
+        return output
+
+    return checked
+
+
+NONFINITE_CHECK_CALLS = 6  # untimed calls after timing whose outputs are checked for NaN/inf
+
+
+def nonfinite_after_timing(step, calls: int = NONFINITE_CHECK_CALLS) -> str | None:
+    """Run ``step`` (a mode's step) ``calls`` more times, untimed, and say which call returned NaN
+    or infinity in its output, or None. For variants whose first output was finite: one that
+    returns NaN now and then (every third call) is caught here, outside the timed window."""
+    for index in range(1, calls + 1):
+        output = step().output
+        bad = ~torch.isfinite(output)
+        if bool(bad.any()):
+            nan = int(torch.isnan(output).sum())
+            return (f"call {index} of {calls} made after timing returned non-finite values ({nan} NaN, "
+                    f"{int(bad.sum()) - nan} infinite of {output.numel()}) although the first call's output was "
+                    "finite: the timed calls may have computed garbage")
+    return None
+
+
 def check_output(variant: Variant, case: AttentionCase, inputs: AttentionInputs, output: torch.Tensor,
                  label: str) -> Comparison:
     """Compare ``output`` with the float64 reference, holding fully masked rows to the variant's rule."""

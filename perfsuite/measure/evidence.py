@@ -22,7 +22,8 @@ from perfsuite.measure.compile_stats import CompileActivity
 from perfsuite.attention.inputs import AttentionInputs, make_grad_output, make_inputs
 from perfsuite.attention.modes import GRADIENT_MODES, Step, make_step
 from perfsuite.attention.reference import Comparison
-from perfsuite.measure.correctness import compare_result
+from perfsuite.measure.correctness import compare_result, contract_checked
+from perfsuite.measure.input_guard import check_and_restore, named_input_tensors, pristine_copy
 from perfsuite.measure.layout import describe_layout
 from perfsuite.measure.profiling import record_trace, step_annotation
 from perfsuite.measure.refusals import (UNSUPPORTED_RE, VariantUnsupported, device_unavailable_reason,
@@ -40,13 +41,20 @@ from perfsuite.variants.unsupported import CaseUnsupported
 @dataclasses.dataclass(frozen=True)
 class PreparedCase:
     """A variant bound to one case: its inputs, the gradient that seeds backward
-    (``[B, H, Sq, D]``) and the function ``Variant.for_case`` returned."""
+    (``[B, H, Sq, D]``) and the function ``Variant.for_case`` returned. ``pristine``: copies of
+    the inputs taken before the variant saw them (``perfsuite.measure.input_guard``), from
+    which the reference is computed and against which the inputs are checked."""
 
     variant: Variant
     case: AttentionCase
     inputs: AttentionInputs
     grad_output: torch.Tensor
     fn: VariantFn
+    pristine: AttentionInputs | None = None
+
+    def check_inputs(self) -> str | None:
+        """Which inputs the variant changed in place since the last check (restored), as a failure message."""
+        return check_and_restore(self.variant.name, self.inputs, self.pristine) if self.pristine is not None else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +72,9 @@ class Evidence:
     (``perfsuite.measure.score_accounting``). ``output_stride``: the strides of the output
     ``[B, H, Sq, D]`` in elements, ``output_layout`` their description (``describe_layout``).
     ``warnings``: what the variant warned on its first call of this mode, one line each.
+    ``modified_inputs``: the failure naming the inputs the variant changed in place during the
+    checked or profiled calls (restored since), else None. ``output_finite``: the first call's
+    output held no NaN or infinity. ``prepared``: the preparation the step runs on.
     """
 
     variant: Variant
@@ -82,6 +93,9 @@ class Evidence:
     output_stride: tuple[int, ...] = ()
     output_layout: str = ""
     warnings: tuple[str, ...] = ()
+    modified_inputs: str | None = None
+    output_finite: bool = True
+    prepared: PreparedCase | None = None
 
     @property
     def layout_record(self) -> tuple[str, str, str, str]:
@@ -155,17 +169,22 @@ def prepare_case(variant: Variant, case: AttentionCase, seed: int) -> PreparedCa
     if reason:
         raise VariantUnsupported(reason)
     inputs = make_inputs(case, seed)
+    pristine = pristine_copy(inputs)
     fn = run_once(variant, case, lambda: variant.for_case(inputs))
-    return PreparedCase(variant, case, inputs, make_grad_output(case, seed), fn)
+    return PreparedCase(variant, case, inputs, make_grad_output(case, seed), fn, pristine)
 
 
 def input_tensors(inputs: AttentionInputs) -> tuple[torch.Tensor, ...]:
     """Query, key, value and the mask's tensors (selection, bias, SDPA's mask): storages that are
     the case's inputs, never score matrices a forward saved (a ``[1, H, Sq, Skv]`` bias has as many
     elements as the scores at batch 1)."""
-    mask = inputs.mask
-    found = [inputs.query, inputs.key, inputs.value, mask.allowed, mask.masked_out, mask.additive, mask.sdpa_mask]
-    return tuple(t for t in found if isinstance(t, torch.Tensor))
+    return tuple(named_input_tensors(inputs).values())
+
+
+def _modified_failure(comparison: Comparison | None, modified: str) -> Comparison:
+    """A failed comparison naming the changed inputs, then what the reference check found."""
+    found = f"\nand against the reference from the unmodified inputs: {comparison.failure}" if comparison and comparison.failure else ""
+    return Comparison(comparison.max_abs_error if comparison else float("nan"), modified + found)
 
 
 def gather_evidence(variant: Variant, case: AttentionCase, seed: int, trace_dir: Path, mode: str = "forward",
@@ -180,13 +199,21 @@ def gather_evidence(variant: Variant, case: AttentionCase, seed: int, trace_dir:
     if mode in GRADIENT_MODES and no_backward:
         raise VariantUnsupported(f"{variant.name} has no backward on {case.device}: {no_backward}")
     prepared = prepared or prepare_case(variant, case, seed)
-    step = make_step(mode, prepared.fn, prepared.inputs, prepared.grad_output)
+    modified = prepared.check_inputs()  # by prepare, or by an earlier mode's calls
+    inputs, fn = prepared.inputs, prepared.fn
+    checked_step = make_step(mode, contract_checked(fn, variant, case, inputs), inputs, prepared.grad_output)
+    step = make_step(mode, fn, inputs, prepared.grad_output)  # timed: no check inside
     before, started = compile_stats.snapshot(), time.perf_counter()
     seen: list[str] = []
-    result = run_once(variant, case, synchronized(step, case.device), seen)
+    result = run_once(variant, case, synchronized(checked_step, case.device), seen)
     first_call_s = time.perf_counter() - started
     compiled = compile_stats.since(before)
-    comparison, not_compared = compare_result(variant, case, prepared.inputs, prepared.grad_output, mode, result, seed)
+    modified = prepared.check_inputs() or modified
+    reference_inputs = prepared.pristine or inputs
+    comparison, not_compared = compare_result(variant, case, reference_inputs, prepared.grad_output, mode, result, seed)
+    if modified:
+        comparison, not_compared = _modified_failure(comparison, modified), None
+    output_finite = bool(torch.isfinite(result.output).all())
     output_stride, output_layout = tuple(result.output.stride()), describe_layout(result.output)
     del result  # not held while profiling
     suffix = "" if mode == "forward" else f"-{mode}"
@@ -196,8 +223,12 @@ def gather_evidence(variant: Variant, case: AttentionCase, seed: int, trace_dir:
     with announced_once(variant):  # the profiled calls repeat the first call's warnings
         saved = measure_saved(step, case.score_shape, input_tensors(prepared.inputs)) if mode == "forward_backward" else None
         trace = record_trace(step, case.device, trace_path, annotation)
+    later = prepared.check_inputs()  # restores what the profiled calls changed
+    if later and not modified:  # a variant that changes its inputs only in later calls
+        modified = later
+        comparison, not_compared = _modified_failure(comparison, modified), None
     steps = summarize_windows(trace, annotation)
     accounting = account_windows(trace, annotation, case.score_shape, case.head_dim)
     return Evidence(variant, case, mode, comparison, not_compared, tuple(steps), trace_path, step,
                     first_call_s, compiled, compile_stats.since(before), saved, tuple(accounting),
-                    output_stride, output_layout, tuple(seen))
+                    output_stride, output_layout, tuple(seen), modified, output_finite, prepared)

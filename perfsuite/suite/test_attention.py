@@ -12,6 +12,7 @@ from perfsuite.measure import compile_stats, contention, speed_reference
 from perfsuite.trace.kernel_families import (FLEX_FUSED_FAMILY, SDPA_BACKEND_FAMILIES, backend_kernel_families,
                                              fused_kernel_failure, is_unfused_attention_work, kernel_family)
 from perfsuite.suite.record import benchmark_extra_info
+from perfsuite.measure.correctness import nonfinite_after_timing
 from perfsuite.measure.profiling import ACTIVE_STEPS
 from perfsuite.measure.device_timing import benchmark_step
 
@@ -164,6 +165,8 @@ def test_benchmark(mode_evidence, benchmark, perfsuite_run, request):
     case = evidence.case
     run = perfsuite_run.settings
     benchmark.group = case.id
+    if evidence.modified_inputs:
+        pytest.fail(f"not timed: {evidence.modified_inputs}", pytrace=False)
     benchmark.extra_info.update(benchmark_extra_info(evidence))
     before = compile_stats.snapshot()
     on_cpu = case.device == "cpu"
@@ -185,3 +188,17 @@ def test_benchmark(mode_evidence, benchmark, perfsuite_run, request):
     benchmark.extra_info["achieved_tflops"] = result.achieved_tflops
     benchmark.extra_info["achieved_gbps"] = result.achieved_gbps
     assert recompiled == 0, f"{evidence.variant.name} on {case.id} ({evidence.mode}): {recompiled} graph(s) compiled while timed"
+    _check_after_timing(evidence, timed=stats is not None)
+
+
+def _check_after_timing(evidence, timed: bool) -> None:
+    """Outside the timed window: the inputs unchanged (else restored, and the timing fails) and,
+    in a timed run whose first output was finite, the outputs of further calls finite."""
+    where = f"{evidence.variant.name} on {evidence.case.id} ({evidence.mode})"
+    changed = evidence.prepared.check_inputs() if evidence.prepared else None
+    if changed:
+        pytest.fail(f"{where}: timings ran on drifting inputs: {changed}", pytrace=False)
+    if timed and evidence.output_finite:
+        nonfinite = nonfinite_after_timing(evidence.step)
+        if nonfinite:
+            pytest.fail(f"{where}: {nonfinite}", pytrace=False)
