@@ -8,6 +8,8 @@ Runs the suite shipped in the package with the current directory as pytest's roo
 written here (``perfsuite-results/``, ``.benchmarks/``, named by your git commit). ``--check``
 skips timing (correctness and profiler checks only). Other arguments go to pytest, and the
 exit code is pytest's (0 passed, 1 failed, 2 interrupted, 4 usage error, 5 nothing collected).
+Ctrl-C or SIGTERM is passed on to pytest, which stops after the running test and saves what
+finished, marked partial; a second Ctrl-C stops it at once (nothing more is saved).
 pytest starts under the process conditions of every timed run (``perfsuite.measure.conditions``;
 an ``OMP_NUM_THREADS`` you exported is kept).
 """
@@ -15,10 +17,15 @@ an ``OMP_NUM_THREADS`` you exported is kept).
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Sequence
+
+_PR_SET_PDEATHSIG = 1  # prctl(2): the signal a child gets when its parent dies
 
 
 def add_command(commands) -> None:
@@ -35,4 +42,46 @@ def run_suite(args: argparse.Namespace) -> int:
     from perfsuite.suite.runner import suite_arguments
 
     command = [sys.executable, "-m", "pytest", *suite_arguments(Path.cwd(), not args.check, list(args.pytest_args))]
-    return subprocess.call(command, env={**os.environ, **required_env()})
+    return run_forwarding_signals(command, {**os.environ, **required_env()})
+
+
+def _interrupt_when_parent_dies() -> None:
+    """In the child, before exec: on Linux, get SIGINT if the wrapper dies (even of SIGKILL), so
+    pytest stops and saves as on Ctrl-C instead of running on as an orphan. Elsewhere nothing."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGINT)
+    except (OSError, AttributeError):
+        pass
+
+
+def run_forwarding_signals(command: Sequence[str], env: dict[str, str]) -> int:
+    """Run ``command`` and return its exit code, passing SIGINT and SIGTERM on to it as SIGINT.
+
+    The child runs in its own process group, so a terminal's Ctrl-C reaches it once, through
+    this wrapper (twice would stop pytest while it saves). The first signal asks it to stop
+    (pytest finishes the running test and saves, marked partial); a second one kills its
+    process group. A child killed by signal N gives ``128 + N``, as a shell reports it.
+    """
+    child = subprocess.Popen(list(command), env=env, process_group=0,
+                             preexec_fn=_interrupt_when_parent_dies if sys.platform == "linux" else None)
+    received: list[int] = []
+
+    def forward(signum, frame) -> None:
+        received.append(signum)
+        if len(received) == 1:
+            child.send_signal(signal.SIGINT)
+            return
+        print("perfsuite run: second interrupt: stopping pytest now; this run's results are not saved",
+              file=sys.stderr, flush=True)
+        try:
+            os.killpg(child.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        code = child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 128 - code if code < 0 else code
