@@ -70,3 +70,24 @@ def check_schema_version(found: Any, supported: int, what: str, error: type[Exce
     if found > supported:
         raise error(f"{what}: schema_version {found} is newer than this perfsuite reads ({supported}); "
                     "upgrade perfsuite to read it")
+
+
+def unwritable_directory_reason(path: str | Path) -> str | None:
+    """Why files cannot be written into the folder ``path`` (made if missing), or None when they can.
+
+    ``path`` or one of its parents is a file, or the folder (or the nearest existing parent, which
+    the missing ones would be made in) is not writable by this process.
+    """
+    path = Path(path)
+    current = path
+    while not current.exists():
+        if current.parent == current:
+            break
+        current = current.parent
+    if current.exists() and not current.is_dir():
+        which = "" if current == path else f" (a parent of {path})"
+        return f"{current}{which} is a file, not a folder"
+    if not os.access(current, os.W_OK | os.X_OK):
+        which = "" if current == path else f" (where {path} would be made)"
+        return f"{current}{which} is not writable"
+    return None

@@ -25,8 +25,9 @@ from perfsuite.attention.reference import Comparison
 from perfsuite.measure.correctness import compare_result, contract_checked
 from perfsuite.measure.input_guard import check_and_restore, named_input_tensors, pristine_copy
 from perfsuite.measure.layout import describe_layout
+from perfsuite.measure.memory_budget import does_not_fit_reason
 from perfsuite.measure.profiling import record_trace, step_annotation
-from perfsuite.measure.refusals import (UNSUPPORTED_RE, VariantUnsupported, device_unavailable_reason,
+from perfsuite.measure.refusals import (HOST_ALLOCATION_RE, UNSUPPORTED_RE, VariantUnsupported, device_unavailable_reason,
                                         machine_limit_reason, unsupported_reason)
 from perfsuite.measure.score_accounting import ScoreAccounting, account_windows
 from perfsuite.measure.saved_tensors import SavedForBackward, measure_saved
@@ -139,7 +140,7 @@ def run_once(variant: Variant, case: AttentionCase, forward: Callable[[], object
             result = forward()
         except CaseUnsupported as exc:  # the variant's own named limitation
             raise VariantUnsupported(str(exc)) from None
-        except torch.OutOfMemoryError:
+        except (torch.OutOfMemoryError, MemoryError):
             if case.device == "cuda":
                 torch.cuda.empty_cache()
             raise VariantUnsupported(
@@ -147,6 +148,9 @@ def run_once(variant: Variant, case: AttentionCase, forward: Callable[[], object
                 "choose smaller shapes with --perfsuite-shapes"
             ) from None
         except Exception as exc:
+            if isinstance(exc, RuntimeError) and HOST_ALLOCATION_RE.search(str(exc)):
+                raise VariantUnsupported(f"out of host memory (one score matrix of this case is {case.score_bytes} "
+                                         "bytes); choose smaller shapes with --perfsuite-shapes") from None
             limit = machine_limit_reason(exc)
             if limit:
                 raise VariantUnsupported(f"{variant.name} on {case.device}: {limit}") from None
@@ -160,16 +164,21 @@ def run_once(variant: Variant, case: AttentionCase, forward: Callable[[], object
     return result
 
 
+def _inputs_and_copies(case: AttentionCase, seed: int) -> tuple[AttentionInputs, AttentionInputs]:
+    inputs = make_inputs(case, seed)
+    return inputs, pristine_copy(inputs)
+
+
 def prepare_case(variant: Variant, case: AttentionCase, seed: int) -> PreparedCase:
     """Draw ``case``'s inputs from ``seed`` and run the variant's per-case ``prepare``.
 
-    Raises ``VariantUnsupported`` when the device is missing or torch refuses the case.
+    Raises ``VariantUnsupported`` when the device is missing, the case would not fit in its
+    free memory (``perfsuite.measure.memory_budget``), or torch refuses the case.
     """
-    reason = device_unavailable_reason(case.device)
+    reason = device_unavailable_reason(case.device) or does_not_fit_reason(variant, case)
     if reason:
         raise VariantUnsupported(reason)
-    inputs = make_inputs(case, seed)
-    pristine = pristine_copy(inputs)
+    inputs, pristine = run_once(variant, case, lambda: _inputs_and_copies(case, seed))
     fn = run_once(variant, case, lambda: variant.for_case(inputs))
     return PreparedCase(variant, case, inputs, make_grad_output(case, seed), fn, pristine)
 

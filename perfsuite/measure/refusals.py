@@ -12,6 +12,8 @@ from perfsuite.variants import Variant
 
 # Messages with which torch refuses a case it has no kernel for (not a bug of the variant).
 UNSUPPORTED_RE = re.compile(r"No available kernel|No viable backend|not implemented for '\w+'|does not support backward on")
+# The host allocator's failure (torch raises RuntimeError, not OutOfMemoryError, on the CPU).
+HOST_ALLOCATION_RE = re.compile(r"DefaultCPUAllocator: (can't|not enough memory)|can't allocate memory")
 # Refusals of the machine rather than of torch's dispatch: cuDNN's frontend finding no execution
 # plan for the graph (a shape/dtype/GPU combination its heuristics do not cover), and Triton or
 # Inductor kernels needing more shared memory or registers than this GPU has, or autotuning

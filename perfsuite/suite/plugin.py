@@ -11,6 +11,8 @@ only sees variants whose ``Variant.compiled`` is true (``perfsuite_only(predicat
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from pytest_benchmark.session import PerformanceRegression
@@ -63,12 +65,24 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     """Every --benchmark-compare use (gate or not) must name a whole saved run; list this run's traces."""
     config = session.config
     benchmarks = getattr(config, "_benchmarksession", None)
+    suite = session_of(config)
     try:
-        session_of(config).check_compare(benchmarks, config.getoption("benchmark_compare", None),
-                                         config.getoption("perfsuite_gate"))
+        suite.check_compare(benchmarks, config.getoption("benchmark_compare", None), config.getoption("perfsuite_gate"))
+        if not config.option.collectonly:
+            suite.check_outputs(_saving_storage(benchmarks))
     except PerfsuiteError as exc:
         raise pytest.UsageError(f"perfsuite: {exc}") from None
-    session_of(config).start(session, timed=benchmarks is not None and not benchmarks.disabled)
+    if not config.option.collectonly:
+        suite.mark_previous_run_superseded()
+    suite.start(session, timed=benchmarks is not None and not benchmarks.disabled)
+
+
+def _saving_storage(benchmarks) -> Path | None:
+    """pytest-benchmark's storage folder when this run saves into it (``--benchmark-autosave``/``-save``)."""
+    if benchmarks is None or benchmarks.disabled or not (benchmarks.save or benchmarks.autosave):
+        return None
+    path = getattr(benchmarks.storage, "path", None)
+    return Path(path) if path is not None else None
 
 
 @pytest.hookimpl(tryfirst=True)

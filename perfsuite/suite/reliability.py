@@ -95,7 +95,7 @@ class Progress:
     finished: int = 0
     interrupted: bool = False
     stopped: str | None = None  # "stopped after a failure (-x / --maxfail)" etc.
-    running: str | None = None  # the benchmark test running now (a crash leaves it named in run.json)
+    running: str | None = None  # the test running now, of any kind (a crash leaves it named in run.json)
 
     def incomplete(self) -> Incomplete | None:
         """Why the run's results are partial, or None when every expected benchmark finished or the
