@@ -22,11 +22,12 @@ from perfsuite.measure.compile_stats import CompileActivity
 from perfsuite.attention.inputs import AttentionInputs, make_grad_output, make_inputs
 from perfsuite.attention.modes import GRADIENT_MODES, Step, make_step
 from perfsuite.attention.reference import Comparison
+from perfsuite.measure.call_limit import time_limit
 from perfsuite.measure.correctness import compare_result, contract_checked
 from perfsuite.measure.input_guard import check_and_restore, named_input_tensors, pristine_copy
 from perfsuite.measure.layout import describe_layout
 from perfsuite.measure.memory_budget import does_not_fit_reason
-from perfsuite.measure.profiling import record_trace, step_annotation
+from perfsuite.measure.profiling import ACTIVE_STEPS, WAIT_STEPS, WARMUP_STEPS, record_trace, step_annotation
 from perfsuite.measure.refusals import (HOST_ALLOCATION_RE, UNSUPPORTED_RE, VariantUnsupported, device_unavailable_reason,
                                         machine_limit_reason, unsupported_reason)
 from perfsuite.measure.score_accounting import ScoreAccounting, account_windows
@@ -197,10 +198,12 @@ def _modified_failure(comparison: Comparison | None, modified: str) -> Compariso
 
 
 def gather_evidence(variant: Variant, case: AttentionCase, seed: int, trace_dir: Path, mode: str = "forward",
-                    prepared: PreparedCase | None = None) -> Evidence:
+                    prepared: PreparedCase | None = None, call_limit_s: float | None = None) -> Evidence:
     """Check support, compare with the float64 reference, and profile the variant on ``case`` in ``mode``.
 
     ``prepared`` (from ``prepare_case``) is reused when given, so modes share one preparation.
+    ``call_limit_s``: seconds the first call may take, and each profiled call on average
+    (``perfsuite.measure.call_limit``); None: no limit. Past it, ``CallTimeLimitExceeded``.
     Raises ``VariantUnsupported`` (a skip, with the reason) when the device or the backend
     cannot run the case, or the variant has no backward; any other error propagates.
     """
@@ -214,7 +217,9 @@ def gather_evidence(variant: Variant, case: AttentionCase, seed: int, trace_dir:
     step = make_step(mode, fn, inputs, prepared.grad_output)  # timed: no check inside
     before, started = compile_stats.snapshot(), time.perf_counter()
     seen: list[str] = []
-    result = run_once(variant, case, synchronized(checked_step, case.device), seen)
+    in_mode = f"variant {variant.name} on case {case.id} in mode {mode}"
+    with time_limit(call_limit_s, f"the first call of {in_mode}"):
+        result = run_once(variant, case, synchronized(checked_step, case.device), seen)
     first_call_s = time.perf_counter() - started
     compiled = compile_stats.since(before)
     modified = prepared.check_inputs() or modified
@@ -229,7 +234,11 @@ def gather_evidence(variant: Variant, case: AttentionCase, seed: int, trace_dir:
     trace_path = trace_dir / f"{variant.name}-{case.id}{suffix}.pt.trace.json.gz"
     before = compile_stats.snapshot()
     annotation = step_annotation(mode)
-    with announced_once(variant):  # the profiled calls repeat the first call's warnings
+    profiled_calls = WAIT_STEPS + WARMUP_STEPS + ACTIVE_STEPS + (mode == "forward_backward")
+    profiled_limit = call_limit_s * profiled_calls if call_limit_s else None
+    each = f" (at most {call_limit_s:g} s each)" if call_limit_s else ""
+    with announced_once(variant), time_limit(profiled_limit, f"the {profiled_calls} profiled calls of {in_mode}{each}"):
+        # the profiled calls repeat the first call's warnings
         saved = measure_saved(step, case.score_shape, input_tensors(prepared.inputs)) if mode == "forward_backward" else None
         trace = record_trace(step, case.device, trace_path, annotation)
     later = prepared.check_inputs()  # restores what the profiled calls changed

@@ -109,7 +109,8 @@ class SuiteSession:
                 self._evidence[key] = exc
             else:
                 self._evidence[key] = _capture(lambda: gather_evidence(
-                    variant, case, self.settings.seed, self.settings.traces_dir, mode, prepared))
+                    variant, case, self.settings.seed, self.settings.traces_dir, mode, prepared,
+                    self.settings.call_limit_s(case.device)))
             found = self._evidence[key]
             if isinstance(found, Evidence):
                 self._layouts.append(found.layout_record)
