@@ -68,7 +68,7 @@ def unsupported_reason(variant: Variant, case: AttentionCase, exc: Exception, ca
     error = str(exc).splitlines()[0].split(". ")[0].rstrip(".")
     if "backward" in error:
         return f"{variant.name} has no backward on {case.device} in torch {torch.__version__}; torch: '{error}'"
-    backend = f"SDPBackend.{variant.sdpa_backend}" if variant.sdpa_backend else "its kernels"
+    backend = f"SDPBackend.{variant.sdpa_backend}" if variant.sdpa_backend else f"torch (called by {variant.name})"
     notes = list(dict.fromkeys(TRIGGERED_RE.sub("", str(w.message)).strip().splitlines()[0] for w in caught
                                if str(w.message).strip()))
     causes = [n for n in notes if not n.rstrip().endswith("because:")]

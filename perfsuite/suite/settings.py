@@ -268,8 +268,20 @@ def _resolve_cases(raw: RawSettings, devices: tuple[str, ...], case_set_name: st
                                        list(dict.fromkeys(masks)), raw["combinations"].value.strip().lower())
         except ValueError as exc:
             raise SettingsError(f"{raw['combinations'].source}: {exc}") from None
+        found += _transposed_cases(case_set_name, device, fields, dtypes, masks)
     combined = "" if raw["combinations"].value.strip().lower() == "all" else ", pairwise combinations"
     return found, "; ".join(dict.fromkeys(sources)) + combined
+
+
+def _transposed_cases(case_set_name: str, device: str, fields: list[RawValue], dtypes: list[str],
+                      masks: list[str]) -> list[AttentionCase]:
+    """The case set's ``transposed`` case on ``device`` (``DeviceCases.transposed``), when its shapes,
+    dtypes and masks all come from the set (a user's own shapes get no extra case)."""
+    shape = getattr(get_case_set(case_set_name), device).transposed
+    if not shape or any(f.origin != "default" for f in fields):
+        return []
+    [built] = cases.build_cases([cases.parse_shape(shape)], dtypes[:1], device, masks[:1], "all")
+    return [dataclasses.replace(built, transposed=True)]
 
 
 def _resolve_isolate(raw: RawSettings, variants: tuple[str, ...], user_variants: tuple[str, ...]) -> tuple[str, ...]:
