@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from perfsuite.errors import IncomparableRuns, WorkerError
+from perfsuite.errors import IncomparableRuns, UsageError, WorkerError
 from perfsuite.gate.compare import BenchmarkComparison
 from perfsuite.measure.conditions import required_env
 from perfsuite.measure.machine import MUST_MATCH, machine_differences
@@ -87,15 +87,22 @@ class WorkerProcess:
         paths = side.python_path() + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths), **WORKER_ENV)
         self.side = side
+        if shutil.which(side.python) is None:
+            raise UsageError(f"interpreter {side.python!r} (--base-python / --head-python) does not exist or is not "
+                             "executable; give a virtualenv's bin/python")
         self.process = subprocess.Popen(
             no_aslr_prefix() + [side.python, "-m", "perfsuite.gate.ab_worker"], cwd=side.tree or ".", env=env, text=True,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
         )
 
     def ask(self, request: dict[str, Any]) -> dict[str, Any]:
-        self.process.stdin.write(json.dumps(request) + "\n")
-        self.process.stdin.flush()
-        line = self.process.stdout.readline()
+        try:
+            self.process.stdin.write(json.dumps(request) + "\n")
+            self.process.stdin.flush()
+        except BrokenPipeError:
+            line = ""
+        else:
+            line = self.process.stdout.readline()
         if not line:
             raise WorkerError(f"A/B worker for {self.side.label()} exited (exit code {self.process.poll()}); "
                               "is perfsuite installed for that interpreter?")
