@@ -50,3 +50,44 @@ def read_json(path: Path, error: type[Exception], what: str) -> Any:
         raise error(f"{path}: no such {what}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise error(f"{path}: corrupt or truncated {what} ({exc})") from None
+
+
+# Versions of what perfsuite stores: each benchmark's ``extra_info`` (``suite/record.py``) and
+# ``run.json`` (``report/results.py``). A reader refuses a newer version (``check_schema_version``).
+EXTRA_INFO_SCHEMA_VERSION = 2
+RUN_SCHEMA_VERSION = 2
+
+
+def check_schema_version(found: Any, supported: int, what: str, error: type[Exception]) -> None:
+    """Raise ``error`` naming ``what`` and the version when ``found`` is not a schema version up to ``supported``.
+
+    A missing or non-integer version, or one newer than this perfsuite writes, is refused: a newer
+    record may hold fields whose meaning this reader does not know.
+    """
+    if not isinstance(found, int) or isinstance(found, bool) or found < 1:
+        raise error(f"{what}: schema_version {found!r} is not a perfsuite schema version (this perfsuite "
+                    f"reads versions 1 to {supported})")
+    if found > supported:
+        raise error(f"{what}: schema_version {found} is newer than this perfsuite reads ({supported}); "
+                    "upgrade perfsuite to read it")
+
+
+def unwritable_directory_reason(path: str | Path) -> str | None:
+    """Why files cannot be written into the folder ``path`` (made if missing), or None when they can.
+
+    ``path`` or one of its parents is a file, or the folder (or the nearest existing parent, which
+    the missing ones would be made in) is not writable by this process.
+    """
+    path = Path(path)
+    current = path
+    while not current.exists():
+        if current.parent == current:
+            break
+        current = current.parent
+    if current.exists() and not current.is_dir():
+        which = "" if current == path else f" (a parent of {path})"
+        return f"{current}{which} is a file, not a folder"
+    if not os.access(current, os.W_OK | os.X_OK):
+        which = "" if current == path else f" (where {path} would be made)"
+        return f"{current}{which} is not writable"
+    return None

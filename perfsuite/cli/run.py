@@ -10,6 +10,8 @@ the git root, as pytest and git find theirs): your
 written here (``perfsuite-results/``, ``.benchmarks/``, named by your git commit). ``--check``
 skips timing (correctness and profiler checks only). Other arguments go to pytest, and the
 exit code is pytest's (0 passed, 1 failed, 2 interrupted, 4 usage error, 5 nothing collected).
+Ctrl-C or SIGTERM is passed on to pytest, which stops after the running test and saves what
+finished, marked partial; a second Ctrl-C stops it at once (nothing more is saved).
 pytest starts under the process conditions of every timed run (``perfsuite.measure.conditions``;
 an ``OMP_NUM_THREADS`` you exported is kept).
 """
@@ -17,10 +19,15 @@ an ``OMP_NUM_THREADS`` you exported is kept).
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Sequence
+
+_PR_SET_PDEATHSIG = 1  # prctl(2): the signal a child gets when its parent dies
 
 
 def add_command(commands) -> None:
@@ -41,4 +48,46 @@ def run_suite(args: argparse.Namespace) -> int:
         print(f"perfsuite run: running in {root} (the repository's root and configuration)", file=sys.stderr)
     command = [sys.executable, "-m", "pytest", *suite_arguments(root, not args.check, list(args.pytest_args))]
     # PERFSUITE_HISTORY_SOURCE: the history store records this run as perfsuite run's
-    return subprocess.call(command, env={**os.environ, **required_env(), "PERFSUITE_HISTORY_SOURCE": "run"}, cwd=root)
+    return run_forwarding_signals(command, {**os.environ, **required_env(), "PERFSUITE_HISTORY_SOURCE": "run"}, cwd=root)
+
+
+def _interrupt_when_parent_dies() -> None:
+    """In the child, before exec: on Linux, get SIGINT if the wrapper dies (even of SIGKILL), so
+    pytest stops and saves as on Ctrl-C instead of running on as an orphan. Elsewhere nothing."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGINT)
+    except (OSError, AttributeError):
+        pass
+
+
+def run_forwarding_signals(command: Sequence[str], env: dict[str, str], cwd: Path | None = None) -> int:
+    """Run ``command`` and return its exit code, passing SIGINT and SIGTERM on to it as SIGINT.
+
+    The child runs in its own process group, so a terminal's Ctrl-C reaches it once, through
+    this wrapper (twice would stop pytest while it saves). The first signal asks it to stop
+    (pytest finishes the running test and saves, marked partial); a second one kills its
+    process group. A child killed by signal N gives ``128 + N``, as a shell reports it.
+    """
+    child = subprocess.Popen(list(command), env=env, cwd=cwd, process_group=0,
+                             preexec_fn=_interrupt_when_parent_dies if sys.platform == "linux" else None)
+    received: list[int] = []
+
+    def forward(signum, frame) -> None:
+        received.append(signum)
+        if len(received) == 1:
+            child.send_signal(signal.SIGINT)
+            return
+        print("perfsuite run: second interrupt: stopping pytest now; this run's results are not saved",
+              file=sys.stderr, flush=True)
+        try:
+            os.killpg(child.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        code = child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 128 - code if code < 0 else code

@@ -24,7 +24,7 @@ from typing import Any
 
 from perfsuite.attention.cases import parse_case_id
 from perfsuite.attention.modes import Mode
-from perfsuite.errors import IncomparableRuns, WorkerError
+from perfsuite.errors import IncomparableRuns, UsageError, WorkerError
 from perfsuite.gate.compare import BenchmarkComparison, BenchmarkKey
 from perfsuite.measure.conditions import required_env
 from perfsuite.measure.contention import brief_reason
@@ -96,15 +96,22 @@ class WorkerProcess:
         if timing_threads is not None:
             env |= {TIMING_THREADS_ENV: str(timing_threads), "OMP_NUM_THREADS": str(timing_threads)}
         self.side = side
+        if shutil.which(side.python) is None:
+            raise UsageError(f"interpreter {side.python!r} (--base-python / --head-python) does not exist or is not "
+                             "executable; give a virtualenv's bin/python")
         self.process = subprocess.Popen(
             no_aslr_prefix() + [side.python, "-m", "perfsuite.gate.ab_worker"], cwd=side.tree or ".", env=env, text=True,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
         )
 
     def ask(self, request: dict[str, Any]) -> dict[str, Any]:
-        self.process.stdin.write(json.dumps(request) + "\n")
-        self.process.stdin.flush()
-        line = self.process.stdout.readline()
+        try:
+            self.process.stdin.write(json.dumps(request) + "\n")
+            self.process.stdin.flush()
+        except BrokenPipeError:
+            line = ""
+        else:
+            line = self.process.stdout.readline()
         if not line:
             raise WorkerError(f"A/B worker for {self.side.label()} exited (exit code {self.process.poll()}); "
                               "is perfsuite installed for that interpreter?")

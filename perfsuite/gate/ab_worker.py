@@ -43,7 +43,8 @@ class Worker:
     def setup(self, request: dict) -> dict:
         from perfsuite.attention.cases import parse_case_id
         from perfsuite.attention.modes import GRADIENT_MODES, Mode, make_step
-        from perfsuite.measure.evidence import VariantUnsupported, prepare_case, run_once
+        from perfsuite.measure.refusals import VariantUnsupported
+        from perfsuite.measure.evidence import prepare_case, run_once
         from perfsuite.measure.evidence import input_tensors
         from perfsuite.measure.profiling import FORWARD_ANNOTATION, record_trace
         from perfsuite.measure.saved_tensors import measure_saved

@@ -18,6 +18,7 @@ from typing import Any, Iterable
 
 from perfsuite.errors import BaselineError
 from perfsuite.gate.compare import benchmark_key, load_benchmark_file
+from perfsuite.storage import EXTRA_INFO_SCHEMA_VERSION, check_schema_version
 
 INCOMPLETE_KEY = "perfsuite_incomplete"
 NEWEST = "[0-9][0-9][0-9][0-9]_"  # pytest-benchmark's glob for "the newest saved run"
@@ -65,9 +66,15 @@ def check_baseline_file(path: str | Path, data: dict[str, Any] | None = None) ->
 
     Raises:
         BaselineError: unreadable or not a pytest-benchmark file, or marked ``INCOMPLETE_KEY``
-            (a partial run); the message names the file and says what to do.
+            (a partial run), or holding benchmarks of a newer schema than this perfsuite reads;
+            the message names the file and says what to do.
     """
     data = load_benchmark_file(path) if data is None else data
+    for bench in data.get("benchmarks", []):
+        info = bench.get("extra_info") if isinstance(bench, dict) else None
+        if isinstance(info, dict) and "schema_version" in info:
+            check_schema_version(info["schema_version"], EXTRA_INFO_SCHEMA_VERSION,
+                                 f"{path}: benchmark {benchmark_key(bench)}", BaselineError)
     marker = data.get(INCOMPLETE_KEY)
     if marker:
         what = Incomplete(**marker).describe() if isinstance(marker, dict) and set(marker) == {"reason", "finished", "expected"} else marker

@@ -24,7 +24,7 @@ from perfsuite.measure.machine import machine_differences
 from perfsuite.measure.speed_reference import SPEED_CHANGED, speed_change
 from perfsuite.gate.stats import (CONTENDED_VERDICT, GateSettings, RatioEstimate, Verdict, below_min_effect, unpaired_ratio,
                                   verdict)
-from perfsuite.storage import read_json
+from perfsuite.storage import EXTRA_INFO_SCHEMA_VERSION, check_schema_version, read_json
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,13 +87,50 @@ def check_compatible(base: dict[str, Any], head: dict[str, Any], base_name: str,
     return problems
 
 
+# What a comparison reads from each benchmark's extra_info (suite/record.py writes them).
+COMPARED_FIELDS = ("variant", "case", "fingerprint")
+_FINGERPRINT_COUNTS = ("cpu_ops", "kernels")
+
+
+def missing_fields(bench: dict[str, Any]) -> list[str]:
+    """The ``COMPARED_FIELDS`` a benchmark's ``extra_info`` lacks (all of them when it has none)."""
+    info = bench.get("extra_info")
+    return [f for f in COMPARED_FIELDS if not isinstance(info, dict) or f not in info]
+
+
+def fingerprint_problem(found: Any) -> str | None:
+    """Why ``found`` is not a fingerprint this perfsuite reads (``trace.structure.fingerprint``), or None."""
+    if not isinstance(found, dict):
+        return f"a {type(found).__name__}, not a mapping"
+    present = [field for field in _FINGERPRINT_COUNTS if field in found]
+    if not present:
+        return f"it has neither {' nor '.join(map(repr, _FINGERPRINT_COUNTS))}"
+    for field in present:
+        counts = found[field]
+        if not isinstance(counts, dict) or not all(isinstance(n, int) for n in counts.values()):
+            return f"its {field!r} is not a mapping of names to counts"
+    return None
+
+
+def _structure(base: dict[str, Any], head: dict[str, Any]) -> tuple[list[str], bool]:
+    """Structure lines and whether the head adds work; an unreadable fingerprint is 'not compared', never a FAIL."""
+    prints = ((base.get("extra_info") or {}).get("fingerprint"), (head.get("extra_info") or {}).get("fingerprint"))
+    problems = [f"{side} {problem}" for side, fp in zip(("base", "head"), prints) if (problem := fingerprint_problem(fp))]
+    if problems:
+        return [f"not compared: the fingerprint of the {'; '.join(problems)}"], False
+    return diff_fingerprints(*prints), adds_work(*prints)
+
+
 def _compare_one(key: str, base: dict[str, Any] | None, head: dict[str, Any] | None, settings: GateSettings) -> BenchmarkComparison:
     if base is None or head is None:
         side = "base" if head is None else "head"
         return BenchmarkComparison(key, None, None, None, Verdict.MISSING, [], f"only in the {side} run")
     medians = (base["stats"]["median"], head["stats"]["median"])
-    prints = (base.get("extra_info", {}).get("fingerprint", {}), head.get("extra_info", {}).get("fingerprint", {}))
-    structure, more = diff_fingerprints(*prints), adds_work(*prints)
+    lacking = [f"the {side} run lacks extra_info {', '.join(fields)}" for side, bench in (("base", base), ("head", head))
+               if (fields := missing_fields(bench))]
+    if lacking:
+        return BenchmarkComparison(key, *medians, None, "inconclusive", [], "; ".join(lacking) + " (not judged)")
+    structure, more = _structure(base, head)
     data_base, data_head = base["stats"].get("data"), head["stats"].get("data")
     if not data_base or not data_head:
         return BenchmarkComparison(key, *medians, None, Verdict.INCONCLUSIVE, structure,
@@ -122,8 +159,21 @@ def contention_note(bench: dict[str, Any], side: str) -> list[str]:
 def compare_runs(base: dict[str, Any], head: dict[str, Any], settings: GateSettings) -> list[BenchmarkComparison]:
     """Compare every benchmark of either run, in a stable order.
 
-    Raises ``BaselineError`` when an entry lacks its stats or holds non-numeric round times.
+    Raises ``BaselineError`` when an entry lacks its stats or holds non-numeric round times, when
+    either run's ``extra_info`` is of a newer schema than this perfsuite reads (the version named),
+    or when the base run has no per-round data (``stats.data``): without it no verdict can say slower.
     """
+    for side, run in (("base", base), ("head", head)):
+        for bench in run.get("benchmarks", []):
+            version = (bench.get("extra_info") or {}).get("schema_version")
+            if version is not None:
+                check_schema_version(version, EXTRA_INFO_SCHEMA_VERSION, f"the {side} run's benchmark "
+                                     f"{benchmark_key(bench)}", BaselineError)
+    timed = [b for b in base.get("benchmarks", []) if isinstance(b.get("stats"), dict)]
+    if timed and not any(b["stats"].get("data") for b in timed):
+        raise BaselineError("the base run has no per-round data (it was saved without --benchmark-save-data), so "
+                            "no benchmark could be judged slower; save the baseline with --benchmark-save-data "
+                            "(perfsuite run does)")
     try:
         return _compare_all(base, head, settings)
     except (KeyError, TypeError, ValueError) as exc:

@@ -119,7 +119,8 @@ def _run_pairs(variant_name: str, pairs: list[tuple[str, str]], seed: int) -> No
     # imported here: only the isolated child process needs them
     from perfsuite.attention.cases import parse_case_id
     from perfsuite.attention.modes import Mode, make_step
-    from perfsuite.measure.evidence import VariantUnsupported, prepare_case, run_once
+    from perfsuite.measure.refusals import VariantUnsupported
+    from perfsuite.measure.evidence import prepare_case, run_once
     from perfsuite.measure.timing import synchronized
     from perfsuite.variants import get_variant
 

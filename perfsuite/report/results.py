@@ -8,10 +8,10 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from perfsuite.attention.modes import Mode
-from perfsuite.storage import write_text_atomic
+from perfsuite.errors import ReportError
+from perfsuite.storage import (EXTRA_INFO_SCHEMA_VERSION, RUN_SCHEMA_VERSION, check_schema_version,
+                               write_text_atomic)
 from perfsuite.units import format_bytes
-
-SCHEMA_VERSION = 1
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -194,23 +194,25 @@ def result_from_benchmark(info: Mapping[str, Any], stats: Mapping[str, Any] | No
     The one reader of the stored facts: the plugin builds each row through it from the
     ``extra_info`` it saves, and ``perfsuite report`` reads saved pytest-benchmark files with it.
     ``stats``: ``median``/``rounds``/``iqr`` in seconds, or None when timing was disabled.
-    Keys added in later versions (``mode``, ``compile``, ``saved_for_backward``) default as an
-    older run implies (forward, not compiled, not measured).
+    Raises ``ReportError`` for an ``extra_info`` of a newer ``schema_version`` than
+    ``EXTRA_INFO_SCHEMA_VERSION`` (the version named), and ``KeyError`` for a missing field.
     """
+    check_schema_version(info.get("schema_version"), EXTRA_INFO_SCHEMA_VERSION,
+                         f"benchmark {info.get('variant', '?')}/{info.get('case', '?')}", ReportError)
     device = info["case_fields"]["device"]
     compile_info, saved = info.get("compile") or {}, info.get("saved_for_backward") or {}
     contention = info.get("contention") or {}
     scores = info.get("score_accounting") or {}
     stats = stats or {}
     return BenchmarkResult(
-        variant=info["variant"], case_id=info["case"], device=device, mode=info.get("mode", "forward"),
+        variant=info["variant"], case_id=info["case"], device=device, mode=info["mode"],
         flop=info["flop"], bytes_moved=info["bytes_read"] + info["bytes_written"],
         median_s=stats.get("median"), rounds=stats.get("rounds"), iqr_s=stats.get("iqr"),
         work_per_step=info["kernels_per_step"] if device == "cuda" else info["cpu_ops_per_step"],
         work_unit="kernels" if device == "cuda" else "ops",
         score_copies_per_step=info["score_copies_per_step"],
         allocated_bytes=info["allocated_bytes_per_step"], peak_bytes=info["peak_memory_bytes"],
-        max_abs_error=info["max_abs_error"], correct=info.get("correct", True),
+        max_abs_error=info["max_abs_error"], correct=info["correct"],
         compile_s=compile_info.get("first_call_s"),
         saved_for_backward_bytes=saved.get("bytes"), saved_score_matrices=saved.get("score_sized"),
         score_written=scores.get("written"), score_copies=scores.get("copies"), score_casts=scores.get("casts"),
@@ -295,7 +297,7 @@ def text_table(results: list[BenchmarkResult]) -> str:
 def write_run(directory: Path, results: list[BenchmarkResult], skipped: list[SkippedResult], machine: dict[str, Any],
               crashed: list[CrashedResult] = (), incomplete: dict[str, Any] | None = None,
               running: str | None = None) -> tuple[Path, Path]:
-    """Write ``table.md`` and ``run.json`` (schema ``SCHEMA_VERSION``) into ``directory`` atomically.
+    """Write ``table.md`` and ``run.json`` (schema ``RUN_SCHEMA_VERSION``) into ``directory`` atomically.
 
     ``incomplete``: why the run is partial (``{"reason", "finished", "expected"}``), or None for a
     whole run; ``run.json`` then has ``"complete": false`` and the table a ``**Partial run**`` line.
@@ -307,7 +309,7 @@ def write_run(directory: Path, results: list[BenchmarkResult], skipped: list[Ski
         describe = f"{incomplete['reason']}: {incomplete['finished']} of {incomplete['expected']} benchmarks finished"
     table = write_text_atomic(directory / "table.md", markdown_table(results, skipped, list(crashed), describe))
     payload = {
-        "schema_version": SCHEMA_VERSION,
+        "schema_version": RUN_SCHEMA_VERSION,
         "complete": incomplete is None,
         "incomplete": incomplete,
         "running": running,

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from perfsuite.errors import ReportError
-from perfsuite.storage import read_json
-from perfsuite.report.results import BenchmarkResult, SkippedResult, markdown_table, result_from_benchmark
+from perfsuite.storage import RUN_SCHEMA_VERSION, check_schema_version, read_json
+from perfsuite.report.results import (HEADER, BenchmarkResult, SkippedResult, markdown_table, result_from_benchmark,
+                                      table_row)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,7 +33,7 @@ _RESULT_FIELDS = [f.name for f in dataclasses.fields(BenchmarkResult)]
 
 
 def _from_perfsuite(data: dict[str, Any], path: Path) -> SavedRun:
-    # Fields added later (mode, compile_s) keep their defaults when an older run.json lacks them.
+    check_schema_version(data["schema_version"], RUN_SCHEMA_VERSION, f"{path}", ReportError)
     results = [BenchmarkResult(**{k: r[k] for k in _RESULT_FIELDS if k in r}) for r in data["results"]]
     skipped = [SkippedResult(**s) for s in data.get("skipped", [])]
     return SavedRun(path, results, skipped, data.get("machine", {}), _incomplete(data.get("incomplete")))

@@ -11,6 +11,8 @@ only sees variants whose ``Variant.compiled`` is true (``perfsuite_only(predicat
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from pytest_benchmark.session import PerformanceRegression
@@ -64,12 +66,20 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     """Every --benchmark-compare use (gate or not) must name a whole saved run; list this run's traces."""
     config = session.config
     benchmarks = getattr(config, "_benchmarksession", None)
+    suite = session_of(config)
     try:
-        session_of(config).check_compare(benchmarks, config.getoption("benchmark_compare", None),
-                                         config.getoption("perfsuite_gate"))
+        suite.check_compare(benchmarks, config.getoption("benchmark_compare", None), config.getoption("perfsuite_gate"))
     except PerfsuiteError as exc:
         raise pytest.UsageError(f"perfsuite: {exc}") from None
-    session_of(config).start(session, timed=benchmarks is not None and not benchmarks.disabled)
+    suite.start(session, timed=benchmarks is not None and not benchmarks.disabled)
+
+
+def _saving_storage(benchmarks) -> Path | None:
+    """pytest-benchmark's storage folder when this run saves into it (``--benchmark-autosave``/``-save``)."""
+    if benchmarks is None or benchmarks.disabled or not (benchmarks.save or benchmarks.autosave):
+        return None
+    path = getattr(benchmarks.storage, "path", None)
+    return Path(path) if path is not None else None
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -104,7 +114,15 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         if pair is not None:
             first_seen.setdefault((pair[0], pair[1].id), len(first_seen))
     items.sort(key=lambda item: -1 if _pair(item) is None else first_seen[(_pair(item)[0], _pair(item)[1].id)])
-    session_of(config).expect(sum(1 for item in items if "benchmark" in getattr(item, "fixturenames", ())))
+    suite = session_of(config)
+    suite.expect(sum(1 for item in items if "benchmark" in getattr(item, "fixturenames", ())))
+    if config.option.collectonly or not any(_pair(item) is not None for item in items):
+        return  # another suite's tests: perfsuite writes nothing, so checks nothing
+    try:  # before the first test: one usage error, not a failure found after the timed run
+        suite.check_outputs(_saving_storage(getattr(config, "_benchmarksession", None)))
+    except PerfsuiteError as exc:
+        raise pytest.UsageError(f"perfsuite: {exc}") from None
+    suite.mark_previous_run_superseded()
 
 
 def pytest_runtest_teardown(item, nextitem) -> None:

@@ -11,8 +11,7 @@ import dataclasses
 from perfsuite.attention.cost_model import mode_bytes, mode_flop
 from perfsuite.trace.structure import fingerprint
 from perfsuite.measure.evidence import Evidence
-
-EXTRA_INFO_SCHEMA_VERSION = 1
+from perfsuite.storage import EXTRA_INFO_SCHEMA_VERSION
 
 
 def compile_info(evidence: Evidence) -> dict[str, object] | None:

@@ -42,9 +42,13 @@ class FailureLedger:
         first = self._first.get(key)
         if first is None:
             lines = str(error).strip().splitlines()
-            self._first[key] = _Failure(nodeid or "the first test that needed it",
-                                        f"{type(error).__name__}: {lines[0] if lines else ''}")
-            raise error
+            summary = f"{type(error).__name__}: {lines[0] if lines else ''}"
+            # the same error in another mode of the pair (a first call failing in every mode): one line
+            earlier = next((f for k, f in self._first.items() if k[:2] == key[:2] and f.summary == summary), None)
+            self._first[key] = earlier or _Failure(nodeid or "the first test that needed it", summary)
+            if earlier is None:
+                raise error
+            first = earlier
         pytest.fail(f"{what} failed: {first.summary} (reported in full once, by {first.nodeid})", pytrace=False)
 
     def failures(self) -> dict[tuple, str]:
@@ -95,7 +99,7 @@ class Progress:
     finished: int = 0
     interrupted: bool = False
     stopped: str | None = None  # "stopped after a failure (-x / --maxfail)" etc.
-    running: str | None = None  # the benchmark test running now (a crash leaves it named in run.json)
+    running: str | None = None  # the test running now, of any kind (a crash leaves it named in run.json)
 
     def incomplete(self) -> Incomplete | None:
         """Why the run's results are partial, or None when every expected benchmark finished or the

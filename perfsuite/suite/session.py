@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 
+import json
 import os
 import time
 import uuid
 
 from perfsuite.attention.modes import Mode
-from perfsuite.errors import BaselineError, IncomparableRuns
+from perfsuite.errors import BaselineError, IncomparableRuns, UsageError
 from perfsuite.gate.baseline import INCOMPLETE_KEY, coverage_note, resolve_baseline
 from perfsuite.gate.compare import BenchmarkKey
 from perfsuite.gate.flow import GateOutcome, judge_saved_runs
@@ -25,13 +26,14 @@ import perfsuite.history.recording as history_recording
 from perfsuite.measure.speed_reference import reference_of, run_spread
 from perfsuite.measure import machine
 from perfsuite.measure.cleanup import release_device_memory, release_exception_frames
-from perfsuite.measure.evidence import (Evidence, PreparedCase, VariantUnsupported, gather_evidence, layout_differences,
-                                       prepare_case)
+from perfsuite.measure.evidence import Evidence, PreparedCase, gather_evidence, prepare_case
+from perfsuite.measure.layout import layout_differences
+from perfsuite.measure.refusals import VariantUnsupported
 from perfsuite.measure.peaks import measured_peaks
 from perfsuite.report.results import (BenchmarkResult, CrashedResult, SkippedResult, contention_lines,
                                       result_from_benchmark, text_table, write_run)
 from perfsuite.report.trace_manifest import TraceManifest
-from perfsuite.storage import write_text_atomic
+from perfsuite.storage import unwritable_directory_reason, write_text_atomic
 from perfsuite.suite import settings
 from perfsuite.suite.reliability import CrashProbes, FailureLedger, Progress, crash_message
 from perfsuite.variants import get_variant
@@ -115,7 +117,8 @@ class SuiteSession:
                 self._evidence[key] = exc
             else:
                 self._evidence[key] = _capture(lambda: gather_evidence(
-                    variant, case, self.settings.seed, self.settings.traces_dir, mode, prepared))
+                    variant, case, self.settings.seed, self.settings.traces_dir, mode, prepared,
+                    self.settings.call_limit_s(case.device)))
             found = self._evidence[key]
             if isinstance(found, Evidence):
                 self._layouts.append(found.layout_record)
@@ -157,16 +160,43 @@ class SuiteSession:
         lists this run from its first trace on (a run that writes none, ``--co``, is not listed)."""
         self.pytest_session, self.timed = pytest_session, timed
 
+    def check_outputs(self, benchmark_storage: Path | None) -> None:
+        """Before the first test: every folder this run writes into can be written (the results and
+        traces folders, and pytest-benchmark's storage when it saves). Raises ``UsageError`` naming
+        each one that cannot, so a run never finds out after timing everything."""
+        folders = [("--perfsuite-results", Path(self.settings.results_dir)),
+                   ("--perfsuite-traces", Path(self.settings.traces_dir))]
+        if benchmark_storage is not None:
+            folders.append(("--benchmark-storage", benchmark_storage))
+        problems = [f"{option} {reason}" for option, folder in folders
+                    if (reason := unwritable_directory_reason(folder))]
+        if problems:
+            raise UsageError("output folders cannot be written: " + "; ".join(problems)
+                             + ". Choose another folder with the option named")
+
+    def mark_previous_run_superseded(self) -> None:
+        """A run.json left by an earlier run is marked ``superseded`` as this run starts (its results
+        kept), so a run that dies before writing its own never leaves the old one saying complete."""
+        path = Path(self.settings.results_dir) / "run.json"
+        try:
+            previous = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return
+        if isinstance(previous, dict) and not previous.get("superseded"):
+            previous.update(complete=False, superseded=f"by run {self.run_id}, started after it (it may have died "
+                                                         "before writing its own results)")
+            write_text_atomic(path, json.dumps(previous, indent=2, sort_keys=True) + "\n")
+
     def expect(self, benchmarks: int) -> None:
         """The number of benchmark tests collected (what a whole run finishes)."""
         self.progress.expected = benchmarks
 
     def test_started(self, nodeid: str, benchmark: bool) -> None:
-        """Note the running test; in a timed run, a benchmark's start is written to run.json, so a
-        process that dies there leaves it named."""
+        """Note the running test; in a timed run, each test's start (of any kind) is written to
+        run.json, so a process that dies there leaves it named."""
         self.progress.running = nodeid
-        if benchmark and self.timed and self.results:
-            self.write_outputs(final=False)
+        if self.timed:
+            self.write_outputs(final=False, started=True)
 
     def interrupted(self) -> None:
         self.progress.interrupted = True
@@ -304,14 +334,14 @@ class SuiteSession:
         return outcome
 
     # -- output ------------------------------------------------------------------------------
-    def write_outputs(self, final: bool = True) -> None:
+    def write_outputs(self, final: bool = True, started: bool = False) -> None:
         """Write table.md and run.json (atomically) when anything ran or crashed.
 
         Mid-run (``final=False``, a timed run after each benchmark) they are marked partial with the
         running test named; at the end, partial only when the run was interrupted or stopped early,
         and the trace manifest records how the run ended.
         """
-        if self.results or self.skipped or self.crashed:
+        if self.results or self.skipped or self.crashed or started:
             incomplete = self.incomplete()
             if not final and incomplete is None:
                 incomplete = {"reason": "in progress (a run that died here, crashed or killed, leaves this)",

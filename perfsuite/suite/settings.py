@@ -20,6 +20,7 @@ from perfsuite.attention.case_sets import get_case_set
 from perfsuite.attention.cases import AttentionCase, Device
 from perfsuite.attention.modes import MODES, parse_mode
 from perfsuite.errors import DeviceTimingError
+from perfsuite.measure.call_limit import default_limit_s
 from perfsuite.measure.device_timing import parse_timer
 from perfsuite.variants import get_variant, variant_names
 
@@ -73,6 +74,10 @@ SETTINGS = {
     "isolate": Setting("perfsuite_isolate", "--perfsuite-isolate", "user",
                        "variants whose first call per case and mode runs in a child process first, so a crash costs "
                        "only their results: user (from --perfsuite-variant and entry points), all, none, or names"),
+    "call_time_limit": Setting("perfsuite_call_time_limit", "--perfsuite-call-time-limit", "auto",
+                               "seconds one call of a variant may take before its case fails and the run goes on "
+                               "(the first and profiled calls; the timing gets it per round; isolated probes per "
+                               "pair): auto (600 on the CPU, 120 on CUDA), a number, or 0 for none"),
 }
 ISOLATE_WORDS = ("user", "all", "none")
 
@@ -141,6 +146,13 @@ class SuiteSettings:
     cuda_graphs: bool = False
     isolate: tuple[str, ...] = ()  # variants probed in a child process before they run here
     adapter_cases: tuple[AttentionCase, ...] | None = None  # None: variants that wrap a library run every case
+    call_time_limit_s: float | None = None  # None: measure.call_limit's default per device; 0: no limit
+
+    def call_limit_s(self, device: str) -> float | None:
+        """Seconds one call of a variant may take on ``device`` (None: no limit)."""
+        if self.call_time_limit_s is None:
+            return default_limit_s(device)
+        return self.call_time_limit_s or None
 
 
 def split_list(text: str) -> list[str]:
@@ -253,8 +265,20 @@ def _resolve_cases(raw: RawSettings, devices: tuple[str, ...], case_set_name: st
                                        list(dict.fromkeys(masks)), raw["combinations"].value.strip().lower())
         except ValueError as exc:
             raise ConfigError(f"{raw['combinations'].source}: {exc}") from None
+        found += _transposed_cases(case_set_name, device, fields, dtypes, masks)
     combined = "" if raw["combinations"].value.strip().lower() == "all" else ", pairwise combinations"
     return found, "; ".join(dict.fromkeys(sources)) + combined
+
+
+def _transposed_cases(case_set_name: str, device: str, fields: list[RawValue], dtypes: list[str],
+                      masks: list[str]) -> list[AttentionCase]:
+    """The case set's ``transposed`` case on ``device`` (``DeviceCases.transposed``), when its shapes,
+    dtypes and masks all come from the set (a user's own shapes get no extra case)."""
+    shape = getattr(get_case_set(case_set_name), device).transposed
+    if not shape or any(f.origin != "default" for f in fields):
+        return []
+    [built] = cases.build_cases([cases.parse_shape(shape)], dtypes[:1], device, masks[:1], "all")
+    return [dataclasses.replace(built, transposed=True)]
 
 
 def _resolve_isolate(raw: RawSettings, variants: tuple[str, ...], user_variants: tuple[str, ...]) -> tuple[str, ...]:
@@ -306,4 +330,20 @@ def resolve(raw: RawSettings, cuda_available: bool, user_variants: tuple[str, ..
         l2_flush=_parse_switch(raw, "l2_flush"),
         cuda_graphs=_parse_switch(raw, "cuda_graphs"),
         isolate=_resolve_isolate(raw, variants, user_variants),
+        call_time_limit_s=_parse_call_time_limit(raw),
     )
+
+
+def _parse_call_time_limit(raw: RawSettings) -> float | None:
+    """``auto`` -> None (the default per device); a number of seconds >= 0 (0: no limit)."""
+    text = raw["call_time_limit"].value.strip().lower()
+    if text in ("", "auto"):
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0 or seconds == float("inf"):
+        raise SettingsError(f"{raw['call_time_limit'].source}: not a number of seconds >= 0; allowed: auto, a number "
+                            "(0 for no limit)")
+    return seconds

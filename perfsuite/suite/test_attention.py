@@ -14,6 +14,8 @@ from perfsuite.measure import compile_stats, contention, speed_reference
 from perfsuite.trace.kernel_families import (FLEX_FUSED_FAMILY, SDPA_BACKEND_FAMILIES, backend_kernel_families,
                                              fused_kernel_failure, is_unfused_attention_work, kernel_family)
 from perfsuite.suite.record import benchmark_extra_info
+from perfsuite.measure.call_limit import time_limit
+from perfsuite.measure.correctness import nonfinite_after_timing
 from perfsuite.measure.profiling import ACTIVE_STEPS
 from perfsuite.measure.device_timing import benchmark_step
 
@@ -166,14 +168,18 @@ def test_benchmark(mode_evidence, benchmark, perfsuite_run, request):
     case = evidence.case
     run = perfsuite_run.settings
     benchmark.group = case.id
+    if evidence.modified_inputs:
+        pytest.fail(f"not timed: {evidence.modified_inputs}", pytrace=False)
     benchmark.extra_info.update(benchmark_extra_info(evidence))
     before = compile_stats.snapshot()
     on_cpu = case.device == Device.CPU
     speed_before = speed_reference.reference_ms() if on_cpu else None  # the machine's speed, beside the rounds
-    with contention.Probe() as probe:  # reads /proc before and after, never inside the timed rounds
-        timing, info = benchmark_step(benchmark, evidence.step, case.device, run.timer,
-                                      rounds=request.config.getoption("benchmark_min_rounds"), flush_l2=run.l2_flush,
-                                      cuda_graph=run.cuda_graphs)
+    rounds = request.config.getoption("benchmark_min_rounds")
+    with contention.Probe() as probe, time_limit(_timing_limit_s(run.call_limit_s(case.device), rounds, request),
+                                                 f"the timing of {evidence.variant.name} on case {case.id} in mode "
+                                                 f"{evidence.mode}"):  # /proc is read before and after, never inside
+        timing, info = benchmark_step(benchmark, evidence.step, case.device, run.timer, rounds=rounds,
+                                      flush_l2=run.l2_flush, cuda_graph=run.cuda_graphs)
     benchmark.extra_info.update(info)
     if on_cpu:
         benchmark.extra_info["speed_reference"] = speed_reference.record(speed_before, speed_reference.reference_ms())
@@ -187,3 +193,26 @@ def test_benchmark(mode_evidence, benchmark, perfsuite_run, request):
     benchmark.extra_info["achieved_tflops"] = result.achieved_tflops
     benchmark.extra_info["achieved_gbps"] = result.achieved_gbps
     assert recompiled == 0, f"{evidence.variant.name} on {case.id} ({evidence.mode}): {recompiled} graph(s) compiled while timed"
+    _check_after_timing(evidence, timed=stats is not None)
+
+
+def _timing_limit_s(call_limit_s: float | None, rounds: int, request) -> float | None:
+    """The timing's limit: the per-call limit for each round and warm-up call, plus pytest-benchmark's
+    ``--benchmark-max-time`` (its rounds may run that long in all). None: no limit."""
+    if not call_limit_s:
+        return None
+    warmup = request.config.getoption("benchmark_warmup_iterations", 0) or 0
+    return call_limit_s * (rounds + warmup + 2) + float(request.config.getoption("benchmark_max_time", 0) or 0)
+
+
+def _check_after_timing(evidence, timed: bool) -> None:
+    """Outside the timed window: the inputs unchanged (else restored, and the timing fails) and,
+    in a timed run whose first output was finite, the outputs of further calls finite."""
+    where = f"{evidence.variant.name} on {evidence.case.id} ({evidence.mode})"
+    changed = evidence.prepared.check_inputs() if evidence.prepared else None
+    if changed:
+        pytest.fail(f"{where}: timings ran on drifting inputs: {changed}", pytrace=False)
+    if timed and evidence.output_finite:
+        nonfinite = nonfinite_after_timing(evidence.step)
+        if nonfinite:
+            pytest.fail(f"{where}: {nonfinite}", pytrace=False)

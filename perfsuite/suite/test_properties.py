@@ -6,7 +6,7 @@ A hypothesis failure prints the command that reruns its case here:
 
 import pytest
 
-from perfsuite.measure.evidence import VariantUnsupported
+from perfsuite.measure.refusals import VariantUnsupported
 from perfsuite.testing.properties import ALL_CHECKS, applicable
 
 

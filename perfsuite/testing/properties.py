@@ -18,7 +18,9 @@ from pathlib import Path
 import torch
 
 from perfsuite.attention.cases import AttentionCase, Device
-from perfsuite.measure.evidence import bind, check_output, run_once
+from perfsuite.measure.evidence import bind, run_once
+from perfsuite.measure.correctness import ContractViolation, check_output, contract_failures
+from perfsuite.measure.input_guard import check_and_restore, pristine_copy
 from perfsuite.attention.inputs import AttentionInputs, make_inputs
 from perfsuite.attention.masks import AttentionMask, fully_masked_rows, mask_kind
 from perfsuite.measure.profiling import profile_steps
@@ -36,13 +38,37 @@ def _fail(variant: Variant, case: AttentionCase, seed: int, what: str) -> str:
     return f"variant {variant.name} on case {case.id} (seed {seed}): {what}\n{reproduce_hint(variant, case, seed)}"
 
 
+def _guarded(variant: Variant, case: AttentionCase, inputs: AttentionInputs) -> torch.Tensor:
+    """One checked call: the return value held to the contract, the inputs to their values before it.
+
+    Raises ``ContractViolation`` naming the mismatch, or the inputs the variant changed in place."""
+    pristine = pristine_copy(inputs)
+    output = run_once(variant, case, bind(variant, inputs))
+    failures = contract_failures(output, case, inputs)
+    changed = check_and_restore(variant.name, inputs, pristine)
+    if failures or changed:
+        raise ContractViolation(f"variant {variant.name} on case {case.id}: " + "; ".join(failures + [changed or ""]).strip("; "))
+    return output
+
+
 def _run(variant: Variant, case: AttentionCase, inputs: AttentionInputs) -> torch.Tensor:
-    return run_once(variant, case, bind(variant, inputs)).detach().to(torch.float64).cpu()
+    return _guarded(variant, case, inputs).detach().to(torch.float64).cpu()
 
 
-def _close(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> bool:
+def _difference(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> str | None:
+    """None when ``a`` and ``b`` agree within the dtype's tolerance (NaN equal to NaN), else what differs,
+    saying ``NaN`` when one of them holds NaN where the other holds a number."""
     atol, rtol = TOLERANCES[dtype]
-    return bool(torch.isclose(a, b, atol=atol, rtol=rtol, equal_nan=True).all())
+    close = torch.isclose(a, b, atol=atol, rtol=rtol, equal_nan=True)
+    if bool(close.all()):
+        return None
+    nan_a, nan_b = torch.isnan(a) & ~torch.isnan(b), torch.isnan(b) & ~torch.isnan(a)
+    if bool(nan_a.any() or nan_b.any()):
+        return (f"NaN in {int(nan_a.sum())} elements of the output where the expected one holds numbers, "
+                f"and in {int(nan_b.sum())} the other way round")
+    finite = ~close & torch.isfinite(a) & torch.isfinite(b)
+    worst = float((a - b)[finite].abs().max()) if bool(finite.any()) else float("inf")
+    return f"{int((~close).sum())} elements differ, by up to {worst:.3g}"
 
 
 def _generator(seed: int) -> torch.Generator:
@@ -53,8 +79,9 @@ def check_matches_reference(variant: Variant, case: AttentionCase, seed: int) ->
     """Property 1: the output equals the float64 reference within the dtype's tolerance
     (fully masked rows: zeros, or NaN for ``fully_masked_rows="nan"`` variants)."""
     inputs = make_inputs(case, seed)
-    output = run_once(variant, case, bind(variant, inputs))
-    failure = check_output(variant, case, inputs, output, f"variant {variant.name} on case {case.id} (seed {seed})")
+    pristine = pristine_copy(inputs)
+    output = _guarded(variant, case, inputs)
+    failure = check_output(variant, case, pristine, output, f"variant {variant.name} on case {case.id} (seed {seed})")
     return None if failure.failure is None else failure.failure + "\n" + reproduce_hint(variant, case, seed)
 
 
@@ -86,8 +113,8 @@ def check_batch_and_head_independence(variant: Variant, case: AttentionCase, see
             value=inputs.value.index_select(dim, kv_perm.to(inputs.value.device)),
             mask=_permute_mask(inputs.mask, dim, q_perm),
         )
-        if not _close(_run(variant, case, moved), base.index_select(dim, q_perm), case.torch_dtype):
-            return _fail(variant, case, seed, f"permuting {name} by {q_perm.tolist()} did not permute the output")
+        if diff := _difference(_run(variant, case, moved), base.index_select(dim, q_perm), case.torch_dtype):
+            return _fail(variant, case, seed, f"permuting {name} by {q_perm.tolist()} did not permute the output ({diff})")
     return None
 
 
@@ -112,8 +139,8 @@ def check_causality(variant: Variant, case: AttentionCase, seed: int) -> str | N
     rows = _last_visible_key(case) < position
     if variant.fully_masked_rows in UNDEFINED_ROW_RESULTS:
         rows &= _last_visible_key(case) >= 0  # rows that see no key may hold any finite value
-    if not _close(output[:, :, rows], base[:, :, rows], case.torch_dtype):
-        return _fail(variant, case, seed, f"rows {rows.nonzero().flatten().tolist()} changed when keys >= {position} changed")
+    if diff := _difference(output[:, :, rows], base[:, :, rows], case.torch_dtype):
+        return _fail(variant, case, seed, f"rows {rows.nonzero().flatten().tolist()} changed when keys >= {position} changed ({diff})")
     return None
 
 
@@ -162,7 +189,8 @@ def check_masked_keys_do_not_matter(variant: Variant, case: AttentionCase, seed:
     same = torch.isclose(output, base, atol=TOLERANCES[case.torch_dtype][0], rtol=TOLERANCES[case.torch_dtype][1], equal_nan=True).all(-1)
     if not nan:
         if not same[hidden].all():
-            return _fail(variant, case, seed, f"rows that cannot see key {key_index} changed when it changed")
+            diff = _difference(output[hidden], base[hidden], case.torch_dtype)
+            return _fail(variant, case, seed, f"rows that cannot see key {key_index} changed when it changed ({diff})")
         return None
     all_nan = torch.isnan(output).all(-1)
     if not all_nan[~hidden].all():
@@ -185,8 +213,8 @@ def check_nan_masked_key(variant: Variant, case: AttentionCase, seed: int) -> st
     base = _run(variant, case, inputs)
     output = _run(variant, case, inputs.replace(key=key))
     hidden = _masked_rows_for_key(inputs.mask, case, key_index) & ~_free_rows(variant, inputs, case)
-    if not _close(output[hidden], base[hidden], case.torch_dtype):
-        return _fail(variant, case, seed, f"a NaN in masked-out key {key_index} reached rows that cannot see it")
+    if diff := _difference(output[hidden], base[hidden], case.torch_dtype):
+        return _fail(variant, case, seed, f"a NaN in masked-out key {key_index} reached rows that cannot see it ({diff})")
     return None
 
 
@@ -204,8 +232,8 @@ def check_shift_invariance(variant: Variant, case: AttentionCase, seed: int) -> 
     shifted = start + shift.to(device=case.device, dtype=case.torch_dtype)
     base = _run(variant, case, inputs.replace(mask=inputs.mask.with_additive(start)))
     output = _run(variant, case, inputs.replace(mask=inputs.mask.with_additive(shifted)))
-    if not _close(output, base, case.torch_dtype):
-        return _fail(variant, case, seed, "adding a constant to every score of a row changed the output")
+    if diff := _difference(output, base, case.torch_dtype):
+        return _fail(variant, case, seed, f"adding a constant to every score of a row changed the output ({diff})")
     return None
 
 

@@ -7,7 +7,8 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from perfsuite.attention.cases import parse_case_id
 from perfsuite.attention.cost_model import MODE_FLOP_FACTOR, forward_flop, mode_bytes, mode_flop
-from perfsuite.measure.evidence import VariantUnsupported, gather_evidence, prepare_case
+from perfsuite.measure.refusals import VariantUnsupported
+from perfsuite.measure.evidence import gather_evidence, prepare_case
 from perfsuite.attention.inputs import make_grad_output, make_inputs
 from perfsuite.attention.modes import MODES, Mode, make_step, parse_mode
 from perfsuite.attention.reference import compare_gradients, reference_gradients

@@ -96,7 +96,7 @@ def test_perfsuite_run_starts_pytest_under_the_process_conditions(monkeypatch, t
     import perfsuite.cli.run as run_command
 
     seen = {}
-    monkeypatch.setattr(run_command.subprocess, "call", lambda command, env, cwd=None: seen.update(env=env) or 0)
+    monkeypatch.setattr(run_command, "run_forwarding_signals", lambda command, env, cwd=None: seen.update(env=env) or 0)
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.chdir(tmp_path)

@@ -188,11 +188,15 @@ def test_a_corrupt_baseline_is_an_error_naming_it(tmp_path, content, capsys):
     assert str(bad) in capsys.readouterr().err
 
 
-def test_missing_per_round_data_is_inconclusive(tmp_path):
+def test_missing_per_round_data_in_the_head_is_inconclusive_and_in_the_base_refused(tmp_path):
+    """Before: a baseline without per-round data always passed the gate."""
     base = json.loads(saved_run(tmp_path / "a.json", [1.0] * 10).read_text())
-    del base["benchmarks"][0]["stats"]["data"]
-    comparison = compare_runs(base, base, SETTINGS)[0]
+    head = json.loads(json.dumps(base))
+    del head["benchmarks"][0]["stats"]["data"]
+    comparison = compare_runs(base, head, SETTINGS)[0]
     assert comparison.verdict == "inconclusive" and "--benchmark-save-data" in comparison.note
+    with pytest.raises(BaselineError, match="the base run has no per-round data .*--benchmark-save-data"):
+        compare_runs(head, base, SETTINGS)
 
 
 @pytest.mark.slow

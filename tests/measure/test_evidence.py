@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from perfsuite.attention.cases import AttentionCase
-from perfsuite.measure.evidence import VariantUnsupported, gather_evidence
+from perfsuite.measure.refusals import VariantUnsupported
+from perfsuite.measure.evidence import gather_evidence
 from perfsuite.attention.inputs import make_inputs
 from perfsuite.attention.reference import TOLERANCES, compare_with_reference, reference_attention
 from perfsuite.variants import Variant, get_variant
@@ -138,12 +139,12 @@ def test_blockwise_reference_equals_the_whole_one(mask):
 
 
 def test_a_reference_out_of_memory_is_not_compared(tmp_path, monkeypatch):
-    from perfsuite.measure import evidence as evidence_module
+    from perfsuite.measure import correctness
 
     def out_of_memory(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 GiB")
 
-    monkeypatch.setattr(evidence_module, "reference_attention", out_of_memory)
+    monkeypatch.setattr(correctness, "reference_attention", out_of_memory)
     case = AttentionCase(1, 2, 16, 16, 8, "fp32", "cpu", "causal")
     found = gather_evidence(get_variant("sdpa"), case, 0, tmp_path)
     assert found.comparison is None

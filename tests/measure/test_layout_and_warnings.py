@@ -7,9 +7,11 @@ import torch
 
 from perfsuite.attention.cases import AttentionCase, parse_case_id
 from perfsuite.attention.inputs import make_inputs
-from perfsuite.measure import evidence as evidence_module
-from perfsuite.measure.evidence import (VariantUnsupported, VariantWarning, describe_layout, gather_evidence,
-                                        layout_differences)
+from perfsuite.measure import warnings_capture
+from perfsuite.measure.refusals import VariantUnsupported
+from perfsuite.measure.warnings_capture import VariantWarning
+from perfsuite.measure.layout import describe_layout, layout_differences
+from perfsuite.measure.evidence import gather_evidence
 from perfsuite.variants import Variant, get_variant
 
 TRANSPOSED = "b1h2s16d8-fp32-causal-transposed-cpu"
@@ -55,7 +57,7 @@ def warns_on_first_call(query, key, value, *, mask, scale):
 
 def test_a_variants_warnings_are_recorded_and_shown_once_with_the_variant_named(tmp_path, monkeypatch):
     """Before: recorded by run_once and dropped."""
-    monkeypatch.setattr(evidence_module, "_ANNOUNCED", set())
+    monkeypatch.setattr(warnings_capture, "_ANNOUNCED", set())
     variant = Variant(name="noisy", fn=warns_on_first_call, description="test-only")
     case = AttentionCase(1, 2, 8, 8, 8, "fp32", "cpu", "causal")
     with warnings.catch_warnings(record=True) as shown:

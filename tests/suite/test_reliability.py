@@ -23,6 +23,19 @@ def test_a_setup_error_is_raised_in_full_once_then_referenced_in_one_line():
     assert list(ledger.failures()) == [("v", "c")]
 
 
+def test_the_same_first_call_error_in_every_mode_is_shown_in_full_once():
+    """Before: a first-call error printed its full traceback once per mode."""
+    ledger = FailureLedger()
+    error = setup_error()
+    with pytest.raises(RuntimeError):
+        ledger.report(("v", "c", "forward"), "test_a[v-c-forward]", "v on c in mode forward", error)
+    with pytest.raises(pytest.fail.Exception, match=r"reported in full once, by test_a\[v-c-forward\]"):
+        ledger.report(("v", "c", "backward"), "test_a[v-c-backward]", "v on c in mode backward", setup_error())
+    other = RuntimeError("another failure")
+    with pytest.raises(RuntimeError, match="another failure"):  # a different error is shown in full
+        ledger.report(("v", "c", "forward_backward"), "test_a[v-c-forward_backward]", "v on c", other)
+
+
 def test_crash_probes_run_one_child_per_isolated_variant_and_answer_per_pair():
     calls = []
 

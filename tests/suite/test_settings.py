@@ -52,7 +52,18 @@ def test_explicit_case_ids_replace_and_extra_ids_add():
     exact = settings.resolve(raw(cases="b1h2s4d4-fp32-bool-cpu"), cuda_available=False)
     assert [c.id for c in exact.cases] == ["b1h2s4d4-fp32-bool-cpu"]
     extra = settings.resolve(raw(case_set="smoke", extra_cases="b1h2s4d4-fp32-bool-cpu"), cuda_available=False)
-    assert [c.id for c in extra.cases] == ["b2h8s256d64-fp32-causal-cpu", "b1h2s4d4-fp32-bool-cpu"]
+    assert [c.id for c in extra.cases] == ["b2h8s256d64-fp32-causal-cpu", "b2h8s256d64-fp32-causal-transposed-cpu",
+                                           "b1h2s4d4-fp32-bool-cpu"]
+
+
+def test_the_default_and_smoke_sets_hold_a_transposed_case_and_own_shapes_do_not():
+    """Before: no named case set had a -transposed case, so the stride skip reason was never seen unasked."""
+    for name in ("default", "smoke"):
+        for cuda in (False, True):
+            found = settings.resolve(raw(case_set=name), cuda_available=cuda)
+            assert sum(c.transposed for c in found.cases) == 1, name
+    own = settings.resolve(raw(shapes="1x2x16x8"), cuda_available=False)
+    assert not any(c.transposed for c in own.cases)
 
 
 def test_pairwise_combinations_cut_the_product_and_say_so():

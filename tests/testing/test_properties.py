@@ -12,10 +12,11 @@ from hypothesis import given, settings
 
 from perfsuite.testing import properties
 from perfsuite.attention.cases import AttentionCase
-from perfsuite.measure.evidence import VariantUnsupported, bind, run_once
+from perfsuite.measure.refusals import VariantUnsupported
+from perfsuite.measure.evidence import bind, run_once
 from perfsuite.attention.inputs import make_inputs
 from perfsuite.testing.strategies import MASKS_HIDING_KEYS, attention_cases, seeds
-from perfsuite.variants import get_variant
+from perfsuite.variants import Variant, get_variant
 
 DEVICES = ("cpu", "cuda") if torch.cuda.is_available() else ("cpu",)
 LOW_PRECISION = ("fp32", "bf16", "fp16")
@@ -102,3 +103,27 @@ def test_adding_a_constant_to_a_row_of_scores_changes_nothing(case, seed, varian
 @given(case=attention_cases(devices=DEVICES, dtypes=("fp32", "bf16"), contiguous=True), seed=seeds())
 def test_naive_copies_the_scores_once_per_masked_forward_and_inplace_never(case, seed, variants):
     holds_for_every_variant(properties.check_score_copies, case, seed, only(variants, "naive", "naive_inplace"))
+
+
+def test_property_checks_say_nan_and_name_a_mutated_input():
+    """Before: a variant returning NaN failed a property check without the word NaN; a mutation went unnamed."""
+    from perfsuite.measure.correctness import ContractViolation
+    from perfsuite.testing.properties import check_shift_invariance
+
+    case = AttentionCase(1, 2, 8, 8, 4, "fp32", "cpu", "causal")
+    calls = []
+
+    def nan_on_second_call(query, key, value, *, mask, scale):
+        calls.append(1)
+        out = torch.nn.functional.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scale)
+        return out * float("nan") if len(calls) == 2 else out
+
+    failure = check_shift_invariance(Variant(name="nan2", fn=nan_on_second_call, description="test-only"), case, 0)
+    assert failure and "NaN in" in failure
+
+    def mutates(query, key, value, *, mask, scale):
+        key.zero_()
+        return torch.nn.functional.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scale)
+
+    with pytest.raises(ContractViolation, match="modified its `key` in place"):
+        check_shift_invariance(Variant(name="mut", fn=mutates, description="test-only"), case, 0)

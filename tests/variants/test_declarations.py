@@ -7,7 +7,9 @@ import pytest
 import torch
 
 from perfsuite.attention.cases import AttentionCase
-from perfsuite.measure.evidence import VariantUnsupported, check_output, gather_evidence
+from perfsuite.measure.refusals import VariantUnsupported
+from perfsuite.measure.correctness import check_output
+from perfsuite.measure.evidence import gather_evidence
 from perfsuite.attention.inputs import make_inputs
 from perfsuite.testing.properties import ALL_CHECKS, applicable
 from perfsuite.variants import Variant, get_variant, registry

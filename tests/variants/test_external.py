@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from perfsuite.attention.cases import AttentionCase
-from perfsuite.measure.evidence import VariantUnsupported, prepare_case
+from perfsuite.measure.refusals import VariantUnsupported
+from perfsuite.measure.evidence import prepare_case
 from perfsuite.variants import get_variant
 
 

@@ -6,7 +6,8 @@ import torch
 from perfsuite.attention.cases import AttentionCase
 from perfsuite.attention.inputs import make_inputs
 from perfsuite.attention.reference import reference_attention
-from perfsuite.measure.evidence import VariantUnsupported, bind, prepare_case
+from perfsuite.measure.refusals import VariantUnsupported
+from perfsuite.measure.evidence import bind, prepare_case
 from perfsuite.variants import get_variant
 from perfsuite.variants.multihead import module_masks, transparent_module
 
