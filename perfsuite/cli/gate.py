@@ -240,7 +240,7 @@ def record_ab_history(args: argparse.Namespace, payload: dict, info: dict, base,
                                              for side, side_info, python in (("base", info["base_machine"], base.python),
                                                                              ("head", info, head.python))
                                              if python == sys.executable}})
-    overridden = {"base": bool(args.base_variant), "head": bool(args.head_variant or args.head_slowdown)}
+    overridden = {"base": bool(args.base_variant), "head": bool(args.head_variant)}
     runs = [run for run in importing.runs_from_ab_json(payload, repository=capture.repository_name(repo))
             if not overridden[run.source.removeprefix("ab-")] and run.benchmarks]
     if not runs:

@@ -140,7 +140,8 @@ def test_report_takes_a_saved_run_s_number_as_compare_does(tmp_path, monkeypatch
     """``perfsuite report 0001``: the run saved as .benchmarks/*/0001_*.json, also from a subdirectory."""
     run = load_run(EXAMPLE)
     first = run.results[0]
-    info = {"variant": first.variant, "case": first.case_id, "case_fields": {"device": "cpu"}, "flop": first.flop,
+    info = {"schema_version": 2, "mode": "forward", "variant": first.variant, "case": first.case_id,
+            "case_fields": {"device": "cpu"}, "flop": first.flop,
             "bytes_read": first.bytes_moved, "bytes_written": 0, "cpu_ops_per_step": 45, "kernels_per_step": 0,
             "score_copies_per_step": 1, "allocated_bytes_per_step": 10, "peak_memory_bytes": 5,
             "max_abs_error": 1e-7, "correct": True}

@@ -10,8 +10,8 @@ from perfsuite.storage import EXTRA_INFO_SCHEMA_VERSION, RUN_SCHEMA_VERSION
 
 INFO = {"schema_version": EXTRA_INFO_SCHEMA_VERSION, "variant": "sdpa", "case": "b1h2s8d4-fp32-causal-cpu",
         "mode": "forward", "case_fields": {"device": "cpu"}, "flop": 10, "bytes_read": 1, "bytes_written": 1,
-        "cpu_ops_per_forward": 3, "kernels_per_forward": 0, "score_copies_per_forward": 0,
-        "allocated_bytes_per_forward": 0, "peak_memory_bytes": 0, "max_abs_error": 1e-7, "correct": True}
+        "cpu_ops_per_step": 3, "kernels_per_step": 0, "score_copies_per_step": 0,
+        "allocated_bytes_per_step": 0, "peak_memory_bytes": 0, "max_abs_error": 1e-7, "correct": True}
 
 
 def _benchmark_file(tmp_path, **changes):
