@@ -18,13 +18,15 @@ from pytest_benchmark.session import PerformanceRegression
 from perfsuite.errors import PerfsuiteError
 from perfsuite.measure import conditions
 from perfsuite.measure.evidence import Evidence
-from perfsuite.suite import options, settings
+from perfsuite.suite import options, settings, shards
 from perfsuite.suite.session import SuiteSession
 from perfsuite.variants import Variant, get_variant
 from perfsuite.variants.user import load_entry_point_variants, load_variant_spec, loaded_user_variants
 
 SESSION_KEY = pytest.StashKey[SuiteSession]()
 APPLIED_CONDITIONS_KEY = pytest.StashKey[list]()  # process conditions applied after start (measure.conditions)
+SHARD_KEY = pytest.StashKey[object]()  # the run's shards.Shard, or None
+SHARD_NOTE_KEY = pytest.StashKey[str]()  # what the shard kept, for the collection summary
 
 
 def session_of(config: pytest.Config) -> SuiteSession:
@@ -53,6 +55,10 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         resolved = settings.resolve(options.raw_settings(config), torch.cuda.is_available(), loaded_user_variants())
     except settings.SettingsError as exc:
+        raise pytest.UsageError(f"perfsuite: {exc}") from None
+    try:
+        config.stash[SHARD_KEY] = options.shard(config)
+    except PerfsuiteError as exc:
         raise pytest.UsageError(f"perfsuite: {exc}") from None
     config.stash[SESSION_KEY] = SuiteSession(resolved, tuple(spec for spec, _ in options.variant_specs(config)))
     config.stash[APPLIED_CONDITIONS_KEY] = conditions.apply_in_process()
@@ -93,8 +99,19 @@ def _pair(item) -> tuple | None:
     return (variant.name, case) if variant is not None and case is not None else None
 
 
+@pytest.hookimpl(trylast=True)  # after -k/-m deselection: every shard splits the same selection
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
-    """Run each (variant, case) pair's tests together, so its memory can be released after them."""
+    """Keep this run's shard (``--perfsuite-shard``), and run each (variant, case) pair's tests together,
+    so its memory can be released after them."""
+    shard = config.stash.get(SHARD_KEY, None)
+    if shard is not None:
+        durations, origin = shard_durations(config)
+        keep = shards.split([shards.item_group(item) for item in items], shard, durations)
+        dropped = [item for item, kept in zip(items, keep) if not kept]
+        items[:] = [item for item, kept in zip(items, keep) if kept]
+        config.hook.pytest_deselected(items=dropped)
+        config.stash[SHARD_NOTE_KEY] = (f"perfsuite: shard {shard}: {len(items)} of {len(items) + len(dropped)} "
+                                        f"tests, balanced by {origin}")
     first_seen: dict[tuple, int] = {}
     for item in items:
         pair = _pair(item)
@@ -102,6 +119,11 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             first_seen.setdefault((pair[0], pair[1].id), len(first_seen))
     items.sort(key=lambda item: -1 if _pair(item) is None else first_seen[(_pair(item)[0], _pair(item)[1].id)])
     session_of(config).expect(sum(1 for item in items if "benchmark" in getattr(item, "fixturenames", ())))
+
+
+def shard_durations(config: pytest.Config) -> tuple[dict[str, float], str]:
+    """Known seconds per shard group (``shards.item_group``), and where they came from."""
+    return {}, "test count (no durations known)"
 
 
 def pytest_runtest_teardown(item, nextitem) -> None:
@@ -115,6 +137,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Say what to do when perfsuite was configured but none of its suite's tests were collected."""
     suite_items = [item for item in session.items if "variant" in getattr(item, "fixturenames", ())]
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    note = session.config.stash.get(SHARD_NOTE_KEY, None)
+    if note and reporter:
+        reporter.write_line(note)
     if not suite_items and reporter and options.asked_for_perfsuite(session.config):
         reporter.write_line("perfsuite: no test of the attention suite was collected here. The suite ships with "
                             "perfsuite: run `perfsuite run` (timed) or `perfsuite run --check` from your repository "
