@@ -61,6 +61,8 @@ def pytest_configure(config: pytest.Config) -> None:
     except PerfsuiteError as exc:
         raise pytest.UsageError(f"perfsuite: {exc}") from None
     config.stash[SESSION_KEY] = SuiteSession(resolved, tuple(spec for spec, _ in options.variant_specs(config)))
+    shard = config.stash[SHARD_KEY]
+    config.stash[SESSION_KEY].shard = str(shard) if shard is not None else None
     config.stash[APPLIED_CONDITIONS_KEY] = conditions.apply_in_process()
 
 

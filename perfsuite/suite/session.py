@@ -18,7 +18,7 @@ from perfsuite.gate.compare import benchmark_key
 from perfsuite.gate.flow import GateOutcome, judge_saved_runs
 from perfsuite.gate.stats import SEPARATE_RUNS_MIN_EFFECT, GateSettings
 from perfsuite.measure.speed_reference import reference_of, run_spread
-from perfsuite.measure import machine
+from perfsuite.measure import gpu_state, machine
 from perfsuite.measure.cleanup import release_device_memory, release_exception_frames
 from perfsuite.measure.evidence import (Evidence, PreparedCase, VariantUnsupported, gather_evidence, layout_differences,
                                        prepare_case)
@@ -57,6 +57,8 @@ class SuiteSession:
         self._machine: dict | None = None
         self._peaks: dict | None = None
         self.baseline: dict | None = None  # the run --benchmark-compare loaded
+        self.shard: str | None = None  # "INDEX/COUNT" of a sharded run (suite.shards), set by the plugin
+        self._gpu_state: dict | None = None
 
     # -- measuring ---------------------------------------------------------------------------
     def machine_info(self) -> dict:
@@ -64,6 +66,12 @@ class SuiteSession:
         if self._machine is None:
             self._machine = machine.torch_machine_info(list(self.settings.devices))
         return self._machine
+
+    def gpu_state(self) -> dict:
+        """The GPU's identity and state (``measure.gpu_state``), read once, after the first timing that needs it."""
+        if self._gpu_state is None:
+            self._gpu_state = gpu_state.gpu_state(list(self.settings.devices))
+        return self._gpu_state
 
     def peaks(self) -> dict | None:
         """Measured peaks after a timed run (measured once per machine, cached), else None."""
@@ -179,6 +187,10 @@ class SuiteSession:
         incomplete = self.incomplete()
         if incomplete:
             output_json[INCOMPLETE_KEY] = incomplete
+        # outside machine_info (compared between runs): the GPU's clocks and temperature vary from run to run
+        output_json["perfsuite_gpu_state"] = self.gpu_state()
+        if self.shard:
+            output_json["perfsuite_shard"] = self.shard
 
     # -- parametrization ---------------------------------------------------------------------
     def cases_for(self, variant) -> tuple:
@@ -281,7 +293,8 @@ class SuiteSession:
             if not final and incomplete is None:
                 incomplete = {"reason": "in progress (a run that died here, crashed or killed, leaves this)",
                               "finished": self.progress.finished, "expected": self.progress.expected}
-            info = dict(self.machine_info(), peaks=self.peaks() if final else None)
+            info = dict(self.machine_info(), peaks=self.peaks() if final else None,
+                        gpu_state=self.gpu_state() if final else None, shard=self.shard)
             self.written = write_run(Path(self.settings.results_dir), list(self.results.values()),
                                      list(self.skipped.values()), info, list(self.crashed.values()), incomplete,
                                      None if final else self.progress.running)
