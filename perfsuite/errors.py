@@ -14,6 +14,7 @@ Errors that report a bad value also derive from ``ValueError``, as Python's own 
     +-- ReportError          a file that is not a saved run of the suite
     +-- WorkerError          an A/B worker process failed or answered with an error
     +-- UsageError           a command-line request that cannot be carried out
+    +-- HistoryError         a performance-history store that cannot be opened or written (names it)
 """
 
 from __future__ import annotations
@@ -70,3 +71,8 @@ class UsageError(PerfsuiteError):
 
 __all__ = ["PerfsuiteError", "ConfigError", "DeviceTimingError", "TraceError", "BaselineError", "IncomparableRuns", "ReportError",
            "WorkerError", "UsageError"]
+
+
+class HistoryError(PerfsuiteError):
+    """A history store (``perfsuite.history``) that cannot be opened, read or written: not a
+    store, a newer schema, an unreachable server; ``source`` is the file or URL (password hidden)."""

@@ -1,0 +1,235 @@
+"""Reading a store: series, their points in commit order, epochs, runs.
+
+A series is (benchmark, measure, testbed fingerprint). A point is one commit of a series: the
+runs of that commit with the same software pooled (their raw rounds together), ordered by the
+commit's first-parent position (``Commit.position``), then commit time. Contended runs are kept
+on the point (``all_values``) but left out of ``values``, the sample the statistics use; a point
+with only contended runs is ``contended``. An epoch is a stretch of points with one software
+fingerprint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from typing import Any, Sequence
+
+from sqlalchemy import Connection, func, select
+
+import perfsuite.history.schema as schema
+from perfsuite.history.records import EPOCH_FIELDS, stable_hash
+
+# measure -> (results column, unit, larger is worse). ``time_s`` uses every round (``rounds_s``).
+MEASURES: dict[str, tuple[str, str, bool]] = {
+    "time_s": ("median_s", "s", True),
+    "wall_s": ("wall_median_s", "s", True),
+    "device_s": ("device_median_s", "s", True),
+    "tflops": ("tflops", "TFLOP/s", False),
+    "gbps": ("gbps", "GB/s", False),
+    "score_copies": ("score_copies", "copies", True),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class SeriesKey:
+    """What a series is: ``benchmark`` (``variant/case_id/mode``), ``measure`` (a ``MEASURES`` key)
+    and ``testbed`` (``Testbed.fingerprint``). ``id``: a short stable name for the command line."""
+
+    benchmark: str
+    measure: str
+    testbed: str
+
+    @property
+    def id(self) -> str:
+        return stable_hash([self.benchmark, self.measure, self.testbed], 10)
+
+
+@dataclasses.dataclass(frozen=True)
+class Series:
+    """A series found by ``list_series``: its key, the benchmark's variant/case/mode, the testbed's
+    spec, and how many runs and commits it has."""
+
+    key: SeriesKey
+    variant: str | None
+    case_id: str | None
+    mode: str | None
+    testbed_spec: dict[str, Any]
+    runs: int
+    commits: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    """One commit of a series (runs with the same software pooled). ``values``: the raw values of
+    its uncontended runs (every round for ``time_s``, one per run otherwise); ``all_values`` with
+    contended runs too; ``contended``: no uncontended run; ``median`` of ``values`` (of
+    ``all_values`` when contended). ``structure``/``structure_hash``: the newest run's structural
+    fingerprint. ``software``: versions, ``software_fingerprint`` the epoch it belongs to."""
+
+    sha: str | None
+    position: int | None
+    commit_time: float | None
+    branch: str | None
+    subject: str | None
+    dirty: bool
+    run_uids: tuple[str, ...]
+    values: tuple[float, ...]
+    all_values: tuple[float, ...]
+    contended: bool
+    median: float | None
+    software_fingerprint: str
+    software: dict[str, Any]
+    structure: dict[str, Any] | None
+    structure_hash: str | None
+    recorded_at: float
+
+    @property
+    def short_sha(self) -> str:
+        return (self.sha or "-")[:10] + ("+dirty" if self.dirty else "")
+
+
+@dataclasses.dataclass(frozen=True)
+class Epoch:
+    """Points ``start``..``end`` (indices into the points, inclusive) share ``software``;
+    ``changed``: ``{field: (before, after)}`` against the previous epoch (empty for the first)."""
+
+    software_fingerprint: str
+    software: dict[str, Any]
+    start: int
+    end: int
+    changed: dict[str, tuple[Any, Any]]
+
+
+def _measure(measure: str) -> tuple[str, str, bool]:
+    if measure not in MEASURES:
+        raise ValueError(f"measure {measure!r}: not one of {', '.join(MEASURES)}")
+    return MEASURES[measure]
+
+
+def list_series(connection: Connection, benchmark: str | None = None, variant: str | None = None,
+                case: str | None = None, mode: str | None = None, testbed: str | None = None,
+                measure: str | None = None) -> list[Series]:
+    """Every series with data, filtered: ``benchmark``/``variant``/``case``/``mode`` match exactly,
+    ``testbed`` is a fingerprint prefix, ``measure`` a ``MEASURES`` key. Sorted by benchmark, measure."""
+    r, run, tb = schema.results, schema.runs, schema.testbeds
+    measures = [measure] if measure else list(MEASURES)
+    for m in measures:
+        _measure(m)
+    counts = [func.count(getattr(r.c, MEASURES[m][0])).label(m) for m in measures]
+    query = (select(r.c.benchmark, r.c.variant, r.c.case_id, r.c.mode, run.c.testbed_id,
+                    func.count(func.distinct(run.c.id)).label("runs"),
+                    func.count(func.distinct(run.c.commit_sha)).label("commits"), *counts)
+             .join(run, run.c.id == r.c.run_id)
+             .group_by(r.c.benchmark, r.c.variant, r.c.case_id, r.c.mode, run.c.testbed_id))
+    for column, value in ((r.c.benchmark, benchmark), (r.c.variant, variant), (r.c.case_id, case), (r.c.mode, mode)):
+        if value is not None:
+            query = query.where(column == value)
+    testbeds = {row.id: (row.fingerprint, row.spec) for row in connection.execute(select(tb))}
+    found = []
+    for row in connection.execute(query):
+        fingerprint, spec = testbeds[row.testbed_id]
+        if testbed and not fingerprint.startswith(testbed):
+            continue
+        for m in measures:
+            if getattr(row, m):
+                found.append(Series(SeriesKey(row.benchmark, m, fingerprint), row.variant, row.case_id, row.mode,
+                                    spec, row.runs, row.commits))
+    return sorted(found, key=lambda s: (s.key.benchmark, list(MEASURES).index(s.key.measure), s.key.testbed))
+
+
+def find_series(connection: Connection, name: str) -> list[Series]:
+    """Series whose id starts with ``name``, or whose benchmark equals or contains it (``time_s`` first)."""
+    every = list_series(connection)
+    exact = [s for s in every if s.key.id.startswith(name)] or [s for s in every if s.key.benchmark == name]
+    return exact or [s for s in every if name in s.key.benchmark]
+
+
+def _values(row: Any, measure: str) -> list[float]:
+    column = MEASURES[measure][0]
+    if measure == "time_s" and row.rounds_s:
+        return [float(v) for v in row.rounds_s]
+    value = getattr(row, column)
+    return [] if value is None else [float(value)]
+
+
+def points(connection: Connection, series: SeriesKey | Series, branch: str | None = None,
+           include_dirty: bool = True, commit_order: Sequence[str] | None = None) -> list[Point]:
+    """The points of ``series`` in first-parent commit order (``Commit.position``, then commit time,
+    then when recorded). ``branch``: only runs recorded on it; ``include_dirty=False`` leaves out
+    runs of uncommitted trees; ``commit_order``: shas oldest first (``git rev-list --first-parent
+    --reverse``) to order by instead, points of other commits left out."""
+    key = series.key if isinstance(series, Series) else series
+    _measure(key.measure)
+    r, run, tb, sw = schema.results, schema.runs, schema.testbeds, schema.software
+    query = (select(r.c.rounds_s, getattr(r.c, MEASURES[key.measure][0]).label(MEASURES[key.measure][0]),
+                    r.c.contended, r.c.structure, r.c.structure_hash, run.c.uid, run.c.commit_sha, run.c.branch,
+                    run.c.commit_time, run.c.dirty, run.c.commit_position, run.c.subject, run.c.recorded_at,
+                    sw.c.fingerprint.label("software_fingerprint"), sw.c.spec.label("software"))
+             .join(run, run.c.id == r.c.run_id).join(tb, tb.c.id == run.c.testbed_id)
+             .join(sw, sw.c.id == run.c.software_id)
+             .where(r.c.benchmark == key.benchmark, tb.c.fingerprint == key.testbed)
+             .order_by(run.c.recorded_at, run.c.id))
+    if branch is not None:
+        query = query.where(run.c.branch == branch)
+    if not include_dirty:
+        query = query.where(run.c.dirty.is_(False))
+    groups: dict[tuple, list[Any]] = {}
+    for row in connection.execute(query):
+        if not _values(row, key.measure):
+            continue
+        group = (row.commit_sha or row.uid, bool(row.dirty), row.software_fingerprint)
+        groups.setdefault(group, []).append(row)
+    built = [_point(rows, key.measure) for rows in groups.values()]
+    if commit_order is not None:
+        rank = {sha: i for i, sha in enumerate(commit_order)}
+        built = [p for p in built if p.sha in rank]
+        return sorted(built, key=lambda p: (rank[p.sha], p.dirty, p.recorded_at))
+    big = float("inf")
+    return sorted(built, key=lambda p: (p.position if p.position is not None else big,
+                                        p.commit_time if p.commit_time is not None else big, p.dirty, p.recorded_at))
+
+
+def _point(rows: list[Any], measure: str) -> Point:
+    clean = [v for row in rows if not row.contended for v in _values(row, measure)]
+    every = [v for row in rows for v in _values(row, measure)]
+    newest = rows[-1]
+    return Point(sha=newest.commit_sha, position=newest.commit_position, commit_time=newest.commit_time,
+                 branch=newest.branch, subject=newest.subject, dirty=bool(newest.dirty),
+                 run_uids=tuple(row.uid for row in rows), values=tuple(clean), all_values=tuple(every),
+                 contended=not clean, median=statistics.median(clean or every),
+                 software_fingerprint=newest.software_fingerprint, software=dict(newest.software or {}),
+                 structure=newest.structure, structure_hash=newest.structure_hash,
+                 recorded_at=min(row.recorded_at for row in rows))
+
+
+def epochs(found: Sequence[Point]) -> list[Epoch]:
+    """Consecutive stretches of ``found`` with one software fingerprint (``records.EPOCH_FIELDS``)."""
+    result: list[Epoch] = []
+    for index, point in enumerate(found):
+        if result and result[-1].software_fingerprint == point.software_fingerprint:
+            result[-1] = dataclasses.replace(result[-1], end=index)
+            continue
+        before = result[-1].software if result else None
+        changed = {} if before is None else {f: (before.get(f), point.software.get(f)) for f in EPOCH_FIELDS
+                                             if before.get(f) != point.software.get(f)}
+        result.append(Epoch(point.software_fingerprint, point.software, index, index, changed))
+    return result
+
+
+def runs(connection: Connection, commit: str | None = None, source: str | None = None,
+         limit: int | None = None) -> list[dict[str, Any]]:
+    """Stored runs, newest first, as dicts of the ``perfsuite_runs`` columns plus the testbed and
+    software fingerprints and the benchmark count; ``commit`` a sha prefix."""
+    run, tb, sw, r = schema.runs, schema.testbeds, schema.software, schema.results
+    count = select(func.count(r.c.id)).where(r.c.run_id == run.c.id).scalar_subquery()
+    query = (select(run, tb.c.fingerprint.label("testbed"), sw.c.fingerprint.label("software_fingerprint"),
+                    count.label("benchmarks"))
+             .join(tb, tb.c.id == run.c.testbed_id).join(sw, sw.c.id == run.c.software_id)
+             .order_by(run.c.recorded_at.desc(), run.c.id.desc()))
+    if commit:
+        query = query.where(run.c.commit_sha.like(f"{commit}%"))
+    if source:
+        query = query.where(run.c.source == source)
+    if limit:
+        query = query.limit(limit)
+    return [dict(row._mapping) for row in connection.execute(query)]

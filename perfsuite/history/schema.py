@@ -1,0 +1,100 @@
+"""The store's schema: one SQLAlchemy Core definition for SQLite and PostgreSQL, its version and
+the forward migrations run on open.
+
+Every table is prefixed ``perfsuite_`` so a PostgreSQL database shared with other tools stays
+apart. ``SCHEMA_VERSION`` is the version this code writes; a store records its own in
+``perfsuite_meta``. To change the schema: edit the tables, raise ``SCHEMA_VERSION`` and append
+one function to ``MIGRATIONS`` that takes a version ``SCHEMA_VERSION - 1`` store there (it runs
+inside the opening transaction, on both engines).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from sqlalchemy import (JSON, BigInteger, Boolean, Column, Connection, Float, ForeignKey, Index, Integer, MetaData,
+                        String, Table, Text, UniqueConstraint)
+
+SCHEMA_VERSION = 1
+PREFIX = "perfsuite_"
+
+metadata = MetaData()
+
+meta = Table(
+    f"{PREFIX}meta", metadata,
+    Column("key", String(64), primary_key=True),
+    Column("value", String(255), nullable=False),
+)
+
+# The hardware a series belongs to; ``fingerprint`` hashes ``records.Testbed.identity()``.
+testbeds = Table(
+    f"{PREFIX}testbeds", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("fingerprint", String(32), nullable=False, unique=True),
+    Column("spec", JSON, nullable=False),
+)
+
+# The software a run used; a change of ``fingerprint`` inside a series is an epoch boundary.
+software = Table(
+    f"{PREFIX}software", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("fingerprint", String(32), nullable=False, unique=True),
+    Column("spec", JSON, nullable=False),
+)
+
+runs = Table(
+    f"{PREFIX}runs", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("uid", String(128), nullable=False, unique=True),  # idempotency: one run is recorded once
+    Column("source", String(32), nullable=False),  # plugin, run, ab-base, ab-head, import
+    Column("recorded_at", Float, nullable=False),  # unix seconds
+    Column("commit_sha", String(64)),
+    Column("branch", String(255)),
+    Column("commit_time", Float),  # unix seconds (committer date)
+    Column("dirty", Boolean, nullable=False, default=False),
+    Column("commit_position", Integer),  # commits on the first-parent chain up to this one
+    Column("parent_sha", String(64)),  # first parent
+    Column("subject", Text),
+    Column("repository", Text),
+    Column("testbed_id", Integer, ForeignKey(f"{PREFIX}testbeds.id"), nullable=False),
+    Column("software_id", Integer, ForeignKey(f"{PREFIX}software.id"), nullable=False),
+    Column("run_group", String(128)),  # shards of one logical run share it
+    Column("host", String(255)),
+    Column("labels", JSON),
+)
+Index(f"{PREFIX}runs_commit", runs.c.commit_sha)
+
+results = Table(
+    f"{PREFIX}results", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("run_id", Integer, ForeignKey(f"{PREFIX}runs.id", ondelete="CASCADE"), nullable=False),
+    Column("benchmark", String(512), nullable=False),  # variant/case/mode
+    Column("variant", String(255)),
+    Column("case_id", String(255)),
+    Column("mode", String(32)),
+    Column("device", String(32)),
+    Column("timer", String(32)),
+    Column("rounds_s", JSON),  # every round's time, seconds, on ``timer``'s clock
+    Column("median_s", Float),
+    Column("wall_median_s", Float),
+    Column("device_median_s", Float),
+    Column("tflops", Float),
+    Column("gbps", Float),
+    Column("flop", BigInteger),
+    Column("bytes_moved", BigInteger),
+    Column("score_copies", Float),
+    Column("structure", JSON),  # trace.structure.fingerprint
+    Column("structure_hash", String(32)),
+    Column("contended", Boolean),
+    Column("contention", JSON),
+    Column("speed_reference", JSON),
+    Column("extra", JSON),
+    UniqueConstraint("run_id", "benchmark", name=f"{PREFIX}results_run_benchmark"),
+)
+Index(f"{PREFIX}results_benchmark", results.c.benchmark)
+Index(f"{PREFIX}results_run", results.c.run_id)
+
+TABLES = tuple(t.name for t in metadata.sorted_tables)
+
+# MIGRATIONS[i] takes a store from version i + 1 to i + 2, inside the opening transaction.
+MIGRATIONS: list[Callable[[Connection], None]] = []

@@ -1,0 +1,270 @@
+"""Opening a store (SQLite file or PostgreSQL URL), checking and migrating its schema, and writing
+one run per transaction, idempotently by the run's uid.
+
+SQLite: WAL journal, a 30 s busy timeout, ``BEGIN IMMEDIATE`` transactions (a writer takes the
+lock at the start, so two writers queue instead of failing on a lock upgrade) and retries on
+``database is locked``. A file that is not SQLite, or an SQLite database without perfsuite's
+tables, is refused with its name and never written. PostgreSQL: schema creation and migration
+hold a transaction-level advisory lock, so concurrent first opens do not race.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+from sqlalchemy import Connection, Engine, create_engine, event, inspect, select, text
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
+
+from perfsuite.errors import HistoryError
+import perfsuite.history.schema as schema
+from perfsuite.history.records import RunRecord
+
+URL_ENV = "PERFSUITE_HISTORY_URL"
+URL_INI = "perfsuite_history_url"
+DEFAULT_PATH = Path(".perfsuite") / "history.sqlite"  # under the repository root, beside .benchmarks/
+SQLITE_MAGIC = b"SQLite format 3\x00"
+BUSY_TIMEOUT_MS = 30_000
+WRITE_ATTEMPTS = 8
+_ADVISORY_KEY = 0x70657266  # "perf": PostgreSQL advisory lock for schema changes
+
+T = TypeVar("T")
+
+
+def repository_root(start: Path | None = None) -> Path:
+    """The nearest folder at or above ``start`` (default: the current one) holding ``.git``, else ``start``."""
+    start = (start or Path.cwd()).resolve()
+    for folder in (start, *start.parents):
+        if (folder / ".git").exists():
+            return folder
+    return start
+
+
+def resolve_url(url: str | None = None, ini_value: str | None = None, root: Path | None = None) -> str:
+    """The store's URL: ``url`` if given, else ``$PERFSUITE_HISTORY_URL``, else the ini key
+    ``perfsuite_history_url`` (``ini_value``), else the SQLite file ``.perfsuite/history.sqlite``
+    at the repository root of ``root`` (default: the current folder). A plain path is a SQLite file."""
+    chosen = url or os.environ.get(URL_ENV) or ini_value
+    if not chosen:
+        return f"sqlite:///{repository_root(root) / DEFAULT_PATH}"
+    if "://" not in chosen:
+        return f"sqlite:///{Path(chosen).expanduser().resolve()}"
+    return chosen
+
+
+def shown(url: str | URL) -> str:
+    """The URL as it may be printed: the password hidden."""
+    try:
+        return make_url(url).render_as_string(hide_password=True) if isinstance(url, str) else \
+            url.render_as_string(hide_password=True)
+    except ArgumentError:
+        return str(url)
+
+
+def _sqlite_file(url: URL) -> Path | None:
+    database = url.database
+    return Path(database) if url.get_backend_name() == "sqlite" and database and database != ":memory:" else None
+
+
+def _check_sqlite_file(path: Path) -> None:
+    """Refuse a file that is not an SQLite database, naming it; never touch it."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    if path.is_dir():
+        raise HistoryError(f"{path}: is a folder, not a history store file", str(path))
+    with path.open("rb") as handle:
+        head = handle.read(len(SQLITE_MAGIC))
+    if head != SQLITE_MAGIC:
+        raise HistoryError(f"{path}: not a perfsuite history store (not an SQLite database); left untouched. "
+                           f"Point {URL_ENV} or {URL_INI} at another file, or move this one away.", str(path))
+
+
+def _sqlite_events(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # SQLAlchemy emits BEGIN itself (below)
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.execute("PRAGMA synchronous = NORMAL")  # WAL: durable across process crashes
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(connection: Connection) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _locked(exc: BaseException) -> bool:
+    message = str(exc).lower()
+    return isinstance(exc, OperationalError) and ("locked" in message or "busy" in message)
+
+
+class Store:
+    """An open history store. Write with ``record``; read with ``list_series``, ``points``,
+    ``epochs``, ``runs`` (``perfsuite.history.query``). Use as a context manager or ``close()``."""
+
+    def __init__(self, engine: Engine, url: str):
+        self.engine = engine
+        self.url = url
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    def transaction(self, work: Callable[[Connection], T], attempts: int = WRITE_ATTEMPTS) -> T:
+        """Run ``work(connection)`` in one transaction, retried with backoff while the store is locked."""
+        for attempt in range(attempts):
+            try:
+                with self.engine.begin() as connection:
+                    return work(connection)
+            except OperationalError as exc:
+                if not _locked(exc) or attempt == attempts - 1:
+                    raise HistoryError(f"{shown(self.url)}: {exc.orig}", shown(self.url)) from exc
+                time.sleep(min(2.0, 0.05 * 2**attempt) * (0.5 + random.random()))
+            except DBAPIError as exc:
+                raise HistoryError(f"{shown(self.url)}: {exc.orig}", shown(self.url)) from exc
+        raise AssertionError("unreachable")
+
+    def record(self, run: RunRecord) -> bool:
+        """Write ``run`` in one transaction; False (nothing written) when its uid is already stored.
+
+        Raises ``HistoryError`` naming the store when it cannot be written."""
+        from perfsuite.history.writing import insert_run
+
+        return self.transaction(lambda connection: insert_run(connection, run))
+
+    def has_run(self, uid: str) -> bool:
+        """Whether a run with ``uid`` is stored."""
+        return self.transaction(lambda c: c.execute(
+            select(schema.runs.c.id).where(schema.runs.c.uid == uid)).first() is not None)
+
+    def list_series(self, **filters: Any):
+        """``query.list_series`` on this store."""
+        import perfsuite.history.query as query
+
+        return self.transaction(lambda c: query.list_series(c, **filters))
+
+    def points(self, series, **options: Any):
+        """``query.points`` on this store."""
+        import perfsuite.history.query as query
+
+        return self.transaction(lambda c: query.points(c, series, **options))
+
+    def epochs(self, series, **options: Any):
+        """``query.epochs`` over ``points(series)``."""
+        import perfsuite.history.query as query
+
+        return query.epochs(self.points(series, **options))
+
+    def runs(self, **filters: Any):
+        """``query.runs`` on this store."""
+        import perfsuite.history.query as query
+
+        return self.transaction(lambda c: query.runs(c, **filters))
+
+
+def _schema_version(connection: Connection, source: str) -> int | None:
+    """The stored version; None for an empty store; ``HistoryError`` for a foreign database."""
+    names = set(inspect(connection).get_table_names())
+    if schema.meta.name not in names:
+        ours = names & set(schema.TABLES)
+        foreign = names if connection.dialect.name == "sqlite" else ours
+        if foreign:
+            raise HistoryError(f"{source}: not a perfsuite history store (it has tables "
+                               f"{', '.join(sorted(foreign)[:5])} but no {schema.meta.name}); left untouched", source)
+        return None
+    row = connection.execute(select(schema.meta.c.value).where(schema.meta.c.key == "schema_version")).first()
+    if row is None or not str(row[0]).isdigit():
+        raise HistoryError(f"{source}: a perfsuite history store without a readable schema version; left untouched",
+                           source)
+    return int(row[0])
+
+
+def prepare_schema(connection: Connection, source: str, version: int = schema.SCHEMA_VERSION,
+                   migrations: list[Callable[[Connection], None]] | None = None) -> int:
+    """Create the schema in an empty store, or migrate an older one forward; returns the version found
+    (0 for a new store). Refuses a store newer than ``version`` with ``HistoryError``."""
+    migrations = schema.MIGRATIONS if migrations is None else migrations
+    if connection.dialect.name == "postgresql":
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _ADVISORY_KEY})
+    found = _schema_version(connection, source)
+    if found is None:
+        schema.metadata.create_all(connection)
+        connection.execute(schema.meta.insert(), [{"key": "schema_version", "value": str(version)}])
+        return 0
+    if found > version:
+        raise HistoryError(f"{source}: the store has schema version {found}, newer than this perfsuite's "
+                           f"{version}; upgrade perfsuite to read it (the store is left untouched)", source)
+    for step in range(found, version):
+        migrations[step - 1](connection)
+    if found < version:
+        connection.execute(schema.meta.update().where(schema.meta.c.key == "schema_version").values(value=str(version)))
+    return found
+
+
+def open_store(url: str | None = None, ini_value: str | None = None, root: Path | None = None,
+               create: bool = True) -> Store:
+    """Open (and create or migrate) the store at ``resolve_url(url, ini_value, root)``.
+
+    ``create=False`` refuses a store that does not exist yet (for read-only commands). Raises
+    ``HistoryError`` naming the file or URL: not an SQLite file, a foreign database, a newer schema,
+    a missing driver (``pip install 'perfsuite[postgresql]'``), an unreachable server."""
+    resolved = resolve_url(url, ini_value, root)
+    try:
+        parsed = make_url(resolved)
+    except ArgumentError:
+        raise HistoryError(f"{resolved!r}: not a database URL (e.g. sqlite:///path/history.sqlite or "
+                           f"postgresql+psycopg://user@host/db)", resolved) from None
+    source = shown(parsed)
+    path = _sqlite_file(parsed)
+    if path is not None:
+        source = str(path)
+        _check_sqlite_file(path)
+        if not path.exists():
+            if not create:
+                raise HistoryError(f"{path}: no history store yet (record a timed run first)", str(path))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _ignore_store_folder(path)
+    try:
+        engine = create_engine(parsed, pool_pre_ping=parsed.get_backend_name() != "sqlite")
+    except (NoSuchModuleError, ModuleNotFoundError) as exc:
+        raise HistoryError(f"{source}: no database driver for this URL ({exc}); for PostgreSQL install "
+                           f"'perfsuite[postgresql]' (psycopg 3) and use postgresql+psycopg://", source) from None
+    if engine.dialect.name == "sqlite":
+        _sqlite_events(engine)
+    store = Store(engine, resolved)
+    try:
+        store.transaction(lambda connection: prepare_schema(connection, source))
+    except HistoryError as exc:
+        engine.dispose()
+        if exc.source != source:
+            raise HistoryError(f"{source}: {exc}", source) from exc
+        raise
+    except DBAPIError as exc:  # "file is not a database" and the like
+        engine.dispose()
+        raise HistoryError(f"{source}: cannot be opened as a history store ({exc.orig})", source) from None
+    return store
+
+
+def _ignore_store_folder(path: Path) -> None:
+    """A new ``.perfsuite/`` folder gets a ``.gitignore`` of ``*``, so git ignores the store without setup."""
+    ignore = path.parent / ".gitignore"
+    if path.parent.name == DEFAULT_PATH.parent.name and not ignore.exists():
+        try:
+            ignore.write_text("# perfsuite's history store: not versioned\n*\n")
+        except OSError:
+            pass

@@ -1,0 +1,101 @@
+"""Store fixtures: ``store_url`` is a fresh store on SQLite and on a real PostgreSQL server that
+pytest-postgresql starts from Debian's binaries (``/usr/lib/postgresql/<version>/bin``, or
+``PERFSUITE_PG_BIN``). As root (CI), pg_ctl runs as the postgres user (``pg_ctl_as_postgres.sh``).
+Without a server binary the PostgreSQL cases skip with the reason; ``PERFSUITE_REQUIRE_POSTGRESQL=1``
+(set by .ci/run) turns that skip into a failure, so CI cannot silently lose them."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+
+def _pg_bin() -> Path | None:
+    chosen = os.environ.get("PERFSUITE_PG_BIN")
+    found = [Path(chosen)] if chosen else sorted(Path("/usr/lib/postgresql").glob("*/bin"),
+                                                 key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0)
+    found = [p for p in found if (p / "pg_ctl").exists()]
+    return found[-1] if found else None
+
+
+PG_BIN = _pg_bin()
+WRAPPER = Path(__file__).with_name("pg_ctl_as_postgres.sh")
+
+
+def _executable() -> str | None:
+    if PG_BIN is None:
+        return None
+    if os.geteuid() != 0:
+        return str(PG_BIN / "pg_ctl")
+    os.environ["PERFSUITE_PG_BIN"] = str(PG_BIN)
+    return str(WRAPPER) if shutil.which("runuser") else None
+
+
+def _missing_reason() -> str | None:
+    try:
+        import psycopg  # noqa: F401
+        import pytest_postgresql  # noqa: F401
+    except ImportError as exc:
+        return f"PostgreSQL store tests need the dev extra (psycopg, pytest-postgresql): {exc}"
+    if PG_BIN is None:
+        return "no PostgreSQL server binary (install Debian's postgresql package: /usr/lib/postgresql/*/bin/pg_ctl)"
+    if _executable() is None:
+        return "running as root without runuser, which pg_ctl needs to run as the postgres user"
+    return None
+
+
+MISSING = _missing_reason()
+
+if MISSING is None:
+    from pytest_postgresql import factories
+
+    postgresql_history_proc = factories.postgresql_proc(executable=_executable(), host="127.0.0.1",
+                                                        unixsocketdir="/tmp")
+
+_databases = itertools.count()
+
+
+def postgresql_url(request: pytest.FixtureRequest) -> str:
+    """A new, empty database on the session's server, as a SQLAlchemy URL."""
+    if MISSING:
+        if os.environ.get("PERFSUITE_REQUIRE_POSTGRESQL") == "1":
+            pytest.fail(f"PERFSUITE_REQUIRE_POSTGRESQL=1 but {MISSING}")
+        pytest.skip(MISSING)
+    import psycopg
+
+    proc = request.getfixturevalue("postgresql_history_proc")
+    name = f"history_{os.getpid()}_{next(_databases)}"
+    with psycopg.connect(host=proc.host, port=proc.port, user=proc.user, dbname="postgres", autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return f"postgresql+psycopg://{proc.user}@{proc.host}:{proc.port}/{name}"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A URL of a new store: an SQLite file under ``tmp_path``, or a new PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'history.sqlite'}"
+    return postgresql_url(request)
+
+
+def make_run(uid: str, sha: str, position: int, times: tuple[float, ...] = (1.0e-3, 1.1e-3, 0.9e-3), *,
+             torch: str = "2.13.0", contended: bool = False, copies: int = 0, dirty: bool = False,
+             benchmarks: tuple[str, ...] = ("naive/b2h4s64d32-fp32-causal-cpu/forward",), cpu: str = "test cpu"):
+    """A run of ``benchmarks`` on commit ``sha`` (first-parent ``position``) with the rounds ``times``."""
+    from perfsuite.history import BenchmarkRecord, Commit, RunRecord, Software, Testbed
+
+    structure = {"copies": {"cpu aten::clone [2x4x64x64]": copies} if copies else {}, "cpu_ops": {"aten::bmm": 2}}
+    benches = tuple(BenchmarkRecord(name=name, variant=name.split("/")[0], case_id=name.split("/")[1],
+                                    mode=name.split("/")[2], device="cpu", rounds_s=times,
+                                    median_s=sorted(times)[len(times) // 2], score_copies=float(copies),
+                                    structure=structure, contended=contended) for name in benchmarks)
+    return RunRecord(uid=uid, source="plugin",
+                     commit=Commit(sha=sha, branch="main", commit_time=1_700_000_000.0 + position, dirty=dirty,
+                                   position=position),
+                     testbed=Testbed({"cpu": "x86_64"}, 0, cpu, 8 * 2**30, 2, host="test"),
+                     software=Software({"python": "3.11", "torch": torch}), benchmarks=benches,
+                     recorded_at=1_800_000_000.0 - position)  # recorded in reverse: order must follow commits
