@@ -37,7 +37,6 @@ def add_command(commands) -> None:
     slurm.add_argument("--partition", help="Slurm partition")
     slurm.add_argument("--gpus-per-task", type=int, default=1, help="GPUs per task (0: CPU tasks; default 1)")
     slurm.add_argument("--timeout-min", type=int, default=120, help="time limit of each task, minutes (default 120)")
-    slurm.add_argument("--store", help="history store URL the tasks share (postgresql+psycopg://...)")
     slurm.add_argument("--executor", choices=("slurm", "local"), default="slurm",
                        help="submitit executor: slurm, or local (processes on this machine, for trying it out)")
     slurm.add_argument("--no-wait", action="store_true", help="submit and print the job ids without waiting")
@@ -47,6 +46,9 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shards", type=int, help="number of shards N (default: one per device)")
     parser.add_argument("--rerun", help="run only these shards of N (comma-separated indices, from 1)")
     parser.add_argument("--fleet-id", help="the fleet's id (default: commit and time); a rerun gives the printed one")
+    parser.add_argument("--store", help="history store URL (default: $PERFSUITE_HISTORY_URL, the ini key "
+                                        "perfsuite_history_url, else .perfsuite/history.sqlite); Slurm tasks on several "
+                                        "machines share a postgresql+psycopg:// one")
     parser.add_argument("--results", default="perfsuite-results/fleet",
                         help="folder for fleet.json and each shard's results (default perfsuite-results/fleet)")
 
@@ -102,23 +104,42 @@ def run_local(args: argparse.Namespace) -> int:
     entries = {}
     for done in exits:
         state, machine = outcome.shard_state(done.job.results_dir)
-        entries[done.job.name] = {"shard": str(done.job.shard), "device": done.job.device, "variable": plan.variable,
+        recorded = record(done.job, state, root, args.store) if done.returncode in (0, 1) else "not recorded: it crashed"
+        entries[done.job.name] = {"recorded": recorded, "shard": str(done.job.shard), "device": done.job.device, "variable": plan.variable,
                                   "run_id": done.job.run_id, "exit_code": done.returncode, "ended": done.meaning,
                                   "state": state, "log": str(done.job.log_path),
                                   "software": {f: machine.get(f) for f in outcome.SOFTWARE_FIELDS}}
     path = outcome.update_fleet_file(results_root, fleet_id, count, entries)
-    record = outcome.read_fleet_file(path)
-    flagged = outcome.software_differences({name: e["software"] for name, e in record["shards"].items()
+    fleet_record = outcome.read_fleet_file(path)
+    flagged = outcome.software_differences({name: e["software"] for name, e in fleet_record["shards"].items()
                                             if e.get("state") != "missing"})
     return report(exits, entries, flagged, fleet_id, count, path)
 
 
+def record(job, state: str, root: Path, url: str | None) -> str:
+    """Record a finished shard into the store (``fleet.record``); a store error is said, not raised."""
+    from perfsuite.errors import HistoryError
+    from perfsuite.fleet.record import record_shard
+    from perfsuite.suite.runner import ini_value
+
+    if state != "complete":
+        return f"not recorded: its run is {state}"
+    labels = {"shard": str(job.shard), "device": job.device, job.variable: job.device, "fleet_id": job.fleet_id}
+    try:
+        return record_shard(job.results_dir, job.run_id, job.fleet_id, labels, root, url,
+                            " ".join(ini_value(root, "perfsuite_history_url")) or None)
+    except HistoryError as exc:
+        return f"not recorded: {exc}"
+
+
 def report(exits, entries: dict, flagged: dict[str, list[str]], fleet_id: str, count: int, path: Path) -> int:
     """The end-of-fleet lines: one per shard, failures with their rerun command; the exit code."""
-    failed = [d for d in exits if not d.ok or entries[d.job.name]["state"] != "complete"]
+    failed = [d for d in exits if not d.ok or entries[d.job.name]["state"] != "complete"
+              or entries[d.job.name]["recorded"].startswith("not recorded")]
     for done in exits:
         entry = entries[done.job.name]
-        print(f"perfsuite fleet: {done.job.label}: {done.meaning}, run {entry['state']} ({done.wall_s:.0f} s)")
+        print(f"perfsuite fleet: {done.job.label}: {done.meaning}, run {entry['state']}, {entry['recorded']} "
+              f"({done.wall_s:.0f} s)")
     for name, lines in sorted(flagged.items()):
         print(f"perfsuite fleet: {name} FLAGGED, not pooled with the other shards: {'; '.join(lines)}")
     for done in failed:

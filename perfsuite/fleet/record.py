@@ -1,0 +1,52 @@
+"""A finished shard into the history store: its saved pytest-benchmark file under the shard's run id.
+
+The run's uid is the shard's run id (``<fleet id>-shard-<i>-of-<N>``): recording a shard again (a
+rerun, or the plugin having recorded it already under ``PERFSUITE_RUN_ID``) adds nothing; its
+``run_group`` is the fleet id, so the store and dashboard see the shards as one run of one commit;
+its labels carry the shard, the device and the GPU's state (``measure.gpu_state``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from perfsuite.history import open_store
+from perfsuite.history.capture import commit_of, software_now, testbed_now
+from perfsuite.history.importing import run_from_benchmark_json
+
+
+def saved_file(results_dir: Path) -> Path | None:
+    """The newest pytest-benchmark file a shard saved under ``results_dir/benchmarks``, or None."""
+    found = sorted((results_dir / "benchmarks").rglob("*.json"), key=lambda p: (p.stat().st_mtime, p.name))
+    return found[-1] if found else None
+
+
+def shard_run(results_dir: Path, run_id: str, fleet_id: str, labels: dict, root: Path):
+    """The ``RunRecord`` of a shard's saved file; None when it saved none (it died before the end)."""
+    path = saved_file(results_dir)
+    if path is None:
+        return None
+    data = json.loads(path.read_text())
+    machine = (data.get("machine_info") or {}).get("perfsuite") or {}
+    gpu = data.get("perfsuite_gpu_state") or {}
+    testbed = dataclasses.replace(testbed_now(machine), device_count=1 if gpu.get("present") else 0)
+    run = run_from_benchmark_json(data, source="plugin", commit=commit_of(root), testbed=testbed,
+                                  software=software_now(machine), run_group=fleet_id,
+                                  labels={**labels, "gpu_state": gpu, "saved_file": str(path)})
+    return dataclasses.replace(run, uid=run_id)
+
+
+def record_shard(results_dir: Path, run_id: str, fleet_id: str, labels: dict, root: Path,
+                 url: str | None = None, ini_value: str | None = None) -> str:
+    """Record a shard; what happened, as a phrase: ``recorded``, ``already in the store``, ``nothing saved``.
+
+    Raises:
+        HistoryError: the store cannot be opened or written (naming it).
+    """
+    run = shard_run(results_dir, run_id, fleet_id, labels, root)
+    if run is None:
+        return "nothing saved"
+    with open_store(url, ini_value, root=root) as store:
+        return "recorded" if store.record(run) else "already in the store"
