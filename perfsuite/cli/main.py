@@ -10,8 +10,9 @@
   perfsuite init-ci                                          a GitHub workflow gating your pull requests
   perfsuite fleet local|slurm [--shards N] [PYTEST ARGS]     the timed suite over several GPUs, one shard each
   perfsuite verify --results DIR [--suite-exit N]            GPU verification report (scripts/gpu_suite.sh)
+  perfsuite history record|import|list|show|detect|export   the performance history store (perfsuite history -h)
 
-Exit codes: 0 success; 1 a regression (compare, ab) or a failed check (verify); 2 bad arguments, an unreadable file,
+Exit codes: 0 success; 1 a regression (compare, ab, history detect) or a failed check (verify); 2 bad arguments, an unreadable file,
 or no window of that name (the message names the file).
 """
 
@@ -25,6 +26,7 @@ from pathlib import Path
 from perfsuite.errors import PerfsuiteError, UsageError
 from perfsuite.cli import fleet as fleet_command
 from perfsuite.cli import init_ci
+from perfsuite.cli import history as history_command
 from perfsuite.cli import run as run_command
 from perfsuite.cli.gate import add_commands, run_ab_command, run_compare
 from perfsuite.cli.verify import add_command as add_verify_command, run_verify
@@ -153,6 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     init_ci.add_command(commands)
     fleet_command.add_command(commands)
     add_verify_command(commands)
+    history_command.add_command(commands)
     return parser
 
 
@@ -177,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
             return fleet_command.run_fleet(args)
         if args.command == "verify":
             return run_verify(args)
+        if args.command == "history":
+            return history_command.run_history(args)
         from perfsuite.cli.report import run_report
 
         return run_report(args)

@@ -35,4 +35,5 @@ def run_suite(args: argparse.Namespace) -> int:
     from perfsuite.suite.runner import suite_arguments
 
     command = [sys.executable, "-m", "pytest", *suite_arguments(Path.cwd(), not args.check, list(args.pytest_args))]
-    return subprocess.call(command, env={**os.environ, **required_env()})
+    # PERFSUITE_HISTORY_SOURCE: the history store records this run as perfsuite run's
+    return subprocess.call(command, env={**os.environ, **required_env(), "PERFSUITE_HISTORY_SOURCE": "run"})

@@ -86,10 +86,11 @@ class ShardExit:
 
 def child_arguments(job: ShardJob, root: Path, pytest_args: list[str]) -> list[str]:
     """pytest's command line for ``job``: the timed suite in ``root``, the user's arguments, then the shard's own
-    (last, so they win: shard, results folder, benchmark storage)."""
+    (last, so they win: shard, results folder, benchmark storage). The child records nothing itself
+    (``perfsuite_history=off``): the launcher records each finished shard once, with its labels (``fleet.record``)."""
     return [sys.executable, "-m", "pytest", *suite_arguments(root, True, list(pytest_args)),
             f"--perfsuite-shard={job.shard}", f"--perfsuite-results={job.results_dir}",
-            f"--benchmark-storage={job.results_dir / 'benchmarks'}"]
+            f"--benchmark-storage={job.results_dir / 'benchmarks'}", "-o", "perfsuite_history=off"]
 
 
 def child_env(job: ShardJob, environ: dict[str, str] | None = None) -> dict[str, str]:

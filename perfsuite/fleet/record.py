@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 
 from perfsuite.history import open_store
-from perfsuite.history.capture import commit_of, software_now, testbed_now
-from perfsuite.history.importing import run_from_benchmark_json
+from perfsuite.history.capture import commit_of
+from perfsuite.history.importing import COMMIT_KEY, run_from_benchmark_json
 
 
 def saved_file(results_dir: Path) -> Path | None:
@@ -28,13 +28,10 @@ def shard_run(results_dir: Path, run_id: str, fleet_id: str, labels: dict, root:
     path = saved_file(results_dir)
     if path is None:
         return None
-    data = json.loads(path.read_text())
-    machine = (data.get("machine_info") or {}).get("perfsuite") or {}
-    gpu = data.get("perfsuite_gpu_state") or {}
-    testbed = dataclasses.replace(testbed_now(machine), device_count=1 if gpu.get("present") else 0)
-    run = run_from_benchmark_json(data, source="plugin", commit=commit_of(root), testbed=testbed,
-                                  software=software_now(machine), run_group=fleet_id,
-                                  labels={**labels, "gpu_state": gpu, "saved_file": str(path)})
+    data = json.loads(path.read_text())  # its commit, testbed and software as the shard saw them (capture.py)
+    run = run_from_benchmark_json(data, source="plugin", commit=None if COMMIT_KEY in data else commit_of(root),
+                                  run_group=fleet_id, labels={**labels, "gpu_state": data.get("perfsuite_gpu_state"),
+                                                              "saved_file": str(path)})
     return dataclasses.replace(run, uid=run_id)
 
 

@@ -124,3 +124,15 @@ def environment_labels() -> dict[str, str]:
     """CI facts worth keeping with a run: the CI system's job URL parts, when set."""
     keys = ("GITHUB_RUN_ID", "GITHUB_JOB", "GITHUB_REPOSITORY", "CI_JOB_ID", "SLURM_JOB_ID", "SLURM_PROCID")
     return {k.lower(): os.environ[k] for k in keys if os.environ.get(k)}
+
+
+def saved_run_facts(machine_info: Mapping[str, Any], folder: Path) -> dict[str, Any]:
+    """What the plugin adds to a saved pytest-benchmark file so the history (and a later import) knows
+    the run: the testbed, the software and the commit of ``folder`` (first-parent position included)."""
+    import dataclasses
+
+    from perfsuite.history.importing import COMMIT_KEY, SOFTWARE_KEY, TESTBED_KEY
+
+    testbed = testbed_now(machine_info)
+    return {TESTBED_KEY: dataclasses.asdict(testbed), SOFTWARE_KEY: software_versions(machine_info),
+            COMMIT_KEY: dataclasses.asdict(commit_of(folder))}

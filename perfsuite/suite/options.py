@@ -33,6 +33,13 @@ def add_options(parser: pytest.Parser) -> None:
                          "(perfsuite.suite.shards; ini: perfsuite_shard)")
     parser.addini("perfsuite_shard", "run only this shard of the suite, INDEX/COUNT counted from 1 (the ini form of "
                   "--perfsuite-shard)", default="")
+    group.addoption("--perfsuite-history-url", default=None, metavar="URL",
+                    help="the history store a timed run is recorded in (ini: perfsuite_history_url; env: "
+                         "PERFSUITE_HISTORY_URL; default .perfsuite/history.sqlite at the repository root)")
+    parser.addini("perfsuite_history_url", "the history store timed runs are recorded in: a SQLite path or URL, "
+                  "or postgresql+psycopg://... (PERFSUITE_HISTORY_URL wins over it)", default="")
+    parser.addini("perfsuite_history", "record timed, saved runs in the history store: on (default) or off",
+                  default="on")
     parser.addini("perfsuite_user_variants", "your own attention functions as variants, MODULE:FUNCTION, one per "
                   "line or a TOML list (the ini form of --perfsuite-variant)", type="linelist", default=[])
     for spec in settings.SETTINGS.values():

@@ -198,12 +198,15 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus):
         session_of(session.config).interrupted()
     result = yield
     session_of(session.config).write_outputs()
+    session_of(session.config).record_history(session.config)  # when no terminal summary recorded it
     return result
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config):
-    """Print the table after pytest-benchmark's; a regression it finds fails the run without a traceback."""
+    """Print the table after pytest-benchmark's; a regression it finds fails the run without a traceback.
+    The run is recorded in the history store first (pytest-benchmark has saved it by now)."""
+    session_of(config).record_history(config)
     try:
         yield
     except PerformanceRegression:
@@ -221,6 +224,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
             terminalreporter.section("perfsuite: attention at a glance")
             for line in lines:
                 terminalreporter.write_line(line)
+        if session_of(config).history_line:
+            terminalreporter.write_line(session_of(config).history_line)
         if config.getoption("perfsuite_gate"):
             run_gate(terminalreporter, config)
 

@@ -11,12 +11,16 @@ import pytest
 
 import os
 import time
+import uuid
 
 from perfsuite.errors import BaselineError, IncomparableRuns
 from perfsuite.gate.baseline import INCOMPLETE_KEY, coverage_note, resolve_baseline
 from perfsuite.gate.compare import benchmark_key
 from perfsuite.gate.flow import GateOutcome, judge_saved_runs
 from perfsuite.gate.stats import SEPARATE_RUNS_MIN_EFFECT, GateSettings
+import perfsuite.history.capture as history_capture
+import perfsuite.history.importing as history_importing
+import perfsuite.history.recording as history_recording
 from perfsuite.measure.speed_reference import reference_of, run_spread
 from perfsuite.measure import gpu_state, machine
 from perfsuite.measure.cleanup import release_device_memory, release_exception_frames
@@ -45,6 +49,10 @@ class SuiteSession:
         self.timed = False  # set at session start: results are written as they come in timed runs
         self.pytest_session: pytest.Session | None = None
         self.run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+        # the history store's identity of this run (saved in its file); a fleet's shard gets its idempotent one
+        self.run_uid = os.environ.get("PERFSUITE_RUN_ID") or uuid.uuid4().hex
+        self.saved_json: dict | None = None  # what pytest-benchmark saved, recorded after the session
+        self.history_line: str | None = None
         self.traces = TraceManifest(resolved.traces_dir, self.run_id)
         self.baseline_path: Path | None = None  # the file --benchmark-compare will load, checked
         self._layouts: list[tuple[str, str, str, str]] = []  # (variant, case, mode, output layout), no tensors
@@ -191,6 +199,42 @@ class SuiteSession:
         output_json["perfsuite_gpu_state"] = self.gpu_state()
         if self.shard:
             output_json["perfsuite_shard"] = self.shard
+        if self.timed:  # what the history store needs to know of the run (capture.saved_run_facts)
+            output_json.update(self._history_facts(), perfsuite_run_uid=self.run_uid)
+            if os.environ.get("PERFSUITE_FLEET_ID"):  # the shards of one fleet run share a run group
+                output_json["perfsuite_run_group"] = os.environ["PERFSUITE_FLEET_ID"]
+            self.saved_json = output_json
+
+    @staticmethod
+    def history_labels(saved: dict) -> dict[str, Any] | None:
+        """Labels recorded with the run: its shard and the GPU's state (``measure.gpu_state``)."""
+        labels = {"shard": saved.get("perfsuite_shard"), "gpu_state": saved.get("perfsuite_gpu_state")}
+        return {k: v for k, v in labels.items() if v is not None} or None
+
+    def _history_facts(self) -> dict[str, Any]:
+        if not hasattr(self, "_facts"):
+            root = self.pytest_session.config.rootpath if self.pytest_session else Path.cwd()
+            self._facts = history_capture.saved_run_facts(self.machine_info(), root)
+        return self._facts
+
+    def record_history(self, config: pytest.Config) -> None:
+        """Record the saved run in the history store (after timing and saving; an error is a warning)."""
+        saved, self.saved_json = self.saved_json, None  # once, whichever hook comes first
+        if saved is None or history_recording.disabled(config.getini("perfsuite_history")):
+            return
+        if self.incomplete() is not None:
+            self.history_line = "perfsuite: history: a partial run is not recorded"
+            return
+        source = os.environ.get("PERFSUITE_HISTORY_SOURCE", "plugin")
+        try:
+            run = history_importing.run_from_benchmark_json(saved, source=source, labels=self.history_labels(saved),
+                                                            repository=str(config.rootpath), recorded_at=time.time())
+        except Exception as exc:  # never fail a run for the history
+            self.history_line = f"perfsuite: warning: the run was not recorded in the history store ({exc})"
+            return
+        recorded = history_recording.record_runs([run], config.getoption("perfsuite_history_url"),
+                                                 config.getini("perfsuite_history_url") or None, config.rootpath)
+        self.history_line = recorded.line()
 
     # -- parametrization ---------------------------------------------------------------------
     def cases_for(self, variant) -> tuple:

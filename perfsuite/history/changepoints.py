@@ -1,0 +1,263 @@
+"""Change points of a series: offline (E-divisive means with a Student t-test, as Hunter/Otava do)
+and online (is the newest point a regression against the last N, confirmed by M points).
+
+Each point is summarised by the log of the median of its raw rounds (robust to a round's outlier;
+the log makes a step a ratio). Contended and dirty points are shown, never used.
+
+Offline (``detect``), per epoch (a software change is never mixed into one segment):
+
+1. E-divisive means (Matteson & James 2014, "A nonparametric approach for multiple change point
+   analysis of multivariate data", JASA 109(505)): the split of a segment maximising the energy
+   statistic Q(tau) = (tau m / n) (2/(tau m) sum_between |x_i - x_j| - mean_within_left - mean_within_right),
+   alpha = 1, computed for every tau from one pairwise-distance matrix.
+2. As Hunter (Fleming et al., "Hunter: Using Change Point Detection to Hunt for Performance
+   Regressions", ICPE 2023) does instead of E-divisive's permutation test: a Welch t-test between the
+   points left and right of the split (inside the segment bounded by the neighbouring change points),
+   kept when p < ``p_value`` and the step is at least ``min_effect``; the two halves are split again.
+   When a side has fewer than ``MIN_POINTS`` points, the test uses that side's raw log rounds (its
+   run-to-run noise is then unobserved, so such a step must also be ``RAW_MIN_EFFECT`` or more).
+3. Series longer than ``WINDOW`` points are searched in overlapping windows (as Otava windows its
+   series) and every candidate is re-tested against its neighbours, so 10,000 points take well
+   under a second.
+
+Each change point names the last good and first bad commit, the step as a ratio with a 95% interval
+(Welch, on the log scale), and the structural diff at that commit (``trace.structure.diff_fingerprints``).
+
+Online (``check_newest``), the CI rule in the style of PyTorch's HUD: the ``confirm`` newest usable
+points are each beyond the limit against the ``window`` usable points before them, the limit being
+``max(min_effect, k * noise)`` on the log scale; noise is the robust spread of the baseline's points
+(when it has ``MIN_POINTS`` or more) and never below the robust spread of the newest point's own
+rounds divided by sqrt(rounds).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Sequence
+
+import numpy as np
+from scipy import stats as scipy_stats
+
+from perfsuite.history.query import MEASURES, Point, epochs
+from perfsuite.trace.structure import adds_work, diff_fingerprints
+
+P_VALUE = 0.001
+MIN_EFFECT = 0.02  # a step smaller than 2% is not reported
+MIN_POINTS = 3
+# A step tested on raw rounds (a side with fewer than MIN_POINTS points) must be at least this large:
+# rounds of one run do not show run-to-run noise, which reached 5-10% between separate runs here
+# (docs/contention.md's speed reference; measure/speed_reference.SPEED_LIMIT).
+RAW_MIN_EFFECT = 0.10
+WINDOW = 800
+MAD_TO_SD = 1.4826
+
+
+@dataclasses.dataclass(frozen=True)
+class ChangePoint:
+    """A step between ``last_good`` and ``first_bad`` (indices into the points given to ``detect``).
+
+    ``ratio``: median after / median before (of the segments' point values), ``interval`` its 95%
+    interval; ``worse``: the step is a regression for this measure (slower, fewer TFLOP/s, more copies);
+    ``p_value``: the t-test's; ``structure``: the structural diff lines at ``first_bad``
+    (empty when the fingerprint did not change), ``structure_adds_work`` as ``trace.structure.adds_work``."""
+
+    index: int
+    last_good: Point
+    first_bad: Point
+    ratio: float
+    interval: tuple[float, float]
+    worse: bool
+    p_value: float
+    structure: tuple[str, ...]
+    structure_adds_work: bool
+
+    def describe(self, unit: str = "") -> str:
+        """``a1b2c3d4e5 -> f6e7d8c9b0: x1.21 [1.15, 1.27] slower; +1 copy cpu aten::clone [2x4x64x64]``."""
+        word = "worse" if self.worse else "better"
+        text = (f"{self.last_good.short_sha} -> {self.first_bad.short_sha}: x{self.ratio:.3f} "
+                f"[{self.interval[0]:.3f}, {self.interval[1]:.3f}] {word}")
+        return text + (f"; {'; '.join(self.structure)}" if self.structure else "; structure unchanged")
+
+
+@dataclasses.dataclass(frozen=True)
+class OnlineVerdict:
+    """``check_newest``'s answer: ``regression`` when the newest ``confirm`` points all broke the
+    limit; ``ratios`` of each against the baseline, ``limit`` the ratio they had to exceed, ``reason``."""
+
+    regression: bool
+    ratios: tuple[float, ...]
+    limit: float | None
+    baseline_points: int
+    reason: str
+
+
+def usable(point: Point) -> bool:
+    """A point the statistics use: not contended, not from an uncommitted tree, with values."""
+    return not point.contended and not point.dirty and bool(point.values)
+
+
+def point_value(point: Point) -> float:
+    """log of the median of the point's uncontended raw values."""
+    return math.log(max(float(np.median(point.values)), 1e-300))
+
+
+def _log_rounds(point: Point) -> np.ndarray:
+    return np.log(np.maximum(np.asarray(point.values, dtype=float), 1e-300))
+
+
+def energy_split(x: np.ndarray, min_size: int = 1) -> tuple[int, float]:
+    """The ``tau`` (1..n-1: first index of the right part) maximising E-divisive's Q, and Q; (0, -inf)
+    when the series is too short for two parts of ``min_size``."""
+    n = len(x)
+    if n < 2 * min_size:
+        return 0, -math.inf
+    d = np.abs(x[:, None] - x[None, :])
+    lower = np.tril(d, -1).sum(axis=1)  # sum over i < j of d[j, i], per j
+    upper = np.triu(d, 1).sum(axis=1)  # sum over j > i of d[i, j], per i
+    within_left = np.concatenate([[0.0], np.cumsum(lower)])  # index tau: pairs inside x[:tau]
+    within_right = np.concatenate([np.cumsum(upper[::-1])[::-1], [0.0]])  # index tau: pairs inside x[tau:]
+    total = within_left[n]
+    tau = np.arange(n + 1, dtype=float)
+    m = n - tau
+    between = total - within_left - within_right
+    with np.errstate(divide="ignore", invalid="ignore"):
+        pairs_left, pairs_right = tau * (tau - 1) / 2, m * (m - 1) / 2
+        mean_left = np.where(pairs_left > 0, within_left / np.maximum(pairs_left, 1), 0.0)
+        mean_right = np.where(pairs_right > 0, within_right / np.maximum(pairs_right, 1), 0.0)
+        q = (tau * m / n) * (2 * between / np.maximum(tau * m, 1) - mean_left - mean_right)
+    q[: min_size] = -math.inf
+    q[n - min_size + 1:] = -math.inf
+    best = int(np.argmax(q))
+    return best, float(q[best])
+
+
+def _samples(points: Sequence[Point], values: np.ndarray) -> np.ndarray:
+    """The sample a side is tested with: its point values, or its raw log rounds when it has few points."""
+    if len(points) >= MIN_POINTS:
+        return values
+    return np.concatenate([_log_rounds(p) for p in points])
+
+
+def step_test(left: Sequence[Point], right: Sequence[Point], xl: np.ndarray, xr: np.ndarray
+              ) -> tuple[float, float, tuple[float, float]]:
+    """(p-value, ratio, 95% interval) of the step between two sides: Welch's t-test on the log scale;
+    the ratio is exp(mean right - mean left) of the tested samples (a ratio of geometric means)."""
+    a, b = _samples(left, xl), _samples(right, xr)
+    if len(a) < 2 or len(b) < 2:
+        return 1.0, math.exp(float(np.mean(b)) - float(np.mean(a))), (0.0, math.inf)
+    va, vb = float(np.var(a, ddof=1)) / len(a), float(np.var(b, ddof=1)) / len(b)
+    se, diff = math.sqrt(va + vb), float(np.mean(b) - np.mean(a))
+    if se == 0:
+        return (0.0 if diff else 1.0), math.exp(diff), (math.exp(diff), math.exp(diff))
+    dof = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    p = float(2 * scipy_stats.t.sf(abs(diff / se), dof))
+    half = float(scipy_stats.t.ppf(0.975, dof)) * se
+    return p, math.exp(diff), (math.exp(diff - half), math.exp(diff + half))
+
+
+def _segment_splits(x: np.ndarray, start: int, end: int, accept) -> list[int]:
+    """Recursive E-divisive on x[start:end]; ``accept(tau, start, end)`` is the significance test."""
+    found, stack = [], [(start, end)]
+    while stack:
+        a, b = stack.pop()
+        tau, q = energy_split(x[a:b])
+        if tau <= 0 or not math.isfinite(q):
+            continue
+        if accept(a + tau, a, b):
+            found.append(a + tau)
+            stack.extend([(a, a + tau), (a + tau, b)])
+    return sorted(found)
+
+
+def _detect_one_epoch(points: Sequence[Point], p_value: float, min_effect: float) -> list[tuple[int, float, float, tuple[float, float]]]:
+    """(index, p, ratio, interval) of each change point of one epoch's usable points."""
+    x = np.array([point_value(p) for p in points])
+    n = len(x)
+    if n < 2:
+        return []
+
+    def test(tau: int, a: int, b: int) -> tuple[float, float, tuple[float, float]]:
+        return step_test(points[a:tau], points[tau:b], x[a:tau], x[tau:b])
+
+    def floor(tau: int, a: int, b: int) -> float:
+        raw = min(tau - a, b - tau) < MIN_POINTS
+        return math.log1p(max(min_effect, RAW_MIN_EFFECT) if raw else min_effect)
+
+    def accept(tau: int, a: int, b: int) -> bool:
+        p, ratio, _ = test(tau, a, b)
+        return p < p_value and abs(math.log(ratio)) >= floor(tau, a, b)
+
+    if n <= WINDOW:
+        candidates = _segment_splits(x, 0, n, accept)
+    else:
+        step = WINDOW // 2
+        candidates = sorted({c for s in range(0, n - step, step)
+                             for c in _segment_splits(x, s, min(n, s + WINDOW), accept)})
+    # re-test each candidate against its neighbours, dropping the weakest until all pass
+    kept = list(candidates)
+    while True:
+        bounds = [0, *kept, n]
+        results = [test(c, bounds[i], bounds[i + 2]) for i, c in enumerate(kept)]
+        failing = [(r[0], i) for i, (c, r) in enumerate(zip(kept, results))
+                   if not (r[0] < p_value and abs(math.log(r[1])) >= floor(c, bounds[i], bounds[i + 2]))]
+        if not failing:
+            return [(c, *r) for c, r in zip(kept, results)]
+        kept.pop(max(failing)[1])
+
+
+def detect(points: Sequence[Point], measure: str = "time_s", p_value: float = P_VALUE,
+           min_effect: float = MIN_EFFECT) -> list[ChangePoint]:
+    """Change points of a series' ``points`` (``query.points``), each epoch on its own; unusable points
+    (contended, dirty) are skipped. Indices refer to ``points``. O(n^2) per window of ``WINDOW`` points."""
+    larger_is_worse = MEASURES[measure][2]
+    found: list[ChangePoint] = []
+    for epoch in epochs(points):
+        indices = [i for i in range(epoch.start, epoch.end + 1) if usable(points[i])]
+        chosen = [points[i] for i in indices]
+        for local, p, ratio, interval in _detect_one_epoch(chosen, p_value, min_effect):
+            good, bad = chosen[local - 1], chosen[local]
+            lines, more = (), False
+            if good.structure and bad.structure and good.structure_hash != bad.structure_hash:
+                lines, more = tuple(diff_fingerprints(good.structure, bad.structure)), adds_work(good.structure, bad.structure)
+            found.append(ChangePoint(indices[local], good, bad, ratio, interval,
+                                     (ratio > 1) == larger_is_worse, p, lines, more))
+    return found
+
+
+def _robust_sd(values: np.ndarray) -> float:
+    return float(MAD_TO_SD * np.median(np.abs(values - np.median(values)))) if len(values) else 0.0
+
+
+def check_newest(points: Sequence[Point], measure: str = "time_s", window: int = 20, confirm: int = 2,
+                 k: float = 4.0, min_effect: float = 0.05) -> OnlineVerdict:
+    """Is the newest commit a confirmed regression? The ``confirm`` newest usable points of the newest
+    epoch must each be worse than the median of the ``window`` usable points before them by more than
+    the limit ``max(min_effect, exp(k * noise) - 1)`` (see the module docstring)."""
+    larger_is_worse = MEASURES[measure][2]
+    last_epoch = epochs(points)[-1] if points else None
+    chosen = [p for p in points[last_epoch.start:] if usable(p)] if last_epoch else []
+    if not points or not usable(points[-1]):
+        return OnlineVerdict(False, (), None, 0, "the newest point is contended, dirty or empty: not judged")
+    newest, baseline = chosen[-confirm:], chosen[:-confirm][-window:]
+    if len(newest) < confirm or not baseline:
+        return OnlineVerdict(False, (), None, len(baseline),
+                             f"needs {confirm} newest point(s) and a baseline in this epoch; has {len(chosen)} point(s)")
+    base = np.array([point_value(p) for p in baseline])
+    center = float(np.median(base))
+    noise = _robust_sd(base) if len(base) >= MIN_POINTS else 0.0
+    ratios, limits = [], []
+    for point in newest:
+        rounds = _log_rounds(point)
+        own = _robust_sd(rounds) / math.sqrt(len(rounds)) if len(rounds) > 1 else 0.0
+        limits.append(max(math.log1p(min_effect), k * max(noise, own)))
+        ratios.append(math.exp(point_value(point) - center))
+    sign = 1.0 if larger_is_worse else -1.0
+    broke = [sign * math.log(r) > limit for r, limit in zip(ratios, limits)]
+    limit = math.exp(max(limits))
+    text = ", ".join(f"x{r:.3f}" for r in ratios)
+    if all(broke):
+        return OnlineVerdict(True, tuple(ratios), limit, len(baseline),
+                             f"the newest {confirm} point(s) ({text}) are beyond x{limit:.3f} of the last {len(baseline)}")
+    return OnlineVerdict(False, tuple(ratios), limit, len(baseline),
+                         f"within the limit x{limit:.3f} for at least one of the newest {confirm} point(s) ({text})")

@@ -1,0 +1,58 @@
+"""Recording a finished run into the store, for the front ends (plugin, ``perfsuite run``, ``ab``):
+after timing, timed, and never raising: a store error comes back as a message to print."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+
+from perfsuite.errors import HistoryError
+from perfsuite.history.records import RunRecord
+from perfsuite.history.store import open_store, shown
+
+DISABLE_VALUES = ("off", "false", "0", "no")
+
+
+@dataclasses.dataclass(frozen=True)
+class Recorded:
+    """How recording went: ``added`` runs (0 when already stored), ``benchmarks`` written, the store
+    (as it may be printed), ``seconds`` spent, ``error`` (None on success)."""
+
+    added: int
+    benchmarks: int
+    store: str
+    seconds: float
+    error: str | None = None
+
+    def line(self) -> str:
+        """One line for the end of a run."""
+        if self.error:
+            return (f"perfsuite: warning: the run was not recorded in the history store ({self.error}); "
+                    "its files are saved as usual")
+        if not self.added:
+            return f"perfsuite: history: this run is already in {self.store}"
+        return f"perfsuite: history: recorded {self.benchmarks} benchmark(s) in {self.store} ({self.seconds:.2f} s)"
+
+
+def record_runs(runs: list[RunRecord], url: str | None = None, ini_value: str | None = None,
+                root: Path | None = None) -> Recorded:
+    """Write ``runs`` into the store (``store.resolve_url(url, ini_value, root)``), each in its own
+    transaction; any error is caught and returned in ``Recorded.error``."""
+    started = time.perf_counter()
+    name = url or ini_value or "the history store"
+    try:
+        with open_store(url, ini_value, root) as store:
+            name = shown(store.url).removeprefix("sqlite:///")
+            added = sum(store.record(run) for run in runs)
+    except HistoryError as exc:
+        return Recorded(0, 0, name, time.perf_counter() - started, str(exc))
+    except Exception as exc:  # the store never fails a run: any failure becomes a warning
+        return Recorded(0, 0, name, time.perf_counter() - started, f"{type(exc).__name__}: {exc}")
+    count = sum(len(run.benchmarks) for run in runs) if added else 0
+    return Recorded(added, count, name, time.perf_counter() - started)
+
+
+def disabled(value: str | None) -> bool:
+    """True when the ``perfsuite_history`` setting turns recording off."""
+    return (value or "").strip().lower() in DISABLE_VALUES

@@ -1,0 +1,129 @@
+"""The history end to end, as a user lives it: a throwaway git repository with its own attention
+package and perfsuite installed into its virtualenv; the timed suite (``perfsuite run``) on three
+commits (a base, a comment-only change, then an extra copy of the score matrix 30 times over);
+``perfsuite history show`` names the planted regression's commit with its structural cause, and
+``perfsuite history detect`` exits 1 on it and 0 on identical code.
+
+The machine may be loaded: the planted regression is large (30 score-sized copies per forward) and
+detect's --min-effect wide (50%), so no outcome depends on the machine's speed; the contention
+check is off so a loaded machine does not leave every point unjudged."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import site
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+CASE = "b1h2s64d16-fp32-causal-cpu"
+ATTENTION = '''"""Plain softmax attention over the whole score matrix."""
+import torch
+
+
+def blocked_attention(query, key, value, *, mask, scale):
+    """Softmax attention; a query that sees no key gives zeros."""
+    scores = torch.matmul(query, key.transpose(-2, -1)).mul_(scale)
+    if mask.masked_out is not None:
+        scores.masked_fill_(mask.masked_out, float("-inf"))
+    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    return torch.matmul(weights, value)
+'''
+PYPROJECT = f'''[project]
+name = "myattn"
+version = "0.1.0"
+
+[tool.pytest.ini_options]
+perfsuite_user_variants = ["myattn.attention:blocked_attention"]
+perfsuite_variants = "blocked_attention"
+perfsuite_cases = "{CASE}"
+perfsuite_modes = ["forward"]
+'''
+COPIES = "    for _ in range(30):\n        scores = scores.clone()  # planted: score-sized copies\n"
+TIMED = ("--benchmark-min-rounds=15", "--benchmark-max-time=0.05", "--benchmark-warmup=off")
+BENCH = f"blocked_attention/{CASE}/forward"
+
+
+def sh(*args, cwd, check=True):
+    env = dict(os.environ, GIT_AUTHOR_NAME="u", GIT_AUTHOR_EMAIL="u@example.com", GIT_COMMITTER_NAME="u",
+               GIT_COMMITTER_EMAIL="u@example.com", PERFSUITE_CONTENTION_CHECK="off", PYTHONPATH="src")
+    env.pop("PERFSUITE_HISTORY_URL", None)
+    result = subprocess.run([str(a) for a in args], cwd=cwd, capture_output=True, text=True, timeout=600, env=env)
+    if check:
+        assert result.returncode == 0, f"{args}: exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+    return result
+
+
+def commit(repo: Path, message: str, attention: str) -> str:
+    (repo / "src" / "myattn" / "attention.py").write_text(attention)
+    sh("git", "add", "-A", cwd=repo)
+    sh("git", "commit", "-qm", message, cwd=repo)
+    return sh("git", "rev-parse", "HEAD", cwd=repo).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    repo = tmp_path_factory.mktemp("historyrepo")
+    (repo / "src" / "myattn").mkdir(parents=True)
+    (repo / "src" / "myattn" / "__init__.py").write_text("")
+    (repo / "pyproject.toml").write_text(PYPROJECT)
+    (repo / ".gitignore").write_text(".venv/\n.benchmarks/\nperfsuite-results/\n__pycache__/\n")
+    sh("git", "init", "-q", "-b", "main", cwd=repo)
+    sh(sys.executable, "-m", "venv", "--without-pip", repo / ".venv", cwd=repo)
+    venv_site = next((repo / ".venv" / "lib").glob("python*/site-packages"))
+    (venv_site / "borrowed.pth").write_text("\n".join(site.getsitepackages()) + "\n")
+    sh(repo / ".venv" / "bin" / "python", "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", ROOT,
+       cwd=repo)
+    return repo
+
+
+def perfsuite(repo, *args, check=False):
+    return sh(repo / ".venv" / "bin" / "perfsuite", *args, cwd=repo, check=check)
+
+
+def test_three_commits_show_three_points_and_the_regression_with_its_cause(repo):
+    shas = [commit(repo, "base", ATTENTION)]
+    timed = perfsuite(repo, "run", *TIMED, check=True)
+    added = re.search(r"perfsuite: history: recorded 1 benchmark\(s\) in (\S+) \(([\d.]+) s\)", timed.stdout)
+    assert added, timed.stdout[-2000:]
+    assert Path(added.group(1)) == repo / ".perfsuite" / "history.sqlite"
+    assert float(added.group(2)) < 1.0  # the store adds under a second, after the timed windows
+    assert sh("git", "status", "--porcelain", cwd=repo).stdout == ""  # the store is ignored by git
+
+    shas.append(commit(repo, "a comment only", ATTENTION.replace('"""Softmax', '"""Plain softmax')))
+    perfsuite(repo, "run", *TIMED, check=True)
+    identical = perfsuite(repo, "history", "detect", "--confirm", "1", "--min-effect", "0.5")
+    assert identical.returncode == 0, identical.stdout + identical.stderr
+
+    shas.append(commit(repo, "planted: 30 copies of the scores",
+                       ATTENTION.replace("    if mask.masked_out", COPIES + "    if mask.masked_out", 1)))
+    failed = perfsuite(repo, "run", *TIMED)  # the suite's copy check fails the run; it is recorded all the same
+    assert failed.returncode == 1 and "perfsuite: history: recorded 1 benchmark(s)" in failed.stdout, failed.stdout
+
+    shown = perfsuite(repo, "history", "show", BENCH, "--json", check=True)
+    document = json.loads(shown.stdout)
+    assert len(document) == 1
+    points = document[0]["points"]
+    assert [p["sha"] for p in points] == shas  # three points, in commit order
+    changes = document[0]["change_points"]
+    at_regression = [c for c in changes if c["first_bad"] == shas[2]]
+    assert at_regression and at_regression[0]["last_good"] == shas[1] and at_regression[0]["worse"], changes
+    assert any("copy cpu aten::clone [1x2x64x64]" in line for line in at_regression[0]["structure"]), at_regression
+    assert at_regression[0]["structure_adds_work"]
+
+    text = perfsuite(repo, "history", "show", BENCH, check=True).stdout
+    assert f"{shas[1][:10]} -> {shas[2][:10]}" in text and "copy cpu aten::clone" in text, text
+
+    regressed = perfsuite(repo, "history", "detect", "--confirm", "1", "--min-effect", "0.5")
+    assert regressed.returncode == 1, regressed.stdout + regressed.stderr
+    assert "REGRESSION" in regressed.stdout and "copy cpu aten::clone" in regressed.stdout
+
+    again = perfsuite(repo, "history", "import", ".benchmarks", check=True)  # the plugin recorded them already
+    assert "0 run(s) added, 3 already in the store" in again.stdout, again.stdout
