@@ -77,8 +77,6 @@ def shard_selection(count: int, rerun: str | None) -> set[int] | None:
 
 def run_fleet(args: argparse.Namespace) -> int:
     if args.fleet_command == "slurm":
-        from perfsuite.fleet.slurm import run_slurm_command
-
         return run_slurm_command(args)
     return run_local(args)
 
@@ -100,7 +98,12 @@ def run_local(args: argparse.Namespace) -> int:
     jobs = local.plan_jobs(plan.devices, plan.variable, count, only, results_root, fleet_id)
     print(f"perfsuite fleet: {fleet_id}: {len(jobs)} of {count} shard(s) on {plan.variable}="
           f"{','.join(plan.devices)}" + (f" (within the caller's {plan.variable}={','.join(plan.outer)})" if plan.outer else ""))
-    exits = local.run_jobs(jobs, root, list(args.pytest_args))
+    from perfsuite.fleet.record import snapshot_weights
+    from perfsuite.suite.runner import ini_value
+    from perfsuite.suite.shards import WEIGHTS_VARIABLE
+
+    weights = snapshot_weights(results_root, root, args.store, " ".join(ini_value(root, "perfsuite_history_url")) or None)
+    exits = local.run_jobs(jobs, root, list(args.pytest_args), environ={**os.environ, WEIGHTS_VARIABLE: str(weights)})
     entries = {}
     for done in exits:
         state, machine = outcome.shard_state(done.job.results_dir)
@@ -147,4 +150,49 @@ def report(exits, entries: dict, flagged: dict[str, list[str]], fleet_id: str, c
               f"perfsuite fleet local --devices {done.job.device} --shards {count} --rerun {done.job.shard.index} "
               f"--fleet-id {fleet_id}")
     print(f"perfsuite fleet: {len(exits) - len(failed)} of {len(exits)} shard(s) passed; record {path}")
+    return 1 if failed else 0
+
+
+def run_slurm_command(args) -> int:
+    """``perfsuite fleet slurm``: submit, wait (unless --no-wait), write fleet.json; 0 when every shard
+    passed and was recorded, 1 otherwise."""
+    import os
+
+    from perfsuite.fleet import outcome
+    from perfsuite.fleet.slurm import submit_array, wait_for
+    from perfsuite.history import resolve_url
+    from perfsuite.suite.runner import ini_value
+
+    if not args.shards:
+        raise UsageError("perfsuite fleet slurm: give --shards N (one array task per shard)")
+    root = Path.cwd()
+    only = shard_selection(args.shards, args.rerun)
+    fleet_id = args.fleet_id or default_fleet_id(root)
+    results_root = (root / args.results).resolve()
+    outcome.update_fleet_file(results_root, fleet_id, args.shards, {})
+    url = resolve_url(args.store, " ".join(ini_value(root, "perfsuite_history_url")) or None, root)
+    from perfsuite.fleet.record import snapshot_weights
+    from perfsuite.suite.shards import WEIGHTS_VARIABLE
+
+    os.environ[WEIGHTS_VARIABLE] = str(snapshot_weights(results_root, root, url))  # the tasks inherit it
+    jobs = submit_array(root, args.shards, fleet_id=fleet_id, results_root=results_root, store_url=url,
+                        pytest_args=list(args.pytest_args), only=only, executor=args.executor,
+                        partition=args.partition, gpus_per_task=args.gpus_per_task, timeout_min=args.timeout_min)
+    indices = sorted(only) if only else list(range(1, args.shards + 1))
+    print(f"perfsuite fleet: {fleet_id}: submitted {len(jobs)} task(s): {', '.join(j.job_id for j in jobs)}")
+    if args.no_wait:
+        return 0
+    entries = wait_for(jobs, indices, args.shards)
+    path = outcome.update_fleet_file(results_root, fleet_id, args.shards, entries)
+    failed = [n for n, e in entries.items() if e.get("exit_code") != 0 or e["state"] != "complete"
+              or str(e["recorded"]).startswith("not recorded")]
+    flagged = outcome.software_differences({n: e.get("software") or {} for n, e in
+                                            outcome.read_fleet_file(path)["shards"].items() if e.get("state") == "complete"})
+    for name, lines in sorted(flagged.items()):
+        print(f"perfsuite fleet: {name} FLAGGED, not pooled with the other shards: {'; '.join(lines)}")
+    for name in sorted(failed):
+        index = int(name.split("-")[1])
+        print(f"perfsuite fleet: FAILED {name} ({entries[name]['ended']}); rerun it alone: perfsuite fleet slurm "
+              f"--shards {args.shards} --rerun {index} --fleet-id {fleet_id}")
+    print(f"perfsuite fleet: {len(entries) - len(failed)} of {len(entries)} shard(s) passed; record {path}")
     return 1 if failed else 0

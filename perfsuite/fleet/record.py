@@ -47,3 +47,26 @@ def record_shard(results_dir: Path, run_id: str, fleet_id: str, labels: dict, ro
         return "nothing saved"
     with open_store(url, ini_value, root=root) as store:
         return "recorded" if store.record(run) else "already in the store"
+
+
+def _timed_option(name: str, default: float) -> float:
+    from perfsuite.suite.runner import TIMED_OPTIONS
+
+    found = [o.split("=", 1)[1] for o in TIMED_OPTIONS if o.startswith(f"{name}=")]
+    return float(found[0]) if found else default
+
+
+def snapshot_weights(results_root: Path, root: Path, url: str | None = None, ini_value: str | None = None) -> Path:
+    """Write the durations every shard of a fleet balances by (``suite.shards.stored_durations``) to
+    ``results_root/shard-weights.json``, once before any shard starts, so shards that record while
+    others start still split alike; ``{}`` when the store is missing or knows none. Returns the file."""
+    from perfsuite.storage import write_text_atomic
+    from perfsuite.suite.shards import stored_durations
+
+    try:
+        with open_store(url, ini_value, root=root, create=False) as store:
+            durations = stored_durations(store, commit_of(root).sha, int(_timed_option("--benchmark-min-rounds", 5)),
+                                         _timed_option("--benchmark-max-time", 1.0))
+    except Exception:  # no store yet, or unreadable: shards split by test count, all alike
+        durations = {}
+    return write_text_atomic(results_root / "shard-weights.json", json.dumps(durations, indent=1, sort_keys=True) + "\n")

@@ -124,8 +124,33 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
 
 def shard_durations(config: pytest.Config) -> tuple[dict[str, float], str]:
-    """Known seconds per shard group (``shards.item_group``), and where they came from."""
-    return {}, "test count (no durations known)"
+    """Known seconds per shard group (``shards.item_group``), and where they came from: the file a
+    launcher names in ``PERFSUITE_SHARD_WEIGHTS``, else the history store (read only, never created),
+    else none (every test weighs 1)."""
+    import json
+    import os
+
+    from perfsuite.history import open_store
+    from perfsuite.history.capture import commit_of
+
+    none = {}, "test count (no durations known)"
+    if os.environ.get(shards.WEIGHTS_VARIABLE):
+        path = os.environ[shards.WEIGHTS_VARIABLE]
+        try:
+            given = {str(k): float(v) for k, v in json.loads(open(path, encoding="utf-8").read()).items()}
+            return (given, f"durations in {path}") if given else none
+        except (OSError, ValueError, AttributeError) as exc:
+            raise pytest.UsageError(f"perfsuite: {shards.WEIGHTS_VARIABLE}={path}: not a JSON object of seconds "
+                                    f"per group ({exc})") from None
+    try:
+        with open_store(config.getoption("perfsuite_history_url"), config.getini("perfsuite_history_url") or None,
+                        config.rootpath, create=False) as store:
+            durations = shards.stored_durations(store, commit_of(config.rootpath).sha,
+                                                int(config.getoption("benchmark_min_rounds", 5) or 5),
+                                                float(config.getoption("benchmark_max_time", 1.0) or 1.0))
+    except Exception:  # no store yet, or one that cannot be read: shards still split, by test count
+        return none
+    return (durations, "durations from the history store") if durations else none
 
 
 def pytest_runtest_teardown(item, nextitem) -> None:

@@ -94,3 +94,36 @@ def item_group(item) -> str:
         if name:
             return str(name)
     return item.nodeid
+
+
+WEIGHTS_VARIABLE = "PERFSUITE_SHARD_WEIGHTS"  # a JSON file {group: seconds} a launcher hands every shard
+
+
+def timed_phase_s(median_s: float, min_rounds: int, max_time_s: float) -> float:
+    """Seconds pytest-benchmark spends timing a benchmark whose round takes ``median_s``: rounds run
+    until ``max_time_s`` has passed and at least ``min_rounds`` ran (pytest-benchmark's rule)."""
+    return max(max_time_s, min_rounds * median_s)
+
+
+def group_of_benchmark(benchmark: str) -> str:
+    """``variant/case_id/mode`` (the store's benchmark name) -> the ``variant-case_id`` group."""
+    variant, case_id, *_ = benchmark.split("/") + ["", ""]
+    return f"{variant}-{case_id}"
+
+
+def stored_durations(store, head_sha: str | None, min_rounds: int, max_time_s: float) -> dict[str, float]:
+    """Seconds per group from an open history store: each benchmark's newest round median of a commit
+    other than ``head_sha`` (so shards of one commit, recording as they finish, all see the same
+    durations), as its timed phase, summed over the group's benchmarks."""
+    newest: dict[str, float] = {}
+    for series in store.list_series(measure="time_s"):
+        if series.key.benchmark in newest:
+            continue
+        points = [p for p in store.points(series.key) if p.sha != head_sha and p.median]
+        if points:
+            newest[series.key.benchmark] = points[-1].median
+    durations: dict[str, float] = {}
+    for benchmark, median_s in newest.items():
+        group = group_of_benchmark(benchmark)
+        durations[group] = durations.get(group, 0.0) + timed_phase_s(median_s, min_rounds, max_time_s)
+    return durations

@@ -85,3 +85,26 @@ def test_ini_key_and_bad_option(pytester):
     bad = pytester.runpytest_subprocess(*ARGS, "--perfsuite-shard=3/2")
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
     bad.stderr.fnmatch_lines(["*option --perfsuite-shard='3/2': shard '3/2': INDEX must be in 1..2*"])
+
+
+def _run(uid: str, sha: str, position: int, medians: dict[str, float]):
+    from perfsuite.history import BenchmarkRecord, Commit, RunRecord, Software, Testbed
+
+    benches = tuple(BenchmarkRecord(name=name, variant=name.split("/")[0], case_id=name.split("/")[1],
+                                    mode=name.split("/")[2], device="cpu", rounds_s=(m, m, m), median_s=m)
+                    for name, m in medians.items())
+    return RunRecord(uid=uid, source="plugin", commit=Commit(sha=sha, branch="main", commit_time=1.7e9 + position,
+                                                             dirty=False, position=position),
+                     testbed=Testbed({"cpu": "x86_64"}, 0, "cpu", 2**33, 2), software=Software({"torch": "2.13.0"}),
+                     benchmarks=benches, recorded_at=1.7e9 + position)
+
+
+def test_durations_come_from_the_store_but_never_from_the_commit_being_sharded(tmp_path):
+    from perfsuite.history import open_store
+
+    with open_store(f"sqlite:///{tmp_path / 'h.sqlite'}") as store:
+        store.record(_run("old", "a" * 40, 1, {"naive/c1/forward": 0.1, "naive/c1/backward": 0.2, "sdpa/c1/forward": 0.01}))
+        store.record(_run("head", "b" * 40, 2, {"naive/c1/forward": 9.0}))  # a shard of HEAD already recorded
+        durations = shards.stored_durations(store, "b" * 40, min_rounds=15, max_time_s=0.5)
+    # naive-c1: 15 x 0.1 + 15 x 0.2 (rounds above max_time); sdpa-c1: max_time wins (15 x 0.01 < 0.5)
+    assert durations == pytest.approx({"naive-c1": 4.5, "sdpa-c1": 0.5})
