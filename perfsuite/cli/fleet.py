@@ -107,7 +107,8 @@ def run_local(args: argparse.Namespace) -> int:
     entries = {}
     for done in exits:
         state, machine = outcome.shard_state(done.job.results_dir)
-        recorded = record(done.job, state, root, args.store) if done.returncode in (0, 1) else "not recorded: it crashed"
+        state = "empty" if done.returncode == 5 or (done.returncode == 0 and state == "missing") else state
+        recorded = "nothing to record" if state == "empty" else record(done.job, state, root, args.store) if done.returncode in (0, 1) else "not recorded: it crashed"
         entries[done.job.name] = {"recorded": recorded, "shard": str(done.job.shard), "device": done.job.device, "variable": plan.variable,
                                   "run_id": done.job.run_id, "exit_code": done.returncode, "ended": done.meaning,
                                   "state": state, "log": str(done.job.log_path),
@@ -115,7 +116,7 @@ def run_local(args: argparse.Namespace) -> int:
     path = outcome.update_fleet_file(results_root, fleet_id, count, entries)
     fleet_record = outcome.read_fleet_file(path)
     flagged = outcome.software_differences({name: e["software"] for name, e in fleet_record["shards"].items()
-                                            if e.get("state") != "missing"})
+                                            if e.get("state") in ("complete", "partial")})
     return report(exits, entries, flagged, fleet_id, count, path)
 
 
@@ -137,7 +138,7 @@ def record(job, state: str, root: Path, url: str | None) -> str:
 
 def report(exits, entries: dict, flagged: dict[str, list[str]], fleet_id: str, count: int, path: Path) -> int:
     """The end-of-fleet lines: one per shard, failures with their rerun command; the exit code."""
-    failed = [d for d in exits if not d.ok or entries[d.job.name]["state"] != "complete"
+    failed = [d for d in exits if not d.ok or entries[d.job.name]["state"] not in ("complete", "empty")
               or entries[d.job.name]["recorded"].startswith("not recorded")]
     for done in exits:
         entry = entries[done.job.name]
@@ -184,8 +185,8 @@ def run_slurm_command(args) -> int:
         return 0
     entries = wait_for(jobs, indices, args.shards)
     path = outcome.update_fleet_file(results_root, fleet_id, args.shards, entries)
-    failed = [n for n, e in entries.items() if e.get("exit_code") != 0 or e["state"] != "complete"
-              or str(e["recorded"]).startswith("not recorded")]
+    failed = [n for n, e in entries.items() if e.get("exit_code") not in (0, 5)
+              or e["state"] not in ("complete", "empty") or str(e["recorded"]).startswith("not recorded")]
     flagged = outcome.software_differences({n: e.get("software") or {} for n, e in
                                             outcome.read_fleet_file(path)["shards"].items() if e.get("state") == "complete"})
     for name, lines in sorted(flagged.items()):

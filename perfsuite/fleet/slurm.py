@@ -51,10 +51,13 @@ def run_shard(root: str, index: int, count: int, fleet_id: str, results_root: st
         code = subprocess.call(child_arguments(job, Path(root), list(pytest_args)), cwd=root, env=env, stdout=log,
                                stderr=subprocess.STDOUT)
     state, machine = outcome.shard_state(job.results_dir)
+    state = "empty" if code == 5 or (code == 0 and state == "missing") else state  # nothing timed in it
     slurm = {k.lower(): os.environ[k] for k in ("SLURM_JOB_ID", "SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID",
                                                 "SLURMD_NODENAME") if k in os.environ}
     recorded = "not recorded: it crashed"
-    if code in (0, 1) and state == "complete":
+    if state == "empty":
+        recorded = "nothing to record"
+    elif code in (0, 1) and state == "complete":
         try:
             recorded = record_shard(job.results_dir, job.run_id, fleet_id, {"shard": str(job.shard), **slurm,
                                                                               "device": job.device}, Path(root), store_url)
