@@ -87,6 +87,9 @@ def run_local(args: argparse.Namespace) -> int:
     import torch
 
     from perfsuite.fleet import devices, local, outcome
+    from perfsuite.fleet.record import snapshot_weights
+    from perfsuite.suite.runner import ini_value
+    from perfsuite.suite.shards import WEIGHTS_VARIABLE
 
     root = Path.cwd()
     plan = devices.plan(args.devices, os.environ, torch.cuda.device_count(), rocm=torch.version.hip is not None)
@@ -96,21 +99,22 @@ def run_local(args: argparse.Namespace) -> int:
     results_root = (root / args.results).resolve()
     outcome.update_fleet_file(results_root, fleet_id, count, {})  # refuses another fleet's folder before starting
     jobs = local.plan_jobs(plan.devices, plan.variable, count, only, results_root, fleet_id)
-    print(f"perfsuite fleet: {fleet_id}: {len(jobs)} of {count} shard(s) on {plan.variable}="
-          f"{','.join(plan.devices)}" + (f" (within the caller's {plan.variable}={','.join(plan.outer)})" if plan.outer else ""))
-    from perfsuite.fleet.record import snapshot_weights
-    from perfsuite.suite.runner import ini_value
-    from perfsuite.suite.shards import WEIGHTS_VARIABLE
-
+    within = f" (within the caller's {plan.variable}={','.join(plan.outer)})" if plan.outer else ""
+    print(f"perfsuite fleet: {fleet_id}: {len(jobs)} of {count} shard(s) on {plan.variable}={','.join(plan.devices)}{within}")
     weights = snapshot_weights(results_root, root, args.store, " ".join(ini_value(root, "perfsuite_history_url")) or None)
     exits = local.run_jobs(jobs, root, list(args.pytest_args), environ={**os.environ, WEIGHTS_VARIABLE: str(weights)})
     entries = {}
     for done in exits:
         state, machine = outcome.shard_state(done.job.results_dir)
         state = "empty" if done.returncode == 5 or (done.returncode == 0 and state == "missing") else state
-        recorded = "nothing to record" if state == "empty" else record(done.job, state, root, args.store) if done.returncode in (0, 1) else "not recorded: it crashed"
-        entries[done.job.name] = {"recorded": recorded, "shard": str(done.job.shard), "device": done.job.device, "variable": plan.variable,
-                                  "run_id": done.job.run_id, "exit_code": done.returncode, "ended": done.meaning,
+        if state == "empty":
+            recorded = "nothing to record"
+        elif done.returncode in (0, 1):  # passed, or some tests failed: its benchmarks still count
+            recorded = record(done.job, state, root, args.store)
+        else:
+            recorded = "not recorded: it crashed"
+        entries[done.job.name] = {"recorded": recorded, "shard": str(done.job.shard), "device": done.job.device,
+                                  "variable": plan.variable, "run_id": done.job.run_id, "exit_code": done.returncode, "ended": done.meaning,
                                   "state": state, "log": str(done.job.log_path),
                                   "software": {f: machine.get(f) for f in outcome.SOFTWARE_FIELDS}}
     path = outcome.update_fleet_file(results_root, fleet_id, count, entries)
