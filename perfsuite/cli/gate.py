@@ -189,8 +189,40 @@ def selected_modes(text: str) -> tuple[str, ...]:
         raise UsageError(f"--modes: {exc}") from None
 
 
+def record_ab_history(args: argparse.Namespace, payload: dict, info: dict, base, head) -> str | None:
+    """Record both sides in the history store (each side that is a commit's code: no --*-variant or
+    --head-slowdown override); the history facts go into ``payload`` too, so importing the --json file
+    later adds nothing. Returns the line to print, None when recording is off."""
+    import dataclasses
+    import time
+    import uuid
+
+    from perfsuite.history import Commit, capture, importing, recording
+
+    if recording.disabled(configured(args, "perfsuite_history", "on")):
+        return None
+    repo = Path.cwd()
+    commits = {"base": capture.commit_of(repo, args.base_ref, dirty=False) if args.base_ref else capture.commit_of(base.tree) if base.tree else Commit(),
+               "head": capture.commit_of(repo, args.head_ref, dirty=False) if args.head_ref else capture.commit_of(head.tree) if head.tree else Commit()}
+    payload.update({importing.RUN_UID_KEY: uuid.uuid4().hex, "recorded_at": time.time(),
+                    "commits": {side: dataclasses.asdict(c) for side, c in commits.items()},
+                    importing.TESTBED_KEY: dataclasses.asdict(capture.testbed_now(info)),
+                    # this interpreter's versions for a side that runs it (the usual case); another
+                    # interpreter's side keeps the torch/CUDA versions its worker reported
+                    importing.SOFTWARE_KEY: {side: capture.software_versions(side_info)
+                                             for side, side_info, python in (("base", info["base_machine"], base.python),
+                                                                             ("head", info, head.python))
+                                             if python == sys.executable}})
+    overridden = {"base": bool(args.base_variant), "head": bool(args.head_variant or args.head_slowdown)}
+    runs = [run for run in importing.runs_from_ab_json(payload, repository=capture.repository_name(repo))
+            if not overridden[run.source.removeprefix("ab-")] and run.benchmarks]
+    if not runs:
+        return None
+    return recording.record_runs(runs, ini_value=configured(args, "perfsuite_history_url", "") or None).line()
+
+
 def run_ab_command(args: argparse.Namespace) -> int:
-    from perfsuite.gate.ab import PAIRED_METHOD, Side, run_ab, write_json
+    from perfsuite.gate.ab import PAIRED_METHOD, Side, ab_payload, run_ab, write_json
     from perfsuite.gate.worktrees import git_worktrees, ref_commits
 
     settings = GateSettings(args.alpha, GateSettings.min_effect if args.min_effect is None else args.min_effect)
@@ -220,8 +252,12 @@ def run_ab_command(args: argparse.Namespace) -> int:
         results, info = run_ab(base, head, variants, case_ids, rounds=args.rounds, settings=settings, plan=plan,
                                force=args.force, progress=lambda text: print(text, file=sys.stderr),
                                modes=modes, specs=tuple(args.variant))
+    payload = ab_payload(results, info, settings, plan)
+    recording = record_ab_history(args, payload, info, base, head)
     if args.json:
-        write_json(Path(args.json), results, info, settings, plan)
+        write_json(Path(args.json), payload)
+    if recording:
+        print(recording, file=sys.stderr)
     comparisons = [r.comparison for r in results]
     two_pythons = base.python != head.python
     # a ref side is named by its commit: its temporary worktree is gone by now

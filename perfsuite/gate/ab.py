@@ -124,6 +124,7 @@ class AbBenchmark:
     looks: int = 0
     stopped: str = ""
     seconds: float = 0.0
+    fingerprints: tuple[dict | None, dict | None] = (None, None)  # base's and head's structural fingerprints
 
 
 def pair_sampler(base: WorkerProcess, head: WorkerProcess, rounds: int):
@@ -193,7 +194,8 @@ def run_benchmark(base: WorkerProcess, head: WorkerProcess, variant: str, case_i
         outcome.estimate, outcome.verdict, diff_fingerprints(setups[0]["fingerprint"], setups[1]["fingerprint"]), note,
         adds_work(setups[0]["fingerprint"], setups[1]["fingerprint"]))
     return AbBenchmark(key, outcome.base_blocks, outcome.head_blocks, comparison, outcome.contended,
-                       outcome.looks, outcome.stopped, outcome.seconds)
+                       outcome.looks, outcome.stopped, outcome.seconds,
+                       (setups[0].get("fingerprint"), setups[1].get("fingerprint")))
 
 
 # Between two interpreters, other software is what is being compared; the hardware must still match.
@@ -243,17 +245,22 @@ def run_ab(base_side: Side, head_side: Side, variants: list[str], case_ids: list
         head.close()
 
 
-def write_json(path: Path, results: list[AbBenchmark], info: dict, settings: GateSettings,
-               plan: SequentialPlan = SequentialPlan()) -> None:
-    """The raw blocks and verdicts (for artifacts), written atomically."""
-    from perfsuite.storage import write_text_atomic
-
-    payload = {"schema_version": 2, "machine": info, "alpha": settings.alpha, "min_effect": settings.min_effect,
+def ab_payload(results: list[AbBenchmark], info: dict, settings: GateSettings,
+               plan: SequentialPlan = SequentialPlan()) -> dict:
+    """The raw blocks, fingerprints and verdicts of an A/B run (``--json``; the history store reads it)."""
+    return {"schema_version": 2, "machine": info, "alpha": settings.alpha, "min_effect": settings.min_effect,
                "looks": list(plan.looks), "budget_s": plan.budget_s,
                "benchmarks": [{"key": r.key, "base_blocks_s": r.base_blocks, "head_blocks_s": r.head_blocks,
                                "contended_pairs": r.contended, "looks": r.looks, "stopped": r.stopped,
                                "seconds": r.seconds, "verdict": r.comparison.verdict,
                                "structure": r.comparison.structure,
-                               "ratio": dataclasses.asdict(r.comparison.estimate) if r.comparison.estimate else None}
+                               "ratio": dataclasses.asdict(r.comparison.estimate) if r.comparison.estimate else None,
+                               "base_fingerprint": r.fingerprints[0], "head_fingerprint": r.fingerprints[1]}
                               for r in results]}
+
+
+def write_json(path: Path, payload: dict) -> None:
+    """``ab_payload``'s document (for artifacts), written atomically."""
+    from perfsuite.storage import write_text_atomic
+
     write_text_atomic(path, json.dumps(payload, indent=1) + "\n")

@@ -131,7 +131,7 @@ def saved_run_facts(machine_info: Mapping[str, Any], folder: Path) -> dict[str, 
     the run: the testbed, the software and the commit of ``folder`` (first-parent position included)."""
     import dataclasses
 
-    from perfsuite.history.importing import COMMIT_KEY, SOFTWARE_KEY, TESTBED_KEY
+    from perfsuite.history.records import COMMIT_KEY, SOFTWARE_KEY, TESTBED_KEY
 
     testbed = testbed_now(machine_info)
     return {TESTBED_KEY: dataclasses.asdict(testbed), SOFTWARE_KEY: software_versions(machine_info),

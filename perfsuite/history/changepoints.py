@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 from typing import Sequence
 
 import numpy as np
@@ -49,7 +50,7 @@ MIN_POINTS = 3
 # rounds of one run do not show run-to-run noise, which reached 5-10% between separate runs here
 # (docs/contention.md's speed reference; measure/speed_reference.SPEED_LIMIT).
 RAW_MIN_EFFECT = 0.10
-WINDOW = 800
+WINDOW = 400
 MAD_TO_SD = 1.4826
 
 
@@ -99,7 +100,7 @@ def usable(point: Point) -> bool:
 
 def point_value(point: Point) -> float:
     """log of the median of the point's uncontended raw values."""
-    return math.log(max(float(np.median(point.values)), 1e-300))
+    return math.log(max(float(statistics.median(point.values)), 1e-300))
 
 
 def _log_rounds(point: Point) -> np.ndarray:
@@ -113,8 +114,10 @@ def energy_split(x: np.ndarray, min_size: int = 1) -> tuple[int, float]:
     if n < 2 * min_size:
         return 0, -math.inf
     d = np.abs(x[:, None] - x[None, :])
-    lower = np.tril(d, -1).sum(axis=1)  # sum over i < j of d[j, i], per j
-    upper = np.triu(d, 1).sum(axis=1)  # sum over j > i of d[i, j], per i
+    running = np.cumsum(d, axis=1)
+    index = np.arange(n)
+    lower = np.where(index > 0, running[index, np.maximum(index - 1, 0)], 0.0)  # sum over i < j of d[j, i], per j
+    upper = running[:, -1] - running[index, index]  # sum over j > i of d[i, j], per i
     within_left = np.concatenate([[0.0], np.cumsum(lower)])  # index tau: pairs inside x[:tau]
     within_right = np.concatenate([np.cumsum(upper[::-1])[::-1], [0.0]])  # index tau: pairs inside x[tau:]
     total = within_left[n]

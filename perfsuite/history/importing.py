@@ -16,12 +16,9 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from perfsuite.errors import HistoryError
-from perfsuite.history.records import BenchmarkRecord, Commit, RunRecord, Software, Testbed, stable_hash
-
-RUN_UID_KEY = "perfsuite_run_uid"
-TESTBED_KEY = "perfsuite_testbed"
-SOFTWARE_KEY = "perfsuite_software"
-COMMIT_KEY = "perfsuite_commit"
+from perfsuite.history.capture import commit_of
+from perfsuite.history.records import (COMMIT_KEY, RUN_UID_KEY, SOFTWARE_KEY, TESTBED_KEY, BenchmarkRecord, Commit,
+                                       RunRecord, Software, Testbed, stable_hash)
 
 
 def benchmark_name(variant: str, case_id: str, mode: str) -> str:
@@ -179,8 +176,6 @@ def runs_from_file(path: Path, folder: Path | None = None) -> list[RunRecord]:
     """The runs in one file (pytest-benchmark JSON or ``ab --json``); ``HistoryError`` naming it
     when it is neither. ``folder``: a git repository in which to look up the commits' first-parent
     positions (the file does not know them)."""
-    from perfsuite.history.capture import commit_of
-
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:

@@ -204,15 +204,14 @@ def _point(rows: list[Any], measure: str) -> Point:
 
 def epochs(found: Sequence[Point]) -> list[Epoch]:
     """Consecutive stretches of ``found`` with one software fingerprint (``records.EPOCH_FIELDS``)."""
+    starts = [i for i in range(len(found)) if i == 0 or found[i].software_fingerprint != found[i - 1].software_fingerprint]
     result: list[Epoch] = []
-    for index, point in enumerate(found):
-        if result and result[-1].software_fingerprint == point.software_fingerprint:
-            result[-1] = dataclasses.replace(result[-1], end=index)
-            continue
-        before = result[-1].software if result else None
+    for number, start in enumerate(starts):
+        end = starts[number + 1] - 1 if number + 1 < len(starts) else len(found) - 1
+        point, before = found[start], result[-1].software if result else None
         changed = {} if before is None else {f: (before.get(f), point.software.get(f)) for f in EPOCH_FIELDS
                                              if before.get(f) != point.software.get(f)}
-        result.append(Epoch(point.software_fingerprint, point.software, index, index, changed))
+        result.append(Epoch(point.software_fingerprint, point.software, start, end, changed))
     return result
 
 

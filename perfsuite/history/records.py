@@ -17,6 +17,12 @@ from typing import Any, Mapping
 EPOCH_FIELDS = ("python", "torch", "cuda", "hip", "cudnn", "triton", "driver", "transformers")
 SOFTWARE_FIELDS = EPOCH_FIELDS + ("perfsuite",)
 
+# What the suite adds to a saved pytest-benchmark file (and ab --json adds to its payload) for the history
+RUN_UID_KEY = "perfsuite_run_uid"
+TESTBED_KEY = "perfsuite_testbed"
+SOFTWARE_KEY = "perfsuite_software"
+COMMIT_KEY = "perfsuite_commit"
+
 
 def stable_hash(value: Any, length: int = 16) -> str:
     """First ``length`` hex digits of SHA-256 over ``value`` as canonical JSON (sorted keys)."""

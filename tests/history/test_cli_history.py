@@ -1,0 +1,89 @@
+"""perfsuite history on a store written through the record API: list, show (text and JSON), detect's exit
+code, export, and import of pytest-benchmark files (idempotent; a file that is not a run is skipped)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+
+from conftest import make_run
+from perfsuite.cli.main import main
+from perfsuite.history import open_store
+
+BENCH = "naive/b2h4s64d32-fp32-causal-cpu/forward"
+
+
+def _series(store_url, last_times, copies_at=None):
+    with open_store(store_url) as store:
+        for position in range(1, 9):
+            times = (1.0e-3, 1.01e-3, 0.99e-3, 1.02e-3, 0.98e-3) if position <= 6 else last_times
+            copies = 1 if copies_at and position >= copies_at else 0
+            store.record(make_run(f"r{position}", f"{position:x}" * 40, position,
+                                  tuple(t * (1 + 0.003 * (position % 3)) for t in times), copies=copies))
+
+
+def test_detect_exits_1_on_a_confirmed_regression_and_names_its_cause(store_url, capsys):
+    _series(store_url, (1.5e-3, 1.52e-3, 1.49e-3, 1.51e-3, 1.5e-3), copies_at=7)
+    assert main(["history", "--store", store_url, "detect"]) == 1
+    out = capsys.readouterr().out
+    assert "REGRESSION" in out and "+1 copy cpu aten::clone [2x4x64x64]" in out
+    assert "last good 6666666666, newest 8888888888" in out
+    assert main(["history", "--store", store_url, "show", BENCH]) == 0
+    shown = capsys.readouterr().out
+    assert ">> 7777777777" in shown and "6666666666 -> 7777777777: x1.5" in shown
+
+
+def test_detect_exits_0_on_identical_code(store_url, capsys):
+    _series(store_url, (1.0e-3, 1.01e-3, 0.99e-3, 1.02e-3, 0.98e-3))
+    assert main(["history", "--store", store_url, "detect"]) == 0
+    assert "0 confirmed regression(s)" in capsys.readouterr().out
+    assert main(["history", "--store", store_url, "show", BENCH, "--json"]) == 0
+    document = json.loads(capsys.readouterr().out)[0]
+    assert len(document["points"]) == 8 and document["change_points"] == []
+
+
+def test_list_and_export(store_url, capsys):
+    _series(store_url, (1.0e-3,) * 5)
+    assert main(["history", "--store", store_url, "list", "--measure", "time_s"]) == 0
+    assert BENCH in capsys.readouterr().out
+    assert main(["history", "--store", store_url, "export", "--measure", "time_s"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert len(rows) == 8 and len(rows[0]["values"].split()) == 5
+
+
+def test_show_names_the_known_benchmarks_for_an_unknown_one(store_url, capsys):
+    _series(store_url, (1.0e-3,) * 5)
+    assert main(["history", "--store", store_url, "show", "nothing-like-it"]) == 2
+    assert BENCH in capsys.readouterr().err
+
+
+def test_import_is_idempotent_and_skips_files_that_are_not_runs(tmp_path, capsys):
+    saved = {"datetime": "2026-01-01T00:00:00", "commit_info": {"id": "a" * 40, "dirty": False, "branch": "main",
+                                                               "time": "2026-01-01T00:00:00+00:00"},
+             "machine_info": {"node": "n", "cpu": {"brand_raw": "cpu"}, "python_version": "3.11.7",
+                              "perfsuite": {"device_names": {"cpu": "x86_64"}, "num_threads": 2, "torch_version": "2.13.0"}},
+             "benchmarks": [{"fullname": "t[x]", "stats": {"median": 1e-3, "data": [1e-3, 1.1e-3]},
+                             "extra_info": {"variant": "naive", "case": "c-cpu", "mode": "forward",
+                                            "case_fields": {"device": "cpu"}, "flop": 10, "bytes_read": 4,
+                                            "bytes_written": 4, "score_copies_per_forward": 1}}]}
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "0001_run.json").write_text(json.dumps(saved))
+    (tmp_path / "runs" / "notes.json").write_text("[1, 2]")
+    store = str(tmp_path / "h.sqlite")
+    assert main(["history", "--store", store, "import", str(tmp_path / "runs")]) == 0
+    assert "1 run(s) added, 0 already in the store, 1 file(s) skipped" in capsys.readouterr().out
+    assert main(["history", "--store", store, "import", str(tmp_path / "runs")]) == 0
+    assert "0 run(s) added, 1 already in the store" in capsys.readouterr().out
+    with open_store(store) as opened:
+        (point,) = opened.points(opened.list_series(measure="time_s")[0].key)
+        assert point.values == (1e-3, 1.1e-3) and point.sha == "a" * 40
+
+
+def test_a_store_that_is_not_one_is_an_error_naming_it(tmp_path, capsys):
+    target = tmp_path / "x.txt"
+    target.write_text("hello")
+    assert main(["history", "--store", str(target), "list"]) == 2
+    assert f"{target}: not a perfsuite history store" in capsys.readouterr().err
