@@ -168,19 +168,28 @@ def run_speed(n: int, repeats: int) -> list[str]:
     return [f"{n} points: detect() best of {repeats}: {min(times):.3f} s, median {float(np.median(times)):.3f} s"]
 
 
-def run_history(url: str, planted: list[str]) -> list[str]:
-    """Every time_s series of a store: change points found against the planted commits."""
+def run_history(url: str, planted: list[str], include_contended: bool = False) -> list[str]:
+    """Every time_s series of a store: change points found against the planted commits.
+    ``include_contended``: judge contended points too (their rounds used as if quiet), to show what
+    the detector makes of timings the contention check would leave out."""
+    import dataclasses
+
     from perfsuite.history import open_store
 
-    lines = ["| benchmark | points | planted found | change points elsewhere |", "| --- | --- | --- | --- |"]
+    lines = [f"contended points {'used' if include_contended else 'left out (the rule)'}", "",
+             "| benchmark | points | of which contended | planted found | change points elsewhere |",
+             "| --- | --- | --- | --- | --- |"]
     with open_store(url, create=False) as store:
         for series in store.list_series(measure="time_s"):
             points = store.points(series.key)
+            contended = sum(p.contended for p in points)
+            if include_contended:
+                points = [dataclasses.replace(p, values=p.all_values, contended=False) for p in points]
             found = detect(points)
             shas = [c.first_bad.sha for c in found]
             hit = [p for p in planted if any(s and s.startswith(p) for s in shas)]
             extra = [s[:10] for s in shas if not any(s and s.startswith(p) for p in planted)]
-            lines.append(f"| {series.key.benchmark} | {len(points)} | {len(hit)} of {len(planted)} | "
+            lines.append(f"| {series.key.benchmark} | {len(points)} | {contended} | {len(hit)} of {len(planted)} | "
                          f"{', '.join(extra) or 'none'} |")
     return lines
 
@@ -274,6 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     history = commands.add_parser("history")
     history.add_argument("--store", required=True)
     history.add_argument("--planted", required=True, help="comma-separated shas (prefixes) of planted changes")
+    history.add_argument("--include-contended", action="store_true", help="judge contended points too")
     made = commands.add_parser("make-history", help="a throwaway repository of timed commits with planted changes")
     made.add_argument("--repo", type=Path, required=True, help="a new folder")
     made.add_argument("--commits", type=int, default=32)
@@ -292,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "speed":
         lines = run_speed(args.points, args.repeats)
     else:
-        lines = run_history(args.store, [s for s in args.planted.split(",") if s])
+        lines = run_history(args.store, [s for s in args.planted.split(",") if s], args.include_contended)
     print("\n".join(lines))
     return 0
 

@@ -49,7 +49,12 @@ A series is (benchmark, measure, testbed fingerprint); ``query.MEASURES`` lists 
 per run). ``Point.values`` leaves out contended runs (``Point.all_values`` keeps them). A change of
 ``records.EPOCH_FIELDS`` software inside a series starts an epoch. Building records from what the
 suite saves: ``capture.py`` (this process's commit, testbed, software) and ``importing.py``
-(pytest-benchmark JSON and ``perfsuite ab --json`` files); change points: ``changepoints.py``.
+(pytest-benchmark JSON and ``perfsuite ab --json`` files: ``run_from_benchmark_json(data, source=...,
+run_group=..., labels=...)``, ``runs_from_file(path)``); a front end records with
+``recording.record_runs(runs, url)``, which never raises (``Recorded.error``, ``Recorded.line()``).
+Change points: ``changepoints.detect(points)`` -> ``ChangePoint`` (last good / first bad point, ratio,
+interval, structural diff) and ``changepoints.check_newest(points, window=20, confirm=2)`` -> ``OnlineVerdict``;
+text: ``render.py``. Command line: ``perfsuite history`` (``perfsuite/cli/history.py``).
 """
 
 from __future__ import annotations

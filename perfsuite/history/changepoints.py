@@ -23,8 +23,10 @@ Offline (``detect``), per epoch (a software change is never mixed into one segme
 Each change point names the last good and first bad commit, the step as a ratio with a 95% interval
 (Welch, on the log scale), and the structural diff at that commit (``trace.structure.diff_fingerprints``).
 
-Online (``check_newest``), the CI rule in the style of PyTorch's HUD: the ``confirm`` newest usable
-points are each beyond the limit against the ``window`` usable points before them, the limit being
+Online (``check_newest``), the CI rule in the style of PyTorch's HUD: not judged when a newest point
+ran at another machine speed than the baseline (its speed reference moved by more than
+``measure.speed_reference.SPEED_LIMIT``, as separate-run comparisons refuse it); else the ``confirm``
+newest usable points are each beyond the limit against the ``window`` usable points before them, the limit being
 ``max(min_effect, k * noise)`` on the log scale; noise is the robust spread of the baseline's points
 (when it has ``MIN_POINTS`` or more) and never below the robust spread of the newest point's own
 rounds divided by sqrt(rounds).
@@ -41,6 +43,7 @@ import numpy as np
 from scipy import stats as scipy_stats
 
 from perfsuite.history.query import MEASURES, Point, epochs
+from perfsuite.measure.speed_reference import speed_change
 from perfsuite.trace.structure import adds_work, diff_fingerprints
 
 P_VALUE = 0.001
@@ -246,6 +249,16 @@ def check_newest(points: Sequence[Point], measure: str = "time_s", window: int =
     if len(newest) < confirm or not baseline:
         return OnlineVerdict(False, (), None, len(baseline),
                              f"needs {confirm} newest point(s) and a baseline in this epoch; has {len(chosen)} point(s)")
+    references = [p.speed_reference_ms for p in baseline if p.speed_reference_ms]
+    for point in newest:
+        moved = speed_change({"speed_reference": {"before_ms": statistics.median(references),
+                                                  "after_ms": statistics.median(references)}},
+                             {"speed_reference": {"before_ms": point.speed_reference_ms,
+                                                  "after_ms": point.speed_reference_ms}}) if references else None
+        if moved:
+            return OnlineVerdict(False, (), None, len(baseline),
+                                 f"not judged: at {point.short_sha} {moved.split(':')[0]} than over the baseline "
+                                 f"(reference x{point.speed_reference_ms / statistics.median(references):.2f})")
     base = np.array([point_value(p) for p in baseline])
     center = float(np.median(base))
     noise = _robust_sd(base) if len(base) >= MIN_POINTS else 0.0

@@ -11,6 +11,7 @@ fingerprint.
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 from typing import Any, Sequence
 
@@ -64,7 +65,8 @@ class Point:
     its uncontended runs (every round for ``time_s``, one per run otherwise); ``all_values`` with
     contended runs too; ``contended``: no uncontended run; ``median`` of ``values`` (of
     ``all_values`` when contended). ``structure``/``structure_hash``: the newest run's structural
-    fingerprint. ``software``: versions, ``software_fingerprint`` the epoch it belongs to."""
+    fingerprint. ``software``: versions, ``software_fingerprint`` the epoch it belongs to.
+    ``speed_reference_ms``: the reference matmul's time beside the runs (``perfsuite.measure.speed_reference``)."""
 
     sha: str | None
     position: int | None
@@ -82,6 +84,7 @@ class Point:
     structure: dict[str, Any] | None
     structure_hash: str | None
     recorded_at: float
+    speed_reference_ms: float | None = None  # median over its used runs of the reference beside each (CPU)
 
     @property
     def short_sha(self) -> str:
@@ -162,7 +165,7 @@ def points(connection: Connection, series: SeriesKey | Series, branch: str | Non
     _measure(key.measure)
     r, run, tb, sw = schema.results, schema.runs, schema.testbeds, schema.software
     query = (select(r.c.rounds_s, getattr(r.c, MEASURES[key.measure][0]).label(MEASURES[key.measure][0]),
-                    r.c.contended, r.c.structure, r.c.structure_hash, run.c.uid, run.c.commit_sha, run.c.branch,
+                    r.c.contended, r.c.structure, r.c.structure_hash, r.c.speed_reference, run.c.uid, run.c.commit_sha, run.c.branch,
                     run.c.commit_time, run.c.dirty, run.c.commit_position, run.c.subject, run.c.recorded_at,
                     sw.c.fingerprint.label("software_fingerprint"), sw.c.spec.label("software"))
              .join(run, run.c.id == r.c.run_id).join(tb, tb.c.id == run.c.testbed_id)
@@ -189,8 +192,17 @@ def points(connection: Connection, series: SeriesKey | Series, branch: str | Non
                                         p.commit_time if p.commit_time is not None else big, p.dirty, p.recorded_at))
 
 
+def _reference_ms(row: Any) -> float | None:
+    found = row.speed_reference or {}
+    before, after = found.get("before_ms"), found.get("after_ms")
+    if not isinstance(before, (int, float)) or not isinstance(after, (int, float)) or before <= 0 or after <= 0:
+        return None
+    return math.sqrt(before * after)
+
+
 def _point(rows: list[Any], measure: str) -> Point:
     clean = [v for row in rows if not row.contended for v in _values(row, measure)]
+    references = [r for r in (_reference_ms(row) for row in rows if not row.contended or not clean) if r]
     every = [v for row in rows for v in _values(row, measure)]
     newest = rows[-1]
     return Point(sha=newest.commit_sha, position=newest.commit_position, commit_time=newest.commit_time,
@@ -199,7 +211,8 @@ def _point(rows: list[Any], measure: str) -> Point:
                  contended=not clean, median=statistics.median(clean or every),
                  software_fingerprint=newest.software_fingerprint, software=dict(newest.software or {}),
                  structure=newest.structure, structure_hash=newest.structure_hash,
-                 recorded_at=min(row.recorded_at for row in rows))
+                 recorded_at=min(row.recorded_at for row in rows),
+                 speed_reference_ms=statistics.median(references) if references else None)
 
 
 def epochs(found: Sequence[Point]) -> list[Epoch]:

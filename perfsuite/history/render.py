@@ -74,7 +74,7 @@ def show_lines(series: Series, points: Sequence[Point], found_epochs: Sequence[E
                                           " (uncommitted changes: shown, not used)" if point.dirty else " (no values)")
         subject = (point.subject or "")[:40]
         lines.append(f"{flag} {point.short_sha:<16} {_when(point.commit_time)}  {format_value(point.median, measure):>12}"
-                     f"  n={len(point.values):<4} runs={len(point.run_uids)}  {subject}{note}")
+                     f"  n={len(point.values or point.all_values):<4} runs={len(point.run_uids)}  {subject}{note}")
     if change_points:
         lines.append("")
         lines.append("change points (last good -> first bad):")

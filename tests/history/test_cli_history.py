@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from conftest import make_run
+from history_records import make_run
 from perfsuite.cli.main import main
 from perfsuite.history import open_store
 
@@ -87,3 +87,18 @@ def test_a_store_that_is_not_one_is_an_error_naming_it(tmp_path, capsys):
     target.write_text("hello")
     assert main(["history", "--store", str(target), "list"]) == 2
     assert f"{target}: not a perfsuite history store" in capsys.readouterr().err
+
+
+def test_record_takes_the_newest_saved_run(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    saved = tmp_path / ".benchmarks" / "Linux-CPython-3.11-64bit"
+    saved.mkdir(parents=True)
+    for number in (1, 2):
+        (saved / f"000{number}_run.json").write_text(json.dumps(
+            {"datetime": f"2026-01-0{number}T00:00:00", "commit_info": {"id": f"{number}" * 40},
+             "machine_info": {"node": "n"}, "benchmarks": [{"fullname": "t[x]", "stats": {"median": 1e-3}}]}))
+    store = str(tmp_path / "h.sqlite")
+    assert main(["history", "--store", store, "record"]) == 0
+    assert "1 run(s) added" in capsys.readouterr().out
+    with open_store(store) as opened:
+        assert [r["commit_sha"] for r in opened.runs()] == ["2" * 40]

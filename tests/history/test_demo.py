@@ -4,11 +4,12 @@ commits (a base, a comment-only change, then an extra copy of the score matrix 1
 ``perfsuite history show`` names the planted regression's commit with its structural cause, and
 ``perfsuite history detect`` exits 1 on it and 0 on identical code.
 
-The machine may be loaded (identical code was once timed 4x slower here under other jobs' load): so the
-planted regression is very large (1000 score-sized copies per forward, tens of times slower) and detect's
---min-effect wide (5: a 6x step), so no outcome depends on the machine's speed; the contention check is
-off so a loaded machine does not leave every point unjudged. The detector's accuracy on realistic steps
-is measured by validation/change_points.py, not here."""
+The machine may be loaded (identical code was timed 4x and 14x slower here under other jobs' load), so
+the planted regression is very large (1000 score-sized copies per forward, tens of times slower),
+detect's --min-effect wide (5: a 6x step), and the contention check and speed reference stay on: a point
+they flag is shown and not judged, and then the test checks that (detect exits 0 and says why) instead
+of the verdict. Exit codes on recorded timings, both engines: test_cli_history.py. The detector's
+accuracy on realistic steps is measured by validation/change_points.py, not here."""
 
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ BENCH = f"blocked_attention/{CASE}/forward"
 
 def sh(*args, cwd, check=True):
     env = dict(os.environ, GIT_AUTHOR_NAME="u", GIT_AUTHOR_EMAIL="u@example.com", GIT_COMMITTER_NAME="u",
-               GIT_COMMITTER_EMAIL="u@example.com", PERFSUITE_CONTENTION_CHECK="off", PYTHONPATH="src")
+               GIT_COMMITTER_EMAIL="u@example.com", PYTHONPATH="src")
     env.pop("PERFSUITE_HISTORY_URL", None)
     result = subprocess.run([str(a) for a in args], cwd=cwd, capture_output=True, text=True, timeout=600, env=env)
     if check:
@@ -90,7 +91,7 @@ def perfsuite(repo, *args, check=False):
     return sh(repo / ".venv" / "bin" / "perfsuite", *args, cwd=repo, check=check)
 
 
-def test_three_commits_show_three_points_and_the_regression_with_its_cause(repo):
+def test_three_commits_show_three_points_and_the_regression_with_its_cause(repo, new_postgresql_url):
     shas = [commit(repo, "base", ATTENTION)]
     timed = perfsuite(repo, "run", *TIMED, check=True)
     added = re.search(r"perfsuite: history: recorded 1 benchmark\(s\) in (\S+) \(([\d.]+) s\)", timed.stdout)
@@ -126,16 +127,22 @@ def test_three_commits_show_three_points_and_the_regression_with_its_cause(repo)
     assert [p["sha"] for p in points] == shas  # three points, in commit order
     changes = document[0]["change_points"]
     at_regression = [c for c in changes if c["first_bad"] == shas[2]]
-    assert at_regression and at_regression[0]["last_good"] == shas[1] and at_regression[0]["worse"], changes
-    assert any("copy cpu aten::clone [1x2x64x64]" in line for line in at_regression[0]["structure"]), at_regression
-    assert at_regression[0]["structure_adds_work"]
-
+    usable = [i for i, p in enumerate(points) if not p["contended"]]
     text = perfsuite(repo, "history", "show", BENCH, check=True).stdout
-    assert f"{shas[1][:10]} -> {shas[2][:10]}" in text and "copy cpu aten::clone" in text, text
+    if 2 in usable and usable[0] < 2:  # the regression and a point before it were timed quietly
+        assert at_regression and at_regression[0]["last_good"] == shas[usable[-2]] and at_regression[0]["worse"], changes
+        assert any("copy cpu aten::clone [1x2x64x64]" in line for line in at_regression[0]["structure"]), at_regression
+        assert at_regression[0]["structure_adds_work"]
+        assert f"{shas[usable[-2]][:10]} -> {shas[2][:10]}" in text and "copy cpu aten::clone" in text, text
+    else:  # a contended point is shown, marked and not used: no change point can rest on it
+        assert not at_regression and "(contended: shown, not used)" in text, text
 
     regressed = perfsuite(repo, "history", "detect", "--confirm", "1", "--min-effect", "5")
-    assert regressed.returncode == 1, regressed.stdout + regressed.stderr
-    assert "REGRESSION" in regressed.stdout and "copy cpu aten::clone" in regressed.stdout
+    if "not judged" in regressed.stdout or "contended" in regressed.stdout:
+        assert regressed.returncode == 0, regressed.stdout
+    else:
+        assert regressed.returncode == 1, regressed.stdout + regressed.stderr
+        assert "REGRESSION" in regressed.stdout and "copy cpu aten::clone" in regressed.stdout
 
     again = perfsuite(repo, "history", "import", ".benchmarks", check=True)  # the plugin recorded them already
     assert "1 run(s) added, 3 already in the store" in again.stdout, again.stdout  # the run the broken store missed
@@ -146,6 +153,19 @@ def test_three_commits_show_three_points_and_the_regression_with_its_cause(repo)
     assert ab.returncode == 1 and "perfsuite: history: recorded 2 benchmark(s)" in ab.stderr, ab.stdout + ab.stderr
     sources = perfsuite(repo, "history", "show", BENCH, "--json", check=True)
     runs_by_commit = {p["sha"]: len(p["run_uids"]) for p in json.loads(sources.stdout)[0]["points"]}
-    assert runs_by_commit == {shas[0]: 1, shas[1]: 2, shas[2]: 2}, runs_by_commit
+    assert runs_by_commit == {shas[0]: 2, shas[1]: 2, shas[2]: 2}, runs_by_commit
     again = perfsuite(repo, "history", "import", "ab.json", check=True)
     assert "0 run(s) added, 2 already in the store" in again.stdout, again.stdout
+
+    # the same history on a real PostgreSQL server: the saved runs imported, the same points and change points
+    on_sqlite = json.loads(perfsuite(repo, "history", "show", BENCH, "--json", check=True).stdout)
+    detected = perfsuite(repo, "history", "detect", "--confirm", "1", "--min-effect", "5")
+
+    url = new_postgresql_url()
+    perfsuite(repo, "history", "--store", url, "import", ".benchmarks", "ab.json", check=True)
+    on_postgresql = json.loads(perfsuite(repo, "history", "--store", url, "show", BENCH, "--json", check=True).stdout)
+    assert [p["sha"] for p in on_postgresql[0]["points"]] == shas
+    assert on_postgresql[0]["change_points"] == on_sqlite[0]["change_points"]
+    assert [sorted(p["values"]) for p in on_postgresql[0]["points"]] == [sorted(p["values"]) for p in on_sqlite[0]["points"]]
+    again_detected = perfsuite(repo, "history", "--store", url, "detect", "--confirm", "1", "--min-effect", "5")
+    assert again_detected.returncode == detected.returncode, again_detected.stdout

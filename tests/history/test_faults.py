@@ -18,7 +18,7 @@ HERE = Path(__file__).parent
 WRITER = '''
 import sys, time
 sys.path.insert(0, {here!r})
-from conftest import make_run
+from history_records import make_run
 from perfsuite.history import open_store
 url, name, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
 with open_store(url) as store:
@@ -30,7 +30,7 @@ KILLED = '''
 import sys, time
 from pathlib import Path
 sys.path.insert(0, {here!r})
-from conftest import make_run
+from history_records import make_run
 from perfsuite.history import open_store
 from perfsuite.history.writing import insert_run
 url, flag = sys.argv[1], Path(sys.argv[2])
@@ -73,7 +73,7 @@ def test_two_writers_creating_a_new_store_at_once(store_url):
 
 
 def test_a_writer_killed_inside_its_transaction_leaves_the_store_consistent(store_url, tmp_path):
-    from conftest import make_run
+    from history_records import make_run
 
     with open_store(store_url) as store:
         store.record(make_run("kept", "a" * 40, 1))

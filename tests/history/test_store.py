@@ -8,7 +8,7 @@ import sqlite3
 import pytest
 from sqlalchemy import text
 
-from conftest import make_run
+from history_records import make_run
 from perfsuite.errors import HistoryError
 from perfsuite.history import open_store, resolve_url, schema
 from perfsuite.history.store import prepare_schema
