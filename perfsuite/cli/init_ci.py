@@ -17,6 +17,10 @@ from perfsuite.storage import write_text_atomic
 
 TEMPLATE = Path(__file__).with_name("templates") / "perfsuite-gate.yml"
 DEFAULT_PATH = Path(".github/workflows/perfsuite-gate.yml")
+# --shards N: a nightly workflow, one job per shard then a job that records and gates (fleet how-to)
+SHARDS_TEMPLATE = Path(__file__).with_name("templates") / "perfsuite-shards.yml"
+SHARDS_PATH = Path(".github/workflows/perfsuite-shards.yml")
+MAX_SHARDS = 256  # GitHub Actions runs at most 256 jobs per matrix
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
 
@@ -55,7 +59,9 @@ def installed_requirement() -> str:
 
 def add_command(commands) -> None:
     init = commands.add_parser("init-ci", help="write a GitHub workflow gating your pull requests with perfsuite ab")
-    init.add_argument("--output", default=str(DEFAULT_PATH), help=f"where to write it (default {DEFAULT_PATH})")
+    init.add_argument("--output", help=f"where to write it (default {DEFAULT_PATH}; with --shards {SHARDS_PATH})")
+    init.add_argument("--shards", type=int, help="write instead a nightly workflow timing the suite in N shards (one "
+                                                 "job each), then a job that records them and gates on the history")
     init.add_argument("--torch", help="pip arguments for torch (default: the version installed here, from the "
                                       f"CPU index: {default_torch()!r})")
     init.add_argument("--perfsuite", metavar="REQUIREMENT",
@@ -85,8 +91,22 @@ def render(torch: str, perfsuite: str, python: str, case_set: str | None) -> str
     return text
 
 
+def render_shards(count: int, torch: str, perfsuite: str, python: str) -> str:
+    """The sharded nightly workflow for ``count`` shards. Raises UsageError outside 1..MAX_SHARDS."""
+    if not 1 <= count <= MAX_SHARDS:
+        raise UsageError(f"--shards {count}: give 1..{MAX_SHARDS} (a GitHub Actions matrix runs at most {MAX_SHARDS} jobs)")
+    render(torch, perfsuite, python, None)  # the same checks of the values
+    text = SHARDS_TEMPLATE.read_text()
+    for name, value in {"@TORCH@": torch, "@PERFSUITE@": perfsuite, "@PYTHON@": python, "@SHARDS@": str(count),
+                        "@SHARD_LIST@": ", ".join(str(i) for i in range(1, count + 1))}.items():
+        text = text.replace(name, value)
+    return text
+
+
 def run_init_ci(args: argparse.Namespace) -> int:
-    output = Path(args.output)
+    if args.shards is not None:
+        return write_shards_workflow(args)
+    output = Path(args.output or DEFAULT_PATH)
     if output.exists() and not args.force:
         raise UsageError(f"{output} exists; it is left as it is (use --force to replace it)")
     torch = args.torch or default_torch()
@@ -94,5 +114,16 @@ def run_init_ci(args: argparse.Namespace) -> int:
     write_text_atomic(output, render(torch, requirement, args.python, args.case_set))
     case_set = f"case set {args.case_set}" if args.case_set else "the case set of your pytest configuration"
     print(f"wrote {output}: it gates every pull request with perfsuite ab ({case_set}; {torch}; {requirement})",
+          file=sys.stderr)
+    return 0
+
+
+def write_shards_workflow(args: argparse.Namespace) -> int:
+    output = Path(args.output or SHARDS_PATH)
+    if output.exists() and not args.force:
+        raise UsageError(f"{output} exists; it is left as it is (use --force to replace it)")
+    torch = args.torch or default_torch()
+    write_text_atomic(output, render_shards(args.shards, torch, args.perfsuite, args.python))
+    print(f"wrote {output}: it times the suite nightly in {args.shards} shard jobs, then records and gates ({torch})",
           file=sys.stderr)
     return 0

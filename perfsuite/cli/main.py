@@ -8,6 +8,7 @@
   perfsuite ab [--base-tree DIR] [--head-tree DIR]           A/B gate, base and head interleaved in one run
   perfsuite run [--check] [PYTEST ARGS]                      the attention suite in this directory (your repository)
   perfsuite init-ci                                          a GitHub workflow gating your pull requests
+  perfsuite fleet local|slurm [--shards N] [PYTEST ARGS]     the timed suite over several GPUs, one shard each
   perfsuite verify --results DIR [--suite-exit N]            GPU verification report (scripts/gpu_suite.sh)
   perfsuite history record|import|list|show|detect|export   the performance history store (perfsuite history -h)
   perfsuite dashboard [--store URL] [--out DIR] [--repo-url URL]   the history dashboard (a static site)
@@ -25,6 +26,7 @@ from pathlib import Path
 
 from perfsuite.errors import PerfsuiteError, UsageError
 from perfsuite.cli import dashboard as dashboard_command
+from perfsuite.cli import fleet as fleet_command
 from perfsuite.cli import init_ci
 from perfsuite.cli import history as history_command
 from perfsuite.cli import run as run_command
@@ -154,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_commands(commands)
     run_command.add_command(commands)
     init_ci.add_command(commands)
+    fleet_command.add_command(commands)
     add_verify_command(commands)
     history_command.add_command(commands)
     dashboard_command.add_command(commands)
@@ -163,9 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
-    if unknown and args.command != "run":
+    if unknown and args.command not in ("run", "fleet"):
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
-    args.pytest_args = unknown  # perfsuite run: everything it does not know goes to pytest
+    args.pytest_args = unknown  # perfsuite run / fleet: everything it does not know goes to pytest
     try:
         if args.command == "trace":
             return run_trace(args)
@@ -177,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
             return run_command.run_suite(args)
         if args.command == "init-ci":
             return init_ci.run_init_ci(args)
+        if args.command == "fleet":
+            return fleet_command.run_fleet(args)
         if args.command == "verify":
             return run_verify(args)
         if args.command == "history":

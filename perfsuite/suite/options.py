@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from perfsuite.suite import settings
+from perfsuite.suite import settings, shards
 from perfsuite.variants import get_variant
 
 
@@ -30,6 +30,12 @@ def add_options(parser: pytest.Parser) -> None:
                          "fails; ops that do no work (views, a same-dtype .to) never do")
     group.addoption("--perfsuite-gate-force", action="store_true",
                     help="with --perfsuite-gate: compare with a baseline from other hardware or torch anyway")
+    group.addoption("--perfsuite-shard", default=None, metavar="INDEX/COUNT",
+                    help="run only shard INDEX of COUNT (1/4 .. 4/4): disjoint parts whose union is the whole "
+                         "suite, each (variant, case) pair's tests together, balanced by known durations "
+                         "(perfsuite.suite.shards; ini: perfsuite_shard)")
+    parser.addini("perfsuite_shard", "run only this shard of the suite, INDEX/COUNT counted from 1 (the ini form of "
+                  "--perfsuite-shard)", default="")
     group.addoption("--perfsuite-history-url", default=None, metavar="URL",
                     help="the history store a timed run is recorded in (ini: perfsuite_history_url; env: "
                          "PERFSUITE_HISTORY_URL; default .perfsuite/history.sqlite at the repository root)")
@@ -64,6 +70,19 @@ def raw_settings(config: pytest.Config) -> settings.RawSettings:
         else:
             raw[name] = settings.RawValue(spec.default, f"built-in default {spec.ini_key}={spec.default!r}", "default")
     return raw
+
+
+def shard(config: pytest.Config) -> shards.Shard | None:
+    """The ``--perfsuite-shard`` (else ``perfsuite_shard`` ini key) shard, or None.
+
+    Raises:
+        ConfigError: a malformed or out-of-range value, naming it and where it came from.
+    """
+    option = config.getoption("perfsuite_shard")
+    if option is not None:
+        return shards.parse_shard(option, f"option --perfsuite-shard={option!r}")
+    ini = str(config.getini("perfsuite_shard") or "")
+    return shards.parse_shard(ini, f"ini key perfsuite_shard={ini!r} from {_ini_source(config, 'perfsuite_shard')}")
 
 
 def variant_specs(config: pytest.Config) -> list[tuple[str, str]]:

@@ -20,13 +20,15 @@ from pytest_benchmark.session import PerformanceRegression
 from perfsuite.errors import ConfigError, PerfsuiteError
 from perfsuite.measure import conditions
 from perfsuite.measure.evidence import Evidence
-from perfsuite.suite import options, settings
+from perfsuite.suite import options, settings, shards
 from perfsuite.suite.session import SuiteSession
 from perfsuite.variants import Variant, get_variant
 from perfsuite.variants.user import load_entry_point_variants, load_variant_spec, loaded_user_variants
 
 SESSION_KEY = pytest.StashKey[SuiteSession]()
 APPLIED_CONDITIONS_KEY = pytest.StashKey[list]()  # process conditions applied after start (measure.conditions)
+SHARD_KEY = pytest.StashKey[object]()  # the run's shards.Shard, or None
+SHARD_NOTE_KEY = pytest.StashKey[str]()  # what the shard kept, for the collection summary
 
 
 def session_of(config: pytest.Config) -> SuiteSession:
@@ -56,7 +58,13 @@ def pytest_configure(config: pytest.Config) -> None:
         resolved = settings.resolve(options.raw_settings(config), torch.cuda.is_available(), loaded_user_variants())
     except ConfigError as exc:
         raise pytest.UsageError(f"perfsuite: {exc}") from None
+    try:
+        config.stash[SHARD_KEY] = options.shard(config)
+    except PerfsuiteError as exc:
+        raise pytest.UsageError(f"perfsuite: {exc}") from None
     config.stash[SESSION_KEY] = SuiteSession(resolved, tuple(spec for spec, _ in options.variant_specs(config)))
+    shard = config.stash[SHARD_KEY]
+    config.stash[SESSION_KEY].shard = str(shard) if shard is not None else None
     if options.uses_perfsuite(config):  # another repository's plain pytest: left as it is
         config.stash[APPLIED_CONDITIONS_KEY] = conditions.apply_in_process()
 
@@ -106,8 +114,19 @@ def _pair(item) -> tuple | None:
     return (variant.name, case) if variant is not None and case is not None else None
 
 
+@pytest.hookimpl(trylast=True)  # after -k/-m deselection: every shard splits the same selection
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
-    """Run each (variant, case) pair's tests together, so its memory can be released after them."""
+    """Keep this run's shard (``--perfsuite-shard``), and run each (variant, case) pair's tests together,
+    so its memory can be released after them."""
+    shard = config.stash.get(SHARD_KEY, None)
+    if shard is not None:
+        durations, origin = shard_durations(config)
+        keep = shards.split([shards.item_group(item) for item in items], shard, durations)
+        dropped = [item for item, kept in zip(items, keep) if not kept]
+        items[:] = [item for item, kept in zip(items, keep) if kept]
+        config.hook.pytest_deselected(items=dropped)
+        config.stash[SHARD_NOTE_KEY] = (f"perfsuite: shard {shard}: {len(items)} of {len(items) + len(dropped)} "
+                                        f"tests, balanced by {origin}")
     first_seen: dict[tuple, int] = {}
     for item in items:
         pair = _pair(item)
@@ -125,6 +144,36 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     suite.mark_previous_run_superseded()
 
 
+def shard_durations(config: pytest.Config) -> tuple[dict[str, float], str]:
+    """Known seconds per shard group (``shards.item_group``), and where they came from: the file a
+    launcher names in ``PERFSUITE_SHARD_WEIGHTS``, else the history store (read only, never created),
+    else none (every test weighs 1)."""
+    import json
+    import os
+
+    from perfsuite.history import open_store
+    from perfsuite.history.capture import commit_of
+
+    none = {}, "test count (no durations known)"
+    if os.environ.get(shards.WEIGHTS_VARIABLE):
+        path = os.environ[shards.WEIGHTS_VARIABLE]
+        try:
+            given = {str(k): float(v) for k, v in json.loads(open(path, encoding="utf-8").read()).items()}
+            return (given, f"durations in {path}") if given else none
+        except (OSError, ValueError, AttributeError) as exc:
+            raise pytest.UsageError(f"perfsuite: {shards.WEIGHTS_VARIABLE}={path}: not a JSON object of seconds "
+                                    f"per group ({exc})") from None
+    try:
+        with open_store(config.getoption("perfsuite_history_url"), config.getini("perfsuite_history_url") or None,
+                        config.rootpath, create=False) as store:
+            durations = shards.stored_durations(store, commit_of(config.rootpath).sha,
+                                                int(config.getoption("benchmark_min_rounds", 5) or 5),
+                                                float(config.getoption("benchmark_max_time", 1.0) or 1.0))
+    except Exception:  # no store yet, or one that cannot be read: shards still split, by test count
+        return none
+    return (durations, "durations from the history store") if durations else none
+
+
 def pytest_runtest_teardown(item, nextitem) -> None:
     """After a pair's last test: drop its cached inputs and steps (``SuiteSession.release``)."""
     pair, following = _pair(item), _pair(nextitem) if nextitem is not None else None
@@ -136,6 +185,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Say what to do when perfsuite was configured but none of its suite's tests were collected."""
     suite_items = [item for item in session.items if "variant" in getattr(item, "fixturenames", ())]
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    note = session.config.stash.get(SHARD_NOTE_KEY, None)
+    if note and reporter:
+        reporter.write_line(note)
     if not suite_items and reporter and options.asked_for_perfsuite(session.config):
         reporter.write_line("perfsuite: no test of the attention suite was collected here. The suite ships with "
                             "perfsuite: run `perfsuite run` (timed) or `perfsuite run --check` from your repository "

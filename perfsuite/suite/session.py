@@ -24,7 +24,7 @@ import perfsuite.history.capture as history_capture
 import perfsuite.history.importing as history_importing
 import perfsuite.history.recording as history_recording
 from perfsuite.measure.speed_reference import reference_of, run_spread
-from perfsuite.measure import machine
+from perfsuite.measure import gpu_state, machine
 from perfsuite.measure.cleanup import release_device_memory, release_exception_frames
 from perfsuite.measure.evidence import Evidence, PreparedCase, gather_evidence, prepare_case
 from perfsuite.measure.layout import layout_differences
@@ -52,7 +52,8 @@ class SuiteSession:
         self.timed = False  # set at session start: results are written as they come in timed runs
         self.pytest_session: pytest.Session | None = None
         self.run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
-        self.run_uid = uuid.uuid4().hex  # the history store's identity of this run (saved in its file)
+        # the history store's identity of this run (saved in its file); a fleet's shard gets its idempotent one
+        self.run_uid = os.environ.get("PERFSUITE_RUN_ID") or uuid.uuid4().hex
         self.saved_json: dict | None = None  # what pytest-benchmark saved, recorded after the session
         self.history_line: str | None = None
         self.traces = TraceManifest(resolved.traces_dir, self.run_id)
@@ -67,6 +68,8 @@ class SuiteSession:
         self._machine: dict | None = None
         self._peaks: dict | None = None
         self.baseline: dict | None = None  # the run --benchmark-compare loaded
+        self.shard: str | None = None  # "INDEX/COUNT" of a sharded run (suite.shards), set by the plugin
+        self._gpu_state: dict | None = None
 
     # -- measuring ---------------------------------------------------------------------------
     def machine_info(self) -> dict:
@@ -74,6 +77,12 @@ class SuiteSession:
         if self._machine is None:
             self._machine = machine.torch_machine_info(list(self.settings.devices))
         return self._machine
+
+    def gpu_state(self) -> dict:
+        """The GPU's identity and state (``measure.gpu_state``), read once, after the first timing that needs it."""
+        if self._gpu_state is None:
+            self._gpu_state = gpu_state.gpu_state(list(self.settings.devices))
+        return self._gpu_state
 
     def peaks(self) -> dict | None:
         """Measured peaks after a timed run (measured once per machine, cached), else None."""
@@ -217,9 +226,21 @@ class SuiteSession:
         incomplete = self.incomplete()
         if incomplete:
             output_json[INCOMPLETE_KEY] = incomplete
+        # outside machine_info (compared between runs): the GPU's clocks and temperature vary from run to run
+        output_json["perfsuite_gpu_state"] = self.gpu_state()
+        if self.shard:
+            output_json["perfsuite_shard"] = self.shard
         if self.timed:  # what the history store needs to know of the run (capture.saved_run_facts)
             output_json.update(self._history_facts(), perfsuite_run_uid=self.run_uid)
+            if os.environ.get("PERFSUITE_FLEET_ID"):  # the shards of one fleet run share a run group
+                output_json["perfsuite_run_group"] = os.environ["PERFSUITE_FLEET_ID"]
             self.saved_json = output_json
+
+    @staticmethod
+    def history_labels(saved: dict) -> dict[str, Any] | None:
+        """Labels recorded with the run: its shard and the GPU's state (``measure.gpu_state``)."""
+        labels = {"shard": saved.get("perfsuite_shard"), "gpu_state": saved.get("perfsuite_gpu_state")}
+        return {k: v for k, v in labels.items() if v is not None} or None
 
     def _history_facts(self) -> dict[str, Any]:
         if not hasattr(self, "_facts"):
@@ -237,7 +258,7 @@ class SuiteSession:
             return
         source = os.environ.get("PERFSUITE_HISTORY_SOURCE", "plugin")
         try:
-            run = history_importing.run_from_benchmark_json(saved, source=source,
+            run = history_importing.run_from_benchmark_json(saved, source=source, labels=self.history_labels(saved),
                                                             repository=str(config.rootpath), recorded_at=time.time())
         except Exception as exc:  # never fail a run for the history
             self.history_line = f"perfsuite: warning: the run was not recorded in the history store ({exc})"
@@ -346,7 +367,8 @@ class SuiteSession:
             if not final and incomplete is None:
                 incomplete = {"reason": "in progress (a run that died here, crashed or killed, leaves this)",
                               "finished": self.progress.finished, "expected": self.progress.expected}
-            info = dict(self.machine_info(), peaks=self.peaks() if final else None)
+            info = dict(self.machine_info(), peaks=self.peaks() if final else None,
+                        gpu_state=self.gpu_state() if final else None, shard=self.shard)
             self.written = write_run(Path(self.settings.results_dir), list(self.results.values()),
                                      list(self.skipped.values()), info, list(self.crashed.values()), incomplete,
                                      None if final else self.progress.running)

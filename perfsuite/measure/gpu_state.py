@@ -1,0 +1,123 @@
+"""The identity and state of the GPU a run timed on: UUID, clocks, power limit, temperature and
+throttle reasons, so a slow GPU in a fleet is visible beside its timings.
+
+Read from ``nvidia-smi --query-gpu`` for the device this process sees first (its UUID from
+``torch.cuda.get_device_properties(0).uuid`` where torch has it, else the first entry of
+``CUDA_VISIBLE_DEVICES``: nvidia-smi itself ignores that variable and numbers every GPU).
+Fields nvidia-smi reports as ``[N/A]`` or ``[Not Supported]`` are None. On a CPU-only run, or
+where no nvidia-smi answers (ROCm, containers without it), the reading is ``{"present": False,
+"reason": ...}``: recorded as absent, never guessed. Field names: ``nvidia-smi --help-query-gpu``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Callable
+
+QUERY_TIMEOUT_S = 10
+# nvidia-smi field -> our key (units in the names: MHz, W, degrees C)
+FIELDS = {
+    "uuid": "uuid",
+    "name": "name",
+    "pci.bus_id": "pci_bus_id",
+    "driver_version": "driver_version",
+    "clocks.sm": "sm_clock_mhz",
+    "clocks.mem": "memory_clock_mhz",
+    "clocks.max.sm": "max_sm_clock_mhz",
+    "clocks.max.mem": "max_memory_clock_mhz",
+    "power.limit": "power_limit_w",
+    "power.draw": "power_draw_w",
+    "temperature.gpu": "temperature_c",
+    "clocks_event_reasons.active": "throttle_reasons_mask",
+}
+OLD_REASONS_FIELD = "clocks_throttle_reasons.active"  # the name before driver 535 (still accepted by some later)
+# NVML's nvmlClocksEventReasons bits (nvml.h, "ClocksEventReason" / formerly "ClocksThrottleReason")
+REASON_BITS = {
+    0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
+    0x10: "sync_boost", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown", 0x100: "display_clock_setting",
+}
+VISIBLE_DEVICE_VARIABLES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
+_NUMBERS = {"sm_clock_mhz", "memory_clock_mhz", "max_sm_clock_mhz", "max_memory_clock_mhz", "power_limit_w",
+            "power_draw_w", "temperature_c"}
+
+
+def throttle_reasons(mask: int) -> list[str]:
+    """Names of the active clock event (throttle) reasons in NVML's bit ``mask``; ``[]`` for 0."""
+    return [name for bit, name in REASON_BITS.items() if mask & bit]
+
+
+def _value(key: str, text: str) -> object:
+    text = text.strip()
+    if not text or text.startswith("[") or text in ("N/A", "Not Supported"):
+        return None
+    if key in _NUMBERS:
+        return float(text)
+    return text
+
+
+def parse_query(csv_line: str, fields: list[str]) -> dict[str, object]:
+    """One line of ``nvidia-smi --query-gpu=<fields> --format=csv,noheader,nounits`` as our keys.
+
+    ``throttle_reasons_mask`` (hex) adds ``throttle_reasons``, the names. Raises ValueError when the
+    line has another number of columns than ``fields``.
+    """
+    columns = [c.strip() for c in csv_line.split(",")]
+    if len(columns) != len(fields):
+        raise ValueError(f"nvidia-smi line has {len(columns)} columns, expected {len(fields)}: {csv_line!r}")
+    reading = {FIELDS.get(f, "throttle_reasons_mask"): _value(FIELDS.get(f, ""), c) for f, c in zip(fields, columns)}
+    mask = reading.get("throttle_reasons_mask")
+    if isinstance(mask, str):
+        reading["throttle_reasons"] = throttle_reasons(int(mask, 16))
+    return reading
+
+
+def visible_devices(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The visible-device variables set in ``env`` (default: this process's), e.g. ``{"CUDA_VISIBLE_DEVICES": "3"}``."""
+    env = os.environ if env is None else env
+    return {name: env[name] for name in VISIBLE_DEVICE_VARIABLES if name in env}
+
+
+def torch_uuid() -> str | None:
+    """``GPU-...`` UUID of CUDA device 0 as torch sees it, None without CUDA or where torch lacks ``uuid``."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    uuid = getattr(torch.cuda.get_device_properties(0), "uuid", None)
+    return f"GPU-{uuid}" if uuid is not None and not str(uuid).startswith("GPU-") else (str(uuid) if uuid else None)
+
+
+def read_gpu_state(device_id: str | None = None, run: Callable = subprocess.run) -> dict[str, object]:
+    """The state of one NVIDIA GPU, or ``{"present": False, "reason": ...}``.
+
+    ``device_id``: what ``nvidia-smi -i`` accepts (a UUID, a PCI bus id, an nvidia-smi index);
+    default: torch's UUID of device 0, else the first ``CUDA_VISIBLE_DEVICES`` entry, else index 0.
+    """
+    tool = shutil.which("nvidia-smi")
+    if tool is None:
+        return {"present": False, "reason": "nvidia-smi not found"}
+    if device_id is None:
+        device_id = torch_uuid() or (os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip() or "0")
+    last_error = ""
+    for reasons_field in ("clocks_event_reasons.active", OLD_REASONS_FIELD):
+        fields = [f for f in FIELDS if f != "clocks_event_reasons.active"] + [reasons_field]
+        try:
+            done = run([tool, "-i", device_id, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
+                       capture_output=True, text=True, timeout=QUERY_TIMEOUT_S, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return {"present": False, "reason": f"nvidia-smi did not answer: {exc}"}
+        lines = [line for line in done.stdout.splitlines() if line.strip()]
+        if done.returncode == 0 and lines:
+            return {"present": True, **parse_query(lines[0], fields)}
+        last_error = (done.stderr or done.stdout).strip().splitlines()[:1]
+    return {"present": False, "reason": f"nvidia-smi -i {device_id} failed: {' '.join(last_error) or 'no output'}"}
+
+
+def gpu_state(devices: list[str]) -> dict[str, object]:
+    """What a run records: the visible-device variables, and the GPU's state when ``cuda`` is among
+    ``devices`` (absent, with the reason, on a CPU-only run)."""
+    state = read_gpu_state() if "cuda" in devices else {"present": False, "reason": "no CUDA device in this run"}
+    return {"visible_devices": visible_devices(), **state}
