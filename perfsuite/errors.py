@@ -20,7 +20,7 @@ Errors that report a bad value also derive from ``ValueError``, as Python's own 
 from __future__ import annotations
 
 import difflib
-from typing import Iterable
+from collections.abc import Iterable
 
 
 def did_you_mean(name: str, known: Iterable[str]) -> str:
@@ -69,8 +69,17 @@ class UsageError(PerfsuiteError):
     """A command-line request that cannot be carried out; printed as one line, exit code 2."""
 
 
-__all__ = ["PerfsuiteError", "ConfigError", "DeviceTimingError", "TraceError", "BaselineError", "IncomparableRuns", "ReportError",
-           "WorkerError", "UsageError"]
+__all__ = [
+    "PerfsuiteError",
+    "ConfigError",
+    "DeviceTimingError",
+    "TraceError",
+    "BaselineError",
+    "IncomparableRuns",
+    "ReportError",
+    "WorkerError",
+    "UsageError",
+]
 
 
 class HistoryError(PerfsuiteError):

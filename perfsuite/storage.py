@@ -65,11 +65,15 @@ def check_schema_version(found: Any, supported: int, what: str, error: type[Exce
     record may hold fields whose meaning this reader does not know.
     """
     if not isinstance(found, int) or isinstance(found, bool) or found < 1:
-        raise error(f"{what}: schema_version {found!r} is not a perfsuite schema version (this perfsuite "
-                    f"reads versions 1 to {supported})")
+        raise error(
+            f"{what}: schema_version {found!r} is not a perfsuite schema version (this perfsuite "
+            f"reads versions 1 to {supported})"
+        )
     if found > supported:
-        raise error(f"{what}: schema_version {found} is newer than this perfsuite reads ({supported}); "
-                    "upgrade perfsuite to read it")
+        raise error(
+            f"{what}: schema_version {found} is newer than this perfsuite reads ({supported}); "
+            "upgrade perfsuite to read it"
+        )
 
 
 def unwritable_directory_reason(path: str | Path) -> str | None:

@@ -2,11 +2,23 @@
 
 import pytest
 
-from perfsuite.errors import (BaselineError, ConfigError, DeviceTimingError, IncomparableRuns, PerfsuiteError,
-                              ReportError, TraceError, UsageError, WorkerError, did_you_mean)
+from perfsuite.errors import (
+    BaselineError,
+    ConfigError,
+    DeviceTimingError,
+    IncomparableRuns,
+    PerfsuiteError,
+    ReportError,
+    TraceError,
+    UsageError,
+    WorkerError,
+    did_you_mean,
+)
 
 
-@pytest.mark.parametrize("error", [ConfigError, DeviceTimingError, TraceError, BaselineError, ReportError])
+@pytest.mark.parametrize(
+    "error", [ConfigError, DeviceTimingError, TraceError, BaselineError, ReportError]
+)
 def test_bad_value_errors_are_value_errors_and_perfsuite_errors(error):
     assert issubclass(error, ValueError) and issubclass(error, PerfsuiteError)
 
@@ -18,7 +30,10 @@ def test_other_errors_are_perfsuite_errors_only(error):
 
 def test_an_error_carries_the_file_or_option_it_is_about():
     error = ConfigError("option modes: mode 'fwd' is not supported", source="option modes")
-    assert (str(error), error.source) == ("option modes: mode 'fwd' is not supported", "option modes")
+    assert (str(error), error.source) == (
+        "option modes: mode 'fwd' is not supported",
+        "option modes",
+    )
     assert PerfsuiteError("no source").source is None
 
 

@@ -41,7 +41,13 @@ def imports_of(path: Path) -> set[str]:
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("perfsuite"):
             found.add(node.module)
-            found.update(f"{node.module}.{a.name}" for a in node.names if (PACKAGE.parent / f"{node.module}.{a.name}".replace(".", "/")).with_suffix(".py").exists())
+            found.update(
+                f"{node.module}.{a.name}"
+                for a in node.names
+                if (PACKAGE.parent / f"{node.module}.{a.name}".replace(".", "/"))
+                .with_suffix(".py")
+                .exists()
+            )
         elif isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.startswith("perfsuite"))
     return found
@@ -52,15 +58,20 @@ MODULES = {module_name(p): p for p in PACKAGE.rglob("*.py")}
 
 def test_the_design_table_names_every_layer():
     layers = {layer_of(m) for m in MODULES}
-    assert layers <= set(allowed_imports()), f"layers missing from DESIGN.md: {layers - set(allowed_imports())}"
+    assert layers <= set(allowed_imports()), (
+        f"layers missing from DESIGN.md: {layers - set(allowed_imports())}"
+    )
 
 
 def violations(modules: dict[str, Path]) -> list[str]:
     """``module (layer) imports target (layer)`` for each import against DESIGN.md's table."""
     table = allowed_imports()
-    return sorted(f"{m} ({layer_of(m)}) imports {target} ({layer_of(target)})"
-                  for m, path in modules.items() for target in imports_of(path)
-                  if target != "perfsuite" and layer_of(target) not in table[layer_of(m)])
+    return sorted(
+        f"{m} ({layer_of(m)}) imports {target} ({layer_of(target)})"
+        for m, path in modules.items()
+        for target in imports_of(path)
+        if target != "perfsuite" and layer_of(target) not in table[layer_of(m)]
+    )
 
 
 def test_imports_point_only_down_the_layers():
@@ -69,13 +80,16 @@ def test_imports_point_only_down_the_layers():
 
 
 def test_no_import_cycles():
-    graph = {m: {t for t in imports_of(p) if t in MODULES and t != m and t != "perfsuite"} for m, p in MODULES.items()}
+    graph = {
+        m: {t for t in imports_of(p) if t in MODULES and t != m and t != "perfsuite"}
+        for m, p in MODULES.items()
+    }
     cycles = []
 
     def visit(node, stack):
         for nxt in graph[node]:
             if nxt in stack:
-                cycles.append(" -> ".join(stack[stack.index(nxt):] + [nxt]))
+                cycles.append(" -> ".join(stack[stack.index(nxt) :] + [nxt]))
             elif nxt not in done:
                 visit(nxt, stack + [nxt])
         done.add(node)
@@ -92,4 +106,5 @@ def test_a_wrong_import_is_caught(tmp_path):
     module = tmp_path / "upward.py"
     module.write_text("def f():\n    from perfsuite.suite.session import SuiteSession\n")
     assert violations({"perfsuite.measure.upward": module}) == [
-        "perfsuite.measure.upward (measure) imports perfsuite.suite.session (suite)"]
+        "perfsuite.measure.upward (measure) imports perfsuite.suite.session (suite)"
+    ]

@@ -42,24 +42,32 @@ from perfsuite.variants import variant_names
 from validation.contend import busy_processes, load_average
 
 
-
 def smoke_cases(case_set: str) -> list[str]:
     raw = {n: RawValue(s.default, n, "default") for n, s in SETTINGS.items()}
     raw["case_set"] = RawValue(case_set, "case_set", "option")
     return [c.id for c in resolve(raw, torch.cuda.is_available()).cases]
 
 
-LOST_MASKED_FILL_ = ("scores.masked_fill_(mask.masked_out,", "scores = scores.masked_fill(mask.masked_out,")
+LOST_MASKED_FILL_ = (
+    "scores.masked_fill_(mask.masked_out,",
+    "scores = scores.masked_fill(mask.masked_out,",
+)
 LOST_MUL_ = ("scores.mul_(scale)", "scores = scores * scale")
 # The source edits of each real-change scenario, applied to naive_inplace.py in the head's tree.
-REAL_CHANGES = {"real change": (LOST_MASKED_FILL_,), "real change x2": (LOST_MASKED_FILL_, LOST_MUL_)}
+REAL_CHANGES = {
+    "real change": (LOST_MASKED_FILL_,),
+    "real change x2": (LOST_MASKED_FILL_, LOST_MUL_),
+}
 
 
 def lost_inplace_tree(root: Path, edits) -> Path:
     """A copy of this source tree's ``perfsuite/`` under ``root`` whose ``naive_inplace.py`` has each
     ``(old, new)`` of ``edits`` applied; ``RuntimeError`` if a line to change is no longer there."""
-    shutil.copytree(Path(__file__).resolve().parent.parent / "perfsuite", root / "perfsuite",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        Path(__file__).resolve().parent.parent / "perfsuite",
+        root / "perfsuite",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     module = root / "perfsuite" / "variants" / "naive_inplace.py"
     source = module.read_text()
     for old, new in edits:
@@ -72,24 +80,38 @@ def lost_inplace_tree(root: Path, edits) -> Path:
 
 def gate_once(scenario: str, args, variants: list[str], cases: list[str]) -> dict:
     """One gate of ``scenario`` over ``variants`` x ``cases``; a dict of verdicts, counts and seconds."""
-    settings, plan = GateSettings(args.alpha, args.min_effect), SequentialPlan(budget_s=args.budget_s)
+    settings, plan = (
+        GateSettings(args.alpha, args.min_effect),
+        SequentialPlan(budget_s=args.budget_s),
+    )
     load_before, start, before = load_average(), time.perf_counter(), snapshot()
     if scenario in REAL_CHANGES:
         changed = "naive_inplace"
         with tempfile.TemporaryDirectory(prefix="perfsuite-head-") as head:
             head_tree = lost_inplace_tree(Path(head), REAL_CHANGES[scenario])
-            results = run_ab(Side(Path(__file__).resolve().parent.parent), Side(head_tree),
-                             variants, cases, settings=settings, plan=plan, rounds=args.rounds)[0]
+            results = run_ab(
+                Side(Path(__file__).resolve().parent.parent),
+                Side(head_tree),
+                variants,
+                cases,
+                settings=settings,
+                plan=plan,
+                rounds=args.rounds,
+            )[0]
     else:
         changed = args.slow_variant
         slowdown = {"A/A": 0.0, "10% injected": 0.10, "5% injected": 0.05}[scenario]
         head = Side(Path("."), slowdown=slowdown, slow_variant=args.slow_variant)
-        results = run_ab(Side(Path(".")), head, variants, cases, settings=settings, plan=plan, rounds=args.rounds)[0]
+        results = run_ab(
+            Side(Path(".")), head, variants, cases, settings=settings, plan=plan, rounds=args.rounds
+        )[0]
     after = snapshot()
     verdicts = {r.key.split("/")[0]: r.comparison.verdict for r in results}
     is_changed = scenario != "A/A"
     return {
-        "seconds": time.perf_counter() - start, "load_before": load_before, "load_after": load_average(),
+        "seconds": time.perf_counter() - start,
+        "load_before": load_before,
+        "load_after": load_average(),
         # the hypervisor's share: CPU time stolen from this VM over the gate, of all its CPUs' time
         "steal": (after.steal_s - before.steal_s) / max(after.all_cpu_s - before.all_cpu_s, 1e-9),
         "verdicts": verdicts,
@@ -98,9 +120,13 @@ def gate_once(scenario: str, args, variants: list[str], cases: list[str]) -> dic
         "contended_pairs": {r.key.split("/")[0]: sum(r.contended) for r in results},
         "flagged": any(v == "slower" for v in verdicts.values()),
         "caught": is_changed and verdicts.get(changed) == "slower",
-        "false_alarms": sum(v == "slower" for k, v in verdicts.items() if not (is_changed and k == changed)),
+        "false_alarms": sum(
+            v == "slower" for k, v in verdicts.items() if not (is_changed and k == changed)
+        ),
         "unchanged": sum(1 for k in verdicts if not (is_changed and k == changed)),
-        "unchanged_no_change": sum(v == "no change" for k, v in verdicts.items() if not (is_changed and k == changed)),
+        "unchanged_no_change": sum(
+            v == "no change" for k, v in verdicts.items() if not (is_changed and k == changed)
+        ),
         "decisive": sum(v in DECISIVE for v in verdicts.values()),
         "contended": sum(v == CONTENDED_VERDICT for v in verdicts.values()),
         "benchmarks": len(verdicts),
@@ -108,10 +134,12 @@ def gate_once(scenario: str, args, variants: list[str], cases: list[str]) -> dic
 
 
 def summary(runs: dict[str, list[dict]], busy: int) -> str:
-    rows = [f"| scenario (busy processes: {busy}) | gates with a 'slower' | changed variant caught | false 'slower' on "
-            "unchanged | unchanged confirmed 'no change' | decisive | contended | median s/gate | max s/gate | "
-            "load before-after | CPU steal per gate |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    rows = [
+        f"| scenario (busy processes: {busy}) | gates with a 'slower' | changed variant caught | false 'slower' on "
+        "unchanged | unchanged confirmed 'no change' | decisive | contended | median s/gate | max s/gate | "
+        "load before-after | CPU steal per gate |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for name, gates in runs.items():
         if not gates:
             continue
@@ -122,11 +150,13 @@ def summary(runs: dict[str, list[dict]], busy: int) -> str:
         loads = f"{gates[0]['load_before'].split()[0]}-{gates[-1]['load_after'].split()[0]}"
         steal = sorted(g.get("steal", float("nan")) for g in gates)
         steals = f"{steal[0]:.0%}-{steal[-1]:.0%} (median {steal[len(steal) // 2]:.0%})"
-        rows.append(f"| {name} | {sum(g['flagged'] for g in gates)}/{len(gates)} | {caught} | "
-                    f"{sum(g['false_alarms'] for g in gates)}/{unchanged} | "
-                    f"{sum(g['unchanged_no_change'] for g in gates)}/{unchanged} | "
-                    f"{sum(g['decisive'] for g in gates)}/{total} | {sum(g['contended'] for g in gates)}/{total} | "
-                    f"{seconds[len(seconds) // 2]:.1f} | {seconds[-1]:.1f} | {loads} | {steals} |")
+        rows.append(
+            f"| {name} | {sum(g['flagged'] for g in gates)}/{len(gates)} | {caught} | "
+            f"{sum(g['false_alarms'] for g in gates)}/{unchanged} | "
+            f"{sum(g['unchanged_no_change'] for g in gates)}/{unchanged} | "
+            f"{sum(g['decisive'] for g in gates)}/{total} | {sum(g['contended'] for g in gates)}/{total} | "
+            f"{seconds[len(seconds) // 2]:.1f} | {seconds[-1]:.1f} | {loads} | {steals} |"
+        )
     return "\n".join(rows)
 
 
@@ -135,18 +165,32 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--scenarios", default="A/A,10% injected,5% injected,real change")
     parser.add_argument("--case-set", default="smoke")
-    parser.add_argument("--variants", default="naive,naive_inplace,sdpa,sdpa_math,flex_eager",
-                        help="variants per gate (eager ones by default: compiled variants compile per process)")
+    parser.add_argument(
+        "--variants",
+        default="naive,naive_inplace,sdpa,sdpa_math,flex_eager",
+        help="variants per gate (eager ones by default: compiled variants compile per process)",
+    )
     parser.add_argument("--slow-variant", default="sdpa")
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--budget-s", type=float, default=SequentialPlan.budget_s)
     parser.add_argument("--alpha", type=float, default=0.01)
     parser.add_argument("--min-effect", type=float, default=0.05)
-    parser.add_argument("--busy", type=int, default=0, help="busy processes beside every gate (validation/contend.py)")
+    parser.add_argument(
+        "--busy",
+        type=int,
+        default=0,
+        help="busy processes beside every gate (validation/contend.py)",
+    )
     parser.add_argument("--out", default="perfsuite-results/calibration.json")
-    parser.add_argument("--summarize", metavar="JSON", help="only print the tables of a saved calibration")
-    parser.add_argument("--quiet-steal", type=float, default=0.02,
-                        help="the second table keeps gates whose CPU steal stayed below this share (default 0.02)")
+    parser.add_argument(
+        "--summarize", metavar="JSON", help="only print the tables of a saved calibration"
+    )
+    parser.add_argument(
+        "--quiet-steal",
+        type=float,
+        default=0.02,
+        help="the second table keeps gates whose CPU steal stayed below this share (default 0.02)",
+    )
     args = parser.parse_args()
     if args.summarize:
         saved = json.loads(Path(args.summarize).read_text())
@@ -161,10 +205,16 @@ def main() -> None:
             for name in scenarios:
                 runs[name].append(gate_once(name, args, variants, cases))
                 gate = runs[name][-1]
-                print(f"rep {rep + 1}/{args.reps} {name}: {gate['seconds']:.0f} s, load {gate['load_after']}, "
-                      f"steal {gate['steal']:.0%}: "
-                      f"{gate['verdicts']}", flush=True)
-                write_text_atomic(args.out, json.dumps({"args": vars(args), "cases": cases, "runs": runs}, indent=1) + "\n")
+                print(
+                    f"rep {rep + 1}/{args.reps} {name}: {gate['seconds']:.0f} s, load {gate['load_after']}, "
+                    f"steal {gate['steal']:.0%}: "
+                    f"{gate['verdicts']}",
+                    flush=True,
+                )
+                write_text_atomic(
+                    args.out,
+                    json.dumps({"args": vars(args), "cases": cases, "runs": runs}, indent=1) + "\n",
+                )
     print_summaries(runs, args.busy, args.quiet_steal)
 
 
@@ -172,7 +222,10 @@ def print_summaries(runs: dict[str, list[dict]], busy: int, quiet_steal: float) 
     """Every gate, then only the gates the hypervisor left alone (steal below ``quiet_steal``)."""
     print()
     print(summary(runs, busy))
-    quiet = {name: [g for g in gates if g.get("steal", 1.0) < quiet_steal] for name, gates in runs.items()}
+    quiet = {
+        name: [g for g in gates if g.get("steal", 1.0) < quiet_steal]
+        for name, gates in runs.items()
+    }
     print(f"\nGates with CPU steal below {quiet_steal:.0%}:\n")
     print(summary(quiet, busy))
 

@@ -32,8 +32,12 @@ from perfsuite.history.query import Point
 
 MARGIN = 5  # points: a detection within 5 points of a true change point counts (TCPDBench's margin)
 ROUNDS = 10
-RUN_SIGMA = 0.02  # run-to-run spread of a point's median (log scale): separate runs of identical code
-ROUND_SIGMA = 0.05  # spread of rounds inside a run (log-normal): IQR/median of 3-9% in the suite's tables
+RUN_SIGMA = (
+    0.02  # run-to-run spread of a point's median (log scale): separate runs of identical code
+)
+ROUND_SIGMA = (
+    0.05  # spread of rounds inside a run (log-normal): IQR/median of 3-9% in the suite's tables
+)
 OUTLIER_ROUNDS = 0.05  # share of rounds 1.5-3x slow (a preempted round)
 BIMODAL_POINTS = 0.03  # share of points from a run on a slower machine state (+15%)
 
@@ -47,17 +51,39 @@ def make_points(levels: np.ndarray, rng: np.random.Generator) -> list[Point]:
     """Points whose true medians are ``levels`` (one per commit), with the noise model above."""
     found = []
     for index, level in enumerate(levels):
-        run = rng.normal(0.0, RUN_SIGMA) + (math.log(1.15) if rng.random() < BIMODAL_POINTS else 0.0)
+        run = rng.normal(0.0, RUN_SIGMA) + (
+            math.log(1.15) if rng.random() < BIMODAL_POINTS else 0.0
+        )
         rounds = level * np.exp(run + rng.normal(0.0, ROUND_SIGMA, ROUNDS))
         outliers = rng.random(ROUNDS) < OUTLIER_ROUNDS
         rounds[outliers] *= rng.uniform(1.5, 3.0, outliers.sum())
         values = tuple(float(v) for v in rounds)
-        found.append(Point(f"{index:040x}", index, float(index), "main", None, False, (str(index),), values, values,
-                           False, float(np.median(values)), "sw", {}, None, None, float(index)))
+        found.append(
+            Point(
+                f"{index:040x}",
+                index,
+                float(index),
+                "main",
+                None,
+                False,
+                (str(index),),
+                values,
+                values,
+                False,
+                float(np.median(values)),
+                "sw",
+                {},
+                None,
+                None,
+                float(index),
+            )
+        )
     return found
 
 
-def f1_margin(truth: list[int], found: list[int], n: int, margin: int = MARGIN) -> tuple[float, float, float]:
+def f1_margin(
+    truth: list[int], found: list[int], n: int, margin: int = MARGIN
+) -> tuple[float, float, float]:
     """Precision, recall, F1 as TCPDBench: index 0 counts as a change point in both sets; each true
     change point is matched by at most one detection within ``margin``."""
     truth, found = sorted({0, *truth}), sorted({0, *found})
@@ -68,11 +94,16 @@ def f1_margin(truth: list[int], found: list[int], n: int, margin: int = MARGIN) 
             used.add(min(close, key=lambda f: abs(f - t)))
             hits += 1
     precision, recall = hits / len(found), hits / len(truth)
-    return precision, recall, (2 * precision * recall / (precision + recall) if precision + recall else 0.0)
+    return (
+        precision,
+        recall,
+        (2 * precision * recall / (precision + recall) if precision + recall else 0.0),
+    )
 
 
-def synthetic_series(rng: np.random.Generator, n: int, step: float | None, drift: float = 0.0,
-                     steps: int = 2) -> tuple[list[Point], list[int]]:
+def synthetic_series(
+    rng: np.random.Generator, n: int, step: float | None, drift: float = 0.0, steps: int = 2
+) -> tuple[list[Point], list[int]]:
     """A series of ``n`` points with ``steps`` steps of relative size ``step`` (random sign; None: none)
     at random places at least 15 points apart, and a linear ``drift`` (relative, over the series)."""
     levels = np.exp(np.linspace(0.0, math.log1p(drift), n)) * 1e-3
@@ -94,39 +125,67 @@ def ruptures_indices(points: list[Point]) -> list[int]:
 
     x = np.array([math.log(float(np.median(p.values))) for p in points])
     sigma = 1.4826 * float(np.median(np.abs(np.diff(x)))) / math.sqrt(2)
-    ends = ruptures.Pelt(model="l2", min_size=2, jump=1).fit(x).predict(pen=2 * math.log(len(x)) * max(sigma, 1e-9) ** 2)
+    ends = (
+        ruptures.Pelt(model="l2", min_size=2, jump=1)
+        .fit(x)
+        .predict(pen=2 * math.log(len(x)) * max(sigma, 1e-9) ** 2)
+    )
     return [e for e in ends if e < len(x)]
 
 
 def run_synthetic(series_per_row: int, seed: int, n: int, method: str = "perfsuite") -> list[str]:
     rng = np.random.default_rng(seed)
     sigma = point_sigma()
-    lines = [f"Method: {method}. Point noise sigma (log scale) = {sigma:.4f} ({sigma * 100:.1f}%); {series_per_row} series of {n} "
-             f"points per row, {ROUNDS} rounds per point, seed {seed}, margin {MARGIN} points.", "",
-             "| series | step | step / sigma | precision | recall | F1 | false change points per 1,000 stationary points |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        f"Method: {method}. Point noise sigma (log scale) = {sigma:.4f} ({sigma * 100:.1f}%); {series_per_row} series of {n} "
+        f"points per row, {ROUNDS} rounds per point, seed {seed}, margin {MARGIN} points.",
+        "",
+        "| series | step | step / sigma | precision | recall | F1 | false change points per 1,000 stationary points |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
     three_sigma = math.expm1(3 * sigma)
     rows = [("steps", s, 0.0) for s in sorted((0.02, 0.03, 0.05, three_sigma, 0.10, 0.20, 0.30))]
-    rows += [("stationary", None, 0.0), ("slow drift 10%", None, 0.10), ("steps + drift 10%", 0.10, 0.10)]
+    rows += [
+        ("stationary", None, 0.0),
+        ("slow drift 10%", None, 0.10),
+        ("steps + drift 10%", 0.10, 0.10),
+    ]
     for name, step, drift in rows:
         scores, false = [], 0
         for _ in range(series_per_row):
             points, truth = synthetic_series(rng, n, step, drift)
-            found = [c.index for c in detect(points)] if method == "perfsuite" else ruptures_indices(points)
+            found = (
+                [c.index for c in detect(points)]
+                if method == "perfsuite"
+                else ruptures_indices(points)
+            )
             scores.append(f1_margin(truth, found, n))
             false += sum(1 for f in found if all(abs(f - t) > MARGIN for t in truth))
         precision, recall, f1 = (float(np.mean([s[i] for s in scores])) for i in range(3))
         ratio = f"{math.log1p(step) / sigma:.1f}" if step else "-"
-        lines.append(f"| {name} | {f'{step:.1%}' if step else '-'} | {ratio} | {precision:.3f} | {recall:.3f} | "
-                     f"{f1:.3f} | {1000 * false / (series_per_row * n):.2f} |")
+        lines.append(
+            f"| {name} | {f'{step:.1%}' if step else '-'} | {ratio} | {precision:.3f} | {recall:.3f} | "
+            f"{f1:.3f} | {1000 * false / (series_per_row * n):.2f} |"
+        )
     return lines
 
 
 # TCPD series used (univariate, positive, licence allows reuse; see docs/explanation/change-points.md)
-TCPD_SERIES = {"bank": "MIT", "well_log": "MIT", "gdp_argentina": "CC BY 4.0", "gdp_croatia": "CC BY 4.0",
-               "gdp_iran": "CC BY 4.0", "gdp_japan": "CC BY 4.0", "jfk_passengers": "CC0",
-               "lga_passengers": "CC0", "ozone": "CC BY 4.0", "rail_lines": "CC BY 4.0",
-               "children_per_woman": "CC BY 4.0", "co2_canada": "CC BY 4.0", "uk_coal_employ": "OGL v3"}
+TCPD_SERIES = {
+    "bank": "MIT",
+    "well_log": "MIT",
+    "gdp_argentina": "CC BY 4.0",
+    "gdp_croatia": "CC BY 4.0",
+    "gdp_iran": "CC BY 4.0",
+    "gdp_japan": "CC BY 4.0",
+    "jfk_passengers": "CC0",
+    "lga_passengers": "CC0",
+    "ozone": "CC BY 4.0",
+    "rail_lines": "CC BY 4.0",
+    "children_per_woman": "CC BY 4.0",
+    "co2_canada": "CC BY 4.0",
+    "uk_coal_employ": "OGL v3",
+}
 
 
 def tcpd_f1(truths: dict[str, list[int]], found: list[int], n: int) -> tuple[float, float, float]:
@@ -134,25 +193,55 @@ def tcpd_f1(truths: dict[str, list[int]], found: list[int], n: int) -> tuple[flo
     union = sorted({i for t in truths.values() for i in t})
     precision = f1_margin(union, found, n)[0]
     recall = float(np.mean([f1_margin(t, found, n)[1] for t in truths.values()]))
-    return precision, recall, (2 * precision * recall / (precision + recall) if precision + recall else 0.0)
+    return (
+        precision,
+        recall,
+        (2 * precision * recall / (precision + recall) if precision + recall else 0.0),
+    )
 
 
 def run_tcpd(path: Path) -> list[str]:
     annotations = json.loads((path / "annotations.json").read_text())
-    lines = ["| series | licence | points | precision | recall | F1 |", "| --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| series | licence | points | precision | recall | F1 |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     f1s = []
     for name, licence in TCPD_SERIES.items():
         data = json.loads((path / "datasets" / name / f"{name}.json").read_text())
-        raw = [v for v in data["series"][0]["raw"]]
+        raw = list(data["series"][0]["raw"])
         if len(data["series"]) != 1 or any(v is None or v <= 0 for v in raw):
-            lines.append(f"| {name} | {licence} | {len(raw)} | skipped: not univariate and positive | | |")
+            lines.append(
+                f"| {name} | {licence} | {len(raw)} | skipped: not univariate and positive | | |"
+            )
             continue
-        points = [Point(f"{i:040x}", i, float(i), None, None, False, (str(i),), (float(v),), (float(v),), False,
-                        float(v), "sw", {}, None, None, float(i)) for i, v in enumerate(raw)]
+        points = [
+            Point(
+                f"{i:040x}",
+                i,
+                float(i),
+                None,
+                None,
+                False,
+                (str(i),),
+                (float(v),),
+                (float(v),),
+                False,
+                float(v),
+                "sw",
+                {},
+                None,
+                None,
+                float(i),
+            )
+            for i, v in enumerate(raw)
+        ]
         found = [c.index for c in detect(points)]
         precision, recall, f1 = tcpd_f1(annotations[name], found, len(raw))
         f1s.append(f1)
-        lines.append(f"| {name} | {licence} | {len(raw)} | {precision:.3f} | {recall:.3f} | {f1:.3f} |")
+        lines.append(
+            f"| {name} | {licence} | {len(raw)} | {precision:.3f} | {recall:.3f} | {f1:.3f} |"
+        )
     lines.append(f"| mean of {len(f1s)} | | | | | {np.mean(f1s):.3f} |")
     return lines
 
@@ -165,7 +254,9 @@ def run_speed(n: int, repeats: int) -> list[str]:
         started = time.perf_counter()
         detect(points)
         times.append(time.perf_counter() - started)
-    return [f"{n} points: detect() best of {repeats}: {min(times):.3f} s, median {float(np.median(times)):.3f} s"]
+    return [
+        f"{n} points: detect() best of {repeats}: {min(times):.3f} s, median {float(np.median(times)):.3f} s"
+    ]
 
 
 def run_history(url: str, planted: list[str], include_contended: bool = False) -> list[str]:
@@ -176,21 +267,28 @@ def run_history(url: str, planted: list[str], include_contended: bool = False) -
 
     from perfsuite.history import open_store
 
-    lines = [f"contended points {'used' if include_contended else 'left out (the rule)'}", "",
-             "| benchmark | points | of which contended | planted found | change points elsewhere |",
-             "| --- | --- | --- | --- | --- |"]
+    lines = [
+        f"contended points {'used' if include_contended else 'left out (the rule)'}",
+        "",
+        "| benchmark | points | of which contended | planted found | change points elsewhere |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     with open_store(url, create=False) as store:
         for series in store.list_series(measure="time_s"):
             points = store.points(series.key)
             contended = sum(p.contended for p in points)
             if include_contended:
-                points = [dataclasses.replace(p, values=p.all_values, contended=False) for p in points]
+                points = [
+                    dataclasses.replace(p, values=p.all_values, contended=False) for p in points
+                ]
             found = detect(points)
             shas = [c.first_bad.sha for c in found]
             hit = [p for p in planted if any(s and s.startswith(p) for s in shas)]
             extra = [s[:10] for s in shas if not any(s and s.startswith(p) for p in planted)]
-            lines.append(f"| {series.key.benchmark} | {len(points)} | {contended} | {len(hit)} of {len(planted)} | "
-                         f"{', '.join(extra) or 'none'} |")
+            lines.append(
+                f"| {series.key.benchmark} | {len(points)} | {contended} | {len(hit)} of {len(planted)} | "
+                f"{', '.join(extra) or 'none'} |"
+            )
     return lines
 
 
@@ -212,12 +310,16 @@ def blocked_attention(query, key, value, *, mask, scale):
 {call}
 '''
 PLAIN_CALL = "    return _attention(query, key, value, mask, scale)"
-CHECKPOINTED_CALL = ("    return checkpoint(_attention, query, key, value, mask, scale, use_reentrant=False)"
-                     "  # backward recomputes the forward")
+CHECKPOINTED_CALL = (
+    "    return checkpoint(_attention, query, key, value, mask, scale, use_reentrant=False)"
+    "  # backward recomputes the forward"
+)
 IN_PLACE = 'scores.masked_fill_(mask.masked_out, float("-inf"))'
-OUT_OF_PLACE = 'scores = scores.masked_fill(mask.masked_out, float("-inf"))  # lost in-place op: a clone'
+OUT_OF_PLACE = (
+    'scores = scores.masked_fill(mask.masked_out, float("-inf"))  # lost in-place op: a clone'
+)
 EXTRA_COPY = "    scores = scores.clone()  # an extra copy\n"
-HISTORY_PYPROJECT = '''[project]
+HISTORY_PYPROJECT = """[project]
 name = "myattn"
 version = "0.1.0"
 
@@ -226,7 +328,7 @@ perfsuite_user_variants = ["myattn.attention:blocked_attention"]
 perfsuite_variants = "blocked_attention"
 perfsuite_cases = "{case}"
 perfsuite_modes = ["forward", "backward"]
-'''
+"""
 
 
 def make_history(repo: Path, commits: int, case: str, planted: dict[int, str]) -> list[str]:
@@ -237,9 +339,17 @@ def make_history(repo: Path, commits: int, case: str, planted: dict[int, str]) -
     import subprocess
     import sys
 
-    env = dict(os.environ, GIT_AUTHOR_NAME="v", GIT_AUTHOR_EMAIL="v@example.com", GIT_COMMITTER_NAME="v",
-               GIT_COMMITTER_EMAIL="v@example.com", PYTHONPATH="src")
-    run = lambda *a: subprocess.run(a, cwd=repo, env=env, check=True, capture_output=True, text=True)
+    env = dict(
+        os.environ,
+        GIT_AUTHOR_NAME="v",
+        GIT_AUTHOR_EMAIL="v@example.com",
+        GIT_COMMITTER_NAME="v",
+        GIT_COMMITTER_EMAIL="v@example.com",
+        PYTHONPATH="src",
+    )
+    run = lambda *a: subprocess.run(
+        a, cwd=repo, env=env, check=True, capture_output=True, text=True
+    )
     (repo / "src" / "myattn").mkdir(parents=True)
     (repo / "src" / "myattn" / "__init__.py").write_text("")
     (repo / "pyproject.toml").write_text(HISTORY_PYPROJECT.format(case=case))
@@ -254,37 +364,74 @@ def make_history(repo: Path, commits: int, case: str, planted: dict[int, str]) -
             state["fill"] = OUT_OF_PLACE
         elif change == "slower_backward":
             state["call"] = CHECKPOINTED_CALL
-        (repo / "src" / "myattn" / "attention.py").write_text(ATTENTION.format(number=number, **state))
+        (repo / "src" / "myattn" / "attention.py").write_text(
+            ATTENTION.format(number=number, **state)
+        )
         run("git", "add", "-A")
-        run("git", "commit", "-qm", f"commit {number}" + (f": {change}" if change else ": no change to the work"))
+        run(
+            "git",
+            "commit",
+            "-qm",
+            f"commit {number}" + (f": {change}" if change else ": no change to the work"),
+        )
         if change:
             shas.append(run("git", "rev-parse", "HEAD").stdout.strip())
-        timed = subprocess.run([sys.executable, "-m", "perfsuite", "run", "--benchmark-min-rounds=15",
-                                "--benchmark-max-time=0.2", "-q"], cwd=repo, env=env, capture_output=True, text=True)
-        line = [l for l in timed.stdout.splitlines() if "perfsuite: history" in l]
-        print(f"commit {number}: {change or '-'}: {line[0] if line else timed.stdout[-300:]}", flush=True)
+        timed = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "perfsuite",
+                "run",
+                "--benchmark-min-rounds=15",
+                "--benchmark-max-time=0.2",
+                "-q",
+            ],
+            cwd=repo,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        line = [text for text in timed.stdout.splitlines() if "perfsuite: history" in text]
+        print(
+            f"commit {number}: {change or '-'}: {line[0] if line else timed.stdout[-300:]}",
+            flush=True,
+        )
     return shas
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     synthetic = commands.add_parser("synthetic")
     synthetic.add_argument("--series", type=int, default=400, help="series per row (default 400)")
     synthetic.add_argument("--points", type=int, default=200)
     synthetic.add_argument("--seed", type=int, default=0)
-    synthetic.add_argument("--method", choices=("perfsuite", "ruptures"), default="perfsuite",
-                           help="perfsuite's detector, or ruptures' PELT as a comparison")
+    synthetic.add_argument(
+        "--method",
+        choices=("perfsuite", "ruptures"),
+        default="perfsuite",
+        help="perfsuite's detector, or ruptures' PELT as a comparison",
+    )
     tcpd = commands.add_parser("tcpd")
-    tcpd.add_argument("--path", type=Path, required=True, help="a checkout of alan-turing-institute/TCPD")
+    tcpd.add_argument(
+        "--path", type=Path, required=True, help="a checkout of alan-turing-institute/TCPD"
+    )
     speed = commands.add_parser("speed")
     speed.add_argument("--points", type=int, default=10_000)
     speed.add_argument("--repeats", type=int, default=5)
     history = commands.add_parser("history")
     history.add_argument("--store", required=True)
-    history.add_argument("--planted", required=True, help="comma-separated shas (prefixes) of planted changes")
-    history.add_argument("--include-contended", action="store_true", help="judge contended points too")
-    made = commands.add_parser("make-history", help="a throwaway repository of timed commits with planted changes")
+    history.add_argument(
+        "--planted", required=True, help="comma-separated shas (prefixes) of planted changes"
+    )
+    history.add_argument(
+        "--include-contended", action="store_true", help="judge contended points too"
+    )
+    made = commands.add_parser(
+        "make-history", help="a throwaway repository of timed commits with planted changes"
+    )
     made.add_argument("--repo", type=Path, required=True, help="a new folder")
     made.add_argument("--commits", type=int, default=32)
     made.add_argument("--case", default="b1h2s256d32-fp32-causal-cpu")
@@ -292,8 +439,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "make-history":
         planted = {11: "extra_copy", 19: "lost_in_place", 26: "slower_backward"}
         shas = make_history(args.repo, args.commits, args.case, planted)
-        print(f"planted: {','.join(shas)}\nthen: python -m validation.change_points history "
-              f"--store {args.repo / '.perfsuite' / 'history.sqlite'} --planted {','.join(shas)}")
+        print(
+            f"planted: {','.join(shas)}\nthen: python -m validation.change_points history "
+            f"--store {args.repo / '.perfsuite' / 'history.sqlite'} --planted {','.join(shas)}"
+        )
         return 0
     if args.command == "synthetic":
         lines = run_synthetic(args.series, args.seed, args.points, args.method)
@@ -302,7 +451,9 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "speed":
         lines = run_speed(args.points, args.repeats)
     else:
-        lines = run_history(args.store, [s for s in args.planted.split(",") if s], args.include_contended)
+        lines = run_history(
+            args.store, [s for s in args.planted.split(",") if s], args.include_contended
+        )
     print("\n".join(lines))
     return 0
 

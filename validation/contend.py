@@ -39,8 +39,13 @@ def busy_processes(count: int):
     """``count`` processes spinning on a CPU (``yes``, else a Python loop) for the duration of the block."""
     if count < 0:
         raise ValueError(f"--busy must be >= 0, got {count}")
-    command = [shutil.which("yes")] if shutil.which("yes") else [sys.executable, "-c", "while True: pass"]
-    started = [subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(count)]
+    command = (
+        [shutil.which("yes")] if shutil.which("yes") else [sys.executable, "-c", "while True: pass"]
+    )
+    started = [
+        subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(count)
+    ]
     try:
         if started:
             time.sleep(1.0)  # let the scheduler see them before timing starts
@@ -70,21 +75,33 @@ def probe_steal(seconds: float) -> float | None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--busy", type=int, default=1, help="busy processes beside the command (default 1)")
-    parser.add_argument("--probe-steal", type=float, metavar="SECONDS",
-                        help="only measure CPU steal with every CPU busy for SECONDS, then exit")
+    parser.add_argument(
+        "--busy", type=int, default=1, help="busy processes beside the command (default 1)"
+    )
+    parser.add_argument(
+        "--probe-steal",
+        type=float,
+        metavar="SECONDS",
+        help="only measure CPU steal with every CPU busy for SECONDS, then exit",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
     args = parser.parse_args()
     if args.probe_steal:
         steal = probe_steal(args.probe_steal)
-        print("contend: no CPU steal field in /proc/stat" if steal is None else
-              f"contend: CPU steal {steal:.1%} of CPU time over {args.probe_steal:g} s with every CPU busy "
-              f"(load average now {load_average()})")
+        print(
+            "contend: no CPU steal field in /proc/stat"
+            if steal is None
+            else f"contend: CPU steal {steal:.1%} of CPU time over {args.probe_steal:g} s with every CPU busy "
+            f"(load average now {load_average()})"
+        )
         return 0
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no command given (put it after --)")
-    print(f"contend: load average before {load_average()}; {args.busy} busy process(es)", file=sys.stderr)
+    print(
+        f"contend: load average before {load_average()}; {args.busy} busy process(es)",
+        file=sys.stderr,
+    )
     with busy_processes(args.busy) as pids:
         print(f"contend: busy PIDs {pids}", file=sys.stderr)
         code = subprocess.call(command)

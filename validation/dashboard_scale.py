@@ -24,8 +24,15 @@ from perfsuite.history import BenchmarkRecord, Commit, RunRecord, Software, Test
 
 VARIANTS = ("naive", "naive_inplace", "sdpa", "sdpa_math", "sdpa_flash", "compiled", "flex", "mha")
 MODES = ("forward", "backward", "forward_backward")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--no-first-run", "--disable-sync"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
 
 
 def benchmarks(series: int) -> list[tuple[str, str, str]]:
@@ -41,23 +48,46 @@ def benchmarks(series: int) -> list[tuple[str, str, str]]:
 
 def build(url: str, series: int, points: int, rounds: int, seed: int = 0) -> None:
     rng = random.Random(seed)
-    testbed = Testbed(device_names={"cpu": "x86_64"}, cpu_model="Scale CPU", memory_bytes=2**34, num_threads=2)
+    testbed = Testbed(
+        device_names={"cpu": "x86_64"}, cpu_model="Scale CPU", memory_bytes=2**34, num_threads=2
+    )
     chosen = benchmarks(series)
     with open_store(url) as store:
         for i in range(points):
-            sha = "%040x" % rng.getrandbits(160)
+            sha = f"{rng.getrandbits(160):040x}"
             records = []
             for k, (variant, case, mode) in enumerate(chosen):
                 base = 1e-4 * (1 + k % 7) * (1.3 if k % 10 == 0 and i >= points // 2 else 1.0)
                 values = tuple(base * rng.lognormvariate(0, 0.03) for _ in range(rounds))
-                records.append(BenchmarkRecord(name=f"{variant}/{case}/{mode}", variant=variant, case_id=case,
-                                               mode=mode, device="cpu", rounds_s=values,
-                                               median_s=sorted(values)[rounds // 2], contended=rng.random() < 0.01))
-            store.record(RunRecord(uid=f"scale-{i}", source="import",
-                                   commit=Commit(sha=sha, branch="main", commit_time=1.7e9 + 600 * i, position=i + 1,
-                                                 subject=f"commit {i + 1}"),
-                                   testbed=testbed, software=Software({"python": "3.11", "torch": "2.13.0"}),
-                                   benchmarks=tuple(records), recorded_at=1.7e9 + 600 * i))
+                records.append(
+                    BenchmarkRecord(
+                        name=f"{variant}/{case}/{mode}",
+                        variant=variant,
+                        case_id=case,
+                        mode=mode,
+                        device="cpu",
+                        rounds_s=values,
+                        median_s=sorted(values)[rounds // 2],
+                        contended=rng.random() < 0.01,
+                    )
+                )
+            store.record(
+                RunRecord(
+                    uid=f"scale-{i}",
+                    source="import",
+                    commit=Commit(
+                        sha=sha,
+                        branch="main",
+                        commit_time=1.7e9 + 600 * i,
+                        position=i + 1,
+                        subject=f"commit {i + 1}",
+                    ),
+                    testbed=testbed,
+                    software=Software({"python": "3.11", "torch": "2.13.0"}),
+                    benchmarks=tuple(records),
+                    recorded_at=1.7e9 + 600 * i,
+                )
+            )
 
 
 def open_in_chromium(index: Path) -> tuple[float, float, list[str]]:
@@ -70,7 +100,9 @@ def open_in_chromium(index: Path) -> tuple[float, float, list[str]]:
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
         page.on("pageerror", lambda e: problems.append(str(e)))
-        page.on("request", lambda r: problems.append(r.url) if not r.url.startswith("file:") else None)
+        page.on(
+            "request", lambda r: problems.append(r.url) if not r.url.startswith("file:") else None
+        )
         start = time.perf_counter()
         page.goto(index.resolve().as_uri())
         page.wait_for_selector("body[data-ready]", timeout=60_000)
@@ -79,19 +111,25 @@ def open_in_chromium(index: Path) -> tuple[float, float, list[str]]:
         interactive = time.perf_counter() - start
         start = time.perf_counter()
         page.select_option("#filter-variant", "naive")
-        page.wait_for_function("document.querySelectorAll('article.series').length > 0 && "
-                               "[...document.querySelectorAll('article.series h3')].every(h => h.textContent.startsWith('naive \\u00b7'))")
+        page.wait_for_function(
+            "document.querySelectorAll('article.series').length > 0 && "
+            "[...document.querySelectorAll('article.series h3')].every(h => h.textContent.startsWith('naive \\u00b7'))"
+        )
         filtered = time.perf_counter() - start
         browser.close()
     return interactive, filtered, problems
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--series", type=int, default=200)
     parser.add_argument("--points", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--keep", help="write the store and site into this folder instead of a temporary one")
+    parser.add_argument(
+        "--keep", help="write the store and site into this folder instead of a temporary one"
+    )
     args = parser.parse_args(argv)
     folder = Path(args.keep or tempfile.mkdtemp(prefix="perfsuite-dashboard-scale-"))
     folder.mkdir(parents=True, exist_ok=True)
@@ -106,14 +144,19 @@ def main(argv: list[str] | None = None) -> int:
     written = time.perf_counter() - start
     size_mb = sum(p.stat().st_size for p in index.parent.iterdir()) / 1e6
     interactive, filtered, problems = open_in_chromium(index)
-    print(f"{len(dashboard.series)} series x {args.points} points ({args.rounds} rounds each): store built in "
-          f"{built:.1f} s, site written in {written:.1f} s, {size_mb:.2f} MB; "
-          f"interactive in {interactive:.2f} s in headless chromium, a filter applied in {filtered:.2f} s; "
-          f"change points found: {sum(len(s.change_points) for s in dashboard.series)}")
+    print(
+        f"{len(dashboard.series)} series x {args.points} points ({args.rounds} rounds each): store built in "
+        f"{built:.1f} s, site written in {written:.1f} s, {size_mb:.2f} MB; "
+        f"interactive in {interactive:.2f} s in headless chromium, a filter applied in {filtered:.2f} s; "
+        f"change points found: {sum(len(s.change_points) for s in dashboard.series)}"
+    )
     if problems:
         print("problems: " + "; ".join(problems), file=sys.stderr)
     ok = interactive < 2.0 and size_mb < 10 and not problems
-    print("targets (interactive < 2 s, site < 10 MB, no console error or request): " + ("met" if ok else "MISSED"))
+    print(
+        "targets (interactive < 2 s, site < 10 MB, no console error or request): "
+        + ("met" if ok else "MISSED")
+    )
     return 0 if ok else 1
 
 

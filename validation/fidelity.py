@@ -203,50 +203,88 @@ def benchmark_options() -> dict:
     """benchmarks.ini's pytest-benchmark settings that shape its loop (rounds, time, warmup)."""
     addopts = configparser.ConfigParser(interpolation=None)
     addopts.read(ROOT / "benchmarks.ini")
-    found = dict(opt.lstrip("-").split("=", 1) for opt in addopts["pytest"]["addopts"].split() if "=" in opt)
-    return {"min_rounds": int(found["benchmark-min-rounds"]), "max_time": float(found["benchmark-max-time"]),
-            "min_time": float(found.get("benchmark-min-time", "0.000005")),
-            "warmup_iterations": int(found["benchmark-warmup-iterations"])}
+    found = dict(
+        opt.lstrip("-").split("=", 1) for opt in addopts["pytest"]["addopts"].split() if "=" in opt
+    )
+    return {
+        "min_rounds": int(found["benchmark-min-rounds"]),
+        "max_time": float(found["benchmark-max-time"]),
+        "min_time": float(found.get("benchmark-min-time", "0.000005")),
+        "warmup_iterations": int(found["benchmark-warmup-iterations"]),
+    }
 
 
 def run_interleaved(key: str, args, env) -> dict:
     variant, case = key.split("/")
     before = load_average()
-    found = subprocess.run([sys.executable, "-c", INTERLEAVED_CODE, variant, case, str(args.seed), str(args.pairs),
-                            json.dumps(benchmark_options() | {"min_rounds": args.block_rounds}), args.alternate],
-                           cwd=ROOT, env=env, capture_output=True, text=True)
+    found = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            INTERLEAVED_CODE,
+            variant,
+            case,
+            str(args.seed),
+            str(args.pairs),
+            json.dumps(benchmark_options() | {"min_rounds": args.block_rounds}),
+            args.alternate,
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     if found.returncode:
-        return {"error": found.stderr.strip().splitlines()[-1] if found.stderr.strip() else f"exit {found.returncode}"}
-    return json.loads(found.stdout.strip().splitlines()[-1]) | {"load_before": before, "load_after": load_average()}
+        return {
+            "error": found.stderr.strip().splitlines()[-1]
+            if found.stderr.strip()
+            else f"exit {found.returncode}"
+        }
+    return json.loads(found.stdout.strip().splitlines()[-1]) | {
+        "load_before": before,
+        "load_after": load_average(),
+    }
 
 
 def interleaved_table(rows: dict[str, dict]) -> str:
-    lines = ["| benchmark | suite median ms | Timer median ms | suite / Timer (Hodges-Lehmann) | 95% interval | "
-             "estimate in 0.97-1.03 | interval inside 0.97-1.03 | interval contains 1 | "
-             "pairs used (contended, set aside) | load |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "| benchmark | suite median ms | Timer median ms | suite / Timer (Hodges-Lehmann) | 95% interval | "
+        "estimate in 0.97-1.03 | interval inside 0.97-1.03 | interval contains 1 | "
+        "pairs used (contended, set aside) | load |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     yes = lambda holds: "yes" if holds else "no"
     for key, r in rows.items():
         if "ratio" not in r:
-            lines.append(f"| `{key}` | {r.get('error', 'fewer than 6 uncontended pairs')} | | | | | | | "
-                         f"{r.get('pairs', 0)} ({r.get('contended_pairs', 0)}) | |")
+            lines.append(
+                f"| `{key}` | {r.get('error', 'fewer than 6 uncontended pairs')} | | | | | | | "
+                f"{r.get('pairs', 0)} ({r.get('contended_pairs', 0)}) | |"
+            )
             continue
-        lines.append(f"| `{key}` | {r['suite_median_s'] * 1e3:.3f} | {r['timer_median_s'] * 1e3:.3f} | {r['ratio']:.3f} | "
-                     f"[{r['low']:.3f}, {r['high']:.3f}] | {yes(0.97 <= r['ratio'] <= 1.03)} | "
-                     f"{yes(0.97 <= r['low'] and r['high'] <= 1.03)} | {yes(r['low'] <= 1 <= r['high'])} | "
-                     f"{r['pairs']} ({r['contended_pairs']}) | "
-                     f"{r['load_before'].split()[0]}-{r['load_after'].split()[0]} |")
+        lines.append(
+            f"| `{key}` | {r['suite_median_s'] * 1e3:.3f} | {r['timer_median_s'] * 1e3:.3f} | {r['ratio']:.3f} | "
+            f"[{r['low']:.3f}, {r['high']:.3f}] | {yes(0.97 <= r['ratio'] <= 1.03)} | "
+            f"{yes(0.97 <= r['low'] and r['high'] <= 1.03)} | {yes(r['low'] <= 1 <= r['high'])} | "
+            f"{r['pairs']} ({r['contended_pairs']}) | "
+            f"{r['load_before'].split()[0]}-{r['load_after'].split()[0]} |"
+        )
     logs = [math.log(ratio) for r in rows.values() for ratio in r.get("pair_ratios", [])]
     if 6 <= len(logs) <= POOLED_PAIRS_MAX:
         estimate, low, high = (math.exp(x) for x in wilcoxon_interval(logs, 0.05))
-        lines += ["", f"All benchmarks' pairs pooled ({len(logs)} pairs): suite / Timer = {estimate:.3f}, "
-                      f"95% interval [{low:.3f}, {high:.3f}]."]
+        lines += [
+            "",
+            f"All benchmarks' pairs pooled ({len(logs)} pairs): suite / Timer = {estimate:.3f}, "
+            f"95% interval [{low:.3f}, {high:.3f}].",
+        ]
     estimates = [math.log(r["ratio"]) for r in rows.values() if "ratio" in r]
     if len(logs) > POOLED_PAIRS_MAX and len(estimates) >= 6:
         estimate, low, high = (math.exp(x) for x in wilcoxon_interval(estimates, 0.05))
-        lines += ["", f"Across the {len(estimates)} benchmarks' estimates: suite / Timer = {estimate:.3f}, "
-                      f"95% interval [{low:.3f}, {high:.3f}] (Hodges-Lehmann and signed-rank interval over "
-                      f"the per-benchmark estimates)."]
+        lines += [
+            "",
+            f"Across the {len(estimates)} benchmarks' estimates: suite / Timer = {estimate:.3f}, "
+            f"95% interval [{low:.3f}, {high:.3f}] (Hodges-Lehmann and signed-rank interval over "
+            f"the per-benchmark estimates).",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -256,8 +294,17 @@ def main_interleaved(args, env, keys: list[str]) -> None:
         rows[key] = run_interleaved(key, args, env)
         print(key, json.dumps(rows[key]), flush=True)
     out, name = Path(args.out), "interleaved" if args.alternate == "blocks" else "interleaved-calls"
-    (out / f"{name}.json").write_text(json.dumps({"args": vars(args), "options": benchmark_options(),
-                                                      "conditions": required_env(), "rows": rows}, indent=1))
+    (out / f"{name}.json").write_text(
+        json.dumps(
+            {
+                "args": vars(args),
+                "options": benchmark_options(),
+                "conditions": required_env(),
+                "rows": rows,
+            },
+            indent=1,
+        )
+    )
     table = interleaved_table(rows)
     (out / f"{name}.md").write_text(table)
     print(table)
@@ -266,48 +313,113 @@ def main_interleaved(args, env, keys: list[str]) -> None:
 def run_suite(args, env) -> dict[str, dict]:
     out = Path(args.out)
     json_path = out / "suite.json"
-    command = [sys.executable, "-m", "pytest", "-c", "benchmarks.ini", "-q", "-p", "no:cacheprovider",
-               f"--perfsuite-case-set={args.case_set}", "--perfsuite-modes=forward", f"--perfsuite-variants={args.variants}",
-               f"--perfsuite-results={out / 'suite-results'}", f"--benchmark-storage={out / 'suite-storage'}",
-               f"--benchmark-json={json_path}", "-k", "test_benchmark"]
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-c",
+        "benchmarks.ini",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        f"--perfsuite-case-set={args.case_set}",
+        "--perfsuite-modes=forward",
+        f"--perfsuite-variants={args.variants}",
+        f"--perfsuite-results={out / 'suite-results'}",
+        f"--benchmark-storage={out / 'suite-storage'}",
+        f"--benchmark-json={json_path}",
+        "-k",
+        "test_benchmark",
+    ]
     subprocess.run(command, cwd=ROOT, env=env, check=False, stdout=subprocess.DEVNULL)
     data = json.loads(json_path.read_text())
-    return {f"{b['extra_info']['variant']}/{b['extra_info']['case']}": {
-        "median_s": b["stats"]["median"], "mean_s": b["stats"]["mean"], "iqr_s": b["stats"]["iqr"],
-        "rounds": b["stats"]["rounds"],
-        "contention": b["extra_info"].get("contention")} for b in data["benchmarks"]}
+    return {
+        f"{b['extra_info']['variant']}/{b['extra_info']['case']}": {
+            "median_s": b["stats"]["median"],
+            "mean_s": b["stats"]["mean"],
+            "iqr_s": b["stats"]["iqr"],
+            "rounds": b["stats"]["rounds"],
+            "contention": b["extra_info"].get("contention"),
+        }
+        for b in data["benchmarks"]
+    }
 
 
 def run_timer(key: str, after_evidence: bool, args, env) -> dict:
     variant, case = key.split("/")
     before = load_average()
-    found = subprocess.run([sys.executable, "-c", TIMER_CODE, variant, case, "1" if after_evidence else "0",
-                            str(args.seed), str(args.min_run_time)], cwd=ROOT, env=env, capture_output=True, text=True)
+    found = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            TIMER_CODE,
+            variant,
+            case,
+            "1" if after_evidence else "0",
+            str(args.seed),
+            str(args.min_run_time),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     if found.returncode:
-        return {"error": found.stderr.strip().splitlines()[-1] if found.stderr.strip() else f"exit {found.returncode}"}
-    return json.loads(found.stdout.strip().splitlines()[-1]) | {"load_before": before, "load_after": load_average()}
+        return {
+            "error": found.stderr.strip().splitlines()[-1]
+            if found.stderr.strip()
+            else f"exit {found.returncode}"
+        }
+    return json.loads(found.stdout.strip().splitlines()[-1]) | {
+        "load_before": before,
+        "load_after": load_average(),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case-set", default="default")
-    parser.add_argument("--variants", default="naive,naive_inplace,naive_compiled,sdpa,sdpa_math,sdpa_flash,"
-                                              "flex_eager,flex_compiled")
+    parser.add_argument(
+        "--variants",
+        default="naive,naive_inplace,naive_compiled,sdpa,sdpa_math,sdpa_flash,"
+        "flex_eager,flex_compiled",
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--min-run-time", type=float, default=1.0, help="blocked_autorange's min_run_time (s)")
-    parser.add_argument("--busy", type=int, default=0, help="busy processes beside it (validation/contend.py)")
+    parser.add_argument(
+        "--min-run-time", type=float, default=1.0, help="blocked_autorange's min_run_time (s)"
+    )
+    parser.add_argument(
+        "--busy", type=int, default=0, help="busy processes beside it (validation/contend.py)"
+    )
     parser.add_argument("--out", default="perfsuite-results/fidelity")
-    parser.add_argument("--interleaved", action="store_true",
-                        help="both methods in one process, alternating blocks (module docstring)")
-    parser.add_argument("--alternate", choices=("blocks", "calls"), default="blocks",
-                        help="--interleaved: alternate blocks of each method's loop, or single timed calls")
-    parser.add_argument("--pairs", type=int, default=20,
-                        help="--interleaved: block pairs (or call pairs) per benchmark")
-    parser.add_argument("--block-rounds", type=int, default=5,
-                        help="--interleaved: pytest-benchmark's min_rounds per block (benchmarks.ini's max_time "
-                             "still applies: a fast step gets more rounds); fewer than the suite's 15 so that a "
-                             "300 ms step's pair takes 3 s, not 9")
-    parser.add_argument("--summarize", metavar="JSON", help="only reprint the table of a saved interleaved.json")
+    parser.add_argument(
+        "--interleaved",
+        action="store_true",
+        help="both methods in one process, alternating blocks (module docstring)",
+    )
+    parser.add_argument(
+        "--alternate",
+        choices=("blocks", "calls"),
+        default="blocks",
+        help="--interleaved: alternate blocks of each method's loop, or single timed calls",
+    )
+    parser.add_argument(
+        "--pairs",
+        type=int,
+        default=20,
+        help="--interleaved: block pairs (or call pairs) per benchmark",
+    )
+    parser.add_argument(
+        "--block-rounds",
+        type=int,
+        default=5,
+        help="--interleaved: pytest-benchmark's min_rounds per block (benchmarks.ini's max_time "
+        "still applies: a fast step gets more rounds); fewer than the suite's 15 so that a "
+        "300 ms step's pair takes 3 s, not 9",
+    )
+    parser.add_argument(
+        "--summarize", metavar="JSON", help="only reprint the table of a saved interleaved.json"
+    )
     args = parser.parse_args()
     if args.summarize:
         print(interleaved_table(json.loads(Path(args.summarize).read_text())["rows"]), end="")
@@ -324,32 +436,62 @@ def main() -> None:
         suite_load += " -> " + load_average()
         rows = {}
         for key in suite:
-            rows[key] = {"suite": suite[key], "timer_fresh": run_timer(key, False, args, env),
-                         "timer_after_evidence": run_timer(key, True, args, env)}
+            rows[key] = {
+                "suite": suite[key],
+                "timer_fresh": run_timer(key, False, args, env),
+                "timer_after_evidence": run_timer(key, True, args, env),
+            }
             print(key, json.dumps(rows[key]), flush=True)
-    (Path(args.out) / "fidelity.json").write_text(json.dumps({"args": vars(args), "suite_load": suite_load,
-                                                              "conditions": required_env(), "rows": rows}, indent=1))
-    lines = [f"Suite run load average: {suite_load}; conditions: "
-             + " ".join(f"{k}={v}" for k, v in required_env().items()), "",
-             "A ratio is a fidelity check only where no side was contended (last column); elsewhere it measures "
-             "the other processes. 'per call': Timer.timeit(1) repeated, the statistic the suite uses (median of "
-             "single calls); 'blocked': blocked_autorange's median of per-block means (N calls per block).", "",
-             "| benchmark | suite median ms | Timer per-call median ms (fresh) | suite / Timer per call (fresh) | "
-             "suite / Timer per call (after evidence) | Timer blocked median ms (calls/block) | suite / Timer blocked | "
-             "suite mean / Timer blocked | load during Timer runs | contended |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    (Path(args.out) / "fidelity.json").write_text(
+        json.dumps(
+            {
+                "args": vars(args),
+                "suite_load": suite_load,
+                "conditions": required_env(),
+                "rows": rows,
+            },
+            indent=1,
+        )
+    )
+    lines = [
+        f"Suite run load average: {suite_load}; conditions: "
+        + " ".join(f"{k}={v}" for k, v in required_env().items()),
+        "",
+        "A ratio is a fidelity check only where no side was contended (last column); elsewhere it measures "
+        "the other processes. 'per call': Timer.timeit(1) repeated, the statistic the suite uses (median of "
+        "single calls); 'blocked': blocked_autorange's median of per-block means (N calls per block).",
+        "",
+        "| benchmark | suite median ms | Timer per-call median ms (fresh) | suite / Timer per call (fresh) | "
+        "suite / Timer per call (after evidence) | Timer blocked median ms (calls/block) | suite / Timer blocked | "
+        "suite mean / Timer blocked | load during Timer runs | contended |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for key, row in rows.items():
         suite, fresh, after = row["suite"], row["timer_fresh"], row["timer_after_evidence"]
         ratio = lambda num, t, field: f"{num / t[field]:.3f}" if field in t else t.get("error", "?")
-        cells = [f"`{key}`", f"{suite['median_s'] * 1e3:.3f}",
-                 f"{fresh['per_call_median_s'] * 1e3:.3f}" if "per_call_median_s" in fresh else fresh.get("error", "?"),
-                 ratio(suite["median_s"], fresh, "per_call_median_s"), ratio(suite["median_s"], after, "per_call_median_s"),
-                 f"{fresh['median_s'] * 1e3:.3f} ({fresh['number_per_run']})" if "median_s" in fresh else "-",
-                 ratio(suite["median_s"], fresh, "median_s"), ratio(suite["mean_s"], fresh, "median_s"),
-                 f"{fresh.get('load_before', '?').split()[0]}-{after.get('load_after', '?').split()[0]}"]
-        sides = {"suite": suite.get("contention"), "Timer fresh": fresh.get("contention"),
-                 "Timer after evidence": after.get("contention")}
-        cells.append(", ".join(name for name, c in sides.items() if (c or {}).get("contended")) or "no")
+        cells = [
+            f"`{key}`",
+            f"{suite['median_s'] * 1e3:.3f}",
+            f"{fresh['per_call_median_s'] * 1e3:.3f}"
+            if "per_call_median_s" in fresh
+            else fresh.get("error", "?"),
+            ratio(suite["median_s"], fresh, "per_call_median_s"),
+            ratio(suite["median_s"], after, "per_call_median_s"),
+            f"{fresh['median_s'] * 1e3:.3f} ({fresh['number_per_run']})"
+            if "median_s" in fresh
+            else "-",
+            ratio(suite["median_s"], fresh, "median_s"),
+            ratio(suite["mean_s"], fresh, "median_s"),
+            f"{fresh.get('load_before', '?').split()[0]}-{after.get('load_after', '?').split()[0]}",
+        ]
+        sides = {
+            "suite": suite.get("contention"),
+            "Timer fresh": fresh.get("contention"),
+            "Timer after evidence": after.get("contention"),
+        }
+        cells.append(
+            ", ".join(name for name, c in sides.items() if (c or {}).get("contended")) or "no"
+        )
         lines.append("| " + " | ".join(cells) + " |")
     table = "\n".join(lines) + "\n"
     (Path(args.out) / "fidelity.md").write_text(table)

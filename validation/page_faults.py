@@ -58,23 +58,33 @@ def block_medians_ms(forward, blocks: int, calls: int) -> list[float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", default="b2h8s256d64-fp32-causal-cpu b1h8s1024d64-fp32-causal-cpu")
+    parser.add_argument(
+        "--cases", default="b2h8s256d64-fp32-causal-cpu b1h8s1024d64-fp32-causal-cpu"
+    )
     parser.add_argument("--variants", default="naive naive_inplace sdpa_math sdpa")
     parser.add_argument("--calls", type=int, default=10)
-    parser.add_argument("--blocks", type=int, default=0, help="also print this many block medians and their spread")
+    parser.add_argument(
+        "--blocks", type=int, default=0, help="also print this many block medians and their spread"
+    )
     args = parser.parse_args()
     for case_id in args.cases.split():
         case = parse_case_id(case_id)
         inputs = make_inputs(case, 0)
         score_mib = torch.Size(case.score_shape).numel() * inputs.query.element_size() / 2**20
         for name in args.variants.split():
-            forward = bind(get_variant(name), inputs)  # prepared for the case, under torch.no_grad()
+            forward = bind(
+                get_variant(name), inputs
+            )  # prepared for the case, under torch.no_grad()
             faults, ms = faults_and_ms(forward, args.calls)
-            print(f"{case_id} (scores {score_mib:g} MiB) {name:14s} {faults:8.0f} minor faults/call {ms:8.2f} ms/call")
+            print(
+                f"{case_id} (scores {score_mib:g} MiB) {name:14s} {faults:8.0f} minor faults/call {ms:8.2f} ms/call"
+            )
             if args.blocks:
                 medians = block_medians_ms(forward, args.blocks, args.calls)
-                print(f"    block medians ms: {' '.join(f'{m:.1f}' for m in medians)}; "
-                      f"spread {max(medians) / min(medians) - 1:.0%}")
+                print(
+                    f"    block medians ms: {' '.join(f'{m:.1f}' for m in medians)}; "
+                    f"spread {max(medians) / min(medians) - 1:.0%}"
+                )
 
 
 if __name__ == "__main__":

@@ -26,8 +26,10 @@ def main() -> None:
     settings = GateSettings(min_effect=SEPARATE_RUNS_MIN_EFFECT)
     runs = {path: load_benchmark_file(path) for path in args.runs}
     total, without = Counter(), Counter()
-    print("| base | head | slower | faster | no change | inconclusive | contended (speed changed) | "
-          "slower / faster without the speed reference |")
+    print(
+        "| base | head | slower | faster | no change | inconclusive | contended (speed changed) | "
+        "slower / faster without the speed reference |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for base, head in itertools.combinations(args.runs, 2):
         found = compare_runs(runs[base], runs[head], settings)
@@ -36,11 +38,15 @@ def main() -> None:
         raw = Counter(verdict(c.estimate, settings) for c in speed if c.estimate)
         total.update(counts)
         without.update(counts + Counter({"slower": raw["slower"], "faster": raw["faster"]}))
-        print(f"| {base} | {head} | {counts['slower']} | {counts['faster']} | {counts['no change']} | "
-              f"{counts['inconclusive']} | {counts[CONTENDED_VERDICT]} ({len(speed)}) | "
-              f"{counts['slower'] + raw['slower']} / {counts['faster'] + raw['faster']} |")
-    print(f"\nAll pairs: {dict(total)}; without the speed reference: slower {without['slower']}, "
-          f"faster {without['faster']}")
+        print(
+            f"| {base} | {head} | {counts['slower']} | {counts['faster']} | {counts['no change']} | "
+            f"{counts['inconclusive']} | {counts[CONTENDED_VERDICT]} ({len(speed)}) | "
+            f"{counts['slower'] + raw['slower']} / {counts['faster'] + raw['faster']} |"
+        )
+    print(
+        f"\nAll pairs: {dict(total)}; without the speed reference: slower {without['slower']}, "
+        f"faster {without['faster']}"
+    )
 
 
 if __name__ == "__main__":

@@ -49,8 +49,10 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=40)
     parser.add_argument("--busy", type=int, default=1)
     args = parser.parse_args()
-    rows = ["| busy processes | OMP_WAIT_POLICY | median ms | IQR / median | threads waited / wall | contended | load before |",
-            "| --- | --- | --- | --- | --- | --- | --- |"]
+    rows = [
+        "| busy processes | OMP_WAIT_POLICY | median ms | IQR / median | threads waited / wall | contended | load before |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for busy in (0, args.busy):
         with busy_processes(busy):
             for policy in ("unset (libgomp default)", "PASSIVE"):
@@ -58,11 +60,18 @@ def main() -> None:
                 if policy != "PASSIVE":
                     env.pop("OMP_WAIT_POLICY")
                 load = load_average().split()[0]
-                out = subprocess.run([sys.executable, "-c", CODE, args.variant, args.case, str(args.calls)], env=env,
-                                     capture_output=True, text=True, check=True).stdout
+                out = subprocess.run(
+                    [sys.executable, "-c", CODE, args.variant, args.case, str(args.calls)],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                ).stdout
                 r = json.loads(out.strip().splitlines()[-1])
-                rows.append(f"| {busy} | {policy} | {r['median_ms']:.2f} | {r['iqr_pct']:.0f}% | {r['wait_fraction']:.2f} | "
-                            f"{r['contended']} | {load} |")
+                rows.append(
+                    f"| {busy} | {policy} | {r['median_ms']:.2f} | {r['iqr_pct']:.0f}% | {r['wait_fraction']:.2f} | "
+                    f"{r['contended']} | {load} |"
+                )
                 print(rows[-1], flush=True)
     print("\n".join(rows))
 

@@ -45,12 +45,16 @@ CASE_SETS: dict[str, CaseSet] = {
     "default": CaseSet(
         "the post's causal self-attention at two lengths (CPU: fp32; bf16 is 10x slower on CPUs without bf16 matmul)",
         DeviceCases("2x8x256x64 1x8x1024x64", "fp32", "causal", transposed="2x8x256x64"),
-        DeviceCases("8x16x1024x64 4x16x4096x64 2x16x8192x64", "bf16", "causal", transposed="8x16x1024x64"),
+        DeviceCases(
+            "8x16x1024x64 4x16x4096x64 2x16x8192x64", "bf16", "causal", transposed="8x16x1024x64"
+        ),
     ),
     "llm-decode": CaseSet(
         "one new token against a KV cache (seq_len_q=1, bottom-right causal), grouped-query heads",
         DeviceCases("8x16:4x1:2048x64 1x16:4x16:2048x64", "fp32 bf16", "causal_br"),
-        DeviceCases("32x32:8x1:4096x128 8x32:8x1:32768x128 1x32:8x128:8192x128", "bf16", "causal_br"),
+        DeviceCases(
+            "32x32:8x1:4096x128 8x32:8x1:32768x128 1x32:8x128:8192x128", "bf16", "causal_br"
+        ),
     ),
     "long-context": CaseSet(
         "long sequences, causal and sliding window",
@@ -64,8 +68,14 @@ CASE_SETS: dict[str, CaseSet] = {
     ),
     "masks": CaseSet(
         "every mask kind on one shape, prefill with a cached prefix (seq_len_q < seq_len_kv)",
-        DeviceCases("2x4x256:384x64", "fp32", "noncausal causal causal_br bool additive padding window128"),
-        DeviceCases("4x16x1024:2048x64", "bf16", "noncausal causal causal_br bool additive padding window512"),
+        DeviceCases(
+            "2x4x256:384x64", "fp32", "noncausal causal causal_br bool additive padding window128"
+        ),
+        DeviceCases(
+            "4x16x1024:2048x64",
+            "bf16",
+            "noncausal causal causal_br bool additive padding window512",
+        ),
     ),
 }
 
@@ -88,7 +98,11 @@ class ModelShape:
 
     def shape(self, batch: int, seq_len_q: int, seq_len_kv: int) -> str:
         """``B x H:Hkv x Sq:Skv x D`` as the shapes setting writes it."""
-        heads = f"{self.num_heads}:{self.num_kv_heads}" if self.num_kv_heads != self.num_heads else f"{self.num_heads}"
+        heads = (
+            f"{self.num_heads}:{self.num_kv_heads}"
+            if self.num_kv_heads != self.num_heads
+            else f"{self.num_heads}"
+        )
         seq = f"{seq_len_q}:{seq_len_kv}" if seq_len_q != seq_len_kv else f"{seq_len_q}"
         return f"{batch}x{heads}x{seq}x{self.head_dim}"
 
@@ -96,46 +110,90 @@ class ModelShape:
 # One attention call of each model: its head counts and head_dim, with short sequences on the CPU
 # (one call, so the number of layers does not matter; the lengths are what a 2-core CPU runs in minutes).
 MODEL_SHAPES: dict[str, ModelShape] = {
-    "llama-3-8b": ModelShape("Llama-3-8B (grouped-query decoder)", 32, 8, 128,
-                             "meta-llama/Meta-Llama-3-8B config.json: hidden_size 4096, num_attention_heads 32, "
-                             "num_key_value_heads 8 (head_dim 4096 / 32)"),
-    "gemma-3-1b": ModelShape("Gemma-3-1B (sliding-window decoder, multi-query)", 4, 1, 256,
-                             "google/gemma-3-1b-pt config.json: num_attention_heads 4, num_key_value_heads 1, "
-                             "head_dim 256, sliding_window 512, query_pre_attn_scalar 256 (scale 256**-0.5)",
-                             sliding_window=512),
-    "bert-base": ModelShape("BERT-base (bidirectional encoder)", 12, 12, 64,
-                            "google-bert/bert-base-uncased config.json (= transformers' BertConfig() defaults): "
-                            "hidden_size 768, num_attention_heads 12"),
+    "llama-3-8b": ModelShape(
+        "Llama-3-8B (grouped-query decoder)",
+        32,
+        8,
+        128,
+        "meta-llama/Meta-Llama-3-8B config.json: hidden_size 4096, num_attention_heads 32, "
+        "num_key_value_heads 8 (head_dim 4096 / 32)",
+    ),
+    "gemma-3-1b": ModelShape(
+        "Gemma-3-1B (sliding-window decoder, multi-query)",
+        4,
+        1,
+        256,
+        "google/gemma-3-1b-pt config.json: num_attention_heads 4, num_key_value_heads 1, "
+        "head_dim 256, sliding_window 512, query_pre_attn_scalar 256 (scale 256**-0.5)",
+        sliding_window=512,
+    ),
+    "bert-base": ModelShape(
+        "BERT-base (bidirectional encoder)",
+        12,
+        12,
+        64,
+        "google-bert/bert-base-uncased config.json (= transformers' BertConfig() defaults): "
+        "hidden_size 768, num_attention_heads 12",
+    ),
 }
 
 
-def _model_set(key: str, what: str, cpu: tuple[str, str, str], cuda: tuple[str, str, str]) -> CaseSet:
+def _model_set(
+    key: str, what: str, cpu: tuple[str, str, str], cuda: tuple[str, str, str]
+) -> CaseSet:
     model = MODEL_SHAPES[key]
-    return CaseSet(f"{model.model}: {what} with its heads and head_dim; source: {model.source}",
-                   DeviceCases(*cpu), DeviceCases(*cuda))
+    return CaseSet(
+        f"{model.model}: {what} with its heads and head_dim; source: {model.source}",
+        DeviceCases(*cpu),
+        DeviceCases(*cuda),
+    )
 
 
-_LLAMA, _GEMMA, _BERT = MODEL_SHAPES["llama-3-8b"], MODEL_SHAPES["gemma-3-1b"], MODEL_SHAPES["bert-base"]
-CASE_SETS.update({
-    # prefill of 256 tokens (bottom-right causal equals causal when seq_len_q == seq_len_kv), decode of
-    # 4 sequences against a 1024-token cache
-    "model-llama-3-8b": _model_set(
-        "llama-3-8b", "prefill and decode", (f"{_LLAMA.shape(1, 256, 256)} {_LLAMA.shape(4, 1, 1024)}", "fp32", "causal_br"),
-        (f"{_LLAMA.shape(4, 4096, 4096)} {_LLAMA.shape(32, 1, 8192)}", "bf16", "causal_br")),
-    # prefill longer than the window, so it bites; decode against a cache twice the window
-    "model-gemma-3-1b": _model_set(
-        "gemma-3-1b", "prefill and decode", (f"{_GEMMA.shape(1, 1024, 1024)} {_GEMMA.shape(4, 1, 2048)}", "fp32",
-                       f"window{_GEMMA.sliding_window}"),
-        (f"{_GEMMA.shape(4, 8192, 8192)} {_GEMMA.shape(32, 1, 32768)}", "bf16", f"window{_GEMMA.sliding_window}")),
-    # a batch of 128-token sentences, right-padded per row
-    "model-bert-base": _model_set(
-        "bert-base", "encoder self-attention over padded sentences", (f"{_BERT.shape(8, 128, 128)}", "fp32", "padding noncausal"),
-        (f"{_BERT.shape(64, 512, 512)}", "bf16 fp16", "padding noncausal")),
-})
+_LLAMA, _GEMMA, _BERT = (
+    MODEL_SHAPES["llama-3-8b"],
+    MODEL_SHAPES["gemma-3-1b"],
+    MODEL_SHAPES["bert-base"],
+)
+CASE_SETS.update(
+    {
+        # prefill of 256 tokens (bottom-right causal equals causal when seq_len_q == seq_len_kv), decode of
+        # 4 sequences against a 1024-token cache
+        "model-llama-3-8b": _model_set(
+            "llama-3-8b",
+            "prefill and decode",
+            (f"{_LLAMA.shape(1, 256, 256)} {_LLAMA.shape(4, 1, 1024)}", "fp32", "causal_br"),
+            (f"{_LLAMA.shape(4, 4096, 4096)} {_LLAMA.shape(32, 1, 8192)}", "bf16", "causal_br"),
+        ),
+        # prefill longer than the window, so it bites; decode against a cache twice the window
+        "model-gemma-3-1b": _model_set(
+            "gemma-3-1b",
+            "prefill and decode",
+            (
+                f"{_GEMMA.shape(1, 1024, 1024)} {_GEMMA.shape(4, 1, 2048)}",
+                "fp32",
+                f"window{_GEMMA.sliding_window}",
+            ),
+            (
+                f"{_GEMMA.shape(4, 8192, 8192)} {_GEMMA.shape(32, 1, 32768)}",
+                "bf16",
+                f"window{_GEMMA.sliding_window}",
+            ),
+        ),
+        # a batch of 128-token sentences, right-padded per row
+        "model-bert-base": _model_set(
+            "bert-base",
+            "encoder self-attention over padded sentences",
+            (f"{_BERT.shape(8, 128, 128)}", "fp32", "padding noncausal"),
+            (f"{_BERT.shape(64, 512, 512)}", "bf16 fp16", "padding noncausal"),
+        ),
+    }
+)
 
 
 def get_case_set(name: str) -> CaseSet:
     """The set called ``name``; ``ValueError`` lists the known sets otherwise."""
     if name not in CASE_SETS:
-        raise ValueError(f"case set {name!r} is unknown{did_you_mean(name, CASE_SETS)}; known: {', '.join(CASE_SETS)}")
+        raise ValueError(
+            f"case set {name!r} is unknown{did_you_mean(name, CASE_SETS)}; known: {', '.join(CASE_SETS)}"
+        )
     return CASE_SETS[name]

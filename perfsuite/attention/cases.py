@@ -97,11 +97,22 @@ class AttentionCase:
 
     def __post_init__(self):
         if self.transposed and not self.contiguous:
-            raise ValueError("a case is either strided ([batch, seq, heads, head_dim] transposed) or transposed "
-                             "(last dimension not contiguous), not both")
+            raise ValueError(
+                "a case is either strided ([batch, seq, heads, head_dim] transposed) or transposed "
+                "(last dimension not contiguous), not both"
+            )
         if self.num_kv_heads is None:
             object.__setattr__(self, "num_kv_heads", self.num_heads)
-        check_shape(Shape(self.batch, self.num_heads, self.num_kv_heads, self.seq_len_q, self.seq_len_kv, self.head_dim))
+        check_shape(
+            Shape(
+                self.batch,
+                self.num_heads,
+                self.num_kv_heads,
+                self.seq_len_q,
+                self.seq_len_kv,
+                self.head_dim,
+            )
+        )
 
     @property
     def causal(self) -> bool:
@@ -197,14 +208,25 @@ def parse_case_id(text: str) -> AttentionCase:
     """The case whose ``id`` is ``text`` (``b1h4kv2q3k7d8-fp32-bool-cpu``); ``ValueError`` otherwise."""
     match = _ID_RE.match(text.strip())
     if not match:
-        raise ValueError(f"case id {text!r} is not of the form b<B>h<H>[kv<Hkv>](s<S>|q<Sq>k<Skv>)d<D>-<dtype>-<mask>[-scale<x>][-strided|-transposed]-<device>")
+        raise ValueError(
+            f"case id {text!r} is not of the form b<B>h<H>[kv<Hkv>](s<S>|q<Sq>k<Skv>)d<D>-<dtype>-<mask>[-scale<x>][-strided|-transposed]-<device>"
+        )
     g = match.groupdict()
     seq_q = int(g["s"] or g["sq"])
     seq_kv = int(g["s"] or g["skv"])
     return AttentionCase(
-        int(g["b"]), int(g["h"]), seq_q, seq_kv, int(g["d"]), parse_dtype(g["dtype"]), parse_device(g["device"]),
-        parse_mask_kind(g["mask"]), int(g["hkv"] or g["h"]), float(g["scale"]) if g["scale"] else None,
-        contiguous=not g["strided"], transposed=bool(g["transposed"]),
+        int(g["b"]),
+        int(g["h"]),
+        seq_q,
+        seq_kv,
+        int(g["d"]),
+        parse_dtype(g["dtype"]),
+        parse_device(g["device"]),
+        parse_mask_kind(g["mask"]),
+        int(g["hkv"] or g["h"]),
+        float(g["scale"]) if g["scale"] else None,
+        contiguous=not g["strided"],
+        transposed=bool(g["transposed"]),
     )
 
 
@@ -239,8 +261,9 @@ def parse_masks(text: str) -> tuple[str, ...]:
 COMBINATIONS = ("all", "pairwise")
 
 
-def build_cases(shapes: list[Shape], dtypes: list[str], device: str, masks: list[str],
-                combinations: str = "all") -> list[AttentionCase]:
+def build_cases(
+    shapes: list[Shape], dtypes: list[str], device: str, masks: list[str], combinations: str = "all"
+) -> list[AttentionCase]:
     """Cases of shapes x dtypes x masks on one device, in that order.
 
     ``combinations``: ``all`` gives every combination; ``pairwise`` gives ``covering_pairs`` of
@@ -248,11 +271,25 @@ def build_cases(shapes: list[Shape], dtypes: list[str], device: str, masks: list
     names any other value.
     """
     if combinations not in COMBINATIONS:
-        raise ValueError(f"combinations {combinations!r}: expected one of {', '.join(COMBINATIONS)}")
+        raise ValueError(
+            f"combinations {combinations!r}: expected one of {', '.join(COMBINATIONS)}"
+        )
     product = list(itertools.product(shapes, dtypes, masks))
     chosen = product if combinations == "all" else covering_pairs(product)
-    return [AttentionCase(s.batch, s.num_heads, s.seq_len_q, s.seq_len_kv, s.head_dim, dtype, device, mask,
-                          s.num_kv_heads) for s, dtype, mask in chosen]
+    return [
+        AttentionCase(
+            s.batch,
+            s.num_heads,
+            s.seq_len_q,
+            s.seq_len_kv,
+            s.head_dim,
+            dtype,
+            device,
+            mask,
+            s.num_kv_heads,
+        )
+        for s, dtype, mask in chosen
+    ]
 
 
 def covering_pairs(product: list[tuple]) -> list[tuple]:
@@ -262,6 +299,7 @@ def covering_pairs(product: list[tuple]) -> list[tuple]:
     the tuple, first in ``product`` order on ties, that covers the most pairs not yet covered,
     until none is left. Deterministic; keeps ``product`` order.
     """
+
     def pairs(row: tuple) -> set:
         return {(i, row[i], j, row[j]) for i, j in itertools.combinations(range(len(row)), 2)}
 

@@ -11,7 +11,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
+from collections.abc import Callable
 
 import torch
 
@@ -19,9 +20,18 @@ import torch
 class AttentionFn(Protocol):
     """An attention implementation as the suite calls it (see the module docstring for shapes)."""
 
-    def __call__(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, *,
-                 mask: Any, scale: float) -> torch.Tensor: ...
+    def __call__(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        *,
+        mask: Any,
+        scale: float,
+    ) -> torch.Tensor: ...
 
 
-VariantFn = Callable[..., torch.Tensor]  # an AttentionFn; Callable so wrappers (torch.compile) type-check
+VariantFn = Callable[
+    ..., torch.Tensor
+]  # an AttentionFn; Callable so wrappers (torch.compile) type-check
 PrepareFn = Callable[[Any], VariantFn]  # (AttentionInputs) -> the variant function for that case

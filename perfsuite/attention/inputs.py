@@ -31,8 +31,14 @@ class AttentionInputs:
         return dataclasses.replace(self, **changes)
 
 
-def draw_tensor(generator: torch.Generator, batch: int, heads: int, seq_len: int, head_dim: int,
-                case: AttentionCase) -> torch.Tensor:
+def draw_tensor(
+    generator: torch.Generator,
+    batch: int,
+    heads: int,
+    seq_len: int,
+    head_dim: int,
+    case: AttentionCase,
+) -> torch.Tensor:
     """Standard normal ``[batch, heads, seq_len, head_dim]`` drawn in float32 on the CPU, then
     converted, so the values are identical on every device; non-contiguous when the case says so
     (``strided``: a transposed ``[batch, seq, heads, head_dim]``; ``transposed``: a transposed
@@ -50,8 +56,12 @@ def make_inputs(case: AttentionCase, seed: int) -> AttentionInputs:
     """Query/key/value and mask for ``case`` from ``seed``."""
     generator = torch.Generator().manual_seed(seed)
     query = draw_tensor(generator, case.batch, case.num_heads, case.seq_len_q, case.head_dim, case)
-    key = draw_tensor(generator, case.batch, case.num_kv_heads, case.seq_len_kv, case.head_dim, case)
-    value = draw_tensor(generator, case.batch, case.num_kv_heads, case.seq_len_kv, case.head_dim, case)
+    key = draw_tensor(
+        generator, case.batch, case.num_kv_heads, case.seq_len_kv, case.head_dim, case
+    )
+    value = draw_tensor(
+        generator, case.batch, case.num_kv_heads, case.seq_len_kv, case.head_dim, case
+    )
     mask = build_mask(case.mask, case.score_shape, case.torch_dtype, case.device, generator)
     return AttentionInputs(query, key, value, mask, case.softmax_scale)
 
@@ -62,5 +72,7 @@ GRAD_OUTPUT_SEED_OFFSET = 1_000_003  # a stream of its own, so inputs do not cha
 def make_grad_output(case: AttentionCase, seed: int) -> torch.Tensor:
     """Standard normal ``[batch, num_heads, seq_len_q, head_dim]`` that seeds backward, from ``seed``."""
     generator = torch.Generator().manual_seed(seed + GRAD_OUTPUT_SEED_OFFSET)
-    sample = torch.randn(case.batch, case.num_heads, case.seq_len_q, case.head_dim, generator=generator)
+    sample = torch.randn(
+        case.batch, case.num_heads, case.seq_len_q, case.head_dim, generator=generator
+    )
     return sample.to(device=case.device, dtype=case.torch_dtype)

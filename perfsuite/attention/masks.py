@@ -43,7 +43,9 @@ def parse_mask_kind(text: str) -> str:
     window = _WINDOW_RE.match(name)
     if name in PLAIN_KINDS or (window and int(window.group(1)) >= 1):
         return name
-    raise ValueError(f"mask {text!r} is not supported; allowed: {', '.join(PLAIN_KINDS)}, window<W> (W >= 1)")
+    raise ValueError(
+        f"mask {text!r} is not supported; allowed: {', '.join(PLAIN_KINDS)}, window<W> (W >= 1)"
+    )
 
 
 def window_size(kind: str) -> int | None:
@@ -134,8 +136,14 @@ class AttentionMask:
         return compose(self.kind, self.allowed, additive, top_left_causal=False)
 
 
-def compose(kind: str, allowed: torch.Tensor | None, additive: torch.Tensor | None, *,
-            top_left_causal: bool = False, causal_bias: object | None = None) -> AttentionMask:
+def compose(
+    kind: str,
+    allowed: torch.Tensor | None,
+    additive: torch.Tensor | None,
+    *,
+    top_left_causal: bool = False,
+    causal_bias: object | None = None,
+) -> AttentionMask:
     """Build an ``AttentionMask`` from a bool selection and/or an additive bias.
 
     SDPA takes one ``attn_mask``: a bias and a selection are merged into a float mask with
@@ -143,14 +151,20 @@ def compose(kind: str, allowed: torch.Tensor | None, additive: torch.Tensor | No
     """
     masked_out = None if allowed is None else ~allowed
     if additive is None:
-        sdpa_mask = None if top_left_causal else (causal_bias if causal_bias is not None else allowed)
+        sdpa_mask = (
+            None if top_left_causal else (causal_bias if causal_bias is not None else allowed)
+        )
     else:
-        sdpa_mask = additive if masked_out is None else additive.masked_fill(masked_out, float("-inf"))
+        sdpa_mask = (
+            additive if masked_out is None else additive.masked_fill(masked_out, float("-inf"))
+        )
     is_causal = top_left_causal and additive is None
     return AttentionMask(kind, is_causal, allowed, masked_out, additive, sdpa_mask)
 
 
-def causal_allowed(seq_len_q: int, seq_len_kv: int, device: str, bottom_right: bool) -> torch.Tensor:
+def causal_allowed(
+    seq_len_q: int, seq_len_kv: int, device: str, bottom_right: bool
+) -> torch.Tensor:
     """Bool ``[seq_len_q, seq_len_kv]``, True where query ``i`` may see key ``j``."""
     kind = mask_kind("causal_br" if bottom_right else "causal")
     return _index_grid(kind, seq_len_q, seq_len_kv, device)
@@ -167,8 +181,13 @@ def _index_grid(kind: MaskKind, seq_len_q: int, seq_len_kv: int, device: str) ->
     return kind.sees(q_idx, kv_idx, seq_len_q, seq_len_kv)
 
 
-def build_mask(kind: str, shape: tuple[int, int, int, int], dtype: torch.dtype, device: str,
-               generator: torch.Generator) -> AttentionMask:
+def build_mask(
+    kind: str,
+    shape: tuple[int, int, int, int],
+    dtype: torch.dtype,
+    device: str,
+    generator: torch.Generator,
+) -> AttentionMask:
     """The mask of ``kind`` for scores of ``shape = (batch, num_heads, seq_len_q, seq_len_kv)``.
 
     Random masks draw from ``generator`` on the CPU, so every device sees the same mask.
@@ -177,13 +196,17 @@ def build_mask(kind: str, shape: tuple[int, int, int, int], dtype: torch.dtype, 
     if kind == "noncausal":
         return compose(kind, None, None)
     if kind == "causal":
-        return compose(kind, causal_allowed(seq_len_q, seq_len_kv, device, False), None, top_left_causal=True)
+        return compose(
+            kind, causal_allowed(seq_len_q, seq_len_kv, device, False), None, top_left_causal=True
+        )
     if kind == "causal_br":
         allowed = causal_allowed(seq_len_q, seq_len_kv, device, True)
         with warnings.catch_warnings():
             # torch warns of NaN rows when seq_len_q > seq_len_kv; the suite checks what happens
             warnings.filterwarnings("ignore", message="Lower right causal bias will produce NaNs")
-            from torch.nn.attention.bias import causal_lower_right  # imports TorchDynamo: 2-3 s, only when used
+            from torch.nn.attention.bias import (
+                causal_lower_right,
+            )  # imports TorchDynamo: 2-3 s, only when used
 
             bias = causal_lower_right(seq_len_q, seq_len_kv)
         return compose(kind, allowed, None, causal_bias=bias)

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
 from perfsuite.attention.inputs import AttentionInputs
 from perfsuite.attention.contract import VariantFn
-
 
 
 class Mode(enum.StrEnum):
@@ -41,7 +40,9 @@ def parse_mode(text: str) -> Mode:
     """Validate a mode name; ``ValueError`` names the value and the allowed ones."""
     name = text.strip().lower()
     if name not in MODES:
-        raise ValueError(f"mode {text!r} is not supported; allowed: {', '.join(MODES)} (or 'all' alone)")
+        raise ValueError(
+            f"mode {text!r} is not supported; allowed: {', '.join(MODES)} (or 'all' alone)"
+        )
     return Mode(name)
 
 
@@ -84,17 +85,21 @@ def make_step(mode: str, fn: VariantFn, inputs: AttentionInputs, grad_output: to
     parse_mode(mode)
     call = lambda q, k, v: fn(q, k, v, mask=inputs.mask, scale=inputs.scale)
     if mode == Mode.FORWARD:
+
         def forward() -> StepResult:
             with torch.no_grad():
                 return StepResult(call(inputs.query, inputs.key, inputs.value), None)
+
         return forward
     allow_graph_replay()
     leaves = _leaves(inputs)
     if mode == "forward_backward":
+
         def forward_backward() -> StepResult:
             with torch.enable_grad():
                 output = call(*leaves)
                 return StepResult(output.detach(), torch.autograd.grad(output, leaves, grad_output))
+
         return forward_backward
     stored: list[torch.Tensor] = []
 

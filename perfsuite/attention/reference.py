@@ -62,8 +62,11 @@ class Comparison:
     failure: str | None
 
 
-def reference_attention(inputs: AttentionInputs, dtype: torch.dtype = torch.float64,
-                        block_bytes: int = REFERENCE_BLOCK_BYTES) -> torch.Tensor:
+def reference_attention(
+    inputs: AttentionInputs,
+    dtype: torch.dtype = torch.float64,
+    block_bytes: int = REFERENCE_BLOCK_BYTES,
+) -> torch.Tensor:
     """Attention in float64 from the same inputs, ``[batch, num_heads, seq_len_q, head_dim]``.
 
     ``softmax(q @ k^T * scale + additive, hidden keys at -inf) @ v``, key/value heads
@@ -75,12 +78,18 @@ def reference_attention(inputs: AttentionInputs, dtype: torch.dtype = torch.floa
     Computed in blocks of query rows of at most ``block_bytes`` of scores (``query_blocks``).
     """
     q, k, v = (t.to(dtype) for t in (inputs.query, inputs.key, inputs.value))
-    blocks = [_attention(inputs, q[:, :, start:end], k, v, start, end) for start, end in query_blocks(inputs, dtype, block_bytes)]
+    blocks = [
+        _attention(inputs, q[:, :, start:end], k, v, start, end)
+        for start, end in query_blocks(inputs, dtype, block_bytes)
+    ]
     return blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=2)
 
 
-def query_blocks(inputs: AttentionInputs, dtype: torch.dtype = torch.float64,
-                 block_bytes: int = REFERENCE_BLOCK_BYTES) -> list[tuple[int, int]]:
+def query_blocks(
+    inputs: AttentionInputs,
+    dtype: torch.dtype = torch.float64,
+    block_bytes: int = REFERENCE_BLOCK_BYTES,
+) -> list[tuple[int, int]]:
     """``(start, end)`` query-row ranges whose ``[B, H, rows, Skv]`` scores in ``dtype`` take at
     most ``block_bytes`` (at least one row each). Raises ``ValueError`` for ``block_bytes < 1``."""
     if block_bytes < 1:
@@ -96,8 +105,14 @@ def _query_rows(tensor: torch.Tensor, start: int, end: int) -> torch.Tensor:
     return tensor if tensor.dim() < 2 or tensor.shape[-2] == 1 else tensor[..., start:end, :]
 
 
-def _attention(inputs: AttentionInputs, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-               start: int = 0, end: int | None = None) -> torch.Tensor:
+def _attention(
+    inputs: AttentionInputs,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    start: int = 0,
+    end: int | None = None,
+) -> torch.Tensor:
     """Attention of query rows ``start:end`` (``q`` holds only those rows) over all keys."""
     end = q.shape[2] + start if end is None else end
     groups = q.shape[1] // k.shape[1]
@@ -115,8 +130,12 @@ def _attention(inputs: AttentionInputs, q: torch.Tensor, k: torch.Tensor, v: tor
 GRADIENT_NAMES = ("grad_query", "grad_key", "grad_value")
 
 
-def reference_gradients(inputs: AttentionInputs, grad_output: torch.Tensor, dtype: torch.dtype = torch.float64,
-                        block_bytes: int = REFERENCE_BLOCK_BYTES) -> tuple[torch.Tensor, ...]:
+def reference_gradients(
+    inputs: AttentionInputs,
+    grad_output: torch.Tensor,
+    dtype: torch.dtype = torch.float64,
+    block_bytes: int = REFERENCE_BLOCK_BYTES,
+) -> tuple[torch.Tensor, ...]:
     """Gradients of ``reference_attention`` with respect to query, key and value for ``grad_output``.
 
     Shapes are those of query ``[B, H, Sq, D]`` and key/value ``[B, Hkv, Skv, D]``. A query that
@@ -124,19 +143,26 @@ def reference_gradients(inputs: AttentionInputs, grad_output: torch.Tensor, dtyp
     backward zeroes them). Computed per block of query rows (``query_blocks``), the key and
     value gradients summed over blocks.
     """
-    leaves = tuple(t.detach().to(dtype).requires_grad_(True) for t in (inputs.query, inputs.key, inputs.value))
+    leaves = tuple(
+        t.detach().to(dtype).requires_grad_(True) for t in (inputs.query, inputs.key, inputs.value)
+    )
     grad_output = grad_output.to(dtype)
     totals: list[torch.Tensor] | None = None
-    for start, end in query_blocks(inputs, dtype, block_bytes):  # per block of query rows; key/value gradients summed
+    for start, end in query_blocks(
+        inputs, dtype, block_bytes
+    ):  # per block of query rows; key/value gradients summed
         with torch.enable_grad():
-            output = _attention(inputs, leaves[0][:, :, start:end], leaves[1], leaves[2], start, end)
+            output = _attention(
+                inputs, leaves[0][:, :, start:end], leaves[1], leaves[2], start, end
+            )
             grads = torch.autograd.grad(output, leaves, grad_output[:, :, start:end])
         totals = list(grads) if totals is None else [t + g for t, g in zip(totals, grads)]
     return tuple(totals)
 
 
-def compare_gradients(actual: tuple[torch.Tensor, ...], inputs: AttentionInputs, grad_output: torch.Tensor,
-                      label: str) -> Comparison:
+def compare_gradients(
+    actual: tuple[torch.Tensor, ...], inputs: AttentionInputs, grad_output: torch.Tensor, label: str
+) -> Comparison:
     """Compare ``(grad_query, grad_key, grad_value)`` with the float64 reference's.
 
     Each gradient gets the output's tolerance rule: ``atol = max(floor, 2 * error of the plain
@@ -162,7 +188,9 @@ def tolerances(inputs: AttentionInputs, expected: torch.Tensor) -> tuple[float, 
     dtype = inputs.query.dtype
     floor_atol, rtol = TOLERANCES[dtype]
     plain = reference_attention(inputs, dtype).to(torch.float64)
-    plain_error = float((plain - expected).abs().nan_to_num(nan=0.0).max()) if plain.numel() else 0.0
+    plain_error = (
+        float((plain - expected).abs().nan_to_num(nan=0.0).max()) if plain.numel() else 0.0
+    )
     return max(floor_atol, 2 * plain_error), rtol
 
 
@@ -190,7 +218,10 @@ class FullyMaskedRows(enum.StrEnum):
     ANY = "any"  # finite or not (a large negative mask value can overflow to -inf in fp16)
 
 
-UNDEFINED_ROW_RESULTS = (FullyMaskedRows.FINITE, FullyMaskedRows.ANY)  # rows the reference does not define
+UNDEFINED_ROW_RESULTS = (
+    FullyMaskedRows.FINITE,
+    FullyMaskedRows.ANY,
+)  # rows the reference does not define
 
 
 def _check_finite_rows(actual64: torch.Tensor, rows: torch.Tensor, label: str) -> str | None:
@@ -202,9 +233,14 @@ def _check_finite_rows(actual64: torch.Tensor, rows: torch.Tensor, label: str) -
     return None
 
 
-def compare_with_reference(actual: torch.Tensor, expected: torch.Tensor, label: str,
-                           fully_masked: torch.Tensor | None = None, fully_masked_result: str = FullyMaskedRows.ZEROS,
-                           tolerance: tuple[float, float] | None = None) -> Comparison:
+def compare_with_reference(
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    label: str,
+    fully_masked: torch.Tensor | None = None,
+    fully_masked_result: str = FullyMaskedRows.ZEROS,
+    tolerance: tuple[float, float] | None = None,
+) -> Comparison:
     """Compare a variant's output with the float64 reference.
 
     ``label`` names the variant and case in the message. ``fully_masked`` (bool
@@ -215,11 +251,20 @@ def compare_with_reference(actual: torch.Tensor, expected: torch.Tensor, label: 
     output fails.
     """
     if actual.shape != expected.shape:
-        return Comparison(float("inf"), f"{label}: output shape {list(actual.shape)} != {list(expected.shape)}")
+        return Comparison(
+            float("inf"), f"{label}: output shape {list(actual.shape)} != {list(expected.shape)}"
+        )
     actual64 = actual.detach().to(torch.float64)
     expected = expected.clone()
-    if fully_masked is not None and fully_masked_result in (FullyMaskedRows.NAN, *UNDEFINED_ROW_RESULTS) and fully_masked.any():
-        check = {FullyMaskedRows.NAN: _check_nan_rows, FullyMaskedRows.FINITE: _check_finite_rows}.get(fully_masked_result)
+    if (
+        fully_masked is not None
+        and fully_masked_result in (FullyMaskedRows.NAN, *UNDEFINED_ROW_RESULTS)
+        and fully_masked.any()
+    ):
+        check = {
+            FullyMaskedRows.NAN: _check_nan_rows,
+            FullyMaskedRows.FINITE: _check_finite_rows,
+        }.get(fully_masked_result)
         failure = check(actual64, fully_masked, label) if check else None
         if failure:
             return Comparison(float("inf"), failure)
@@ -229,7 +274,10 @@ def compare_with_reference(actual: torch.Tensor, expected: torch.Tensor, label: 
     if non_finite.any():
         index = tuple(int(i) for i in non_finite.nonzero()[0])
         count = int(non_finite.sum())
-        return Comparison(float("inf"), f"{label}: {count} non-finite outputs; first " + _describe(index, actual64, expected))
+        return Comparison(
+            float("inf"),
+            f"{label}: {count} non-finite outputs; first " + _describe(index, actual64, expected),
+        )
     error = (actual64 - expected).abs()
     worst = tuple(int(i) for i in torch.unravel_index(error.argmax(), error.shape))
     atol, rtol = tolerance or TOLERANCES[actual.dtype]
@@ -237,6 +285,9 @@ def compare_with_reference(actual: torch.Tensor, expected: torch.Tensor, label: 
         torch.testing.assert_close(actual64, expected, atol=atol, rtol=rtol)
     except AssertionError as exc:
         summary = str(exc).splitlines()[0:4]
-        message = f"{label}: not within atol={atol:.3g}, rtol={rtol} of the float64 reference; " + _describe(worst, actual64, expected)
+        message = (
+            f"{label}: not within atol={atol:.3g}, rtol={rtol} of the float64 reference; "
+            + _describe(worst, actual64, expected)
+        )
         return Comparison(float(error.max()), message + "\n" + "\n".join(summary))
     return Comparison(float(error.max()), None)

@@ -9,15 +9,28 @@ DEFAULT_OUT = "perfsuite-dashboard"
 
 
 def add_command(commands) -> None:
-    dash = commands.add_parser("dashboard", help="write the history dashboard: a static site, no network request")
-    dash.add_argument("--store", help="history store URL or SQLite path (default: $PERFSUITE_HISTORY_URL, the "
-                                      "perfsuite_history_url ini key, or .perfsuite/history.sqlite)")
-    dash.add_argument("--out", default=DEFAULT_OUT, help=f"folder to write the site into (default {DEFAULT_OUT})")
-    dash.add_argument("--repo-url", default="", help="https://github.com/ORG/REPO: commits become links")
+    dash = commands.add_parser(
+        "dashboard", help="write the history dashboard: a static site, no network request"
+    )
+    dash.add_argument(
+        "--store",
+        help="history store URL or SQLite path (default: $PERFSUITE_HISTORY_URL, the "
+        "perfsuite_history_url ini key, or .perfsuite/history.sqlite)",
+    )
+    dash.add_argument(
+        "--out", default=DEFAULT_OUT, help=f"folder to write the site into (default {DEFAULT_OUT})"
+    )
+    dash.add_argument(
+        "--repo-url", default="", help="https://github.com/ORG/REPO: commits become links"
+    )
     dash.add_argument("--title", default="perfsuite dashboard", help="the page's title")
-    dash.add_argument("--links", metavar="AB_JSON", help="instead of a site: print Markdown linking the published "
-                                                         "dashboard and the series of each benchmark this "
-                                                         "perfsuite ab --json file flags (for a job summary)")
+    dash.add_argument(
+        "--links",
+        metavar="AB_JSON",
+        help="instead of a site: print Markdown linking the published "
+        "dashboard and the series of each benchmark this "
+        "perfsuite ab --json file flags (for a job summary)",
+    )
     dash.add_argument("--site-url", help="where the dashboard is published (with --links)")
 
 
@@ -38,6 +51,9 @@ def run_dashboard(args: argparse.Namespace) -> int:
         dashboard = dashboard_from_store(store, args.title, args.repo_url)
     index = write_site(dashboard, args.out)
     changes = sum(len(s.change_points) for s in dashboard.series)
-    print(f"wrote {index}: {len(dashboard.series)} series over {len(dashboard.commits)} commits, "
-          f"{changes} change point(s); open it in a browser (file://) or publish the folder", file=sys.stderr)
+    print(
+        f"wrote {index}: {len(dashboard.series)} series over {len(dashboard.commits)} commits, "
+        f"{changes} change point(s); open it in a browser (file://) or publish the folder",
+        file=sys.stderr,
+    )
     return 0

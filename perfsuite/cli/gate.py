@@ -12,14 +12,20 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 from perfsuite.suite import settings as suite_settings
 from perfsuite.errors import UsageError
 from perfsuite.gate.baseline import check_baseline_file
 from perfsuite.gate.compare import load_benchmark_file
 from perfsuite.gate.flow import GateOutcome, judge, judge_saved_runs
-from perfsuite.gate.stats import SEPARATE_RUNS_MIN_EFFECT, SEQUENTIAL_LOOKS, GateSettings, SequentialPlan, min_pairs
+from perfsuite.gate.stats import (
+    SEPARATE_RUNS_MIN_EFFECT,
+    SEQUENTIAL_LOOKS,
+    GateSettings,
+    SequentialPlan,
+    min_pairs,
+)
 from perfsuite.storage import write_text_atomic
 
 
@@ -49,54 +55,114 @@ def plan_for(blocks: int, budget_s: float) -> SequentialPlan:
 
 
 def add_gate_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--alpha", type=float, default=0.01, help="two-sided level of the interval (default 0.01)")
-    parser.add_argument("--min-effect", type=float, default=None,
-                        help="smallest change that counts (default 0.05 for ab, 0.15 for compare of separate runs)")
-    parser.add_argument("--fail-on-structure", action="store_true", help="a structural change that adds work (more copies or casts, device "
-                                 "kernels, Memcpy, score writes, bytes allocated/written/saved, or another SDPA backend) "
-                                 "fails the gate; one that only removes work, or adds ops that do none (views, a "
-                                 "same-dtype .to), does not")
-    parser.add_argument("--force", action="store_true", help="compare runs from different hardware/software anyway")
-    parser.add_argument("--markdown", help="also write the Markdown verdict here (e.g. $GITHUB_STEP_SUMMARY)")
+    parser.add_argument(
+        "--alpha", type=float, default=0.01, help="two-sided level of the interval (default 0.01)"
+    )
+    parser.add_argument(
+        "--min-effect",
+        type=float,
+        default=None,
+        help="smallest change that counts (default 0.05 for ab, 0.15 for compare of separate runs)",
+    )
+    parser.add_argument(
+        "--fail-on-structure",
+        action="store_true",
+        help="a structural change that adds work (more copies or casts, device "
+        "kernels, Memcpy, score writes, bytes allocated/written/saved, or another SDPA backend) "
+        "fails the gate; one that only removes work, or adds ops that do none (views, a "
+        "same-dtype .to), does not",
+    )
+    parser.add_argument(
+        "--force", action="store_true", help="compare runs from different hardware/software anyway"
+    )
+    parser.add_argument(
+        "--markdown", help="also write the Markdown verdict here (e.g. $GITHUB_STEP_SUMMARY)"
+    )
 
 
 def add_commands(commands) -> None:
-    compare = commands.add_parser("compare", help="statistical comparison of two saved runs (pytest-benchmark JSON)")
-    compare.add_argument("base", help="baseline JSON with per-round data (perfsuite run and scripts/bench.sh save it; "
-                                      "plain pytest-benchmark needs --benchmark-save-data), or a saved run's number "
-                                      "(0001) under .benchmarks/")
+    compare = commands.add_parser(
+        "compare", help="statistical comparison of two saved runs (pytest-benchmark JSON)"
+    )
+    compare.add_argument(
+        "base",
+        help="baseline JSON with per-round data (perfsuite run and scripts/bench.sh save it; "
+        "plain pytest-benchmark needs --benchmark-save-data), or a saved run's number "
+        "(0001) under .benchmarks/",
+    )
     compare.add_argument("head", help="new run JSON, or a saved run's number under .benchmarks/")
     add_gate_options(compare)
     ab = commands.add_parser("ab", help="A/B gate: base and head interleaved in one run")
-    ab.add_argument("--base-tree", help="source tree put first on the base's PYTHONPATH, with its src/ "
-                                        "(default: the repository's root, found as perfsuite run finds it)")
+    ab.add_argument(
+        "--base-tree",
+        help="source tree put first on the base's PYTHONPATH, with its src/ "
+        "(default: the repository's root, found as perfsuite run finds it)",
+    )
     ab.add_argument("--head-tree", help="source tree of the head (default: the repository's root)")
-    ab.add_argument("--timing-threads", type=positive_threads, metavar="N",
-                    help="experimental, not yet calibrated: both workers time with N torch threads (1: a busy "
-                         "process beside the gate shares a core with one thread, not with an OpenMP team)")
-    ab.add_argument("--base-ref", help="git ref of the current repository as the base (a temporary worktree)")
-    ab.add_argument("--head-ref", help="git ref of the current repository as the head (a temporary worktree)")
-    ab.add_argument("--base-python", default=sys.executable, help="interpreter (a virtualenv's bin/python) of the base")
-    ab.add_argument("--head-python", default=sys.executable, help="interpreter of the head (e.g. a venv with another torch)")
-    ab.add_argument("--variant", action="append", default=[], metavar="MODULE:FUNCTION",
-                    help="add your own attention function as a variant (repeatable); entry points of the "
-                         "perfsuite.variants group are always loaded")
-    ab.add_argument("--modes", help="modes to gate: forward, backward, forward_backward or all (default: "
-                                   "perfsuite_modes of your pytest configuration, else all; variants without "
-                                   "backward are gated forward only)")
+    ab.add_argument(
+        "--timing-threads",
+        type=positive_threads,
+        metavar="N",
+        help="experimental, not yet calibrated: both workers time with N torch threads (1: a busy "
+        "process beside the gate shares a core with one thread, not with an OpenMP team)",
+    )
+    ab.add_argument(
+        "--base-ref", help="git ref of the current repository as the base (a temporary worktree)"
+    )
+    ab.add_argument(
+        "--head-ref", help="git ref of the current repository as the head (a temporary worktree)"
+    )
+    ab.add_argument(
+        "--base-python",
+        default=sys.executable,
+        help="interpreter (a virtualenv's bin/python) of the base",
+    )
+    ab.add_argument(
+        "--head-python",
+        default=sys.executable,
+        help="interpreter of the head (e.g. a venv with another torch)",
+    )
+    ab.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="MODULE:FUNCTION",
+        help="add your own attention function as a variant (repeatable); entry points of the "
+        "perfsuite.variants group are always loaded",
+    )
+    ab.add_argument(
+        "--modes",
+        help="modes to gate: forward, backward, forward_backward or all (default: "
+        "perfsuite_modes of your pytest configuration, else all; variants without "
+        "backward are gated forward only)",
+    )
     ab.add_argument("--base-variant", help="run this variant as the base of every benchmark")
     ab.add_argument("--head-variant", help="run this variant as the head of every benchmark")
-    ab.add_argument("--variants", help="variants to gate (default: perfsuite_variants of your pytest configuration, "
-                                       "else all)")
-    ab.add_argument("--case-set", help="case set (default: perfsuite_case_set of your pytest configuration, else smoke)")
+    ab.add_argument(
+        "--variants",
+        help="variants to gate (default: perfsuite_variants of your pytest configuration, "
+        "else all)",
+    )
+    ab.add_argument(
+        "--case-set",
+        help="case set (default: perfsuite_case_set of your pytest configuration, else smoke)",
+    )
     ab.add_argument("--cases", help="exact case ids instead of a case set")
     ab.add_argument("--devices", default="auto", help="cpu, cuda or auto")
-    ab.add_argument("--blocks", type=at_least(2), default=SEQUENTIAL_LOOKS[-1],
-                    help=f"most block pairs per benchmark: the last look of the sequential gate (default "
-                         f"{SEQUENTIAL_LOOKS[-1]}; looks at {', '.join(map(str, SEQUENTIAL_LOOKS))} pairs up to it)")
-    ab.add_argument("--budget-s", type=positive_float, default=SequentialPlan.budget_s,
-                    help=f"seconds of sampling per benchmark before the gate stops adding pairs "
-                         f"(default {SequentialPlan.budget_s:g})")
+    ab.add_argument(
+        "--blocks",
+        type=at_least(2),
+        default=SEQUENTIAL_LOOKS[-1],
+        help=f"most block pairs per benchmark: the last look of the sequential gate (default "
+        f"{SEQUENTIAL_LOOKS[-1]}; looks at {', '.join(map(str, SEQUENTIAL_LOOKS))} pairs up to it)",
+    )
+    ab.add_argument(
+        "--budget-s",
+        type=positive_float,
+        default=SequentialPlan.budget_s,
+        help=f"seconds of sampling per benchmark before the gate stops adding pairs "
+        f"(default {SequentialPlan.budget_s:g})",
+    )
     ab.add_argument("--rounds", type=at_least(1), default=8, help="rounds per block (default 8)")
     ab.add_argument("--json", help="write raw blocks and verdicts here")
     add_gate_options(ab)
@@ -112,11 +178,16 @@ def _finish(outcome: GateOutcome, args: argparse.Namespace) -> int:
         previous = path.read_text() if path.exists() else ""
         write_text_atomic(path, previous + outcome.report_md)
     if outcome.judged_nothing:
-        print("perfsuite: nothing was compared (no benchmark in both runs): not a pass", file=sys.stderr)
+        print(
+            "perfsuite: nothing was compared (no benchmark in both runs): not a pass",
+            file=sys.stderr,
+        )
     return outcome.exit_code
 
 
-SAVED_RUNS = Path(".benchmarks")  # where perfsuite run saves, under the repository's root (perfsuite.suite.runner)
+SAVED_RUNS = Path(
+    ".benchmarks"
+)  # where perfsuite run saves, under the repository's root (perfsuite.suite.runner)
 
 
 def positive_threads(text: str) -> int:
@@ -140,22 +211,35 @@ def saved_run_path(spec: str) -> str:
         return str(found[0])
     why = f"several match: {', '.join(map(str, found))}" if found else f"none in {folder}"
     saved = sorted(p.name.split("_")[0] for p in folder.glob("*/*.json"))
-    raise UsageError(f"saved run {spec!r}: {why}; saved runs there: {', '.join(saved[-10:]) or 'none'} "
-                     "(or give a file's path)")
+    raise UsageError(
+        f"saved run {spec!r}: {why}; saved runs there: {', '.join(saved[-10:]) or 'none'} "
+        "(or give a file's path)"
+    )
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    settings = GateSettings(args.alpha, SEPARATE_RUNS_MIN_EFFECT if args.min_effect is None else args.min_effect)
+    settings = GateSettings(
+        args.alpha, SEPARATE_RUNS_MIN_EFFECT if args.min_effect is None else args.min_effect
+    )
     args.base, args.head = saved_run_path(args.base), saved_run_path(args.head)
-    base, head = check_baseline_file(args.base), load_benchmark_file(args.head)  # a partial run is no baseline
+    base, head = (
+        check_baseline_file(args.base),
+        load_benchmark_file(args.head),
+    )  # a partial run is no baseline
     title = f"perfsuite compare: {Path(args.base).name} -> {Path(args.head).name}"
-    return _finish(judge_saved_runs(base, head, args.base, args.head, settings, args.force, args.fail_on_structure,
-                                    title), args)
+    return _finish(
+        judge_saved_runs(
+            base, head, args.base, args.head, settings, args.force, args.fail_on_structure, title
+        ),
+        args,
+    )
 
 
 def resolve_case_ids(args: argparse.Namespace) -> list[str]:
-    raw = {name: suite_settings.RawValue(spec.default, f"default {name}", "default")
-           for name, spec in suite_settings.SETTINGS.items()}
+    raw = {
+        name: suite_settings.RawValue(spec.default, f"default {name}", "default")
+        for name, spec in suite_settings.SETTINGS.items()
+    }
     case_set = args.case_set or configured(args, "perfsuite_case_set", "smoke")
     raw["case_set"] = suite_settings.RawValue(case_set, f"--case-set={case_set!r}", "option")
     raw["devices"] = suite_settings.RawValue(args.devices, f"--devices={args.devices!r}", "option")
@@ -211,12 +295,18 @@ def selected_modes(text: str) -> tuple[str, ...]:
     from perfsuite.attention.modes import MODES, parse_mode
 
     try:
-        return MODES if text.strip() == "all" else tuple(parse_mode(m) for m in suite_settings.split_list(text))
+        return (
+            MODES
+            if text.strip() == "all"
+            else tuple(parse_mode(m) for m in suite_settings.split_list(text))
+        )
     except ValueError as exc:
         raise UsageError(f"--modes: {exc}") from None
 
 
-def record_ab_history(args: argparse.Namespace, payload: dict, info: dict, base, head) -> str | None:
+def record_ab_history(
+    args: argparse.Namespace, payload: dict, info: dict, base, head
+) -> str | None:
     """Record both sides in the history store (each side that is a commit's code: no --*-variant or
     --head-slowdown override); the history facts go into ``payload`` too, so importing the --json file
     later adds nothing. Returns the line to print, None when recording is off."""
@@ -229,23 +319,47 @@ def record_ab_history(args: argparse.Namespace, payload: dict, info: dict, base,
     if recording.disabled(configured(args, "perfsuite_history", "on")):
         return None
     repo = Path.cwd()
-    commits = {"base": capture.commit_of(repo, args.base_ref, dirty=False) if args.base_ref else capture.commit_of(base.tree) if base.tree else Commit(),
-               "head": capture.commit_of(repo, args.head_ref, dirty=False) if args.head_ref else capture.commit_of(head.tree) if head.tree else Commit()}
-    payload.update({importing.RUN_UID_KEY: uuid.uuid4().hex, "recorded_at": time.time(),
-                    "commits": {side: dataclasses.asdict(c) for side, c in commits.items()},
-                    importing.TESTBED_KEY: dataclasses.asdict(capture.testbed_now(info)),
-                    # this interpreter's versions for a side that runs it (the usual case); another
-                    # interpreter's side keeps the torch/CUDA versions its worker reported
-                    importing.SOFTWARE_KEY: {side: capture.software_versions(side_info)
-                                             for side, side_info, python in (("base", info["base_machine"], base.python),
-                                                                             ("head", info, head.python))
-                                             if python == sys.executable}})
+    commits = {
+        "base": capture.commit_of(repo, args.base_ref, dirty=False)
+        if args.base_ref
+        else capture.commit_of(base.tree)
+        if base.tree
+        else Commit(),
+        "head": capture.commit_of(repo, args.head_ref, dirty=False)
+        if args.head_ref
+        else capture.commit_of(head.tree)
+        if head.tree
+        else Commit(),
+    }
+    payload.update(
+        {
+            importing.RUN_UID_KEY: uuid.uuid4().hex,
+            "recorded_at": time.time(),
+            "commits": {side: dataclasses.asdict(c) for side, c in commits.items()},
+            importing.TESTBED_KEY: dataclasses.asdict(capture.testbed_now(info)),
+            # this interpreter's versions for a side that runs it (the usual case); another
+            # interpreter's side keeps the torch/CUDA versions its worker reported
+            importing.SOFTWARE_KEY: {
+                side: capture.software_versions(side_info)
+                for side, side_info, python in (
+                    ("base", info["base_machine"], base.python),
+                    ("head", info, head.python),
+                )
+                if python == sys.executable
+            },
+        }
+    )
     overridden = {"base": bool(args.base_variant), "head": bool(args.head_variant)}
-    runs = [run for run in importing.runs_from_ab_json(payload, repository=capture.repository_name(repo))
-            if not overridden[run.source.removeprefix("ab-")] and run.benchmarks]
+    runs = [
+        run
+        for run in importing.runs_from_ab_json(payload, repository=capture.repository_name(repo))
+        if not overridden[run.source.removeprefix("ab-")] and run.benchmarks
+    ]
     if not runs:
         return None
-    return recording.record_runs(runs, ini_value=configured(args, "perfsuite_history_url", "") or None).line()
+    return recording.record_runs(
+        runs, ini_value=configured(args, "perfsuite_history_url", "") or None
+    ).line()
 
 
 def ref_config_root(tree: Path) -> Path:
@@ -258,7 +372,9 @@ def ref_config_root(tree: Path) -> Path:
     return find_project_root(below if below.is_dir() else tree)
 
 
-def describe_config(args: argparse.Namespace, trees: dict[str, Path], commits: dict[str, str]) -> str:
+def describe_config(
+    args: argparse.Namespace, trees: dict[str, Path], commits: dict[str, str]
+) -> str:
     """``pyproject.toml at --head-ref feature (3f2a9c1d0)``, or the working tree's file, or none."""
     from perfsuite.suite.runner import find_config
 
@@ -282,7 +398,9 @@ def sigterm_raises() -> Iterator[None]:
     def handler(signum, frame):
         raise Terminated()
 
-    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+    if (
+        threading.current_thread() is not threading.main_thread()
+    ):  # only the main thread may set handlers
         yield
         return
     previous = signal.signal(signal.SIGTERM, handler)
@@ -294,14 +412,19 @@ def sigterm_raises() -> Iterator[None]:
 
 def run_ab_command(args: argparse.Namespace) -> int:
     """``perfsuite ab``; Ctrl-C and SIGTERM end it with one line (exit 130 / 143), worktrees removed."""
-    stopped = {KeyboardInterrupt: ("interrupted (Ctrl-C)", 130), Terminated: ("terminated (SIGTERM)", 143)}
+    stopped = {
+        KeyboardInterrupt: ("interrupted (Ctrl-C)", 130),
+        Terminated: ("terminated (SIGTERM)", 143),
+    }
     try:
         with sigterm_raises():
             return _run_ab(args)
     except (KeyboardInterrupt, Terminated) as exc:
         what, code = stopped[type(exc)]
-        print(f"perfsuite ab: {what}: stopped; workers ended and temporary worktrees removed, no verdict",
-              file=sys.stderr)
+        print(
+            f"perfsuite ab: {what}: stopped; workers ended and temporary worktrees removed, no verdict",
+            file=sys.stderr,
+        )
         return code
 
 
@@ -309,15 +432,24 @@ def _run_ab(args: argparse.Namespace) -> int:
     from perfsuite.gate.ab import PAIRED_METHOD, Side, ab_payload, run_ab, write_json
     from perfsuite.gate.worktrees import git_worktrees, ref_commits
 
-    settings = GateSettings(args.alpha, GateSettings.min_effect if args.min_effect is None else args.min_effect)
+    settings = GateSettings(
+        args.alpha, GateSettings.min_effect if args.min_effect is None else args.min_effect
+    )
     plan = plan_for(args.blocks, args.budget_s)
     needed = min_pairs(plan.alpha_per_look(settings.alpha))
     if args.blocks < needed:
-        why = (f"--blocks {args.blocks}: at alpha {settings.alpha:g} over {len(plan.looks)} look(s) the interval "
-               f"needs at least {needed} block pairs to be finite, so no timing verdict is possible")
+        why = (
+            f"--blocks {args.blocks}: at alpha {settings.alpha:g} over {len(plan.looks)} look(s) the interval "
+            f"needs at least {needed} block pairs to be finite, so no timing verdict is possible"
+        )
         if not args.fail_on_structure:
-            raise UsageError(f"{why}; use --blocks {needed} or more, or add --fail-on-structure to gate on structure only")
-        print(f"perfsuite: note: {why}; this gate judges structure only (--fail-on-structure)", file=sys.stderr)
+            raise UsageError(
+                f"{why}; use --blocks {needed} or more, or add --fail-on-structure to gate on structure only"
+            )
+        print(
+            f"perfsuite: note: {why}; this gate judges structure only (--fail-on-structure)",
+            file=sys.stderr,
+        )
     commits, notes = ref_commits({"base": args.base_ref, "head": args.head_ref})
     for note in notes:
         print(f"perfsuite: note: {note}", file=sys.stderr)
@@ -332,15 +464,33 @@ def _run_ab(args: argparse.Namespace) -> int:
             raise UsageError(str(exc)) from None
         variants = selected_variants(args)
         modes = selected_modes(args.modes or configured(args, "perfsuite_modes", "all"))
-        args.base_tree, args.head_tree = args.base_tree or config_root(args), args.head_tree or config_root(args)
+        args.base_tree, args.head_tree = (
+            args.base_tree or config_root(args),
+            args.head_tree or config_root(args),
+        )
         for option, tree in (("--base-tree", args.base_tree), ("--head-tree", args.head_tree)):
             if not Path(tree).is_dir():
                 raise UsageError(f"{option} {tree!r}: no such folder")
-        base = Side(trees.get("base", Path(args.base_tree)), args.base_variant, python=args.base_python)
-        head = Side(trees.get("head", Path(args.head_tree)), args.head_variant, python=args.head_python)
-        results, info = run_ab(base, head, variants, case_ids, rounds=args.rounds, settings=settings, plan=plan,
-                               force=args.force, progress=lambda text: print(text, file=sys.stderr),
-                               modes=modes, specs=tuple(args.variant), timing_threads=args.timing_threads)
+        base = Side(
+            trees.get("base", Path(args.base_tree)), args.base_variant, python=args.base_python
+        )
+        head = Side(
+            trees.get("head", Path(args.head_tree)), args.head_variant, python=args.head_python
+        )
+        results, info = run_ab(
+            base,
+            head,
+            variants,
+            case_ids,
+            rounds=args.rounds,
+            settings=settings,
+            plan=plan,
+            force=args.force,
+            progress=lambda text: print(text, file=sys.stderr),
+            modes=modes,
+            specs=tuple(args.variant),
+            timing_threads=args.timing_threads,
+        )
     payload = ab_payload(results, info, settings, plan)
     recording = record_ab_history(args, payload, info, base, head)
     if args.json:
@@ -350,15 +500,23 @@ def _run_ab(args: argparse.Namespace) -> int:
     comparisons = [r.comparison for r in results]
     two_pythons = base.python != head.python
     # a ref side is named by its commit: its temporary worktree is gone by now
-    named = lambda ref, commit: ref if commit.startswith(ref) or ref.startswith(commit) else f"{ref} ({commit})"
-    name = lambda ref, commit, side, variant: ((named(ref, commit) if ref else side.label(two_pythons))
-                                               + (f":{variant}" if variant else ""))
-    title = (f"perfsuite A/B: {name(args.base_ref, commits.get('base'), base, args.base_variant)} -> "
-             f"{name(args.head_ref, commits.get('head'), head, args.head_variant)}")
+    named = lambda ref, commit: (
+        ref if commit.startswith(ref) or ref.startswith(commit) else f"{ref} ({commit})"
+    )
+    name = lambda ref, commit, side, variant: (
+        (named(ref, commit) if ref else side.label(two_pythons))
+        + (f":{variant}" if variant else "")
+    )
+    title = (
+        f"perfsuite A/B: {name(args.base_ref, commits.get('base'), base, args.base_variant)} -> "
+        f"{name(args.head_ref, commits.get('head'), head, args.head_variant)}"
+    )
     versions = (info["base_machine"].get("torch_version"), info.get("torch_version"))
     if versions[0] != versions[1]:
         title += f" (torch {versions[0]} -> {versions[1]})"
-    title += "".join(f"\n\nNote: {note}." for note in [*notes, f"configuration: {used}"])  # below the heading
+    title += "".join(
+        f"\n\nNote: {note}." for note in [*notes, f"configuration: {used}"]
+    )  # below the heading
     method = f"{PAIRED_METHOD}; {plan.describe(settings.alpha)}"
     if args.timing_threads:
         method += f"; timed with {args.timing_threads} torch thread{'s' if args.timing_threads > 1 else ''} per side"

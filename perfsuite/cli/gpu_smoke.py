@@ -49,8 +49,13 @@ def _profile(variant_name: str, case_id: str, scratch: Path):
     inputs = make_inputs(case, seed=0)
     fn = get_variant(variant_name).for_case(inputs)
     with torch.no_grad():
-        windows = profile_steps(lambda: fn(inputs.query, inputs.key, inputs.value, mask=inputs.mask,
-                                           scale=inputs.scale), case.device, scratch / f"{variant_name}.json.gz")
+        windows = profile_steps(
+            lambda: fn(
+                inputs.query, inputs.key, inputs.value, mask=inputs.mask, scale=inputs.scale
+            ),
+            case.device,
+            scratch / f"{variant_name}.json.gz",
+        )
     return case, windows[0]
 
 
@@ -66,8 +71,11 @@ def device_check(device: str) -> SmokeCheck:
     if not torch.cuda.is_available():
         return SmokeCheck("device visible", "FAIL", "torch.cuda.is_available() is False")
     major, minor = torch.cuda.get_device_capability()
-    return SmokeCheck("device visible", "pass",
-                      f"{torch.cuda.get_device_name()} (sm_{major}{minor}), torch {torch.__version__}")
+    return SmokeCheck(
+        "device visible",
+        "pass",
+        f"{torch.cuda.get_device_name()} (sm_{major}{minor}), torch {torch.__version__}",
+    )
 
 
 def backend_check(variant_name: str, case_id: str, scratch: Path) -> SmokeCheck:
@@ -79,15 +87,25 @@ def backend_check(variant_name: str, case_id: str, scratch: Path) -> SmokeCheck:
     try:
         _, window = _profile(variant_name, case_id, scratch)
     except RuntimeError as exc:  # torch: "No available kernel", with its reasons as warnings
-        return SmokeCheck(variant_name, "FAIL", f"SDPBackend.{backend} did not run: {str(exc).splitlines()[0]}")
+        return SmokeCheck(
+            variant_name, "FAIL", f"SDPBackend.{backend} did not run: {str(exc).splitlines()[0]}"
+        )
     if backend == "MATH" or device == "cpu":
-        return SmokeCheck(variant_name, "pass", f"ran: {_kernel_list(window.kernels) if window.kernels else 'cpu ops'}")
+        return SmokeCheck(
+            variant_name,
+            "pass",
+            f"ran: {_kernel_list(window.kernels) if window.kernels else 'cpu ops'}",
+        )
     rocm = getattr(torch.version, "hip", None) is not None
     problem = fused_kernel_failure(window.kernels, backend_kernel_families(backend, rocm=rocm))
-    return SmokeCheck(variant_name, "FAIL" if problem else "pass", problem or _kernel_list(window.kernels))
+    return SmokeCheck(
+        variant_name, "FAIL" if problem else "pass", problem or _kernel_list(window.kernels)
+    )
 
 
-def score_copy_check(variant_name: str, case_id: str, scratch: Path, expect_copy: bool) -> SmokeCheck:
+def score_copy_check(
+    variant_name: str, case_id: str, scratch: Path, expect_copy: bool
+) -> SmokeCheck:
     """Does one ``variant_name`` forward copy the ``[B, H, S_q, S_kv]`` scores on the device lane (or
     the CPU lane on CPU), as ``expect_copy`` says it must or must not."""
     case, window = _profile(variant_name, case_id, scratch)
@@ -98,8 +116,11 @@ def score_copy_check(variant_name: str, case_id: str, scratch: Path, expect_copy
     shape = "x".join(map(str, scores))
     ok = bool(copies) == expect_copy
     want = "a copy" if expect_copy else "no copy"
-    return SmokeCheck(f"{variant_name} score copy", "pass" if ok else "FAIL",
-                      f"{lane} lane, [{shape}]: expected {want}; saw {seen}")
+    return SmokeCheck(
+        f"{variant_name} score copy",
+        "pass" if ok else "FAIL",
+        f"{lane} lane, [{shape}]: expected {want}; saw {seen}",
+    )
 
 
 def run_smoke(device: str, scratch: Path | None = None) -> list[SmokeCheck]:
@@ -122,6 +143,13 @@ def smoke_report(checks: list[SmokeCheck]) -> str:
     """The smoke checks as a Markdown section (a table, failures first in the result line)."""
     failed = [c.name for c in checks if c.outcome == "FAIL"]
     verdict = "PASS" if not failed else f"FAIL: {', '.join(failed)}"
-    lines = ["## Smoke step", "", f"**Smoke: {verdict}**", "", "| check | result | detail |", "| --- | --- | --- |"]
+    lines = [
+        "## Smoke step",
+        "",
+        f"**Smoke: {verdict}**",
+        "",
+        "| check | result | detail |",
+        "| --- | --- | --- |",
+    ]
     lines += [f"| {c.name} | {c.outcome} | {c.detail.replace('|', '/')} |" for c in checks]
     return "\n".join(lines) + "\n"

@@ -26,35 +26,67 @@ SAVED_RUNS = Path(".benchmarks")
 
 
 def add_command(commands) -> None:
-    history = commands.add_parser("history", help="the performance history: record, import, list, show, detect, export",
-                                  description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    history = commands.add_parser(
+        "history",
+        help="the performance history: record, import, list, show, detect, export",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     history.add_argument("--store", help="the store's URL or SQLite path (default: see above)")
     actions = history.add_subparsers(dest="action", required=True)
-    record = actions.add_parser("record", help="record saved runs (default: the newest under .benchmarks/)")
+    record = actions.add_parser(
+        "record", help="record saved runs (default: the newest under .benchmarks/)"
+    )
     record.add_argument("files", nargs="*", type=Path)
-    imported = actions.add_parser("import", help="import pytest-benchmark JSON and ab --json files or folders")
+    imported = actions.add_parser(
+        "import", help="import pytest-benchmark JSON and ab --json files or folders"
+    )
     imported.add_argument("paths", nargs="+", type=Path)
     listed = actions.add_parser("list", help="the series in the store")
     shown = actions.add_parser("show", help="points, epochs and change points of a series")
-    shown.add_argument("series", help="a series id (prefix) or a benchmark (variant/case/mode, or part of it)")
-    detect = actions.add_parser("detect", help="exit 1 when the newest commit is a confirmed regression")
-    detect.add_argument("series", nargs="*", help="series ids or benchmarks (default: every series)")
-    detect.add_argument("--window", type=int, default=20, help="baseline points before the newest (default 20)")
-    detect.add_argument("--confirm", type=int, default=2,
-                        help="newest points that must all break the limit (default 2; 1 judges the newest alone)")
-    detect.add_argument("--k", type=float, default=4.0, help="the limit in robust noise deviations (default 4)")
-    detect.add_argument("--min-effect", type=float, default=0.05, help="the smallest step reported (default 0.05: 5%%)")
+    shown.add_argument(
+        "series", help="a series id (prefix) or a benchmark (variant/case/mode, or part of it)"
+    )
+    detect = actions.add_parser(
+        "detect", help="exit 1 when the newest commit is a confirmed regression"
+    )
+    detect.add_argument(
+        "series", nargs="*", help="series ids or benchmarks (default: every series)"
+    )
+    detect.add_argument(
+        "--window", type=int, default=20, help="baseline points before the newest (default 20)"
+    )
+    detect.add_argument(
+        "--confirm",
+        type=int,
+        default=2,
+        help="newest points that must all break the limit (default 2; 1 judges the newest alone)",
+    )
+    detect.add_argument(
+        "--k", type=float, default=4.0, help="the limit in robust noise deviations (default 4)"
+    )
+    detect.add_argument(
+        "--min-effect",
+        type=float,
+        default=0.05,
+        help="the smallest step reported (default 0.05: 5%%)",
+    )
     export = actions.add_parser("export", help="every point with its raw values, as CSV or JSON")
     export.add_argument("--format", choices=("csv", "json"), default="csv")
     export.add_argument("--output", type=Path, help="write here instead of standard output")
     for sub in (listed, shown, detect, export):
-        sub.add_argument("--measure", help="time_s (default for show/detect), wall_s, device_s, tflops, gbps, "
-                                           "score_copies")
+        sub.add_argument(
+            "--measure",
+            help="time_s (default for show/detect), wall_s, device_s, tflops, gbps, score_copies",
+        )
         sub.add_argument("--branch", help="only runs recorded on this branch")
     for sub in (listed, export):
         for name in ("variant", "case", "mode", "testbed"):
-            sub.add_argument(f"--{name}", help=f"only series of this {name}" +
-                             (" (fingerprint prefix)" if name == "testbed" else ""))
+            sub.add_argument(
+                f"--{name}",
+                help=f"only series of this {name}"
+                + (" (fingerprint prefix)" if name == "testbed" else ""),
+            )
     for sub in (listed, shown, detect):
         sub.add_argument("--json", action="store_true", help="print JSON instead of text")
 
@@ -63,7 +95,9 @@ def _store(args: argparse.Namespace, create: bool = False):
     from perfsuite.history import open_store
     from perfsuite.suite.runner import ini_value
 
-    return open_store(args.store, " ".join(ini_value(Path.cwd(), "perfsuite_history_url")) or None, create=create)
+    return open_store(
+        args.store, " ".join(ini_value(Path.cwd(), "perfsuite_history_url")) or None, create=create
+    )
 
 
 def _json_files(paths: list[Path]) -> list[Path]:
@@ -96,8 +130,10 @@ def _record_files(args: argparse.Namespace, files: list[Path]) -> int:
                     added += 1
                 else:
                     present += 1
-    print(f"perfsuite history: {added} run(s) added, {present} already in the store, {refused} file(s) skipped "
-          f"({store.url.removeprefix('sqlite:///')})")
+    print(
+        f"perfsuite history: {added} run(s) added, {present} already in the store, {refused} file(s) skipped "
+        f"({store.url.removeprefix('sqlite:///')})"
+    )
     return 0
 
 
@@ -109,9 +145,14 @@ def _series(args: argparse.Namespace, store, name: str):
         found = [s for s in found if s.key.measure == (args.measure or "time_s")]
     if not found:
         known = [s.key.benchmark for s in store.list_series(measure="time_s")]
-        raise UsageError(f"series {name!r}: none in the store"
-                         + (f"; known benchmarks: {', '.join(known[:5])}{' ...' if len(known) > 5 else ''}"
-                            if known else " (it is empty)"))
+        raise UsageError(
+            f"series {name!r}: none in the store"
+            + (
+                f"; known benchmarks: {', '.join(known[:5])}{' ...' if len(known) > 5 else ''}"
+                if known
+                else " (it is empty)"
+            )
+        )
     return found
 
 
@@ -119,23 +160,44 @@ def run_list(args: argparse.Namespace) -> int:
     from perfsuite.history.render import format_value, series_heading, sparkline
 
     with _store(args) as store:
-        found = store.list_series(variant=args.variant, case=args.case, mode=args.mode, testbed=args.testbed,
-                                  measure=args.measure)
+        found = store.list_series(
+            variant=args.variant,
+            case=args.case,
+            mode=args.mode,
+            testbed=args.testbed,
+            measure=args.measure,
+        )
         rows = []
         for series in found:
             points = store.points(series.key, branch=args.branch)
             rows.append((series, points))
     if args.json:
-        print(json.dumps([{"id": s.key.id, "benchmark": s.key.benchmark, "measure": s.key.measure,
-                           "testbed": s.key.testbed, "runs": s.runs, "points": len(p),
-                           "last": p[-1].median if p else None} for s, p in rows], indent=1))
+        print(
+            json.dumps(
+                [
+                    {
+                        "id": s.key.id,
+                        "benchmark": s.key.benchmark,
+                        "measure": s.key.measure,
+                        "testbed": s.key.testbed,
+                        "runs": s.runs,
+                        "points": len(p),
+                        "last": p[-1].median if p else None,
+                    }
+                    for s, p in rows
+                ],
+                indent=1,
+            )
+        )
         return 0
     if not rows:
         print("perfsuite history: no series (record a timed run, or import .benchmarks/)")
     for series, points in rows:
         last = format_value(points[-1].median, series.key.measure) if points else "-"
-        print(f"{series_heading(series)}\n    {sparkline([p.median for p in points][-40:])}  {len(points)} point(s), "
-              f"last {last}")
+        print(
+            f"{series_heading(series)}\n    {sparkline([p.median for p in points][-40:])}  {len(points)} point(s), "
+            f"last {last}"
+        )
     return 0
 
 
@@ -162,20 +224,42 @@ def run_detect(args: argparse.Namespace) -> int:
     measure = args.measure or "time_s"
     results, regressions = [], 0
     with _store(args) as store:
-        chosen = ([s for name in args.series for s in _series(args, store, name)] if args.series
-                  else store.list_series(measure=measure))
+        chosen = (
+            [s for name in args.series for s in _series(args, store, name)]
+            if args.series
+            else store.list_series(measure=measure)
+        )
         for series in chosen:
             points = store.points(series.key, branch=args.branch)
-            verdict = check_newest(points, series.key.measure, window=args.window, confirm=args.confirm, k=args.k,
-                                   min_effect=args.min_effect)
-            good = [p for p in points[:-args.confirm] if usable(p)]
-            cause = (diff_fingerprints(good[-1].structure, points[-1].structure)
-                     if verdict.regression and good and good[-1].structure and points[-1].structure else [])
+            verdict = check_newest(
+                points,
+                series.key.measure,
+                window=args.window,
+                confirm=args.confirm,
+                k=args.k,
+                min_effect=args.min_effect,
+            )
+            good = [p for p in points[: -args.confirm] if usable(p)]
+            cause = (
+                diff_fingerprints(good[-1].structure, points[-1].structure)
+                if verdict.regression and good and good[-1].structure and points[-1].structure
+                else []
+            )
             regressions += verdict.regression
-            results.append({"series": series.key.id, "benchmark": series.key.benchmark, "measure": series.key.measure,
-                            "newest": points[-1].sha if points else None, "regression": verdict.regression,
-                            "ratios": list(verdict.ratios), "limit": verdict.limit, "reason": verdict.reason,
-                            "last_good": good[-1].sha if verdict.regression and good else None, "structure": cause})
+            results.append(
+                {
+                    "series": series.key.id,
+                    "benchmark": series.key.benchmark,
+                    "measure": series.key.measure,
+                    "newest": points[-1].sha if points else None,
+                    "regression": verdict.regression,
+                    "ratios": list(verdict.ratios),
+                    "limit": verdict.limit,
+                    "reason": verdict.reason,
+                    "last_good": good[-1].sha if verdict.regression and good else None,
+                    "structure": cause,
+                }
+            )
     if args.json:
         print(json.dumps(results, indent=1))
     else:
@@ -183,25 +267,61 @@ def run_detect(args: argparse.Namespace) -> int:
             word = "REGRESSION" if found["regression"] else "ok"
             line = f"{word:<10} {found['series']}  {found['benchmark']} {found['measure']}: {found['reason']}"
             if found["regression"]:
-                line += f"\n           last good {(found['last_good'] or '-')[:10]}, newest {(found['newest'] or '-')[:10]}; " \
-                        + ("; ".join(found["structure"]) or "structure unchanged")
+                line += (
+                    f"\n           last good {(found['last_good'] or '-')[:10]}, newest {(found['newest'] or '-')[:10]}; "
+                    + ("; ".join(found["structure"]) or "structure unchanged")
+                )
             print(line)
-        print(f"perfsuite history detect: {regressions} confirmed regression(s) at the newest commit "
-              f"in {len(results)} series")
+        print(
+            f"perfsuite history detect: {regressions} confirmed regression(s) at the newest commit "
+            f"in {len(results)} series"
+        )
     return 1 if regressions else 0
 
 
 def run_export(args: argparse.Namespace) -> int:
     with _store(args) as store:
-        found = store.list_series(variant=args.variant, case=args.case, mode=args.mode, testbed=args.testbed,
-                                  measure=args.measure)
+        found = store.list_series(
+            variant=args.variant,
+            case=args.case,
+            mode=args.mode,
+            testbed=args.testbed,
+            measure=args.measure,
+        )
         rows = [(s, p) for s in found for p in store.points(s.key, branch=args.branch)]
-    fields = ["series", "benchmark", "measure", "testbed", "sha", "position", "commit_time", "branch", "dirty",
-              "contended", "median", "software_fingerprint", "values"]
-    records = [{"series": s.key.id, "benchmark": s.key.benchmark, "measure": s.key.measure, "testbed": s.key.testbed,
-                "sha": p.sha, "position": p.position, "commit_time": p.commit_time, "branch": p.branch,
-                "dirty": p.dirty, "contended": p.contended, "median": p.median,
-                "software_fingerprint": p.software_fingerprint, "values": list(p.all_values)} for s, p in rows]
+    fields = [
+        "series",
+        "benchmark",
+        "measure",
+        "testbed",
+        "sha",
+        "position",
+        "commit_time",
+        "branch",
+        "dirty",
+        "contended",
+        "median",
+        "software_fingerprint",
+        "values",
+    ]
+    records = [
+        {
+            "series": s.key.id,
+            "benchmark": s.key.benchmark,
+            "measure": s.key.measure,
+            "testbed": s.key.testbed,
+            "sha": p.sha,
+            "position": p.position,
+            "commit_time": p.commit_time,
+            "branch": p.branch,
+            "dirty": p.dirty,
+            "contended": p.contended,
+            "median": p.median,
+            "software_fingerprint": p.software_fingerprint,
+            "values": list(p.all_values),
+        }
+        for s, p in rows
+    ]
     if args.format == "json":
         text = json.dumps(records, indent=1) + "\n"
     else:
@@ -215,7 +335,9 @@ def run_export(args: argparse.Namespace) -> int:
         from perfsuite.storage import write_text_atomic
 
         write_text_atomic(args.output, text)
-        print(f"perfsuite history: {len(records)} point(s) written to {args.output}", file=sys.stderr)
+        print(
+            f"perfsuite history: {len(records)} point(s) written to {args.output}", file=sys.stderr
+        )
     else:
         sys.stdout.write(text)
     return 0
@@ -224,10 +346,16 @@ def run_export(args: argparse.Namespace) -> int:
 def run_history(args: argparse.Namespace) -> int:
     """Dispatch ``perfsuite history ACTION``; exit 1 only from ``detect`` (a confirmed regression)."""
     if args.action == "record":
-        files = args.files or sorted(SAVED_RUNS.rglob("*.json"), key=lambda p: p.stat().st_mtime)[-1:]
+        files = (
+            args.files or sorted(SAVED_RUNS.rglob("*.json"), key=lambda p: p.stat().st_mtime)[-1:]
+        )
         if not files:
-            raise UsageError(f"no saved run under {SAVED_RUNS}/ (run the timed suite first: perfsuite run)")
+            raise UsageError(
+                f"no saved run under {SAVED_RUNS}/ (run the timed suite first: perfsuite run)"
+            )
         return _record_files(args, _json_files(files))
     if args.action == "import":
         return _record_files(args, _json_files(args.paths))
-    return {"list": run_list, "show": run_show, "detect": run_detect, "export": run_export}[args.action](args)
+    return {"list": run_list, "show": run_show, "detect": run_detect, "export": run_export}[
+        args.action
+    ](args)

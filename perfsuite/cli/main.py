@@ -72,10 +72,18 @@ def print_trace(path: Path, index: TraceIndex, args: argparse.Namespace) -> dict
     windows, whole = found[:-1], found[-1]
     shown = windows[:1] if args.first else windows
     if not args.json:
-        print(f"{path.name}: {len(windows)} window(s) named {args.annotation}" if args.annotation else f"{path.name}:")
+        print(
+            f"{path.name}: {len(windows)} window(s) named {args.annotation}"
+            if args.annotation
+            else f"{path.name}:"
+        )
         for summary in shown + [whole]:
             print("\n".join(describe(summary, args.top, bool(index.device_events))))
-    return {"file": str(path), "windows": [s.to_dict() for s in shown], "whole_trace": whole.to_dict()}
+    return {
+        "file": str(path),
+        "windows": [s.to_dict() for s in shown],
+        "whole_trace": whole.to_dict(),
+    }
 
 
 def run_trace(args: argparse.Namespace) -> int:
@@ -87,7 +95,9 @@ def run_trace(args: argparse.Namespace) -> int:
     if args.targets[0] == "diff":
         return run_diff(args)
     if len(args.targets) != 1:
-        raise UsageError(f"give one trace file or folder, got {len(args.targets)}: {' '.join(args.targets)}")
+        raise UsageError(
+            f"give one trace file or folder, got {len(args.targets)}: {' '.join(args.targets)}"
+        )
     target = Path(args.targets[0])
     files = trace_files(target)
     if not files:
@@ -102,9 +112,15 @@ def run_trace(args: argparse.Namespace) -> int:
             continue
         reports.append(print_trace(path, index, args))
     if unmatched:
-        print(f"perfsuite trace: {unmatched} file(s) in {target} have no window named {args.annotation!r}", file=sys.stderr)
+        print(
+            f"perfsuite trace: {unmatched} file(s) in {target} have no window named {args.annotation!r}",
+            file=sys.stderr,
+        )
     if not reports:
-        raise UsageError(f"no readable trace in {target}" + (f" with a window named {args.annotation!r}" if unmatched else ""))
+        raise UsageError(
+            f"no readable trace in {target}"
+            + (f" with a window named {args.annotation!r}" if unmatched else "")
+        )
     if args.json:
         print(json.dumps(reports, indent=2))
     return 0
@@ -137,19 +153,36 @@ def positive_int(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="perfsuite", description="perfsuite: attention traces and reports",
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="perfsuite",
+        description="perfsuite: attention traces and reports",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__,
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     trace = commands.add_parser("trace", help="summarise Kineto/Chrome trace files, or diff two")
-    trace.add_argument("targets", nargs="*", help="a .json/.json.gz trace or a folder of them; or: diff A B")
-    trace.add_argument("--annotation", help="record_function name or ProfilerStep (default: whole trace only)")
+    trace.add_argument(
+        "targets", nargs="*", help="a .json/.json.gz trace or a folder of them; or: diff A B"
+    )
+    trace.add_argument(
+        "--annotation", help="record_function name or ProfilerStep (default: whole trace only)"
+    )
     trace.add_argument("--first", action="store_true", help="only the first window of each file")
-    trace.add_argument("--top", type=positive_int, default=8, help="kernels to list by device time (default 8)")
+    trace.add_argument(
+        "--top", type=positive_int, default=8, help="kernels to list by device time (default 8)"
+    )
     trace.add_argument("--json", action="store_true", help="print JSON instead of text")
-    trace.add_argument("--rules", action="store_true", help="print the kernel family rules and exit")
-    report = commands.add_parser("report", help="the results table, as Markdown/HTML, and plots, from a saved run")
-    report.add_argument("run", help="perfsuite run.json, a pytest-benchmark JSON file, or a saved run's number "
-                                    "(0001: the one under .benchmarks/, as compare takes it)")
+    trace.add_argument(
+        "--rules", action="store_true", help="print the kernel family rules and exit"
+    )
+    report = commands.add_parser(
+        "report", help="the results table, as Markdown/HTML, and plots, from a saved run"
+    )
+    report.add_argument(
+        "run",
+        help="perfsuite run.json, a pytest-benchmark JSON file, or a saved run's number "
+        "(0001: the one under .benchmarks/, as compare takes it)",
+    )
     report.add_argument("--markdown", help="write the Markdown report here")
     report.add_argument("--html", help="write the self-contained HTML report here")
     report.add_argument("--plots", help="write the plots (PNG and SVG) into this folder")

@@ -15,7 +15,9 @@ from perfsuite.storage import write_text_atomic
 def run_report(args: argparse.Namespace) -> int:
     from perfsuite.cli.gate import saved_run_path
 
-    run = load_run(saved_run_path(args.run))  # ReportError, UsageError: printed by the CLI as one line, exit 2
+    run = load_run(
+        saved_run_path(args.run)
+    )  # ReportError, UsageError: printed by the CLI as one line, exit 2
     plots: list[Path] = []
     if args.plots:
         from perfsuite.report.plots import all_plots
@@ -25,13 +27,24 @@ def run_report(args: argparse.Namespace) -> int:
             print(f"wrote {path}", file=sys.stderr)
         names = {p.stem for p in plots}
         if "scaling" not in names:
-            print("no scaling plot: it needs cases that differ only in seq_len (e.g. --perfsuite-shapes "
-                  "\"1x8x256x64 1x8x1024x64\")", file=sys.stderr)
+            print(
+                "no scaling plot: it needs cases that differ only in seq_len (e.g. --perfsuite-shapes "
+                '"1x8x256x64 1x8x1024x64")',
+                file=sys.stderr,
+            )
         if "roofline" not in names:
-            print("no roofline: the run has no measured peaks (timed runs measure them)", file=sys.stderr)
+            print(
+                "no roofline: the run has no measured peaks (timed runs measure them)",
+                file=sys.stderr,
+            )
     pngs = [p for p in plots if p.suffix == ".png"]
     if args.markdown:
-        relative = [p.relative_to(Path(args.markdown).parent).as_posix() if p.is_relative_to(Path(args.markdown).parent) else str(p) for p in pngs]
+        relative = [
+            p.relative_to(Path(args.markdown).parent).as_posix()
+            if p.is_relative_to(Path(args.markdown).parent)
+            else str(p)
+            for p in pngs
+        ]
         write_text_atomic(args.markdown, markdown_report(run, relative))
         print(f"wrote {args.markdown}", file=sys.stderr)
     if args.html:

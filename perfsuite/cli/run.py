@@ -25,16 +25,22 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Sequence
+from collections.abc import Sequence
 
 _PR_SET_PDEATHSIG = 1  # prctl(2): the signal a child gets when its parent dies
 
 
 def add_command(commands) -> None:
-    run = commands.add_parser("run", help="the attention suite here (your repository): checked, profiled, timed",
-                              usage="perfsuite run [-h] [--check] [PYTEST ARGS ...]",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    run.add_argument("--check", action="store_true", help="correctness and profiler checks only, no timing")
+    run = commands.add_parser(
+        "run",
+        help="the attention suite here (your repository): checked, profiled, timed",
+        usage="perfsuite run [-h] [--check] [PYTEST ARGS ...]",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    run.add_argument(
+        "--check", action="store_true", help="correctness and profiler checks only, no timing"
+    )
 
 
 def run_suite(args: argparse.Namespace) -> int:
@@ -45,10 +51,20 @@ def run_suite(args: argparse.Namespace) -> int:
 
     root = find_project_root(Path.cwd())  # from a subdirectory: the repository's configuration
     if root != Path.cwd().resolve():
-        print(f"perfsuite run: running in {root} (the repository's root and configuration)", file=sys.stderr)
-    command = [sys.executable, "-m", "pytest", *suite_arguments(root, not args.check, list(args.pytest_args))]
+        print(
+            f"perfsuite run: running in {root} (the repository's root and configuration)",
+            file=sys.stderr,
+        )
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        *suite_arguments(root, not args.check, list(args.pytest_args)),
+    ]
     # PERFSUITE_HISTORY_SOURCE: the history store records this run as perfsuite run's
-    return run_forwarding_signals(command, {**os.environ, **required_env(), "PERFSUITE_HISTORY_SOURCE": "run"}, cwd=root)
+    return run_forwarding_signals(
+        command, {**os.environ, **required_env(), "PERFSUITE_HISTORY_SOURCE": "run"}, cwd=root
+    )
 
 
 def _interrupt_when_parent_dies() -> None:
@@ -60,7 +76,9 @@ def _interrupt_when_parent_dies() -> None:
         pass
 
 
-def run_forwarding_signals(command: Sequence[str], env: dict[str, str], cwd: Path | None = None) -> int:
+def run_forwarding_signals(
+    command: Sequence[str], env: dict[str, str], cwd: Path | None = None
+) -> int:
     """Run ``command`` and return its exit code, passing SIGINT and SIGTERM on to it as SIGINT.
 
     The child runs in its own process group, so a terminal's Ctrl-C reaches it once, through
@@ -68,8 +86,13 @@ def run_forwarding_signals(command: Sequence[str], env: dict[str, str], cwd: Pat
     (pytest finishes the running test and saves, marked partial); a second one kills its
     process group. A child killed by signal N gives ``128 + N``, as a shell reports it.
     """
-    child = subprocess.Popen(list(command), env=env, cwd=cwd, process_group=0,
-                             preexec_fn=_interrupt_when_parent_dies if sys.platform == "linux" else None)
+    child = subprocess.Popen(
+        list(command),
+        env=env,
+        cwd=cwd,
+        process_group=0,
+        preexec_fn=_interrupt_when_parent_dies if sys.platform == "linux" else None,
+    )
     received: list[int] = []
 
     def forward(signum, frame) -> None:
@@ -77,8 +100,11 @@ def run_forwarding_signals(command: Sequence[str], env: dict[str, str], cwd: Pat
         if len(received) == 1:
             child.send_signal(signal.SIGINT)
             return
-        print("perfsuite run: second interrupt: stopping pytest now; this run's results are not saved",
-              file=sys.stderr, flush=True)
+        print(
+            "perfsuite run: second interrupt: stopping pytest now; this run's results are not saved",
+            file=sys.stderr,
+            flush=True,
+        )
         try:
             os.killpg(child.pid, signal.SIGKILL)
         except ProcessLookupError:

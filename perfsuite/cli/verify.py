@@ -97,29 +97,67 @@ def _ms(seconds: float | None) -> str:
 def timing_rows(results: list[BenchmarkResult], peaks: dict[str, Any] | None) -> list[str]:
     """Markdown rows: wall, device, their difference (launch/host overhead), TFLOP/s and the share
     of the measured matmul peak of the case's dtype (``perfsuite.measure.peaks``)."""
-    header = ["variant", "mode", "case", "timer", "median ms", "wall ms", "device ms", "wall - device ms",
-              "TFLOP/s", "% of measured matmul peak"]
+    header = [
+        "variant",
+        "mode",
+        "case",
+        "timer",
+        "median ms",
+        "wall ms",
+        "device ms",
+        "wall - device ms",
+        "TFLOP/s",
+        "% of measured matmul peak",
+    ]
     rows = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     matmul = (peaks or {}).get("matmul_tflops") or {}
     for r in results:
         peak = matmul.get(parse_case_id(r.case_id).dtype)
         share = f"{100 * r.achieved_tflops / peak:.1f}%" if r.achieved_tflops and peak else "-"
         tflops = f"{r.achieved_tflops:.3g}" if r.achieved_tflops else "-"
-        rows.append("| " + " | ".join([r.variant, r.mode, r.case_id, r.timer, _ms(r.median_s), _ms(r.wall_median_s),
-                                       _ms(r.device_median_s), _ms(r.host_overhead_s), tflops, share]) + " |")
+        rows.append(
+            "| "
+            + " | ".join(
+                [
+                    r.variant,
+                    r.mode,
+                    r.case_id,
+                    r.timer,
+                    _ms(r.median_s),
+                    _ms(r.wall_median_s),
+                    _ms(r.device_median_s),
+                    _ms(r.host_overhead_s),
+                    tflops,
+                    share,
+                ]
+            )
+            + " |"
+        )
     return rows
 
 
 def no_cuda_report(env: dict[str, Any]) -> str:
     """The report of a machine where torch sees no CUDA device."""
-    lines = ["# perfsuite GPU verification", "", "**Result: NO CUDA DEVICE** - `torch.cuda.is_available()` is False; "
-             "no GPU check ran.", "", "## Environment", ""]
+    lines = [
+        "# perfsuite GPU verification",
+        "",
+        "**Result: NO CUDA DEVICE** - `torch.cuda.is_available()` is False; no GPU check ran.",
+        "",
+        "## Environment",
+        "",
+    ]
     lines += [f"- {key}: `{value}`" for key, value in env.items()]
     return "\n".join(lines + ["", "## Running it on a GPU", "", INSTALL_HELP, ""])
 
 
-def verification_report(env: dict[str, Any], checks: list[Check], results: list[BenchmarkResult],
-                        peaks: dict[str, Any] | None, suite_exit: int, budget_s: int | None) -> tuple[str, bool]:
+def verification_report(
+    env: dict[str, Any],
+    checks: list[Check],
+    results: list[BenchmarkResult],
+    peaks: dict[str, Any] | None,
+    suite_exit: int,
+    budget_s: int | None,
+) -> tuple[str, bool]:
     """The Markdown report and whether it passed: every check passed or skipped, the suite exited
     0 within its budget, and at least one check ran."""
     failed = [c for c in checks if c.outcome in ("failed", "error")]
@@ -131,20 +169,41 @@ def verification_report(env: dict[str, Any], checks: list[Check], results: list[
     if not checks:
         problems.append("no check ran")
     passed = not problems and suite_exit == 0
-    counts = {o: sum(1 for c in checks if c.outcome == o) for o in ("passed", "failed", "error", "skipped")}
-    verdict = "PASS" if passed else "FAIL: " + "; ".join(problems or [f"pytest exited {suite_exit}"])
-    lines = ["# perfsuite GPU verification", "", f"**Result: {verdict}**", "",
-             ", ".join(f"{n} {o}" for o, n in counts.items()), "", "## Environment", ""]
+    counts = {
+        o: sum(1 for c in checks if c.outcome == o)
+        for o in ("passed", "failed", "error", "skipped")
+    }
+    verdict = (
+        "PASS" if passed else "FAIL: " + "; ".join(problems or [f"pytest exited {suite_exit}"])
+    )
+    lines = [
+        "# perfsuite GPU verification",
+        "",
+        f"**Result: {verdict}**",
+        "",
+        ", ".join(f"{n} {o}" for o, n in counts.items()),
+        "",
+        "## Environment",
+        "",
+    ]
     lines += [f"- {key}: `{value}`" for key, value in env.items()]
     if peaks:
         lines.append(f"- measured peaks: `{peaks}`")
-    lines += ["", "## Checks", "", "| check | variant / case / mode | result | detail |", "| --- | --- | --- | --- |"]
+    lines += [
+        "",
+        "## Checks",
+        "",
+        "| check | variant / case / mode | result | detail |",
+        "| --- | --- | --- | --- |",
+    ]
     order = {"failed": 0, "error": 0, "passed": 1, "skipped": 2}
     for c in sorted(checks, key=lambda c: (order[c.outcome], c.test, c.param)):
         mark = c.outcome.upper() if c.outcome in ("failed", "error") else c.outcome
         lines.append(f"| {c.test} | {_cell(c.param, 120)} | {mark} | {_cell(c.detail)} |")
     lines += ["", "## Time per step: wall, device and their difference", ""]
-    lines += timing_rows(results, peaks) if results else ["no timed results (run.json missing or empty)"]
+    lines += (
+        timing_rows(results, peaks) if results else ["no timed results (run.json missing or empty)"]
+    )
     return "\n".join(lines) + "\n", passed
 
 
@@ -169,8 +228,10 @@ def run_verify(args: argparse.Namespace) -> int:
     env = environment()
     if not env["torch.cuda.is_available()"]:
         write_text_atomic(out, no_cuda_report(env))
-        print(f"perfsuite verify: NO CUDA DEVICE (torch {env['torch']}, torch.version.cuda={env['torch.version.cuda']}, "
-              f"torch.version.hip={env['torch.version.hip']}, driver={env['driver']}); report: {out}")
+        print(
+            f"perfsuite verify: NO CUDA DEVICE (torch {env['torch']}, torch.version.cuda={env['torch.version.cuda']}, "
+            f"torch.version.hip={env['torch.version.hip']}, driver={env['driver']}); report: {out}"
+        )
         return 1 if args.require_cuda else 0
     junit, checks, results, peaks = results_dir / "junit.xml", [], [], None
     try:  # an unreadable file is a failed check of the report, never a report left unwritten
@@ -180,7 +241,9 @@ def run_verify(args: argparse.Namespace) -> int:
             results, peaks = run.results, run.peaks
     except ReportError as exc:
         checks.append(Check("reading the suite's results", "", "error", str(exc)))
-    report, passed = verification_report(env, checks, results, peaks, args.suite_exit, args.budget_s)
+    report, passed = verification_report(
+        env, checks, results, peaks, args.suite_exit, args.budget_s
+    )
     smoke = results_dir / SMOKE_FILE
     if smoke.exists():  # the smoke step's table, and its failures in the result
         smoke_text = smoke.read_text(encoding="utf-8")
@@ -192,14 +255,34 @@ def run_verify(args: argparse.Namespace) -> int:
 
 
 def add_command(commands) -> None:
-    verify = commands.add_parser("verify", help="the GPU verification report (Markdown) from a suite run's folder")
-    verify.add_argument("--results", required=True, help="the suite's results folder (junit.xml, run.json)")
+    verify = commands.add_parser(
+        "verify", help="the GPU verification report (Markdown) from a suite run's folder"
+    )
+    verify.add_argument(
+        "--results", required=True, help="the suite's results folder (junit.xml, run.json)"
+    )
     verify.add_argument("--out", help="write the report here (default RESULTS/verification.md)")
-    verify.add_argument("--suite-exit", type=int, default=0, help="pytest's exit status (124/137: ran past the budget)")
-    verify.add_argument("--budget-s", type=int, help="the suite's time budget in seconds, for the report")
-    verify.add_argument("--require-cuda", action="store_true", help="exit 1 when there is no CUDA device")
-    verify.add_argument("--smoke", action="store_true",
-                        help="run only the fail-fast smoke checks (device, one call per pinned SDPA backend, "
-                             "naive's score copy on the device lane) into RESULTS/smoke.md; exit 1 on a failure")
-    verify.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
-                        help="the device of --smoke (cpu: the same steps on the CPU lane)")
+    verify.add_argument(
+        "--suite-exit",
+        type=int,
+        default=0,
+        help="pytest's exit status (124/137: ran past the budget)",
+    )
+    verify.add_argument(
+        "--budget-s", type=int, help="the suite's time budget in seconds, for the report"
+    )
+    verify.add_argument(
+        "--require-cuda", action="store_true", help="exit 1 when there is no CUDA device"
+    )
+    verify.add_argument(
+        "--smoke",
+        action="store_true",
+        help="run only the fail-fast smoke checks (device, one call per pinned SDPA backend, "
+        "naive's score copy on the device lane) into RESULTS/smoke.md; exit 1 on a failure",
+    )
+    verify.add_argument(
+        "--device",
+        choices=("cuda", "cpu"),
+        default="cuda",
+        help="the device of --smoke (cpu: the same steps on the CPU lane)",
+    )

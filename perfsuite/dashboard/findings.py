@@ -3,7 +3,7 @@ ratio of a runner-up to the fastest implementation with its interval."""
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 from perfsuite.dashboard.model import Check
 
@@ -19,16 +19,21 @@ def hides_keys(case_id: str) -> bool | None:
     except ValueError:
         return None
 
+
 # The post's findings: the out-of-place masked_fill copies the score matrix, masked_fill_ does not;
 # a pinned SDPA backend runs its own kernel (torch's SDPBackend names, as the structure records them).
 SCORE_COPIES = {"naive": "copies the score matrix", "naive_inplace": "no score copy"}
-PINNED = {"sdpa_math": "MATH", "sdpa_flash": "FLASH_ATTENTION", "sdpa_efficient": "EFFICIENT_ATTENTION",
-          "sdpa_cudnn": "CUDNN_ATTENTION"}
+PINNED = {
+    "sdpa_math": "MATH",
+    "sdpa_flash": "FLASH_ATTENTION",
+    "sdpa_efficient": "EFFICIENT_ATTENTION",
+    "sdpa_cudnn": "CUDNN_ATTENTION",
+}
 
 
-
-
-def checks_from(newest: Iterable[tuple[str, str, str, str, float | None, dict | None]]) -> list[Check]:
+def checks_from(
+    newest: Iterable[tuple[str, str, str, str, float | None, dict | None]],
+) -> list[Check]:
     """The post's findings on the newest point of each benchmark: ``newest`` yields (variant, case id, testbed,
     torch, score copies per forward, structural fingerprint). naive copies the scores once when the mask hides
     keys and not otherwise (``Variant.expected_score_copies``); naive_inplace never does."""
@@ -37,19 +42,42 @@ def checks_from(newest: Iterable[tuple[str, str, str, str, float | None, dict | 
         hidden = hides_keys(case_id)
         if variant in SCORE_COPIES and copies is not None and hidden is not None:
             wanted = 1 if variant == "naive" and hidden else 0
-            finding = (f"{variant} {SCORE_COPIES[variant]}" if wanted or variant == "naive_inplace"
-                       else "naive makes no copy when the mask hides nothing")
-            found.append(Check(f"{finding} ({case_id})", variant, testbed, torch, f"{wanted} score cop{'y' if wanted == 1 else 'ies'}",
-                               f"{copies:g} score copies per forward", copies == wanted))
+            finding = (
+                f"{variant} {SCORE_COPIES[variant]}"
+                if wanted or variant == "naive_inplace"
+                else "naive makes no copy when the mask hides nothing"
+            )
+            found.append(
+                Check(
+                    f"{finding} ({case_id})",
+                    variant,
+                    testbed,
+                    torch,
+                    f"{wanted} score cop{'y' if wanted == 1 else 'ies'}",
+                    f"{copies:g} score copies per forward",
+                    copies == wanted,
+                )
+            )
         if variant in PINNED and structure is not None:
             ran = structure.get("sdpa_backends") or []
             ok = any(b.split(" ")[0] == PINNED[variant] for b in ran)
-            found.append(Check(f"pinned {PINNED[variant]} ran its kernel ({case_id})", variant, testbed, torch,
-                               PINNED[variant], ", ".join(ran) or "no SDPA backend op", ok))
+            found.append(
+                Check(
+                    f"pinned {PINNED[variant]} ran its kernel ({case_id})",
+                    variant,
+                    testbed,
+                    torch,
+                    PINNED[variant],
+                    ", ".join(ran) or "no SDPA backend op",
+                    ok,
+                )
+            )
     return found
 
 
-def fastest_ratio(fast: tuple[float, float, float], other: tuple[float, float, float]) -> tuple[float, float, float] | None:
+def fastest_ratio(
+    fast: tuple[float, float, float], other: tuple[float, float, float]
+) -> tuple[float, float, float] | None:
     """(ratio, low, high) of ``other``'s median to ``fast``'s, each given as (median, interval low, interval high)
     in seconds; the interval is the ratio of the intervals' far ends (conservative). None when a bound is not positive."""
     (m0, lo0, hi0), (m1, lo1, hi1) = fast, other

@@ -12,12 +12,24 @@ import collections
 from typing import Any
 
 from perfsuite.dashboard.findings import checks_from, fastest_ratio
-from perfsuite.dashboard.model import (ChangePoint, Commit, Dashboard, Epoch, Fastest, Point, Series, Testbed,
-                                       median_interval_s, quartiles_s)
+from perfsuite.dashboard.model import (
+    ChangePoint,
+    Commit,
+    Dashboard,
+    Epoch,
+    Fastest,
+    Point,
+    Series,
+    Testbed,
+    median_interval_s,
+    quartiles_s,
+)
 
 from perfsuite.history.records import Testbed as HistoryTestbed
 
 MEASURES = {"time_s": "time", "wall_s": "wall"}  # store measure -> the dashboard's name
+
+
 def _dtype(case_id: str) -> str:
     """``fp32`` from ``b2h4s64d32-fp32-causal-cpu`` (the case id's second field)."""
     parts = case_id.split("-")
@@ -30,12 +42,23 @@ def _point(p: Any, copies: dict[str, float]) -> Point | None:
         return None
     q1, median, q3 = quartiles_s(values)
     copy = copies.get(p.sha)
-    return Point(p.sha, median, q1, q3, len(values), bool(p.contended), p.structure_hash or "",
-                 None if copy is None else int(round(copy)))
+    return Point(
+        p.sha,
+        median,
+        q1,
+        q3,
+        len(values),
+        bool(p.contended),
+        p.structure_hash or "",
+        None if copy is None else int(round(copy)),
+    )
 
 
 def _epoch_label(changed: dict[str, tuple[Any, Any]]) -> str:
-    return ", ".join(f"{field} {before} -> {after}" for field, (before, after) in changed.items()) or "software changed"
+    return (
+        ", ".join(f"{field} {before} -> {after}" for field, (before, after) in changed.items())
+        or "software changed"
+    )
 
 
 def _change_points(measure: str, found: list[Any]) -> list[ChangePoint]:
@@ -44,9 +67,19 @@ def _change_points(measure: str, found: list[Any]) -> list[ChangePoint]:
     from perfsuite.history.changepoints import detect
 
     steps = detect(found, measure)
-    return [ChangePoint(c.last_good.sha, c.first_bad.sha, c.ratio, c.interval[0], c.interval[1],
-                        "; ".join(c.structure), open=i == len(steps) - 1)
-            for i, c in enumerate(steps) if c.last_good.sha and c.first_bad.sha]
+    return [
+        ChangePoint(
+            c.last_good.sha,
+            c.first_bad.sha,
+            c.ratio,
+            c.interval[0],
+            c.interval[1],
+            "; ".join(c.structure),
+            open=i == len(steps) - 1,
+        )
+        for i, c in enumerate(steps)
+        if c.last_good.sha and c.first_bad.sha
+    ]
 
 
 def _fastest(series: list[Series]) -> list[Fastest]:
@@ -70,12 +103,18 @@ def _fastest(series: list[Series]) -> list[Fastest]:
         commit = max(shared, key=lambda c: order[c])
         ranked = sorted(at[commit].items(), key=lambda item: item[1].median_s)
         (best, p0), (second, p1) = ranked[0], ranked[1]
-        ratio = fastest_ratio((p0.median_s, *median_interval_s(p0)), (p1.median_s, *median_interval_s(p1)))
-        found.append(Fastest(case, mode, testbed, best, p0.median_s, second, *(ratio or (None, None, None))))
+        ratio = fastest_ratio(
+            (p0.median_s, *median_interval_s(p0)), (p1.median_s, *median_interval_s(p1))
+        )
+        found.append(
+            Fastest(case, mode, testbed, best, p0.median_s, second, *(ratio or (None, None, None)))
+        )
     return found
 
 
-def dashboard_from_store(store: Any, title: str = "perfsuite dashboard", repo_url: str = "") -> Dashboard:
+def dashboard_from_store(
+    store: Any, title: str = "perfsuite dashboard", repo_url: str = ""
+) -> Dashboard:
     """Read every series of ``store`` (a ``perfsuite.history.Store``) into a ``Dashboard``."""
     commits: dict[str, tuple] = {}
     series: list[Series] = []
@@ -96,26 +135,55 @@ def dashboard_from_store(store: Any, title: str = "perfsuite dashboard", repo_ur
         points = [pt for pt in (_point(p, copies) for p in found) if pt is not None]
         for p in found:
             if p.sha is not None:
-                commits.setdefault(p.sha, (p.position if p.position is not None else 1 << 60,
-                                           p.commit_time or 0.0, p.subject or ""))
+                commits.setdefault(
+                    p.sha,
+                    (
+                        p.position if p.position is not None else 1 << 60,
+                        p.commit_time or 0.0,
+                        p.subject or "",
+                    ),
+                )
         if not points:
             continue
         shas = [p.commit for p in points]
-        epochs = [Epoch(found[e.start].sha, _epoch_label(e.changed)) for e in _epochs(found) if e.changed
-                  and found[e.start].sha in shas]
+        epochs = [
+            Epoch(found[e.start].sha, _epoch_label(e.changed))
+            for e in _epochs(found)
+            if e.changed and found[e.start].sha in shas
+        ]
         testbeds.setdefault(s.key.testbed, _testbed_label(s.testbed_spec))
-        series.append(Series(s.key.id + ("" if s.key.measure == "time_s" else "-wall"), s.variant, s.case_id,
-                             s.mode, _dtype(s.case_id), MEASURES[s.key.measure], s.key.testbed, points,
-                             _change_points(s.key.measure, found), epochs))
+        series.append(
+            Series(
+                s.key.id + ("" if s.key.measure == "time_s" else "-wall"),
+                s.variant,
+                s.case_id,
+                s.mode,
+                _dtype(s.case_id),
+                MEASURES[s.key.measure],
+                s.key.testbed,
+                points,
+                _change_points(s.key.measure, found),
+                epochs,
+            )
+        )
         last = found[-1]
         if s.key.measure == "time_s":
             newest[(s.variant, s.case_id, s.key.testbed, str(last.software.get("torch")))] = (
-                copies.get(last.sha), last.structure)
+                copies.get(last.sha),
+                last.structure,
+            )
     ordered = sorted(commits.items(), key=lambda item: (item[1][0], item[1][1]))
-    return Dashboard(title, [Commit(sha, _iso(t), subject) for sha, (_, t, subject) in ordered], series,
-                     [Testbed(k, v) for k, v in testbeds.items()], _fastest(series),
-                     checks_from((v, case, tb, torch, c, st) for (v, case, tb, torch), (c, st) in sorted(newest.items())),
-                     repo_url)
+    return Dashboard(
+        title,
+        [Commit(sha, _iso(t), subject) for sha, (_, t, subject) in ordered],
+        series,
+        [Testbed(k, v) for k, v in testbeds.items()],
+        _fastest(series),
+        checks_from(
+            (v, case, tb, torch, c, st) for (v, case, tb, torch), (c, st) in sorted(newest.items())
+        ),
+        repo_url,
+    )
 
 
 def _epochs(found: list[Any]) -> list[Any]:
@@ -129,7 +197,7 @@ def _iso(unix_s: float) -> str:
 
     if not unix_s:
         return ""
-    return datetime.datetime.fromtimestamp(unix_s, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.datetime.fromtimestamp(unix_s, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _testbed_label(spec: dict[str, Any]) -> str:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 from urllib.parse import urlencode
 
 from perfsuite.errors import UsageError
@@ -16,7 +17,11 @@ from perfsuite.errors import UsageError
 
 def series_link(site_url: str, variant: str, case_id: str, mode: str = "forward") -> str:
     """The dashboard at ``site_url`` filtered to one benchmark's series (every measure and testbed)."""
-    return site_url.rstrip("/") + "/index.html#" + urlencode({"variant": variant, "case": case_id, "mode": mode})
+    return (
+        site_url.rstrip("/")
+        + "/index.html#"
+        + urlencode({"variant": variant, "case": case_id, "mode": mode})
+    )
 
 
 def flagged(payload: Mapping[str, Any]) -> list[tuple[str, str, str, str]]:
@@ -46,7 +51,13 @@ def summary_links(ab_json: str | Path, site_url: str) -> str:
         raise UsageError(f"{path}: not a readable perfsuite ab --json file ({exc})") from None
     if not isinstance(payload, dict) or "benchmarks" not in payload:
         raise UsageError(f"{path}: not a perfsuite ab --json file (no 'benchmarks')")
-    lines = ["", f"**History:** [the perfsuite dashboard]({site_url.rstrip('/')}/index.html) (main branch)", ""]
+    lines = [
+        "",
+        f"**History:** [the perfsuite dashboard]({site_url.rstrip('/')}/index.html) (main branch)",
+        "",
+    ]
     for variant, case_id, mode, why in flagged(payload):
-        lines.append(f"- [`{variant}/{case_id}/{mode}`]({series_link(site_url, variant, case_id, mode)}): {why}")
+        lines.append(
+            f"- [`{variant}/{case_id}/{mode}`]({series_link(site_url, variant, case_id, mode)}): {why}"
+        )
     return "\n".join(lines) + "\n"

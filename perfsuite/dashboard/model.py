@@ -156,7 +156,9 @@ class Dashboard:
     notes: list[Finding] = dataclasses.field(default_factory=list)
     groups: list[Group] = dataclasses.field(default_factory=list)
     subtitle: str = ""
-    detail: dict[str, Any] | None = None  # a single run's table: {"header": [...], "rows": [[...]], "skipped": [...]}
+    detail: dict[str, Any] | None = (
+        None  # a single run's table: {"header": [...], "rows": [[...]], "skipped": [...]}
+    )
 
 
 def quartiles_s(rounds_s: list[float] | np.ndarray) -> tuple[float, float, float]:
@@ -168,8 +170,13 @@ def quartiles_s(rounds_s: list[float] | np.ndarray) -> tuple[float, float, float
     return float(q1), float(median), float(q3)
 
 
-def point_from_rounds(commit: str, rounds_s: list[float], contended: bool = False, structure: str = "",
-                      copies: int | None = None) -> Point:
+def point_from_rounds(
+    commit: str,
+    rounds_s: list[float],
+    contended: bool = False,
+    structure: str = "",
+    copies: int | None = None,
+) -> Point:
     """A point from one commit's pooled raw rounds (seconds)."""
     q1, median, q3 = quartiles_s(rounds_s)
     return Point(commit, median, q1, q3, len(rounds_s), contended, structure, copies)
@@ -208,33 +215,66 @@ def to_json(dashboard: Dashboard) -> dict[str, Any]:
     series = []
     for s in dashboard.series:
         structures = sorted({p.structure for p in s.points})
-        series.append({
-            "id": s.id, "variant": s.variant, "case": s.case, "mode": s.mode, "dtype": s.dtype,
-            "measure": s.measure, "testbed": s.testbed,
-            "c": [at(p.commit) for p in s.points],
-            "m": [_us(p.median_s) for p in s.points],
-            "q1": [_us(p.q1_s) for p in s.points],
-            "q3": [_us(p.q3_s) for p in s.points],
-            "n": [p.rounds for p in s.points],
-            "k": [i for i, p in enumerate(s.points) if p.contended],
-            "st": structures if len(structures) > 1 else [],
-            "s": [structures.index(p.structure) for p in s.points] if len(structures) > 1 else [],
-            "cp": [p.copies for p in s.points] if any(p.copies for p in s.points) else [],
-            "changes": [{"good": at(c.last_good), "bad": at(c.first_bad), "ratio": round(c.ratio, 4),
-                         "lo": round(c.ratio_low, 4), "hi": round(c.ratio_high, 4), "cause": c.cause,
-                         "open": c.open} for c in s.change_points],
-            "epochs": [{"c": at(e.commit), "label": e.label} for e in s.epochs],
-        })
+        series.append(
+            {
+                "id": s.id,
+                "variant": s.variant,
+                "case": s.case,
+                "mode": s.mode,
+                "dtype": s.dtype,
+                "measure": s.measure,
+                "testbed": s.testbed,
+                "c": [at(p.commit) for p in s.points],
+                "m": [_us(p.median_s) for p in s.points],
+                "q1": [_us(p.q1_s) for p in s.points],
+                "q3": [_us(p.q3_s) for p in s.points],
+                "n": [p.rounds for p in s.points],
+                "k": [i for i, p in enumerate(s.points) if p.contended],
+                "st": structures if len(structures) > 1 else [],
+                "s": [structures.index(p.structure) for p in s.points]
+                if len(structures) > 1
+                else [],
+                "cp": [p.copies for p in s.points] if any(p.copies for p in s.points) else [],
+                "changes": [
+                    {
+                        "good": at(c.last_good),
+                        "bad": at(c.first_bad),
+                        "ratio": round(c.ratio, 4),
+                        "lo": round(c.ratio_low, 4),
+                        "hi": round(c.ratio_high, 4),
+                        "cause": c.cause,
+                        "open": c.open,
+                    }
+                    for c in s.change_points
+                ],
+                "epochs": [{"c": at(e.commit), "label": e.label} for e in s.epochs],
+            }
+        )
     return {
-        "schema": 1, "title": dashboard.title, "subtitle": dashboard.subtitle, "detail": dashboard.detail, "repo_url": dashboard.repo_url.rstrip("/"),
+        "schema": 1,
+        "title": dashboard.title,
+        "subtitle": dashboard.subtitle,
+        "detail": dashboard.detail,
+        "repo_url": dashboard.repo_url.rstrip("/"),
         "commits": [[c.sha, c.date, c.subject] for c in dashboard.commits],
         "testbeds": {t.id: t.label for t in dashboard.testbeds},
         "series": series,
-        "fastest": [{k: v for k, v in dataclasses.asdict(f).items() if k != "median_s"} | {"median_us": _us(f.median_s)}
-                    for f in dashboard.fastest],
+        "fastest": [
+            {k: v for k, v in dataclasses.asdict(f).items() if k != "median_s"}
+            | {"median_us": _us(f.median_s)}
+            for f in dashboard.fastest
+        ],
         "checks": [dataclasses.asdict(c) for c in dashboard.checks],
         "notes": [dataclasses.asdict(n) for n in dashboard.notes],
-        "groups": [{"title": g.title, "labels": g.labels, "m": [_us(v) for v in g.median_s],
-                    "lo": [None if v is None else _us(v) for v in g.low_s],
-                    "hi": [None if v is None else _us(v) for v in g.high_s], "n": g.rounds} for g in dashboard.groups],
+        "groups": [
+            {
+                "title": g.title,
+                "labels": g.labels,
+                "m": [_us(v) for v in g.median_s],
+                "lo": [None if v is None else _us(v) for v in g.low_s],
+                "hi": [None if v is None else _us(v) for v in g.high_s],
+                "n": g.rounds,
+            }
+            for g in dashboard.groups
+        ],
     }

@@ -38,8 +38,11 @@ def roofline_fraction(result: BenchmarkResult, peaks: dict | None) -> tuple[floa
     if not peak:
         return None
     memory_tflops = result.flop / result.bytes_moved * peaks["memory_gbps"] / 1e3
-    roof, name = (peak, f"{peak:.3g} TFLOP/s matmul peak") if peak <= memory_tflops else (
-        memory_tflops, f"{peaks['memory_gbps']:.3g} GB/s bandwidth roof")
+    roof, name = (
+        (peak, f"{peak:.3g} TFLOP/s matmul peak")
+        if peak <= memory_tflops
+        else (memory_tflops, f"{peaks['memory_gbps']:.3g} GB/s bandwidth roof")
+    )
     return tflops / roof, name
 
 
@@ -57,18 +60,33 @@ def _notes(run: SavedRun) -> list[Finding]:
         notes.append(Finding("bad", f"the run is partial: {run.incomplete}"))
     for r in run.results:
         if r.correct is False:
-            notes.append(Finding("bad", f"{r.variant} on {r.case_id} ({r.mode}): wrong result, max abs error "
-                                        f"{r.max_abs_error:.3g}" if r.max_abs_error is not None else
-                                        f"{r.variant} on {r.case_id} ({r.mode}): wrong result"))
-    copying = sorted({r.variant for r in run.results if r.mode == "forward" and r.score_copies_per_step})
+            notes.append(
+                Finding(
+                    "bad",
+                    f"{r.variant} on {r.case_id} ({r.mode}): wrong result, max abs error "
+                    f"{r.max_abs_error:.3g}"
+                    if r.max_abs_error is not None
+                    else f"{r.variant} on {r.case_id} ({r.mode}): wrong result",
+                )
+            )
+    copying = sorted(
+        {r.variant for r in run.results if r.mode == "forward" and r.score_copies_per_step}
+    )
     if copying:
         notes.append(Finding("warn", "copy the score matrix in the forward: " + ", ".join(copying)))
     contended = [r for r in run.results if r.contended]
     if contended:
-        notes.append(Finding("warn", f"{len(contended)} timing(s) contended (another process took the CPU): "
-                                     "treat their times with care"))
+        notes.append(
+            Finding(
+                "warn",
+                f"{len(contended)} timing(s) contended (another process took the CPU): "
+                "treat their times with care",
+            )
+        )
     if run.skipped:
-        notes.append(Finding("info", f"{len(run.skipped)} benchmark(s) skipped (listed under All results)"))
+        notes.append(
+            Finding("info", f"{len(run.skipped)} benchmark(s) skipped (listed under All results)")
+        )
     if not notes:
         notes.append(Finding("info", f"{len(run.results)} benchmarks: all correct, none contended"))
     return notes
@@ -82,11 +100,24 @@ def _fastest(timed: dict, peaks: dict | None, device: str) -> list[Fastest]:
         ratio = None
         if len(ranked) > 1:  # without a spread in the run: the ratio alone
             i0, i1 = median_interval_s(best), median_interval_s(ranked[1])
-            ratio = (fastest_ratio((best.median_s, *i0), (ranked[1].median_s, *i1)) if i0 and i1 else
-                     (ranked[1].median_s / best.median_s, None, None))
-        found.append(Fastest(case, mode, device, best.variant, best.median_s,
-                             ranked[1].variant if len(ranked) > 1 else "", *(ratio or (None, None, None)),
-                             roof[0] if roof else None, roof[1] if roof else ""))
+            ratio = (
+                fastest_ratio((best.median_s, *i0), (ranked[1].median_s, *i1))
+                if i0 and i1
+                else (ranked[1].median_s / best.median_s, None, None)
+            )
+        found.append(
+            Fastest(
+                case,
+                mode,
+                device,
+                best.variant,
+                best.median_s,
+                ranked[1].variant if len(ranked) > 1 else "",
+                *(ratio or (None, None, None)),
+                roof[0] if roof else None,
+                roof[1] if roof else "",
+            )
+        )
     return found
 
 
@@ -94,9 +125,16 @@ def _groups(timed: dict) -> list[Group]:
     groups = []
     for (case, mode), ranked in timed.items():
         intervals = [median_interval_s(r) for r in ranked]
-        groups.append(Group(f"{case} \u00b7 {mode}", [r.variant for r in ranked], [r.median_s for r in ranked],
-                            [i[0] if i else None for i in intervals], [i[1] if i else None for i in intervals],
-                            [r.rounds for r in ranked]))
+        groups.append(
+            Group(
+                f"{case} \u00b7 {mode}",
+                [r.variant for r in ranked],
+                [r.median_s for r in ranked],
+                [i[0] if i else None for i in intervals],
+                [i[1] if i else None for i in intervals],
+                [r.rounds for r in ranked],
+            )
+        )
     return groups
 
 
@@ -105,13 +143,27 @@ def run_dashboard(run: SavedRun) -> Dashboard:
     device = next((r.device for r in run.results), "cpu")
     torch = str(run.machine.get("torch_version", "?"))
     timed = _timed(run)
-    checks = checks_from((r.variant, r.case_id, device, torch, r.score_copies_per_step, None)
-                         for r in run.results if r.mode == "forward")
-    detail = {"header": list(HEADER), "rows": [table_row(r) for r in run.results],
-              "skipped": [f"{s.variant} on {s.case_id}: {s.reason}" for s in run.skipped]}
-    return Dashboard("perfsuite: attention at a glance", [], [], fastest=_fastest(timed, run.peaks, device),
-                     checks=checks, notes=_notes(run), groups=_groups(timed),
-                     subtitle=f"{machine_line(run)} \u00b7 source: {run.source.name}", detail=detail)
+    checks = checks_from(
+        (r.variant, r.case_id, device, torch, r.score_copies_per_step, None)
+        for r in run.results
+        if r.mode == "forward"
+    )
+    detail = {
+        "header": list(HEADER),
+        "rows": [table_row(r) for r in run.results],
+        "skipped": [f"{s.variant} on {s.case_id}: {s.reason}" for s in run.skipped],
+    }
+    return Dashboard(
+        "perfsuite: attention at a glance",
+        [],
+        [],
+        fastest=_fastest(timed, run.peaks, device),
+        checks=checks,
+        notes=_notes(run),
+        groups=_groups(timed),
+        subtitle=f"{machine_line(run)} \u00b7 source: {run.source.name}",
+        detail=detail,
+    )
 
 
 def html_report(run: SavedRun, plots: list[Path] = ()) -> str:
@@ -119,7 +171,12 @@ def html_report(run: SavedRun, plots: list[Path] = ()) -> str:
     page = inline_page(to_json(run_dashboard(run)))
     images = "".join(
         f'<figure><img alt="{p.stem}" src="data:image/png;base64,{base64.b64encode(p.read_bytes()).decode()}">'
-        f"<figcaption>{p.stem}</figcaption></figure>" for p in plots if p.suffix == ".png")
+        f"<figcaption>{p.stem}</figcaption></figure>"
+        for p in plots
+        if p.suffix == ".png"
+    )
     if images:
-        page = page.replace("<footer>", f"<section id='plots'><h2>Plots</h2>{images}</section><footer>")
+        page = page.replace(
+            "<footer>", f"<section id='plots'><h2>Plots</h2>{images}</section><footer>"
+        )
     return page

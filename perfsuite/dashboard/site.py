@@ -39,21 +39,39 @@ def page(data: dict) -> str:
         f"<script type='application/json' id='perfsuite-data'>{embedded_json(data)}</script>"
         "<script src='uPlot.iife.min.js'></script><script src='dashboard.js'></script>"
         "<footer>Charts: <a href='uPlot.LICENSE'>uPlot</a> (MIT). Written by perfsuite dashboard.</footer>"
-        "</body></html>\n")
+        "</body></html>\n"
+    )
 
 
 def inline_page(data: dict) -> str:
     """One self-contained HTML file: the same page with uPlot, its licence notice and our script inlined."""
+
     def asset(name: str) -> str:
-        return ASSETS[name].read_text().replace("</script", "<\\/script").replace("</style", "<\\/style")
+        return (
+            ASSETS[name]
+            .read_text()
+            .replace("</script", "<\\/script")
+            .replace("</style", "<\\/style")
+        )
 
     notice = "/* uPlot (MIT): " + " ".join(asset("uPlot.LICENSE").split()) + " */"
     text = page(data)
-    text = text.replace("<link rel='stylesheet' href='uPlot.min.css'>", f"<style>{asset('uPlot.min.css')}</style>")
-    text = text.replace("<link rel='stylesheet' href='dashboard.css'>", f"<style>{asset('dashboard.css')}</style>")
-    text = text.replace("<script src='uPlot.iife.min.js'></script>", f"<script>{notice}\n{asset('uPlot.iife.min.js')}</script>")
-    text = text.replace("<script src='dashboard.js'></script>", f"<script>{asset('dashboard.js')}</script>")
-    return text.replace("<a href='uPlot.LICENSE'>uPlot</a> (MIT)", "uPlot (MIT, licence in the page source)")
+    text = text.replace(
+        "<link rel='stylesheet' href='uPlot.min.css'>", f"<style>{asset('uPlot.min.css')}</style>"
+    )
+    text = text.replace(
+        "<link rel='stylesheet' href='dashboard.css'>", f"<style>{asset('dashboard.css')}</style>"
+    )
+    text = text.replace(
+        "<script src='uPlot.iife.min.js'></script>",
+        f"<script>{notice}\n{asset('uPlot.iife.min.js')}</script>",
+    )
+    text = text.replace(
+        "<script src='dashboard.js'></script>", f"<script>{asset('dashboard.js')}</script>"
+    )
+    return text.replace(
+        "<a href='uPlot.LICENSE'>uPlot</a> (MIT)", "uPlot (MIT, licence in the page source)"
+    )
 
 
 def write_site(dashboard: Dashboard, out: str | Path) -> Path:
@@ -64,10 +82,14 @@ def write_site(dashboard: Dashboard, out: str | Path) -> Path:
     """
     out = Path(out)
     if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / MARKER).exists())):
-        raise UsageError(f"{out}: exists and is not a folder written by perfsuite dashboard; "
-                         "give an empty or new folder")
+        raise UsageError(
+            f"{out}: exists and is not a folder written by perfsuite dashboard; "
+            "give an empty or new folder"
+        )
     out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(out / MARKER, "written by perfsuite dashboard; the folder may be rewritten by it\n")
+    write_text_atomic(
+        out / MARKER, "written by perfsuite dashboard; the folder may be rewritten by it\n"
+    )
     for name, source in ASSETS.items():
         write_bytes_atomic(out / name, source.read_bytes())
     return write_text_atomic(out / "index.html", page(to_json(dashboard)))

@@ -38,7 +38,9 @@ def split_list(text: str) -> tuple[str, ...]:
     return tuple(entry.strip() for entry in text.split(",") if entry.strip())
 
 
-def plan(requested: str | None, env: Mapping[str, str], device_count: int, rocm: bool = False) -> DevicePlan:
+def plan(
+    requested: str | None, env: Mapping[str, str], device_count: int, rocm: bool = False
+) -> DevicePlan:
     """The devices a launcher runs on.
 
     ``requested``: ``--devices`` (entries as the visible-device variable spells them), or None for
@@ -54,20 +56,30 @@ def plan(requested: str | None, env: Mapping[str, str], device_count: int, rocm:
     if requested is None:
         if not allowed:
             where = f"{variable}={env.get(variable)!r}" if outer is not None else "no GPU found"
-            raise ConfigError(f"no device to run on ({where}); give --devices, e.g. --devices 0,1 (on a machine "
-                              "without GPUs those run as CPU processes standing in for GPUs)")
+            raise ConfigError(
+                f"no device to run on ({where}); give --devices, e.g. --devices 0,1 (on a machine "
+                "without GPUs those run as CPU processes standing in for GPUs)"
+            )
         return DevicePlan(allowed, variable, outer)
     devices = split_list(requested)
     if not devices:
-        raise ConfigError(f"--devices {requested!r} names no device; give a comma-separated list such as 0,1")
+        raise ConfigError(
+            f"--devices {requested!r} names no device; give a comma-separated list such as 0,1"
+        )
     repeated = sorted({d for d in devices if devices.count(d) > 1})
     if repeated:
-        raise ConfigError(f"--devices {requested!r} names {', '.join(repeated)} more than once; one process per device")
+        raise ConfigError(
+            f"--devices {requested!r} names {', '.join(repeated)} more than once; one process per device"
+        )
     if outer is not None:
         outside = [d for d in devices if d not in outer]
         if outside:
-            raise ConfigError(f"--devices {requested!r}: {', '.join(outside)} not in the caller's {variable}="
-                              f"{','.join(outer)}; allowed: {', '.join(outer)}")
+            raise ConfigError(
+                f"--devices {requested!r}: {', '.join(outside)} not in the caller's {variable}="
+                f"{','.join(outer)}; allowed: {', '.join(outer)}"
+            )
     elif device_count and any(d.isdigit() and int(d) >= device_count for d in devices):
-        raise ConfigError(f"--devices {requested!r}: this machine has {device_count} GPU(s), indices 0..{device_count - 1}")
+        raise ConfigError(
+            f"--devices {requested!r}: this machine has {device_count} GPU(s), indices 0..{device_count - 1}"
+        )
     return DevicePlan(devices, variable, outer)

@@ -30,8 +30,14 @@ RUN_ID_VARIABLE, FLEET_ID_VARIABLE = "PERFSUITE_RUN_ID", "PERFSUITE_FLEET_ID"
 PROGRESS_STEP_PERCENT = 10
 _PERCENT = re.compile(r"\[\s*(\d+)%\]\s*$")
 # pytest's exit codes (pytest.ExitCode), for the end-of-process line
-EXIT_MEANINGS = {0: "passed", 1: "tests failed", 2: "interrupted", 3: "pytest internal error", 4: "usage error",
-                 5: "empty shard (no tests collected)"}
+EXIT_MEANINGS = {
+    0: "passed",
+    1: "tests failed",
+    2: "interrupted",
+    3: "pytest internal error",
+    4: "usage error",
+    5: "empty shard (no tests collected)",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,16 +95,29 @@ def child_arguments(job: ShardJob, root: Path, pytest_args: list[str]) -> list[s
     """pytest's command line for ``job``: the timed suite in ``root``, the user's arguments, then the shard's own
     (last, so they win: shard, results folder, benchmark storage). The child records nothing itself
     (``perfsuite_history=off``): the launcher records each finished shard once, with its labels (``fleet.record``)."""
-    return [sys.executable, "-m", "pytest", *suite_arguments(root, True, list(pytest_args)),
-            f"--perfsuite-shard={job.shard}", f"--perfsuite-results={job.results_dir}",
-            f"--benchmark-storage={job.results_dir / 'benchmarks'}", "-o", "perfsuite_history=off"]
+    return [
+        sys.executable,
+        "-m",
+        "pytest",
+        *suite_arguments(root, True, list(pytest_args)),
+        f"--perfsuite-shard={job.shard}",
+        f"--perfsuite-results={job.results_dir}",
+        f"--benchmark-storage={job.results_dir / 'benchmarks'}",
+        "-o",
+        "perfsuite_history=off",
+    ]
 
 
 def child_env(job: ShardJob, environ: dict[str, str] | None = None) -> dict[str, str]:
     """The caller's environment, the timed-run process conditions, one visible device and the run ids."""
     environ = dict(os.environ if environ is None else environ)
-    return {**environ, **required_env(environ), job.variable: job.device,
-            RUN_ID_VARIABLE: job.run_id, FLEET_ID_VARIABLE: job.fleet_id}
+    return {
+        **environ,
+        **required_env(environ),
+        job.variable: job.device,
+        RUN_ID_VARIABLE: job.run_id,
+        FLEET_ID_VARIABLE: job.fleet_id,
+    }
 
 
 def _follow(process: subprocess.Popen, job: ShardJob, say: Callable[[str], None]) -> None:
@@ -114,8 +133,14 @@ def _follow(process: subprocess.Popen, job: ShardJob, say: Callable[[str], None]
                 say(f"{job.label}: {match.group(1)}%")
 
 
-def run_jobs(jobs: list[ShardJob], root: Path, pytest_args: list[str], say: Callable[[str], None] = print,
-             environ: dict[str, str] | None = None, poll_s: float = 0.2) -> list[ShardExit]:
+def run_jobs(
+    jobs: list[ShardJob],
+    root: Path,
+    pytest_args: list[str],
+    say: Callable[[str], None] = print,
+    environ: dict[str, str] | None = None,
+    poll_s: float = 0.2,
+) -> list[ShardExit]:
     """Run ``jobs``, at most one process per device at a time (jobs of one device in order); wait for all.
 
     Returns each job's ``ShardExit`` in the order of ``jobs``. Never raises for a failed child.
@@ -126,7 +151,10 @@ def run_jobs(jobs: list[ShardJob], root: Path, pytest_args: list[str], say: Call
         with lock:
             say(text)
 
-    waiting = {device: [j for j in jobs if j.device == device] for device in dict.fromkeys(j.device for j in jobs)}
+    waiting = {
+        device: [j for j in jobs if j.device == device]
+        for device in dict.fromkeys(j.device for j in jobs)
+    }
     running: dict[str, tuple[ShardJob, subprocess.Popen, threading.Thread, float]] = {}
     exits: dict[ShardJob, ShardExit] = {}
     while waiting or running:
@@ -135,9 +163,18 @@ def run_jobs(jobs: list[ShardJob], root: Path, pytest_args: list[str], say: Call
             if not waiting[device]:
                 del waiting[device]
             job.results_dir.mkdir(parents=True, exist_ok=True)
-            process = subprocess.Popen(child_arguments(job, root, pytest_args), cwd=root, env=child_env(job, environ),
-                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
-            follower = threading.Thread(target=_follow, args=(process, job, locked_say), daemon=True)
+            process = subprocess.Popen(
+                child_arguments(job, root, pytest_args),
+                cwd=root,
+                env=child_env(job, environ),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                bufsize=1,
+            )
+            follower = threading.Thread(
+                target=_follow, args=(process, job, locked_say), daemon=True
+            )
             follower.start()
             running[device] = (job, process, follower, time.monotonic())
             locked_say(f"{job.label}: started (pid {process.pid}, log {job.log_path})")
@@ -151,9 +188,23 @@ def run_jobs(jobs: list[ShardJob], root: Path, pytest_args: list[str], say: Call
     return [exits[job] for job in jobs]
 
 
-def plan_jobs(devices: tuple[str, ...], variable: str, count: int, only: set[int] | None, results_root: Path,
-              fleet_id: str) -> list[ShardJob]:
+def plan_jobs(
+    devices: tuple[str, ...],
+    variable: str,
+    count: int,
+    only: set[int] | None,
+    results_root: Path,
+    fleet_id: str,
+) -> list[ShardJob]:
     """Shards 1..count (or only those in ``only``) dealt round-robin over ``devices``."""
     indices = [i for i in range(1, count + 1) if only is None or i in only]
-    return [ShardJob(Shard(i, count), devices[n % len(devices)], variable,
-                     results_root / f"shard-{i}-of-{count}", fleet_id) for n, i in enumerate(indices)]
+    return [
+        ShardJob(
+            Shard(i, count),
+            devices[n % len(devices)],
+            variable,
+            results_root / f"shard-{i}-of-{count}",
+            fleet_id,
+        )
+        for n, i in enumerate(indices)
+    ]

@@ -17,7 +17,13 @@ from perfsuite.errors import PerfsuiteError
 from perfsuite.storage import read_json, write_text_atomic
 
 # software that must agree for shards' timings to pool (the ``run.json`` machine fields, measure.machine)
-SOFTWARE_FIELDS = ("torch_version", "cuda_version", "cudnn_version", "hip_version", "driver_version")
+SOFTWARE_FIELDS = (
+    "torch_version",
+    "cuda_version",
+    "cudnn_version",
+    "hip_version",
+    "driver_version",
+)
 FLEET_FILE = "fleet.json"
 
 
@@ -44,11 +50,15 @@ def software_differences(machines: dict[str, dict]) -> dict[str, list[str]]:
         common = values.most_common(1)[0][0]
         for name, machine in machines.items():
             if json.dumps(machine.get(field)) != common:
-                flagged.setdefault(name, []).append(f"{field} {machine.get(field)!r}, the others' {json.loads(common)!r}")
+                flagged.setdefault(name, []).append(
+                    f"{field} {machine.get(field)!r}, the others' {json.loads(common)!r}"
+                )
     return flagged
 
 
-def update_fleet_file(results_root: Path, fleet_id: str, count: int, entries: dict[str, dict]) -> Path:
+def update_fleet_file(
+    results_root: Path, fleet_id: str, count: int, entries: dict[str, dict]
+) -> Path:
     """Merge ``entries`` (shard name -> record) into ``results_root/fleet.json`` atomically.
 
     Raises:
@@ -59,9 +69,11 @@ def update_fleet_file(results_root: Path, fleet_id: str, count: int, entries: di
     if path.is_file():
         record = read_json(path, PerfsuiteError, "fleet record")
         if (record.get("fleet_id"), record.get("shard_count")) != (fleet_id, count):
-            raise PerfsuiteError(f"{path} is fleet {record.get('fleet_id')!r} with {record.get('shard_count')} shards, "
-                                 f"not {fleet_id!r} with {count}; give another --results folder, or --fleet-id "
-                                 f"{record.get('fleet_id')} --shards {record.get('shard_count')} to rerun its shards")
+            raise PerfsuiteError(
+                f"{path} is fleet {record.get('fleet_id')!r} with {record.get('shard_count')} shards, "
+                f"not {fleet_id!r} with {count}; give another --results folder, or --fleet-id "
+                f"{record.get('fleet_id')} --shards {record.get('shard_count')} to rerun its shards"
+            )
     record["shards"].update(entries)
     return write_text_atomic(path, json.dumps(record, indent=2, sort_keys=True) + "\n")
 

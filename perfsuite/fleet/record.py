@@ -19,7 +19,9 @@ from perfsuite.history.importing import COMMIT_KEY, run_from_benchmark_json
 
 def saved_file(results_dir: Path) -> Path | None:
     """The newest pytest-benchmark file a shard saved under ``results_dir/benchmarks``, or None."""
-    found = sorted((results_dir / "benchmarks").rglob("*.json"), key=lambda p: (p.stat().st_mtime, p.name))
+    found = sorted(
+        (results_dir / "benchmarks").rglob("*.json"), key=lambda p: (p.stat().st_mtime, p.name)
+    )
     return found[-1] if found else None
 
 
@@ -28,15 +30,28 @@ def shard_run(results_dir: Path, run_id: str, fleet_id: str, labels: dict, root:
     path = saved_file(results_dir)
     if path is None:
         return None
-    data = json.loads(path.read_text())  # its commit, testbed and software as the shard saw them (capture.py)
-    run = run_from_benchmark_json(data, source="plugin", commit=None if COMMIT_KEY in data else commit_of(root),
-                                  run_group=fleet_id, labels={**labels, "gpu_state": data.get("perfsuite_gpu_state"),
-                                                              "saved_file": str(path)})
+    data = json.loads(
+        path.read_text()
+    )  # its commit, testbed and software as the shard saw them (capture.py)
+    run = run_from_benchmark_json(
+        data,
+        source="plugin",
+        commit=None if COMMIT_KEY in data else commit_of(root),
+        run_group=fleet_id,
+        labels={**labels, "gpu_state": data.get("perfsuite_gpu_state"), "saved_file": str(path)},
+    )
     return dataclasses.replace(run, uid=run_id)
 
 
-def record_shard(results_dir: Path, run_id: str, fleet_id: str, labels: dict, root: Path,
-                 url: str | None = None, ini_value: str | None = None) -> str:
+def record_shard(
+    results_dir: Path,
+    run_id: str,
+    fleet_id: str,
+    labels: dict,
+    root: Path,
+    url: str | None = None,
+    ini_value: str | None = None,
+) -> str:
     """Record a shard; what happened, as a phrase: ``recorded``, ``already in the store``, ``nothing saved``.
 
     Raises:
@@ -56,7 +71,9 @@ def _timed_option(name: str, default: float) -> float:
     return float(found[0]) if found else default
 
 
-def snapshot_weights(results_root: Path, root: Path, url: str | None = None, ini_value: str | None = None) -> Path:
+def snapshot_weights(
+    results_root: Path, root: Path, url: str | None = None, ini_value: str | None = None
+) -> Path:
     """Write the durations every shard of a fleet balances by (``suite.shards.stored_durations``) to
     ``results_root/shard-weights.json``, once before any shard starts, so shards that record while
     others start still split alike; ``{}`` when the store is missing or knows none. Returns the file."""
@@ -65,8 +82,14 @@ def snapshot_weights(results_root: Path, root: Path, url: str | None = None, ini
 
     try:
         with open_store(url, ini_value, root=root, create=False) as store:
-            durations = stored_durations(store, commit_of(root).sha, int(_timed_option("--benchmark-min-rounds", 5)),
-                                         _timed_option("--benchmark-max-time", 1.0))
+            durations = stored_durations(
+                store,
+                commit_of(root).sha,
+                int(_timed_option("--benchmark-min-rounds", 5)),
+                _timed_option("--benchmark-max-time", 1.0),
+            )
     except Exception:  # no store yet, or unreadable: shards split by test count, all alike
         durations = {}
-    return write_text_atomic(results_root / "shard-weights.json", json.dumps(durations, indent=1, sort_keys=True) + "\n")
+    return write_text_atomic(
+        results_root / "shard-weights.json", json.dumps(durations, indent=1, sort_keys=True) + "\n"
+    )

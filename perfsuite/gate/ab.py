@@ -31,7 +31,13 @@ from perfsuite.measure.contention import brief_reason
 from perfsuite.measure.machine import MUST_MATCH, machine_differences
 from perfsuite.trace.structure import adds_work, diff_fingerprints
 from perfsuite.gate.worktrees import describe_tree
-from perfsuite.gate.stats import GateSettings, SequentialPlan, Verdict, below_min_effect, sequential_paired
+from perfsuite.gate.stats import (
+    GateSettings,
+    SequentialPlan,
+    Verdict,
+    below_min_effect,
+    sequential_paired,
+)
 
 # The same, fixed process conditions for both sides, and for every timed run: the list and the
 # reason for each live in perfsuite.measure.conditions.
@@ -74,15 +80,21 @@ class Side:
     def label(self, with_python: bool = False) -> str:
         """``tree`` (and ``python`` when asked, or when it is not this interpreter) as a header shows them."""
         where = describe_tree(self.tree) if self.tree is not None else "installed code"
-        return f"{where} with {self.python}" if with_python or self.python != sys.executable else where
-
+        return (
+            f"{where} with {self.python}" if with_python or self.python != sys.executable else where
+        )
 
 
 def no_aslr_prefix() -> list[str]:
     """``setarch <arch> -R`` where available: both workers get the same address-space layout,
     so cache-set aliasing of the big buffers does not differ at random between them."""
     setarch = shutil.which("setarch")
-    if not setarch or subprocess.run([setarch, platform.machine(), "-R", "true"], capture_output=True).returncode:
+    if (
+        not setarch
+        or subprocess.run(
+            [setarch, platform.machine(), "-R", "true"], capture_output=True
+        ).returncode
+    ):
         return []
     return [setarch, platform.machine(), "-R"]
 
@@ -91,17 +103,26 @@ class WorkerProcess:
     """A running ``perfsuite.gate.ab_worker`` for one side."""
 
     def __init__(self, side: Side, timing_threads: int | None = None):
-        paths = side.python_path() + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        paths = side.python_path() + [
+            p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p
+        ]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths), **WORKER_ENV)
         if timing_threads is not None:
             env |= {TIMING_THREADS_ENV: str(timing_threads), "OMP_NUM_THREADS": str(timing_threads)}
         self.side = side
         if shutil.which(side.python) is None:
-            raise UsageError(f"interpreter {side.python!r} (--base-python / --head-python) does not exist or is not "
-                             "executable; give a virtualenv's bin/python")
+            raise UsageError(
+                f"interpreter {side.python!r} (--base-python / --head-python) does not exist or is not "
+                "executable; give a virtualenv's bin/python"
+            )
         self.process = subprocess.Popen(
-            no_aslr_prefix() + [side.python, "-m", "perfsuite.gate.ab_worker"], cwd=side.tree or ".", env=env, text=True,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            no_aslr_prefix() + [side.python, "-m", "perfsuite.gate.ab_worker"],
+            cwd=side.tree or ".",
+            env=env,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
         )
 
     def ask(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -113,8 +134,10 @@ class WorkerProcess:
         else:
             line = self.process.stdout.readline()
         if not line:
-            raise WorkerError(f"A/B worker for {self.side.label()} exited (exit code {self.process.poll()}); "
-                              "is perfsuite installed for that interpreter?")
+            raise WorkerError(
+                f"A/B worker for {self.side.label()} exited (exit code {self.process.poll()}); "
+                "is perfsuite installed for that interpreter?"
+            )
         reply = json.loads(line)
         if "error" in reply:
             raise WorkerError(f"A/B worker for {self.side.label()}: {reply['error']}")
@@ -147,7 +170,10 @@ class AbBenchmark:
     looks: int = 0
     stopped: str = ""
     seconds: float = 0.0
-    fingerprints: tuple[dict | None, dict | None] = (None, None)  # base's and head's structural fingerprints
+    fingerprints: tuple[dict | None, dict | None] = (
+        None,
+        None,
+    )  # base's and head's structural fingerprints
 
 
 def pair_sampler(base: WorkerProcess, head: WorkerProcess, rounds: int):
@@ -176,51 +202,90 @@ def median_of_rounds(blocks: list[list[float]]) -> float | None:
     return rounds[len(rounds) // 2] if rounds else None
 
 
-def run_benchmark(base: WorkerProcess, head: WorkerProcess, variant: str, case_id: str, seed: int,
-                  rounds: int, settings: GateSettings, plan: SequentialPlan, mode: str = Mode.FORWARD,
-                  specs: tuple[str, ...] = ()) -> AbBenchmark | None:
+def run_benchmark(
+    base: WorkerProcess,
+    head: WorkerProcess,
+    variant: str,
+    case_id: str,
+    seed: int,
+    rounds: int,
+    settings: GateSettings,
+    plan: SequentialPlan,
+    mode: str = Mode.FORWARD,
+    specs: tuple[str, ...] = (),
+) -> AbBenchmark | None:
     """A/B one variant on one case in one mode, sequentially (``stats.sequential_paired``); None when
     either side cannot run it."""
     setups = []
     for worker in (base, head):
-        request = {"variant": worker.side.variant or variant, "case": case_id, "seed": seed, "mode": mode,
-                   "specs": list(specs), "slowdown": worker.side.slowdown_for(variant)}
+        request = {
+            "variant": worker.side.variant or variant,
+            "case": case_id,
+            "seed": seed,
+            "mode": mode,
+            "specs": list(specs),
+            "slowdown": worker.side.slowdown_for(variant),
+        }
         setups.append(worker.ask({"setup": request}))
     key = str(BenchmarkKey(variant, case_id, mode))
     missing = {side: s["missing"] for side, s in zip(("base", "head"), setups) if "missing" in s}
     for side, worker in (("base", base), ("head", head)):
         if side in missing and (worker.side.variant or len(missing) == 2):  # a typo, not a rename
-            raise WorkerError(f"{f'--{side}-variant' if worker.side.variant else side}: {missing[side]}")
+            raise WorkerError(
+                f"{f'--{side}-variant' if worker.side.variant else side}: {missing[side]}"
+            )
     if missing:  # renamed or removed by the change: reported, not timed
         present = "head" if "base" in missing else "base"
-        comparison = BenchmarkComparison(key, None, None, None, Verdict.MISSING, [], f"only in the {present} tree")
+        comparison = BenchmarkComparison(
+            key, None, None, None, Verdict.MISSING, [], f"only in the {present} tree"
+        )
         return AbBenchmark(key, [], [], comparison)
     if any("unsupported" in s for s in setups):
         return None
     sampler = pair_sampler(base, head, rounds)
     outcome = sequential_paired(sampler, settings, plan)
     clean = [i for i, c in enumerate(outcome.contended) if not c]
-    note = f"{len(clean)} pairs" + (f", {len(outcome.contended) - len(clean)} contended set aside"
-                                    if len(clean) < len(outcome.contended) else "")
+    note = f"{len(clean)} pairs" + (
+        f", {len(outcome.contended) - len(clean)} contended set aside"
+        if len(clean) < len(outcome.contended)
+        else ""
+    )
     if small := below_min_effect(outcome.estimate, outcome.verdict, settings):
         note += f"; {small}"
     if sampler.reasons:
         note += f"; the last: {sampler.reasons[-1]}"
     comparison = BenchmarkComparison(
-        key, median_of_rounds([outcome.base_blocks[i] for i in clean]) or median_of_rounds(outcome.base_blocks),
-        median_of_rounds([outcome.head_blocks[i] for i in clean]) or median_of_rounds(outcome.head_blocks),
-        outcome.estimate, outcome.verdict, diff_fingerprints(setups[0]["fingerprint"], setups[1]["fingerprint"]), note,
-        adds_work(setups[0]["fingerprint"], setups[1]["fingerprint"]))
-    return AbBenchmark(key, outcome.base_blocks, outcome.head_blocks, comparison, outcome.contended,
-                       outcome.looks, outcome.stopped, outcome.seconds,
-                       (setups[0].get("fingerprint"), setups[1].get("fingerprint")))
+        key,
+        median_of_rounds([outcome.base_blocks[i] for i in clean])
+        or median_of_rounds(outcome.base_blocks),
+        median_of_rounds([outcome.head_blocks[i] for i in clean])
+        or median_of_rounds(outcome.head_blocks),
+        outcome.estimate,
+        outcome.verdict,
+        diff_fingerprints(setups[0]["fingerprint"], setups[1]["fingerprint"]),
+        note,
+        adds_work(setups[0]["fingerprint"], setups[1]["fingerprint"]),
+    )
+    return AbBenchmark(
+        key,
+        outcome.base_blocks,
+        outcome.head_blocks,
+        comparison,
+        outcome.contended,
+        outcome.looks,
+        outcome.stopped,
+        outcome.seconds,
+        (setups[0].get("fingerprint"), setups[1].get("fingerprint")),
+    )
 
 
 # Between two interpreters, other software is what is being compared; the hardware must still match.
 SOFTWARE_FIELDS = ("torch_version", "cuda_version", "cudnn_version")
 
 
-def check_same_machine(base: WorkerProcess, head: WorkerProcess, devices: list[str], force: bool) -> dict:
+def check_same_machine(
+    base: WorkerProcess, head: WorkerProcess, devices: list[str], force: bool
+) -> dict:
     """Both workers must match in ``machine.MUST_MATCH`` (else ``IncomparableRuns`` unless ``force``);
     with two interpreters, torch/CUDA/cuDNN versions may differ (that is the comparison).
 
@@ -230,14 +295,27 @@ def check_same_machine(base: WorkerProcess, head: WorkerProcess, devices: list[s
     fields = tuple(f for f in MUST_MATCH if not (two_pythons and f in SOFTWARE_FIELDS))
     problems = machine_differences(infos[0], infos[1], fields=fields)
     if problems and not force:
-        raise IncomparableRuns("base and head run different software or hardware: " + "; ".join(problems))
+        raise IncomparableRuns(
+            "base and head run different software or hardware: " + "; ".join(problems)
+        )
     return dict(infos[1], base_machine=infos[0])
 
 
-def run_ab(base_side: Side, head_side: Side, variants: list[str], case_ids: list[str], seed: int = 0,
-           rounds: int = 8, settings: GateSettings = GateSettings(), force: bool = False,
-           progress=None, plan: SequentialPlan = SequentialPlan(), modes: tuple[str, ...] = (Mode.FORWARD,),
-           specs: tuple[str, ...] = (), timing_threads: int | None = None) -> tuple[list[AbBenchmark], dict]:
+def run_ab(
+    base_side: Side,
+    head_side: Side,
+    variants: list[str],
+    case_ids: list[str],
+    seed: int = 0,
+    rounds: int = 8,
+    settings: GateSettings = GateSettings(),
+    force: bool = False,
+    progress=None,
+    plan: SequentialPlan = SequentialPlan(),
+    modes: tuple[str, ...] = (Mode.FORWARD,),
+    specs: tuple[str, ...] = (),
+    timing_threads: int | None = None,
+) -> tuple[list[AbBenchmark], dict]:
     """A/B every variant x case x mode (``plan``: looks and time budget per benchmark); returns the
     benchmarks both sides could run and machine info.
 
@@ -255,7 +333,9 @@ def run_ab(base_side: Side, head_side: Side, variants: list[str], case_ids: list
                 for mode in modes:
                     if progress:
                         progress(f"A/B {variant} on {case_id} ({mode})")
-                    found = run_benchmark(base, head, variant, case_id, seed, rounds, settings, plan, mode, specs)
+                    found = run_benchmark(
+                        base, head, variant, case_id, seed, rounds, settings, plan, mode, specs
+                    )
                     if found:
                         results.append(found)
         return results, info
@@ -264,18 +344,40 @@ def run_ab(base_side: Side, head_side: Side, variants: list[str], case_ids: list
         head.close()
 
 
-def ab_payload(results: list[AbBenchmark], info: dict, settings: GateSettings,
-               plan: SequentialPlan = SequentialPlan()) -> dict:
+def ab_payload(
+    results: list[AbBenchmark],
+    info: dict,
+    settings: GateSettings,
+    plan: SequentialPlan = SequentialPlan(),
+) -> dict:
     """The raw blocks, fingerprints and verdicts of an A/B run (``--json``; the history store reads it)."""
-    return {"schema_version": 2, "machine": info, "alpha": settings.alpha, "min_effect": settings.min_effect,
-               "looks": list(plan.looks), "budget_s": plan.budget_s,
-               "benchmarks": [{"key": r.key, "base_blocks_s": r.base_blocks, "head_blocks_s": r.head_blocks,
-                               "contended_pairs": r.contended, "looks": r.looks, "stopped": r.stopped,
-                               "seconds": r.seconds, "verdict": r.comparison.verdict,
-                               "structure": r.comparison.structure,
-                               "ratio": dataclasses.asdict(r.comparison.estimate) if r.comparison.estimate else None,
-                               "base_fingerprint": r.fingerprints[0], "head_fingerprint": r.fingerprints[1]}
-                              for r in results]}
+    return {
+        "schema_version": 2,
+        "machine": info,
+        "alpha": settings.alpha,
+        "min_effect": settings.min_effect,
+        "looks": list(plan.looks),
+        "budget_s": plan.budget_s,
+        "benchmarks": [
+            {
+                "key": r.key,
+                "base_blocks_s": r.base_blocks,
+                "head_blocks_s": r.head_blocks,
+                "contended_pairs": r.contended,
+                "looks": r.looks,
+                "stopped": r.stopped,
+                "seconds": r.seconds,
+                "verdict": r.comparison.verdict,
+                "structure": r.comparison.structure,
+                "ratio": dataclasses.asdict(r.comparison.estimate)
+                if r.comparison.estimate
+                else None,
+                "base_fingerprint": r.fingerprints[0],
+                "head_fingerprint": r.fingerprints[1],
+            }
+            for r in results
+        ],
+    }
 
 
 def write_json(path: Path, payload: dict) -> None:

@@ -61,19 +61,28 @@ class Worker:
         variant = get_variant(request["variant"])
         no_backward = variant.backward_unsupported(case.device)
         if mode in GRADIENT_MODES and no_backward:
-            return {"unsupported": f"{variant.name} has no backward on {case.device}: {no_backward}"}
+            return {
+                "unsupported": f"{variant.name} has no backward on {case.device}: {no_backward}"
+            }
         try:
             prepared = prepare_case(variant, case, request["seed"])
-            step = synchronized(make_step(mode, prepared.fn, prepared.inputs, prepared.grad_output), case.device)
+            step = synchronized(
+                make_step(mode, prepared.fn, prepared.inputs, prepared.grad_output), case.device
+            )
             run_once(variant, case, step)
         except VariantUnsupported as exc:
             return {"unsupported": str(exc)}
         with tempfile.TemporaryDirectory() as scratch:
             trace = record_trace(step, case.device, Path(scratch) / "t.json.gz")
         summary = summarize_windows(trace, FORWARD_ANNOTATION)[0]
-        scores = account_windows(trace, FORWARD_ANNOTATION, case.score_shape, case.head_dim)[0].by_label()
-        saved = (measure_saved(step, case.score_shape, input_tensors(prepared.inputs)).bytes
-                 if mode == "forward_backward" else None)
+        scores = account_windows(trace, FORWARD_ANNOTATION, case.score_shape, case.head_dim)[
+            0
+        ].by_label()
+        saved = (
+            measure_saved(step, case.score_shape, input_tensors(prepared.inputs)).bytes
+            if mode == "forward_backward"
+            else None
+        )
         extra_s = request.get("slowdown", 0.0) * statistics.median(self._times(step, 7))
         self.forward = step if not extra_s else (lambda: (step(), _spin(extra_s)))
         self._times(self.forward, 5)  # warm-up

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 from perfsuite.errors import BaselineError
 from perfsuite.gate.compare import benchmark_key, load_benchmark_file
@@ -55,10 +56,12 @@ def looks_like_test_path(value: str) -> bool:
 
 def compare_value_error(value: str) -> str:
     """The message for a ``--benchmark-compare`` value that is a test path."""
-    return (f"--benchmark-compare took {value!r} as the run to compare with, but it is a test path: the option's "
-            "value is optional, so a path right after it becomes its value (a pytest-benchmark parsing trap). "
-            f"Write --benchmark-compare=NUM (or --benchmark-compare= for the newest run), or put {value!r} before "
-            "--benchmark-compare")
+    return (
+        f"--benchmark-compare took {value!r} as the run to compare with, but it is a test path: the option's "
+        "value is optional, so a path right after it becomes its value (a pytest-benchmark parsing trap). "
+        f"Write --benchmark-compare=NUM (or --benchmark-compare= for the newest run), or put {value!r} before "
+        "--benchmark-compare"
+    )
 
 
 def check_baseline_file(path: str | Path, data: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -73,13 +76,23 @@ def check_baseline_file(path: str | Path, data: dict[str, Any] | None = None) ->
     for bench in data.get("benchmarks", []):
         info = bench.get("extra_info") if isinstance(bench, dict) else None
         if isinstance(info, dict) and "schema_version" in info:
-            check_schema_version(info["schema_version"], EXTRA_INFO_SCHEMA_VERSION,
-                                 f"{path}: benchmark {benchmark_key(bench)}", BaselineError)
+            check_schema_version(
+                info["schema_version"],
+                EXTRA_INFO_SCHEMA_VERSION,
+                f"{path}: benchmark {benchmark_key(bench)}",
+                BaselineError,
+            )
     marker = data.get(INCOMPLETE_KEY)
     if marker:
-        what = Incomplete(**marker).describe() if isinstance(marker, dict) and set(marker) == {"reason", "finished", "expected"} else marker
-        raise BaselineError(f"{path}: an incomplete run ({what}) is not used as a baseline; compare with a complete "
-                            "run (--benchmark-compare=NUM) or rerun")
+        what = (
+            Incomplete(**marker).describe()
+            if isinstance(marker, dict) and set(marker) == {"reason", "finished", "expected"}
+            else marker
+        )
+        raise BaselineError(
+            f"{path}: an incomplete run ({what}) is not used as a baseline; compare with a complete "
+            "run (--benchmark-compare=NUM) or rerun"
+        )
     return data
 
 
@@ -103,8 +116,10 @@ def resolve_baseline(storage: Any, compare: str | bool) -> tuple[Path, dict[str,
         raise BaselineError(f"--benchmark-compare={compare!r}: {exc}") from None
     if not files:
         wanted = "saved run" if compare is True else f"saved run matching {compare!r}"
-        raise BaselineError(f"--benchmark-compare: no {wanted} in {storage}; nothing to compare with "
-                            "(save one first: a timed run with --benchmark-autosave, or pytest -c benchmarks.ini)")
+        raise BaselineError(
+            f"--benchmark-compare: no {wanted} in {storage}; nothing to compare with "
+            "(save one first: a timed run with --benchmark-autosave, or pytest -c benchmarks.ini)"
+        )
     chosen = Path(files[-1])
     return chosen, check_baseline_file(chosen)
 
@@ -122,5 +137,7 @@ def coverage_note(baseline: dict[str, Any], head_keys: Iterable[str], name: str)
     few = " (few: under half)" if len(covered) < FEW_COVERED_FRACTION * len(head) else ""
     missing = [k for k in head if k not in theirs]
     shown = ", ".join(missing[:5]) + (f", and {len(missing) - 5} more" if len(missing) > 5 else "")
-    return (f"baseline {name} has {len(covered)} of this run's {len(head)} benchmarks{few}; "
-            f"{len(missing)} are compared with nothing: {shown}")
+    return (
+        f"baseline {name} has {len(covered)} of this run's {len(head)} benchmarks{few}; "
+        f"{len(missing)} are compared with nothing: {shown}"
+    )

@@ -22,8 +22,15 @@ from perfsuite.trace.structure import adds_work, diff_fingerprints
 from perfsuite.measure.contention import brief_reason
 from perfsuite.measure.machine import machine_differences
 from perfsuite.measure.speed_reference import SPEED_CHANGED, speed_change
-from perfsuite.gate.stats import (CONTENDED_VERDICT, GateSettings, RatioEstimate, Verdict, below_min_effect, unpaired_ratio,
-                                  verdict)
+from perfsuite.gate.stats import (
+    CONTENDED_VERDICT,
+    GateSettings,
+    RatioEstimate,
+    Verdict,
+    below_min_effect,
+    unpaired_ratio,
+    verdict,
+)
 from perfsuite.storage import EXTRA_INFO_SCHEMA_VERSION, check_schema_version, read_json
 
 
@@ -38,8 +45,12 @@ class BenchmarkComparison:
     verdict: str
     structure: list[str]
     note: str = ""
-    structure_adds_work: bool = False  # trace.structure.adds_work: the change that --fail-on-structure fails
-    speed_changed: bool = False  # contended only because the machine's speed differed (measure.speed_reference)
+    structure_adds_work: bool = (
+        False  # trace.structure.adds_work: the change that --fail-on-structure fails
+    )
+    speed_changed: bool = (
+        False  # contended only because the machine's speed differed (measure.speed_reference)
+    )
 
 
 def load_benchmark_file(path: str | Path) -> dict[str, Any]:
@@ -64,7 +75,9 @@ class BenchmarkKey:
     mode: str = Mode.FORWARD
 
     def __str__(self) -> str:
-        return f"{self.variant}/{self.case_id}" + ("" if self.mode == Mode.FORWARD else f"/{self.mode}")
+        return f"{self.variant}/{self.case_id}" + (
+            "" if self.mode == Mode.FORWARD else f"/{self.mode}"
+        )
 
 
 def benchmark_key(bench: dict[str, Any]) -> str:
@@ -76,14 +89,19 @@ def benchmark_key(bench: dict[str, Any]) -> str:
     return str(BenchmarkKey(info["variant"], info["case"], info.get("mode", Mode.FORWARD)))
 
 
-def check_compatible(base: dict[str, Any], head: dict[str, Any], base_name: str, head_name: str, force: bool) -> list[str]:
+def check_compatible(
+    base: dict[str, Any], head: dict[str, Any], base_name: str, head_name: str, force: bool
+) -> list[str]:
     """Differences in the fields of ``machine.MUST_MATCH``; ``IncomparableRuns`` unless ``force``."""
     ours = (head.get("machine_info") or {}).get("perfsuite", {})
     theirs = (base.get("machine_info") or {}).get("perfsuite", {})
     problems = machine_differences(theirs, ours, base_name, head_name)
     if problems and not force:
-        raise IncomparableRuns("refusing to compare runs from different hardware or software: " + "; ".join(problems)
-                            + " (use --force to compare anyway)")
+        raise IncomparableRuns(
+            "refusing to compare runs from different hardware or software: "
+            + "; ".join(problems)
+            + " (use --force to compare anyway)"
+        )
     return problems
 
 
@@ -114,37 +132,69 @@ def fingerprint_problem(found: Any) -> str | None:
 
 def _structure(base: dict[str, Any], head: dict[str, Any]) -> tuple[list[str], bool]:
     """Structure lines and whether the head adds work; an unreadable fingerprint is 'not compared', never a FAIL."""
-    prints = ((base.get("extra_info") or {}).get("fingerprint"), (head.get("extra_info") or {}).get("fingerprint"))
-    problems = [f"{side} {problem}" for side, fp in zip(("base", "head"), prints) if (problem := fingerprint_problem(fp))]
+    prints = (
+        (base.get("extra_info") or {}).get("fingerprint"),
+        (head.get("extra_info") or {}).get("fingerprint"),
+    )
+    problems = [
+        f"{side} {problem}"
+        for side, fp in zip(("base", "head"), prints)
+        if (problem := fingerprint_problem(fp))
+    ]
     if problems:
         return [f"not compared: the fingerprint of the {'; '.join(problems)}"], False
     return diff_fingerprints(*prints), adds_work(*prints)
 
 
-def _compare_one(key: str, base: dict[str, Any] | None, head: dict[str, Any] | None, settings: GateSettings) -> BenchmarkComparison:
+def _compare_one(
+    key: str, base: dict[str, Any] | None, head: dict[str, Any] | None, settings: GateSettings
+) -> BenchmarkComparison:
     if base is None or head is None:
         side = "base" if head is None else "head"
-        return BenchmarkComparison(key, None, None, None, Verdict.MISSING, [], f"only in the {side} run")
+        return BenchmarkComparison(
+            key, None, None, None, Verdict.MISSING, [], f"only in the {side} run"
+        )
     medians = (base["stats"]["median"], head["stats"]["median"])
-    lacking = [f"the {side} run lacks extra_info {', '.join(fields)}" for side, bench in (("base", base), ("head", head))
-               if (fields := missing_fields(bench))]
+    lacking = [
+        f"the {side} run lacks extra_info {', '.join(fields)}"
+        for side, bench in (("base", base), ("head", head))
+        if (fields := missing_fields(bench))
+    ]
     if lacking:
-        return BenchmarkComparison(key, *medians, None, "inconclusive", [], "; ".join(lacking) + " (not judged)")
+        return BenchmarkComparison(
+            key, *medians, None, "inconclusive", [], "; ".join(lacking) + " (not judged)"
+        )
     structure, more = _structure(base, head)
     data_base, data_head = base["stats"].get("data"), head["stats"].get("data")
     if not data_base or not data_head:
-        return BenchmarkComparison(key, *medians, None, Verdict.INCONCLUSIVE, structure,
-                                   "no per-round data: save runs with --benchmark-save-data", more)
+        return BenchmarkComparison(
+            key,
+            *medians,
+            None,
+            Verdict.INCONCLUSIVE,
+            structure,
+            "no per-round data: save runs with --benchmark-save-data",
+            more,
+        )
     estimate = unpaired_ratio(data_base, data_head, settings.alpha)
     contended = contention_note(base, "base") + contention_note(head, "head")
     speed = speed_change(base.get("extra_info") or {}, head.get("extra_info") or {})
     notes = contended + ([speed] if speed else [])
     if notes:
-        return BenchmarkComparison(key, *medians, estimate, CONTENDED_VERDICT, structure, "; ".join(notes), more,
-                                   speed_changed=not contended)
+        return BenchmarkComparison(
+            key,
+            *medians,
+            estimate,
+            CONTENDED_VERDICT,
+            structure,
+            "; ".join(notes),
+            more,
+            speed_changed=not contended,
+        )
     found = verdict(estimate, settings)
-    return BenchmarkComparison(key, *medians, estimate, found, structure, below_min_effect(estimate, found, settings),
-                               more)
+    return BenchmarkComparison(
+        key, *medians, estimate, found, structure, below_min_effect(estimate, found, settings), more
+    )
 
 
 def contention_note(bench: dict[str, Any], side: str) -> list[str]:
@@ -156,7 +206,9 @@ def contention_note(bench: dict[str, Any], side: str) -> list[str]:
     return [f"{side} run contended: {brief_reason(found)}"]  # in full: the run's JSON and report
 
 
-def compare_runs(base: dict[str, Any], head: dict[str, Any], settings: GateSettings) -> list[BenchmarkComparison]:
+def compare_runs(
+    base: dict[str, Any], head: dict[str, Any], settings: GateSettings
+) -> list[BenchmarkComparison]:
     """Compare every benchmark of either run, in a stable order.
 
     Raises ``BaselineError`` when an entry lacks its stats or holds non-numeric round times, when
@@ -167,20 +219,30 @@ def compare_runs(base: dict[str, Any], head: dict[str, Any], settings: GateSetti
         for bench in run.get("benchmarks", []):
             version = (bench.get("extra_info") or {}).get("schema_version")
             if version is not None:
-                check_schema_version(version, EXTRA_INFO_SCHEMA_VERSION, f"the {side} run's benchmark "
-                                     f"{benchmark_key(bench)}", BaselineError)
+                check_schema_version(
+                    version,
+                    EXTRA_INFO_SCHEMA_VERSION,
+                    f"the {side} run's benchmark {benchmark_key(bench)}",
+                    BaselineError,
+                )
     timed = [b for b in base.get("benchmarks", []) if isinstance(b.get("stats"), dict)]
     if timed and not any(b["stats"].get("data") for b in timed):
-        raise BaselineError("the base run has no per-round data (it was saved without --benchmark-save-data), so "
-                            "no benchmark could be judged slower; save the baseline with --benchmark-save-data "
-                            "(perfsuite run does)")
+        raise BaselineError(
+            "the base run has no per-round data (it was saved without --benchmark-save-data), so "
+            "no benchmark could be judged slower; save the baseline with --benchmark-save-data "
+            "(perfsuite run does)"
+        )
     try:
         return _compare_all(base, head, settings)
     except (KeyError, TypeError, ValueError) as exc:
-        raise BaselineError(f"a benchmark entry is malformed ({type(exc).__name__}: {exc})") from None
+        raise BaselineError(
+            f"a benchmark entry is malformed ({type(exc).__name__}: {exc})"
+        ) from None
 
 
-def _compare_all(base: dict[str, Any], head: dict[str, Any], settings: GateSettings) -> list[BenchmarkComparison]:
+def _compare_all(
+    base: dict[str, Any], head: dict[str, Any], settings: GateSettings
+) -> list[BenchmarkComparison]:
     base_by_key = {benchmark_key(b): b for b in base["benchmarks"]}
     head_by_key = {benchmark_key(b): b for b in head["benchmarks"]}
     keys = list(dict.fromkeys(list(base_by_key) + list(head_by_key)))
@@ -190,52 +252,90 @@ def _compare_all(base: dict[str, Any], head: dict[str, Any], settings: GateSetti
 def gate_failed(comparisons: list[BenchmarkComparison], fail_on_structure: bool) -> bool:
     """True on a ``slower`` verdict, or a structural change that adds work (``trace.structure.adds_work``)
     when ``fail_on_structure``."""
-    return any(c.verdict == Verdict.SLOWER or (fail_on_structure and c.structure_adds_work) for c in comparisons)
+    return any(
+        c.verdict == Verdict.SLOWER or (fail_on_structure and c.structure_adds_work)
+        for c in comparisons
+    )
 
 
 def _ms(value: float | None) -> str:
     return f"{value * 1e3:.3f}" if value else "-"
 
 
-def markdown(comparisons: list[BenchmarkComparison], settings: GateSettings, title: str, method: str) -> str:
+def markdown(
+    comparisons: list[BenchmarkComparison], settings: GateSettings, title: str, method: str
+) -> str:
     """The table a reviewer reads in a pull request."""
     level = round((1 - settings.alpha) * 100, 2)
     statistic = "paired head/base" if method != UNPAIRED_METHOD else "head/base"
-    rows = [f"### {title}", "",
-            f"| benchmark | base ms | head ms | head ms / base ms | {statistic} ({level:g}% CI) | verdict | structure |",
-            "| --- | --- | --- | --- | --- | --- | --- |"]
+    rows = [
+        f"### {title}",
+        "",
+        f"| benchmark | base ms | head ms | head ms / base ms | {statistic} ({level:g}% CI) | verdict | structure |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for c in comparisons:
-        ratio = (f"{c.estimate.ratio:.3f} [{c.estimate.low:.3f}, {c.estimate.high:.3f}]"
-                 if c.estimate and c.estimate.units else "-")  # no units: nothing was measured, no ratio to show
-        plain = f"{c.head_median_s / c.base_median_s:.3f}" if c.base_median_s and c.head_median_s else "-"
+        ratio = (
+            f"{c.estimate.ratio:.3f} [{c.estimate.low:.3f}, {c.estimate.high:.3f}]"
+            if c.estimate and c.estimate.units
+            else "-"
+        )  # no units: nothing was measured, no ratio to show
+        plain = (
+            f"{c.head_median_s / c.base_median_s:.3f}"
+            if c.base_median_s and c.head_median_s
+            else "-"
+        )
         mark = {Verdict.SLOWER: "**slower**", Verdict.FASTER: "faster"}.get(c.verdict, c.verdict)
         note = f" ({c.note})" if c.note else ""
-        structure = "-" if c.verdict == Verdict.MISSING else ("; ".join(c.structure) if c.structure else "same")
-        rows.append(f"| `{c.key}` | {_ms(c.base_median_s)} | {_ms(c.head_median_s)} | {plain} | {ratio} | {mark}{note} "
-                    f"| {structure} |")
+        structure = (
+            "-"
+            if c.verdict == Verdict.MISSING
+            else ("; ".join(c.structure) if c.structure else "same")
+        )
+        rows.append(
+            f"| `{c.key}` | {_ms(c.base_median_s)} | {_ms(c.head_median_s)} | {plain} | {ratio} | {mark}{note} "
+            f"| {structure} |"
+        )
     counts = {v: sum(c.verdict == v for c in comparisons) for v in VERDICTS}
     timed = sum(1 for c in comparisons if c.estimate)
-    rows += ["", ", ".join(f"{n} {v}" for v, n in counts.items() if n) + f" of {len(comparisons)} benchmarks.",
-             f"Method: {method}. Verdicts need a change of at least {settings.min_effect:.0%} and an interval that "
-             f"excludes 1.",
-             f"The verdict comes from the {statistic} column; head ms / base ms is the ratio of the two medians "
-             "shown, which may differ from it" + (" (the paired statistic compares each block with its neighbour, so "
-                                                  "drift between blocks cancels)." if method != UNPAIRED_METHOD else ".")]
+    rows += [
+        "",
+        ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+        + f" of {len(comparisons)} benchmarks.",
+        f"Method: {method}. Verdicts need a change of at least {settings.min_effect:.0%} and an interval that "
+        f"excludes 1.",
+        f"The verdict comes from the {statistic} column; head ms / base ms is the ratio of the two medians "
+        "shown, which may differ from it"
+        + (
+            " (the paired statistic compares each block with its neighbour, so "
+            "drift between blocks cancels)."
+            if method != UNPAIRED_METHOD
+            else "."
+        ),
+    ]
     if any(c.verdict == CONTENDED_VERDICT and not c.speed_changed for c in comparisons):
-        rows.append(f"`{CONTENDED_VERDICT}`: other processes, or on a virtual machine the hypervisor (CPU steal), "
-                    "took the CPU while it was timed (perfsuite.measure.contention); rerun it when the machine is quiet.")
+        rows.append(
+            f"`{CONTENDED_VERDICT}`: other processes, or on a virtual machine the hypervisor (CPU steal), "
+            "took the CPU while it was timed (perfsuite.measure.contention); rerun it when the machine is quiet."
+        )
     if any(c.speed_changed for c in comparisons):
-        rows.append(f"`{CONTENDED_VERDICT}` ({SPEED_CHANGED}): nothing that /proc shows took the CPU (the run's "
-                    "`timing` column may say ok), but a reference matmul timed beside the benchmark ran at another "
-                    "speed in the two runs (perfsuite.measure.speed_reference): on a virtual machine, another guest "
-                    "on the same core or the host's clock. A quiet load average does not rule it out; gate with "
-                    "`perfsuite ab`, whose pairs share the machine's speed.")
+        rows.append(
+            f"`{CONTENDED_VERDICT}` ({SPEED_CHANGED}): nothing that /proc shows took the CPU (the run's "
+            "`timing` column may say ok), but a reference matmul timed beside the benchmark ran at another "
+            "speed in the two runs (perfsuite.measure.speed_reference): on a virtual machine, another guest "
+            "on the same core or the host's clock. A quiet load average does not rule it out; gate with "
+            "`perfsuite ab`, whose pairs share the machine's speed."
+        )
     if method == UNPAIRED_METHOD:
-        rows.append("Two separate runs: drift of the machine between them is not controlled, so there is no "
-                    "false-alarm bound; gate with `perfsuite ab` (interleaved), which has one.")
+        rows.append(
+            "Two separate runs: drift of the machine between them is not controlled, so there is no "
+            "false-alarm bound; gate with `perfsuite ab` (interleaved), which has one."
+        )
     elif timed:
-        rows.append(f"False-alarm bound for identical code: {settings.false_alarm_rate():.2%} per benchmark, "
-                    f"{settings.false_alarm_rate(timed):.2%} for these {timed} (union bound).")
+        rows.append(
+            f"False-alarm bound for identical code: {settings.false_alarm_rate():.2%} per benchmark, "
+            f"{settings.false_alarm_rate(timed):.2%} for these {timed} (union bound)."
+        )
     return "\n".join(rows) + "\n"
 
 

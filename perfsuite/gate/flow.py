@@ -9,8 +9,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from perfsuite.gate.compare import (UNPAIRED_METHOD, BenchmarkComparison, check_compatible, compare_runs,
-                                    judged_nothing, markdown)
+from perfsuite.gate.compare import (
+    UNPAIRED_METHOD,
+    BenchmarkComparison,
+    check_compatible,
+    compare_runs,
+    judged_nothing,
+    markdown,
+)
 from perfsuite.gate.stats import CONTENDED_VERDICT, GateSettings, Verdict
 from perfsuite.trace.structure import NO_WORK_PREFIX
 
@@ -52,32 +58,53 @@ class GateOutcome:
             return f"perfsuite gate: NOT JUDGED: no benchmark is in both runs ({total} seen)"
         if self.failures:
             slower = sum(c.verdict == Verdict.SLOWER for c in self.comparisons)
-            more = sum(bool(self.fail_on_structure and c.structure_adds_work) for c in self.comparisons)
-            return (f"perfsuite gate: FAIL: {len(self.failures)} of {plural(total, 'benchmark')} regressed "
-                    f"({slower} slower, {more} with structure that adds work)"
-                    + ("; no timing was judged, structure only" if not self._timed() else "")
-                    + "".join(f"; {note}" for note in self._timing_notes(self._counts())))
+            more = sum(
+                bool(self.fail_on_structure and c.structure_adds_work) for c in self.comparisons
+            )
+            return (
+                f"perfsuite gate: FAIL: {len(self.failures)} of {plural(total, 'benchmark')} regressed "
+                f"({slower} slower, {more} with structure that adds work)"
+                + ("; no timing was judged, structure only" if not self._timed() else "")
+                + "".join(f"; {note}" for note in self._timing_notes(self._counts()))
+            )
         counts = self._counts()
         shown = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
         notes = self._structure_notes() + self._timing_notes(counts)
-        return (f"perfsuite gate: PASS: no regression found in {plural(total, 'benchmark')} ({shown})"
-                + "".join(f"; {note}" for note in notes))
+        return (
+            f"perfsuite gate: PASS: no regression found in {plural(total, 'benchmark')} ({shown})"
+            + "".join(f"; {note}" for note in notes)
+        )
 
     def _timed(self) -> int:
         """Benchmarks whose timing was judged (slower, faster or no change)."""
-        return sum(c.verdict in (Verdict.SLOWER, Verdict.FASTER, Verdict.NO_CHANGE) for c in self.comparisons)
+        return sum(
+            c.verdict in (Verdict.SLOWER, Verdict.FASTER, Verdict.NO_CHANGE)
+            for c in self.comparisons
+        )
 
     def _counts(self) -> dict[str, int]:
-        return {v: sum(c.verdict == v for c in self.comparisons)
-                for v in (Verdict.NO_CHANGE, Verdict.FASTER, Verdict.INCONCLUSIVE, CONTENDED_VERDICT, Verdict.MISSING)}
+        return {
+            v: sum(c.verdict == v for c in self.comparisons)
+            for v in (
+                Verdict.NO_CHANGE,
+                Verdict.FASTER,
+                Verdict.INCONCLUSIVE,
+                CONTENDED_VERDICT,
+                Verdict.MISSING,
+            )
+        }
 
     def _timing_notes(self, counts: dict[str, int]) -> list[str]:
         """What the timings did not decide, on PASS and FAIL lines alike."""
         notes = []
         if counts[Verdict.INCONCLUSIVE]:
-            notes.append("inconclusive timings decide nothing: more blocks/rounds or a quieter machine")
+            notes.append(
+                "inconclusive timings decide nothing: more blocks/rounds or a quieter machine"
+            )
         if counts[CONTENDED_VERDICT]:
-            notes.append(f"WARNING: {counts[CONTENDED_VERDICT]} {self._why_contended()}, not judged")
+            notes.append(
+                f"WARNING: {counts[CONTENDED_VERDICT]} {self._why_contended()}, not judged"
+            )
         return notes
 
     def _structure_notes(self) -> list[str]:
@@ -85,8 +112,10 @@ class GateOutcome:
         if not changed:
             return []
         if not self.fail_on_structure:
-            return [f"{len(changed)} with structural changes (a change that adds work fails the gate only with "
-                    "--fail-on-structure, or --perfsuite-fail-on-structure in perfsuite run / pytest)"]
+            return [
+                f"{len(changed)} with structural changes (a change that adds work fails the gate only with "
+                "--fail-on-structure, or --perfsuite-fail-on-structure in perfsuite run / pytest)"
+            ]
         return [f"{len(changed)} with structural changes that add no work (not a failure)"]
 
     def _why_contended(self) -> str:
@@ -110,21 +139,44 @@ def failure_reason(comparison: BenchmarkComparison, fail_on_structure: bool) -> 
     return ", ".join(reasons) or None
 
 
-def judge(comparisons: list[BenchmarkComparison], settings: GateSettings, title: str, method: str,
-          fail_on_structure: bool, warnings: list[str] = ()) -> GateOutcome:
+def judge(
+    comparisons: list[BenchmarkComparison],
+    settings: GateSettings,
+    title: str,
+    method: str,
+    fail_on_structure: bool,
+    warnings: list[str] = (),
+) -> GateOutcome:
     """Turn comparisons into a ``GateOutcome`` (report, failures with reasons, verdict line)."""
-    failures = [f"{c.key}: {reason}" for c in comparisons
-                if (reason := failure_reason(c, fail_on_structure)) is not None]
-    outcome = GateOutcome(comparisons, "", failures, list(warnings), judged_nothing(comparisons), fail_on_structure)
+    failures = [
+        f"{c.key}: {reason}"
+        for c in comparisons
+        if (reason := failure_reason(c, fail_on_structure)) is not None
+    ]
+    outcome = GateOutcome(
+        comparisons, "", failures, list(warnings), judged_nothing(comparisons), fail_on_structure
+    )
     lines = [markdown(comparisons, settings, title, method)]
     lines += [f"- FAIL `{line}`" for line in failures]
     lines += [f"- warning (forced): {w}" for w in warnings]
-    report = "".join(lines[:1]) + "".join(f"{line}\n" for line in lines[1:]) + f"\n**{outcome.verdict_line}**\n"
+    report = (
+        "".join(lines[:1])
+        + "".join(f"{line}\n" for line in lines[1:])
+        + f"\n**{outcome.verdict_line}**\n"
+    )
     return dataclasses.replace(outcome, report_md=report)
 
 
-def judge_saved_runs(base: dict[str, Any], head: dict[str, Any], base_name: str, head_name: str,
-                     settings: GateSettings, force: bool, fail_on_structure: bool, title: str) -> GateOutcome:
+def judge_saved_runs(
+    base: dict[str, Any],
+    head: dict[str, Any],
+    base_name: str,
+    head_name: str,
+    settings: GateSettings,
+    force: bool,
+    fail_on_structure: bool,
+    title: str,
+) -> GateOutcome:
     """Gate two saved pytest-benchmark runs (separate runs: no false-alarm bound).
 
     Raises:
@@ -133,4 +185,11 @@ def judge_saved_runs(base: dict[str, Any], head: dict[str, Any], base_name: str,
         BaselineError: a benchmark entry is malformed.
     """
     warnings = check_compatible(base, head, base_name, head_name, force)
-    return judge(compare_runs(base, head, settings), settings, title, UNPAIRED_METHOD, fail_on_structure, warnings)
+    return judge(
+        compare_runs(base, head, settings),
+        settings,
+        title,
+        UNPAIRED_METHOD,
+        fail_on_structure,
+        warnings,
+    )

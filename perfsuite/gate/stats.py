@@ -48,10 +48,9 @@ import functools
 import math
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
-
 
 
 class Verdict(enum.StrEnum):
@@ -61,7 +60,9 @@ class Verdict(enum.StrEnum):
     FASTER = "faster"
     NO_CHANGE = "no change"
     INCONCLUSIVE = "inconclusive"
-    CONTENDED = "inconclusive: contended"  # not decisive, and at least half the pairs were contended
+    CONTENDED = (
+        "inconclusive: contended"  # not decisive, and at least half the pairs were contended
+    )
     MISSING = "missing"  # in one run (or tree) only
 
 
@@ -110,11 +111,17 @@ def unpaired_ratio(base: list[float], head: list[float], alpha: float) -> RatioE
         raise ValueError("unpaired_ratio needs rounds from both runs")
     base_arr, head_arr = np.log(np.asarray(base)), np.log(np.asarray(head))
     rng = np.random.default_rng(BOOTSTRAP_SEED)
-    base_boot = np.median(base_arr[rng.integers(0, len(base_arr), size=(BOOTSTRAP_SAMPLES, len(base_arr)))], axis=1)
-    head_boot = np.median(head_arr[rng.integers(0, len(head_arr), size=(BOOTSTRAP_SAMPLES, len(head_arr)))], axis=1)
+    base_boot = np.median(
+        base_arr[rng.integers(0, len(base_arr), size=(BOOTSTRAP_SAMPLES, len(base_arr)))], axis=1
+    )
+    head_boot = np.median(
+        head_arr[rng.integers(0, len(head_arr), size=(BOOTSTRAP_SAMPLES, len(head_arr)))], axis=1
+    )
     low, high = _interval(head_boot - base_boot, alpha)
     ratio = math.exp(float(np.median(head_arr) - np.median(base_arr)))
-    return RatioEstimate(ratio, math.exp(low), math.exp(high), min(len(base), len(head)), "unpaired")
+    return RatioEstimate(
+        ratio, math.exp(low), math.exp(high), min(len(base), len(head)), "unpaired"
+    )
 
 
 def verdict(estimate: RatioEstimate, settings: GateSettings) -> Verdict:
@@ -200,9 +207,16 @@ def pair_log_ratios(base_blocks: list[list[float]], head_blocks: list[list[float
     """``log(median(head block) / median(base block))`` per block pair (``ValueError`` on unequal
     numbers of blocks or an empty block)."""
     if len(base_blocks) != len(head_blocks) or any(not b for b in base_blocks + head_blocks):
-        raise ValueError(f"need the same number of non-empty blocks, got {len(base_blocks)} base and "
-                         f"{len(head_blocks)} head blocks")
-    return np.array([math.log(statistics.median(h) / statistics.median(b)) for b, h in zip(base_blocks, head_blocks)])
+        raise ValueError(
+            f"need the same number of non-empty blocks, got {len(base_blocks)} base and "
+            f"{len(head_blocks)} head blocks"
+        )
+    return np.array(
+        [
+            math.log(statistics.median(h) / statistics.median(b))
+            for b, h in zip(base_blocks, head_blocks)
+        ]
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,10 +244,12 @@ class SequentialPlan:
         return alpha / len(self.looks)
 
     def describe(self, alpha: float) -> str:
-        return (f"sequential: exact Wilcoxon signed-rank interval (Hollander & Wolfe 1999) of per-block-pair log "
-                f"ratios at up to {len(self.looks)} looks ({', '.join(map(str, self.looks))} pairs), each at level "
-                f"{self.alpha_per_look(alpha):.2g} (Bonferroni over looks: overall {alpha:g}, valid whatever the "
-                f"stopping rule), at most {self.budget_s:g} s per benchmark")
+        return (
+            f"sequential: exact Wilcoxon signed-rank interval (Hollander & Wolfe 1999) of per-block-pair log "
+            f"ratios at up to {len(self.looks)} looks ({', '.join(map(str, self.looks))} pairs), each at level "
+            f"{self.alpha_per_look(alpha):.2g} (Bonferroni over looks: overall {alpha:g}, valid whatever the "
+            f"stopping rule), at most {self.budget_s:g} s per benchmark"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -260,12 +276,17 @@ def _estimate(base_blocks, head_blocks, contended, alpha_look: float) -> RatioEs
         return RatioEstimate(1.0, 0.0, math.inf, 0, "paired sequential")
     logs = pair_log_ratios([b for b, _ in clean], [h for _, h in clean])
     centre, low, high = wilcoxon_interval(logs, alpha_look)
-    return RatioEstimate(math.exp(centre), math.exp(low), math.exp(high), len(logs), "paired sequential")
+    return RatioEstimate(
+        math.exp(centre), math.exp(low), math.exp(high), len(logs), "paired sequential"
+    )
 
 
-def sequential_paired(next_pair: Callable[[], tuple[list[float], list[float], bool]], settings: GateSettings,
-                      plan: SequentialPlan = SequentialPlan(), clock: Callable[[], float] = time.monotonic,
-                      ) -> SequentialOutcome:
+def sequential_paired(
+    next_pair: Callable[[], tuple[list[float], list[float], bool]],
+    settings: GateSettings,
+    plan: SequentialPlan = SequentialPlan(),
+    clock: Callable[[], float] = time.monotonic,
+) -> SequentialOutcome:
     """Sample block pairs with ``next_pair()`` -> ``(base_block_s, head_block_s, contended)`` until decisive.
 
     Stops at the first look whose verdict is ``slower``, ``faster`` or ``no change``, after the
@@ -279,7 +300,9 @@ def sequential_paired(next_pair: Callable[[], tuple[list[float], list[float], bo
     while True:
         clean = contended.count(False)
         out_of_time = clock() - start >= plan.budget_s
-        if next_look < len(plan.looks) and (clean >= plan.looks[next_look] or (out_of_time and clean > last_n)):
+        if next_look < len(plan.looks) and (
+            clean >= plan.looks[next_look] or (out_of_time and clean > last_n)
+        ):
             estimate = _estimate(base_blocks, head_blocks, contended, alpha_look)
             result = verdict(estimate, settings)
             looks_taken, last_n = looks_taken + 1, clean
@@ -302,5 +325,6 @@ def sequential_paired(next_pair: Callable[[], tuple[list[float], list[float], bo
         result = verdict(estimate, settings)
     if result not in DECISIVE and contended and 2 * sum(contended) >= len(contended):
         result = CONTENDED_VERDICT
-    return SequentialOutcome(base_blocks, head_blocks, contended, estimate, result, looks_taken, stopped,
-                             clock() - start)
+    return SequentialOutcome(
+        base_blocks, head_blocks, contended, estimate, result, looks_taken, stopped, clock() - start
+    )

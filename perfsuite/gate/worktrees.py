@@ -6,7 +6,7 @@ import contextlib
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 from perfsuite.errors import UsageError
 
@@ -34,10 +34,16 @@ def ref_commits(refs: dict[str, str | None]) -> tuple[dict[str, str], list[str]]
     commits = {name: _resolve(name, ref, repo) for name, ref in wanted.items()}
     notes = []
     if len(set(commits.values())) == 1 and len(commits) == 2:
-        notes.append(f"base and head are the same commit ({commits['base'][:9]}): this is an A/A gate")
-    if commits.get("head") == _git("rev-parse", "HEAD", cwd=repo) and _has_uncommitted(repo):  # a base ref without the changes is what the user wants
-        notes.append(f"--head-ref {wanted['head']} is the checked-out commit, and your uncommitted changes are not "
-                     "in it; commit them, or gate them as they are with --head-tree . instead of --head-ref")
+        notes.append(
+            f"base and head are the same commit ({commits['base'][:9]}): this is an A/A gate"
+        )
+    if commits.get("head") == _git("rev-parse", "HEAD", cwd=repo) and _has_uncommitted(
+        repo
+    ):  # a base ref without the changes is what the user wants
+        notes.append(
+            f"--head-ref {wanted['head']} is the checked-out commit, and your uncommitted changes are not "
+            "in it; commit them, or gate them as they are with --head-tree . instead of --head-ref"
+        )
     return {name: commit[:9] for name, commit in commits.items()}, notes
 
 
@@ -67,7 +73,9 @@ def _resolve(name: str, ref: str, repo: Path) -> str:
     try:
         return _git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", cwd=repo)
     except UsageError:
-        raise UsageError(f"--{name}-ref {ref!r}: no such commit, branch or tag in {repo}", f"--{name}-ref") from None
+        raise UsageError(
+            f"--{name}-ref {ref!r}: no such commit, branch or tag in {repo}", f"--{name}-ref"
+        ) from None
 
 
 @contextlib.contextmanager
@@ -95,5 +103,9 @@ def git_worktrees(refs: dict[str, str | None]) -> Iterator[dict[str, Path]]:
             yield dict(zip(wanted, made))
         finally:
             for path in made:
-                subprocess.run(["git", "worktree", "remove", "--force", str(path)], cwd=repo, capture_output=True)
+                subprocess.run(
+                    ["git", "worktree", "remove", "--force", str(path)],
+                    cwd=repo,
+                    capture_output=True,
+                )
             subprocess.run(["git", "worktree", "prune"], cwd=repo, capture_output=True)

@@ -63,5 +63,18 @@ from perfsuite.history.records import BenchmarkRecord, Commit, RunRecord, Softwa
 from perfsuite.history.store import Store, open_store, resolve_url
 from perfsuite.history.query import MEASURES, Epoch, Point, Series, SeriesKey
 
-__all__ = ["BenchmarkRecord", "Commit", "Epoch", "MEASURES", "Point", "RunRecord", "Series", "SeriesKey",
-           "Software", "Store", "Testbed", "open_store", "resolve_url"]
+__all__ = [
+    "BenchmarkRecord",
+    "Commit",
+    "Epoch",
+    "MEASURES",
+    "Point",
+    "RunRecord",
+    "Series",
+    "SeriesKey",
+    "Software",
+    "Store",
+    "Testbed",
+    "open_store",
+    "resolve_url",
+]

@@ -11,7 +11,8 @@ import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from perfsuite.history.records import Commit, Software, Testbed
 
@@ -20,7 +21,9 @@ GIT_TIMEOUT_S = 10
 
 def _git(folder: Path, *args: str) -> str | None:
     try:
-        done = subprocess.run(["git", *args], cwd=folder, capture_output=True, text=True, timeout=GIT_TIMEOUT_S)
+        done = subprocess.run(
+            ["git", *args], cwd=folder, capture_output=True, text=True, timeout=GIT_TIMEOUT_S
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return done.stdout.strip() if done.returncode == 0 else None
@@ -39,11 +42,18 @@ def commit_of(folder: Path, rev: str = "HEAD", dirty: bool | None = None) -> Com
     branch = _git(folder, "symbolic-ref", "--short", "-q", "HEAD") if rev == "HEAD" else None
     count = _git(folder, "rev-list", "--first-parent", "--count", sha)
     if dirty is None:
-        dirty = rev == "HEAD" and bool(_git(folder, "status", "--porcelain", "--untracked-files=no"))
-    return Commit(sha=sha, branch=branch or None, commit_time=float(parts[0]) if parts[0].isdigit() else None,
-                  dirty=bool(dirty), position=int(count) if count and count.isdigit() else None,
-                  parent_sha=(parts[1].split() or [None])[0] if len(parts) > 1 else None,
-                  subject=parts[2] if len(parts) > 2 else None)
+        dirty = rev == "HEAD" and bool(
+            _git(folder, "status", "--porcelain", "--untracked-files=no")
+        )
+    return Commit(
+        sha=sha,
+        branch=branch or None,
+        commit_time=float(parts[0]) if parts[0].isdigit() else None,
+        dirty=bool(dirty),
+        position=int(count) if count and count.isdigit() else None,
+        parent_sha=(parts[1].split() or [None])[0] if len(parts) > 1 else None,
+        subject=parts[2] if len(parts) > 2 else None,
+    )
 
 
 def first_parent_order(folder: Path, rev: str = "HEAD") -> list[str]:
@@ -82,8 +92,14 @@ def testbed_now(machine_info: Mapping[str, Any]) -> Testbed:
     torch = sys.modules.get("torch")
     names = dict(machine_info.get("device_names") or {})
     count = torch.cuda.device_count() if torch is not None and "cuda" in names else 0
-    return Testbed(device_names=names, device_count=count, cpu_model=cpu_model(), memory_bytes=memory_bytes(),
-                   num_threads=machine_info.get("num_threads"), host=socket.gethostname())
+    return Testbed(
+        device_names=names,
+        device_count=count,
+        cpu_model=cpu_model(),
+        memory_bytes=memory_bytes(),
+        num_threads=machine_info.get("num_threads"),
+        host=socket.gethostname(),
+    )
 
 
 def _version(distribution: str) -> str | None:
@@ -99,14 +115,23 @@ def software_versions(machine_info: Mapping[str, Any] | None = None) -> dict[str
     info = dict(machine_info or {})
     torch = sys.modules.get("torch")
     if torch is not None and "torch_version" not in info:
-        info.update(torch_version=torch.__version__, cuda_version=torch.version.cuda,
-                    hip_version=getattr(torch.version, "hip", None))
+        info.update(
+            torch_version=torch.__version__,
+            cuda_version=torch.version.cuda,
+            hip_version=getattr(torch.version, "hip", None),
+        )
     as_text = lambda v: None if v is None else str(v)
-    return {"python": platform.python_version(), "torch": as_text(info.get("torch_version")),
-            "cuda": as_text(info.get("cuda_version")), "hip": as_text(info.get("hip_version")),
-            "cudnn": as_text(info.get("cudnn_version")), "driver": as_text(info.get("driver_version")),
-            "triton": _version("triton") or _version("pytorch-triton-rocm"),
-            "transformers": _version("transformers"), "perfsuite": _version("perfsuite")}
+    return {
+        "python": platform.python_version(),
+        "torch": as_text(info.get("torch_version")),
+        "cuda": as_text(info.get("cuda_version")),
+        "hip": as_text(info.get("hip_version")),
+        "cudnn": as_text(info.get("cudnn_version")),
+        "driver": as_text(info.get("driver_version")),
+        "triton": _version("triton") or _version("pytorch-triton-rocm"),
+        "transformers": _version("transformers"),
+        "perfsuite": _version("perfsuite"),
+    }
 
 
 def software_now(machine_info: Mapping[str, Any] | None = None) -> Software:
@@ -122,7 +147,14 @@ def repository_name(folder: Path) -> str:
 
 def environment_labels() -> dict[str, str]:
     """CI facts worth keeping with a run: the CI system's job URL parts, when set."""
-    keys = ("GITHUB_RUN_ID", "GITHUB_JOB", "GITHUB_REPOSITORY", "CI_JOB_ID", "SLURM_JOB_ID", "SLURM_PROCID")
+    keys = (
+        "GITHUB_RUN_ID",
+        "GITHUB_JOB",
+        "GITHUB_REPOSITORY",
+        "CI_JOB_ID",
+        "SLURM_JOB_ID",
+        "SLURM_PROCID",
+    )
     return {k.lower(): os.environ[k] for k in keys if os.environ.get(k)}
 
 
@@ -134,5 +166,8 @@ def saved_run_facts(machine_info: Mapping[str, Any], folder: Path) -> dict[str, 
     from perfsuite.history.records import COMMIT_KEY, SOFTWARE_KEY, TESTBED_KEY
 
     testbed = testbed_now(machine_info)
-    return {TESTBED_KEY: dataclasses.asdict(testbed), SOFTWARE_KEY: software_versions(machine_info),
-            COMMIT_KEY: dataclasses.asdict(commit_of(folder))}
+    return {
+        TESTBED_KEY: dataclasses.asdict(testbed),
+        SOFTWARE_KEY: software_versions(machine_info),
+        COMMIT_KEY: dataclasses.asdict(commit_of(folder)),
+    }

@@ -37,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 from scipy import stats as scipy_stats
@@ -79,9 +79,13 @@ class ChangePoint:
     def describe(self, unit: str = "") -> str:
         """``a1b2c3d4e5 -> f6e7d8c9b0: x1.21 [1.15, 1.27] slower; +1 copy cpu aten::clone [2x4x64x64]``."""
         word = "worse" if self.worse else "better"
-        text = (f"{self.last_good.short_sha} -> {self.first_bad.short_sha}: x{self.ratio:.3f} "
-                f"[{self.interval[0]:.3f}, {self.interval[1]:.3f}] {word}")
-        return text + (f"; {'; '.join(self.structure)}" if self.structure else "; structure unchanged")
+        text = (
+            f"{self.last_good.short_sha} -> {self.first_bad.short_sha}: x{self.ratio:.3f} "
+            f"[{self.interval[0]:.3f}, {self.interval[1]:.3f}] {word}"
+        )
+        return text + (
+            f"; {'; '.join(self.structure)}" if self.structure else "; structure unchanged"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,10 +123,14 @@ def energy_split(x: np.ndarray, min_size: int = 1) -> tuple[int, float]:
     d = np.abs(x[:, None] - x[None, :])
     running = np.cumsum(d, axis=1)
     index = np.arange(n)
-    lower = np.where(index > 0, running[index, np.maximum(index - 1, 0)], 0.0)  # sum over i < j of d[j, i], per j
+    lower = np.where(
+        index > 0, running[index, np.maximum(index - 1, 0)], 0.0
+    )  # sum over i < j of d[j, i], per j
     upper = running[:, -1] - running[index, index]  # sum over j > i of d[i, j], per i
     within_left = np.concatenate([[0.0], np.cumsum(lower)])  # index tau: pairs inside x[:tau]
-    within_right = np.concatenate([np.cumsum(upper[::-1])[::-1], [0.0]])  # index tau: pairs inside x[tau:]
+    within_right = np.concatenate(
+        [np.cumsum(upper[::-1])[::-1], [0.0]]
+    )  # index tau: pairs inside x[tau:]
     total = within_left[n]
     tau = np.arange(n + 1, dtype=float)
     m = n - tau
@@ -132,8 +140,8 @@ def energy_split(x: np.ndarray, min_size: int = 1) -> tuple[int, float]:
         mean_left = np.where(pairs_left > 0, within_left / np.maximum(pairs_left, 1), 0.0)
         mean_right = np.where(pairs_right > 0, within_right / np.maximum(pairs_right, 1), 0.0)
         q = (tau * m / n) * (2 * between / np.maximum(tau * m, 1) - mean_left - mean_right)
-    q[: min_size] = -math.inf
-    q[n - min_size + 1:] = -math.inf
+    q[:min_size] = -math.inf
+    q[n - min_size + 1 :] = -math.inf
     best = int(np.argmax(q))
     return best, float(q[best])
 
@@ -145,8 +153,9 @@ def _samples(points: Sequence[Point], values: np.ndarray) -> np.ndarray:
     return np.concatenate([_log_rounds(p) for p in points])
 
 
-def step_test(left: Sequence[Point], right: Sequence[Point], xl: np.ndarray, xr: np.ndarray
-              ) -> tuple[float, float, tuple[float, float]]:
+def step_test(
+    left: Sequence[Point], right: Sequence[Point], xl: np.ndarray, xr: np.ndarray
+) -> tuple[float, float, tuple[float, float]]:
     """(p-value, ratio, 95% interval) of the step between two sides: Welch's t-test on the log scale;
     the ratio is exp(mean right - mean left) of the tested samples (a ratio of geometric means)."""
     a, b = _samples(left, xl), _samples(right, xr)
@@ -156,7 +165,7 @@ def step_test(left: Sequence[Point], right: Sequence[Point], xl: np.ndarray, xr:
     se, diff = math.sqrt(va + vb), float(np.mean(b) - np.mean(a))
     if se == 0:
         return (0.0 if diff else 1.0), math.exp(diff), (math.exp(diff), math.exp(diff))
-    dof = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    dof = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
     p = float(2 * scipy_stats.t.sf(abs(diff / se), dof))
     half = float(scipy_stats.t.ppf(0.975, dof)) * se
     return p, math.exp(diff), (math.exp(diff - half), math.exp(diff + half))
@@ -176,7 +185,9 @@ def _segment_splits(x: np.ndarray, start: int, end: int, accept) -> list[int]:
     return sorted(found)
 
 
-def _detect_one_epoch(points: Sequence[Point], p_value: float, min_effect: float) -> list[tuple[int, float, float, tuple[float, float]]]:
+def _detect_one_epoch(
+    points: Sequence[Point], p_value: float, min_effect: float
+) -> list[tuple[int, float, float, tuple[float, float]]]:
     """(index, p, ratio, interval) of each change point of one epoch's usable points."""
     x = np.array([point_value(p) for p in points])
     n = len(x)
@@ -198,22 +209,34 @@ def _detect_one_epoch(points: Sequence[Point], p_value: float, min_effect: float
         candidates = _segment_splits(x, 0, n, accept)
     else:
         step = WINDOW // 2
-        candidates = sorted({c for s in range(0, n - step, step)
-                             for c in _segment_splits(x, s, min(n, s + WINDOW), accept)})
+        candidates = sorted(
+            {
+                c
+                for s in range(0, n - step, step)
+                for c in _segment_splits(x, s, min(n, s + WINDOW), accept)
+            }
+        )
     # re-test each candidate against its neighbours, dropping the weakest until all pass
     kept = list(candidates)
     while True:
         bounds = [0, *kept, n]
         results = [test(c, bounds[i], bounds[i + 2]) for i, c in enumerate(kept)]
-        failing = [(r[0], i) for i, (c, r) in enumerate(zip(kept, results))
-                   if not (r[0] < p_value and abs(math.log(r[1])) >= floor(c, bounds[i], bounds[i + 2]))]
+        failing = [
+            (r[0], i)
+            for i, (c, r) in enumerate(zip(kept, results))
+            if not (r[0] < p_value and abs(math.log(r[1])) >= floor(c, bounds[i], bounds[i + 2]))
+        ]
         if not failing:
             return [(c, *r) for c, r in zip(kept, results)]
         kept.pop(max(failing)[1])
 
 
-def detect(points: Sequence[Point], measure: str = "time_s", p_value: float = P_VALUE,
-           min_effect: float = MIN_EFFECT) -> list[ChangePoint]:
+def detect(
+    points: Sequence[Point],
+    measure: str = "time_s",
+    p_value: float = P_VALUE,
+    min_effect: float = MIN_EFFECT,
+) -> list[ChangePoint]:
     """Change points of a series' ``points`` (``query.points``), each epoch on its own; unusable points
     (contended, dirty) are skipped. Indices refer to ``points``. O(n^2) per window of ``WINDOW`` points."""
     larger_is_worse = MEASURES[measure][2]
@@ -225,9 +248,23 @@ def detect(points: Sequence[Point], measure: str = "time_s", p_value: float = P_
             good, bad = chosen[local - 1], chosen[local]
             lines, more = (), False
             if good.structure and bad.structure and good.structure_hash != bad.structure_hash:
-                lines, more = tuple(diff_fingerprints(good.structure, bad.structure)), adds_work(good.structure, bad.structure)
-            found.append(ChangePoint(indices[local], good, bad, ratio, interval,
-                                     (ratio > 1) == larger_is_worse, p, lines, more))
+                lines, more = (
+                    tuple(diff_fingerprints(good.structure, bad.structure)),
+                    adds_work(good.structure, bad.structure),
+                )
+            found.append(
+                ChangePoint(
+                    indices[local],
+                    good,
+                    bad,
+                    ratio,
+                    interval,
+                    (ratio > 1) == larger_is_worse,
+                    p,
+                    lines,
+                    more,
+                )
+            )
     return found
 
 
@@ -235,30 +272,62 @@ def _robust_sd(values: np.ndarray) -> float:
     return float(MAD_TO_SD * np.median(np.abs(values - np.median(values)))) if len(values) else 0.0
 
 
-def check_newest(points: Sequence[Point], measure: str = "time_s", window: int = 20, confirm: int = 2,
-                 k: float = 4.0, min_effect: float = 0.05) -> OnlineVerdict:
+def check_newest(
+    points: Sequence[Point],
+    measure: str = "time_s",
+    window: int = 20,
+    confirm: int = 2,
+    k: float = 4.0,
+    min_effect: float = 0.05,
+) -> OnlineVerdict:
     """Is the newest commit a confirmed regression? The ``confirm`` newest usable points of the newest
     epoch must each be worse than the median of the ``window`` usable points before them by more than
     the limit ``max(min_effect, exp(k * noise) - 1)`` (see the module docstring)."""
     larger_is_worse = MEASURES[measure][2]
     last_epoch = epochs(points)[-1] if points else None
-    chosen = [p for p in points[last_epoch.start:] if usable(p)] if last_epoch else []
+    chosen = [p for p in points[last_epoch.start :] if usable(p)] if last_epoch else []
     if not points or not usable(points[-1]):
-        return OnlineVerdict(False, (), None, 0, "the newest point is contended, dirty or empty: not judged")
+        return OnlineVerdict(
+            False, (), None, 0, "the newest point is contended, dirty or empty: not judged"
+        )
     newest, baseline = chosen[-confirm:], chosen[:-confirm][-window:]
     if len(newest) < confirm or not baseline:
-        return OnlineVerdict(False, (), None, len(baseline),
-                             f"needs {confirm} newest point(s) and a baseline in this epoch; has {len(chosen)} point(s)")
+        return OnlineVerdict(
+            False,
+            (),
+            None,
+            len(baseline),
+            f"needs {confirm} newest point(s) and a baseline in this epoch; has {len(chosen)} point(s)",
+        )
     references = [p.speed_reference_ms for p in baseline if p.speed_reference_ms]
     for point in newest:
-        moved = speed_change({"speed_reference": {"before_ms": statistics.median(references),
-                                                  "after_ms": statistics.median(references)}},
-                             {"speed_reference": {"before_ms": point.speed_reference_ms,
-                                                  "after_ms": point.speed_reference_ms}}) if references else None
+        moved = (
+            speed_change(
+                {
+                    "speed_reference": {
+                        "before_ms": statistics.median(references),
+                        "after_ms": statistics.median(references),
+                    }
+                },
+                {
+                    "speed_reference": {
+                        "before_ms": point.speed_reference_ms,
+                        "after_ms": point.speed_reference_ms,
+                    }
+                },
+            )
+            if references
+            else None
+        )
         if moved:
-            return OnlineVerdict(False, (), None, len(baseline),
-                                 f"not judged: at {point.short_sha} {moved.split(':')[0]} than over the baseline "
-                                 f"(reference x{point.speed_reference_ms / statistics.median(references):.2f})")
+            return OnlineVerdict(
+                False,
+                (),
+                None,
+                len(baseline),
+                f"not judged: at {point.short_sha} {moved.split(':')[0]} than over the baseline "
+                f"(reference x{point.speed_reference_ms / statistics.median(references):.2f})",
+            )
     base = np.array([point_value(p) for p in baseline])
     center = float(np.median(base))
     noise = _robust_sd(base) if len(base) >= MIN_POINTS else 0.0
@@ -273,7 +342,17 @@ def check_newest(points: Sequence[Point], measure: str = "time_s", window: int =
     limit = math.exp(max(limits))
     text = ", ".join(f"x{r:.3f}" for r in ratios)
     if all(broke):
-        return OnlineVerdict(True, tuple(ratios), limit, len(baseline),
-                             f"the newest {confirm} point(s) ({text}) are beyond x{limit:.3f} of the last {len(baseline)}")
-    return OnlineVerdict(False, tuple(ratios), limit, len(baseline),
-                         f"within the limit x{limit:.3f} for at least one of the newest {confirm} point(s) ({text})")
+        return OnlineVerdict(
+            True,
+            tuple(ratios),
+            limit,
+            len(baseline),
+            f"the newest {confirm} point(s) ({text}) are beyond x{limit:.3f} of the last {len(baseline)}",
+        )
+    return OnlineVerdict(
+        False,
+        tuple(ratios),
+        limit,
+        len(baseline),
+        f"within the limit x{limit:.3f} for at least one of the newest {confirm} point(s) ({text})",
+    )

@@ -13,12 +13,23 @@ import datetime
 import json
 import statistics
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
+from collections.abc import Iterable, Mapping
 
 from perfsuite.errors import HistoryError
 from perfsuite.history.capture import commit_of
-from perfsuite.history.records import (COMMIT_KEY, RUN_UID_KEY, SOFTWARE_KEY, TESTBED_KEY, BenchmarkRecord, Commit,
-                                       RunRecord, Software, Testbed, stable_hash)
+from perfsuite.history.records import (
+    COMMIT_KEY,
+    RUN_UID_KEY,
+    SOFTWARE_KEY,
+    TESTBED_KEY,
+    BenchmarkRecord,
+    Commit,
+    RunRecord,
+    Software,
+    Testbed,
+    stable_hash,
+)
 
 
 def benchmark_name(variant: str, case_id: str, mode: str) -> str:
@@ -35,30 +46,42 @@ def _timestamp(text: Any) -> float | None:
         stamp = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         return None
-    return (stamp if stamp.tzinfo else stamp.replace(tzinfo=datetime.timezone.utc)).timestamp()
+    return (stamp if stamp.tzinfo else stamp.replace(tzinfo=datetime.UTC)).timestamp()
 
 
 def commit_from_dict(found: Mapping[str, Any]) -> Commit:
     """A ``Commit`` from ``dataclasses.asdict(Commit)`` or pytest-benchmark's ``commit_info``
     (``id``, ``time``, ``dirty``, ``branch``)."""
     if "sha" in found:
-        return Commit(**{f.name: found.get(f.name) for f in dataclasses.fields(Commit) if f.name in found})
+        return Commit(
+            **{f.name: found.get(f.name) for f in dataclasses.fields(Commit) if f.name in found}
+        )
     branch = found.get("branch")
-    return Commit(sha=found.get("id") or None, branch=None if branch in (None, "(unknown)") else branch,
-                  commit_time=_timestamp(found.get("time")), dirty=bool(found.get("dirty")))
+    return Commit(
+        sha=found.get("id") or None,
+        branch=None if branch in (None, "(unknown)") else branch,
+        commit_time=_timestamp(found.get("time")),
+        dirty=bool(found.get("dirty")),
+    )
 
 
 def testbed_from_json(data: Mapping[str, Any]) -> Testbed:
     """The stored testbed (``perfsuite_testbed``), else what pytest-benchmark's ``machine_info`` tells."""
     if isinstance(data.get(TESTBED_KEY), dict):
         stored = data[TESTBED_KEY]
-        return Testbed(**{f.name: stored.get(f.name) for f in dataclasses.fields(Testbed) if f.name in stored})
+        return Testbed(
+            **{f.name: stored.get(f.name) for f in dataclasses.fields(Testbed) if f.name in stored}
+        )
     machine = data.get("machine_info") or {}
     ours = machine.get("perfsuite") or {}
     cpu = machine.get("cpu") or {}
-    return Testbed(device_names=dict(ours.get("device_names") or {}), device_count=0,
-                   cpu_model=cpu.get("brand_raw") or machine.get("processor") or None,
-                   num_threads=ours.get("num_threads"), host=machine.get("node"))
+    return Testbed(
+        device_names=dict(ours.get("device_names") or {}),
+        device_count=0,
+        cpu_model=cpu.get("brand_raw") or machine.get("processor") or None,
+        num_threads=ours.get("num_threads"),
+        host=machine.get("node"),
+    )
 
 
 def software_from_json(data: Mapping[str, Any]) -> Software:
@@ -68,36 +91,71 @@ def software_from_json(data: Mapping[str, Any]) -> Software:
     machine = data.get("machine_info") or {}
     ours = machine.get("perfsuite") or {}
     text = lambda v: None if v is None else str(v)
-    return Software({"python": machine.get("python_version"), "torch": text(ours.get("torch_version")),
-                     "cuda": text(ours.get("cuda_version")), "hip": text(ours.get("hip_version")),
-                     "cudnn": text(ours.get("cudnn_version")), "driver": text(ours.get("driver_version")),
-                     "triton": None, "transformers": None, "perfsuite": None})
+    return Software(
+        {
+            "python": machine.get("python_version"),
+            "torch": text(ours.get("torch_version")),
+            "cuda": text(ours.get("cuda_version")),
+            "hip": text(ours.get("hip_version")),
+            "cudnn": text(ours.get("cudnn_version")),
+            "driver": text(ours.get("driver_version")),
+            "triton": None,
+            "transformers": None,
+            "perfsuite": None,
+        }
+    )
 
 
 def benchmark_from_json(bench: Mapping[str, Any]) -> BenchmarkRecord:
     """One pytest-benchmark entry (``stats`` with ``data`` when saved with ``--benchmark-save-data``)."""
     info, stats = bench.get("extra_info") or {}, bench.get("stats") or {}
     rounds = tuple(float(t) for t in stats.get("data") or ())
-    median = stats.get("median") if stats.get("median") is not None else (statistics.median(rounds) if rounds else None)
+    median = (
+        stats.get("median")
+        if stats.get("median") is not None
+        else (statistics.median(rounds) if rounds else None)
+    )
     contention = info.get("contention") or None
-    extra = {k: info.get(k) for k in ("correct", "max_abs_error", "sdpa_backend", "schema_version") if k in info}
+    extra = {
+        k: info.get(k)
+        for k in ("correct", "max_abs_error", "sdpa_backend", "schema_version")
+        if k in info
+    }
     extra["fullname"] = bench.get("fullname")
     if "variant" not in info:  # a benchmark of some other suite: its timings only
-        return BenchmarkRecord(name=bench.get("fullname") or bench.get("name") or "?", rounds_s=rounds,
-                               median_s=median, extra=extra)
+        return BenchmarkRecord(
+            name=bench.get("fullname") or bench.get("name") or "?",
+            rounds_s=rounds,
+            median_s=median,
+            extra=extra,
+        )
     flop, moved = info.get("flop"), info.get("bytes_read", 0) + info.get("bytes_written", 0)
     scores = info.get("score_accounting") or {}
     tflops = info.get("achieved_tflops") or (flop / median / 1e12 if flop and median else None)
     gbps = info.get("achieved_gbps") or (moved / median / 1e9 if moved and median else None)
     mode = info.get("mode", "forward")
     return BenchmarkRecord(
-        name=benchmark_name(info["variant"], info["case"], mode), variant=info["variant"], case_id=info["case"],
-        mode=mode, device=(info.get("case_fields") or {}).get("device"), timer=info.get("timer", "host"),
-        rounds_s=rounds, median_s=median, wall_median_s=info.get("wall_median_s"),
-        device_median_s=info.get("device_median_s"), tflops=tflops, gbps=gbps, flop=flop, bytes_moved=moved or None,
-        score_copies=scores.get("copies", info.get("score_copies_per_step")), structure=info.get("fingerprint"),
-        contended=contention.get("contended") if contention else None, contention=contention,
-        speed_reference=info.get("speed_reference"), extra=extra)
+        name=benchmark_name(info["variant"], info["case"], mode),
+        variant=info["variant"],
+        case_id=info["case"],
+        mode=mode,
+        device=(info.get("case_fields") or {}).get("device"),
+        timer=info.get("timer", "host"),
+        rounds_s=rounds,
+        median_s=median,
+        wall_median_s=info.get("wall_median_s"),
+        device_median_s=info.get("device_median_s"),
+        tflops=tflops,
+        gbps=gbps,
+        flop=flop,
+        bytes_moved=moved or None,
+        score_copies=scores.get("copies", info.get("score_copies_per_step")),
+        structure=info.get("fingerprint"),
+        contended=contention.get("contended") if contention else None,
+        contention=contention,
+        speed_reference=info.get("speed_reference"),
+        extra=extra,
+    )
 
 
 def content_uid(prefix: str, data: Any) -> str:
@@ -105,10 +163,17 @@ def content_uid(prefix: str, data: Any) -> str:
     return f"{prefix}-{stable_hash(data, 32)}"
 
 
-def run_from_benchmark_json(data: Mapping[str, Any], source: str = "import", commit: Commit | None = None,
-                            testbed: Testbed | None = None, software: Software | None = None,
-                            repository: str | None = None, run_group: str | None = None,
-                            labels: Mapping[str, Any] | None = None, recorded_at: float | None = None) -> RunRecord:
+def run_from_benchmark_json(
+    data: Mapping[str, Any],
+    source: str = "import",
+    commit: Commit | None = None,
+    testbed: Testbed | None = None,
+    software: Software | None = None,
+    repository: str | None = None,
+    run_group: str | None = None,
+    labels: Mapping[str, Any] | None = None,
+    recorded_at: float | None = None,
+) -> RunRecord:
     """A ``RunRecord`` from a pytest-benchmark JSON document (as saved, or ``output_json`` in the
     plugin's hook). Arguments given override what the file says. Raises ``HistoryError`` when
     ``data`` is not one (no ``benchmarks`` list)."""
@@ -117,15 +182,29 @@ def run_from_benchmark_json(data: Mapping[str, Any], source: str = "import", com
     if commit is None:
         stored = data.get(COMMIT_KEY) or data.get("commit_info") or {}
         commit = commit_from_dict(stored)
-    uid = data.get(RUN_UID_KEY) or content_uid("import", [data.get("datetime"), data.get("commit_info"),
-                                                           (data.get("machine_info") or {}).get("node"),
-                                                           [(b.get("fullname"), b.get("stats")) for b in data["benchmarks"]]])
-    return RunRecord(uid=uid, source=source, commit=commit, testbed=testbed or testbed_from_json(data),
-                     software=software or software_from_json(data),
-                     benchmarks=tuple(benchmark_from_json(b) for b in data["benchmarks"]),
-                     recorded_at=recorded_at if recorded_at is not None else (_timestamp(data.get("datetime")) or 0.0),
-                     repository=repository, run_group=run_group or data.get("perfsuite_run_group"),
-                     labels=labels)
+    uid = data.get(RUN_UID_KEY) or content_uid(
+        "import",
+        [
+            data.get("datetime"),
+            data.get("commit_info"),
+            (data.get("machine_info") or {}).get("node"),
+            [(b.get("fullname"), b.get("stats")) for b in data["benchmarks"]],
+        ],
+    )
+    return RunRecord(
+        uid=uid,
+        source=source,
+        commit=commit,
+        testbed=testbed or testbed_from_json(data),
+        software=software or software_from_json(data),
+        benchmarks=tuple(benchmark_from_json(b) for b in data["benchmarks"]),
+        recorded_at=recorded_at
+        if recorded_at is not None
+        else (_timestamp(data.get("datetime")) or 0.0),
+        repository=repository,
+        run_group=run_group or data.get("perfsuite_run_group"),
+        labels=labels,
+    )
 
 
 def _ab_benchmarks(payload: Mapping[str, Any], side: str) -> Iterable[BenchmarkRecord]:
@@ -137,17 +216,32 @@ def _ab_benchmarks(payload: Mapping[str, Any], side: str) -> Iterable[BenchmarkR
         clean = [t for block, c in zip(blocks, contended) if not c for t in block]
         every = [t for block in blocks for t in block]
         parts = str(bench["key"]).split("/")
-        variant, case_id, mode = parts[0], parts[1] if len(parts) > 1 else "?", parts[2] if len(parts) > 2 else "forward"
+        variant, case_id, mode = (
+            parts[0],
+            parts[1] if len(parts) > 1 else "?",
+            parts[2] if len(parts) > 2 else "forward",
+        )
         structure = bench.get(f"{side}_fingerprint")
-        yield BenchmarkRecord(name=benchmark_name(variant, case_id, mode), variant=variant, case_id=case_id,
-                              mode=mode, device="cuda" if case_id.endswith("-cuda") else "cpu",
-                              rounds_s=tuple(clean or every), median_s=statistics.median(clean or every),
-                              structure=structure, contended=not clean,
-                              extra={"ab_verdict": bench.get("verdict"), "ab_blocks": len(blocks)})
+        yield BenchmarkRecord(
+            name=benchmark_name(variant, case_id, mode),
+            variant=variant,
+            case_id=case_id,
+            mode=mode,
+            device="cuda" if case_id.endswith("-cuda") else "cpu",
+            rounds_s=tuple(clean or every),
+            median_s=statistics.median(clean or every),
+            structure=structure,
+            contended=not clean,
+            extra={"ab_verdict": bench.get("verdict"), "ab_blocks": len(blocks)},
+        )
 
 
-def runs_from_ab_json(payload: Mapping[str, Any], commits: Mapping[str, Commit] | None = None,
-                      testbed: Testbed | None = None, repository: str | None = None) -> list[RunRecord]:
+def runs_from_ab_json(
+    payload: Mapping[str, Any],
+    commits: Mapping[str, Commit] | None = None,
+    testbed: Testbed | None = None,
+    repository: str | None = None,
+) -> list[RunRecord]:
     """The two runs (``ab-base``, ``ab-head``) of a ``perfsuite ab --json`` payload: each side's
     rounds (blocks of contended pairs left out unless every pair was contended), its fingerprint,
     its commit (``commits`` or the payload's ``commits``) and software. Raises ``HistoryError``
@@ -157,18 +251,34 @@ def runs_from_ab_json(payload: Mapping[str, Any], commits: Mapping[str, Commit] 
     machine = payload["machine"]
     stored = payload.get("commits") or {}
     uid = payload.get(RUN_UID_KEY) or content_uid("ab", [machine, payload.get("benchmarks")])
-    testbed = testbed or (Testbed(**payload[TESTBED_KEY]) if isinstance(payload.get(TESTBED_KEY), dict) else
-                          Testbed(device_names=dict(machine.get("device_names") or {}),
-                                  num_threads=machine.get("num_threads")))
+    testbed = testbed or (
+        Testbed(**payload[TESTBED_KEY])
+        if isinstance(payload.get(TESTBED_KEY), dict)
+        else Testbed(
+            device_names=dict(machine.get("device_names") or {}),
+            num_threads=machine.get("num_threads"),
+        )
+    )
     software = payload.get(SOFTWARE_KEY) or {}
     found = []
     for side, info in (("base", machine["base_machine"]), ("head", machine)):
         commit = (commits or {}).get(side) or commit_from_dict(stored.get(side) or {})
-        versions = software.get(side) or software_from_json({"machine_info": {"perfsuite": info}}).versions
-        found.append(RunRecord(uid=f"{uid}-{side}", source=f"ab-{side}", commit=commit, testbed=testbed,
-                               software=Software(dict(versions)), benchmarks=tuple(_ab_benchmarks(payload, side)),
-                               recorded_at=float(payload.get("recorded_at") or 0.0), repository=repository,
-                               run_group=uid))
+        versions = (
+            software.get(side) or software_from_json({"machine_info": {"perfsuite": info}}).versions
+        )
+        found.append(
+            RunRecord(
+                uid=f"{uid}-{side}",
+                source=f"ab-{side}",
+                commit=commit,
+                testbed=testbed,
+                software=Software(dict(versions)),
+                benchmarks=tuple(_ab_benchmarks(payload, side)),
+                recorded_at=float(payload.get("recorded_at") or 0.0),
+                repository=repository,
+                run_group=uid,
+            )
+        )
     return found
 
 
@@ -181,12 +291,17 @@ def runs_from_file(path: Path, folder: Path | None = None) -> list[RunRecord]:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise HistoryError(f"{path}: cannot be read as JSON ({exc})", str(path)) from None
     try:
-        runs = (runs_from_ab_json(data) if isinstance(data, dict) and "base_machine" in (data.get("machine") or {})
-                else [run_from_benchmark_json(data)])
+        runs = (
+            runs_from_ab_json(data)
+            if isinstance(data, dict) and "base_machine" in (data.get("machine") or {})
+            else [run_from_benchmark_json(data)]
+        )
     except HistoryError as exc:
         raise HistoryError(f"{path}: {exc}", str(path)) from None
     except (KeyError, TypeError, ValueError) as exc:
-        raise HistoryError(f"{path}: a run file with a missing or malformed field ({exc!r})", str(path)) from None
+        raise HistoryError(
+            f"{path}: a run file with a missing or malformed field ({exc!r})", str(path)
+        ) from None
     if folder is None:
         return runs
     placed = []
@@ -194,7 +309,11 @@ def runs_from_file(path: Path, folder: Path | None = None) -> list[RunRecord]:
         if run.commit.sha and run.commit.position is None:
             found = commit_of(folder, run.commit.sha, dirty=run.commit.dirty)
             if found.sha:
-                run = dataclasses.replace(run, commit=dataclasses.replace(
-                    found, branch=run.commit.branch or found.branch, dirty=run.commit.dirty))
+                run = dataclasses.replace(
+                    run,
+                    commit=dataclasses.replace(
+                        found, branch=run.commit.branch or found.branch, dirty=run.commit.dirty
+                    ),
+                )
         placed.append(run)
     return placed

@@ -13,7 +13,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 from sqlalchemy import Connection, func, select
 
@@ -84,7 +85,9 @@ class Point:
     structure: dict[str, Any] | None
     structure_hash: str | None
     recorded_at: float
-    speed_reference_ms: float | None = None  # median over its used runs of the reference beside each (CPU)
+    speed_reference_ms: float | None = (
+        None  # median over its used runs of the reference beside each (CPU)
+    )
 
     @property
     def short_sha(self) -> str:
@@ -109,9 +112,15 @@ def _measure(measure: str) -> tuple[str, str, bool]:
     return MEASURES[measure]
 
 
-def list_series(connection: Connection, benchmark: str | None = None, variant: str | None = None,
-                case: str | None = None, mode: str | None = None, testbed: str | None = None,
-                measure: str | None = None) -> list[Series]:
+def list_series(
+    connection: Connection,
+    benchmark: str | None = None,
+    variant: str | None = None,
+    case: str | None = None,
+    mode: str | None = None,
+    testbed: str | None = None,
+    measure: str | None = None,
+) -> list[Series]:
     """Every series with data, filtered: ``benchmark``/``variant``/``case``/``mode`` match exactly,
     ``testbed`` is a fingerprint prefix, ``measure`` a ``MEASURES`` key. Sorted by benchmark, measure."""
     r, run, tb = schema.results, schema.runs, schema.testbeds
@@ -119,12 +128,26 @@ def list_series(connection: Connection, benchmark: str | None = None, variant: s
     for m in measures:
         _measure(m)
     counts = [func.count(getattr(r.c, MEASURES[m][0])).label(m) for m in measures]
-    query = (select(r.c.benchmark, r.c.variant, r.c.case_id, r.c.mode, run.c.testbed_id,
-                    func.count(func.distinct(run.c.id)).label("runs"),
-                    func.count(func.distinct(run.c.commit_sha)).label("commits"), *counts)
-             .join(run, run.c.id == r.c.run_id)
-             .group_by(r.c.benchmark, r.c.variant, r.c.case_id, r.c.mode, run.c.testbed_id))
-    for column, value in ((r.c.benchmark, benchmark), (r.c.variant, variant), (r.c.case_id, case), (r.c.mode, mode)):
+    query = (
+        select(
+            r.c.benchmark,
+            r.c.variant,
+            r.c.case_id,
+            r.c.mode,
+            run.c.testbed_id,
+            func.count(func.distinct(run.c.id)).label("runs"),
+            func.count(func.distinct(run.c.commit_sha)).label("commits"),
+            *counts,
+        )
+        .join(run, run.c.id == r.c.run_id)
+        .group_by(r.c.benchmark, r.c.variant, r.c.case_id, r.c.mode, run.c.testbed_id)
+    )
+    for column, value in (
+        (r.c.benchmark, benchmark),
+        (r.c.variant, variant),
+        (r.c.case_id, case),
+        (r.c.mode, mode),
+    ):
         if value is not None:
             query = query.where(column == value)
     testbeds = {row.id: (row.fingerprint, row.spec) for row in connection.execute(select(tb))}
@@ -135,15 +158,28 @@ def list_series(connection: Connection, benchmark: str | None = None, variant: s
             continue
         for m in measures:
             if getattr(row, m):
-                found.append(Series(SeriesKey(row.benchmark, m, fingerprint), row.variant, row.case_id, row.mode,
-                                    spec, row.runs, row.commits))
-    return sorted(found, key=lambda s: (s.key.benchmark, list(MEASURES).index(s.key.measure), s.key.testbed))
+                found.append(
+                    Series(
+                        SeriesKey(row.benchmark, m, fingerprint),
+                        row.variant,
+                        row.case_id,
+                        row.mode,
+                        spec,
+                        row.runs,
+                        row.commits,
+                    )
+                )
+    return sorted(
+        found, key=lambda s: (s.key.benchmark, list(MEASURES).index(s.key.measure), s.key.testbed)
+    )
 
 
 def find_series(connection: Connection, name: str) -> list[Series]:
     """Series whose id starts with ``name``, or whose benchmark equals or contains it (``time_s`` first)."""
     every = list_series(connection)
-    exact = [s for s in every if s.key.id.startswith(name)] or [s for s in every if s.key.benchmark == name]
+    exact = [s for s in every if s.key.id.startswith(name)] or [
+        s for s in every if s.key.benchmark == name
+    ]
     return exact or [s for s in every if name in s.key.benchmark]
 
 
@@ -155,8 +191,13 @@ def _values(row: Any, measure: str) -> list[float]:
     return [] if value is None else [float(value)]
 
 
-def points(connection: Connection, series: SeriesKey | Series, branch: str | None = None,
-           include_dirty: bool = True, commit_order: Sequence[str] | None = None) -> list[Point]:
+def points(
+    connection: Connection,
+    series: SeriesKey | Series,
+    branch: str | None = None,
+    include_dirty: bool = True,
+    commit_order: Sequence[str] | None = None,
+) -> list[Point]:
     """The points of ``series`` in first-parent commit order (``Commit.position``, then commit time,
     then when recorded). ``branch``: only runs recorded on it; ``include_dirty=False`` leaves out
     runs of uncommitted trees; ``commit_order``: shas oldest first (``git rev-list --first-parent
@@ -164,14 +205,31 @@ def points(connection: Connection, series: SeriesKey | Series, branch: str | Non
     key = series.key if isinstance(series, Series) else series
     _measure(key.measure)
     r, run, tb, sw = schema.results, schema.runs, schema.testbeds, schema.software
-    query = (select(r.c.rounds_s, getattr(r.c, MEASURES[key.measure][0]).label(MEASURES[key.measure][0]),
-                    r.c.contended, r.c.structure, r.c.structure_hash, r.c.speed_reference, run.c.uid, run.c.commit_sha, run.c.branch,
-                    run.c.commit_time, run.c.dirty, run.c.commit_position, run.c.subject, run.c.recorded_at,
-                    sw.c.fingerprint.label("software_fingerprint"), sw.c.spec.label("software"))
-             .join(run, run.c.id == r.c.run_id).join(tb, tb.c.id == run.c.testbed_id)
-             .join(sw, sw.c.id == run.c.software_id)
-             .where(r.c.benchmark == key.benchmark, tb.c.fingerprint == key.testbed)
-             .order_by(run.c.recorded_at, run.c.id))
+    query = (
+        select(
+            r.c.rounds_s,
+            getattr(r.c, MEASURES[key.measure][0]).label(MEASURES[key.measure][0]),
+            r.c.contended,
+            r.c.structure,
+            r.c.structure_hash,
+            r.c.speed_reference,
+            run.c.uid,
+            run.c.commit_sha,
+            run.c.branch,
+            run.c.commit_time,
+            run.c.dirty,
+            run.c.commit_position,
+            run.c.subject,
+            run.c.recorded_at,
+            sw.c.fingerprint.label("software_fingerprint"),
+            sw.c.spec.label("software"),
+        )
+        .join(run, run.c.id == r.c.run_id)
+        .join(tb, tb.c.id == run.c.testbed_id)
+        .join(sw, sw.c.id == run.c.software_id)
+        .where(r.c.benchmark == key.benchmark, tb.c.fingerprint == key.testbed)
+        .order_by(run.c.recorded_at, run.c.id)
+    )
     if branch is not None:
         query = query.where(run.c.branch == branch)
     if not include_dirty:
@@ -188,56 +246,103 @@ def points(connection: Connection, series: SeriesKey | Series, branch: str | Non
         built = [p for p in built if p.sha in rank]
         return sorted(built, key=lambda p: (rank[p.sha], p.dirty, p.recorded_at))
     big = float("inf")
-    return sorted(built, key=lambda p: (p.position if p.position is not None else big,
-                                        p.commit_time if p.commit_time is not None else big, p.dirty, p.recorded_at))
+    return sorted(
+        built,
+        key=lambda p: (
+            p.position if p.position is not None else big,
+            p.commit_time if p.commit_time is not None else big,
+            p.dirty,
+            p.recorded_at,
+        ),
+    )
 
 
 def _reference_ms(row: Any) -> float | None:
     found = row.speed_reference or {}
     before, after = found.get("before_ms"), found.get("after_ms")
-    if not isinstance(before, (int, float)) or not isinstance(after, (int, float)) or before <= 0 or after <= 0:
+    if (
+        not isinstance(before, (int, float))
+        or not isinstance(after, (int, float))
+        or before <= 0
+        or after <= 0
+    ):
         return None
     return math.sqrt(before * after)
 
 
 def _point(rows: list[Any], measure: str) -> Point:
     clean = [v for row in rows if not row.contended for v in _values(row, measure)]
-    references = [r for r in (_reference_ms(row) for row in rows if not row.contended or not clean) if r]
+    references = [
+        r for r in (_reference_ms(row) for row in rows if not row.contended or not clean) if r
+    ]
     every = [v for row in rows for v in _values(row, measure)]
     newest = rows[-1]
-    return Point(sha=newest.commit_sha, position=newest.commit_position, commit_time=newest.commit_time,
-                 branch=newest.branch, subject=newest.subject, dirty=bool(newest.dirty),
-                 run_uids=tuple(row.uid for row in rows), values=tuple(clean), all_values=tuple(every),
-                 contended=not clean, median=statistics.median(clean or every),
-                 software_fingerprint=newest.software_fingerprint, software=dict(newest.software or {}),
-                 structure=newest.structure, structure_hash=newest.structure_hash,
-                 recorded_at=min(row.recorded_at for row in rows),
-                 speed_reference_ms=statistics.median(references) if references else None)
+    return Point(
+        sha=newest.commit_sha,
+        position=newest.commit_position,
+        commit_time=newest.commit_time,
+        branch=newest.branch,
+        subject=newest.subject,
+        dirty=bool(newest.dirty),
+        run_uids=tuple(row.uid for row in rows),
+        values=tuple(clean),
+        all_values=tuple(every),
+        contended=not clean,
+        median=statistics.median(clean or every),
+        software_fingerprint=newest.software_fingerprint,
+        software=dict(newest.software or {}),
+        structure=newest.structure,
+        structure_hash=newest.structure_hash,
+        recorded_at=min(row.recorded_at for row in rows),
+        speed_reference_ms=statistics.median(references) if references else None,
+    )
 
 
 def epochs(found: Sequence[Point]) -> list[Epoch]:
     """Consecutive stretches of ``found`` with one software fingerprint (``records.EPOCH_FIELDS``)."""
-    starts = [i for i in range(len(found)) if i == 0 or found[i].software_fingerprint != found[i - 1].software_fingerprint]
+    starts = [
+        i
+        for i in range(len(found))
+        if i == 0 or found[i].software_fingerprint != found[i - 1].software_fingerprint
+    ]
     result: list[Epoch] = []
     for number, start in enumerate(starts):
         end = starts[number + 1] - 1 if number + 1 < len(starts) else len(found) - 1
         point, before = found[start], result[-1].software if result else None
-        changed = {} if before is None else {f: (before.get(f), point.software.get(f)) for f in EPOCH_FIELDS
-                                             if before.get(f) != point.software.get(f)}
+        changed = (
+            {}
+            if before is None
+            else {
+                f: (before.get(f), point.software.get(f))
+                for f in EPOCH_FIELDS
+                if before.get(f) != point.software.get(f)
+            }
+        )
         result.append(Epoch(point.software_fingerprint, point.software, start, end, changed))
     return result
 
 
-def runs(connection: Connection, commit: str | None = None, source: str | None = None,
-         limit: int | None = None) -> list[dict[str, Any]]:
+def runs(
+    connection: Connection,
+    commit: str | None = None,
+    source: str | None = None,
+    limit: int | None = None,
+) -> list[dict[str, Any]]:
     """Stored runs, newest first, as dicts of the ``perfsuite_runs`` columns plus the testbed and
     software fingerprints and the benchmark count; ``commit`` a sha prefix."""
     run, tb, sw, r = schema.runs, schema.testbeds, schema.software, schema.results
     count = select(func.count(r.c.id)).where(r.c.run_id == run.c.id).scalar_subquery()
-    query = (select(run, tb.c.fingerprint.label("testbed"), sw.c.fingerprint.label("software_fingerprint"),
-                    count.label("benchmarks"))
-             .join(tb, tb.c.id == run.c.testbed_id).join(sw, sw.c.id == run.c.software_id)
-             .order_by(run.c.recorded_at.desc(), run.c.id.desc()))
+    query = (
+        select(
+            run,
+            tb.c.fingerprint.label("testbed"),
+            sw.c.fingerprint.label("software_fingerprint"),
+            count.label("benchmarks"),
+        )
+        .join(tb, tb.c.id == run.c.testbed_id)
+        .join(sw, sw.c.id == run.c.software_id)
+        .order_by(run.c.recorded_at.desc(), run.c.id.desc())
+    )
     if commit:
         query = query.where(run.c.commit_sha.like(f"{commit}%"))
     if source:

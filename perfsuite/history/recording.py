@@ -28,15 +28,21 @@ class Recorded:
     def line(self) -> str:
         """One line for the end of a run."""
         if self.error:
-            return (f"perfsuite: warning: the run was not recorded in the history store ({self.error}); "
-                    "its files are saved as usual")
+            return (
+                f"perfsuite: warning: the run was not recorded in the history store ({self.error}); "
+                "its files are saved as usual"
+            )
         if not self.added:
             return f"perfsuite: history: this run is already in {self.store}"
         return f"perfsuite: history: recorded {self.benchmarks} benchmark(s) in {self.store} ({self.seconds:.2f} s)"
 
 
-def record_runs(runs: list[RunRecord], url: str | None = None, ini_value: str | None = None,
-                root: Path | None = None) -> Recorded:
+def record_runs(
+    runs: list[RunRecord],
+    url: str | None = None,
+    ini_value: str | None = None,
+    root: Path | None = None,
+) -> Recorded:
     """Write ``runs`` into the store (``store.resolve_url(url, ini_value, root)``), each in its own
     transaction; any error is caught and returned in ``Recorded.error``."""
     started = time.perf_counter()

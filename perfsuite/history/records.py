@@ -10,7 +10,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 # Software whose change starts a new epoch of a series (perfsuite's own version is recorded, not
 # an epoch: it changes what is measured only through the suite's code, which the commit names).
@@ -61,8 +62,13 @@ class Testbed:
     def identity(self) -> dict[str, Any]:
         """The fingerprinted fields; memory in whole GiB (MemTotal varies by a few MiB between boots)."""
         gib = round(self.memory_bytes / 2**30) if self.memory_bytes else None
-        return {"device_names": dict(sorted(self.device_names.items())), "device_count": self.device_count,
-                "cpu_model": self.cpu_model, "memory_gib": gib, "num_threads": self.num_threads}
+        return {
+            "device_names": dict(sorted(self.device_names.items())),
+            "device_count": self.device_count,
+            "cpu_model": self.cpu_model,
+            "memory_gib": gib,
+            "num_threads": self.num_threads,
+        }
 
     @property
     def fingerprint(self) -> str:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 from perfsuite.history.changepoints import ChangePoint, usable
 from perfsuite.history.query import MEASURES, Epoch, Point, Series
@@ -26,7 +27,9 @@ def sparkline(values: Sequence[float | None], marks: Sequence[int] = ()) -> str:
         if value is None:
             out.append("·")
         else:
-            out.append(BARS[min(len(BARS) - 1, int((value - low) / span * len(BARS))) if span else 0])
+            out.append(
+                BARS[min(len(BARS) - 1, int((value - low) / span * len(BARS))) if span else 0]
+            )
     return "".join(out)
 
 
@@ -42,39 +45,61 @@ def format_value(value: float | None, measure: str) -> str:
 def _when(timestamp: float | None) -> str:
     if timestamp is None:
         return "-"
-    return datetime.datetime.fromtimestamp(timestamp, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
+    return datetime.datetime.fromtimestamp(timestamp, datetime.UTC).strftime("%Y-%m-%d %H:%M")
 
 
 def series_heading(series: Series) -> str:
     """``<id>  naive/b2h4s64d32-fp32-causal-cpu/forward  time_s  on AMD EPYC (2 threads) [d64438c0]``."""
     spec = series.testbed_spec
     cuda = (spec.get("device_names") or {}).get("cuda")
-    machine = (f"{cuda} x{spec.get('device_count')}" if cuda else
-               f"{spec.get('cpu_model') or 'cpu'} ({spec.get('num_threads')} threads)")
+    machine = (
+        f"{cuda} x{spec.get('device_count')}"
+        if cuda
+        else f"{spec.get('cpu_model') or 'cpu'} ({spec.get('num_threads')} threads)"
+    )
     return f"{series.key.id}  {series.key.benchmark}  {series.key.measure}  on {machine} [{series.key.testbed[:8]}]"
 
 
-def show_lines(series: Series, points: Sequence[Point], found_epochs: Sequence[Epoch],
-               change_points: Sequence[ChangePoint]) -> list[str]:
+def show_lines(
+    series: Series,
+    points: Sequence[Point],
+    found_epochs: Sequence[Epoch],
+    change_points: Sequence[ChangePoint],
+) -> list[str]:
     """The ``perfsuite history show`` text: heading, sparkline, one line per point (``>>`` at a change
     point, ``(contended)``/``(dirty)`` for points not used), epochs, then each change point with its cause."""
     measure = series.key.measure
     marks = {c.index for c in change_points}
-    lines = [series_heading(series),
-             f"  {sparkline([p.median for p in points], sorted(marks))}   "
-             f"({len(points)} point(s), oldest first; | marks a change point)", ""]
+    lines = [
+        series_heading(series),
+        f"  {sparkline([p.median for p in points], sorted(marks))}   "
+        f"({len(points)} point(s), oldest first; | marks a change point)",
+        "",
+    ]
     starts = {e.start: e for e in found_epochs}
     for index, point in enumerate(points):
         if index in starts and index > 0:
-            changed = ", ".join(f"{k} {a} -> {b}" for k, a, b in
-                                ((k, *v) for k, v in starts[index].changed.items()))
+            changed = ", ".join(
+                f"{k} {a} -> {b}" for k, a, b in ((k, *v) for k, v in starts[index].changed.items())
+            )
             lines.append(f"  -- epoch: {changed or 'software changed'} --")
         flag = ">>" if index in marks else "  "
-        note = "" if usable(point) else (" (contended: shown, not used)" if point.contended else
-                                          " (uncommitted changes: shown, not used)" if point.dirty else " (no values)")
+        note = (
+            ""
+            if usable(point)
+            else (
+                " (contended: shown, not used)"
+                if point.contended
+                else " (uncommitted changes: shown, not used)"
+                if point.dirty
+                else " (no values)"
+            )
+        )
         subject = (point.subject or "")[:40]
-        lines.append(f"{flag} {point.short_sha:<16} {_when(point.commit_time)}  {format_value(point.median, measure):>12}"
-                     f"  n={len(point.values or point.all_values):<4} runs={len(point.run_uids)}  {subject}{note}")
+        lines.append(
+            f"{flag} {point.short_sha:<16} {_when(point.commit_time)}  {format_value(point.median, measure):>12}"
+            f"  n={len(point.values or point.all_values):<4} runs={len(point.run_uids)}  {subject}{note}"
+        )
     if change_points:
         lines.append("")
         lines.append("change points (last good -> first bad):")
@@ -96,13 +121,37 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def show_json(series: Series, points: Sequence[Point], found_epochs: Sequence[Epoch],
-              change_points: Sequence[ChangePoint]) -> dict[str, Any]:
+def show_json(
+    series: Series,
+    points: Sequence[Point],
+    found_epochs: Sequence[Epoch],
+    change_points: Sequence[ChangePoint],
+) -> dict[str, Any]:
     """The ``show --json`` document: the series, its points (raw values included), epochs, change points."""
-    changes = [{"index": c.index, "last_good": c.last_good.sha, "first_bad": c.first_bad.sha, "ratio": c.ratio,
-                "interval": list(c.interval), "worse": c.worse, "p_value": c.p_value, "structure": list(c.structure),
-                "structure_adds_work": c.structure_adds_work} for c in change_points]
-    return {"series": {"id": series.key.id, **_jsonable(series.key), "variant": series.variant,
-                       "case_id": series.case_id, "mode": series.mode, "testbed_spec": series.testbed_spec},
-            "points": [_jsonable(p) for p in points], "epochs": [_jsonable(e) for e in found_epochs],
-            "change_points": changes}
+    changes = [
+        {
+            "index": c.index,
+            "last_good": c.last_good.sha,
+            "first_bad": c.first_bad.sha,
+            "ratio": c.ratio,
+            "interval": list(c.interval),
+            "worse": c.worse,
+            "p_value": c.p_value,
+            "structure": list(c.structure),
+            "structure_adds_work": c.structure_adds_work,
+        }
+        for c in change_points
+    ]
+    return {
+        "series": {
+            "id": series.key.id,
+            **_jsonable(series.key),
+            "variant": series.variant,
+            "case_id": series.case_id,
+            "mode": series.mode,
+            "testbed_spec": series.testbed_spec,
+        },
+        "points": [_jsonable(p) for p in points],
+        "epochs": [_jsonable(e) for e in found_epochs],
+        "change_points": changes,
+    }

@@ -10,10 +10,24 @@ inside the opening transaction, on both engines).
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
-from sqlalchemy import (JSON, BigInteger, Boolean, Column, Connection, Float, ForeignKey, Index, Integer, MetaData,
-                        String, Table, Text, UniqueConstraint)
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    Connection,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
 
 SCHEMA_VERSION = 1
 PREFIX = "perfsuite_"
@@ -21,14 +35,16 @@ PREFIX = "perfsuite_"
 metadata = MetaData()
 
 meta = Table(
-    f"{PREFIX}meta", metadata,
+    f"{PREFIX}meta",
+    metadata,
     Column("key", String(64), primary_key=True),
     Column("value", String(255), nullable=False),
 )
 
 # The hardware a series belongs to; ``fingerprint`` hashes ``records.Testbed.identity()``.
 testbeds = Table(
-    f"{PREFIX}testbeds", metadata,
+    f"{PREFIX}testbeds",
+    metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("fingerprint", String(32), nullable=False, unique=True),
     Column("spec", JSON, nullable=False),
@@ -36,16 +52,20 @@ testbeds = Table(
 
 # The software a run used; a change of ``fingerprint`` inside a series is an epoch boundary.
 software = Table(
-    f"{PREFIX}software", metadata,
+    f"{PREFIX}software",
+    metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("fingerprint", String(32), nullable=False, unique=True),
     Column("spec", JSON, nullable=False),
 )
 
 runs = Table(
-    f"{PREFIX}runs", metadata,
+    f"{PREFIX}runs",
+    metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("uid", String(128), nullable=False, unique=True),  # idempotency: one run is recorded once
+    Column(
+        "uid", String(128), nullable=False, unique=True
+    ),  # idempotency: one run is recorded once
     Column("source", String(32), nullable=False),  # plugin, run, ab-base, ab-head, import
     Column("recorded_at", Float, nullable=False),  # unix seconds
     Column("commit_sha", String(64)),
@@ -65,7 +85,8 @@ runs = Table(
 Index(f"{PREFIX}runs_commit", runs.c.commit_sha)
 
 results = Table(
-    f"{PREFIX}results", metadata,
+    f"{PREFIX}results",
+    metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("run_id", Integer, ForeignKey(f"{PREFIX}runs.id", ondelete="CASCADE"), nullable=False),
     Column("benchmark", String(512), nullable=False),  # variant/case/mode

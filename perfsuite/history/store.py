@@ -14,7 +14,8 @@ import os
 import random
 import time
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
+from collections.abc import Callable
 
 from sqlalchemy import Connection, Engine, create_engine, event, inspect, select, text
 from sqlalchemy.engine import URL, make_url
@@ -26,7 +27,9 @@ from perfsuite.history.records import RunRecord
 
 URL_ENV = "PERFSUITE_HISTORY_URL"
 URL_INI = "perfsuite_history_url"
-DEFAULT_PATH = Path(".perfsuite") / "history.sqlite"  # under the repository root, beside .benchmarks/
+DEFAULT_PATH = (
+    Path(".perfsuite") / "history.sqlite"
+)  # under the repository root, beside .benchmarks/
 SQLITE_MAGIC = b"SQLite format 3\x00"
 BUSY_TIMEOUT_MS = 30_000
 WRITE_ATTEMPTS = 8
@@ -44,7 +47,9 @@ def repository_root(start: Path | None = None) -> Path:
     return start
 
 
-def resolve_url(url: str | None = None, ini_value: str | None = None, root: Path | None = None) -> str:
+def resolve_url(
+    url: str | None = None, ini_value: str | None = None, root: Path | None = None
+) -> str:
     """The store's URL: ``url`` if given, else ``$PERFSUITE_HISTORY_URL``, else the ini key
     ``perfsuite_history_url`` (``ini_value``), else the SQLite file ``.perfsuite/history.sqlite``
     at the repository root of ``root`` (default: the current folder). A plain path is a SQLite file."""
@@ -59,15 +64,22 @@ def resolve_url(url: str | None = None, ini_value: str | None = None, root: Path
 def shown(url: str | URL) -> str:
     """The URL as it may be printed: the password hidden."""
     try:
-        return make_url(url).render_as_string(hide_password=True) if isinstance(url, str) else \
-            url.render_as_string(hide_password=True)
+        return (
+            make_url(url).render_as_string(hide_password=True)
+            if isinstance(url, str)
+            else url.render_as_string(hide_password=True)
+        )
     except ArgumentError:
         return str(url)
 
 
 def _sqlite_file(url: URL) -> Path | None:
     database = url.database
-    return Path(database) if url.get_backend_name() == "sqlite" and database and database != ":memory:" else None
+    return (
+        Path(database)
+        if url.get_backend_name() == "sqlite" and database and database != ":memory:"
+        else None
+    )
 
 
 def _check_sqlite_file(path: Path) -> None:
@@ -79,8 +91,11 @@ def _check_sqlite_file(path: Path) -> None:
     with path.open("rb") as handle:
         head = handle.read(len(SQLITE_MAGIC))
     if head != SQLITE_MAGIC:
-        raise HistoryError(f"{path}: not a perfsuite history store (not an SQLite database); left untouched. "
-                           f"Point {URL_ENV} or {URL_INI} at another file, or move this one away.", str(path))
+        raise HistoryError(
+            f"{path}: not a perfsuite history store (not an SQLite database); left untouched. "
+            f"Point {URL_ENV} or {URL_INI} at another file, or move this one away.",
+            str(path),
+        )
 
 
 def _sqlite_events(engine: Engine) -> None:
@@ -112,7 +127,7 @@ class Store:
         self.engine = engine
         self.url = url
 
-    def __enter__(self) -> "Store":
+    def __enter__(self) -> Store:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -149,8 +164,12 @@ class Store:
 
     def has_run(self, uid: str) -> bool:
         """Whether a run with ``uid`` is stored."""
-        return self.transaction(lambda c: c.execute(
-            select(schema.runs.c.id).where(schema.runs.c.uid == uid)).first() is not None)
+        return self.transaction(
+            lambda c: (
+                c.execute(select(schema.runs.c.id).where(schema.runs.c.uid == uid)).first()
+                is not None
+            )
+        )
 
     def list_series(self, **filters: Any):
         """``query.list_series`` on this store."""
@@ -184,18 +203,29 @@ def _schema_version(connection: Connection, source: str) -> int | None:
         ours = names & set(schema.TABLES)
         foreign = names if connection.dialect.name == "sqlite" else ours
         if foreign:
-            raise HistoryError(f"{source}: not a perfsuite history store (it has tables "
-                               f"{', '.join(sorted(foreign)[:5])} but no {schema.meta.name}); left untouched", source)
+            raise HistoryError(
+                f"{source}: not a perfsuite history store (it has tables "
+                f"{', '.join(sorted(foreign)[:5])} but no {schema.meta.name}); left untouched",
+                source,
+            )
         return None
-    row = connection.execute(select(schema.meta.c.value).where(schema.meta.c.key == "schema_version")).first()
+    row = connection.execute(
+        select(schema.meta.c.value).where(schema.meta.c.key == "schema_version")
+    ).first()
     if row is None or not str(row[0]).isdigit():
-        raise HistoryError(f"{source}: a perfsuite history store without a readable schema version; left untouched",
-                           source)
+        raise HistoryError(
+            f"{source}: a perfsuite history store without a readable schema version; left untouched",
+            source,
+        )
     return int(row[0])
 
 
-def prepare_schema(connection: Connection, source: str, version: int = schema.SCHEMA_VERSION,
-                   migrations: list[Callable[[Connection], None]] | None = None) -> int:
+def prepare_schema(
+    connection: Connection,
+    source: str,
+    version: int = schema.SCHEMA_VERSION,
+    migrations: list[Callable[[Connection], None]] | None = None,
+) -> int:
     """Create the schema in an empty store, or migrate an older one forward; returns the version found
     (0 for a new store). Refuses a store newer than ``version`` with ``HistoryError``."""
     migrations = schema.MIGRATIONS if migrations is None else migrations
@@ -207,17 +237,28 @@ def prepare_schema(connection: Connection, source: str, version: int = schema.SC
         connection.execute(schema.meta.insert(), [{"key": "schema_version", "value": str(version)}])
         return 0
     if found > version:
-        raise HistoryError(f"{source}: the store has schema version {found}, newer than this perfsuite's "
-                           f"{version}; upgrade perfsuite to read it (the store is left untouched)", source)
+        raise HistoryError(
+            f"{source}: the store has schema version {found}, newer than this perfsuite's "
+            f"{version}; upgrade perfsuite to read it (the store is left untouched)",
+            source,
+        )
     for step in range(found, version):
         migrations[step - 1](connection)
     if found < version:
-        connection.execute(schema.meta.update().where(schema.meta.c.key == "schema_version").values(value=str(version)))
+        connection.execute(
+            schema.meta.update()
+            .where(schema.meta.c.key == "schema_version")
+            .values(value=str(version))
+        )
     return found
 
 
-def open_store(url: str | None = None, ini_value: str | None = None, root: Path | None = None,
-               create: bool = True) -> Store:
+def open_store(
+    url: str | None = None,
+    ini_value: str | None = None,
+    root: Path | None = None,
+    create: bool = True,
+) -> Store:
     """Open (and create or migrate) the store at ``resolve_url(url, ini_value, root)``.
 
     ``create=False`` refuses a store that does not exist yet (for read-only commands). Raises
@@ -227,8 +268,11 @@ def open_store(url: str | None = None, ini_value: str | None = None, root: Path 
     try:
         parsed = make_url(resolved)
     except ArgumentError:
-        raise HistoryError(f"{resolved!r}: not a database URL (e.g. sqlite:///path/history.sqlite or "
-                           f"postgresql+psycopg://user@host/db)", resolved) from None
+        raise HistoryError(
+            f"{resolved!r}: not a database URL (e.g. sqlite:///path/history.sqlite or "
+            f"postgresql+psycopg://user@host/db)",
+            resolved,
+        ) from None
     source = shown(parsed)
     path = _sqlite_file(parsed)
     if path is not None:
@@ -236,14 +280,19 @@ def open_store(url: str | None = None, ini_value: str | None = None, root: Path 
         _check_sqlite_file(path)
         if not path.exists():
             if not create:
-                raise HistoryError(f"{path}: no history store yet (record a timed run first)", str(path))
+                raise HistoryError(
+                    f"{path}: no history store yet (record a timed run first)", str(path)
+                )
             path.parent.mkdir(parents=True, exist_ok=True)
             _ignore_store_folder(path)
     try:
         engine = create_engine(parsed, pool_pre_ping=parsed.get_backend_name() != "sqlite")
     except (NoSuchModuleError, ModuleNotFoundError) as exc:
-        raise HistoryError(f"{source}: no database driver for this URL ({exc}); for PostgreSQL install "
-                           f"'perfsuite[postgresql]' (psycopg 3) and use postgresql+psycopg://", source) from None
+        raise HistoryError(
+            f"{source}: no database driver for this URL ({exc}); for PostgreSQL install "
+            f"'perfsuite[postgresql]' (psycopg 3) and use postgresql+psycopg://",
+            source,
+        ) from None
     if engine.dialect.name == "sqlite":
         _sqlite_events(engine)
     store = Store(engine, resolved)
@@ -256,7 +305,9 @@ def open_store(url: str | None = None, ini_value: str | None = None, root: Path 
         raise
     except DBAPIError as exc:  # "file is not a database" and the like
         engine.dispose()
-        raise HistoryError(f"{source}: cannot be opened as a history store ({exc.orig})", source) from None
+        raise HistoryError(
+            f"{source}: cannot be opened as a history store ({exc.orig})", source
+        ) from None
     return store
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from typing import Iterator
+from collections.abc import Iterator
 
 # Seconds one call may take, by device: generous for the largest cases of the named case sets
 # (a compiled variant's first call compiles), short enough that a hang does not eat a CI job.
@@ -43,8 +43,10 @@ def time_limit(seconds: float | None, what: str) -> Iterator[None]:
         return
 
     def expired(signum, frame):
-        raise CallTimeLimitExceeded(f"{what} ran past the time limit of {seconds:g} s (--perfsuite-call-time-limit); "
-                                    "this case fails, the run goes on")
+        raise CallTimeLimitExceeded(
+            f"{what} ran past the time limit of {seconds:g} s (--perfsuite-call-time-limit); "
+            "this case fails, the run goes on"
+        )
 
     previous = signal.signal(signal.SIGALRM, expired)
     signal.setitimer(signal.ITIMER_REAL, seconds)

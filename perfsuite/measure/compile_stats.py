@@ -42,11 +42,16 @@ def snapshot() -> CompileSnapshot:
     utils = sys.modules.get("torch._dynamo.utils")
     if utils is None:
         return CompileSnapshot(0, {})
-    return CompileSnapshot(int(utils.counters["stats"]["unique_graphs"]), dict(utils.counters["graph_break"]))
+    return CompileSnapshot(
+        int(utils.counters["stats"]["unique_graphs"]), dict(utils.counters["graph_break"])
+    )
 
 
 def since(before: CompileSnapshot) -> CompileActivity:
     """Compile activity from ``before`` until now."""
     now = snapshot()
-    breaks = {reason: count - before.graph_breaks.get(reason, 0) for reason, count in now.graph_breaks.items()}
+    breaks = {
+        reason: count - before.graph_breaks.get(reason, 0)
+        for reason, count in now.graph_breaks.items()
+    }
     return CompileActivity(now.graphs - before.graphs, {r: c for r, c in breaks.items() if c > 0})

@@ -22,7 +22,7 @@ import dataclasses
 import os
 import platform
 from pathlib import Path
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 # mallopt(3) parameter numbers (glibc <malloc.h>).
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
@@ -34,7 +34,11 @@ def physical_cores() -> int:
     SMT siblings (``/sys/devices/system/cpu/cpuN/topology/thread_siblings_list``) count once:
     torch's own default is one thread per physical core. Falls back to the CPU count.
     """
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
+    cpus = (
+        sorted(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity")
+        else list(range(os.cpu_count() or 1))
+    )
     siblings = set()
     for cpu in cpus:
         path = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list")
@@ -75,7 +79,8 @@ def _positive_int(text: str) -> bool:
 
 CONDITIONS: tuple[Condition, ...] = (
     Condition(
-        "OMP_WAIT_POLICY", lambda: "PASSIVE",
+        "OMP_WAIT_POLICY",
+        lambda: "PASSIVE",
         "idle OpenMP threads sleep instead of spin-waiting after a parallel region (libgomp's default "
         "spins), so they neither steal a core from another process nor lose theirs to one",
         "on a machine where other processes run, spinning threads and the scheduler's tick inflate "
@@ -83,20 +88,23 @@ CONDITIONS: tuple[Condition, ...] = (
         "(or perfsuite's scripts/bench.sh), which set it, or export OMP_WAIT_POLICY=PASSIVE before pytest",
     ),
     Condition(
-        "MALLOC_MMAP_THRESHOLD_", lambda: str(32 * 2**20),
+        "MALLOC_MMAP_THRESHOLD_",
+        lambda: str(32 * 2**20),
         "a fixed mmap threshold turns off glibc's adaptive threshold (mallopt(3)), so a score matrix under "
         "32 MiB comes from the heap, not from fresh page-faulting mmap'd memory depending on the process's "
         "history (32 MiB is glibc's cap on 64-bit: larger blocks are always mmap'd; python -m validation.page_faults)",
         "identical code measured up to 2x apart between two processes (the A/B gate's calibration)",
     ),
     Condition(
-        "MALLOC_TRIM_THRESHOLD_", lambda: str(256 * 2**20),
+        "MALLOC_TRIM_THRESHOLD_",
+        lambda: str(256 * 2**20),
         "freed memory stays in the heap instead of being returned to the kernel after every step "
         "(mallopt(3) M_TRIM_THRESHOLD)",
         "each step may page-fault its buffers again",
     ),
     Condition(
-        "OMP_NUM_THREADS", lambda: str(physical_cores()),
+        "OMP_NUM_THREADS",
+        lambda: str(physical_cores()),
         "an explicit thread count, the same in every process of a comparison (machine.MUST_MATCH holds it)",
         "the thread count follows whatever the environment or torch picks, and two runs may differ",
         accepts=_positive_int,
@@ -106,7 +114,9 @@ CONDITIONS: tuple[Condition, ...] = (
 # Applied by ``perfsuite.gate.ab`` around its workers, not an environment variable: the same
 # address-space layout for both sides (``setarch -R``), so cache-set aliasing of big buffers
 # does not differ at random between them.
-NO_ASLR_NOTE = "A/B workers also run with address-space randomization off (setarch -R) where available"
+NO_ASLR_NOTE = (
+    "A/B workers also run with address-space randomization off (setarch -R) where available"
+)
 
 
 def required_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -140,9 +150,13 @@ def apply_in_process(environ: Mapping[str, str] | None = None) -> list[str]:
     """
     applied = []
     for condition in missing(environ):
-        if condition.name == "MALLOC_MMAP_THRESHOLD_" and _mallopt(_M_MMAP_THRESHOLD, int(condition.value())):
+        if condition.name == "MALLOC_MMAP_THRESHOLD_" and _mallopt(
+            _M_MMAP_THRESHOLD, int(condition.value())
+        ):
             applied.append(condition.name)
-        elif condition.name == "MALLOC_TRIM_THRESHOLD_" and _mallopt(_M_TRIM_THRESHOLD, int(condition.value())):
+        elif condition.name == "MALLOC_TRIM_THRESHOLD_" and _mallopt(
+            _M_TRIM_THRESHOLD, int(condition.value())
+        ):
             applied.append(condition.name)
         elif condition.name == "OMP_NUM_THREADS":
             import torch
@@ -157,15 +171,22 @@ def header_lines(environ: Mapping[str, str] | None = None, applied: list[str] = 
     was applied after start, and what a missing one costs."""
     absent = missing(environ)
     if not absent:
-        return ["perfsuite: process conditions: " + " ".join(f"{k}={v}" for k, v in required_env(environ).items())]
+        return [
+            "perfsuite: process conditions: "
+            + " ".join(f"{k}={v}" for k, v in required_env(environ).items())
+        ]
     lines = []
     for condition in absent:
         if condition.name in applied:
-            lines.append(f"perfsuite: process condition {condition.name} was not in the environment; applied after "
-                         f"start ({condition.name}={condition.value()})")
+            lines.append(
+                f"perfsuite: process condition {condition.name} was not in the environment; applied after "
+                f"start ({condition.name}={condition.value()})"
+            )
         else:
-            lines.append(f"perfsuite: WARNING: process condition {condition.name}={condition.value()} is missing: "
-                         f"{condition.cost}")
+            lines.append(
+                f"perfsuite: WARNING: process condition {condition.name}={condition.value()} is missing: "
+                f"{condition.cost}"
+            )
     return lines
 
 

@@ -31,7 +31,8 @@ import dataclasses
 import os
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 WAIT_LIMIT = 0.05  # the A/B gate's default min_effect: waiting that could explain a reported change
 STEAL_LIMIT = 0.05  # same reasoning, for time the hypervisor gave to another guest
@@ -56,7 +57,10 @@ def kernel_tick_s() -> float:
     ``/proc/config.gz``, else ``1 / DEFAULT_HZ``."""
     import gzip
 
-    sources = [(Path(f"/boot/config-{os.uname().release}"), open), (Path("/proc/config.gz"), gzip.open)]
+    sources = [
+        (Path(f"/boot/config-{os.uname().release}"), open),
+        (Path("/proc/config.gz"), gzip.open),
+    ]
     for path, opener in sources:
         try:
             with opener(path, "rt") as config:
@@ -107,7 +111,9 @@ def _proc_stat() -> tuple[float | None, float | None, int | None]:
     for line in text.splitlines():
         if line.startswith("cpu "):
             values = [int(v) for v in line.split()[1:]]
-            total = sum(values[:8]) / hz  # user nice system idle iowait irq softirq steal (guest is in user)
+            total = (
+                sum(values[:8]) / hz
+            )  # user nice system idle iowait irq softirq steal (guest is in user)
             steal = values[7] / hz if len(values) > 7 else None
         elif line.startswith("procs_running"):
             running = int(line.split()[1])
@@ -124,7 +130,9 @@ def _load1() -> float | None:
 def snapshot() -> Snapshot:
     """Read ``/proc`` now (about 0.1 ms; call it outside timed windows)."""
     steal, total, running = _proc_stat()
-    return Snapshot(time.perf_counter(), time.process_time(), _thread_waits(), steal, total, running, _load1())
+    return Snapshot(
+        time.perf_counter(), time.process_time(), _thread_waits(), steal, total, running, _load1()
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,7 +156,9 @@ class ContentionEvidence:
     on_tick: bool
     contended: bool
     reasons: tuple[str, ...]
-    brief: str = ""  # the reasons as one short line, for terminals and table cells (``reasons`` in full)
+    brief: str = (
+        ""  # the reasons as one short line, for terminals and table cells (``reasons`` in full)
+    )
 
     @property
     def available(self) -> bool:
@@ -162,7 +172,9 @@ class ContentionEvidence:
     def from_dict(cls, data: dict[str, Any]) -> ContentionEvidence:
         """The inverse of ``as_dict``; ``ValueError`` naming the missing keys otherwise."""
         names = [f.name for f in dataclasses.fields(cls)]
-        lacking = [n for n in names if n not in data and n != "brief"]  # runs saved before it had one
+        lacking = [
+            n for n in names if n not in data and n != "brief"
+        ]  # runs saved before it had one
         if lacking:
             raise ValueError(f"contention evidence lacks {', '.join(lacking)}: {data!r}")
         return cls(**{n: data[n] for n in names if n in data} | {"reasons": tuple(data["reasons"])})
@@ -182,11 +194,21 @@ def on_tick(round_times_s: Sequence[float], tick_s: float) -> bool:
         k = round(t / tick_s)
         if k >= 2 and abs(t / tick_s - k) <= TICK_TOLERANCE:
             multiples.append(k)
-    return bool(round_times_s) and len(multiples) >= TICK_SHARE * len(round_times_s) and len(set(multiples)) > 1
+    return (
+        bool(round_times_s)
+        and len(multiples) >= TICK_SHARE * len(round_times_s)
+        and len(set(multiples)) > 1
+    )
 
 
-def assess(before: Snapshot, after: Snapshot, round_times_s: Sequence[float] = (), tick_s: float | None = None,
-           wait_limit: float = WAIT_LIMIT, steal_limit: float = STEAL_LIMIT) -> ContentionEvidence:
+def assess(
+    before: Snapshot,
+    after: Snapshot,
+    round_times_s: Sequence[float] = (),
+    tick_s: float | None = None,
+    wait_limit: float = WAIT_LIMIT,
+    steal_limit: float = STEAL_LIMIT,
+) -> ContentionEvidence:
     """Contention between two snapshots of this process (``round_times_s``: the window's rounds, seconds)."""
     wall = after.wall_s - before.wall_s
     if wall <= 0:
@@ -194,7 +216,9 @@ def assess(before: Snapshot, after: Snapshot, round_times_s: Sequence[float] = (
     threads = len(after.thread_wait_s)
     wait = None
     if after.thread_wait_s:
-        waited = sum(w - before.thread_wait_s.get(tid, 0.0) for tid, w in after.thread_wait_s.items())
+        waited = sum(
+            w - before.thread_wait_s.get(tid, 0.0) for tid, w in after.thread_wait_s.items()
+        )
         wait = max(0.0, waited) / wall
     steal = None
     if None not in (before.steal_s, after.steal_s, before.all_cpu_s, after.all_cpu_s):
@@ -205,8 +229,10 @@ def assess(before: Snapshot, after: Snapshot, round_times_s: Sequence[float] = (
     reasons, flagged = [], False
     if wait is not None and wait > wait_limit:
         flagged = True
-        reasons.append(f"the process's {threads} threads waited for a CPU {wait:.0%} of the wall time, "
-                       f"summed over threads (limit {wait_limit:.0%})")
+        reasons.append(
+            f"the process's {threads} threads waited for a CPU {wait:.0%} of the wall time, "
+            f"summed over threads (limit {wait_limit:.0%})"
+        )
     if steal is not None and steal > steal_limit:
         flagged = True
         reasons.append(f"CPU steal {steal:.0%} of CPU time (limit {steal_limit:.0%})")
@@ -217,16 +243,39 @@ def assess(before: Snapshot, after: Snapshot, round_times_s: Sequence[float] = (
         flagged = False
         reasons.append(f"not flagged: {CHECK_ENV}=off")
     if reasons and after.load1 is not None and before.load1 is not None:
-        reasons.append(f"load average {before.load1:.2f} before, {after.load1:.2f} after "
-                       f"on {os.cpu_count()} CPUs; {cpu_per_wall:.2f} CPU-seconds per second across all "
-                       f"{threads} threads of this process (torch's operator threads and the rest)")
-    brief = [f"threads waited {wait:.0%} (limit {wait_limit:.0%})" if wait is not None and wait > wait_limit else "",
-             f"CPU steal {steal:.0%} (limit {steal_limit:.0%})" if steal is not None and steal > steal_limit else "",
-             "rounds on scheduler ticks" if tick else "",
-             f"load {after.load1:.1f} on {os.cpu_count()} CPUs" if reasons and after.load1 is not None else "",
-             "not flagged (check off)" if reasons and not flagged and not check_enabled() else ""]
-    return ContentionEvidence(wall, cpu_per_wall, threads, wait, steal, before.procs_running, after.procs_running,
-                              before.load1, after.load1, tick, flagged, tuple(reasons), ", ".join(b for b in brief if b))
+        reasons.append(
+            f"load average {before.load1:.2f} before, {after.load1:.2f} after "
+            f"on {os.cpu_count()} CPUs; {cpu_per_wall:.2f} CPU-seconds per second across all "
+            f"{threads} threads of this process (torch's operator threads and the rest)"
+        )
+    brief = [
+        f"threads waited {wait:.0%} (limit {wait_limit:.0%})"
+        if wait is not None and wait > wait_limit
+        else "",
+        f"CPU steal {steal:.0%} (limit {steal_limit:.0%})"
+        if steal is not None and steal > steal_limit
+        else "",
+        "rounds on scheduler ticks" if tick else "",
+        f"load {after.load1:.1f} on {os.cpu_count()} CPUs"
+        if reasons and after.load1 is not None
+        else "",
+        "not flagged (check off)" if reasons and not flagged and not check_enabled() else "",
+    ]
+    return ContentionEvidence(
+        wall,
+        cpu_per_wall,
+        threads,
+        wait,
+        steal,
+        before.procs_running,
+        after.procs_running,
+        before.load1,
+        after.load1,
+        tick,
+        flagged,
+        tuple(reasons),
+        ", ".join(b for b in brief if b),
+    )
 
 
 def brief_reason(contention: dict[str, Any]) -> str:

@@ -8,8 +8,15 @@ from perfsuite.attention.cases import AttentionCase
 from perfsuite.attention.inputs import AttentionInputs
 from perfsuite.attention.masks import fully_masked_rows
 from perfsuite.attention.modes import StepResult
-from perfsuite.attention.reference import (REFERENCE_BLOCK_BYTES, UNDEFINED_ROW_RESULTS, Comparison, compare_gradients,
-                                          compare_with_reference, reference_attention, tolerances)
+from perfsuite.attention.reference import (
+    REFERENCE_BLOCK_BYTES,
+    UNDEFINED_ROW_RESULTS,
+    Comparison,
+    compare_gradients,
+    compare_with_reference,
+    reference_attention,
+    tolerances,
+)
 from perfsuite.variants import Variant
 
 
@@ -21,16 +28,24 @@ def contract_failures(output: object, case: AttentionCase, inputs: AttentionInpu
     """One line per way ``output`` breaks the contract: a ``torch.Tensor`` shaped ``[B, H, Sq, D]``
     in the query's dtype and on its device. Empty when it keeps it."""
     if not isinstance(output, torch.Tensor):
-        hint = " (return the attention output alone, not a tuple such as (output, weights))" if isinstance(output, tuple) else ""
+        hint = (
+            " (return the attention output alone, not a tuple such as (output, weights))"
+            if isinstance(output, tuple)
+            else ""
+        )
         return [f"returned {type(output).__name__}, not a torch.Tensor{hint}"]
     expected = (case.batch, case.num_heads, case.seq_len_q, case.head_dim)
     found = []
     if tuple(output.shape) != expected:
-        found.append(f"returned shape {list(output.shape)}, expected [B, H, Sq, D] = {list(expected)}")
+        found.append(
+            f"returned shape {list(output.shape)}, expected [B, H, Sq, D] = {list(expected)}"
+        )
     if output.dtype != inputs.query.dtype:
         found.append(f"returned dtype {output.dtype}, expected the inputs' {inputs.query.dtype}")
     if output.device != inputs.query.device:
-        found.append(f"returned a tensor on {output.device}, expected the inputs' device {inputs.query.device}")
+        found.append(
+            f"returned a tensor on {output.device}, expected the inputs' device {inputs.query.device}"
+        )
     return found
 
 
@@ -42,8 +57,10 @@ def contract_checked(fn, variant: Variant, case: AttentionCase, inputs: Attentio
         output = fn(*args, **kwargs)
         failures = contract_failures(output, case, inputs)
         if failures:
-            raise ContractViolation(f"variant {variant.name} on case {case.id} breaks the attention contract: "
-                                    + "; ".join(failures))
+            raise ContractViolation(
+                f"variant {variant.name} on case {case.id} breaks the attention contract: "
+                + "; ".join(failures)
+            )
         return output
 
     return checked
@@ -61,22 +78,34 @@ def nonfinite_after_timing(step, calls: int = NONFINITE_CHECK_CALLS) -> str | No
         bad = ~torch.isfinite(output)
         if bool(bad.any()):
             nan = int(torch.isnan(output).sum())
-            return (f"call {index} of {calls} made after timing returned non-finite values ({nan} NaN, "
-                    f"{int(bad.sum()) - nan} infinite of {output.numel()}) although the first call's output was "
-                    "finite: the timed calls may have computed garbage")
+            return (
+                f"call {index} of {calls} made after timing returned non-finite values ({nan} NaN, "
+                f"{int(bad.sum()) - nan} infinite of {output.numel()}) although the first call's output was "
+                "finite: the timed calls may have computed garbage"
+            )
     return None
 
 
-def check_output(variant: Variant, case: AttentionCase, inputs: AttentionInputs, output: torch.Tensor,
-                 label: str) -> Comparison:
+def check_output(
+    variant: Variant, case: AttentionCase, inputs: AttentionInputs, output: torch.Tensor, label: str
+) -> Comparison:
     """Compare ``output`` with the float64 reference, holding fully masked rows to the variant's rule."""
     rows = fully_masked_rows(inputs.mask, case.score_shape)
     expected = reference_attention(inputs)
-    return compare_with_reference(output, expected, label, rows, variant.fully_masked_rows, tolerances(inputs, expected))
+    return compare_with_reference(
+        output, expected, label, rows, variant.fully_masked_rows, tolerances(inputs, expected)
+    )
 
 
-def compare_result(variant: Variant, case: AttentionCase, inputs: AttentionInputs, grad_output: torch.Tensor,
-                   mode: str, result: StepResult, seed: int) -> tuple[Comparison | None, str | None]:
+def compare_result(
+    variant: Variant,
+    case: AttentionCase,
+    inputs: AttentionInputs,
+    grad_output: torch.Tensor,
+    mode: str,
+    result: StepResult,
+    seed: int,
+) -> tuple[Comparison | None, str | None]:
     """The comparison with the float64 reference, or None and why not (NaN rows, out of memory).
 
     ``inputs`` are the values the reference is computed from; ``grad_output`` ``[B, H, Sq, D]``
@@ -87,12 +116,21 @@ def compare_result(variant: Variant, case: AttentionCase, inputs: AttentionInput
     except torch.OutOfMemoryError:
         if case.device == "cuda":
             torch.cuda.empty_cache()
-        return None, (f"not compared: the float64 reference of {case.id} ran out of {case.device} memory even in blocks "
-                      f"of {REFERENCE_BLOCK_BYTES} bytes of scores (perfsuite.attention.reference)")
+        return None, (
+            f"not compared: the float64 reference of {case.id} ran out of {case.device} memory even in blocks "
+            f"of {REFERENCE_BLOCK_BYTES} bytes of scores (perfsuite.attention.reference)"
+        )
 
 
-def _compare_with_reference(variant: Variant, case: AttentionCase, inputs: AttentionInputs, grad_output: torch.Tensor,
-                            mode: str, result: StepResult, seed: int) -> tuple[Comparison | None, str | None]:
+def _compare_with_reference(
+    variant: Variant,
+    case: AttentionCase,
+    inputs: AttentionInputs,
+    grad_output: torch.Tensor,
+    mode: str,
+    result: StepResult,
+    seed: int,
+) -> tuple[Comparison | None, str | None]:
     in_mode = "" if mode == "forward" else f" in mode {mode}"
     label = f"variant {variant.name} on case {case.id}{in_mode} (seed {seed})"
     output = check_output(variant, case, inputs, result.output, label)
@@ -100,11 +138,15 @@ def _compare_with_reference(variant: Variant, case: AttentionCase, inputs: Atten
         return output, None
     rows = int(fully_masked_rows(inputs.mask, case.score_shape).sum())
     if variant.fully_masked_rows == "nan" and rows:
-        return None, (f"{variant.name} returns NaN for the {rows} query rows of this case that see no key, so its "
-                      "gradients are NaN everywhere: nothing to compare (the forward check holds those rows to NaN)")
+        return None, (
+            f"{variant.name} returns NaN for the {rows} query rows of this case that see no key, so its "
+            "gradients are NaN everywhere: nothing to compare (the forward check holds those rows to NaN)"
+        )
     if variant.fully_masked_rows in UNDEFINED_ROW_RESULTS and rows:
-        return None, (f"{variant.name} declares fully_masked_rows={variant.fully_masked_rows!r}: the {rows} query rows "
-                      "of this case that see no key may hold any value the reference does not define, so neither are "
-                      "the gradients: nothing to compare")
+        return None, (
+            f"{variant.name} declares fully_masked_rows={variant.fully_masked_rows!r}: the {rows} query rows "
+            "of this case that see no key may hold any value the reference does not define, so neither are "
+            "the gradients: nothing to compare"
+        )
     gradients = compare_gradients(result.gradients, inputs, grad_output, label)
     return Comparison(max(output.max_abs_error, gradients.max_abs_error), gradients.failure), None

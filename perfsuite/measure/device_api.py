@@ -8,7 +8,8 @@ are the two pieces of device work a timed round may need besides the step itself
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
+from collections.abc import Callable
 
 from perfsuite.errors import DeviceTimingError
 
@@ -78,12 +79,17 @@ class TorchCuda:
         profiler, self._profiler = self._profiler, None
         profiler.stop()
         # Device events are kernels, memcpy and memset; self time, in microseconds (as nvFuser sums them).
-        total_us = sum(getattr(e, "self_device_time_total", 0.0) for e in profiler.key_averages()
-                       if e.device_type == DeviceType.CUDA)
+        total_us = sum(
+            getattr(e, "self_device_time_total", 0.0)
+            for e in profiler.key_averages()
+            if e.device_type == DeviceType.CUDA
+        )
         return total_us / 1e6
 
     def l2_cache_bytes(self) -> int:
-        return int(self._torch.cuda.get_device_properties(self._torch.cuda.current_device()).L2_cache_size)
+        return int(
+            self._torch.cuda.get_device_properties(self._torch.cuda.current_device()).L2_cache_size
+        )
 
     def flush_buffer(self, size_bytes: int) -> Any:
         return self._torch.empty(size_bytes, dtype=self._torch.uint8, device="cuda")
@@ -112,7 +118,9 @@ class L2Flush:
     def __init__(self, api: DeviceApi):
         l2 = api.l2_cache_bytes()
         if not isinstance(l2, int) or l2 <= 0:
-            raise DeviceTimingError(f"the device reported an L2 cache of {l2!r} bytes; cannot size the flush")
+            raise DeviceTimingError(
+                f"the device reported an L2 cache of {l2!r} bytes; cannot size the flush"
+            )
         self.api, self.size_bytes = api, L2_FLUSH_FACTOR * l2
         self.buffer = api.flush_buffer(self.size_bytes)
 

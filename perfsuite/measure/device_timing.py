@@ -28,12 +28,17 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from perfsuite.attention.cases import Device
 from perfsuite.errors import DeviceTimingError
-from perfsuite.measure.device_api import (L2_FLUSH_FACTOR, DeviceApi, GraphCapture, L2Flush, TorchCuda,  # noqa: F401  (re-exported: tests reach them here)
-                                          capture_step)
+from perfsuite.measure.device_api import (
+    DeviceApi,
+    L2Flush,
+    TorchCuda,
+    capture_step,
+)
 from perfsuite.measure.timing import synchronized
 
 TIMERS = ("host", "cuda_event", "kernel")
@@ -69,7 +74,9 @@ class DeviceClock:
     between rounds: the L2 flush) are gaps, not rounds. ``kind``: ``"cuda_event"`` or ``"kernel"``.
     """
 
-    def __init__(self, api: DeviceApi, kind: str, host_clock: Callable[[], float] = time.perf_counter):
+    def __init__(
+        self, api: DeviceApi, kind: str, host_clock: Callable[[], float] = time.perf_counter
+    ):
         if kind not in ("cuda_event", "kernel"):
             raise DeviceTimingError(f"device clock kind {kind!r} is not cuda_event or kernel")
         self.api, self.kind, self._host = api, kind, host_clock
@@ -105,7 +112,9 @@ class DeviceClock:
 
     def _close(self, wall_s: float, device_s: float) -> None:
         if device_s < 0:
-            raise DeviceTimingError(f"the device reported {device_s} s for an interval; a clock cannot run backwards")
+            raise DeviceTimingError(
+                f"the device reported {device_s} s for an interval; a clock cannot run backwards"
+            )
         self.total_s += device_s
         self.intervals.append(_Interval(wall_s, device_s, self._gap))
         self._gap = False
@@ -152,13 +161,26 @@ class DeviceTiming:
 
     def extra_info(self) -> dict[str, object]:
         """Keys for ``benchmark.extra_info`` (units in the names)."""
-        return {"timer": self.timer, "wall_median_s": self.wall_median_s, "device_median_s": self.device_median_s,
-                "host_overhead_median_s": self.overhead_median_s, "l2_flush_bytes": self.l2_flush_bytes,
-                "cuda_graph": self.cuda_graph}
+        return {
+            "timer": self.timer,
+            "wall_median_s": self.wall_median_s,
+            "device_median_s": self.device_median_s,
+            "host_overhead_median_s": self.overhead_median_s,
+            "l2_flush_bytes": self.l2_flush_bytes,
+            "cuda_graph": self.cuda_graph,
+        }
 
 
-def time_on_device(benchmark: Any, step: Callable[[], object], timer: str, rounds: int, warmup_rounds: int = 1,
-                   flush_l2: bool = True, cuda_graph: bool = False, api: DeviceApi | None = None) -> DeviceTiming | None:
+def time_on_device(
+    benchmark: Any,
+    step: Callable[[], object],
+    timer: str,
+    rounds: int,
+    warmup_rounds: int = 1,
+    flush_l2: bool = True,
+    cuda_graph: bool = False,
+    api: DeviceApi | None = None,
+) -> DeviceTiming | None:
     """Time ``step`` with pytest-benchmark's ``benchmark`` fixture on the device clock ``timer``.
 
     Runs ``benchmark.pedantic`` (``rounds`` measured rounds after ``warmup_rounds``, one call
@@ -169,9 +191,13 @@ def time_on_device(benchmark: Any, step: Callable[[], object], timer: str, round
     untimed). Raises ``DeviceTimingError`` for ``timer="host"`` (use the fixture directly) or bad counts.
     """
     if parse_timer(timer) == "host":
-        raise DeviceTimingError("timer 'host' is pytest-benchmark's own; call benchmark(step) instead")
+        raise DeviceTimingError(
+            "timer 'host' is pytest-benchmark's own; call benchmark(step) instead"
+        )
     if rounds < 1 or warmup_rounds < 0:
-        raise DeviceTimingError(f"rounds must be >= 1 and warmup_rounds >= 0, got {rounds} and {warmup_rounds}")
+        raise DeviceTimingError(
+            f"rounds must be >= 1 and warmup_rounds >= 0, got {rounds} and {warmup_rounds}"
+        )
     if benchmark.disabled:
         benchmark.pedantic(step, rounds=1)
         return None
@@ -185,22 +211,41 @@ def time_on_device(benchmark: Any, step: Callable[[], object], timer: str, round
         if flush is not None:
             flush()
 
-    benchmark._timer = clock  # private: pytest-benchmark has no public timer hook (nvFuser does the same)
+    benchmark._timer = (
+        clock  # private: pytest-benchmark has no public timer hook (nvFuser does the same)
+    )
     benchmark._precisions[clock] = DEVICE_CLOCK_PRECISION_S
     try:
-        benchmark.pedantic(capture.step if capture else step, setup=setup, rounds=rounds,
-                           warmup_rounds=warmup_rounds, iterations=1)
+        benchmark.pedantic(
+            capture.step if capture else step,
+            setup=setup,
+            rounds=rounds,
+            warmup_rounds=warmup_rounds,
+            iterations=1,
+        )
     finally:
         clock.finish()
         benchmark._precisions.pop(clock, None)
     measured = clock.rounds()[-rounds:]
-    return DeviceTiming(timer, tuple(i.wall_s for i in measured), tuple(i.device_s for i in measured),
-                        flush.size_bytes if flush else 0, capture.description if capture else "off")
+    return DeviceTiming(
+        timer,
+        tuple(i.wall_s for i in measured),
+        tuple(i.device_s for i in measured),
+        flush.size_bytes if flush else 0,
+        capture.description if capture else "off",
+    )
 
 
-def benchmark_step(benchmark: Any, step: Callable[[], object], device: str, timer: str = "host", rounds: int = 5,
-                   flush_l2: bool = True, cuda_graph: bool = False,
-                   api: DeviceApi | None = None) -> tuple[DeviceTiming | None, dict[str, object]]:
+def benchmark_step(
+    benchmark: Any,
+    step: Callable[[], object],
+    device: str,
+    timer: str = "host",
+    rounds: int = 5,
+    flush_l2: bool = True,
+    cuda_graph: bool = False,
+    api: DeviceApi | None = None,
+) -> tuple[DeviceTiming | None, dict[str, object]]:
     """Time ``step`` on ``device`` as the run's settings say; returns the device timing (None with
     the host timer or a disabled benchmark) and the keys for ``benchmark.extra_info``.
 
@@ -209,7 +254,9 @@ def benchmark_step(benchmark: Any, step: Callable[[], object], device: str, time
     synchronized call, of the CUDA-graph replay when ``cuda_graph`` and capture works.
     """
     if device == Device.CUDA and parse_timer(timer) != "host":
-        timing = time_on_device(benchmark, step, timer, rounds, flush_l2=flush_l2, cuda_graph=cuda_graph, api=api)
+        timing = time_on_device(
+            benchmark, step, timer, rounds, flush_l2=flush_l2, cuda_graph=cuda_graph, api=api
+        )
         return timing, (timing.extra_info() if timing else {"timer": timer})
     graph = capture_step(api or TorchCuda(), step) if device == Device.CUDA and cuda_graph else None
     benchmark(synchronized(graph.step if graph else step, device))

@@ -12,7 +12,7 @@ import dataclasses
 import time
 import warnings
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -27,9 +27,21 @@ from perfsuite.measure.correctness import compare_result, contract_checked
 from perfsuite.measure.input_guard import check_and_restore, named_input_tensors, pristine_copy
 from perfsuite.measure.layout import describe_layout
 from perfsuite.measure.memory_budget import does_not_fit_reason
-from perfsuite.measure.profiling import ACTIVE_STEPS, WAIT_STEPS, WARMUP_STEPS, record_trace, step_annotation
-from perfsuite.measure.refusals import (HOST_ALLOCATION_RE, UNSUPPORTED_RE, VariantUnsupported, device_unavailable_reason,
-                                        machine_limit_reason, unsupported_reason)
+from perfsuite.measure.profiling import (
+    ACTIVE_STEPS,
+    WAIT_STEPS,
+    WARMUP_STEPS,
+    record_trace,
+    step_annotation,
+)
+from perfsuite.measure.refusals import (
+    HOST_ALLOCATION_RE,
+    UNSUPPORTED_RE,
+    VariantUnsupported,
+    device_unavailable_reason,
+    machine_limit_reason,
+    unsupported_reason,
+)
 from perfsuite.measure.score_accounting import ScoreAccounting, account_windows
 from perfsuite.measure.saved_tensors import SavedForBackward, measure_saved
 from perfsuite.measure.timing import synchronized
@@ -56,7 +68,11 @@ class PreparedCase:
 
     def check_inputs(self) -> str | None:
         """Which inputs the variant changed in place since the last check (restored), as a failure message."""
-        return check_and_restore(self.variant.name, self.inputs, self.pristine) if self.pristine is not None else None
+        return (
+            check_and_restore(self.variant.name, self.inputs, self.pristine)
+            if self.pristine is not None
+            else None
+        )
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -128,8 +144,12 @@ def bind(variant: Variant, inputs: AttentionInputs) -> Callable[[], torch.Tensor
     return forward
 
 
-def run_once(variant: Variant, case: AttentionCase, forward: Callable[[], object],
-             seen: list[str] | None = None) -> object:
+def run_once(
+    variant: Variant,
+    case: AttentionCase,
+    forward: Callable[[], object],
+    seen: list[str] | None = None,
+) -> object:
     """First call of the forward; a refusal by torch becomes ``VariantUnsupported`` with its reasons.
 
     Warnings raised during the call are recorded (one line each, appended to ``seen`` when
@@ -150,12 +170,16 @@ def run_once(variant: Variant, case: AttentionCase, forward: Callable[[], object
             ) from None
         except Exception as exc:
             if isinstance(exc, RuntimeError) and HOST_ALLOCATION_RE.search(str(exc)):
-                raise VariantUnsupported(f"out of host memory (one score matrix of this case is {case.score_bytes} "
-                                         "bytes); choose smaller shapes with --perfsuite-shapes") from None
+                raise VariantUnsupported(
+                    f"out of host memory (one score matrix of this case is {case.score_bytes} "
+                    "bytes); choose smaller shapes with --perfsuite-shapes"
+                ) from None
             limit = machine_limit_reason(exc)
             if limit:
                 raise VariantUnsupported(f"{variant.name} on {case.device}: {limit}") from None
-            if not isinstance(exc, (RuntimeError, NotImplementedError)) or not UNSUPPORTED_RE.search(str(exc)):
+            if not isinstance(
+                exc, (RuntimeError, NotImplementedError)
+            ) or not UNSUPPORTED_RE.search(str(exc)):
                 raise
             raise VariantUnsupported(unsupported_reason(variant, case, exc, caught)) from None
     lines = shown_warnings(caught)
@@ -193,12 +217,23 @@ def input_tensors(inputs: AttentionInputs) -> tuple[torch.Tensor, ...]:
 
 def _modified_failure(comparison: Comparison | None, modified: str) -> Comparison:
     """A failed comparison naming the changed inputs, then what the reference check found."""
-    found = f"\nand against the reference from the unmodified inputs: {comparison.failure}" if comparison and comparison.failure else ""
+    found = (
+        f"\nand against the reference from the unmodified inputs: {comparison.failure}"
+        if comparison and comparison.failure
+        else ""
+    )
     return Comparison(comparison.max_abs_error if comparison else float("nan"), modified + found)
 
 
-def gather_evidence(variant: Variant, case: AttentionCase, seed: int, trace_dir: Path, mode: str = "forward",
-                    prepared: PreparedCase | None = None, call_limit_s: float | None = None) -> Evidence:
+def gather_evidence(
+    variant: Variant,
+    case: AttentionCase,
+    seed: int,
+    trace_dir: Path,
+    mode: str = "forward",
+    prepared: PreparedCase | None = None,
+    call_limit_s: float | None = None,
+) -> Evidence:
     """Check support, compare with the float64 reference, and profile the variant on ``case`` in ``mode``.
 
     ``prepared`` (from ``prepare_case``) is reused when given, so modes share one preparation.
@@ -213,7 +248,9 @@ def gather_evidence(variant: Variant, case: AttentionCase, seed: int, trace_dir:
     prepared = prepared or prepare_case(variant, case, seed)
     modified = prepared.check_inputs()  # by prepare, or by an earlier mode's calls
     inputs, fn = prepared.inputs, prepared.fn
-    checked_step = make_step(mode, contract_checked(fn, variant, case, inputs), inputs, prepared.grad_output)
+    checked_step = make_step(
+        mode, contract_checked(fn, variant, case, inputs), inputs, prepared.grad_output
+    )
     step = make_step(mode, fn, inputs, prepared.grad_output)  # timed: no check inside
     before, started = compile_stats.snapshot(), time.perf_counter()
     seen: list[str] = []
@@ -224,7 +261,9 @@ def gather_evidence(variant: Variant, case: AttentionCase, seed: int, trace_dir:
     compiled = compile_stats.since(before)
     modified = prepared.check_inputs() or modified
     reference_inputs = prepared.pristine or inputs
-    comparison, not_compared = compare_result(variant, case, reference_inputs, prepared.grad_output, mode, result, seed)
+    comparison, not_compared = compare_result(
+        variant, case, reference_inputs, prepared.grad_output, mode, result, seed
+    )
     if modified:
         comparison, not_compared = _modified_failure(comparison, modified), None
     output_finite = bool(torch.isfinite(result.output).all())
@@ -237,9 +276,16 @@ def gather_evidence(variant: Variant, case: AttentionCase, seed: int, trace_dir:
     profiled_calls = WAIT_STEPS + WARMUP_STEPS + ACTIVE_STEPS + (mode == "forward_backward")
     profiled_limit = call_limit_s * profiled_calls if call_limit_s else None
     each = f" (at most {call_limit_s:g} s each)" if call_limit_s else ""
-    with announced_once(variant), time_limit(profiled_limit, f"the {profiled_calls} profiled calls of {in_mode}{each}"):
+    with (
+        announced_once(variant),
+        time_limit(profiled_limit, f"the {profiled_calls} profiled calls of {in_mode}{each}"),
+    ):
         # the profiled calls repeat the first call's warnings
-        saved = measure_saved(step, case.score_shape, input_tensors(prepared.inputs)) if mode == "forward_backward" else None
+        saved = (
+            measure_saved(step, case.score_shape, input_tensors(prepared.inputs))
+            if mode == "forward_backward"
+            else None
+        )
         trace = record_trace(step, case.device, trace_path, annotation)
     later = prepared.check_inputs()  # restores what the profiled calls changed
     if later and not modified:  # a variant that changes its inputs only in later calls
@@ -247,9 +293,24 @@ def gather_evidence(variant: Variant, case: AttentionCase, seed: int, trace_dir:
         comparison, not_compared = _modified_failure(comparison, modified), None
     steps = summarize_windows(trace, annotation)
     accounting = account_windows(trace, annotation, case.score_shape, case.head_dim)
-    return Evidence(variant=variant, case=case, mode=mode, comparison=comparison, not_compared=not_compared,
-                    steps=tuple(steps), trace_path=trace_path, step=step, first_call_s=first_call_s,
-                    compile_first_call=compiled, compile_while_profiled=compile_stats.since(before),
-                    saved_for_backward=saved, score_accounting=tuple(accounting), output_stride=output_stride,
-                    output_layout=output_layout, warnings=tuple(seen), modified_inputs=modified, output_finite=output_finite,
-                    prepared=prepared)
+    return Evidence(
+        variant=variant,
+        case=case,
+        mode=mode,
+        comparison=comparison,
+        not_compared=not_compared,
+        steps=tuple(steps),
+        trace_path=trace_path,
+        step=step,
+        first_call_s=first_call_s,
+        compile_first_call=compiled,
+        compile_while_profiled=compile_stats.since(before),
+        saved_for_backward=saved,
+        score_accounting=tuple(accounting),
+        output_stride=output_stride,
+        output_layout=output_layout,
+        warnings=tuple(seen),
+        modified_inputs=modified,
+        output_finite=output_finite,
+        prepared=prepared,
+    )

@@ -32,16 +32,31 @@ FIELDS = {
     "temperature.gpu": "temperature_c",
     "clocks_event_reasons.active": "throttle_reasons_mask",
 }
-OLD_REASONS_FIELD = "clocks_throttle_reasons.active"  # the name before driver 535 (still accepted by some later)
+OLD_REASONS_FIELD = (
+    "clocks_throttle_reasons.active"  # the name before driver 535 (still accepted by some later)
+)
 # NVML's nvmlClocksEventReasons bits (nvml.h, "ClocksEventReason" / formerly "ClocksThrottleReason")
 REASON_BITS = {
-    0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap", 0x8: "hw_slowdown",
-    0x10: "sync_boost", 0x20: "sw_thermal_slowdown", 0x40: "hw_thermal_slowdown",
-    0x80: "hw_power_brake_slowdown", 0x100: "display_clock_setting",
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
 }
 VISIBLE_DEVICE_VARIABLES = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")
-_NUMBERS = {"sm_clock_mhz", "memory_clock_mhz", "max_sm_clock_mhz", "max_memory_clock_mhz", "power_limit_w",
-            "power_draw_w", "temperature_c"}
+_NUMBERS = {
+    "sm_clock_mhz",
+    "memory_clock_mhz",
+    "max_sm_clock_mhz",
+    "max_memory_clock_mhz",
+    "power_limit_w",
+    "power_draw_w",
+    "temperature_c",
+}
 
 
 def throttle_reasons(mask: int) -> list[str]:
@@ -66,8 +81,13 @@ def parse_query(csv_line: str, fields: list[str]) -> dict[str, object]:
     """
     columns = [c.strip() for c in csv_line.split(",")]
     if len(columns) != len(fields):
-        raise ValueError(f"nvidia-smi line has {len(columns)} columns, expected {len(fields)}: {csv_line!r}")
-    reading = {FIELDS.get(f, "throttle_reasons_mask"): _value(FIELDS.get(f, ""), c) for f, c in zip(fields, columns)}
+        raise ValueError(
+            f"nvidia-smi line has {len(columns)} columns, expected {len(fields)}: {csv_line!r}"
+        )
+    reading = {
+        FIELDS.get(f, "throttle_reasons_mask"): _value(FIELDS.get(f, ""), c)
+        for f, c in zip(fields, columns)
+    }
     mask = reading.get("throttle_reasons_mask")
     if isinstance(mask, str):
         reading["throttle_reasons"] = throttle_reasons(int(mask, 16))
@@ -87,10 +107,16 @@ def torch_uuid() -> str | None:
     if not torch.cuda.is_available():
         return None
     uuid = getattr(torch.cuda.get_device_properties(0), "uuid", None)
-    return f"GPU-{uuid}" if uuid is not None and not str(uuid).startswith("GPU-") else (str(uuid) if uuid else None)
+    return (
+        f"GPU-{uuid}"
+        if uuid is not None and not str(uuid).startswith("GPU-")
+        else (str(uuid) if uuid else None)
+    )
 
 
-def read_gpu_state(device_id: str | None = None, run: Callable = subprocess.run) -> dict[str, object]:
+def read_gpu_state(
+    device_id: str | None = None, run: Callable = subprocess.run
+) -> dict[str, object]:
     """The state of one NVIDIA GPU, or ``{"present": False, "reason": ...}``.
 
     ``device_id``: what ``nvidia-smi -i`` accepts (a UUID, a PCI bus id, an nvidia-smi index);
@@ -100,24 +126,44 @@ def read_gpu_state(device_id: str | None = None, run: Callable = subprocess.run)
     if tool is None:
         return {"present": False, "reason": "nvidia-smi not found"}
     if device_id is None:
-        device_id = torch_uuid() or (os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip() or "0")
+        device_id = torch_uuid() or (
+            os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip() or "0"
+        )
     last_error = ""
     for reasons_field in ("clocks_event_reasons.active", OLD_REASONS_FIELD):
         fields = [f for f in FIELDS if f != "clocks_event_reasons.active"] + [reasons_field]
         try:
-            done = run([tool, "-i", device_id, f"--query-gpu={','.join(fields)}", "--format=csv,noheader,nounits"],
-                       capture_output=True, text=True, timeout=QUERY_TIMEOUT_S, check=False)
+            done = run(
+                [
+                    tool,
+                    "-i",
+                    device_id,
+                    f"--query-gpu={','.join(fields)}",
+                    "--format=csv,noheader,nounits",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=QUERY_TIMEOUT_S,
+                check=False,
+            )
         except (OSError, subprocess.TimeoutExpired) as exc:
             return {"present": False, "reason": f"nvidia-smi did not answer: {exc}"}
         lines = [line for line in done.stdout.splitlines() if line.strip()]
         if done.returncode == 0 and lines:
             return {"present": True, **parse_query(lines[0], fields)}
         last_error = (done.stderr or done.stdout).strip().splitlines()[:1]
-    return {"present": False, "reason": f"nvidia-smi -i {device_id} failed: {' '.join(last_error) or 'no output'}"}
+    return {
+        "present": False,
+        "reason": f"nvidia-smi -i {device_id} failed: {' '.join(last_error) or 'no output'}",
+    }
 
 
 def gpu_state(devices: list[str]) -> dict[str, object]:
     """What a run records: the visible-device variables, and the GPU's state when ``cuda`` is among
     ``devices`` (absent, with the reason, on a CPU-only run)."""
-    state = read_gpu_state() if "cuda" in devices else {"present": False, "reason": "no CUDA device in this run"}
+    state = (
+        read_gpu_state()
+        if "cuda" in devices
+        else {"present": False, "reason": "no CUDA device in this run"}
+    )
     return {"visible_devices": visible_devices(), **state}

@@ -32,9 +32,13 @@ def pristine_copy(inputs: AttentionInputs) -> AttentionInputs:
     """A copy of ``inputs`` whose tensors share no storage with them (strides kept)."""
     tensors = named_input_tensors(inputs)
     copies = {name: _clone(tensor) for name, tensor in tensors.items()}
-    mask = dataclasses.replace(inputs.mask, **{name.split(".", 1)[1]: copies[name] for name in copies
-                                               if name.startswith("mask.")})
-    return inputs.replace(query=copies["query"], key=copies["key"], value=copies["value"], mask=mask)
+    mask = dataclasses.replace(
+        inputs.mask,
+        **{name.split(".", 1)[1]: copies[name] for name in copies if name.startswith("mask.")},
+    )
+    return inputs.replace(
+        query=copies["query"], key=copies["key"], value=copies["value"], mask=mask
+    )
 
 
 def _clone(tensor: torch.Tensor) -> torch.Tensor:
@@ -54,8 +58,11 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
 def changed_inputs(inputs: AttentionInputs, pristine: AttentionInputs) -> list[str]:
     """Names of the tensors of ``inputs`` whose values differ from ``pristine`` (``query``, ``mask.additive``)."""
     theirs = named_input_tensors(pristine)
-    return [name for name, tensor in named_input_tensors(inputs).items()
-            if name in theirs and not _same(tensor.detach(), theirs[name])]
+    return [
+        name
+        for name, tensor in named_input_tensors(inputs).items()
+        if name in theirs and not _same(tensor.detach(), theirs[name])
+    ]
 
 
 def restore_inputs(inputs: AttentionInputs, pristine: AttentionInputs, names: list[str]) -> None:
@@ -65,19 +72,25 @@ def restore_inputs(inputs: AttentionInputs, pristine: AttentionInputs, names: li
         for name in names:
             try:
                 ours[name].copy_(theirs[name])
-            except RuntimeError:  # an expanded (stride 0) mask view cannot be written back; the check failed anyway
+            except (
+                RuntimeError
+            ):  # an expanded (stride 0) mask view cannot be written back; the check failed anyway
                 pass
 
 
 def modification_message(variant_name: str, names: list[str]) -> str:
     """``variant v modified its `query` in place ...``: the failure for changed inputs."""
     listed = ", ".join(f"`{n}`" for n in names)
-    return (f"variant {variant_name} modified its {listed} in place; a variant must not change its inputs "
-            "(its result would be checked and timed on other values than the case's). The inputs were restored "
-            "and the reference computed from copies taken before the variant ran")
+    return (
+        f"variant {variant_name} modified its {listed} in place; a variant must not change its inputs "
+        "(its result would be checked and timed on other values than the case's). The inputs were restored "
+        "and the reference computed from copies taken before the variant ran"
+    )
 
 
-def check_and_restore(variant_name: str, inputs: AttentionInputs, pristine: AttentionInputs) -> str | None:
+def check_and_restore(
+    variant_name: str, inputs: AttentionInputs, pristine: AttentionInputs
+) -> str | None:
     """The ``modification_message`` for inputs a call changed (restored before returning), or None."""
     names = changed_inputs(inputs, pristine)
     if not names:

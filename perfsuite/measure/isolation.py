@@ -26,7 +26,7 @@ import os
 import signal
 import subprocess
 import sys
-from typing import Iterable
+from collections.abc import Iterable
 
 STATUSES = ("ok", "unsupported", "error", "crashed")
 _STDERR_TAIL_LINES = 12
@@ -58,8 +58,18 @@ def _exit_description(returncode: int) -> str:
     return f"exit code {returncode}"
 
 
-def _child_command(variant: str, specs: Iterable[str], pairs: list[tuple[str, str]], seed: int) -> list[str]:
-    command = [sys.executable, "-m", "perfsuite.measure.isolation", "--variant", variant, "--seed", str(seed)]
+def _child_command(
+    variant: str, specs: Iterable[str], pairs: list[tuple[str, str]], seed: int
+) -> list[str]:
+    command = [
+        sys.executable,
+        "-m",
+        "perfsuite.measure.isolation",
+        "--variant",
+        variant,
+        "--seed",
+        str(seed),
+    ]
     for spec in specs:
         command += ["--spec", spec]
     for case_id, mode in pairs:
@@ -67,8 +77,13 @@ def _child_command(variant: str, specs: Iterable[str], pairs: list[tuple[str, st
     return command
 
 
-def probe(variant: str, pairs: Iterable[tuple[str, str]], seed: int, specs: Iterable[str] = (),
-          timeout_s: float = 1800.0) -> dict[tuple[str, str], ProbeOutcome]:
+def probe(
+    variant: str,
+    pairs: Iterable[tuple[str, str]],
+    seed: int,
+    specs: Iterable[str] = (),
+    timeout_s: float = 1800.0,
+) -> dict[tuple[str, str], ProbeOutcome]:
     """Run the first call of ``variant`` on each ``(case_id, mode)`` pair in child processes.
 
     ``specs``: the ``--perfsuite-variant`` specs (``module:function``) the child loads, besides
@@ -84,7 +99,9 @@ def probe(variant: str, pairs: Iterable[tuple[str, str]], seed: int, specs: Iter
         command = _child_command(variant, specs, remaining, seed)
         running: tuple[str, str] | None = None
         try:
-            done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout_s)
+            done = subprocess.run(
+                command, capture_output=True, text=True, env=env, timeout=timeout_s
+            )
             stdout, stderr, returncode = done.stdout, done.stderr, done.returncode
         except subprocess.TimeoutExpired as exc:
             stdout = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
@@ -106,10 +123,16 @@ def probe(variant: str, pairs: Iterable[tuple[str, str]], seed: int, specs: Iter
         tail = "\n".join(stderr.strip().splitlines()[-_STDERR_TAIL_LINES:])
         if running is None:  # died before its first pair, or after the last it reported
             for pair in remaining:
-                outcomes[pair] = ProbeOutcome(pair[0], pair[1], "crashed",
-                                              f"the probe process for {variant} ended ({how}) before running it:\n{tail}")
+                outcomes[pair] = ProbeOutcome(
+                    pair[0],
+                    pair[1],
+                    "crashed",
+                    f"the probe process for {variant} ended ({how}) before running it:\n{tail}",
+                )
             break
-        outcomes[running] = ProbeOutcome(running[0], running[1], "crashed", f"{how}; the child's stderr ends:\n{tail}")
+        outcomes[running] = ProbeOutcome(
+            running[0], running[1], "crashed", f"{how}; the child's stderr ends:\n{tail}"
+        )
         remaining.remove(running)
     return outcomes
 
@@ -140,13 +163,18 @@ def _run_pairs(variant_name: str, pairs: list[tuple[str, str]], seed: int) -> No
             status, detail = "unsupported", str(exc)
         except Exception as exc:  # reported, not a crash: the suite reports it in-process
             status, detail = "error", f"{type(exc).__name__}: {exc}"
-        print("perfsuite-done", json.dumps({"case_id": case_id, "mode": mode, "status": status, "detail": detail}),
-              flush=True)
+        print(
+            "perfsuite-done",
+            json.dumps({"case_id": case_id, "mode": mode, "status": status, "detail": detail}),
+            flush=True,
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m perfsuite.measure.isolation",
-                                     description="probe one variant's first calls (run by perfsuite, not by hand)")
+    parser = argparse.ArgumentParser(
+        prog="python -m perfsuite.measure.isolation",
+        description="probe one variant's first calls (run by perfsuite, not by hand)",
+    )
     parser.add_argument("--variant", required=True)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--spec", action="append", default=[])

@@ -30,5 +30,9 @@ def layout_differences(layouts_seen: list[tuple[str, str, str, str]]) -> list[st
         if layout:
             layouts = groups.setdefault((case_id, mode), {})
             layouts.setdefault(layout, []).append(variant)
-    return [f"{case_id} ({mode}): " + "; ".join(f"{layout} ({', '.join(names)})" for layout, names in layouts.items())
-            for (case_id, mode), layouts in groups.items() if len(layouts) > 1]
+    return [
+        f"{case_id} ({mode}): "
+        + "; ".join(f"{layout} ({', '.join(names)})" for layout, names in layouts.items())
+        for (case_id, mode), layouts in groups.items()
+        if len(layouts) > 1
+    ]

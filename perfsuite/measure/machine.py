@@ -30,17 +30,29 @@ def device_name(device: str) -> str:
 def driver_version(run=subprocess.run) -> str | None:
     """The GPU driver version from ``nvidia-smi`` (NVIDIA) or ``rocm-smi`` (AMD), or None when
     neither tool is installed or answers within ``DRIVER_QUERY_TIMEOUT_S`` seconds."""
-    queries = (("nvidia-smi", ["--query-gpu=driver_version", "--format=csv,noheader"]),
-               ("rocm-smi", ["--showdriverversion"]))
+    queries = (
+        ("nvidia-smi", ["--query-gpu=driver_version", "--format=csv,noheader"]),
+        ("rocm-smi", ["--showdriverversion"]),
+    )
     for tool, args in queries:
         path = shutil.which(tool)
         if not path:
             continue
         try:
-            done = run([path, *args], capture_output=True, text=True, timeout=DRIVER_QUERY_TIMEOUT_S, check=False)
+            done = run(
+                [path, *args],
+                capture_output=True,
+                text=True,
+                timeout=DRIVER_QUERY_TIMEOUT_S,
+                check=False,
+            )
         except (OSError, subprocess.TimeoutExpired):
             continue
-        lines = [line.strip() for line in done.stdout.splitlines() if line.strip() and not line.startswith("=")]
+        lines = [
+            line.strip()
+            for line in done.stdout.splitlines()
+            if line.strip() and not line.startswith("=")
+        ]
         if done.returncode == 0 and lines:
             return f"{tool}: {lines[0] if tool == 'nvidia-smi' else lines[-1]}"
     return None
@@ -73,7 +85,9 @@ def numerics_flags() -> dict[str, object]:
         },
         "sdpa_priority_order": sdpa_priority_order(),
         # FlashAttention 3 inside the flash backend (Hopper), where this torch has the switch (private).
-        "sdpa_flash_uses_fa3": torch._C._get_fa3_sdp_enabled() if hasattr(torch._C, "_get_fa3_sdp_enabled") else None,
+        "sdpa_flash_uses_fa3": torch._C._get_fa3_sdp_enabled()
+        if hasattr(torch._C, "_get_fa3_sdp_enabled")
+        else None,
     }
 
 
@@ -103,11 +117,19 @@ def torch_machine_info(devices: list[str]) -> dict[str, object]:
 MUST_MATCH = ("device_names", "torch_version", "cuda_version", "cudnn_version", "num_threads")
 
 
-def machine_differences(base: dict, head: dict, base_name: str = "base", head_name: str = "head",
-                        fields: tuple[str, ...] = MUST_MATCH) -> list[str]:
+def machine_differences(
+    base: dict,
+    head: dict,
+    base_name: str = "base",
+    head_name: str = "head",
+    fields: tuple[str, ...] = MUST_MATCH,
+) -> list[str]:
     """One line per field of ``fields`` whose value differs between two ``torch_machine_info`` dicts.
 
     Example: ``"torch_version: '2.13.0' in base, '2.14.1' in head"``; ``[]`` when comparable.
     """
-    return [f"{field}: {base.get(field)!r} in {base_name}, {head.get(field)!r} in {head_name}"
-            for field in fields if base.get(field) != head.get(field)]
+    return [
+        f"{field}: {base.get(field)!r} in {base_name}, {head.get(field)!r} in {head_name}"
+        for field in fields
+        if base.get(field) != head.get(field)
+    ]

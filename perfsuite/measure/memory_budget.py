@@ -32,10 +32,14 @@ def needed_bytes(variant: Variant, case: AttentionCase) -> tuple[int, str]:
     inputs = 2 * (q + 2 * kv) + 2 * q
     scores = 0
     if variant.saves_scores_for_backward:
-        scores = (UNFUSED_SCORE_MATRICES + variant.expected_score_copies(case.hides_keys)) * case.score_bytes
+        scores = (
+            UNFUSED_SCORE_MATRICES + variant.expected_score_copies(case.hides_keys)
+        ) * case.score_bytes
     what = f"{format_bytes(inputs)} of inputs and copies, {format_bytes(REFERENCE_BLOCK_BYTES)} of reference blocks"
     if scores:
-        what += f", {format_bytes(scores)} of score matrices ({format_bytes(case.score_bytes)} each)"
+        what += (
+            f", {format_bytes(scores)} of score matrices ({format_bytes(case.score_bytes)} each)"
+        )
     return inputs + REFERENCE_BLOCK_BYTES + scores, what
 
 
@@ -62,5 +66,7 @@ def does_not_fit_reason(variant: Variant, case: AttentionCase) -> str | None:
     need, what = needed_bytes(variant, case)
     if need <= free:
         return None
-    return (f"{variant.name} on {case.id} needs about {format_bytes(need)} ({what}) but {case.device} has "
-            f"{format_bytes(free)} free ({source}); not allocated. Choose smaller shapes with --perfsuite-shapes")
+    return (
+        f"{variant.name} on {case.id} needs about {format_bytes(need)} ({what}) but {case.device} has "
+        f"{format_bytes(free)} free ({source}); not allocated. Choose smaller shapes with --perfsuite-shapes"
+    )

@@ -25,7 +25,9 @@ COPY_BYTES = {Device.CPU: 256 * 2**20, Device.CUDA: 2 * 2**30}
 
 
 def _median_s(statement: str, **names) -> float:
-    timer = Timer(stmt=statement, globals=names, num_threads=torch.get_num_threads())  # Timer defaults to 1 thread
+    timer = Timer(
+        stmt=statement, globals=names, num_threads=torch.get_num_threads()
+    )  # Timer defaults to 1 thread
     return timer.blocked_autorange(min_run_time=0.5).median
 
 

@@ -10,7 +10,8 @@ import gzip
 import json
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
@@ -36,8 +37,12 @@ def activities_for(device: str) -> list[ProfilerActivity]:
     return [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == Device.CUDA else [])
 
 
-def profile_steps(forward: Callable[[], object], device: str, trace_path: Path,
-                  annotation: str = FORWARD_ANNOTATION) -> list[WindowSummary]:
+def profile_steps(
+    forward: Callable[[], object],
+    device: str,
+    trace_path: Path,
+    annotation: str = FORWARD_ANNOTATION,
+) -> list[WindowSummary]:
     """Profile ``forward`` (any step) over a wait/warmup/active schedule and summarise each active call.
 
     See ``record_trace``; returns one ``WindowSummary`` per active call (``ACTIVE_STEPS`` of them),
@@ -46,8 +51,12 @@ def profile_steps(forward: Callable[[], object], device: str, trace_path: Path,
     return summarize_windows(record_trace(forward, device, trace_path, annotation), annotation)
 
 
-def record_trace(forward: Callable[[], object], device: str, trace_path: Path,
-                 annotation: str = FORWARD_ANNOTATION) -> dict[str, Any]:
+def record_trace(
+    forward: Callable[[], object],
+    device: str,
+    trace_path: Path,
+    annotation: str = FORWARD_ANNOTATION,
+) -> dict[str, Any]:
     """Profile ``forward`` over a wait/warmup/active schedule; returns the Chrome trace as a dict.
 
     Each call is wrapped in ``record_function(annotation)``; CUDA work is
@@ -57,7 +66,9 @@ def record_trace(forward: Callable[[], object], device: str, trace_path: Path,
     """
     steps = WAIT_STEPS + WARMUP_STEPS + ACTIVE_STEPS
     plan = schedule(wait=WAIT_STEPS, warmup=WARMUP_STEPS, active=ACTIVE_STEPS, repeat=1)
-    with profile(activities=activities_for(device), schedule=plan, record_shapes=True, profile_memory=True) as prof:
+    with profile(
+        activities=activities_for(device), schedule=plan, record_shapes=True, profile_memory=True
+    ) as prof:
         for _ in range(steps):
             with record_function(annotation):
                 forward()

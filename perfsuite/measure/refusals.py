@@ -11,20 +11,33 @@ from perfsuite.measure.warnings_capture import TRIGGERED_RE
 from perfsuite.variants import Variant
 
 # Messages with which torch refuses a case it has no kernel for (not a bug of the variant).
-UNSUPPORTED_RE = re.compile(r"No available kernel|No viable backend|not implemented for '\w+'|does not support backward on")
+UNSUPPORTED_RE = re.compile(
+    r"No available kernel|No viable backend|not implemented for '\w+'|does not support backward on"
+)
 # The host allocator's failure (torch raises RuntimeError, not OutOfMemoryError, on the CPU).
-HOST_ALLOCATION_RE = re.compile(r"DefaultCPUAllocator: (can't|not enough memory)|can't allocate memory")
+HOST_ALLOCATION_RE = re.compile(
+    r"DefaultCPUAllocator: (can't|not enough memory)|can't allocate memory"
+)
 # Refusals of the machine rather than of torch's dispatch: cuDNN's frontend finding no execution
 # plan for the graph (a shape/dtype/GPU combination its heuristics do not cover), and Triton or
 # Inductor kernels needing more shared memory or registers than this GPU has, or autotuning
 # finding no kernel that fits. Each is a skip whose reason says which, never a pass or a failure.
 _MACHINE_LIMITS = (
-    (re.compile(r"No execution plans? (support|supports|found)|cudnn.*no (valid )?execution plan", re.IGNORECASE),
-     "cuDNN has no execution plan for this case on this GPU"),
-    (re.compile(r"OutOfResources|out of resource: (shared memory|registers)", re.IGNORECASE),
-     "a Triton kernel needs more shared memory or registers than this GPU has"),
-    (re.compile(r"NoValidChoicesError|No choices to select", re.IGNORECASE),
-     "Inductor's autotuning found no kernel choice that runs on this GPU"),
+    (
+        re.compile(
+            r"No execution plans? (support|supports|found)|cudnn.*no (valid )?execution plan",
+            re.IGNORECASE,
+        ),
+        "cuDNN has no execution plan for this case on this GPU",
+    ),
+    (
+        re.compile(r"OutOfResources|out of resource: (shared memory|registers)", re.IGNORECASE),
+        "a Triton kernel needs more shared memory or registers than this GPU has",
+    ),
+    (
+        re.compile(r"NoValidChoicesError|No choices to select", re.IGNORECASE),
+        "Inductor's autotuning found no kernel choice that runs on this GPU",
+    ),
 )
 
 
@@ -48,7 +61,9 @@ def machine_limit_reason(exc: BaseException) -> str | None:
     for pattern, why in _MACHINE_LIMITS:
         match = pattern.search(text)
         if match:
-            line = next((part for part in text.splitlines() if pattern.search(part)), match.group(0))
+            line = next(
+                (part for part in text.splitlines() if pattern.search(part)), match.group(0)
+            )
             return f"{why}; torch: '{line.strip()[:300]}'"
     return None
 
@@ -68,10 +83,21 @@ def unsupported_reason(variant: Variant, case: AttentionCase, exc: Exception, ca
     error = str(exc).splitlines()[0].split(". ")[0].rstrip(".")
     if "backward" in error:
         return f"{variant.name} has no backward on {case.device} in torch {torch.__version__}; torch: '{error}'"
-    backend = f"SDPBackend.{variant.sdpa_backend}" if variant.sdpa_backend else f"torch (called by {variant.name})"
-    notes = list(dict.fromkeys(TRIGGERED_RE.sub("", str(w.message)).strip().splitlines()[0] for w in caught
-                               if str(w.message).strip()))
+    backend = (
+        f"SDPBackend.{variant.sdpa_backend}"
+        if variant.sdpa_backend
+        else f"torch (called by {variant.name})"
+    )
+    notes = list(
+        dict.fromkeys(
+            TRIGGERED_RE.sub("", str(w.message)).strip().splitlines()[0]
+            for w in caught
+            if str(w.message).strip()
+        )
+    )
     causes = [n for n in notes if not n.rstrip().endswith("because:")]
     if causes:
-        return f"{backend} refuses this case on {case.device}: {' | '.join(causes)}; torch: '{error}'"
+        return (
+            f"{backend} refuses this case on {case.device}: {' | '.join(causes)}; torch: '{error}'"
+        )
     return f"{backend} has no kernel for {case.dtype} on {case.device}; torch: '{error}'"

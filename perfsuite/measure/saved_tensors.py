@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 
@@ -30,8 +30,11 @@ class SavedForBackward:
     score_sized: int
 
 
-def measure_saved(forward_with_grad: Callable[[], object], score_shape: tuple[int, int, int, int],
-                  inputs: Iterable[torch.Tensor] = ()) -> SavedForBackward:
+def measure_saved(
+    forward_with_grad: Callable[[], object],
+    score_shape: tuple[int, int, int, int],
+    inputs: Iterable[torch.Tensor] = (),
+) -> SavedForBackward:
     """Run ``forward_with_grad`` once and count what autograd saved for its backward.
 
     ``inputs``: query, key, value and the mask's tensors, whose storages (and same-valued copies)
@@ -47,7 +50,11 @@ def measure_saved(forward_with_grad: Callable[[], object], score_shape: tuple[in
         storage = tensor.untyped_storage()
         key = (str(tensor.device), storage.data_ptr())
         storages[key] = (storage.nbytes(), storage.nbytes() // tensor.element_size())
-        if tensor.numel() == score_numel and key not in input_storages and _copies_an_input(tensor, inputs):
+        if (
+            tensor.numel() == score_numel
+            and key not in input_storages
+            and _copies_an_input(tensor, inputs)
+        ):
             copies.add(key)
         return tensor
 
@@ -56,8 +63,11 @@ def measure_saved(forward_with_grad: Callable[[], object], score_shape: tuple[in
     return SavedForBackward(
         tensors=len(storages),
         bytes=sum(size for size, _ in storages.values()),
-        score_sized=sum(1 for key, (_, numel) in storages.items()
-                        if numel == score_numel and key not in input_storages and key not in copies),
+        score_sized=sum(
+            1
+            for key, (_, numel) in storages.items()
+            if numel == score_numel and key not in input_storages and key not in copies
+        ),
     )
 
 

@@ -42,26 +42,81 @@ import collections
 import dataclasses
 import math
 import re
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 from perfsuite.trace.summary import TraceIndex
 
 KINDS = ("copy", "cast", "mask expansion", "computed")
 
 # Ops that return views or fresh uninitialised memory, reduce, or are fused attention: no score-sized write.
-_NO_WRITE = frozenset({
-    "aten::as_strided", "aten::view", "aten::_unsafe_view", "aten::reshape", "aten::_reshape_alias", "aten::expand",
-    "aten::expand_as", "aten::transpose", "aten::t", "aten::permute", "aten::select", "aten::slice", "aten::unsqueeze",
-    "aten::squeeze", "aten::alias", "aten::detach", "aten::resolve_conj", "aten::resolve_neg", "aten::split",
-    "aten::split_with_sizes", "aten::chunk", "aten::narrow", "aten::unbind", "aten::unflatten", "aten::flatten",
-    "aten::view_as", "aten::contiguous", "aten::clone", "aten::to", "aten::_to_copy", "aten::lift_fresh",
-    "aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty", "aten::new_empty_strided",
-    "aten::sum", "aten::amax", "aten::amin", "aten::max", "aten::min", "aten::mean", "aten::logsumexp", "aten::all",
-    "aten::any", "aten::argmax", "aten::argmin", "aten::norm", "aten::var", "aten::std", "aten::prod",
-    "aten::item", "aten::_local_scalar_dense", "aten::is_nonzero", "aten::size", "aten::stride",
-})
-_FUSED_ATTENTION_MARKERS = ("scaled_dot_product", "flash_attention", "efficient_attention", "cudnn_attention",
-                            "flex_attention")
+_NO_WRITE = frozenset(
+    {
+        "aten::as_strided",
+        "aten::view",
+        "aten::_unsafe_view",
+        "aten::reshape",
+        "aten::_reshape_alias",
+        "aten::expand",
+        "aten::expand_as",
+        "aten::transpose",
+        "aten::t",
+        "aten::permute",
+        "aten::select",
+        "aten::slice",
+        "aten::unsqueeze",
+        "aten::squeeze",
+        "aten::alias",
+        "aten::detach",
+        "aten::resolve_conj",
+        "aten::resolve_neg",
+        "aten::split",
+        "aten::split_with_sizes",
+        "aten::chunk",
+        "aten::narrow",
+        "aten::unbind",
+        "aten::unflatten",
+        "aten::flatten",
+        "aten::view_as",
+        "aten::contiguous",
+        "aten::clone",
+        "aten::to",
+        "aten::_to_copy",
+        "aten::lift_fresh",
+        "aten::empty",
+        "aten::empty_like",
+        "aten::empty_strided",
+        "aten::new_empty",
+        "aten::new_empty_strided",
+        "aten::sum",
+        "aten::amax",
+        "aten::amin",
+        "aten::max",
+        "aten::min",
+        "aten::mean",
+        "aten::logsumexp",
+        "aten::all",
+        "aten::any",
+        "aten::argmax",
+        "aten::argmin",
+        "aten::norm",
+        "aten::var",
+        "aten::std",
+        "aten::prod",
+        "aten::item",
+        "aten::_local_scalar_dense",
+        "aten::is_nonzero",
+        "aten::size",
+        "aten::stride",
+    }
+)
+_FUSED_ATTENTION_MARKERS = (
+    "scaled_dot_product",
+    "flash_attention",
+    "efficient_attention",
+    "cudnn_attention",
+    "flex_attention",
+)
 # Autograd node records in a backward step (``BmmBackward0``, ``ViewBackward0``): wrappers, never writers.
 _AUTOGRAD_NODE = re.compile(r"Backward\d*$")
 _MATMULS = {"aten::bmm", "aten::mm", "aten::baddbmm", "aten::addmm", "aten::matmul"}
@@ -134,13 +189,21 @@ class ScoreAccounting:
 
     def describe(self) -> str:
         """``4 written (1 copy, 0 casts, 0 mask expansions)``: the table's cell."""
-        return (f"{_number(self.written)} written ({_number(self.copies)} cop{'y' if self.copies == 1 else 'ies'}, "
-                f"{_number(self.casts)} cast{'' if self.casts == 1 else 's'}, "
-                f"{_number(self.mask_expansions)} mask expansion{'' if self.mask_expansions == 1 else 's'})")
+        return (
+            f"{_number(self.written)} written ({_number(self.copies)} cop{'y' if self.copies == 1 else 'ies'}, "
+            f"{_number(self.casts)} cast{'' if self.casts == 1 else 's'}, "
+            f"{_number(self.mask_expansions)} mask expansion{'' if self.mask_expansions == 1 else 's'})"
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"score_shape": list(self.score_shape), "written": self.written, "copies": self.copies,
-                "casts": self.casts, "mask_expansions": self.mask_expansions, "by_label": self.by_label()}
+        return {
+            "score_shape": list(self.score_shape),
+            "written": self.written,
+            "copies": self.copies,
+            "casts": self.casts,
+            "mask_expansions": self.mask_expansions,
+            "by_label": self.by_label(),
+        }
 
 
 def _number(value: float) -> str:
@@ -154,7 +217,11 @@ def _tensor_dims(event: dict[str, Any]) -> list[tuple[int, ...]]:
     found = []
     for index, value in enumerate(dims):
         kind = types[index] if index < len(types) else ""
-        if isinstance(value, list) and kind not in _NOT_TENSOR_TYPES and all(isinstance(d, int) for d in value):
+        if (
+            isinstance(value, list)
+            and kind not in _NOT_TENSOR_TYPES
+            and all(isinstance(d, int) for d in value)
+        ):
             found.append(tuple(value))
     return found
 
@@ -176,7 +243,11 @@ def _broadcast(shapes: Iterable[tuple[int, ...]]) -> tuple[int, ...] | None:
 def output_dims(event: dict[str, Any]) -> tuple[int, ...] | None:
     """The dims an op record wrote, by the rules of the module docstring; None when it writes nothing known."""
     name = str(event.get("name", ""))
-    if name in _NO_WRITE or _AUTOGRAD_NODE.search(name) or any(marker in name for marker in _FUSED_ATTENTION_MARKERS):
+    if (
+        name in _NO_WRITE
+        or _AUTOGRAD_NODE.search(name)
+        or any(marker in name for marker in _FUSED_ATTENTION_MARKERS)
+    ):
         return None
     dims = _tensor_dims(event)
     if not dims:
@@ -218,7 +289,12 @@ def _copy_kind(event: dict[str, Any]) -> str:
         return "mask expansion"  # into any dtype: a bool source is a mask (nan_to_num's backward makes one)
     if len(types) >= 2 and types[0] != types[1]:
         return "cast"
-    if len(dims) >= 2 and len(strides) >= 2 and isinstance(dims[1], list) and isinstance(strides[1], list):
+    if (
+        len(dims) >= 2
+        and len(strides) >= 2
+        and isinstance(dims[1], list)
+        and isinstance(strides[1], list)
+    ):
         if any(stride == 0 and size > 1 for size, stride in zip(dims[1], strides[1])):
             return "mask expansion"
         if math.prod(dims[1]) < math.prod(dims[0] or [0]):
@@ -226,8 +302,9 @@ def _copy_kind(event: dict[str, Any]) -> str:
     return "copy"
 
 
-def _score_writers(ops: list[dict[str, Any]], score_shape: tuple[int, ...],
-                   head_dim: int) -> list[tuple[dict[str, Any], tuple[str, ...], tuple[int, ...], float]]:
+def _score_writers(
+    ops: list[dict[str, Any]], score_shape: tuple[int, ...], head_dim: int
+) -> list[tuple[dict[str, Any], tuple[str, ...], tuple[int, ...], float]]:
     """Ops that write score-sized data with no such op inside them on their thread, each with the
     names of the ops around it (outermost first), the dims it wrote and its score fraction; in time
     order. (A small write inside, such as the 0-dim scalar ``mul`` wraps, does not hide the op.)"""
@@ -270,7 +347,9 @@ def _end(event: dict[str, Any]) -> float:
     return event.get("ts", 0) + event.get("dur", 0)
 
 
-def account_ops(ops: list[dict[str, Any]], score_shape: tuple[int, ...], head_dim: int) -> ScoreAccounting:
+def account_ops(
+    ops: list[dict[str, Any]], score_shape: tuple[int, ...], head_dim: int
+) -> ScoreAccounting:
     """Score accounting of a list of ``cpu_op`` trace events (one step's ops)."""
     writes = []
     for op, path, dims, fraction in _score_writers(ops, tuple(score_shape), head_dim):
@@ -279,8 +358,9 @@ def account_ops(ops: list[dict[str, Any]], score_shape: tuple[int, ...], head_di
     return ScoreAccounting(tuple(score_shape), tuple(writes))
 
 
-def account_windows(trace: dict[str, Any], annotation: str, score_shape: tuple[int, ...],
-                    head_dim: int) -> list[ScoreAccounting]:
+def account_windows(
+    trace: dict[str, Any], annotation: str, score_shape: tuple[int, ...], head_dim: int
+) -> list[ScoreAccounting]:
     """One ``ScoreAccounting`` per window named ``annotation`` (``perfsuite::forward``) in ``trace``.
 
     ``trace``: a Chrome trace recorded with ``record_shapes=True`` (``load_trace``'s dict);
@@ -293,6 +373,10 @@ def account_windows(trace: dict[str, Any], annotation: str, score_shape: tuple[i
         start, end, pid = window["ts"], window["ts"] + window["dur"], window.get("pid")
         if pid not in index.host_pids:
             pid = None
-        ops = [e for e in index.cpu_ops if (pid is None or e.get("pid") == pid) and start <= e.get("ts", -1) <= end]
+        ops = [
+            e
+            for e in index.cpu_ops
+            if (pid is None or e.get("pid") == pid) and start <= e.get("ts", -1) <= end
+        ]
         accounts.append(account_ops(ops, score_shape, head_dim))
     return accounts

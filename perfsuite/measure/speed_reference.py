@@ -26,7 +26,9 @@ from perfsuite.measure.contention import WAIT_LIMIT, check_enabled
 
 REFERENCE_SIZE = 384  # square fp32 matmul: about 0.1 GFLOP, about 1 ms on two cores of the CI VM
 REFERENCE_CALLS = 20  # median of this many calls: about 20 ms before and 20 ms after each benchmark
-SPEED_LIMIT = WAIT_LIMIT  # as for run-queue wait: a change of machine speed that could explain a 5% change
+SPEED_LIMIT = (
+    WAIT_LIMIT  # as for run-queue wait: a change of machine speed that could explain a 5% change
+)
 SPEED_CHANGED = "the machine ran at another speed"  # how a speed_change sentence starts
 REFERENCE = f"fp32 matmul {REFERENCE_SIZE}x{REFERENCE_SIZE}x{REFERENCE_SIZE}, median of {REFERENCE_CALLS} calls"
 
@@ -43,7 +45,9 @@ def reference_ms(calls: int = REFERENCE_CALLS) -> float:
         raise ValueError(f"calls must be >= 1, got {calls!r}")
     if _operands is None:
         generator = torch.Generator().manual_seed(0)
-        _operands = tuple(torch.randn(REFERENCE_SIZE, REFERENCE_SIZE, generator=generator) for _ in range(2))
+        _operands = tuple(
+            torch.randn(REFERENCE_SIZE, REFERENCE_SIZE, generator=generator) for _ in range(2)
+        )
     a, b = _operands
     torch.mm(a, b)
     times = []
@@ -64,12 +68,19 @@ def reference_of(extra_info: dict[str, Any]) -> float | None:
     (CUDA benchmarks, runs saved before it existed)."""
     found = (extra_info or {}).get("speed_reference") or {}
     before, after = found.get("before_ms"), found.get("after_ms")
-    if not isinstance(before, (int, float)) or not isinstance(after, (int, float)) or before <= 0 or after <= 0:
+    if (
+        not isinstance(before, (int, float))
+        or not isinstance(after, (int, float))
+        or before <= 0
+        or after <= 0
+    ):
         return None
     return math.sqrt(before * after)
 
 
-def speed_change(base_info: dict[str, Any], head_info: dict[str, Any], limit: float = SPEED_LIMIT) -> str | None:
+def speed_change(
+    base_info: dict[str, Any], head_info: dict[str, Any], limit: float = SPEED_LIMIT
+) -> str | None:
     """A sentence when the machine's speed differed between two runs of a benchmark by more than
     ``limit`` (by the reference beside each), else None: also when either run lacks a reference, and
     under ``PERFSUITE_CONTENTION_CHECK=off`` (``contention.check_enabled``), which judges timings
@@ -80,9 +91,11 @@ def speed_change(base_info: dict[str, Any], head_info: dict[str, Any], limit: fl
     ratio = head / base
     if abs(math.log(ratio)) <= math.log1p(limit):
         return None
-    return (f"{SPEED_CHANGED}: the reference ({REFERENCE}) took {base:.3f} ms in the base run "
-            f"and {head:.3f} ms in the head run (x{ratio:.2f}, limit {limit:.0%}); on a virtual machine another "
-            "guest on the same core or the host's clock, which CPU steal does not show")
+    return (
+        f"{SPEED_CHANGED}: the reference ({REFERENCE}) took {base:.3f} ms in the base run "
+        f"and {head:.3f} ms in the head run (x{ratio:.2f}, limit {limit:.0%}); on a virtual machine another "
+        "guest on the same core or the host's clock, which CPU steal does not show"
+    )
 
 
 def run_spread(references_ms: list[float], limit: float = SPEED_LIMIT) -> str | None:
@@ -93,7 +106,9 @@ def run_spread(references_ms: list[float], limit: float = SPEED_LIMIT) -> str | 
     low, high = min(references_ms), max(references_ms)
     if high / low <= 1 + limit:
         return None
-    return (f"the machine's speed changed during this run: the reference ({REFERENCE}) beside its "
-            f"{len(references_ms)} CPU benchmarks took {low:.3f}-{high:.3f} ms (x{high / low:.2f}, limit {limit:.0%}); "
-            "compared with a separate run its timings may show the machine, not the code (perfsuite compare "
-            "withholds those verdicts; perfsuite ab pairs base and head in time)")
+    return (
+        f"the machine's speed changed during this run: the reference ({REFERENCE}) beside its "
+        f"{len(references_ms)} CPU benchmarks took {low:.3f}-{high:.3f} ms (x{high / low:.2f}, limit {limit:.0%}); "
+        "compared with a separate run its timings may show the machine, not the code (perfsuite compare "
+        "withholds those verdicts; perfsuite ab pairs base and head in time)"
+    )

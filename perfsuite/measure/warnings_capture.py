@@ -32,7 +32,10 @@ def shown_warnings(caught: list[warnings.WarningMessage]) -> list[str]:
     for found in caught:
         if issubclass(found.category, VariantWarning):
             continue
-        if issubclass(found.category, (DeprecationWarning, PendingDeprecationWarning)) and "torch" in Path(found.filename).parts:
+        if (
+            issubclass(found.category, (DeprecationWarning, PendingDeprecationWarning))
+            and "torch" in Path(found.filename).parts
+        ):
             continue
         lines.append(warning_line(found))
     return list(dict.fromkeys(lines))
@@ -43,7 +46,10 @@ def announce_warnings(variant: Variant, lines: list[str]) -> None:
     for line in lines:
         if (variant.name, line) not in _ANNOUNCED:
             _ANNOUNCED.add((variant.name, line))
-            warnings.warn(VariantWarning(f"variant {variant.name} warned on its first call: {line}"), stacklevel=3)
+            warnings.warn(
+                VariantWarning(f"variant {variant.name} warned on its first call: {line}"),
+                stacklevel=3,
+            )
 
 
 @contextlib.contextmanager

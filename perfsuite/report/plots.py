@@ -25,8 +25,10 @@ from perfsuite.errors import ReportError
 from perfsuite.report.results import BenchmarkResult
 from perfsuite.report.saved import SavedRun
 
-MISSING_MATPLOTLIB = ("plots need matplotlib, which is not installed: pip install 'perfsuite[plots]' "
-                      "(the Markdown and HTML reports work without it)")
+MISSING_MATPLOTLIB = (
+    "plots need matplotlib, which is not installed: pip install 'perfsuite[plots]' "
+    "(the Markdown and HTML reports work without it)"
+)
 
 try:
     import matplotlib
@@ -64,22 +66,44 @@ def latency_bars(run: SavedRun, folder: Path) -> list[Path]:
     by_key = {(r.variant, r.case_id, r.mode): r.median_s * 1e3 for r in results}
     contended = {(r.variant, r.case_id, r.mode) for r in results if r.contended}
     width = 0.8 / max(len(variants), 1)
-    figure, panels = plt.subplots(len(modes), 1, figsize=(max(7, 2.2 * len(cases)), 3.6 * len(modes)),
-                                  squeeze=False, sharex=True)
+    figure, panels = plt.subplots(
+        len(modes),
+        1,
+        figsize=(max(7, 2.2 * len(cases)), 3.6 * len(modes)),
+        squeeze=False,
+        sharex=True,
+    )
     for axes, mode in zip(panels[:, 0], modes):
         for i, variant in enumerate(variants):
             xs = [c + i * width for c in range(len(cases))]
-            bars = axes.bar(xs, [by_key.get((variant, case, mode), 0) for case in cases], width, label=variant,
-                            color=f"C{i % 10}")
+            bars = axes.bar(
+                xs,
+                [by_key.get((variant, case, mode), 0) for case in cases],
+                width,
+                label=variant,
+                color=f"C{i % 10}",
+            )
             for bar, case in zip(bars, cases):
                 if (variant, case, mode) in contended:
                     bar.set_hatch("//")
         if contended:
-            axes.bar([0], [0], 0, color="white", edgecolor="black", hatch="//", label="contended: not trustworthy")
+            axes.bar(
+                [0],
+                [0],
+                0,
+                color="white",
+                edgecolor="black",
+                hatch="//",
+                label="contended: not trustworthy",
+            )
         axes.set_yscale("log")
         axes.set_ylabel("median ms (log)")
-        axes.set_title(f"Attention {mode.replace('_', '+')} latency per variant and case", fontsize=10)
-    panels[-1, 0].set_xticks([c + 0.4 - width / 2 for c in range(len(cases))], cases, rotation=25, ha="right", fontsize=8)
+        axes.set_title(
+            f"Attention {mode.replace('_', '+')} latency per variant and case", fontsize=10
+        )
+    panels[-1, 0].set_xticks(
+        [c + 0.4 - width / 2 for c in range(len(cases))], cases, rotation=25, ha="right", fontsize=8
+    )
     panels[0, 0].legend(fontsize=7, ncols=3)
     figure.tight_layout()
     return _save(figure, folder, "latency")
@@ -90,9 +114,13 @@ def _sequence_groups(results: list[BenchmarkResult]) -> dict[str, list[Benchmark
     groups = collections.defaultdict(list)
     for r in results:
         case = parse_case_id(r.case_id)
-        label = f"b{case.batch}h{case.num_heads}d{case.head_dim}-{case.dtype}-{case.mask}-{case.device}"
+        label = (
+            f"b{case.batch}h{case.num_heads}d{case.head_dim}-{case.dtype}-{case.mask}-{case.device}"
+        )
         groups[label].append(r)
-    return {k: v for k, v in groups.items() if len({parse_case_id(r.case_id).seq_len_kv for r in v}) > 1}
+    return {
+        k: v for k, v in groups.items() if len({parse_case_id(r.case_id).seq_len_kv for r in v}) > 1
+    }
 
 
 def scaling(run: SavedRun, folder: Path) -> list[Path]:
@@ -106,14 +134,24 @@ def scaling(run: SavedRun, folder: Path) -> list[Path]:
     figure, panels = plt.subplots(len(modes), 2, figsize=(11, 4 * len(modes)), squeeze=False)
     for (left, right), mode in zip(panels, modes):
         for variant, color in colors.items():
-            points = sorted((parse_case_id(r.case_id).seq_len_kv, r) for r in results
-                            if r.variant == variant and r.mode == mode)
+            points = sorted(
+                (parse_case_id(r.case_id).seq_len_kv, r)
+                for r in results
+                if r.variant == variant and r.mode == mode
+            )
             if not points:
                 continue
             seq = [s for s, _ in points]
-            left.plot(seq, [r.median_s * 1e3 for _, r in points], marker="o", label=variant, color=color)
-            right.plot(seq, [r.achieved_tflops for _, r in points], marker="o", label=variant, color=color)
-        for axes, ylabel in ((left, f"{mode}: median latency (ms)"), (right, f"{mode}: achieved TFLOP/s")):
+            left.plot(
+                seq, [r.median_s * 1e3 for _, r in points], marker="o", label=variant, color=color
+            )
+            right.plot(
+                seq, [r.achieved_tflops for _, r in points], marker="o", label=variant, color=color
+            )
+        for axes, ylabel in (
+            (left, f"{mode}: median latency (ms)"),
+            (right, f"{mode}: achieved TFLOP/s"),
+        ):
             axes.set_xscale("log", base=2)
             axes.set_yscale("log")
             axes.set_xlabel("seq_len")
@@ -140,33 +178,59 @@ def roofline(run: SavedRun, folder: Path) -> list[Path]:
     if not peaks or not results:
         return []
     intensity = [r.flop / r.bytes_moved for r in results]
-    ridge = max(peaks["matmul_tflops"].values()) * 1e3 / peaks["memory_gbps"]  # FLOP/byte where the roofs meet
+    ridge = (
+        max(peaks["matmul_tflops"].values()) * 1e3 / peaks["memory_gbps"]
+    )  # FLOP/byte where the roofs meet
     low, high = min(min(intensity) / 2, ridge / 4), max(intensity) * 2
     figure, axes = plt.subplots(figsize=(7.5, 5))
     xs = [low * (high / low) ** (i / 100) for i in range(101)]
     bandwidth_tbps = peaks["memory_gbps"] / 1e3
     best_dtype, peak = max(peaks["matmul_tflops"].items(), key=lambda kv: kv[1])
-    axes.plot(xs, [min(peak, x * bandwidth_tbps) for x in xs], linestyle="--", color="black",
-              label=f"roof: {best_dtype} matmul {peak:.3g} TFLOP/s, copy {peaks['memory_gbps']:.0f} GB/s")
+    axes.plot(
+        xs,
+        [min(peak, x * bandwidth_tbps) for x in xs],
+        linestyle="--",
+        color="black",
+        label=f"roof: {best_dtype} matmul {peak:.3g} TFLOP/s, copy {peaks['memory_gbps']:.0f} GB/s",
+    )
     shapes = "osD^vP*Xh<>p"
-    markers = {v: shapes[i % len(shapes)] for i, v in enumerate(dict.fromkeys(r.variant for r in results))}
+    markers = {
+        v: shapes[i % len(shapes)] for i, v in enumerate(dict.fromkeys(r.variant for r in results))
+    }
     dtypes = []
     for r, x in zip(results, intensity):
         dtype = parse_case_id(r.case_id).dtype
         dtypes.append(dtype)
         color = DTYPE_COLORS.get(dtype, "gray")
         face = color if r.mode == Mode.FORWARD else "none"
-        axes.scatter(x, r.achieved_tflops, marker=markers[r.variant], s=40, facecolors=face, edgecolors=color, alpha=0.8)
+        axes.scatter(
+            x,
+            r.achieved_tflops,
+            marker=markers[r.variant],
+            s=40,
+            facecolors=face,
+            edgecolors=color,
+            alpha=0.8,
+        )
         if r.contended:
             axes.scatter(x, r.achieved_tflops, marker="x", s=90, color="black")
     for variant, marker in markers.items():
         axes.scatter([], [], marker=marker, color="gray", label=variant)
     for dtype in dict.fromkeys(dtypes):
-        axes.scatter([], [], marker="s", color=DTYPE_COLORS.get(dtype, "gray"), label=f"inputs {dtype}")
+        axes.scatter(
+            [], [], marker="s", color=DTYPE_COLORS.get(dtype, "gray"), label=f"inputs {dtype}"
+        )
     if any(r.contended for r in results):
         axes.scatter([], [], marker="x", color="black", label="contended: not trustworthy")
     if any(r.mode != Mode.FORWARD for r in results):
-        axes.scatter([], [], marker="o", facecolors="none", edgecolors="gray", label="hollow: backward / fwd+bwd")
+        axes.scatter(
+            [],
+            [],
+            marker="o",
+            facecolors="none",
+            edgecolors="gray",
+            label="hollow: backward / fwd+bwd",
+        )
     axes.set_xscale("log")
     axes.set_yscale("log")
     axes.set_xlabel("arithmetic intensity (FLOP per byte of query/key/value/output)")

@@ -5,12 +5,17 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
+from collections.abc import Callable, Mapping
 
 from perfsuite.attention.modes import Mode
 from perfsuite.errors import ReportError
-from perfsuite.storage import (EXTRA_INFO_SCHEMA_VERSION, RUN_SCHEMA_VERSION, check_schema_version,
-                               write_text_atomic)
+from perfsuite.storage import (
+    EXTRA_INFO_SCHEMA_VERSION,
+    RUN_SCHEMA_VERSION,
+    check_schema_version,
+    write_text_atomic,
+)
 from perfsuite.units import format_bytes
 
 
@@ -143,7 +148,9 @@ def _saved(r: BenchmarkResult) -> str:
     if r.saved_for_backward_bytes is None:
         return "-"
     scores = r.saved_score_matrices
-    return f"{format_bytes(r.saved_for_backward_bytes)} ({scores} score{'s' if scores != 1 else ''})"
+    return (
+        f"{format_bytes(r.saved_for_backward_bytes)} ({scores} score{'s' if scores != 1 else ''})"
+    )
 
 
 def _count(value: float) -> str:
@@ -158,7 +165,9 @@ def _scores(r: BenchmarkResult) -> str:
     if r.score_casts:
         parts.append(f"{_count(r.score_casts)} cast{'' if r.score_casts == 1 else 's'}")
     if r.score_mask_expansions:
-        parts.append(f"{_count(r.score_mask_expansions)} mask expansion{'' if r.score_mask_expansions == 1 else 's'}")
+        parts.append(
+            f"{_count(r.score_mask_expansions)} mask expansion{'' if r.score_mask_expansions == 1 else 's'}"
+        )
     return f"{_count(r.score_written)} ({', '.join(parts)})"
 
 
@@ -171,7 +180,9 @@ COLUMNS = (
     Column("IQR / median", "%", _spread),
     Column("timing", "", _trust),
     Column("compile s", "s", lambda r: f"{r.compile_s:.1f}" if r.compile_s is not None else "-"),
-    Column("TFLOP/s", "TFLOP/s", lambda r: f"{r.achieved_tflops:.3g}" if r.achieved_tflops else "-"),
+    Column(
+        "TFLOP/s", "TFLOP/s", lambda r: f"{r.achieved_tflops:.3g}" if r.achieved_tflops else "-"
+    ),
     Column("ops or kernels / step", "count", lambda r: f"{r.work_per_step} {r.work_unit}"),
     Column("score writes / step (of which)", "score matrices", _scores),
     Column("allocated / step", "bytes", lambda r: format_bytes(r.allocated_bytes)),
@@ -188,7 +199,9 @@ def table_row(result: BenchmarkResult) -> list[str]:
     return [column.render(result) for column in COLUMNS]
 
 
-def result_from_benchmark(info: Mapping[str, Any], stats: Mapping[str, Any] | None) -> BenchmarkResult:
+def result_from_benchmark(
+    info: Mapping[str, Any], stats: Mapping[str, Any] | None
+) -> BenchmarkResult:
     """A ``BenchmarkResult`` from a benchmark's ``extra_info`` and pytest-benchmark stats.
 
     The one reader of the stored facts: the plugin builds each row through it from the
@@ -197,29 +210,47 @@ def result_from_benchmark(info: Mapping[str, Any], stats: Mapping[str, Any] | No
     Raises ``ReportError`` for an ``extra_info`` of a newer ``schema_version`` than
     ``EXTRA_INFO_SCHEMA_VERSION`` (the version named), and ``KeyError`` for a missing field.
     """
-    check_schema_version(info.get("schema_version"), EXTRA_INFO_SCHEMA_VERSION,
-                         f"benchmark {info.get('variant', '?')}/{info.get('case', '?')}", ReportError)
+    check_schema_version(
+        info.get("schema_version"),
+        EXTRA_INFO_SCHEMA_VERSION,
+        f"benchmark {info.get('variant', '?')}/{info.get('case', '?')}",
+        ReportError,
+    )
     device = info["case_fields"]["device"]
     compile_info, saved = info.get("compile") or {}, info.get("saved_for_backward") or {}
     contention = info.get("contention") or {}
     scores = info.get("score_accounting") or {}
     stats = stats or {}
     return BenchmarkResult(
-        variant=info["variant"], case_id=info["case"], device=device, mode=info["mode"],
-        flop=info["flop"], bytes_moved=info["bytes_read"] + info["bytes_written"],
-        median_s=stats.get("median"), rounds=stats.get("rounds"), iqr_s=stats.get("iqr"),
+        variant=info["variant"],
+        case_id=info["case"],
+        device=device,
+        mode=info["mode"],
+        flop=info["flop"],
+        bytes_moved=info["bytes_read"] + info["bytes_written"],
+        median_s=stats.get("median"),
+        rounds=stats.get("rounds"),
+        iqr_s=stats.get("iqr"),
         work_per_step=info["kernels_per_step"] if device == "cuda" else info["cpu_ops_per_step"],
         work_unit="kernels" if device == "cuda" else "ops",
         score_copies_per_step=info["score_copies_per_step"],
-        allocated_bytes=info["allocated_bytes_per_step"], peak_bytes=info["peak_memory_bytes"],
-        max_abs_error=info["max_abs_error"], correct=info["correct"],
+        allocated_bytes=info["allocated_bytes_per_step"],
+        peak_bytes=info["peak_memory_bytes"],
+        max_abs_error=info["max_abs_error"],
+        correct=info["correct"],
         compile_s=compile_info.get("first_call_s"),
-        saved_for_backward_bytes=saved.get("bytes"), saved_score_matrices=saved.get("score_sized"),
-        score_written=scores.get("written"), score_copies=scores.get("copies"), score_casts=scores.get("casts"),
-        score_mask_expansions=scores.get("mask_expansions"), output_layout=info.get("output_layout"),
-        timer=info.get("timer", "host"), wall_median_s=info.get("wall_median_s"),
+        saved_for_backward_bytes=saved.get("bytes"),
+        saved_score_matrices=saved.get("score_sized"),
+        score_written=scores.get("written"),
+        score_copies=scores.get("copies"),
+        score_casts=scores.get("casts"),
+        score_mask_expansions=scores.get("mask_expansions"),
+        output_layout=info.get("output_layout"),
+        timer=info.get("timer", "host"),
+        wall_median_s=info.get("wall_median_s"),
         device_median_s=info.get("device_median_s"),
-        contended=contention.get("contended"), contention_reasons=tuple(contention.get("reasons", ())),
+        contended=contention.get("contended"),
+        contention_reasons=tuple(contention.get("reasons", ())),
         contention_brief=contention.get("brief") or next(iter(contention.get("reasons") or ()), ""),
     )
 
@@ -251,21 +282,34 @@ def _rows(results: list[BenchmarkResult]) -> tuple[list[str], list[list[str]]]:
     return HEADER, [table_row(r) for r in results]
 
 
-def markdown_table(results: list[BenchmarkResult], skipped: list[SkippedResult], crashed: list[CrashedResult] = (),
-                   incomplete: str | None = None) -> str:
+def markdown_table(
+    results: list[BenchmarkResult],
+    skipped: list[SkippedResult],
+    crashed: list[CrashedResult] = (),
+    incomplete: str | None = None,
+) -> str:
     """The run's table in GitHub Markdown, skipped variants listed under it with reasons, crashed
     ones after them; ``incomplete`` (why the run is partial) heads it as ``**Partial run**: ...``."""
     header, body = _rows(results)
     rows = [header, ["---"] * len(header)] + body
-    head = [f"**Partial run**: {incomplete}. These rows are not the whole run.", ""] if incomplete else []
+    head = (
+        [f"**Partial run**: {incomplete}. These rows are not the whole run.", ""]
+        if incomplete
+        else []
+    )
     lines = head + ["| " + " | ".join(row) + " |" for row in rows]
-    lines += contention_lines(results, prefix="- ", intro=["", "Timings not trustworthy (contended):"])
+    lines += contention_lines(
+        results, prefix="- ", intro=["", "Timings not trustworthy (contended):"]
+    )
     if skipped:
         lines += ["", "Skipped (cannot run here):"]
         lines += [f"- `{s.variant}` on `{s.case_id}` ({s.mode}): {s.reason}" for s in skipped]
     if crashed:
         lines += ["", "Crashed (the first call killed an isolated child process; not run here):"]
-        lines += [f"- `{c.variant}` on `{c.case_id}` ({c.mode}): {c.detail.splitlines()[0]}" for c in crashed]
+        lines += [
+            f"- `{c.variant}` on `{c.case_id}` ({c.mode}): {c.detail.splitlines()[0]}"
+            for c in crashed
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -274,14 +318,19 @@ def contended_results(results: list[BenchmarkResult]) -> list[BenchmarkResult]:
     return [r for r in results if r.contended]
 
 
-def contention_lines(results: list[BenchmarkResult], prefix: str = "", intro: list[str] = (),
-                     brief: bool = False) -> list[str]:
+def contention_lines(
+    results: list[BenchmarkResult], prefix: str = "", intro: list[str] = (), brief: bool = False
+) -> list[str]:
     """One line per contended row naming it and why (``brief``: the short reason, for a terminal;
     else every reason in full, for the report); [] when none is."""
     flagged = contended_results(results)
     if not flagged:
         return []
-    why = lambda r: (r.contention_brief or "; ".join(r.contention_reasons)) if brief else "; ".join(r.contention_reasons)
+    why = lambda r: (
+        (r.contention_brief or "; ".join(r.contention_reasons))
+        if brief
+        else "; ".join(r.contention_reasons)
+    )
     return list(intro) + [f"{prefix}{r.variant} {r.mode} {r.case_id}: {why(r)}" for r in flagged]
 
 
@@ -294,9 +343,15 @@ def text_table(results: list[BenchmarkResult]) -> str:
     return "\n".join([fmt(rows[0]), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows[1:]])
 
 
-def write_run(directory: Path, results: list[BenchmarkResult], skipped: list[SkippedResult], machine: dict[str, Any],
-              crashed: list[CrashedResult] = (), incomplete: dict[str, Any] | None = None,
-              running: str | None = None) -> tuple[Path, Path]:
+def write_run(
+    directory: Path,
+    results: list[BenchmarkResult],
+    skipped: list[SkippedResult],
+    machine: dict[str, Any],
+    crashed: list[CrashedResult] = (),
+    incomplete: dict[str, Any] | None = None,
+    running: str | None = None,
+) -> tuple[Path, Path]:
     """Write ``table.md`` and ``run.json`` (schema ``RUN_SCHEMA_VERSION``) into ``directory`` atomically.
 
     ``incomplete``: why the run is partial (``{"reason", "finished", "expected"}``), or None for a
@@ -307,7 +362,9 @@ def write_run(directory: Path, results: list[BenchmarkResult], skipped: list[Ski
     describe = None
     if incomplete:
         describe = f"{incomplete['reason']}: {incomplete['finished']} of {incomplete['expected']} benchmarks finished"
-    table = write_text_atomic(directory / "table.md", markdown_table(results, skipped, list(crashed), describe))
+    table = write_text_atomic(
+        directory / "table.md", markdown_table(results, skipped, list(crashed), describe)
+    )
     payload = {
         "schema_version": RUN_SCHEMA_VERSION,
         "complete": incomplete is None,
@@ -315,11 +372,14 @@ def write_run(directory: Path, results: list[BenchmarkResult], skipped: list[Ski
         "running": running,
         "machine": machine,
         "results": [
-            dataclasses.asdict(r) | {"achieved_tflops": r.achieved_tflops, "achieved_gbps": r.achieved_gbps}
+            dataclasses.asdict(r)
+            | {"achieved_tflops": r.achieved_tflops, "achieved_gbps": r.achieved_gbps}
             for r in results
         ],
         "skipped": [dataclasses.asdict(s) for s in skipped],
         "crashed": [dataclasses.asdict(c) for c in crashed],
     }
-    run = write_text_atomic(directory / "run.json", json.dumps(payload, indent=2, sort_keys=True) + "\n")
+    run = write_text_atomic(
+        directory / "run.json", json.dumps(payload, indent=2, sort_keys=True) + "\n"
+    )
     return table, run

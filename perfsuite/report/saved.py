@@ -9,8 +9,12 @@ from typing import Any
 
 from perfsuite.errors import ReportError
 from perfsuite.storage import RUN_SCHEMA_VERSION, check_schema_version, read_json
-from perfsuite.report.results import (HEADER, BenchmarkResult, SkippedResult, markdown_table, result_from_benchmark,
-                                      table_row)
+from perfsuite.report.results import (
+    BenchmarkResult,
+    SkippedResult,
+    markdown_table,
+    result_from_benchmark,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,9 +38,13 @@ _RESULT_FIELDS = [f.name for f in dataclasses.fields(BenchmarkResult)]
 
 def _from_perfsuite(data: dict[str, Any], path: Path) -> SavedRun:
     check_schema_version(data["schema_version"], RUN_SCHEMA_VERSION, f"{path}", ReportError)
-    results = [BenchmarkResult(**{k: r[k] for k in _RESULT_FIELDS if k in r}) for r in data["results"]]
+    results = [
+        BenchmarkResult(**{k: r[k] for k in _RESULT_FIELDS if k in r}) for r in data["results"]
+    ]
     skipped = [SkippedResult(**s) for s in data.get("skipped", [])]
-    return SavedRun(path, results, skipped, data.get("machine", {}), _incomplete(data.get("incomplete")))
+    return SavedRun(
+        path, results, skipped, data.get("machine", {}), _incomplete(data.get("incomplete"))
+    )
 
 
 def _incomplete(marker: Any) -> str | None:
@@ -49,9 +57,14 @@ def _incomplete(marker: Any) -> str | None:
 
 
 def _from_pytest_benchmark(data: dict[str, Any], path: Path) -> SavedRun:
-    results = [result_from_benchmark(b["extra_info"], b["stats"]) for b in data["benchmarks"]
-               if "variant" in b.get("extra_info", {})]  # others: benchmarks of some other suite
-    machine = dict(data.get("machine_info", {}).get("perfsuite", {}), peaks=data.get("perfsuite_peaks"))
+    results = [
+        result_from_benchmark(b["extra_info"], b["stats"])
+        for b in data["benchmarks"]
+        if "variant" in b.get("extra_info", {})
+    ]  # others: benchmarks of some other suite
+    machine = dict(
+        data.get("machine_info", {}).get("perfsuite", {}), peaks=data.get("perfsuite_peaks")
+    )
     return SavedRun(path, results, [], machine, _incomplete(data.get("perfsuite_incomplete")))
 
 
@@ -65,7 +78,9 @@ def load_run(path: str | Path) -> SavedRun:
         elif isinstance(data, dict) and "benchmarks" in data:
             run = _from_pytest_benchmark(data, path)
         else:
-            raise ReportError(f"{path}: neither a perfsuite run.json nor a pytest-benchmark JSON file")
+            raise ReportError(
+                f"{path}: neither a perfsuite run.json nor a pytest-benchmark JSON file"
+            )
     except (KeyError, TypeError) as exc:
         raise ReportError(f"{path}: a run file with a missing or malformed field ({exc})") from None
     if not run.results:
@@ -87,12 +102,20 @@ def machine_line(run: SavedRun) -> str:
     m = run.machine
     cuda = platform_text(m)
     names = ", ".join(f"{d}: {n}" for d, n in m.get("device_names", {}).items())
-    return f"torch {m.get('torch_version', '?')}, {cuda}, {m.get('num_threads', '?')} threads; {names}"
+    return (
+        f"torch {m.get('torch_version', '?')}, {cuda}, {m.get('num_threads', '?')} threads; {names}"
+    )
 
 
 def markdown_report(run: SavedRun, plot_names: list[str] = ()) -> str:
     """Markdown for a GitHub step summary or PR comment; ``plot_names`` are linked below the table."""
-    lines = ["## perfsuite: attention at a glance", "", f"{machine_line(run)}  ", f"source: `{run.source.name}`", ""]
+    lines = [
+        "## perfsuite: attention at a glance",
+        "",
+        f"{machine_line(run)}  ",
+        f"source: `{run.source.name}`",
+        "",
+    ]
     lines.append(markdown_table(run.results, run.skipped, incomplete=run.incomplete))
     lines += [f"![{name}]({name})" for name in plot_names]
     return "\n".join(lines) + "\n"

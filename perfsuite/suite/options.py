@@ -18,33 +18,71 @@ from perfsuite.variants import get_variant
 def add_options(parser: pytest.Parser) -> None:
     """Register ``--perfsuite-*`` options and ``perfsuite_*`` ini keys (one help text for both)."""
     group = parser.getgroup("perfsuite", "attention benchmark suite")
-    group.addoption("--perfsuite-variant", action="append", default=[], metavar="MODULE:FUNCTION",
-                    help="add your own attention function as a variant (repeatable); installed packages can "
-                         "also declare them in the entry point group perfsuite.variants")
-    group.addoption("--perfsuite-gate", action="store_true",
-                    help="with --benchmark-compare: judge each benchmark with perfsuite's statistics and "
-                         "fingerprints (needs per-round data: --benchmark-save-data in both runs)")
-    group.addoption("--perfsuite-fail-on-structure", action="store_true",
-                    help="with --perfsuite-gate: a structural change that adds work (more copies or casts, device "
-                         "kernels, Memcpy, score writes, bytes allocated/written/saved, or another SDPA backend) "
-                         "fails; ops that do no work (views, a same-dtype .to) never do")
-    group.addoption("--perfsuite-gate-force", action="store_true",
-                    help="with --perfsuite-gate: compare with a baseline from other hardware or torch anyway")
-    group.addoption("--perfsuite-shard", default=None, metavar="INDEX/COUNT",
-                    help="run only shard INDEX of COUNT (1/4 .. 4/4): disjoint parts whose union is the whole "
-                         "suite, each (variant, case) pair's tests together, balanced by known durations "
-                         "(perfsuite.suite.shards; ini: perfsuite_shard)")
-    parser.addini("perfsuite_shard", "run only this shard of the suite, INDEX/COUNT counted from 1 (the ini form of "
-                  "--perfsuite-shard)", default="")
-    group.addoption("--perfsuite-history-url", default=None, metavar="URL",
-                    help="the history store a timed run is recorded in (ini: perfsuite_history_url; env: "
-                         "PERFSUITE_HISTORY_URL; default .perfsuite/history.sqlite at the repository root)")
-    parser.addini("perfsuite_history_url", "the history store timed runs are recorded in: a SQLite path or URL, "
-                  "or postgresql+psycopg://... (PERFSUITE_HISTORY_URL wins over it)", default="")
-    parser.addini("perfsuite_history", "record timed, saved runs in the history store: on (default) or off",
-                  default="on")
-    parser.addini("perfsuite_user_variants", "your own attention functions as variants, MODULE:FUNCTION, one per "
-                  "line or a TOML list (the ini form of --perfsuite-variant)", type="linelist", default=[])
+    group.addoption(
+        "--perfsuite-variant",
+        action="append",
+        default=[],
+        metavar="MODULE:FUNCTION",
+        help="add your own attention function as a variant (repeatable); installed packages can "
+        "also declare them in the entry point group perfsuite.variants",
+    )
+    group.addoption(
+        "--perfsuite-gate",
+        action="store_true",
+        help="with --benchmark-compare: judge each benchmark with perfsuite's statistics and "
+        "fingerprints (needs per-round data: --benchmark-save-data in both runs)",
+    )
+    group.addoption(
+        "--perfsuite-fail-on-structure",
+        action="store_true",
+        help="with --perfsuite-gate: a structural change that adds work (more copies or casts, device "
+        "kernels, Memcpy, score writes, bytes allocated/written/saved, or another SDPA backend) "
+        "fails; ops that do no work (views, a same-dtype .to) never do",
+    )
+    group.addoption(
+        "--perfsuite-gate-force",
+        action="store_true",
+        help="with --perfsuite-gate: compare with a baseline from other hardware or torch anyway",
+    )
+    group.addoption(
+        "--perfsuite-shard",
+        default=None,
+        metavar="INDEX/COUNT",
+        help="run only shard INDEX of COUNT (1/4 .. 4/4): disjoint parts whose union is the whole "
+        "suite, each (variant, case) pair's tests together, balanced by known durations "
+        "(perfsuite.suite.shards; ini: perfsuite_shard)",
+    )
+    parser.addini(
+        "perfsuite_shard",
+        "run only this shard of the suite, INDEX/COUNT counted from 1 (the ini form of "
+        "--perfsuite-shard)",
+        default="",
+    )
+    group.addoption(
+        "--perfsuite-history-url",
+        default=None,
+        metavar="URL",
+        help="the history store a timed run is recorded in (ini: perfsuite_history_url; env: "
+        "PERFSUITE_HISTORY_URL; default .perfsuite/history.sqlite at the repository root)",
+    )
+    parser.addini(
+        "perfsuite_history_url",
+        "the history store timed runs are recorded in: a SQLite path or URL, "
+        "or postgresql+psycopg://... (PERFSUITE_HISTORY_URL wins over it)",
+        default="",
+    )
+    parser.addini(
+        "perfsuite_history",
+        "record timed, saved runs in the history store: on (default) or off",
+        default="on",
+    )
+    parser.addini(
+        "perfsuite_user_variants",
+        "your own attention functions as variants, MODULE:FUNCTION, one per "
+        "line or a TOML list (the ini form of --perfsuite-variant)",
+        type="linelist",
+        default=[],
+    )
     for spec in settings.SETTINGS.values():
         # "args": a string (split like a shell line) or a TOML list; raw_settings joins either with spaces
         parser.addini(spec.ini_key, spec.help, type="args", default=[])
@@ -56,7 +94,9 @@ def raw_settings(config: pytest.Config) -> settings.RawSettings:
     """Each setting's raw value and where it came from (option, ini key and file, or default)."""
     raw: settings.RawSettings = {}
     for name, spec in settings.SETTINGS.items():
-        option = config.getoption(spec.option.lstrip("-").replace("-", "_")) if spec.option else None
+        option = (
+            config.getoption(spec.option.lstrip("-").replace("-", "_")) if spec.option else None
+        )
         ini = config.getini(spec.ini_key)
         # A TOML list (or number) under [tool.pytest.ini_options] is kept as is: ``settings.RawValue`` joins
         # a list of strings with spaces and refuses anything else, naming the key, the value and the file.
@@ -65,10 +105,18 @@ def raw_settings(config: pytest.Config) -> settings.RawSettings:
         elif ini:
             where = _ini_source(config, spec.ini_key)
             # "args"-typed keys come back as a list even from a plain string: show them as written
-            shown = " ".join(ini) if isinstance(ini, list) and all(isinstance(v, str) for v in ini) else ini
-            raw[name] = settings.RawValue(ini, f"ini key {spec.ini_key}={shown!r} from {where}", "ini")
+            shown = (
+                " ".join(ini)
+                if isinstance(ini, list) and all(isinstance(v, str) for v in ini)
+                else ini
+            )
+            raw[name] = settings.RawValue(
+                ini, f"ini key {spec.ini_key}={shown!r} from {where}", "ini"
+            )
         else:
-            raw[name] = settings.RawValue(spec.default, f"built-in default {spec.ini_key}={spec.default!r}", "default")
+            raw[name] = settings.RawValue(
+                spec.default, f"built-in default {spec.ini_key}={spec.default!r}", "default"
+            )
     return raw
 
 
@@ -82,15 +130,23 @@ def shard(config: pytest.Config) -> shards.Shard | None:
     if option is not None:
         return shards.parse_shard(option, f"option --perfsuite-shard={option!r}")
     ini = str(config.getini("perfsuite_shard") or "")
-    return shards.parse_shard(ini, f"ini key perfsuite_shard={ini!r} from {_ini_source(config, 'perfsuite_shard')}")
+    return shards.parse_shard(
+        ini, f"ini key perfsuite_shard={ini!r} from {_ini_source(config, 'perfsuite_shard')}"
+    )
 
 
 def variant_specs(config: pytest.Config) -> list[tuple[str, str]]:
     """``(spec, where it came from)``: ``--perfsuite-variant`` specs, then the ``perfsuite_user_variants`` ini key's."""
     from_ini = [line.strip() for line in config.getini("perfsuite_user_variants") if line.strip()]
-    return ([(spec, "option --perfsuite-variant") for spec in config.getoption("perfsuite_variant")]
-            + [(spec, f"ini key perfsuite_user_variants from {_ini_source(config, 'perfsuite_user_variants')}")
-               for spec in from_ini])
+    return [
+        (spec, "option --perfsuite-variant") for spec in config.getoption("perfsuite_variant")
+    ] + [
+        (
+            spec,
+            f"ini key perfsuite_user_variants from {_ini_source(config, 'perfsuite_user_variants')}",
+        )
+        for spec in from_ini
+    ]
 
 
 def _ini_source(config: pytest.Config, key: str) -> str:
@@ -112,7 +168,9 @@ def uses_perfsuite(config: pytest.Config) -> bool:
     its configuration, or the shipped suite among its paths (``perfsuite run``, ``--pyargs perfsuite.suite``).
     Otherwise (the plugin loads in every pytest run of the environment) perfsuite prints no header
     and sets no process conditions."""
-    if asked_for_perfsuite(config) or any(raw.origin == "ini" for raw in raw_settings(config).values()):
+    if asked_for_perfsuite(config) or any(
+        raw.origin == "ini" for raw in raw_settings(config).values()
+    ):
         return True
     if config.getini("perfsuite_user_variants"):
         return True
@@ -130,8 +188,10 @@ def header_lines(run: settings.SuiteSettings) -> list[str]:
     """The run header: seed, devices, torch, threads, variants, modes, cases and where output goes."""
     notes = []
     if any(c.mask == "causal" and c.seq_len_q != c.seq_len_kv for c in run.cases):
-        notes.append("perfsuite: note: 'causal' is top-left; with seq_len_q != seq_len_kv (decode, prefill with a "
-                     "cache) you likely want --perfsuite-masks causal_br")
+        notes.append(
+            "perfsuite: note: 'causal' is top-left; with seq_len_q != seq_len_kv (decode, prefill with a "
+            "cache) you likely want --perfsuite-masks causal_br"
+        )
     return notes + [
         f"perfsuite: seed={run.seed} devices={','.join(run.devices)} torch={torch.__version__} "
         f"threads={torch.get_num_threads()}",
@@ -150,5 +210,7 @@ def compiled_header(run: settings.SuiteSettings) -> list[str]:
     compiled = [v for v in run.variants if get_variant(v).compiled]
     if not compiled or run.compiled_cases is None:
         return []
-    return [f"perfsuite: compiled variants ({', '.join(compiled)}) run only on perfsuite_compiled_cases="
-            f"{' '.join(c.id for c in run.compiled_cases)} (each compiles per case; set it empty for every case)"]
+    return [
+        f"perfsuite: compiled variants ({', '.join(compiled)}) run only on perfsuite_compiled_cases="
+        f"{' '.join(c.id for c in run.compiled_cases)} (each compiles per case; set it empty for every case)"
+    ]

@@ -23,10 +23,16 @@ from perfsuite.measure.evidence import Evidence
 from perfsuite.suite import options, settings, shards
 from perfsuite.suite.session import SuiteSession
 from perfsuite.variants import Variant, get_variant
-from perfsuite.variants.user import load_entry_point_variants, load_variant_spec, loaded_user_variants
+from perfsuite.variants.user import (
+    load_entry_point_variants,
+    load_variant_spec,
+    loaded_user_variants,
+)
 
 SESSION_KEY = pytest.StashKey[SuiteSession]()
-APPLIED_CONDITIONS_KEY = pytest.StashKey[list]()  # process conditions applied after start (measure.conditions)
+APPLIED_CONDITIONS_KEY = pytest.StashKey[
+    list
+]()  # process conditions applied after start (measure.conditions)
 SHARD_KEY = pytest.StashKey[object]()  # the run's shards.Shard, or None
 SHARD_NOTE_KEY = pytest.StashKey[str]()  # what the shard kept, for the collection summary
 
@@ -41,28 +47,40 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "perfsuite_only(flag_or_predicate): parametrize only over variants whose "
-                                       "Variant.<flag> is true, or for which predicate(variant) is true")
-    config.addinivalue_line("markers", "xdist_group(name): pytest-xdist's; set by perfsuite on every variant/case "
-                                       "pair (declared here too for runs without pytest-xdist)")
+    config.addinivalue_line(
+        "markers",
+        "perfsuite_only(flag_or_predicate): parametrize only over variants whose "
+        "Variant.<flag> is true, or for which predicate(variant) is true",
+    )
+    config.addinivalue_line(
+        "markers",
+        "xdist_group(name): pytest-xdist's; set by perfsuite on every variant/case "
+        "pair (declared here too for runs without pytest-xdist)",
+    )
     try:
         load_entry_point_variants()
     except ValueError as exc:
-        raise pytest.UsageError(f"perfsuite: installed entry points (group perfsuite.variants): {exc}") from None
+        raise pytest.UsageError(
+            f"perfsuite: installed entry points (group perfsuite.variants): {exc}"
+        ) from None
     for spec, source in options.variant_specs(config):
         try:
             load_variant_spec(spec)
         except ValueError as exc:
             raise pytest.UsageError(f"perfsuite: {source}: {exc}") from None
     try:
-        resolved = settings.resolve(options.raw_settings(config), torch.cuda.is_available(), loaded_user_variants())
+        resolved = settings.resolve(
+            options.raw_settings(config), torch.cuda.is_available(), loaded_user_variants()
+        )
     except ConfigError as exc:
         raise pytest.UsageError(f"perfsuite: {exc}") from None
     try:
         config.stash[SHARD_KEY] = options.shard(config)
     except PerfsuiteError as exc:
         raise pytest.UsageError(f"perfsuite: {exc}") from None
-    config.stash[SESSION_KEY] = SuiteSession(resolved, tuple(spec for spec, _ in options.variant_specs(config)))
+    config.stash[SESSION_KEY] = SuiteSession(
+        resolved, tuple(spec for spec, _ in options.variant_specs(config))
+    )
     shard = config.stash[SHARD_KEY]
     config.stash[SESSION_KEY].shard = str(shard) if shard is not None else None
     if options.uses_perfsuite(config):  # another repository's plain pytest: left as it is
@@ -76,7 +94,11 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     benchmarks = getattr(config, "_benchmarksession", None)
     suite = session_of(config)
     try:
-        suite.check_compare(benchmarks, config.getoption("benchmark_compare", None), config.getoption("perfsuite_gate"))
+        suite.check_compare(
+            benchmarks,
+            config.getoption("benchmark_compare", None),
+            config.getoption("perfsuite_gate"),
+        )
     except PerfsuiteError as exc:
         raise pytest.UsageError(f"perfsuite: {exc}") from None
     suite.start(session, timed=benchmarks is not None and not benchmarks.disabled)
@@ -92,14 +114,18 @@ def _saving_storage(benchmarks) -> Path | None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    session_of(item.config).test_started(item.nodeid, "benchmark" in getattr(item, "fixturenames", ()))
+    session_of(item.config).test_started(
+        item.nodeid, "benchmark" in getattr(item, "fixturenames", ())
+    )
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     if not options.uses_perfsuite(config):
         return []
     applied = config.stash.get(APPLIED_CONDITIONS_KEY, [])
-    return options.header_lines(session_of(config).settings) + conditions.header_lines(applied=applied)
+    return options.header_lines(session_of(config).settings) + conditions.header_lines(
+        applied=applied
+    )
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -115,7 +141,9 @@ def _pair(item) -> tuple | None:
 
 
 @pytest.hookimpl(trylast=True)  # after -k/-m deselection: every shard splits the same selection
-def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list
+) -> None:
     """Keep this run's shard (``--perfsuite-shard``), and run each (variant, case) pair's tests together,
     so its memory can be released after them."""
     shard = config.stash.get(SHARD_KEY, None)
@@ -125,14 +153,20 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         dropped = [item for item, kept in zip(items, keep) if not kept]
         items[:] = [item for item, kept in zip(items, keep) if kept]
         config.hook.pytest_deselected(items=dropped)
-        config.stash[SHARD_NOTE_KEY] = (f"perfsuite: shard {shard}: {len(items)} of {len(items) + len(dropped)} "
-                                        f"tests, balanced by {origin}")
+        config.stash[SHARD_NOTE_KEY] = (
+            f"perfsuite: shard {shard}: {len(items)} of {len(items) + len(dropped)} "
+            f"tests, balanced by {origin}"
+        )
     first_seen: dict[tuple, int] = {}
     for item in items:
         pair = _pair(item)
         if pair is not None:
             first_seen.setdefault((pair[0], pair[1].id), len(first_seen))
-    items.sort(key=lambda item: -1 if _pair(item) is None else first_seen[(_pair(item)[0], _pair(item)[1].id)])
+    items.sort(
+        key=lambda item: (
+            -1 if _pair(item) is None else first_seen[(_pair(item)[0], _pair(item)[1].id)]
+        )
+    )
     suite = session_of(config)
     suite.expect(sum(1 for item in items if "benchmark" in getattr(item, "fixturenames", ())))
     if config.option.collectonly or not any(_pair(item) is not None for item in items):
@@ -158,17 +192,28 @@ def shard_durations(config: pytest.Config) -> tuple[dict[str, float], str]:
     if os.environ.get(shards.WEIGHTS_VARIABLE):
         path = os.environ[shards.WEIGHTS_VARIABLE]
         try:
-            given = {str(k): float(v) for k, v in json.loads(open(path, encoding="utf-8").read()).items()}
+            given = {
+                str(k): float(v) for k, v in json.loads(open(path, encoding="utf-8").read()).items()
+            }
             return (given, f"durations in {path}") if given else none
         except (OSError, ValueError, AttributeError) as exc:
-            raise pytest.UsageError(f"perfsuite: {shards.WEIGHTS_VARIABLE}={path}: not a JSON object of seconds "
-                                    f"per group ({exc})") from None
+            raise pytest.UsageError(
+                f"perfsuite: {shards.WEIGHTS_VARIABLE}={path}: not a JSON object of seconds "
+                f"per group ({exc})"
+            ) from None
     try:
-        with open_store(config.getoption("perfsuite_history_url"), config.getini("perfsuite_history_url") or None,
-                        config.rootpath, create=False) as store:
-            durations = shards.stored_durations(store, commit_of(config.rootpath).sha,
-                                                int(config.getoption("benchmark_min_rounds", 5) or 5),
-                                                float(config.getoption("benchmark_max_time", 1.0) or 1.0))
+        with open_store(
+            config.getoption("perfsuite_history_url"),
+            config.getini("perfsuite_history_url") or None,
+            config.rootpath,
+            create=False,
+        ) as store:
+            durations = shards.stored_durations(
+                store,
+                commit_of(config.rootpath).sha,
+                int(config.getoption("benchmark_min_rounds", 5) or 5),
+                float(config.getoption("benchmark_max_time", 1.0) or 1.0),
+            )
     except Exception:  # no store yet, or one that cannot be read: shards still split, by test count
         return none
     return (durations, "durations from the history store") if durations else none
@@ -177,7 +222,9 @@ def shard_durations(config: pytest.Config) -> tuple[dict[str, float], str]:
 def pytest_runtest_teardown(item, nextitem) -> None:
     """After a pair's last test: drop its cached inputs and steps (``SuiteSession.release``)."""
     pair, following = _pair(item), _pair(nextitem) if nextitem is not None else None
-    if pair is not None and (following is None or (following[0], following[1].id) != (pair[0], pair[1].id)):
+    if pair is not None and (
+        following is None or (following[0], following[1].id) != (pair[0], pair[1].id)
+    ):
         session_of(item.config).release(pair[0], pair[1])
 
 
@@ -189,9 +236,12 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if note and reporter:
         reporter.write_line(note)
     if not suite_items and reporter and options.asked_for_perfsuite(session.config):
-        reporter.write_line("perfsuite: no test of the attention suite was collected here. The suite ships with "
-                            "perfsuite: run `perfsuite run` (timed) or `perfsuite run --check` from your repository "
-                            "root, or `pytest --pyargs perfsuite.suite`.", yellow=True)
+        reporter.write_line(
+            "perfsuite: no test of the attention suite was collected here. The suite ships with "
+            "perfsuite: run `perfsuite run` (timed) or `perfsuite run --check` from your repository "
+            "root, or `pytest --pyargs perfsuite.suite`.",
+            yellow=True,
+        )
 
 
 @pytest.fixture
@@ -229,11 +279,15 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks, output_json:
     session_of(config).update_saved_json(output_json)
 
 
-def pytest_benchmark_compare_machine_info(config, benchmarksession, machine_info, compared_benchmark) -> None:
+def pytest_benchmark_compare_machine_info(
+    config, benchmarksession, machine_info, compared_benchmark
+) -> None:
     """Say plainly when the baseline came from other hardware or another torch; keep it for the gate."""
     for difference in session_of(config).baseline_differences(compared_benchmark):
-        benchmarksession.logger.warning(f"perfsuite: baseline differs in {difference}; "
-                                        "timings from different hardware or software are not comparable")
+        benchmarksession.logger.warning(
+            f"perfsuite: baseline differs in {difference}; "
+            "timings from different hardware or software are not comparable"
+        )
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -244,7 +298,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus):
         session_of(session.config).interrupted()
     result = yield
     session_of(session.config).write_outputs()
-    session_of(session.config).record_history(session.config)  # when no terminal summary recorded it
+    session_of(session.config).record_history(
+        session.config
+    )  # when no terminal summary recorded it
     return result
 
 
@@ -281,19 +337,28 @@ def run_gate(terminalreporter, config: pytest.Config) -> None:
     terminalreporter.section("perfsuite: regression gate")
     benchmarks = [b.as_dict(include_data=True) for b in config._benchmarksession.benchmarks]
     try:
-        outcome = session_of(config).gate(benchmarks, config.getoption("perfsuite_gate_force"),
-                                          config.getoption("perfsuite_fail_on_structure"))
+        outcome = session_of(config).gate(
+            benchmarks,
+            config.getoption("perfsuite_gate_force"),
+            config.getoption("perfsuite_fail_on_structure"),
+        )
     except PerfsuiteError as exc:
         terminalreporter.write_line(f"perfsuite: {exc}", red=True)
         terminalreporter._session.exitstatus = pytest.ExitCode.USAGE_ERROR
         return
     if outcome.judged_nothing:
-        terminalreporter.write_line("perfsuite: the gate judged nothing: no benchmark of this run is in the baseline",
-                                    red=True)
+        terminalreporter.write_line(
+            "perfsuite: the gate judged nothing: no benchmark of this run is in the baseline",
+            red=True,
+        )
     # the report lists the failures; its closing verdict line is printed once, in colour
     terminalreporter.write_line(outcome.report_md.removesuffix(f"\n**{outcome.verdict_line}**\n"))
-    terminalreporter.write_line(outcome.verdict_line, red=bool(outcome.exit_code), green=not outcome.exit_code)
-    exit_status = {1: pytest.ExitCode.TESTS_FAILED, 2: pytest.ExitCode.USAGE_ERROR}.get(outcome.exit_code)
+    terminalreporter.write_line(
+        outcome.verdict_line, red=bool(outcome.exit_code), green=not outcome.exit_code
+    )
+    exit_status = {1: pytest.ExitCode.TESTS_FAILED, 2: pytest.ExitCode.USAGE_ERROR}.get(
+        outcome.exit_code
+    )
     if exit_status is not None:
         terminalreporter._session.exitstatus = exit_status
 

@@ -19,9 +19,12 @@ def compile_info(evidence: Evidence) -> dict[str, object] | None:
     if not evidence.variant.compiled:
         return None
     first = evidence.compile_first_call
-    return {"first_call_s": evidence.first_call_s, "graphs_compiled": first.graphs_compiled,
-            "graph_breaks": first.graph_breaks,
-            "graphs_compiled_while_profiled": evidence.compile_while_profiled.graphs_compiled}
+    return {
+        "first_call_s": evidence.first_call_s,
+        "graphs_compiled": first.graphs_compiled,
+        "graph_breaks": first.graph_breaks,
+        "graphs_compiled_while_profiled": evidence.compile_while_profiled.graphs_compiled,
+    }
 
 
 def benchmark_extra_info(evidence: Evidence) -> dict[str, object]:
@@ -49,14 +52,21 @@ def benchmark_extra_info(evidence: Evidence) -> dict[str, object]:
         "correct": evidence.comparison.failure is None if evidence.comparison else None,
         "not_compared": evidence.not_compared,
         "compile": compile_info(evidence),
-        "saved_for_backward": dataclasses.asdict(evidence.saved_for_backward) if evidence.saved_for_backward else None,
+        "saved_for_backward": dataclasses.asdict(evidence.saved_for_backward)
+        if evidence.saved_for_backward
+        else None,
         "sdpa_backends_ran": first.sdpa_backends,
-        "score_accounting": evidence.score_accounting[0].to_dict() if evidence.score_accounting else None,
+        "score_accounting": evidence.score_accounting[0].to_dict()
+        if evidence.score_accounting
+        else None,
         "output_stride": list(evidence.output_stride),
         "output_layout": evidence.output_layout,
         "variant_warnings": list(evidence.warnings),
-        "fingerprint": fingerprint(first, case.device,
-                                   evidence.score_accounting[0].by_label() if evidence.score_accounting else None,
-                                   evidence.saved_for_backward.bytes if evidence.saved_for_backward else None),
+        "fingerprint": fingerprint(
+            first,
+            case.device,
+            evidence.score_accounting[0].by_label() if evidence.score_accounting else None,
+            evidence.saved_for_backward.bytes if evidence.saved_for_backward else None,
+        ),
         "trace_file": str(evidence.trace_path),
     }

@@ -16,7 +16,7 @@ Used by the suite's session (``perfsuite.suite.plugin``):
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 import pytest
 
@@ -44,12 +44,20 @@ class FailureLedger:
             lines = str(error).strip().splitlines()
             summary = f"{type(error).__name__}: {lines[0] if lines else ''}"
             # the same error in another mode of the pair (a first call failing in every mode): one line
-            earlier = next((f for k, f in self._first.items() if k[:2] == key[:2] and f.summary == summary), None)
-            self._first[key] = earlier or _Failure(nodeid or "the first test that needed it", summary)
+            earlier = next(
+                (f for k, f in self._first.items() if k[:2] == key[:2] and f.summary == summary),
+                None,
+            )
+            self._first[key] = earlier or _Failure(
+                nodeid or "the first test that needed it", summary
+            )
             if earlier is None:
                 raise error
             first = earlier
-        pytest.fail(f"{what} failed: {first.summary} (reported in full once, by {first.nodeid})", pytrace=False)
+        pytest.fail(
+            f"{what} failed: {first.summary} (reported in full once, by {first.nodeid})",
+            pytrace=False,
+        )
 
     def failures(self) -> dict[tuple, str]:
         """Key -> ``"ValueError: ... (first: nodeid)"``, for the end-of-run summary."""
@@ -59,15 +67,22 @@ class FailureLedger:
 class CrashProbes:
     """Probe outcomes per variant, gathered lazily: all of a variant's pairs in one child run."""
 
-    def __init__(self, isolate: Iterable[str], seed: int, specs: Iterable[str],
-                 run_probe: Callable[..., dict[tuple[str, str], ProbeOutcome]] = probe):
+    def __init__(
+        self,
+        isolate: Iterable[str],
+        seed: int,
+        specs: Iterable[str],
+        run_probe: Callable[..., dict[tuple[str, str], ProbeOutcome]] = probe,
+    ):
         self.isolate = frozenset(isolate)
         self.seed = seed
         self.specs = tuple(specs)
         self._run_probe = run_probe
         self._outcomes: dict[str, dict[tuple[str, str], ProbeOutcome]] = {}
 
-    def crash(self, variant: str, case_id: str, mode: str, pairs: Callable[[], list[tuple[str, str]]]) -> ProbeOutcome | None:
+    def crash(
+        self, variant: str, case_id: str, mode: str, pairs: Callable[[], list[tuple[str, str]]]
+    ) -> ProbeOutcome | None:
         """The crash outcome of ``(variant, case_id, mode)``, or None (not isolated, or it did not crash).
 
         ``pairs``: every ``(case_id, mode)`` of the variant in this run, probed together the first time.
@@ -82,13 +97,20 @@ class CrashProbes:
 
     def crashes(self) -> list[tuple[str, ProbeOutcome]]:
         """``(variant, outcome)`` of every crashed pair so far."""
-        return [(variant, o) for variant, found in self._outcomes.items() for o in found.values() if o.status == "crashed"]
+        return [
+            (variant, o)
+            for variant, found in self._outcomes.items()
+            for o in found.values()
+            if o.status == "crashed"
+        ]
 
 
 def crash_message(variant: str, outcome: ProbeOutcome) -> str:
     """``variant X crashed the process on case C in mode M (signal SIGSEGV) ...``: the failure of its tests."""
-    return (f"variant {variant} crashed the process on case {outcome.case_id} in mode {outcome.mode}, in an isolated "
-            f"child (--perfsuite-isolate); it is not run here, the other variants' results are kept. {outcome.detail}")
+    return (
+        f"variant {variant} crashed the process on case {outcome.case_id} in mode {outcome.mode}, in an isolated "
+        f"child (--perfsuite-isolate); it is not run here, the other variants' results are kept. {outcome.detail}"
+    )
 
 
 @dataclasses.dataclass
@@ -99,7 +121,9 @@ class Progress:
     finished: int = 0
     interrupted: bool = False
     stopped: str | None = None  # "stopped after a failure (-x / --maxfail)" etc.
-    running: str | None = None  # the test running now, of any kind (a crash leaves it named in run.json)
+    running: str | None = (
+        None  # the test running now, of any kind (a crash leaves it named in run.json)
+    )
 
     def incomplete(self) -> Incomplete | None:
         """Why the run's results are partial, or None when every expected benchmark finished or the

@@ -32,7 +32,9 @@ TIMED_OPTIONS = (
 )
 CHECK_OPTIONS = ("--benchmark-disable",)
 SUITE_MODULE = Path(perfsuite.suite.__file__).with_name("test_attention.py")
-PROPERTIES_MODULE = Path(perfsuite.suite.__file__).with_name("test_properties.py")  # checks only, never timed
+PROPERTIES_MODULE = Path(perfsuite.suite.__file__).with_name(
+    "test_properties.py"
+)  # checks only, never timed
 EMPTY_CONFIG = Path(perfsuite.suite.__file__).with_name("empty.ini")
 
 
@@ -48,13 +50,19 @@ def find_config(directory: Path) -> Path | None:
     pyproject = directory / "pyproject.toml"
     if pyproject.is_file():
         try:
-            if "ini_options" in tomllib.loads(pyproject.read_text()).get("tool", {}).get("pytest", {}):
+            if "ini_options" in tomllib.loads(pyproject.read_text()).get("tool", {}).get(
+                "pytest", {}
+            ):
                 return pyproject
         except tomllib.TOMLDecodeError:
             return pyproject  # pytest will report the syntax error with the file's name
     for name, section in (("tox.ini", "pytest"), ("setup.cfg", "tool:pytest")):
         parser = configparser.ConfigParser(interpolation=None)
-        if (directory / name).is_file() and parser.read(directory / name) and parser.has_section(section):
+        if (
+            (directory / name).is_file()
+            and parser.read(directory / name)
+            and parser.has_section(section)
+        ):
             return directory / name
     return None
 
@@ -63,17 +71,26 @@ def _has_perfsuite_keys(config: Path) -> bool:
     """True when the pytest section of ``config`` (``find_config``'s) sets a ``perfsuite_*`` key."""
     if config.suffix == ".toml":
         try:
-            section = tomllib.loads(config.read_text()).get("tool", {}).get("pytest", {}).get("ini_options", {})
+            section = (
+                tomllib.loads(config.read_text())
+                .get("tool", {})
+                .get("pytest", {})
+                .get("ini_options", {})
+            )
         except tomllib.TOMLDecodeError as exc:
-            raise UsageError(f"{config}: not valid TOML ({exc}); fix it or run perfsuite elsewhere") from None
+            raise UsageError(
+                f"{config}: not valid TOML ({exc}); fix it or run perfsuite elsewhere"
+            ) from None
         return any(str(key).startswith("perfsuite_") for key in section)
     parser = configparser.ConfigParser(interpolation=None)
     try:
         parser.read(config)
     except configparser.Error as exc:
         raise UsageError(f"{config}: not a readable ini file ({exc})") from None
-    return any(parser.has_section(s) and any(k.startswith("perfsuite_") for k in parser.options(s))
-               for s in ("pytest", "tool:pytest"))
+    return any(
+        parser.has_section(s) and any(k.startswith("perfsuite_") for k in parser.options(s))
+        for s in ("pytest", "tool:pytest")
+    )
 
 
 def find_project_root(start: Path) -> Path:
@@ -105,10 +122,19 @@ def suite_arguments(directory: Path, timed: bool, extra: list[str]) -> list[str]
     they win (``--benchmark-compare``, ``--perfsuite-case-set=smoke``, ``-k naive``).
     """
     config = find_config(directory) or EMPTY_CONFIG
-    return ["-c", str(config), "--rootdir", str(directory), "-rfEs", *(TIMED_OPTIONS if timed else CHECK_OPTIONS),
-            # the folder, not the files: pytest names tests relative to the path it was given, and a
-            # file given as such would leave test ids without their file (``::test_benchmark[...]``)
-            str(SUITE_MODULE.parent), *([f"--ignore={PROPERTIES_MODULE}"] if timed else []), *extra]
+    return [
+        "-c",
+        str(config),
+        "--rootdir",
+        str(directory),
+        "-rfEs",
+        *(TIMED_OPTIONS if timed else CHECK_OPTIONS),
+        # the folder, not the files: pytest names tests relative to the path it was given, and a
+        # file given as such would leave test ids without their file (``::test_benchmark[...]``)
+        str(SUITE_MODULE.parent),
+        *([f"--ignore={PROPERTIES_MODULE}"] if timed else []),
+        *extra,
+    ]
 
 
 def ini_value(directory: Path, key: str) -> list[str]:

@@ -30,8 +30,15 @@ from perfsuite.measure.evidence import Evidence, PreparedCase, gather_evidence, 
 from perfsuite.measure.layout import layout_differences
 from perfsuite.measure.refusals import VariantUnsupported
 from perfsuite.measure.peaks import measured_peaks
-from perfsuite.report.results import (BenchmarkResult, CrashedResult, SkippedResult, contention_lines,
-                                      result_from_benchmark, text_table, write_run)
+from perfsuite.report.results import (
+    BenchmarkResult,
+    CrashedResult,
+    SkippedResult,
+    contention_lines,
+    result_from_benchmark,
+    text_table,
+    write_run,
+)
 from perfsuite.report.trace_manifest import TraceManifest
 from perfsuite.storage import unwritable_directory_reason, write_text_atomic
 from perfsuite.suite import settings
@@ -54,11 +61,15 @@ class SuiteSession:
         self.run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
         # the history store's identity of this run (saved in its file); a fleet's shard gets its idempotent one
         self.run_uid = os.environ.get("PERFSUITE_RUN_ID") or uuid.uuid4().hex
-        self.saved_json: dict | None = None  # what pytest-benchmark saved, recorded after the session
+        self.saved_json: dict | None = (
+            None  # what pytest-benchmark saved, recorded after the session
+        )
         self.history_line: str | None = None
         self.traces = TraceManifest(resolved.traces_dir, self.run_id)
         self.baseline_path: Path | None = None  # the file --benchmark-compare will load, checked
-        self._layouts: list[tuple[str, str, str, str]] = []  # (variant, case, mode, output layout), no tensors
+        self._layouts: list[
+            tuple[str, str, str, str]
+        ] = []  # (variant, case, mode, output layout), no tensors
         self._prepared: dict[tuple[str, str], PreparedCase | Exception] = {}
         self._evidence: dict[tuple[str, str, str], Evidence | Exception] = {}
         self.results: dict[tuple[str, str, str], BenchmarkResult] = {}
@@ -68,7 +79,9 @@ class SuiteSession:
         self._machine: dict | None = None
         self._peaks: dict | None = None
         self.baseline: dict | None = None  # the run --benchmark-compare loaded
-        self.shard: str | None = None  # "INDEX/COUNT" of a sharded run (suite.shards), set by the plugin
+        self.shard: str | None = (
+            None  # "INDEX/COUNT" of a sharded run (suite.shards), set by the plugin
+        )
         self._gpu_state: dict | None = None
 
     # -- measuring ---------------------------------------------------------------------------
@@ -105,7 +118,9 @@ class SuiteSession:
             self._prepared[key] = _capture(lambda: prepare_case(variant, case, self.settings.seed))
         found = self._prepared[key]
         if isinstance(found, Exception) and not isinstance(found, VariantUnsupported):
-            self.failures.report(key, self.progress.running, f"per-case setup of {variant.name} on {case.id}", found)
+            self.failures.report(
+                key, self.progress.running, f"per-case setup of {variant.name} on {case.id}", found
+            )
         return _unwrap(found)
 
     def evidence(self, variant, case, mode: str = Mode.FORWARD) -> Evidence:
@@ -121,13 +136,23 @@ class SuiteSession:
             pytest.fail(crash_message(variant.name, crash), pytrace=False)
         if key not in self._evidence:
             try:
-                prepared = self.prepared(variant, case)  # a setup error: in full once, then referenced
+                prepared = self.prepared(
+                    variant, case
+                )  # a setup error: in full once, then referenced
             except VariantUnsupported as exc:
                 self._evidence[key] = exc
             else:
-                self._evidence[key] = _capture(lambda: gather_evidence(
-                    variant, case, self.settings.seed, self.settings.traces_dir, mode, prepared,
-                    self.settings.call_limit_s(case.device)))
+                self._evidence[key] = _capture(
+                    lambda: gather_evidence(
+                        variant,
+                        case,
+                        self.settings.seed,
+                        self.settings.traces_dir,
+                        mode,
+                        prepared,
+                        self.settings.call_limit_s(case.device),
+                    )
+                )
             found = self._evidence[key]
             if isinstance(found, Evidence):
                 self._layouts.append(found.layout_record)
@@ -137,7 +162,9 @@ class SuiteSession:
             self.skipped[key] = SkippedResult(variant.name, case.id, str(found), mode)
             pytest.skip(f"variant {variant.name} cannot run case {case.id} in mode {mode}: {found}")
         if isinstance(found, Exception):
-            self.failures.report(key, self.progress.running, f"{variant.name} on {case.id} in mode {mode}", found)
+            self.failures.report(
+                key, self.progress.running, f"{variant.name} on {case.id} in mode {mode}", found
+            )
         return found
 
     def _pairs_of(self, variant) -> list[tuple[str, str]]:
@@ -173,15 +200,23 @@ class SuiteSession:
         """Before the first test: every folder this run writes into can be written (the results and
         traces folders, and pytest-benchmark's storage when it saves). Raises ``UsageError`` naming
         each one that cannot, so a run never finds out after timing everything."""
-        folders = [("--perfsuite-results", Path(self.settings.results_dir)),
-                   ("--perfsuite-traces", Path(self.settings.traces_dir))]
+        folders = [
+            ("--perfsuite-results", Path(self.settings.results_dir)),
+            ("--perfsuite-traces", Path(self.settings.traces_dir)),
+        ]
         if benchmark_storage is not None:
             folders.append(("--benchmark-storage", benchmark_storage))
-        problems = [f"{option} {reason}" for option, folder in folders
-                    if (reason := unwritable_directory_reason(folder))]
+        problems = [
+            f"{option} {reason}"
+            for option, folder in folders
+            if (reason := unwritable_directory_reason(folder))
+        ]
         if problems:
-            raise UsageError("output folders cannot be written: " + "; ".join(problems)
-                             + ". Choose another folder with the option named")
+            raise UsageError(
+                "output folders cannot be written: "
+                + "; ".join(problems)
+                + ". Choose another folder with the option named"
+            )
 
     def mark_previous_run_superseded(self) -> None:
         """A run.json left by an earlier run is marked ``superseded`` as this run starts (its results
@@ -192,8 +227,11 @@ class SuiteSession:
         except (OSError, ValueError):
             return
         if isinstance(previous, dict) and not previous.get("superseded"):
-            previous.update(complete=False, superseded=f"by run {self.run_id}, started after it (it may have died "
-                                                         "before writing its own results)")
+            previous.update(
+                complete=False,
+                superseded=f"by run {self.run_id}, started after it (it may have died "
+                "before writing its own results)",
+            )
             write_text_atomic(path, json.dumps(previous, indent=2, sort_keys=True) + "\n")
 
     def expect(self, benchmarks: int) -> None:
@@ -213,7 +251,11 @@ class SuiteSession:
     def incomplete(self) -> dict[str, Any] | None:
         """Why this run's results are partial (interrupted, stopped early), as stored; None when whole."""
         session = self.pytest_session
-        if session is not None and not self.progress.stopped and (session.shouldstop or session.shouldfail):
+        if (
+            session is not None
+            and not self.progress.stopped
+            and (session.shouldstop or session.shouldfail)
+        ):
             self.progress.stopped = f"stopped early ({session.shouldstop or session.shouldfail})"
         found = self.progress.incomplete()
         return found.to_dict() if found else None
@@ -232,14 +274,19 @@ class SuiteSession:
             output_json["perfsuite_shard"] = self.shard
         if self.timed:  # what the history store needs to know of the run (capture.saved_run_facts)
             output_json.update(self._history_facts(), perfsuite_run_uid=self.run_uid)
-            if os.environ.get("PERFSUITE_FLEET_ID"):  # the shards of one fleet run share a run group
+            if os.environ.get(
+                "PERFSUITE_FLEET_ID"
+            ):  # the shards of one fleet run share a run group
                 output_json["perfsuite_run_group"] = os.environ["PERFSUITE_FLEET_ID"]
             self.saved_json = output_json
 
     @staticmethod
     def history_labels(saved: dict) -> dict[str, Any] | None:
         """Labels recorded with the run: its shard and the GPU's state (``measure.gpu_state``)."""
-        labels = {"shard": saved.get("perfsuite_shard"), "gpu_state": saved.get("perfsuite_gpu_state")}
+        labels = {
+            "shard": saved.get("perfsuite_shard"),
+            "gpu_state": saved.get("perfsuite_gpu_state"),
+        }
         return {k: v for k, v in labels.items() if v is not None} or None
 
     def _history_facts(self) -> dict[str, Any]:
@@ -258,13 +305,24 @@ class SuiteSession:
             return
         source = os.environ.get("PERFSUITE_HISTORY_SOURCE", "plugin")
         try:
-            run = history_importing.run_from_benchmark_json(saved, source=source, labels=self.history_labels(saved),
-                                                            repository=str(config.rootpath), recorded_at=time.time())
+            run = history_importing.run_from_benchmark_json(
+                saved,
+                source=source,
+                labels=self.history_labels(saved),
+                repository=str(config.rootpath),
+                recorded_at=time.time(),
+            )
         except Exception as exc:  # never fail a run for the history
-            self.history_line = f"perfsuite: warning: the run was not recorded in the history store ({exc})"
+            self.history_line = (
+                f"perfsuite: warning: the run was not recorded in the history store ({exc})"
+            )
             return
-        recorded = history_recording.record_runs([run], config.getoption("perfsuite_history_url"),
-                                                 config.getini("perfsuite_history_url") or None, config.rootpath)
+        recorded = history_recording.record_runs(
+            [run],
+            config.getoption("perfsuite_history_url"),
+            config.getini("perfsuite_history_url") or None,
+            config.rootpath,
+        )
         self.history_line = recorded.line()
 
     # -- parametrization ---------------------------------------------------------------------
@@ -289,7 +347,9 @@ class SuiteSession:
         only = metafunc.definition.get_closest_marker("perfsuite_only")
         if only:
             wanted = only.args[0]
-            variants = [v for v in variants if (wanted(v) if callable(wanted) else getattr(v, wanted))]
+            variants = [
+                v for v in variants if (wanted(v) if callable(wanted) else getattr(v, wanted))
+            ]
         pairs = [(v, c) for v in variants for c in self.cases_for(v)]
         names: tuple[str, ...] = ("variant", "case")
         # pytest-xdist's --dist loadgroup keeps a pair's tests on one worker, where its evidence is cached
@@ -297,12 +357,17 @@ class SuiteSession:
         params = [pytest.param(v, c, id=f"{v.name}-{c.id}", marks=group(v, c)) for v, c in pairs]
         if "mode" in metafunc.fixturenames:
             names += ("mode",)
-            params = [pytest.param(v, c, m, id=f"{v.name}-{c.id}-{m}", marks=group(v, c))
-                      for v, c in pairs for m in self.settings.modes]
+            params = [
+                pytest.param(v, c, m, id=f"{v.name}-{c.id}-{m}", marks=group(v, c))
+                for v, c in pairs
+                for m in self.settings.modes
+            ]
         if not params:
             wanted = only.args[0] if only else "runnable"
             what = (wanted.__doc__ or wanted.__name__) if callable(wanted) else wanted
-            skip = pytest.mark.skip(reason=f"no selected variant qualifies: {what} (--perfsuite-variants)")
+            skip = pytest.mark.skip(
+                reason=f"no selected variant qualifies: {what} (--perfsuite-variants)"
+            )
             params = [pytest.param(*[None] * len(names), marks=skip, id="no-such-variant")]
         metafunc.parametrize(names, params)
 
@@ -317,11 +382,15 @@ class SuiteSession:
         """
         if not compare:
             if gate:
-                raise BaselineError("--perfsuite-gate judges against a saved run: add --benchmark-compare[=NUM]",
-                                    "--perfsuite-gate")
+                raise BaselineError(
+                    "--perfsuite-gate judges against a saved run: add --benchmark-compare[=NUM]",
+                    "--perfsuite-gate",
+                )
             return
         if benchmarks is None:
-            raise BaselineError("--benchmark-compare needs pytest-benchmark's session (is -p no:benchmark set?)")
+            raise BaselineError(
+                "--benchmark-compare needs pytest-benchmark's session (is -p no:benchmark set?)"
+            )
         self.baseline_path, _ = resolve_baseline(benchmarks.storage, compare)
 
     def baseline_differences(self, baseline: dict) -> list[str]:
@@ -338,7 +407,9 @@ class SuiteSession:
         name = self.baseline_path.name if self.baseline_path else "(loaded)"
         return coverage_note(self.baseline, keys, name)
 
-    def gate(self, head_benchmarks: list[dict], force: bool, fail_on_structure: bool) -> GateOutcome:
+    def gate(
+        self, head_benchmarks: list[dict], force: bool, fail_on_structure: bool
+    ) -> GateOutcome:
         """Judge this run against the loaded baseline (separate runs; see ``gate.flow``).
 
         Raises:
@@ -348,9 +419,16 @@ class SuiteSession:
         if self.baseline is None:
             raise BaselineError("pytest-benchmark loaded no baseline to judge against")
         head = {"machine_info": {"perfsuite": self.machine_info()}, "benchmarks": head_benchmarks}
-        outcome = judge_saved_runs(self.baseline, head, "the baseline", "this run",
-                                   GateSettings(min_effect=SEPARATE_RUNS_MIN_EFFECT), force, fail_on_structure,
-                                   "perfsuite gate: baseline -> this run")
+        outcome = judge_saved_runs(
+            self.baseline,
+            head,
+            "the baseline",
+            "this run",
+            GateSettings(min_effect=SEPARATE_RUNS_MIN_EFFECT),
+            force,
+            fail_on_structure,
+            "perfsuite gate: baseline -> this run",
+        )
         write_text_atomic(Path(self.settings.results_dir) / "gate.md", outcome.report_md)
         return outcome
 
@@ -365,17 +443,35 @@ class SuiteSession:
         if self.results or self.skipped or self.crashed or started:
             incomplete = self.incomplete()
             if not final and incomplete is None:
-                incomplete = {"reason": "in progress (a run that died here, crashed or killed, leaves this)",
-                              "finished": self.progress.finished, "expected": self.progress.expected}
-            info = dict(self.machine_info(), peaks=self.peaks() if final else None,
-                        gpu_state=self.gpu_state() if final else None, shard=self.shard)
-            self.written = write_run(Path(self.settings.results_dir), list(self.results.values()),
-                                     list(self.skipped.values()), info, list(self.crashed.values()), incomplete,
-                                     None if final else self.progress.running)
+                incomplete = {
+                    "reason": "in progress (a run that died here, crashed or killed, leaves this)",
+                    "finished": self.progress.finished,
+                    "expected": self.progress.expected,
+                }
+            info = dict(
+                self.machine_info(),
+                peaks=self.peaks() if final else None,
+                gpu_state=self.gpu_state() if final else None,
+                shard=self.shard,
+            )
+            self.written = write_run(
+                Path(self.settings.results_dir),
+                list(self.results.values()),
+                list(self.skipped.values()),
+                info,
+                list(self.crashed.values()),
+                incomplete,
+                None if final else self.progress.running,
+            )
         if final:
             incomplete = self.incomplete()
-            self.traces.finish("complete" if incomplete is None else
-                               "interrupted" if self.progress.interrupted else "stopped early")
+            self.traces.finish(
+                "complete"
+                if incomplete is None
+                else "interrupted"
+                if self.progress.interrupted
+                else "stopped early"
+            )
 
     def table_lines(self) -> list[str]:
         """The end-of-run table, grouped skip reasons, crashes, setup failures, output layouts that
@@ -386,26 +482,38 @@ class SuiteSession:
         incomplete = self.incomplete()
         lines = []
         if incomplete:
-            lines.append(f"perfsuite: this run is partial ({incomplete['reason']}: {incomplete['finished']} of "
-                         f"{incomplete['expected']} benchmarks finished); its saved files say so")
+            lines.append(
+                f"perfsuite: this run is partial ({incomplete['reason']}: {incomplete['finished']} of "
+                f"{incomplete['expected']} benchmarks finished); its saved files say so"
+            )
         lines.append(text_table(results))
-        for (variant, reason), (case_ids, modes) in group_skips(list(self.skipped.values())).items():
+        for (variant, reason), (case_ids, modes) in group_skips(
+            list(self.skipped.values())
+        ).items():
             more = f", and {len(case_ids) - 3} more in table.md" if len(case_ids) > 3 else ""
-            lines.append(f"skipped {variant} on {len(case_ids)} case(s) ({', '.join(case_ids[:3])}{more}) "
-                         f"in mode(s) {', '.join(modes)}: {reason}")
+            lines.append(
+                f"skipped {variant} on {len(case_ids)} case(s) ({', '.join(case_ids[:3])}{more}) "
+                f"in mode(s) {', '.join(modes)}: {reason}"
+            )
         for crash in self.crashed.values():
-            lines.append(f"crashed {crash.variant} on {crash.case_id} in mode {crash.mode} (isolated child): "
-                         f"{crash.detail.splitlines()[0]}")
+            lines.append(
+                f"crashed {crash.variant} on {crash.case_id} in mode {crash.mode} (isolated child): "
+                f"{crash.detail.splitlines()[0]}"
+            )
         for key, failure in self.failures.failures().items():
             lines.append(f"failed {' / '.join(key)}: {failure}")
         for difference in layout_differences(self._layouts):
             lines.append(f"output layouts differ: {difference}")
         table_path, run_path = self.written
-        lines.append(f"table: {table_path}   run: {run_path}   traces: {self.settings.traces_dir} "
-                     f"(this run's are listed in manifest.json)")
+        lines.append(
+            f"table: {table_path}   run: {run_path}   traces: {self.settings.traces_dir} "
+            f"(this run's are listed in manifest.json)"
+        )
         if all(r.median_s is None for r in results):
-            lines.append("timing was disabled in this run; the timed run is `perfsuite run` "
-                         "(in perfsuite's own checkout: pytest -c benchmarks.ini)")
+            lines.append(
+                "timing was disabled in this run; the timed run is `perfsuite run` "
+                "(in perfsuite's own checkout: pytest -c benchmarks.ini)"
+            )
         lines += contention_warning(results)
         spread = run_spread(list(self.speed_references.values()))
         lines += [f"perfsuite: note: {spread}"] if spread else []
@@ -414,12 +522,16 @@ class SuiteSession:
 
 def contention_warning(results: list[BenchmarkResult]) -> list[str]:
     """The run's last lines when other processes disturbed timings: each contended benchmark and why."""
-    flagged = contention_lines(results, prefix="perfsuite:   ", brief=True)  # full reasons: run.json, the report
+    flagged = contention_lines(
+        results, prefix="perfsuite:   ", brief=True
+    )  # full reasons: run.json, the report
     if not flagged:
         return []
-    return [f"perfsuite: WARNING: {len(flagged)} of {sum(r.median_s is not None for r in results)} timings are not "
-            "trustworthy: other processes, or the hypervisor (CPU steal), took the CPU while they ran (timing column "
-            "CONTENDED; why, in short, follows; in full in run.json and the report):"] + flagged
+    return [
+        f"perfsuite: WARNING: {len(flagged)} of {sum(r.median_s is not None for r in results)} timings are not "
+        "trustworthy: other processes, or the hypervisor (CPU steal), took the CPU while they ran (timing column "
+        "CONTENDED; why, in short, follows; in full in run.json and the report):"
+    ] + flagged
 
 
 def group_skips(skipped: list[SkippedResult]) -> dict[tuple[str, str], tuple[list[str], list[str]]]:

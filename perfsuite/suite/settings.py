@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 from perfsuite.attention import cases
 from perfsuite.errors import ConfigError
@@ -38,46 +38,126 @@ class Setting:
 # Cases come from a named case set (perfsuite.attention.case_sets), refined by ini keys, overridden
 # by command-line options; "cases" names exact case ids and overrides all of them.
 SETTINGS = {
-    "variants": Setting("perfsuite_variants", "--perfsuite-variants", "all", "attention variants to run, or 'all'"),
-    "devices": Setting("perfsuite_devices", "--perfsuite-devices", "auto", "cpu, cuda, or auto (cuda when available, else cpu)"),
-    "case_set": Setting("perfsuite_case_set", "--perfsuite-case-set", "default", "named case set (smoke, default, llm-decode, ...)"),
-    "shapes": Setting("perfsuite_shapes", "--perfsuite-shapes", "", "shapes BxH[:Hkv]xS[:Skv]xD for every device"),
+    "variants": Setting(
+        "perfsuite_variants", "--perfsuite-variants", "all", "attention variants to run, or 'all'"
+    ),
+    "devices": Setting(
+        "perfsuite_devices",
+        "--perfsuite-devices",
+        "auto",
+        "cpu, cuda, or auto (cuda when available, else cpu)",
+    ),
+    "case_set": Setting(
+        "perfsuite_case_set",
+        "--perfsuite-case-set",
+        "default",
+        "named case set (smoke, default, llm-decode, ...)",
+    ),
+    "shapes": Setting(
+        "perfsuite_shapes", "--perfsuite-shapes", "", "shapes BxH[:Hkv]xS[:Skv]xD for every device"
+    ),
     "cpu_shapes": Setting("perfsuite_cpu_shapes", None, "", "CPU shapes"),
     "cuda_shapes": Setting("perfsuite_cuda_shapes", None, "", "CUDA shapes"),
-    "dtypes": Setting("perfsuite_dtypes", "--perfsuite-dtypes", "", "dtypes for every device (fp32 bf16 ...)"),
+    "dtypes": Setting(
+        "perfsuite_dtypes", "--perfsuite-dtypes", "", "dtypes for every device (fp32 bf16 ...)"
+    ),
     "cpu_dtypes": Setting("perfsuite_cpu_dtypes", None, "", "CPU dtypes"),
     "cuda_dtypes": Setting("perfsuite_cuda_dtypes", None, "", "CUDA dtypes"),
-    "masks": Setting("perfsuite_masks", "--perfsuite-masks", "", "masks for every device (causal noncausal causal_br bool additive padding window<W>, both)"),
+    "masks": Setting(
+        "perfsuite_masks",
+        "--perfsuite-masks",
+        "",
+        "masks for every device (causal noncausal causal_br bool additive padding window<W>, both)",
+    ),
     "cpu_masks": Setting("perfsuite_cpu_masks", None, "", "CPU masks"),
     "cuda_masks": Setting("perfsuite_cuda_masks", None, "", "CUDA masks"),
-    "combinations": Setting("perfsuite_combinations", "--perfsuite-combinations", "all",
-                            "all: every shape x dtype x mask; pairwise: fewer cases in which every shape still meets "
-                            "every dtype and mask, and every dtype every mask"),
-    "cases": Setting("perfsuite_cases", "--perfsuite-cases", "", "exact case ids (b1h4kv2q3k7d8-fp32-bool-cpu), replacing the above"),
-    "extra_cases": Setting("perfsuite_extra_cases", "--perfsuite-extra-cases", "", "case ids added to the others (not to --perfsuite-cases)"),
-    "modes": Setting("perfsuite_modes", "--perfsuite-modes", "all", "modes: forward backward forward_backward, or 'all'"),
-    "compiled_cases": Setting("perfsuite_compiled_cases", "--perfsuite-compiled-cases", "",
-                              "case ids for torch.compile variants only (each compiles per case); default: every case"),
-    "adapter_cases": Setting("perfsuite_adapter_cases", "--perfsuite-adapter-cases", "",
-                             "case ids for variants that wrap another library (transformers, nn.MultiheadAttention, "
-                             "flash-attn, xformers); default: every case"),
-    "seed": Setting("perfsuite_seed", "--perfsuite-seed", "0", "seed of the random query/key/value and masks"),
-    "results": Setting("perfsuite_results", "--perfsuite-results", "perfsuite-results", "folder for the Markdown table and run summary"),
-    "traces": Setting("perfsuite_traces", "--perfsuite-traces", "", "folder for Chrome traces (default: RESULTS/traces)"),
-    "timer": Setting("perfsuite_timer", "--perfsuite-timer", "host",
-                     "clock of CUDA benchmarks: host (pytest-benchmark's, synchronized), cuda_event or kernel "
-                     "(device time, perfsuite.measure.device_timing); CPU cases always use host"),
-    "l2_flush": Setting("perfsuite_l2_flush", "--perfsuite-l2-flush", "on",
-                        "on/off: flush the L2 before every round of a device-timed benchmark (outside the measurement)"),
-    "cuda_graphs": Setting("perfsuite_cuda_graphs", "--perfsuite-cuda-graphs", "off",
-                           "on/off: time the CUDA-graph replay of each step where capture works (failures are reported)"),
-    "isolate": Setting("perfsuite_isolate", "--perfsuite-isolate", "user",
-                       "variants whose first call per case and mode runs in a child process first, so a crash costs "
-                       "only their results: user (from --perfsuite-variant and entry points), all, none, or names"),
-    "call_time_limit": Setting("perfsuite_call_time_limit", "--perfsuite-call-time-limit", "auto",
-                               "seconds one call of a variant may take before its case fails and the run goes on "
-                               "(the first and profiled calls; the timing gets it per round; isolated probes per "
-                               "pair): auto (600 on the CPU, 120 on CUDA), a number, or 0 for none"),
+    "combinations": Setting(
+        "perfsuite_combinations",
+        "--perfsuite-combinations",
+        "all",
+        "all: every shape x dtype x mask; pairwise: fewer cases in which every shape still meets "
+        "every dtype and mask, and every dtype every mask",
+    ),
+    "cases": Setting(
+        "perfsuite_cases",
+        "--perfsuite-cases",
+        "",
+        "exact case ids (b1h4kv2q3k7d8-fp32-bool-cpu), replacing the above",
+    ),
+    "extra_cases": Setting(
+        "perfsuite_extra_cases",
+        "--perfsuite-extra-cases",
+        "",
+        "case ids added to the others (not to --perfsuite-cases)",
+    ),
+    "modes": Setting(
+        "perfsuite_modes",
+        "--perfsuite-modes",
+        "all",
+        "modes: forward backward forward_backward, or 'all'",
+    ),
+    "compiled_cases": Setting(
+        "perfsuite_compiled_cases",
+        "--perfsuite-compiled-cases",
+        "",
+        "case ids for torch.compile variants only (each compiles per case); default: every case",
+    ),
+    "adapter_cases": Setting(
+        "perfsuite_adapter_cases",
+        "--perfsuite-adapter-cases",
+        "",
+        "case ids for variants that wrap another library (transformers, nn.MultiheadAttention, "
+        "flash-attn, xformers); default: every case",
+    ),
+    "seed": Setting(
+        "perfsuite_seed", "--perfsuite-seed", "0", "seed of the random query/key/value and masks"
+    ),
+    "results": Setting(
+        "perfsuite_results",
+        "--perfsuite-results",
+        "perfsuite-results",
+        "folder for the Markdown table and run summary",
+    ),
+    "traces": Setting(
+        "perfsuite_traces",
+        "--perfsuite-traces",
+        "",
+        "folder for Chrome traces (default: RESULTS/traces)",
+    ),
+    "timer": Setting(
+        "perfsuite_timer",
+        "--perfsuite-timer",
+        "host",
+        "clock of CUDA benchmarks: host (pytest-benchmark's, synchronized), cuda_event or kernel "
+        "(device time, perfsuite.measure.device_timing); CPU cases always use host",
+    ),
+    "l2_flush": Setting(
+        "perfsuite_l2_flush",
+        "--perfsuite-l2-flush",
+        "on",
+        "on/off: flush the L2 before every round of a device-timed benchmark (outside the measurement)",
+    ),
+    "cuda_graphs": Setting(
+        "perfsuite_cuda_graphs",
+        "--perfsuite-cuda-graphs",
+        "off",
+        "on/off: time the CUDA-graph replay of each step where capture works (failures are reported)",
+    ),
+    "isolate": Setting(
+        "perfsuite_isolate",
+        "--perfsuite-isolate",
+        "user",
+        "variants whose first call per case and mode runs in a child process first, so a crash costs "
+        "only their results: user (from --perfsuite-variant and entry points), all, none, or names",
+    ),
+    "call_time_limit": Setting(
+        "perfsuite_call_time_limit",
+        "--perfsuite-call-time-limit",
+        "auto",
+        "seconds one call of a variant may take before its case fails and the run goes on "
+        "(the first and profiled calls; the timing gets it per round; isolated probes per "
+        "pair): auto (600 on the CPU, 120 on CUDA), a number, or 0 for none",
+    ),
 }
 ISOLATE_WORDS = ("user", "all", "none")
 
@@ -120,8 +200,10 @@ def config_text(value: object, source: str) -> str:
         return str(value)
     if isinstance(value, (list, tuple)) and all(isinstance(item, _SCALARS) for item in value):
         return " ".join(config_text(item, source) for item in value)
-    raise ConfigError(f"{source}: value {value!r} of type {type(value).__name__} is not usable; give a string "
-                        "('forward backward') or a list of strings (['forward', 'backward'])")
+    raise ConfigError(
+        f"{source}: value {value!r} of type {type(value).__name__} is not usable; give a string "
+        "('forward backward') or a list of strings (['forward', 'backward'])"
+    )
 
 
 RawSettings = dict[str, RawValue]
@@ -145,8 +227,12 @@ class SuiteSettings:
     l2_flush: bool = True
     cuda_graphs: bool = False
     isolate: tuple[str, ...] = ()  # variants probed in a child process before they run here
-    adapter_cases: tuple[AttentionCase, ...] | None = None  # None: variants that wrap a library run every case
-    call_time_limit_s: float | None = None  # None: measure.call_limit's default per device; 0: no limit
+    adapter_cases: tuple[AttentionCase, ...] | None = (
+        None  # None: variants that wrap a library run every case
+    )
+    call_time_limit_s: float | None = (
+        None  # None: measure.call_limit's default per device; 0: no limit
+    )
 
     def call_limit_s(self, device: str) -> float | None:
         """Seconds one call of a variant may take on ``device`` (None: no limit)."""
@@ -181,7 +267,9 @@ def _resolve_devices(raw: RawSettings, cuda_available: bool) -> tuple[str, ...]:
 def _resolve_variants(raw: RawSettings) -> tuple[str, ...]:
     if raw["variants"].value.strip().lower() == "all":
         return tuple(variant_names())
-    return tuple(dict.fromkeys(v.name for v in _parse_items(raw["variants"], get_variant, "variant names")))
+    return tuple(
+        dict.fromkeys(v.name for v in _parse_items(raw["variants"], get_variant, "variant names"))
+    )
 
 
 def _resolve_modes(raw: RawSettings) -> tuple[str, ...]:
@@ -193,7 +281,9 @@ def _resolve_modes(raw: RawSettings) -> tuple[str, ...]:
 _CASE_SELECTORS = ("cases", "extra_cases", "case_set", "shapes", "dtypes", "masks")
 
 
-def _resolve_compiled_cases(raw: RawSettings, key: str = "compiled_cases") -> tuple[AttentionCase, ...] | None:
+def _resolve_compiled_cases(
+    raw: RawSettings, key: str = "compiled_cases"
+) -> tuple[AttentionCase, ...] | None:
     """Cases for compiled variants (or ``key``'s): an ini list yields to cases chosen on the command line."""
     value = raw[key]
     if not value.value.strip():
@@ -208,8 +298,11 @@ def _device_field(raw: RawSettings, case_set_name: str, device: str, field: str)
     common, own = raw[field], raw[f"{device}_{field}"]
     if common.origin == "option" and common.value.strip():
         return common
-    from_set = RawValue(getattr(getattr(get_case_set(case_set_name), device), field),
-                        f"case set {case_set_name!r} ({device} {field})", "default")
+    from_set = RawValue(
+        getattr(getattr(get_case_set(case_set_name), device), field),
+        f"case set {case_set_name!r} ({device} {field})",
+        "default",
+    )
     if raw["case_set"].origin == "option":
         return from_set
     for candidate in (common, own):
@@ -245,33 +338,51 @@ def _parse_switch(raw: RawSettings, name: str) -> bool:
 
 def _describe_source(value: RawValue) -> str:
     """``option --perfsuite-shapes``, ``ini key perfsuite_cpu_masks``, ``case set 'default'``."""
-    return value.source.split(" (")[0] if value.source.startswith("case set") else value.source.split("=")[0]
+    return (
+        value.source.split(" (")[0]
+        if value.source.startswith("case set")
+        else value.source.split("=")[0]
+    )
 
 
-def _resolve_cases(raw: RawSettings, devices: tuple[str, ...], case_set_name: str) -> tuple[list[AttentionCase], str]:
+def _resolve_cases(
+    raw: RawSettings, devices: tuple[str, ...], case_set_name: str
+) -> tuple[list[AttentionCase], str]:
     """The cases, and where they came from (for the run header)."""
     if raw["cases"].value.strip():
-        return _parse_items(raw["cases"], cases.parse_case_id, "case ids"), _describe_source(raw["cases"])
+        return _parse_items(raw["cases"], cases.parse_case_id, "case ids"), _describe_source(
+            raw["cases"]
+        )
     found: list[AttentionCase] = []
     sources: list[str] = []
     for device in devices:
-        fields = [_device_field(raw, case_set_name, device, f) for f in ("shapes", "dtypes", "masks")]
+        fields = [
+            _device_field(raw, case_set_name, device, f) for f in ("shapes", "dtypes", "masks")
+        ]
         sources += [_describe_source(f) for f in fields]
         shapes = _parse_items(fields[0], cases.parse_shape, "shapes")
         dtypes = _parse_items(fields[1], cases.parse_dtype, "dtypes")
         masks = [m for group in _parse_items(fields[2], cases.parse_masks, "masks") for m in group]
         try:
-            found += cases.build_cases(list(dict.fromkeys(shapes)), list(dict.fromkeys(dtypes)), device,
-                                       list(dict.fromkeys(masks)), raw["combinations"].value.strip().lower())
+            found += cases.build_cases(
+                list(dict.fromkeys(shapes)),
+                list(dict.fromkeys(dtypes)),
+                device,
+                list(dict.fromkeys(masks)),
+                raw["combinations"].value.strip().lower(),
+            )
         except ValueError as exc:
             raise ConfigError(f"{raw['combinations'].source}: {exc}") from None
         found += _transposed_cases(case_set_name, device, fields, dtypes, masks)
-    combined = "" if raw["combinations"].value.strip().lower() == "all" else ", pairwise combinations"
+    combined = (
+        "" if raw["combinations"].value.strip().lower() == "all" else ", pairwise combinations"
+    )
     return found, "; ".join(dict.fromkeys(sources)) + combined
 
 
-def _transposed_cases(case_set_name: str, device: str, fields: list[RawValue], dtypes: list[str],
-                      masks: list[str]) -> list[AttentionCase]:
+def _transposed_cases(
+    case_set_name: str, device: str, fields: list[RawValue], dtypes: list[str], masks: list[str]
+) -> list[AttentionCase]:
     """The case set's ``transposed`` case on ``device`` (``DeviceCases.transposed``), when its shapes,
     dtypes and masks all come from the set (a user's own shapes get no extra case)."""
     shape = getattr(get_case_set(case_set_name), device).transposed
@@ -281,7 +392,9 @@ def _transposed_cases(case_set_name: str, device: str, fields: list[RawValue], d
     return [dataclasses.replace(built, transposed=True)]
 
 
-def _resolve_isolate(raw: RawSettings, variants: tuple[str, ...], user_variants: tuple[str, ...]) -> tuple[str, ...]:
+def _resolve_isolate(
+    raw: RawSettings, variants: tuple[str, ...], user_variants: tuple[str, ...]
+) -> tuple[str, ...]:
     """Selected variants to probe in a child: ``user`` (the default), ``all``, ``none``, or names."""
     words = [w.lower() for w in split_list(raw["isolate"].value)]
     if words == ["none"]:
@@ -291,12 +404,18 @@ def _resolve_isolate(raw: RawSettings, variants: tuple[str, ...], user_variants:
     if words == ["user"]:
         return tuple(v for v in variants if v in user_variants)
     if any(w in ISOLATE_WORDS for w in words):
-        raise ConfigError(f"{raw['isolate'].source}: {', '.join(ISOLATE_WORDS)} stand alone; or give variant names")
-    names = tuple(dict.fromkeys(v.name for v in _parse_items(raw["isolate"], get_variant, "variant names")))
+        raise ConfigError(
+            f"{raw['isolate'].source}: {', '.join(ISOLATE_WORDS)} stand alone; or give variant names"
+        )
+    names = tuple(
+        dict.fromkeys(v.name for v in _parse_items(raw["isolate"], get_variant, "variant names"))
+    )
     return tuple(v for v in variants if v in names)
 
 
-def resolve(raw: RawSettings, cuda_available: bool, user_variants: tuple[str, ...] = ()) -> SuiteSettings:
+def resolve(
+    raw: RawSettings, cuda_available: bool, user_variants: tuple[str, ...] = ()
+) -> SuiteSettings:
     """Build ``SuiteSettings`` from raw values; raises ``ConfigError`` on a bad one.
 
     ``user_variants``: names of the variants loaded from ``--perfsuite-variant`` and entry
@@ -344,6 +463,8 @@ def _parse_call_time_limit(raw: RawSettings) -> float | None:
     except ValueError:
         seconds = -1.0
     if not seconds >= 0 or seconds == float("inf"):
-        raise SettingsError(f"{raw['call_time_limit'].source}: not a number of seconds >= 0; allowed: auto, a number "
-                            "(0 for no limit)")
+        raise ConfigError(
+            f"{raw['call_time_limit'].source}: not a number of seconds >= 0; allowed: auto, a number "
+            "(0 for no limit)"
+        )
     return seconds

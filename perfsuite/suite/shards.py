@@ -45,16 +45,22 @@ def parse_shard(text: str, source: str = "--perfsuite-shard") -> Shard | None:
         return None
     match = _SHARD.match(text)
     if not match:
-        raise ConfigError(f"{source}: shard {text!r} is not INDEX/COUNT (for example 1/4; INDEX counts from 1)")
+        raise ConfigError(
+            f"{source}: shard {text!r} is not INDEX/COUNT (for example 1/4; INDEX counts from 1)"
+        )
     index, count = int(match.group(1)), int(match.group(2))
     if count < 1:
         raise ConfigError(f"{source}: shard {text!r}: COUNT must be at least 1")
     if not 1 <= index <= count:
-        raise ConfigError(f"{source}: shard {text!r}: INDEX must be in 1..{count} (shards count from 1)")
+        raise ConfigError(
+            f"{source}: shard {text!r}: INDEX must be in 1..{count} (shards count from 1)"
+        )
     return Shard(index, count)
 
 
-def group_weights(group_sizes: Mapping[str, int], durations_s: Mapping[str, float]) -> dict[str, float]:
+def group_weights(
+    group_sizes: Mapping[str, int], durations_s: Mapping[str, float]
+) -> dict[str, float]:
     """Each group's weight: its known duration (seconds), else its test count times the median known
     seconds per test; every test weighs 1 when no duration is known. ``group_sizes``: tests per group."""
     known = {g: float(durations_s[g]) for g in group_sizes if durations_s.get(g, 0) > 0}
@@ -76,7 +82,9 @@ def assign(weights: Mapping[str, float], count: int) -> dict[str, int]:
     return placed
 
 
-def split(groups: Iterable[str], shard: Shard, durations_s: Mapping[str, float] | None = None) -> list[bool]:
+def split(
+    groups: Iterable[str], shard: Shard, durations_s: Mapping[str, float] | None = None
+) -> list[bool]:
     """For each item's group name (in collection order), whether it belongs to ``shard``."""
     groups = list(groups)
     sizes: dict[str, int] = {}
@@ -96,7 +104,9 @@ def item_group(item) -> str:
     return item.nodeid
 
 
-WEIGHTS_VARIABLE = "PERFSUITE_SHARD_WEIGHTS"  # a JSON file {group: seconds} a launcher hands every shard
+WEIGHTS_VARIABLE = (
+    "PERFSUITE_SHARD_WEIGHTS"  # a JSON file {group: seconds} a launcher hands every shard
+)
 
 
 def timed_phase_s(median_s: float, min_rounds: int, max_time_s: float) -> float:
@@ -111,7 +121,9 @@ def group_of_benchmark(benchmark: str) -> str:
     return f"{variant}-{case_id}"
 
 
-def stored_durations(store, head_sha: str | None, min_rounds: int, max_time_s: float) -> dict[str, float]:
+def stored_durations(
+    store, head_sha: str | None, min_rounds: int, max_time_s: float
+) -> dict[str, float]:
     """Seconds per group from an open history store: each benchmark's newest round median of a commit
     other than ``head_sha`` (so shards of one commit, recording as they finish, all see the same
     durations), as its timed phase, summed over the group's benchmarks."""
@@ -125,5 +137,7 @@ def stored_durations(store, head_sha: str | None, min_rounds: int, max_time_s: f
     durations: dict[str, float] = {}
     for benchmark, median_s in newest.items():
         group = group_of_benchmark(benchmark)
-        durations[group] = durations.get(group, 0.0) + timed_phase_s(median_s, min_rounds, max_time_s)
+        durations[group] = durations.get(group, 0.0) + timed_phase_s(
+            median_s, min_rounds, max_time_s
+        )
     return durations

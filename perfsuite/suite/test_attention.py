@@ -4,22 +4,34 @@ Parametrized by the perfsuite plugin over the selected variants, cases and modes
 that cannot run a case (or has no backward) is skipped with the reason torch gave.
 """
 
-
 import pytest
 import torch
 
 from perfsuite.attention.cases import Device
 from perfsuite.attention.modes import Mode
 from perfsuite.measure import compile_stats, contention, speed_reference
-from perfsuite.trace.kernel_families import (FLEX_FUSED_FAMILY, SDPA_BACKEND_FAMILIES, backend_kernel_families,
-                                             fused_kernel_failure, is_unfused_attention_work, kernel_family)
+from perfsuite.trace.kernel_families import (
+    FLEX_FUSED_FAMILY,
+    SDPA_BACKEND_FAMILIES,
+    backend_kernel_families,
+    fused_kernel_failure,
+    is_unfused_attention_work,
+    kernel_family,
+)
 from perfsuite.suite.record import benchmark_extra_info
 from perfsuite.measure.call_limit import time_limit
 from perfsuite.measure.correctness import nonfinite_after_timing
 from perfsuite.measure.profiling import ACTIVE_STEPS
 from perfsuite.measure.device_timing import benchmark_step
 
-UNFUSED_OPS = ("aten::bmm", "aten::mm", "aten::matmul", "aten::baddbmm", "aten::_softmax", "aten::_safe_softmax")
+UNFUSED_OPS = (
+    "aten::bmm",
+    "aten::mm",
+    "aten::matmul",
+    "aten::baddbmm",
+    "aten::_softmax",
+    "aten::_safe_softmax",
+)
 
 
 def test_matches_float64_reference(mode_evidence):
@@ -35,7 +47,9 @@ def test_score_copies_per_step(attention_evidence):
     evidence = attention_evidence
     if evidence.case.head_dim == evidence.case.seq_len_kv and evidence.expected_score_copies == 0:
         pytest.skip("head_dim == seq_len_kv: a copy of the output has the score matrix's shape")
-    assert len(evidence.steps) == ACTIVE_STEPS, f"profiler recorded {len(evidence.steps)} forwards in {evidence.trace_path}"
+    assert len(evidence.steps) == ACTIVE_STEPS, (
+        f"profiler recorded {len(evidence.steps)} forwards in {evidence.trace_path}"
+    )
     lanes = ["cpu", "device"] if evidence.case.device == Device.CUDA else ["cpu"]
     for lane in lanes:
         copies = evidence.score_copies(lane)
@@ -47,15 +61,19 @@ def test_score_copies_per_step(attention_evidence):
         )
 
 
-_COPY_HINT = (". Out-of-place masked_fill clones the scores (aten::clone), as do .clone() and .contiguous() on a "
-              "non-contiguous view; masked_fill_ in place does not (safe under torch.no_grad; docs: "
-              "correctness and masks). If the copy is intended, declare it: register_variant(..., copies_scores_when_masked=True)")
+_COPY_HINT = (
+    ". Out-of-place masked_fill clones the scores (aten::clone), as do .clone() and .contiguous() on a "
+    "non-contiguous view; masked_fill_ in place does not (safe under torch.no_grad; docs: "
+    "correctness and masks). If the copy is intended, declare it: register_variant(..., copies_scores_when_masked=True)"
+)
 
 
 def _score_copies_named(evidence, lane: str) -> str:
     """The first step's score-sized copies on ``lane``, as ``op [shape]``, for a failure message."""
-    names = [f"{c.name} [{'x'.join(map(str, c.shape))}]"
-             for c in evidence.steps[0].copies_with_shape(evidence.case.score_shape, lane)]
+    names = [
+        f"{c.name} [{'x'.join(map(str, c.shape))}]"
+        for c in evidence.steps[0].copies_with_shape(evidence.case.score_shape, lane)
+    ]
     return "score-sized copies in the first step: " + (", ".join(names) or "none")
 
 
@@ -64,9 +82,13 @@ def test_score_accounting_per_step(attention_evidence):
     mask hides keys; naive_inplace and SDPA none (``perfsuite.measure.score_accounting``)."""
     evidence = attention_evidence
     if evidence.variant.compiled:
-        pytest.skip("Inductor runs its own kernels, not ATen ops: score accounting sees only its extern calls")
+        pytest.skip(
+            "Inductor runs its own kernels, not ATen ops: score accounting sees only its extern calls"
+        )
     if evidence.case.head_dim == evidence.case.seq_len_kv and evidence.expected_score_copies == 0:
-        pytest.skip("head_dim == seq_len_kv: a copy of the output has the score matrix's element count")
+        pytest.skip(
+            "head_dim == seq_len_kv: a copy of the output has the score matrix's element count"
+        )
     accounting = evidence.score_accounting
     copies = [a.copies for a in accounting]
     expected = [float(evidence.expected_score_copies)] * ACTIVE_STEPS
@@ -82,7 +104,9 @@ def declares_saved_scores(variant):
     return variant.saves_scores_for_backward is not None
 
 
-@pytest.mark.perfsuite_only.with_args(declares_saved_scores)  # with_args: a lone callable would be decorated
+@pytest.mark.perfsuite_only.with_args(
+    declares_saved_scores
+)  # with_args: a lone callable would be decorated
 def test_scores_saved_for_backward(variant, case, perfsuite_run):
     """Unfused softmax saves a [B, H, Sq, Skv] score matrix for backward; fused kernels never do.
 
@@ -106,7 +130,9 @@ def test_fused_variant_runs_no_unfused_matmul_or_softmax(attention_evidence):
     evidence = attention_evidence
     for step in evidence.steps:
         unfused_ops = sorted(op for op in step.cpu_ops if op in UNFUSED_OPS)
-        unfused_kernels = sorted(k for k in step.kernels if is_unfused_attention_work(kernel_family(k)))
+        unfused_kernels = sorted(
+            k for k in step.kernels if is_unfused_attention_work(kernel_family(k))
+        )
         assert not unfused_ops and not unfused_kernels, (
             f"{evidence.variant.name} on {evidence.case.id}: unfused work in a forward: ops {unfused_ops}, "
             f"kernels {unfused_kernels}; trace: {evidence.trace_path}"
@@ -125,10 +151,14 @@ def test_pinned_backend_runs_its_own_fused_kernel(attention_evidence):
     evidence = attention_evidence
     if evidence.case.device != Device.CUDA:
         pytest.skip("kernel families are read from the device lane; this case runs on the CPU")
-    expected = backend_kernel_families(evidence.variant.sdpa_backend, rocm=torch.version.hip is not None)
+    expected = backend_kernel_families(
+        evidence.variant.sdpa_backend, rocm=torch.version.hip is not None
+    )
     for step in evidence.steps:
         failure = fused_kernel_failure(step.kernels, expected)
-        assert failure is None, f"{evidence.variant.name} on {evidence.case.id}: {failure}; trace: {evidence.trace_path}"
+        assert failure is None, (
+            f"{evidence.variant.name} on {evidence.case.id}: {failure}; trace: {evidence.trace_path}"
+        )
 
 
 def compiled_flex(variant):
@@ -144,21 +174,32 @@ def test_compiled_flex_runs_its_fused_triton_kernel(attention_evidence):
         pytest.skip("on the CPU Inductor's flex_attention is C++, not a Triton kernel")
     for step in evidence.steps:
         failure = fused_kernel_failure(step.kernels, (FLEX_FUSED_FAMILY,))
-        assert failure is None, f"{evidence.variant.name} on {evidence.case.id}: {failure}; trace: {evidence.trace_path}"
+        assert failure is None, (
+            f"{evidence.variant.name} on {evidence.case.id}: {failure}; trace: {evidence.trace_path}"
+        )
 
 
 @pytest.mark.perfsuite_only("compiled")
 def test_compiled_once_without_graph_breaks(mode_evidence):
     """A compiled variant compiles in one graph (at the first call of its grad mode; forward_backward
     reuses backward's), never while profiled, and its profiled steps run Inductor's compiled graphs."""
-    evidence, where = mode_evidence, f"{mode_evidence.variant.name} on {mode_evidence.case.id} ({mode_evidence.mode})"
+    evidence, where = (
+        mode_evidence,
+        f"{mode_evidence.variant.name} on {mode_evidence.case.id} ({mode_evidence.mode})",
+    )
     first, profiled = evidence.compile_first_call, evidence.compile_while_profiled
     assert first.graph_breaks == {}, f"{where}: graph breaks {first.graph_breaks}"
-    assert profiled.graphs_compiled == 0, f"{where}: {profiled.graphs_compiled} graph(s) recompiled while profiled"
+    assert profiled.graphs_compiled == 0, (
+        f"{where}: {profiled.graphs_compiled} graph(s) recompiled while profiled"
+    )
     graph_calls = [f.compiled_graph_calls for f in evidence.steps]
-    assert all(graph_calls), f"{where}: no '## Call CompiledFxGraph' range in the profiled steps of {evidence.trace_path}"
+    assert all(graph_calls), (
+        f"{where}: no '## Call CompiledFxGraph' range in the profiled steps of {evidence.trace_path}"
+    )
     work = {(f.cpu_op_count, f.kernel_count) for f in evidence.steps}
-    assert len(work) == 1, f"{where}: ops/kernels differ between profiled steps after compile: {work}"
+    assert len(work) == 1, (
+        f"{where}: ops/kernels differ between profiled steps after compile: {work}"
+    )
 
 
 def test_benchmark(mode_evidence, benchmark, perfsuite_run, request):
@@ -173,26 +214,45 @@ def test_benchmark(mode_evidence, benchmark, perfsuite_run, request):
     benchmark.extra_info.update(benchmark_extra_info(evidence))
     before = compile_stats.snapshot()
     on_cpu = case.device == Device.CPU
-    speed_before = speed_reference.reference_ms() if on_cpu else None  # the machine's speed, beside the rounds
+    speed_before = (
+        speed_reference.reference_ms() if on_cpu else None
+    )  # the machine's speed, beside the rounds
     rounds = request.config.getoption("benchmark_min_rounds")
-    with contention.Probe() as probe, time_limit(_timing_limit_s(run.call_limit_s(case.device), rounds, request),
-                                                 f"the timing of {evidence.variant.name} on case {case.id} in mode "
-                                                 f"{evidence.mode}"):  # /proc is read before and after, never inside
-        timing, info = benchmark_step(benchmark, evidence.step, case.device, run.timer, rounds=rounds,
-                                      flush_l2=run.l2_flush, cuda_graph=run.cuda_graphs)
+    with (
+        contention.Probe() as probe,
+        time_limit(
+            _timing_limit_s(run.call_limit_s(case.device), rounds, request),
+            f"the timing of {evidence.variant.name} on case {case.id} in mode {evidence.mode}",
+        ),
+    ):  # /proc is read before and after, never inside
+        timing, info = benchmark_step(
+            benchmark,
+            evidence.step,
+            case.device,
+            run.timer,
+            rounds=rounds,
+            flush_l2=run.l2_flush,
+            cuda_graph=run.cuda_graphs,
+        )
     benchmark.extra_info.update(info)
     if on_cpu:
-        benchmark.extra_info["speed_reference"] = speed_reference.record(speed_before, speed_reference.reference_ms())
+        benchmark.extra_info["speed_reference"] = speed_reference.record(
+            speed_before, speed_reference.reference_ms()
+        )
     recompiled = compile_stats.since(before).graphs_compiled
     benchmark.extra_info["graphs_compiled_while_timed"] = recompiled
     stats = benchmark.stats.stats if benchmark.stats else None  # None when timing is disabled
     stats_s = {"median": stats.median, "rounds": stats.rounds, "iqr": stats.iqr} if stats else None
     if stats:
         benchmark.extra_info["contention"] = probe.evidence(stats.data).as_dict()
-    result = perfsuite_run.record(dict(benchmark.extra_info), stats_s)  # wall/device times come from extra_info
+    result = perfsuite_run.record(
+        dict(benchmark.extra_info), stats_s
+    )  # wall/device times come from extra_info
     benchmark.extra_info["achieved_tflops"] = result.achieved_tflops
     benchmark.extra_info["achieved_gbps"] = result.achieved_gbps
-    assert recompiled == 0, f"{evidence.variant.name} on {case.id} ({evidence.mode}): {recompiled} graph(s) compiled while timed"
+    assert recompiled == 0, (
+        f"{evidence.variant.name} on {case.id} ({evidence.mode}): {recompiled} graph(s) compiled while timed"
+    )
     _check_after_timing(evidence, timed=stats is not None)
 
 
@@ -202,7 +262,9 @@ def _timing_limit_s(call_limit_s: float | None, rounds: int, request) -> float |
     if not call_limit_s:
         return None
     warmup = request.config.getoption("benchmark_warmup_iterations", 0) or 0
-    return call_limit_s * (rounds + warmup + 2) + float(request.config.getoption("benchmark_max_time", 0) or 0)
+    return call_limit_s * (rounds + warmup + 2) + float(
+        request.config.getoption("benchmark_max_time", 0) or 0
+    )
 
 
 def _check_after_timing(evidence, timed: bool) -> None:

@@ -30,8 +30,10 @@ from perfsuite.variants import Variant
 
 def reproduce_hint(variant: Variant, case: AttentionCase, seed: int) -> str:
     """The command that runs this variant on this case as a normal parametrized test."""
-    return (f"reproduce: perfsuite run --check -k test_property --perfsuite-cases {case.id} "
-            f"--perfsuite-seed {seed} --perfsuite-variants {variant.name}")
+    return (
+        f"reproduce: perfsuite run --check -k test_property --perfsuite-cases {case.id} "
+        f"--perfsuite-seed {seed} --perfsuite-variants {variant.name}"
+    )
 
 
 def _fail(variant: Variant, case: AttentionCase, seed: int, what: str) -> str:
@@ -47,7 +49,10 @@ def _guarded(variant: Variant, case: AttentionCase, inputs: AttentionInputs) -> 
     failures = contract_failures(output, case, inputs)
     changed = check_and_restore(variant.name, inputs, pristine)
     if failures or changed:
-        raise ContractViolation(f"variant {variant.name} on case {case.id}: " + "; ".join(failures + [changed or ""]).strip("; "))
+        raise ContractViolation(
+            f"variant {variant.name} on case {case.id}: "
+            + "; ".join(failures + [changed or ""]).strip("; ")
+        )
     return output
 
 
@@ -64,8 +69,10 @@ def _difference(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype) -> str | N
         return None
     nan_a, nan_b = torch.isnan(a) & ~torch.isnan(b), torch.isnan(b) & ~torch.isnan(a)
     if bool(nan_a.any() or nan_b.any()):
-        return (f"NaN in {int(nan_a.sum())} elements of the output where the expected one holds numbers, "
-                f"and in {int(nan_b.sum())} the other way round")
+        return (
+            f"NaN in {int(nan_a.sum())} elements of the output where the expected one holds numbers, "
+            f"and in {int(nan_b.sum())} the other way round"
+        )
     finite = ~close & torch.isfinite(a) & torch.isfinite(b)
     worst = float((a - b)[finite].abs().max()) if bool(finite.any()) else float("inf")
     return f"{int((~close).sum())} elements differ, by up to {worst:.3g}"
@@ -81,8 +88,14 @@ def check_matches_reference(variant: Variant, case: AttentionCase, seed: int) ->
     inputs = make_inputs(case, seed)
     pristine = pristine_copy(inputs)
     output = _guarded(variant, case, inputs)
-    failure = check_output(variant, case, pristine, output, f"variant {variant.name} on case {case.id} (seed {seed})")
-    return None if failure.failure is None else failure.failure + "\n" + reproduce_hint(variant, case, seed)
+    failure = check_output(
+        variant, case, pristine, output, f"variant {variant.name} on case {case.id} (seed {seed})"
+    )
+    return (
+        None
+        if failure.failure is None
+        else failure.failure + "\n" + reproduce_hint(variant, case, seed)
+    )
 
 
 def _permute_mask(mask: AttentionMask, dim: int, order: torch.Tensor) -> AttentionMask:
@@ -93,10 +106,14 @@ def _permute_mask(mask: AttentionMask, dim: int, order: torch.Tensor) -> Attenti
             return tensor.index_select(dim, order.to(tensor.device))
         return tensor
 
-    return dataclasses.replace(mask, **{f.name: permute(getattr(mask, f.name)) for f in dataclasses.fields(mask)})
+    return dataclasses.replace(
+        mask, **{f.name: permute(getattr(mask, f.name)) for f in dataclasses.fields(mask)}
+    )
 
 
-def check_batch_and_head_independence(variant: Variant, case: AttentionCase, seed: int) -> str | None:
+def check_batch_and_head_independence(
+    variant: Variant, case: AttentionCase, seed: int
+) -> str | None:
     """Property 2: permuting batch rows, or kv heads together with their query-head groups,
     permutes the output the same way."""
     inputs = make_inputs(case, seed)
@@ -106,21 +123,33 @@ def check_batch_and_head_independence(variant: Variant, case: AttentionCase, see
     groups = case.num_heads // case.num_kv_heads
     kv_order = torch.randperm(case.num_kv_heads, generator=gen)
     q_order = torch.tensor([int(g) * groups + r for g in kv_order for r in range(groups)])
-    for dim, q_perm, kv_perm, name in ((0, batch_order, batch_order, "batch rows"), (1, q_order, kv_order, "heads")):
+    for dim, q_perm, kv_perm, name in (
+        (0, batch_order, batch_order, "batch rows"),
+        (1, q_order, kv_order, "heads"),
+    ):
         moved = inputs.replace(
             query=inputs.query.index_select(dim, q_perm.to(inputs.query.device)),
             key=inputs.key.index_select(dim, kv_perm.to(inputs.key.device)),
             value=inputs.value.index_select(dim, kv_perm.to(inputs.value.device)),
             mask=_permute_mask(inputs.mask, dim, q_perm),
         )
-        if diff := _difference(_run(variant, case, moved), base.index_select(dim, q_perm), case.torch_dtype):
-            return _fail(variant, case, seed, f"permuting {name} by {q_perm.tolist()} did not permute the output ({diff})")
+        if diff := _difference(
+            _run(variant, case, moved), base.index_select(dim, q_perm), case.torch_dtype
+        ):
+            return _fail(
+                variant,
+                case,
+                seed,
+                f"permuting {name} by {q_perm.tolist()} did not permute the output ({diff})",
+            )
     return None
 
 
 def _last_visible_key(case: AttentionCase) -> torch.Tensor:
     """Per query row, the last key index a causal-like mask lets it see (may be negative)."""
-    return torch.arange(case.seq_len_q) + mask_kind(case.mask).offset(case.seq_len_q, case.seq_len_kv)
+    return torch.arange(case.seq_len_q) + mask_kind(case.mask).offset(
+        case.seq_len_q, case.seq_len_kv
+    )
 
 
 def check_causality(variant: Variant, case: AttentionCase, seed: int) -> str | None:
@@ -133,14 +162,21 @@ def check_causality(variant: Variant, case: AttentionCase, seed: int) -> str | N
     noise = torch.randn(inputs.key.shape, generator=gen).to(inputs.key.device, inputs.key.dtype)
     later = torch.zeros(case.seq_len_kv, 1, dtype=torch.bool, device=inputs.key.device)
     later[position:] = True
-    changed = inputs.replace(key=torch.where(later, inputs.key + noise, inputs.key),
-                             value=torch.where(later, inputs.value - noise, inputs.value))
+    changed = inputs.replace(
+        key=torch.where(later, inputs.key + noise, inputs.key),
+        value=torch.where(later, inputs.value - noise, inputs.value),
+    )
     output = _run(variant, case, changed)
     rows = _last_visible_key(case) < position
     if variant.fully_masked_rows in UNDEFINED_ROW_RESULTS:
         rows &= _last_visible_key(case) >= 0  # rows that see no key may hold any finite value
     if diff := _difference(output[:, :, rows], base[:, :, rows], case.torch_dtype):
-        return _fail(variant, case, seed, f"rows {rows.nonzero().flatten().tolist()} changed when keys >= {position} changed ({diff})")
+        return _fail(
+            variant,
+            case,
+            seed,
+            f"rows {rows.nonzero().flatten().tolist()} changed when keys >= {position} changed ({diff})",
+        )
     return None
 
 
@@ -163,7 +199,9 @@ def _keys_hidden_somewhere(mask: AttentionMask, case: AttentionCase) -> torch.Te
     return (~allowed).any(dim=(0, 1, 2)).nonzero().flatten()
 
 
-def check_masked_keys_do_not_matter(variant: Variant, case: AttentionCase, seed: int, nan: bool = False) -> str | None:
+def check_masked_keys_do_not_matter(
+    variant: Variant, case: AttentionCase, seed: int, nan: bool = False
+) -> str | None:
     """Property 4: replacing a masked-out key and value leaves the rows that cannot see it unchanged.
 
     With ``nan=True`` the replacement is NaN. Then the rule is weaker, because ``0 * NaN`` is
@@ -186,17 +224,33 @@ def check_masked_keys_do_not_matter(variant: Variant, case: AttentionCase, seed:
         value[:, :, key_index] = value[:, :, key_index] * 5 - 2
     output = _run(variant, case, inputs.replace(key=key, value=value))
     hidden = _masked_rows_for_key(inputs.mask, case, key_index) & ~_free_rows(variant, inputs, case)
-    same = torch.isclose(output, base, atol=TOLERANCES[case.torch_dtype][0], rtol=TOLERANCES[case.torch_dtype][1], equal_nan=True).all(-1)
+    same = torch.isclose(
+        output,
+        base,
+        atol=TOLERANCES[case.torch_dtype][0],
+        rtol=TOLERANCES[case.torch_dtype][1],
+        equal_nan=True,
+    ).all(-1)
     if not nan:
         if not same[hidden].all():
             diff = _difference(output[hidden], base[hidden], case.torch_dtype)
-            return _fail(variant, case, seed, f"rows that cannot see key {key_index} changed when it changed ({diff})")
+            return _fail(
+                variant,
+                case,
+                seed,
+                f"rows that cannot see key {key_index} changed when it changed ({diff})",
+            )
         return None
     all_nan = torch.isnan(output).all(-1)
     if not all_nan[~hidden].all():
         return _fail(variant, case, seed, f"rows that see NaN key {key_index} are not NaN")
     if not (same | all_nan)[hidden].all():
-        return _fail(variant, case, seed, f"rows that cannot see NaN key {key_index} took other finite values")
+        return _fail(
+            variant,
+            case,
+            seed,
+            f"rows that cannot see NaN key {key_index} took other finite values",
+        )
     return None
 
 
@@ -214,7 +268,12 @@ def check_nan_masked_key(variant: Variant, case: AttentionCase, seed: int) -> st
     output = _run(variant, case, inputs.replace(key=key))
     hidden = _masked_rows_for_key(inputs.mask, case, key_index) & ~_free_rows(variant, inputs, case)
     if diff := _difference(output[hidden], base[hidden], case.torch_dtype):
-        return _fail(variant, case, seed, f"a NaN in masked-out key {key_index} reached rows that cannot see it ({diff})")
+        return _fail(
+            variant,
+            case,
+            seed,
+            f"a NaN in masked-out key {key_index} reached rows that cannot see it ({diff})",
+        )
     return None
 
 
@@ -226,14 +285,26 @@ def check_shift_invariance(variant: Variant, case: AttentionCase, seed: int) -> 
     inputs = make_inputs(case, seed)
     gen = _generator(seed)
     base_bias = inputs.mask.additive
-    zeros = torch.zeros(1, case.num_heads, case.seq_len_q, case.seq_len_kv, dtype=case.torch_dtype, device=case.device)
+    zeros = torch.zeros(
+        1,
+        case.num_heads,
+        case.seq_len_q,
+        case.seq_len_kv,
+        dtype=case.torch_dtype,
+        device=case.device,
+    )
     start = zeros if base_bias is None else base_bias
     shift = (torch.rand(1, case.num_heads, case.seq_len_q, 1, generator=gen) * 200 - 100).round()
     shifted = start + shift.to(device=case.device, dtype=case.torch_dtype)
     base = _run(variant, case, inputs.replace(mask=inputs.mask.with_additive(start)))
     output = _run(variant, case, inputs.replace(mask=inputs.mask.with_additive(shifted)))
     if diff := _difference(output, base, case.torch_dtype):
-        return _fail(variant, case, seed, f"adding a constant to every score of a row changed the output ({diff})")
+        return _fail(
+            variant,
+            case,
+            seed,
+            f"adding a constant to every score of a row changed the output ({diff})",
+        )
     return None
 
 
@@ -253,7 +324,9 @@ def check_score_copies(variant: Variant, case: AttentionCase, seed: int) -> str 
     counts = [f.copies_of_shape(case.score_shape, lane) for f in forwards]
     expected = variant.expected_score_copies(case.hides_keys)
     if counts != [expected] * len(forwards):
-        return _fail(variant, case, seed, f"score-sized copies per forward {counts}, expected {expected}")
+        return _fail(
+            variant, case, seed, f"score-sized copies per forward {counts}, expected {expected}"
+        )
     return None
 
 
@@ -262,7 +335,9 @@ ALL_CHECKS = {
     "batch_and_head_independence": check_batch_and_head_independence,
     "causality": check_causality,
     "masked_keys_do_not_matter": check_masked_keys_do_not_matter,
-    "nan_in_masked_keys_or_values": lambda v, c, s: check_masked_keys_do_not_matter(v, c, s, nan=True),
+    "nan_in_masked_keys_or_values": lambda v, c, s: check_masked_keys_do_not_matter(
+        v, c, s, nan=True
+    ),
     "nan_masked_key_for_masked_fill": check_nan_masked_key,
     "shift_invariance": check_shift_invariance,
     "score_copies": check_score_copies,
@@ -274,16 +349,28 @@ def applicable(name: str, variant: Variant, case: AttentionCase) -> str | None:
     if not variant.runs_property_tests:
         if variant.property_tests is False:
             return f"{variant.name} declares property_tests=False"
-        return ("compiled variants are checked against float64 by the suite; here every transformed input "
-                "would compile anew (seconds each); declare property_tests=True to run them anyway")
+        return (
+            "compiled variants are checked against float64 by the suite; here every transformed input "
+            "would compile anew (seconds each); declare property_tests=True to run them anyway"
+        )
     if name == "causality" and not case.causal:
         return f"{case.mask} is not a causal mask"
-    if name in ("masked_keys_do_not_matter", "nan_in_masked_keys_or_values", "nan_masked_key_for_masked_fill") and not case.hides_keys:
+    if (
+        name
+        in (
+            "masked_keys_do_not_matter",
+            "nan_in_masked_keys_or_values",
+            "nan_masked_key_for_masked_fill",
+        )
+        and not case.hides_keys
+    ):
         return f"{case.mask} hides no key"
     if name == "nan_masked_key_for_masked_fill" and variant.name not in ("naive", "naive_inplace"):
         return "only the masked_fill variants promise this"
     if name == "shift_invariance" and case.dtype not in ("fp32", "fp64"):
-        return "shift invariance is checked in fp32/fp64 (bf16/fp16 cannot hold score + 100 exactly)"
+        return (
+            "shift invariance is checked in fp32/fp64 (bf16/fp16 cannot hold score + 100 exactly)"
+        )
     if name == "score_copies" and (not case.contiguous or case.transposed):
         return "strided inputs: matmul copies them, which can look score-sized"
     if name == "score_copies" and case.head_dim == case.seq_len_kv:

@@ -41,9 +41,16 @@ def register_profiles() -> None:
     slow_ok = [HealthCheck.too_slow]
     settings.register_profile("dev", max_examples=30, deadline=None, suppress_health_check=slow_ok)
     settings.register_profile(
-        "ci", max_examples=200, derandomize=True, deadline=None, print_blob=True, suppress_health_check=slow_ok
+        "ci",
+        max_examples=200,
+        derandomize=True,
+        deadline=None,
+        print_blob=True,
+        suppress_health_check=slow_ok,
     )
-    settings.register_profile("nightly", max_examples=2000, deadline=None, suppress_health_check=slow_ok)
+    settings.register_profile(
+        "nightly", max_examples=2000, deadline=None, suppress_health_check=slow_ok
+    )
 
 
 def load_profile() -> str:

@@ -11,12 +11,20 @@ import dataclasses
 import gzip
 import json
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 from perfsuite.errors import TraceError
-from perfsuite.trace.kernel_families import is_memset_kernel, kernel_family, memcpy_kind, sdpa_backends
+from perfsuite.trace.kernel_families import (
+    is_memset_kernel,
+    kernel_family,
+    memcpy_kind,
+    sdpa_backends,
+)
 
 CPU_COPY_OPS = ("aten::copy_", "aten::clone")
-COMPILED_GRAPH_PREFIX = "## Call CompiledFxGraph"  # Inductor's range around a compiled graph, forward or backward
+COMPILED_GRAPH_PREFIX = (
+    "## Call CompiledFxGraph"  # Inductor's range around a compiled graph, forward or backward
+)
 # c10::DeviceType of allocator events: 0 CPU, 1 CUDA, 6 HIP (ROCm builds of torch record HIP
 # but call the device "cuda", so both are reported as "cuda"); others keep their number.
 _MEMORY_DEVICE_TYPES = {0: "cpu", 1: "cuda", 6: "cuda"}
@@ -24,9 +32,22 @@ _LAUNCH_CATEGORIES = ("cuda_runtime", "cuda_driver")
 _DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 # Bytes per element of the dtypes ATen writes in ``Input type`` (c10's scalar type names).
 _ELEMENT_BYTES = {
-    "double": 8, "float": 4, "c10::Half": 2, "c10::BFloat16": 2, "bool": 1, "long int": 8, "int": 4,
-    "short int": 2, "signed char": 1, "unsigned char": 1, "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1,
-    "c10::Float8_e4m3fnuz": 1, "c10::Float8_e5m2fnuz": 1, "c10::complex<float>": 8, "c10::complex<double>": 16,
+    "double": 8,
+    "float": 4,
+    "c10::Half": 2,
+    "c10::BFloat16": 2,
+    "bool": 1,
+    "long int": 8,
+    "int": 4,
+    "short int": 2,
+    "signed char": 1,
+    "unsigned char": 1,
+    "c10::Float8_e4m3fn": 1,
+    "c10::Float8_e5m2": 1,
+    "c10::Float8_e4m3fnuz": 1,
+    "c10::Float8_e5m2fnuz": 1,
+    "c10::complex<float>": 8,
+    "c10::complex<double>": 16,
 }
 
 
@@ -127,7 +148,11 @@ class WindowSummary:
     def copies_with_shape(self, shape: Iterable[int], lane: str) -> list[CopyRecord]:
         """Same-dtype copies on ``lane`` whose destination has exactly ``shape`` (e.g. the scores)."""
         wanted = tuple(shape)
-        return [c for c in self.copies if c.lane == lane and c.shape == wanted and not c.dtype_conversion]
+        return [
+            c
+            for c in self.copies
+            if c.lane == lane and c.shape == wanted and not c.dtype_conversion
+        ]
 
     def copies_of_shape(self, shape: Iterable[int], lane: str) -> int:
         """How many ``copies_with_shape``."""
@@ -195,7 +220,12 @@ def op_output_bytes(op: dict[str, Any] | None) -> int | None:
     is not in ``_ELEMENT_BYTES``."""
     args = (op or {}).get("args", {})
     dims, types = args.get("Input Dims"), args.get("Input type")
-    if not dims or not types or not isinstance(dims[0], list) or not all(isinstance(d, int) for d in dims[0]):
+    if (
+        not dims
+        or not types
+        or not isinstance(dims[0], list)
+        or not all(isinstance(d, int) for d in dims[0])
+    ):
         return None
     size = _ELEMENT_BYTES.get(types[0])
     if size is None:

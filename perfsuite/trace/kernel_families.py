@@ -38,11 +38,23 @@ FAMILY_RULES: tuple[tuple[str, str], ...] = (
     ("NCCL collective", r"nccl"),
     ("fused attention: cuDNN", r"cudnn_generated.*(sdpa|fmha|flash)|cudnn.*fmha|xmma_fmha"),
     ("fused attention: TensorRT-LLM", r"fmha_v2_|fmhaSm\d+|xqa_kernel|masked_multihead_attention"),
-    ("fused attention: FlashInfer", r"flashinfer::|BatchPrefillWith|SinglePrefillWith|BatchDecodeWith|SingleDecodeWith"),
+    (
+        "fused attention: FlashInfer",
+        r"flashinfer::|BatchPrefillWith|SinglePrefillWith|BatchDecodeWith|SingleDecodeWith",
+    ),
     ("fused attention: flash", r"pytorch_flash|flash_fwd|flash_bwd|flash::|flash_attn|FlashAttn"),
-    ("fused attention: memory-efficient (cutlass)", r"fmha_cutlass|AttentionKernel|mem_eff_attention|efficient_attention"),
-    ("fused attention: AOTriton (ROCm)", r"^(attn_fwd|attn_bwd|bwd_kernel_dk_dv|bwd_kernel_dq|bwd_kernel_fuse|bwd_preprocess)(?![A-Za-z0-9_])"),
-    ("fused attention: Composable Kernel fmha (ROCm)", r"Fmha(Fwd|Bwd)|fmha_(fwd|bwd)|batched_gemm_softmax_gemm"),
+    (
+        "fused attention: memory-efficient (cutlass)",
+        r"fmha_cutlass|AttentionKernel|mem_eff_attention|efficient_attention",
+    ),
+    (
+        "fused attention: AOTriton (ROCm)",
+        r"^(attn_fwd|attn_bwd|bwd_kernel_dk_dv|bwd_kernel_dq|bwd_kernel_fuse|bwd_preprocess)(?![A-Za-z0-9_])",
+    ),
+    (
+        "fused attention: Composable Kernel fmha (ROCm)",
+        r"Fmha(Fwd|Bwd)|fmha_(fwd|bwd)|batched_gemm_softmax_gemm",
+    ),
     ("Triton template (flex attention, autotuned GEMM)", r"^triton_tem_"),
     ("Triton", r"^triton"),
     ("embedding (FBGEMM)", r"split_embedding"),
@@ -52,7 +64,10 @@ FAMILY_RULES: tuple[tuple[str, str], ...] = (
     ("GEMV (cuBLAS)", r"gemv"),
     ("GEMM split-K reduction / epilogue", r"splitKreduce|epilogue::impl|cublasLt"),
     (GEMM, r"gemm|Gemm|GEMM|nvjet_|^Cijk_"),
-    (COPY, r"^Memcpy|^Copy(HostToDevice|DeviceToHost|DeviceToDevice)|direct_copy_kernel|copy_kernel|CatArrayBatchedCopy|copy_device_to_device|__amd_rocclr_copy"),
+    (
+        COPY,
+        r"^Memcpy|^Copy(HostToDevice|DeviceToHost|DeviceToDevice)|direct_copy_kernel|copy_kernel|CatArrayBatchedCopy|copy_device_to_device|__amd_rocclr_copy",
+    ),
     (MEMSET, r"^Memset|__amd_rocclr_fill"),
     ("softmax", r"softmax|SoftMax"),
     ("normalization", r"layer_norm|LayerNorm|RowwiseMoments|GammaBeta|batch_norm|rms_norm"),
@@ -81,7 +96,11 @@ _COMPILED = tuple((family, re.compile(pattern)) for family, pattern in FAMILY_RU
 _PRECISIONS = tuple((precision, re.compile(pattern)) for precision, pattern in PRECISION_RULES)
 _MEMCPY_KIND_RE = re.compile(r"^Memcpy (\w+)")
 # roctracer / rocprofiler names of asynchronous copies, as some ROCm profiler versions write them.
-_ROCM_COPY_KINDS = {"CopyHostToDevice": "HtoD", "CopyDeviceToHost": "DtoH", "CopyDeviceToDevice": "DtoD"}
+_ROCM_COPY_KINDS = {
+    "CopyHostToDevice": "HtoD",
+    "CopyDeviceToHost": "DtoH",
+    "CopyDeviceToDevice": "DtoD",
+}
 
 
 def gemm_precision(name: str) -> str | None:
@@ -126,7 +145,9 @@ def memcpy_kind(name: str) -> str | None:
     match = _MEMCPY_KIND_RE.match(name)
     if match:
         return match.group(1)
-    return next((kind for prefix, kind in _ROCM_COPY_KINDS.items() if name.startswith(prefix)), None)
+    return next(
+        (kind for prefix, kind in _ROCM_COPY_KINDS.items() if name.startswith(prefix)), None
+    )
 
 
 def is_fused_attention(family: str) -> bool:
@@ -180,7 +201,10 @@ SDPA_BACKEND_FAMILIES = {
     "EFFICIENT_ATTENTION": ("fused attention: memory-efficient (cutlass)",),
     "CUDNN_ATTENTION": ("fused attention: cuDNN",),
 }
-_ROCM_BACKEND_FAMILIES = ("fused attention: AOTriton (ROCm)", "fused attention: Composable Kernel fmha (ROCm)")
+_ROCM_BACKEND_FAMILIES = (
+    "fused attention: AOTriton (ROCm)",
+    "fused attention: Composable Kernel fmha (ROCm)",
+)
 
 
 def backend_kernel_families(backend: str, rocm: bool = False) -> tuple[str, ...]:
@@ -190,7 +214,9 @@ def backend_kernel_families(backend: str, rocm: bool = False) -> tuple[str, ...]
     Raises ``ValueError`` naming ``backend`` when it has no fused kernel family.
     """
     if backend not in SDPA_BACKEND_FAMILIES:
-        raise ValueError(f"SDPA backend {backend!r} has no fused kernel family; known: {sorted(SDPA_BACKEND_FAMILIES)}")
+        raise ValueError(
+            f"SDPA backend {backend!r} has no fused kernel family; known: {sorted(SDPA_BACKEND_FAMILIES)}"
+        )
     if rocm and backend != "CUDNN_ATTENTION":
         return _ROCM_BACKEND_FAMILIES
     return SDPA_BACKEND_FAMILIES[backend]
@@ -199,7 +225,9 @@ def backend_kernel_families(backend: str, rocm: bool = False) -> tuple[str, ...]
 def sdpa_backends(cpu_ops: dict[str, int]) -> list[str]:
     """SDPA backends whose dispatch or backend op appears among ``cpu_ops`` (name -> count),
     each named once, in ``SDPA_BACKEND_OPS`` order."""
-    return list(dict.fromkeys(backend for op, backend in SDPA_BACKEND_OPS.items() if cpu_ops.get(op)))
+    return list(
+        dict.fromkeys(backend for op, backend in SDPA_BACKEND_OPS.items() if cpu_ops.get(op))
+    )
 
 
 FLEX_FUSED_FAMILY = "Triton template (flex attention, autotuned GEMM)"
@@ -215,9 +243,16 @@ def fused_kernel_failure(kernels: dict[str, int], expected: tuple[str, ...]) -> 
     """
     families = {name: kernel_family(name) for name in kernels}
     ran = sum(count for name, count in kernels.items() if families[name] in expected)
-    other = sorted(f"{name[:100]} [{families[name]}]" for name in kernels
-                   if is_fused_attention(families[name]) and families[name] not in expected)
-    unfused = sorted(f"{name[:100]} [{families[name]}]" for name in kernels if is_unfused_attention_work(families[name]))
+    other = sorted(
+        f"{name[:100]} [{families[name]}]"
+        for name in kernels
+        if is_fused_attention(families[name]) and families[name] not in expected
+    )
+    unfused = sorted(
+        f"{name[:100]} [{families[name]}]"
+        for name in kernels
+        if is_unfused_attention_work(families[name])
+    )
     problems = []
     if not ran:
         problems.append(f"no kernel of {' or '.join(expected)} ran")

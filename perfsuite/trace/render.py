@@ -13,16 +13,23 @@ from perfsuite.trace.summary import WindowSummary
 
 
 def _kernel_lines(summary: WindowSummary, top: int) -> list[str]:
-    lines = [f"    device kernels: {summary.kernel_count}, {summary.device_time_us:.1f} us on device"]
+    lines = [
+        f"    device kernels: {summary.kernel_count}, {summary.device_time_us:.1f} us on device"
+    ]
     ranked = sorted(summary.kernel_time_us.items(), key=lambda kv: -kv[1])[:top]
     for name, time_us in ranked:
         count = summary.kernels[name]
         lines.append(f"      {time_us:10.1f} us  x{count:<4} [{kernel_family(name)}] {name[:110]}")
-    families = ", ".join(f"{family} x{n}" for family, n in sorted(summary.kernel_families().items(), key=lambda kv: -kv[1]))
+    families = ", ".join(
+        f"{family} x{n}"
+        for family, n in sorted(summary.kernel_families().items(), key=lambda kv: -kv[1])
+    )
     lines.append(f"    kernel families: {families}")
     if summary.unattributed_events:
-        lines.append(f"    unattributed (no recorded launch): {summary.unattributed_events} device event(s), "
-                     f"{summary.unattributed_time_us:.1f} us")
+        lines.append(
+            f"    unattributed (no recorded launch): {summary.unattributed_events} device event(s), "
+            f"{summary.unattributed_time_us:.1f} us"
+        )
     return lines
 
 
@@ -45,7 +52,9 @@ def _copy_lines(summary: WindowSummary) -> list[str]:
 
 def describe(summary: WindowSummary, top: int, has_device: bool) -> list[str]:
     """Readable lines for one window: time split, kernels, copies, launches, memory, SDPA backend."""
-    lines = [f"  {summary.annotation}: {summary.cpu_op_count} CPU ops, window {summary.duration_us:.1f} us on the CPU"]
+    lines = [
+        f"  {summary.annotation}: {summary.cpu_op_count} CPU ops, window {summary.duration_us:.1f} us on the CPU"
+    ]
     if has_device:
         lines += _kernel_lines(summary, top)
     lines += _copy_lines(summary)
@@ -53,9 +62,13 @@ def describe(summary: WindowSummary, top: int, has_device: bool) -> list[str]:
         calls = ", ".join(f"{name} x{n}" for name, n in sorted(summary.launch_calls.items()))
         lines.append(f"    launch API: {calls}; {summary.launch_time_us:.1f} us in launch calls")
         if summary.device_time_us:
-            lines.append(f"    CPU window / device time: {summary.duration_us / summary.device_time_us:.2f}")
+            lines.append(
+                f"    CPU window / device time: {summary.duration_us / summary.device_time_us:.2f}"
+            )
     for device, size in sorted(summary.allocated_bytes.items()):
-        lines.append(f"    allocated on {device}: {format_bytes(size)}, peak {format_bytes(summary.peak_bytes.get(device, 0))}")
+        lines.append(
+            f"    allocated on {device}: {format_bytes(size)}, peak {format_bytes(summary.peak_bytes.get(device, 0))}"
+        )
     if summary.sdpa_backends:
         lines.append(f"    SDPA backend: {', '.join(summary.sdpa_backends)}")
     lines += [f"    warning: {warning}" for warning in summary.warnings]
@@ -87,22 +100,31 @@ def diff(a: WindowSummary, b: WindowSummary) -> TraceDiff:
         copies=count_changes(copy_counts(a), copy_counts(b)),
         device_time_us=(a.device_time_us, b.device_time_us),
         window_us=(a.duration_us, b.duration_us),
-        allocated_bytes={d: (a.allocated_bytes.get(d, 0), b.allocated_bytes.get(d, 0))
-                         for d in sorted(set(a.allocated_bytes) | set(b.allocated_bytes))},
+        allocated_bytes={
+            d: (a.allocated_bytes.get(d, 0), b.allocated_bytes.get(d, 0))
+            for d in sorted(set(a.allocated_bytes) | set(b.allocated_bytes))
+        },
     )
 
 
 def describe_diff(change: TraceDiff) -> list[str]:
     """``+2 aten::clone`` style lines; "no change" when nothing but times moved."""
     lines = []
-    for title, rows in (("kernels", change.kernels), ("CPU ops", change.cpu_ops), ("Memcpy", change.memcpy), ("copies", change.copies)):
+    for title, rows in (
+        ("kernels", change.kernels),
+        ("CPU ops", change.cpu_ops),
+        ("Memcpy", change.memcpy),
+        ("copies", change.copies),
+    ):
         for name, before, after in rows:
             delta = after - before
             state = " (added)" if not before else " (removed)" if not after else ""
             lines.append(f"  {title}: {delta:+g} {name[:120]}{state}  [{before:g} -> {after:g}]")
     for device, (before, after) in change.allocated_bytes.items():
         if before != after:
-            lines.append(f"  allocated on {device}: {format_bytes(before)} -> {format_bytes(after)}")
+            lines.append(
+                f"  allocated on {device}: {format_bytes(before)} -> {format_bytes(after)}"
+            )
     if not lines:
         lines.append("  no change in kernels, ops, memcpy, copies or memory")
     (dev_a, dev_b), (win_a, win_b) = change.device_time_us, change.window_us

@@ -9,7 +9,8 @@ not change between runs, so any difference is a real change in what the code doe
 from __future__ import annotations
 
 import collections
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from perfsuite.units import format_bytes
 from perfsuite.trace.summary import WindowSummary
@@ -25,14 +26,22 @@ def copy_counts(summary: WindowSummary) -> dict[str, int]:
     return dict(copies)
 
 
-def count_changes(before: dict[str, float], after: dict[str, float]) -> list[tuple[str, float, float]]:
+def count_changes(
+    before: dict[str, float], after: dict[str, float]
+) -> list[tuple[str, float, float]]:
     """``(name, before, after)`` for every name whose count differs, sorted by name."""
     names = sorted(set(before) | set(after))
-    return [(n, before.get(n, 0), after.get(n, 0)) for n in names if before.get(n, 0) != after.get(n, 0)]
+    return [
+        (n, before.get(n, 0), after.get(n, 0)) for n in names if before.get(n, 0) != after.get(n, 0)
+    ]
 
 
-def fingerprint(summary: WindowSummary, device: str, score_writes: Mapping[str, int] | None = None,
-                saved_for_backward_bytes: int | None = None) -> dict[str, Any]:
+def fingerprint(
+    summary: WindowSummary,
+    device: str,
+    score_writes: Mapping[str, int] | None = None,
+    saved_for_backward_bytes: int | None = None,
+) -> dict[str, Any]:
     """JSON-ready fingerprint of one profiled step on ``device``.
 
     ``score_writes``: its score-sized writes counted by label, ``ScoreAccounting.by_label()``
@@ -51,16 +60,30 @@ def fingerprint(summary: WindowSummary, device: str, score_writes: Mapping[str, 
         "allocated_bytes": summary.allocated_bytes.get(device, 0),
         "written_in_place_bytes": summary.written_in_place_bytes,
         "sdpa_backends": summary.sdpa_backends,
-        **({"score_writes": dict(sorted(score_writes.items()))} if score_writes is not None else {}),
-        **({"saved_for_backward_bytes": saved_for_backward_bytes} if saved_for_backward_bytes is not None else {}),
+        **(
+            {"score_writes": dict(sorted(score_writes.items()))} if score_writes is not None else {}
+        ),
+        **(
+            {"saved_for_backward_bytes": saved_for_backward_bytes}
+            if saved_for_backward_bytes is not None
+            else {}
+        ),
     }
 
 
 # Each counted whole, compared when both fingerprints have it: more of any is more work.
 # "kernels" are the device lane's (a CPU run has none); "copies" hold casts, marked (dtype conversion).
-COUNTED_WORK = {"copies": "copies", "memcpy": "Memcpy", "kernels": "device kernels", "score_writes": "score writes"}
-WORK_BYTES = {"allocated_bytes": "bytes allocated", "written_in_place_bytes": "bytes written in place",
-              "saved_for_backward_bytes": "bytes saved for backward"}
+COUNTED_WORK = {
+    "copies": "copies",
+    "memcpy": "Memcpy",
+    "kernels": "device kernels",
+    "score_writes": "score writes",
+}
+WORK_BYTES = {
+    "allocated_bytes": "bytes allocated",
+    "written_in_place_bytes": "bytes written in place",
+    "saved_for_backward_bytes": "bytes saved for backward",
+}
 NO_WORK_PREFIX = "no work added: "
 
 
@@ -89,8 +112,12 @@ def added_work(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
         grown = (head.get(field) or 0) - (base.get(field) or 0)
         if field in base and field in head and grown > 0:
             found.append(f"+{format_bytes(grown)} {label}")
-    if not (_knows_work(base) and _knows_work(head)) and _total(head, "cpu_ops") > _total(base, "cpu_ops"):
-        found.append(f"{_total(head, 'cpu_ops') - _total(base, 'cpu_ops'):+d} ops (a fingerprint without work records)")
+    if not (_knows_work(base) and _knows_work(head)) and _total(head, "cpu_ops") > _total(
+        base, "cpu_ops"
+    ):
+        found.append(
+            f"{_total(head, 'cpu_ops') - _total(base, 'cpu_ops'):+d} ops (a fingerprint without work records)"
+        )
     if base.get("sdpa_backends") != head.get("sdpa_backends"):
         found.append("another SDPA backend")
     return found
@@ -114,8 +141,12 @@ def diff_fingerprints(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
     """
     lines = []
     split = _knows_work(base) and _knows_work(head)
-    fields = [("work_ops" if split else "cpu_ops", ""), ("kernels", "kernel "), ("copies", "copy "),
-              ("memcpy", "Memcpy ")]
+    fields = [
+        ("work_ops" if split else "cpu_ops", ""),
+        ("kernels", "kernel "),
+        ("copies", "copy "),
+        ("memcpy", "Memcpy "),
+    ]
     if "score_writes" in base and "score_writes" in head:
         fields.append(("score_writes", "score write "))
     for field, label in fields:
@@ -125,7 +156,10 @@ def diff_fingerprints(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
     if grown:
         sign = "+" if grown > 0 else "-"
         lines.append(f"allocated {sign}{format_bytes(abs(grown))} per forward")
-    for field, label in (("written_in_place_bytes", "written in place"), ("saved_for_backward_bytes", "saved for backward")):
+    for field, label in (
+        ("written_in_place_bytes", "written in place"),
+        ("saved_for_backward_bytes", "saved for backward"),
+    ):
         grown = (head.get(field) or 0) - (base.get(field) or 0)
         if field in base and field in head and grown:
             lines.append(f"{label} {'+' if grown > 0 else '-'}{format_bytes(abs(grown))}")
@@ -134,5 +168,8 @@ def diff_fingerprints(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
     if split:
         idle = count_changes(base["no_work_ops"], head["no_work_ops"])
         if idle:
-            lines.append(NO_WORK_PREFIX + ", ".join(f"{after - before:+d} {name}" for name, before, after in idle))
+            lines.append(
+                NO_WORK_PREFIX
+                + ", ".join(f"{after - before:+d} {name}" for name, before, after in idle)
+            )
     return lines

@@ -19,9 +19,21 @@ from typing import Any
 
 from perfsuite.errors import TraceError  # noqa: F401  (re-exported)
 from perfsuite.trace.events import (  # noqa: F401  (CopyRecord, WindowSummary, load_trace are re-exported)
-    COMPILED_GRAPH_PREFIX, CPU_COPY_OPS, CopyRecord, WindowSummary, _DEVICE_CATEGORIES,
-    _LAUNCH_CATEGORIES, _MEMORY_DEVICE_TYPES, _converts_dtype, _first_dims, _memcpy_kind, _memcpy_route,
-    _tensor_types, device_event_kind, load_trace, op_output_bytes,
+    COMPILED_GRAPH_PREFIX,
+    CPU_COPY_OPS,
+    CopyRecord,
+    WindowSummary,
+    _DEVICE_CATEGORIES,
+    _LAUNCH_CATEGORIES,
+    _MEMORY_DEVICE_TYPES,
+    _converts_dtype,
+    _first_dims,
+    _memcpy_kind,
+    _memcpy_route,
+    _tensor_types,
+    device_event_kind,
+    load_trace,
+    op_output_bytes,
 )
 from perfsuite.trace.kernel_families import is_copy_kernel
 from perfsuite.trace.work import op_work
@@ -38,14 +50,18 @@ class TraceIndex:
         self.annotations = by_cat["user_annotation"]
         self.cpu_ops = by_cat["cpu_op"]
         self.launches = [e for c in _LAUNCH_CATEGORIES for e in by_cat[c]]
-        self.device_events = [e for c in _DEVICE_CATEGORIES for e in by_cat[c] if e.get("ph", "X") == "X"]
+        self.device_events = [
+            e for c in _DEVICE_CATEGORIES for e in by_cat[c] if e.get("ph", "X") == "X"
+        ]
         self.memory = [e for e in by_cat["cpu_instant_event"] if e.get("name") == "[memory]"]
         self.memory.sort(key=lambda e: e.get("ts", 0))
         self.op_by_external_id = {
             e["args"]["External id"]: e for e in self.cpu_ops if "External id" in e.get("args", {})
         }
         self.launch_by_correlation = {
-            e["args"]["correlation"]: e for e in self.launches if e.get("args", {}).get("correlation") is not None
+            e["args"]["correlation"]: e
+            for e in self.launches
+            if e.get("args", {}).get("correlation") is not None
         }
         self.host_pids = {e.get("pid") for e in self.cpu_ops + self.launches}
         self.unattributed = [e for e in self.device_events if not self._launch_of(e)]
@@ -61,7 +77,9 @@ class TraceIndex:
     def windows(self, annotation: str) -> list[dict[str, Any]]:
         """Annotation events named ``annotation`` or ``annotation#N``, in time order."""
         pattern = re.compile(re.escape(annotation) + r"(#\d+)?$")
-        found = [e for e in self.annotations if pattern.match(str(e.get("name", ""))) and "dur" in e]
+        found = [
+            e for e in self.annotations if pattern.match(str(e.get("name", ""))) and "dur" in e
+        ]
         return sorted(found, key=lambda e: e["ts"])
 
     def host_ranges(self) -> list[dict[str, Any]]:
@@ -71,7 +89,9 @@ class TraceIndex:
     def whole_trace(self) -> dict[str, Any]:
         """A pseudo-window spanning every CPU-side event of every process (the device events when
         there are none); it holds every device event of the trace, launched in it or not."""
-        timed = (self.cpu_ops + self.launches + self.annotations + self.memory) or self.device_events
+        timed = (
+            self.cpu_ops + self.launches + self.annotations + self.memory
+        ) or self.device_events
         if not timed:
             return {"name": "whole trace", "ts": 0, "dur": 0, "pid": None, "whole": True}
         start = min(e.get("ts", 0) for e in timed)
@@ -82,12 +102,16 @@ class TraceIndex:
         if not self.unattributed:
             return ()
         time_us = sum(float(e.get("dur", 0)) for e in self.unattributed)
-        lost = f"{len(self.unattributed)} device event(s) ({time_us:.1f} us) have no recorded launch"
+        lost = (
+            f"{len(self.unattributed)} device event(s) ({time_us:.1f} us) have no recorded launch"
+        )
         if whole:
             return (f"{lost}: counted here as unattributed; per-window attribution is incomplete",)
         during = sum(1 for e in self.unattributed if start <= e.get("ts", -1) <= end)
-        return (f"{lost} ({during} ran during this window): per-window attribution is incomplete, "
-                "these counts may be short",)
+        return (
+            f"{lost} ({during} ran during this window): per-window attribution is incomplete, "
+            "these counts may be short",
+        )
 
     def summarize(self, window: dict[str, Any]) -> WindowSummary:
         """Summarise one window event (from ``windows`` or ``whole_trace``; pid None = any process)."""
@@ -97,7 +121,9 @@ class TraceIndex:
             pid = None  # some traces give annotations another pid namespace than ops (containers)
 
         def inside(e: dict[str, Any]) -> bool:
-            return whole or ((pid is None or e.get("pid") == pid) and start <= e.get("ts", -1) <= end)
+            return whole or (
+                (pid is None or e.get("pid") == pid) and start <= e.get("ts", -1) <= end
+            )
 
         ops = [e for e in self.cpu_ops if inside(e)]
         launches = [e for e in self.launches if inside(e)]
@@ -105,7 +131,11 @@ class TraceIndex:
             device = self.device_events
         else:
             correlations = {e.get("args", {}).get("correlation") for e in launches} - {None}
-            device = [e for e in self.device_events if e.get("args", {}).get("correlation") in correlations]
+            device = [
+                e
+                for e in self.device_events
+                if e.get("args", {}).get("correlation") in correlations
+            ]
         by_kind = collections.defaultdict(list)
         for e in device:
             by_kind[device_event_kind(e)].append(e)
@@ -138,8 +168,11 @@ class TraceIndex:
             copies=tuple(self._cpu_copies(ops) + self._device_copies(kernels + memcpys)),
             allocated_bytes=allocated,
             peak_bytes=peak,
-            compiled_graph_calls=sum(1 for e in self.host_ranges() if inside(e) and
-                                 str(e.get("name", "")).startswith(COMPILED_GRAPH_PREFIX)),
+            compiled_graph_calls=sum(
+                1
+                for e in self.host_ranges()
+                if inside(e) and str(e.get("name", "")).startswith(COMPILED_GRAPH_PREFIX)
+            ),
             unattributed_events=len(unattributed),
             unattributed_time_us=float(sum(e.get("dur", 0) for e in unattributed)),
             warnings=self._unattributed_warning(start, end, whole),
@@ -164,7 +197,17 @@ class TraceIndex:
             if e["ts"] < open_until.get(tid, float("-inf")):
                 continue  # nested inside a copy already counted
             open_until[tid] = e["ts"] + e.get("dur", 0)
-            records.append(CopyRecord("cpu", e["name"], e["name"], _first_dims(e), None, _converts_dtype(e), _tensor_types(e)))
+            records.append(
+                CopyRecord(
+                    "cpu",
+                    e["name"],
+                    e["name"],
+                    _first_dims(e),
+                    None,
+                    _converts_dtype(e),
+                    _tensor_types(e),
+                )
+            )
         return records
 
     def _device_copies(self, device: list[dict[str, Any]]) -> list[CopyRecord]:
@@ -180,7 +223,11 @@ class TraceIndex:
             shape = _first_dims(op) if op else None
             kind = _memcpy_kind(e["name"]) if is_memcpy else "copy kernel"
             size = self._event_bytes(e) if is_memcpy else op_output_bytes(op)
-            records.append(CopyRecord("device", kind, e["name"], shape, size, _converts_dtype(op), _tensor_types(op)))
+            records.append(
+                CopyRecord(
+                    "device", kind, e["name"], shape, size, _converts_dtype(op), _tensor_types(op)
+                )
+            )
         return records
 
     def _launching_op(self, args: dict[str, Any]) -> dict[str, Any] | None:
@@ -194,17 +241,23 @@ class TraceIndex:
         if launch is None:
             return op
         enclosing = [
-            e for e in self.cpu_ops
-            if e.get("tid") == launch.get("tid") and e["ts"] <= launch["ts"] <= e["ts"] + e.get("dur", 0)
+            e
+            for e in self.cpu_ops
+            if e.get("tid") == launch.get("tid")
+            and e["ts"] <= launch["ts"] <= e["ts"] + e.get("dur", 0)
         ]
         return max(enclosing, key=lambda e: e["ts"]) if enclosing else op
 
-    def _memory(self, start: float, end: float, pid: Any, whole: bool = False) -> tuple[dict[str, int], dict[str, int]]:
+    def _memory(
+        self, start: float, end: float, pid: Any, whole: bool = False
+    ) -> tuple[dict[str, int], dict[str, int]]:
         allocated: dict[str, int] = collections.Counter()
         peak: dict[str, int] = {}
         level_at_start: dict[str, int] = {}
         for e in self.memory:
-            if not whole and ((pid is not None and e.get("pid") != pid) or not (start <= e.get("ts", -1) <= end)):
+            if not whole and (
+                (pid is not None and e.get("pid") != pid) or not (start <= e.get("ts", -1) <= end)
+            ):
                 continue
             args = e.get("args", {})
             device = _MEMORY_DEVICE_TYPES.get(args.get("Device Type"), str(args.get("Device Type")))

@@ -50,8 +50,9 @@ def _end(event: dict[str, Any]) -> float:
     return float(event.get("ts", 0)) + float(event.get("dur", 0))
 
 
-def _innermost(thread_ops: list[dict[str, Any]], starts: list[float], parents: list[int | None],
-               ts: float) -> int | None:
+def _innermost(
+    thread_ops: list[dict[str, Any]], starts: list[float], parents: list[int | None], ts: float
+) -> int | None:
     """Index of the innermost op whose range holds ``ts`` (ops sorted by start): the last op
     started by then, or the nearest of its callers that is still open."""
     position: int | None = bisect.bisect_right(starts, ts) - 1
@@ -62,7 +63,9 @@ def _innermost(thread_ops: list[dict[str, Any]], starts: list[float], parents: l
     return None
 
 
-def op_work(ops: list[dict[str, Any]], memory: list[dict[str, Any]], launches: list[dict[str, Any]]) -> OpWork:
+def op_work(
+    ops: list[dict[str, Any]], memory: list[dict[str, Any]], launches: list[dict[str, Any]]
+) -> OpWork:
     """Split ``cpu_op`` records into work and no work, by the allocations (``memory``: ``[memory]``
     instant events) and launch calls (``launches``) of the same window."""
     by_thread: dict[Any, list[dict[str, Any]]] = collections.defaultdict(list)
@@ -106,7 +109,9 @@ def _parents(thread_ops: list[dict[str, Any]]) -> list[int | None]:
     return parents
 
 
-def _in_place_writes(thread_ops: list[dict[str, Any]], parents: list[int | None], did: list[bool]) -> int:
+def _in_place_writes(
+    thread_ops: list[dict[str, Any]], parents: list[int | None], did: list[bool]
+) -> int:
     """Mark in-place ops as work and sum their destinations' bytes, each write counted once."""
     dims = lambda op: (op.get("args", {}).get("Input Dims") or [None])[0]
     in_place = [is_in_place(str(op.get("name", ""))) for op in thread_ops]

@@ -24,7 +24,7 @@ follow the packages' documented signatures and are exercised here only through t
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -50,21 +50,33 @@ def _cuda_module(name: str, import_name: str, hint: str, query: torch.Tensor):
 
 def prepare_flash_attn(inputs: AttentionInputs) -> VariantFn:
     """``flash_attn_func`` bound to the case's causal flag and window (see the module docstring)."""
-    module = _cuda_module("flash-attn", "flash_attn", "install flash-attn (CUDA builds only)", inputs.query)
+    module = _cuda_module(
+        "flash-attn", "flash_attn", "install flash-attn (CUDA builds only)", inputs.query
+    )
     query, key, mask = inputs.query, inputs.key, inputs.mask
     if query.dtype not in (torch.float16, torch.bfloat16):
         raise CaseUnsupported(f"flash_attn_func takes fp16 and bf16 only, not {query.dtype}")
     kind = mask_kind(mask.kind)
     if mask.additive is not None or (mask.allowed is not None and not kind.causal):
-        raise CaseUnsupported(f"flash_attn_func takes no mask tensor ({kind.name}); padding needs flash_attn_varlen_func")
+        raise CaseUnsupported(
+            f"flash_attn_func takes no mask tensor ({kind.name}); padding needs flash_attn_varlen_func"
+        )
     if kind.causal and not kind.bottom_right and query.shape[2] != key.shape[2]:
-        raise CaseUnsupported("flash-attn aligns causal masks bottom-right; top-left causal with seq_len_q != seq_len_kv "
-                              "has no flash-attn form")
+        raise CaseUnsupported(
+            "flash-attn aligns causal masks bottom-right; top-left causal with seq_len_q != seq_len_kv "
+            "has no flash-attn form"
+        )
     window = (kind.window - 1, 0) if kind.window else (-1, -1)
 
     def attention(query, key, value, *, mask, scale):
-        output = module.flash_attn_func(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
-                                        softmax_scale=scale, causal=kind.causal, window_size=window)
+        output = module.flash_attn_func(
+            query.transpose(1, 2),
+            key.transpose(1, 2),
+            value.transpose(1, 2),
+            softmax_scale=scale,
+            causal=kind.causal,
+            window_size=window,
+        )
         return output.transpose(1, 2)
 
     return attention
@@ -81,14 +93,19 @@ def prepare_xformers(inputs: AttentionInputs) -> VariantFn:
     if mask.additive is None and kind.causal and kind.window:
         bias = fmha.LowerTriangularFromBottomRightLocalAttentionMask(kind.window)
     elif mask.additive is None and kind.causal:
-        bias = fmha.LowerTriangularFromBottomRightMask() if kind.bottom_right else fmha.LowerTriangularMask()
+        bias = (
+            fmha.LowerTriangularFromBottomRightMask()
+            if kind.bottom_right
+            else fmha.LowerTriangularMask()
+        )
     elif mask.sdpa_mask is None:
         bias = None
     else:
         selection = mask.sdpa_mask
         if selection.dtype == torch.bool:
-            selection = torch.zeros(selection.shape, dtype=query.dtype, device=query.device).masked_fill(
-                ~selection, float("-inf"))
+            selection = torch.zeros(
+                selection.shape, dtype=query.dtype, device=query.device
+            ).masked_fill(~selection, float("-inf"))
         bias = selection.expand(batch, num_heads, seq_len_q, seq_len_kv)
     groups = num_heads // num_kv_heads
 
@@ -101,10 +118,18 @@ def prepare_xformers(inputs: AttentionInputs) -> VariantFn:
         return t.unsqueeze(3).expand(batch, t.shape[1], num_kv_heads, groups, head_dim)
 
     def attention(query, key, value, *, mask, scale):
-        out_bias = bias if not isinstance(bias, torch.Tensor) or groups == 1 else bias.reshape(
-            batch, num_kv_heads, groups, seq_len_q, seq_len_kv)
-        output = module.memory_efficient_attention(layout(query, num_heads), layout(key, num_kv_heads),
-                                                   layout(value, num_kv_heads), attn_bias=out_bias, scale=scale)
+        out_bias = (
+            bias
+            if not isinstance(bias, torch.Tensor) or groups == 1
+            else bias.reshape(batch, num_kv_heads, groups, seq_len_q, seq_len_kv)
+        )
+        output = module.memory_efficient_attention(
+            layout(query, num_heads),
+            layout(key, num_kv_heads),
+            layout(value, num_kv_heads),
+            attn_bias=out_bias,
+            scale=scale,
+        )
         return output.reshape(batch, seq_len_q, num_heads, head_dim).transpose(1, 2)
 
     return attention
@@ -112,17 +137,27 @@ def prepare_xformers(inputs: AttentionInputs) -> VariantFn:
 
 def _direct(prepare: Callable[[AttentionInputs], VariantFn], name: str) -> VariantFn:
     def attention(query, key, value, *, mask, scale):
-        return prepare(AttentionInputs(query, key, value, mask, scale))(query, key, value, mask=mask, scale=scale)
+        return prepare(AttentionInputs(query, key, value, mask, scale))(
+            query, key, value, mask=mask, scale=scale
+        )
 
     attention.__doc__ = f"{name}; called directly it prepares on every call."
     return attention
 
 
-register_variant("flash_attn", "flash-attn flash_attn_func (CUDA, fp16/bf16; causal, window, no mask tensor)",
-                 prepare=prepare_flash_attn, fused=True, saves_scores_for_backward=False,
-                 wraps="flash-attn")(
-    _direct(prepare_flash_attn, "flash_attn_func"))
-register_variant("xformers", "xformers memory_efficient_attention (CUDA; causal biases or a float bias tensor)",
-                 prepare=prepare_xformers, fused=True, saves_scores_for_backward=False,
-                 wraps="xformers")(
-    _direct(prepare_xformers, "memory_efficient_attention"))
+register_variant(
+    "flash_attn",
+    "flash-attn flash_attn_func (CUDA, fp16/bf16; causal, window, no mask tensor)",
+    prepare=prepare_flash_attn,
+    fused=True,
+    saves_scores_for_backward=False,
+    wraps="flash-attn",
+)(_direct(prepare_flash_attn, "flash_attn_func"))
+register_variant(
+    "xformers",
+    "xformers memory_efficient_attention (CUDA; causal biases or a float bias tensor)",
+    prepare=prepare_xformers,
+    fused=True,
+    saves_scores_for_backward=False,
+    wraps="xformers",
+)(_direct(prepare_xformers, "memory_efficient_attention"))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
@@ -36,7 +36,9 @@ def _broadcast_lookup(tensor: torch.Tensor) -> Callable:
     varies = [size > 1 for size in full.shape]  # a size-1 dim is broadcast: always index 0
 
     def lookup(b, h, q_idx, kv_idx):
-        return full[tuple(index if vary else 0 for index, vary in zip((b, h, q_idx, kv_idx), varies))]
+        return full[
+            tuple(index if vary else 0 for index, vary in zip((b, h, q_idx, kv_idx), varies))
+        ]
 
     return lookup
 
@@ -67,13 +69,22 @@ def block_mask_for(mask: AttentionMask, query: torch.Tensor, key: torch.Tensor) 
     allowed = mask.allowed if mask.allowed is not None and mask.allowed.dim() == 4 else None
     per_batch = batch if allowed is not None and allowed.shape[0] > 1 else None
     per_head = num_heads if allowed is not None and allowed.shape[1] > 1 else None
-    return create_block_mask(mask_mod, per_batch, per_head, seq_len_q, seq_len_kv, device=query.device)
+    return create_block_mask(
+        mask_mod, per_batch, per_head, seq_len_q, seq_len_kv, device=query.device
+    )
 
 
 def call_flex(query, key, value, block_mask, score_mod, scale):
     """flex_attention with grouped-query heads when key/value have fewer heads than query."""
-    return flex_attention(query, key, value, score_mod=score_mod, block_mask=block_mask, scale=scale,
-                          enable_gqa=key.shape[1] != query.shape[1])
+    return flex_attention(
+        query,
+        key,
+        value,
+        score_mod=score_mod,
+        block_mask=block_mask,
+        scale=scale,
+        enable_gqa=key.shape[1] != query.shape[1],
+    )
 
 
 def _for_case(inputs: AttentionInputs, flex_call: Callable) -> VariantFn:
@@ -108,9 +119,15 @@ def refusing_cpu_backward(fn: VariantFn) -> VariantFn:
     """
 
     def attention(query, key, value, *, mask, scale):
-        if query.device.type == "cpu" and torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)):
-            raise NotImplementedError("FlexAttention does not support backward on CPU (refused before torch.compile "
-                                      "traces it, which would make Dynamo skip flex_attention for the whole process)")
+        if (
+            query.device.type == "cpu"
+            and torch.is_grad_enabled()
+            and any(t.requires_grad for t in (query, key, value))
+        ):
+            raise NotImplementedError(
+                "FlexAttention does not support backward on CPU (refused before torch.compile "
+                "traces it, which would make Dynamo skip flex_attention for the whole process)"
+            )
         return fn(query, key, value, mask=mask, scale=scale)
 
     return attention
@@ -124,16 +141,28 @@ def _shared_compiled_flex() -> Callable:
     return torch.compile(call_flex, dynamic=False)
 
 
-@register_variant("flex_eager", "flex_attention without torch.compile: unfused reference, materializes the scores",
-                  prepare=prepare_eager)
+@register_variant(
+    "flex_eager",
+    "flex_attention without torch.compile: unfused reference, materializes the scores",
+    prepare=prepare_eager,
+)
 def flex_eager_attention(query, key, value, *, mask, scale):
     """Eager flex_attention; called directly it builds the block mask on every call."""
-    return prepare_eager(AttentionInputs(query, key, value, mask, scale))(query, key, value, mask=mask, scale=scale)
+    return prepare_eager(AttentionInputs(query, key, value, mask, scale))(
+        query, key, value, mask=mask, scale=scale
+    )
 
 
-@register_variant("flex_compiled", "flex_attention under torch.compile: fused, block mask built once per case",
-                  prepare=prepare_compiled, compiled=True, saves_scores_for_backward=False, fused=True)
+@register_variant(
+    "flex_compiled",
+    "flex_attention under torch.compile: fused, block mask built once per case",
+    prepare=prepare_compiled,
+    compiled=True,
+    saves_scores_for_backward=False,
+    fused=True,
+)
 def flex_compiled_attention(query, key, value, *, mask, scale):
     """Compiled flex_attention; called directly it builds the block mask on every call."""
     return _for_case(AttentionInputs(query, key, value, mask, scale), _shared_compiled_flex())(
-        query, key, value, mask=mask, scale=scale)
+        query, key, value, mask=mask, scale=scale
+    )

@@ -27,7 +27,7 @@ is value``), which an adapter given separate query, key and value never meets.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -37,15 +37,18 @@ from perfsuite.variants.registry import VariantFn, prepared_on_every_call, regis
 from perfsuite.variants.unsupported import CaseUnsupported
 
 
-def transparent_module(num_heads: int, head_dim: int, scale: float, dtype: torch.dtype,
-                       device: torch.device) -> torch.nn.MultiheadAttention:
+def transparent_module(
+    num_heads: int, head_dim: int, scale: float, dtype: torch.dtype, device: torch.device
+) -> torch.nn.MultiheadAttention:
     """``nn.MultiheadAttention`` whose projections pass the heads through (see the module docstring).
 
     ``embed_dim = num_heads * head_dim``; the query block of ``in_proj_weight`` is
     ``scale * sqrt(head_dim) * I`` so that scores are ``scale * q @ k^T``.
     """
     embed_dim = num_heads * head_dim
-    module = torch.nn.MultiheadAttention(embed_dim, num_heads, bias=False, batch_first=True, device=device, dtype=dtype)
+    module = torch.nn.MultiheadAttention(
+        embed_dim, num_heads, bias=False, batch_first=True, device=device, dtype=dtype
+    )
     eye = torch.eye(embed_dim, dtype=dtype, device=device)
     with torch.no_grad():
         module.in_proj_weight.copy_(torch.cat([eye * (scale * math.sqrt(head_dim)), eye, eye]))
@@ -53,8 +56,9 @@ def transparent_module(num_heads: int, head_dim: int, scale: float, dtype: torch
     return module.eval()
 
 
-def module_masks(mask: AttentionMask, batch: int, num_heads: int, seq_len_q: int,
-                 seq_len_kv: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+def module_masks(
+    mask: AttentionMask, batch: int, num_heads: int, seq_len_q: int, seq_len_kv: int
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """``(attn_mask, key_padding_mask)`` for ``nn.MultiheadAttention`` from the suite's mask.
 
     Bool masks are inverted (the module's True hides). A padding mask becomes ``key_padding_mask``
@@ -92,14 +96,24 @@ def prepare_for(need_weights: bool) -> Callable[[AttentionInputs], VariantFn]:
         batch, num_heads, seq_len_q, head_dim = query.shape
         num_kv_heads, seq_len_kv = key.shape[1], key.shape[2]
         if num_kv_heads != num_heads:
-            raise CaseUnsupported(f"nn.MultiheadAttention has one kv head per query head (no grouped-query attention); "
-                                  f"this case has {num_heads} query heads and {num_kv_heads} kv heads")
+            raise CaseUnsupported(
+                f"nn.MultiheadAttention has one kv head per query head (no grouped-query attention); "
+                f"this case has {num_heads} query heads and {num_kv_heads} kv heads"
+            )
         module = transparent_module(num_heads, head_dim, inputs.scale, query.dtype, query.device)
-        attn_mask, key_padding_mask = module_masks(inputs.mask, batch, num_heads, seq_len_q, seq_len_kv)
+        attn_mask, key_padding_mask = module_masks(
+            inputs.mask, batch, num_heads, seq_len_q, seq_len_kv
+        )
 
         def attention(query, key, value, *, mask, scale):
-            output, _ = module(_to_embed(query), _to_embed(key), _to_embed(value), attn_mask=attn_mask,
-                               key_padding_mask=key_padding_mask, need_weights=need_weights)
+            output, _ = module(
+                _to_embed(query),
+                _to_embed(key),
+                _to_embed(value),
+                attn_mask=attn_mask,
+                key_padding_mask=key_padding_mask,
+                need_weights=need_weights,
+            )
             return output.view(batch, seq_len_q, num_heads, head_dim).transpose(1, 2)
 
         return attention
@@ -108,13 +122,24 @@ def prepare_for(need_weights: bool) -> Callable[[AttentionInputs], VariantFn]:
 
 
 def _direct(need_weights: bool) -> VariantFn:
-    return prepared_on_every_call(prepare_for(need_weights), f"nn.MultiheadAttention with need_weights={need_weights}; "
-                                  "builds the module on every direct call.")
+    return prepared_on_every_call(
+        prepare_for(need_weights),
+        f"nn.MultiheadAttention with need_weights={need_weights}; "
+        "builds the module on every direct call.",
+    )
 
 
-register_variant("mha", "nn.MultiheadAttention(need_weights=False) with identity projections: runs SDPA inside",
-                 prepare=prepare_for(False), wraps="torch.nn.MultiheadAttention")(_direct(False))
-register_variant("mha_need_weights",
-                 "nn.MultiheadAttention(need_weights=True, its default) with identity projections: explicit softmax",
-                 prepare=prepare_for(True), saves_scores_for_backward=True, fully_masked_rows="nan",
-                 wraps="torch.nn.MultiheadAttention")(_direct(True))
+register_variant(
+    "mha",
+    "nn.MultiheadAttention(need_weights=False) with identity projections: runs SDPA inside",
+    prepare=prepare_for(False),
+    wraps="torch.nn.MultiheadAttention",
+)(_direct(False))
+register_variant(
+    "mha_need_weights",
+    "nn.MultiheadAttention(need_weights=True, its default) with identity projections: explicit softmax",
+    prepare=prepare_for(True),
+    saves_scores_for_backward=True,
+    fully_masked_rows="nan",
+    wraps="torch.nn.MultiheadAttention",
+)(_direct(True))

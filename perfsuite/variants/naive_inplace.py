@@ -13,8 +13,12 @@ from perfsuite.variants.naive import expand_kv_heads
 from perfsuite.variants.registry import register_variant
 
 
-@register_variant("naive_inplace", "naive with mul_, add_ and masked_fill_ (no score copy)", fully_masked_rows="nan",
-                  saves_scores_for_backward=True)
+@register_variant(
+    "naive_inplace",
+    "naive with mul_, add_ and masked_fill_ (no score copy)",
+    fully_masked_rows="nan",
+    saves_scores_for_backward=True,
+)
 def naive_inplace_attention(query, key, value, *, mask, scale):
     """Like ``naive`` but scales, biases and masks the fresh score tensor in place."""
     key, value = expand_kv_heads(key, query.shape[1]), expand_kv_heads(value, query.shape[1])

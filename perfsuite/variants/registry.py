@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from typing import Any, Callable, Mapping
+from typing import Any
+from collections.abc import Callable, Mapping
 
 
 from perfsuite.attention.cases import DEVICES
@@ -104,13 +105,25 @@ def check_signature(name: str, fn: VariantFn) -> None:
     """Raise ``TypeError`` unless ``fn`` takes (query, key, value, *, mask, scale); further parameters
     with defaults (``chunk=32``, keyword-only or after ``value``) are accepted and left at their defaults."""
     params = inspect.signature(fn).parameters.values()
-    extra_without_default = [p.name for p in params if p.default is p.empty
-                             and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-                             and p.name not in (*_POSITIONAL, *_KEYWORD_ONLY)]
+    extra_without_default = [
+        p.name
+        for p in params
+        if p.default is p.empty
+        and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        and p.name not in (*_POSITIONAL, *_KEYWORD_ONLY)
+    ]
     positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     keyword = {p.name for p in params if p.kind is p.KEYWORD_ONLY}
-    if tuple(positional[:len(_POSITIONAL)]) != _POSITIONAL or not set(_KEYWORD_ONLY) <= keyword or extra_without_default:
-        extra = f" ({', '.join(extra_without_default)} without a default)" if extra_without_default else ""
+    if (
+        tuple(positional[: len(_POSITIONAL)]) != _POSITIONAL
+        or not set(_KEYWORD_ONLY) <= keyword
+        or extra_without_default
+    ):
+        extra = (
+            f" ({', '.join(extra_without_default)} without a default)"
+            if extra_without_default
+            else ""
+        )
         raise TypeError(
             f"attention variant {name!r} has signature {inspect.signature(fn)}{extra}; expected "
             f"({', '.join(_POSITIONAL)}, *, {', '.join(_KEYWORD_ONLY)}), further parameters with defaults"
@@ -149,30 +162,50 @@ def register_variant(
         if name in _REGISTRY:
             raise ValueError(f"attention variant {name!r} is already registered")
         if fully_masked_rows not in FULLY_MASKED_ROW_RESULTS:
-            raise ValueError(f"fully_masked_rows={fully_masked_rows!r}; allowed: {', '.join(FULLY_MASKED_ROW_RESULTS)}")
+            raise ValueError(
+                f"fully_masked_rows={fully_masked_rows!r}; allowed: {', '.join(FULLY_MASKED_ROW_RESULTS)}"
+            )
         anywhere, per_device = _forward_only(name, forward_only)
         check_signature(name, fn)
         _REGISTRY[name] = Variant(
-            name=name, fn=fn, description=description, sdpa_backend=sdpa_backend,
-            copies_scores_when_masked=copies_scores_when_masked, fully_masked_rows=fully_masked_rows, prepare=prepare,
-            compiled=compiled, forward_only=anywhere, saves_scores_for_backward=saves_scores_for_backward, fused=fused,
-            forward_only_on=per_device, property_tests=property_tests, wraps=wraps, preload=preload)
+            name=name,
+            fn=fn,
+            description=description,
+            sdpa_backend=sdpa_backend,
+            copies_scores_when_masked=copies_scores_when_masked,
+            fully_masked_rows=fully_masked_rows,
+            prepare=prepare,
+            compiled=compiled,
+            forward_only=anywhere,
+            saves_scores_for_backward=saves_scores_for_backward,
+            fused=fused,
+            forward_only_on=per_device,
+            property_tests=property_tests,
+            wraps=wraps,
+            preload=preload,
+        )
         return fn
 
     return decorate
 
 
-def _forward_only(name: str, value: str | Mapping[str, str] | None) -> tuple[str | None, tuple[tuple[str, str], ...]]:
+def _forward_only(
+    name: str, value: str | Mapping[str, str] | None
+) -> tuple[str | None, tuple[tuple[str, str], ...]]:
     """Split ``forward_only`` into (reason everywhere, ((device, reason), ...)); ValueError when malformed."""
     if value is None or isinstance(value, str):
         return value, ()
     if not isinstance(value, Mapping):
-        raise ValueError(f"attention variant {name!r}: forward_only={value!r}; give a reason (str) or "
-                         f"{{device: reason}} with devices from {', '.join(DEVICES)}")
+        raise ValueError(
+            f"attention variant {name!r}: forward_only={value!r}; give a reason (str) or "
+            f"{{device: reason}} with devices from {', '.join(DEVICES)}"
+        )
     for device, reason in value.items():
         if device not in DEVICES or not isinstance(reason, str) or not reason:
-            raise ValueError(f"attention variant {name!r}: forward_only entry {device!r}: {reason!r}; devices are "
-                             f"{', '.join(DEVICES)} and each needs a reason (a non-empty str)")
+            raise ValueError(
+                f"attention variant {name!r}: forward_only entry {device!r}: {reason!r}; devices are "
+                f"{', '.join(DEVICES)} and each needs a reason (a non-empty str)"
+            )
     return None, tuple(sorted(value.items()))
 
 
@@ -193,8 +226,10 @@ def unregister_variant(name: str) -> Variant:
 def get_variant(name: str) -> Variant:
     """Return the variant called ``name``; ``ValueError`` lists the known names otherwise."""
     if name not in _REGISTRY:
-        raise ValueError(f"unknown attention variant {name!r}{did_you_mean(name, _REGISTRY)}; "
-                         f"known: {', '.join(_REGISTRY)}")
+        raise ValueError(
+            f"unknown attention variant {name!r}{did_you_mean(name, _REGISTRY)}; "
+            f"known: {', '.join(_REGISTRY)}"
+        )
     return _REGISTRY[name]
 
 
@@ -225,7 +260,9 @@ def prepared_on_every_call(prepare: PrepareFn, doc: str) -> VariantFn:
     from perfsuite.attention.inputs import AttentionInputs
 
     def attention(query, key, value, *, mask, scale):
-        return prepare(AttentionInputs(query, key, value, mask, scale))(query, key, value, mask=mask, scale=scale)
+        return prepare(AttentionInputs(query, key, value, mask, scale))(
+            query, key, value, mask=mask, scale=scale
+        )
 
     attention.__doc__ = doc
     return attention

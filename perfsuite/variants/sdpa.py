@@ -24,7 +24,12 @@ PINNED_BACKENDS = {
 def call_sdpa(query, key, value, mask, scale):
     """SDPA with the case's mask (``is_causal`` or ``attn_mask``) and GQA when key/value have fewer heads."""
     return F.scaled_dot_product_attention(
-        query, key, value, attn_mask=mask.sdpa_mask, is_causal=mask.is_causal, scale=scale,
+        query,
+        key,
+        value,
+        attn_mask=mask.sdpa_mask,
+        is_causal=mask.is_causal,
+        scale=scale,
         enable_gqa=key.shape[1] != query.shape[1],
     )
 
@@ -48,5 +53,10 @@ def _pinned(backend_name: str):
 
 for _name, _backend in PINNED_BACKENDS.items():
     # math saves its softmax for backward; the fused backends save a logsumexp per row instead.
-    register_variant(_name, f"SDPA pinned to SDPBackend.{_backend}", sdpa_backend=_backend,
-                     saves_scores_for_backward=_backend == "MATH", fused=_backend != "MATH")(_pinned(_backend))
+    register_variant(
+        _name,
+        f"SDPA pinned to SDPBackend.{_backend}",
+        sdpa_backend=_backend,
+        saves_scores_for_backward=_backend == "MATH",
+        fused=_backend != "MATH",
+    )(_pinned(_backend))

@@ -42,7 +42,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import torch
 
@@ -52,8 +53,13 @@ from perfsuite.variants.registry import VariantFn, prepared_on_every_call, regis
 from perfsuite.variants.unsupported import CaseUnsupported, optional_module
 
 INSTALL_HINT = "install it with: pip install 'perfsuite[transformers]'"
-_MODEL_MODULES = ("transformers.models.llama.modeling_llama", "transformers.models.mistral.modeling_mistral",
-                  "transformers.models.bert.modeling_bert", "transformers.masking_utils", "transformers.cache_utils")
+_MODEL_MODULES = (
+    "transformers.models.llama.modeling_llama",
+    "transformers.models.mistral.modeling_mistral",
+    "transformers.models.bert.modeling_bert",
+    "transformers.masking_utils",
+    "transformers.cache_utils",
+)
 
 
 @functools.cache
@@ -77,7 +83,14 @@ def load() -> str | None:
 # transformers 5.24's ALL_ATTENTION_FUNCTIONS keys that are kernels, plus the model file's eager (the
 # order of the table). Listed, not read, so that listing variants does not import transformers;
 # tests/variants/test_transformers_attn.py fails when the installed transformers has others.
-IMPLEMENTATIONS = ("eager", "sdpa", "flex_attention", "flash_attention_2", "flash_attention_3", "flash_attention_4")
+IMPLEMENTATIONS = (
+    "eager",
+    "sdpa",
+    "flex_attention",
+    "flash_attention_2",
+    "flash_attention_3",
+    "flash_attention_4",
+)
 # Paged attention (``paged|eager``; ``paged|sdpa``, ``paged|flash_attention_2`` ... in 5.17) needs a
 # PagedAttentionCache (continuous batching), not a call on query/key/value.
 PAGED_PREFIX = "paged|"
@@ -152,7 +165,8 @@ def _custom_4d_mask(impl: str, inputs: AttentionInputs) -> torch.Tensor:
     if impl == "flex_attention" and heads > 1:
         raise CaseUnsupported(
             "transformers' flex_attention_forward reads a tensor mask at head 0 (score_mask[b][0][q][kv]), "
-            "so a per-head bias ([1, num_heads, Sq, Skv]) is not applied to the other heads (a limitation of transformers)")
+            "so a per-head bias ([1, num_heads, Sq, Skv]) is not applied to the other heads (a limitation of transformers)"
+        )
     return bias
 
 
@@ -166,8 +180,11 @@ def model_call(impl: str, inputs: AttentionInputs) -> ModelCall:
     if missing:
         raise CaseUnsupported(missing)
     from transformers import BertConfig, LlamaConfig, MistralConfig
-    from transformers.masking_utils import (create_bidirectional_mask, create_causal_mask,
-                                            create_sliding_window_causal_mask)
+    from transformers.masking_utils import (
+        create_bidirectional_mask,
+        create_causal_mask,
+        create_sliding_window_causal_mask,
+    )
     from transformers.models.bert import modeling_bert
     from transformers.models.llama import modeling_llama
     from transformers.models.mistral import modeling_mistral
@@ -182,15 +199,24 @@ def model_call(impl: str, inputs: AttentionInputs) -> ModelCall:
         config = _config(LlamaConfig, impl, query, key, **decoder)
         with torch.device("meta"):
             module = modeling_llama.LlamaAttention(config, layer_idx=0)
-        return ModelCall(module.eval(), _custom_4d_mask(impl, inputs), {}, modeling_llama.eager_attention_forward,
-                         "LlamaAttention (custom 4D mask)")
+        return ModelCall(
+            module.eval(),
+            _custom_4d_mask(impl, inputs),
+            {},
+            modeling_llama.eager_attention_forward,
+            "LlamaAttention (custom 4D mask)",
+        )
     if kind.causal:
         if seq_len_q > seq_len_kv:
-            raise CaseUnsupported(f"seq_len_q={seq_len_q} > seq_len_kv={seq_len_kv} with a causal mask: a transformers "
-                                  "decoder always has at least as many keys as queries (its cache holds the queries too)")
+            raise CaseUnsupported(
+                f"seq_len_q={seq_len_q} > seq_len_kv={seq_len_kv} with a causal mask: a transformers "
+                "decoder always has at least as many keys as queries (its cache holds the queries too)"
+            )
         if not kind.bottom_right and seq_len_q != seq_len_kv:
-            raise CaseUnsupported("top-left causal with seq_len_q != seq_len_kv: transformers aligns causal masks "
-                                  "bottom-right (the queries are the newest cache positions); run causal_br for decode")
+            raise CaseUnsupported(
+                "top-left causal with seq_len_q != seq_len_kv: transformers aligns causal masks "
+                "bottom-right (the queries are the newest cache positions); run causal_br for decode"
+            )
         cache = _cache_with(seq_len_kv - seq_len_q, key)
         embeds = _embeds(batch, seq_len_q, query)
         if kind.window is None:
@@ -198,25 +224,40 @@ def model_call(impl: str, inputs: AttentionInputs) -> ModelCall:
             with torch.device("meta"):
                 module = modeling_llama.LlamaAttention(config, layer_idx=0)
             built = create_causal_mask(config, embeds, None, cache)
-            return ModelCall(module.eval(), built, {}, modeling_llama.eager_attention_forward, "LlamaAttention")
+            return ModelCall(
+                module.eval(), built, {}, modeling_llama.eager_attention_forward, "LlamaAttention"
+            )
         config = _config(MistralConfig, impl, query, key, sliding_window=kind.window, **decoder)
         with torch.device("meta"):
             module = modeling_mistral.MistralAttention(config, layer_idx=0)
         built = create_sliding_window_causal_mask(config, embeds, None, cache)
-        return ModelCall(module.eval(), built, {"sliding_window": kind.window}, modeling_mistral.eager_attention_forward,
-                         "MistralAttention")
+        return ModelCall(
+            module.eval(),
+            built,
+            {"sliding_window": kind.window},
+            modeling_mistral.eager_attention_forward,
+            "MistralAttention",
+        )
     if num_kv_heads != num_heads:
-        raise CaseUnsupported(f"{kind.name} runs as a BERT-class encoder, whose attention has one kv head per query head; "
-                              f"this case has {num_heads} query heads and {num_kv_heads} kv heads")
+        raise CaseUnsupported(
+            f"{kind.name} runs as a BERT-class encoder, whose attention has one kv head per query head; "
+            f"this case has {num_heads} query heads and {num_kv_heads} kv heads"
+        )
     config = _config(BertConfig, impl, query, key)
     with torch.device("meta"):
         module = modeling_bert.BertSelfAttention(config, is_causal=False, layer_idx=0)
-    padding = None if mask.allowed is None else mask.allowed.reshape(-1, seq_len_kv)  # [B, Skv]: padding is per row
+    padding = (
+        None if mask.allowed is None else mask.allowed.reshape(-1, seq_len_kv)
+    )  # [B, Skv]: padding is per row
     if padding is not None and padding.shape[0] != batch:
         raise CaseUnsupported(f"mask {kind.name} is not a per-batch-row key padding mask")
     encoder_states = None if seq_len_q == seq_len_kv else _embeds(batch, seq_len_kv, query)
-    built = create_bidirectional_mask(config, _embeds(batch, seq_len_q, query), padding, encoder_hidden_states=encoder_states)
-    return ModelCall(module.eval(), built, {}, modeling_bert.eager_attention_forward, "BertSelfAttention")
+    built = create_bidirectional_mask(
+        config, _embeds(batch, seq_len_q, query), padding, encoder_hidden_states=encoder_states
+    )
+    return ModelCall(
+        module.eval(), built, {}, modeling_bert.eager_attention_forward, "BertSelfAttention"
+    )
 
 
 def attention_function(impl: str, call: ModelCall) -> Callable:
@@ -230,8 +271,10 @@ def attention_function(impl: str, call: ModelCall) -> Callable:
 
 def _needs_cuda(impl: str, query: torch.Tensor) -> None:
     if impl.startswith("flash_attention") and query.device.type != "cuda":
-        raise CaseUnsupported(f"transformers' {impl} calls the flash-attn kernels, which run on CUDA only "
-                              f"(this case is on {query.device.type})")
+        raise CaseUnsupported(
+            f"transformers' {impl} calls the flash-attn kernels, which run on CUDA only "
+            f"(this case is on {query.device.type})"
+        )
 
 
 def _flex_backward_unsupported(impl: str, query: torch.Tensor) -> str | None:
@@ -243,9 +286,11 @@ def _flex_backward_unsupported(impl: str, query: torch.Tensor) -> str | None:
     the backward before calling it.
     """
     if impl == "flex_attention" and query.device.type == "cpu":
-        return (f"flex_attention has no backward on cpu in torch {torch.__version__} ('FlexAttention does not support "
-                "backward on CPU'); refused before the call: a failed trace would leave transformers' one shared "
-                "compiled flex_attention unfused for the rest of the process")
+        return (
+            f"flex_attention has no backward on cpu in torch {torch.__version__} ('FlexAttention does not support "
+            "backward on CPU'); refused before the call: a failed trace would leave transformers' one shared "
+            "compiled flex_attention unfused for the rest of the process"
+        )
     return None
 
 
@@ -262,10 +307,22 @@ def prepare_for(impl: str) -> Callable[[AttentionInputs], VariantFn]:
         no_backward = _flex_backward_unsupported(impl, inputs.query)
 
         def attention(query, key, value, *, mask, scale):
-            if no_backward and torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value)):
+            if (
+                no_backward
+                and torch.is_grad_enabled()
+                and any(t.requires_grad for t in (query, key, value))
+            ):
                 raise CaseUnsupported(no_backward)
-            output, _ = function(call.module, query, key, value, call.attention_mask, dropout=0.0, scaling=scale,
-                                 **call.kwargs)
+            output, _ = function(
+                call.module,
+                query,
+                key,
+                value,
+                call.attention_mask,
+                dropout=0.0,
+                scaling=scale,
+                **call.kwargs,
+            )
             return output.transpose(1, 2)  # [B, Sq, H, D] -> [B, H, Sq, D], a view
 
         return attention
@@ -274,8 +331,10 @@ def prepare_for(impl: str) -> Callable[[AttentionInputs], VariantFn]:
 
 
 def _direct(impl: str) -> VariantFn:
-    return prepared_on_every_call(prepare_for(impl), f"transformers' {impl} attention; called directly it builds "
-                                  "module and mask on every call.")
+    return prepared_on_every_call(
+        prepare_for(impl),
+        f"transformers' {impl} attention; called directly it builds module and mask on every call.",
+    )
 
 
 # What each implementation is declared to do (asserted by the suite):

@@ -19,5 +19,10 @@ def optional_module(name: str, install_hint: str) -> tuple[ModuleType | None, st
     """``(module, None)`` when ``name`` imports, else ``(None, reason)`` naming the error and ``install_hint``."""
     try:
         return importlib.import_module(name), None
-    except Exception as exc:  # ImportError, or a package that fails while importing (a CUDA build on a CPU host)
-        return None, f"{name} is not importable ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); {install_hint}"
+    except (
+        Exception
+    ) as exc:  # ImportError, or a package that fails while importing (a CUDA build on a CPU host)
+        return (
+            None,
+            f"{name} is not importable ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); {install_hint}",
+        )

@@ -72,8 +72,10 @@ def _install_hint(exc: ImportError) -> str:
     here = Path.cwd().resolve()
     for folder in (here, *here.parents):
         if (folder / "src" / top).is_dir() or (folder / top / "__init__.py").is_file():
-            return (f"; {top} is in {folder} but not installed for {sys.executable}: "
-                    f"run `{Path(sys.executable).name} -m pip install -e {folder}` (or `pip install -e .` there)")
+            return (
+                f"; {top} is in {folder} but not installed for {sys.executable}: "
+                f"run `{Path(sys.executable).name} -m pip install -e {folder}` (or `pip install -e .` there)"
+            )
         if (folder / ".git").exists():
             break
     return ""
@@ -92,20 +94,28 @@ def load_variant_spec(spec: str) -> str:
     """
     module_name, sep, function_name = spec.partition(":")
     if not sep or not module_name or not function_name:
-        hint = f"; did you mean {spec.rpartition('.')[0]}:{spec.rpartition('.')[2]}?" if "." in spec and not sep else ""
+        hint = (
+            f"; did you mean {spec.rpartition('.')[0]}:{spec.rpartition('.')[2]}?"
+            if "." in spec and not sep
+            else ""
+        )
         raise ValueError(f"variant spec {spec!r} is not package.module:function{hint}")
     before = set(registry.variant_names())
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ValueError(f"variant spec {spec!r}: cannot import {module_name!r} ({exc}){_install_hint(exc)}") from None
+        raise ValueError(
+            f"variant spec {spec!r}: cannot import {module_name!r} ({exc}){_install_hint(exc)}"
+        ) from None
     fn = getattr(module, function_name, None)
     for name in [n for n in registry.variant_names() if n not in before]:
         if registry.get_variant(name).fn is not fn:
             held = registry.unregister_variant(name)
             _HELD[id(held.fn)] = held
     if not callable(fn):
-        raise ValueError(f"variant spec {spec!r}: module {module_name!r} has no function {function_name!r}")
+        raise ValueError(
+            f"variant spec {spec!r}: module {module_name!r} has no function {function_name!r}"
+        )
     return _loaded([_register_function(function_name, fn, spec)])[0]
 
 
@@ -122,7 +132,9 @@ def load_entry_point_variants() -> list[str]:
         except Exception as exc:  # any import error of a user package
             raise ValueError(f"{source}: cannot be loaded ({type(exc).__name__}: {exc})") from None
         if isinstance(loaded, ModuleType):
-            names += [v.name for v in registry.registered_variants() if v.fn.__module__ == loaded.__name__]
+            names += [
+                v.name for v in registry.registered_variants() if v.fn.__module__ == loaded.__name__
+            ]
         else:
             names.append(_register_function(entry.name, loaded, source))
     return _loaded(names)

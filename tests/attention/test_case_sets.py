@@ -16,7 +16,10 @@ def test_model_sets_use_the_models_heads_head_dim_and_window(key):
         for text in device.shapes.split():
             shape = parse_shape(text)
             assert (shape.num_heads, shape.num_kv_heads, shape.head_dim) == (
-                model.num_heads, model.num_kv_heads, model.head_dim)
+                model.num_heads,
+                model.num_kv_heads,
+                model.head_dim,
+            )
         if model.sliding_window:
             assert {window_size(m) for m in device.masks.split()} == {model.sliding_window}
 
@@ -25,7 +28,10 @@ def test_bert_base_is_transformers_bert_config_default():
     transformers = pytest.importorskip("transformers")
     config = transformers.BertConfig()
     bert = MODEL_SHAPES["bert-base"]
-    assert (config.num_attention_heads, config.hidden_size // config.num_attention_heads) == (bert.num_heads, bert.head_dim)
+    assert (config.num_attention_heads, config.hidden_size // config.num_attention_heads) == (
+        bert.num_heads,
+        bert.head_dim,
+    )
 
 
 def test_prefill_of_the_sliding_window_set_is_longer_than_the_window():
@@ -38,7 +44,10 @@ def test_prefill_of_the_sliding_window_set_is_longer_than_the_window():
 def test_a_mistyped_case_set_gets_its_suggestion_a_far_one_none():
     from perfsuite.attention.case_sets import get_case_set
 
-    with pytest.raises(ValueError, match=r"case set 'model-llama3-8b' is unknown \(did you mean 'model-llama-3-8b'\?\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"case set 'model-llama3-8b' is unknown \(did you mean 'model-llama-3-8b'\?\)",
+    ):
         get_case_set("model-llama3-8b")
     with pytest.raises(ValueError, match=r"case set 'huge' is unknown; known: smoke"):
         get_case_set("huge")

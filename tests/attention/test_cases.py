@@ -1,22 +1,49 @@
 import pytest
 import torch
 
-from perfsuite.attention.cases import DEVICES, AttentionCase, Device, Shape, build_cases, covering_pairs, parse_case_id, parse_device, parse_dtype, parse_masks, parse_shape
+from perfsuite.attention.cases import (
+    DEVICES,
+    AttentionCase,
+    Device,
+    Shape,
+    build_cases,
+    covering_pairs,
+    parse_case_id,
+    parse_device,
+    parse_dtype,
+    parse_masks,
+    parse_shape,
+)
 
 
 def test_case_ids_name_shape_dtype_mask_and_device():
     case = AttentionCase(8, 16, 1024, 1024, 64, "bf16", "cuda", "causal")
     assert case.id == "b8h16s1024d64-bf16-causal-cuda"
-    decode = AttentionCase(1, 32, 1, 4096, 128, "fp32", "cpu", "causal_br", num_kv_heads=8, scale=0.125, contiguous=False)
+    decode = AttentionCase(
+        1,
+        32,
+        1,
+        4096,
+        128,
+        "fp32",
+        "cpu",
+        "causal_br",
+        num_kv_heads=8,
+        scale=0.125,
+        contiguous=False,
+    )
     assert decode.id == "b1h32kv8q1k4096d128-fp32-causal_br-scale0.125-strided-cpu"
 
 
-@pytest.mark.parametrize("case_id", [
-    "b8h16s1024d64-bf16-causal-cuda",
-    "b1h32kv8q1k4096d128-fp32-causal_br-scale0.125-strided-cpu",
-    "b2h4q3k7d20-fp16-window64-cpu",
-    "b1h1s1d1-fp64-noncausal-scale1e-05-cpu",
-])
+@pytest.mark.parametrize(
+    "case_id",
+    [
+        "b8h16s1024d64-bf16-causal-cuda",
+        "b1h32kv8q1k4096d128-fp32-causal_br-scale0.125-strided-cpu",
+        "b2h4q3k7d20-fp16-window64-cpu",
+        "b1h1s1d1-fp64-noncausal-scale1e-05-cpu",
+    ],
+)
 def test_case_ids_round_trip(case_id):
     assert parse_case_id(case_id).id == case_id
 
@@ -51,7 +78,9 @@ def test_parse_shape_names_the_bad_value(text, message):
 
 def test_parse_dtype_aliases_and_rejects_unknown():
     assert parse_dtype("bfloat16") == "bf16" and parse_dtype("FP32") == "fp32"
-    with pytest.raises(ValueError, match=r"'fp9' is not supported; allowed: fp64, fp32, bf16, fp16"):
+    with pytest.raises(
+        ValueError, match=r"'fp9' is not supported; allowed: fp64, fp32, bf16, fp16"
+    ):
         parse_dtype("fp9")
 
 
@@ -64,7 +93,9 @@ def test_parse_device_and_masks():
     assert parse_masks("both") == ("causal", "noncausal")
     assert parse_masks("window128") == ("window128",)
     for bad in ("sometimes", "window0", "window"):
-        with pytest.raises(ValueError, match=f"mask '{bad}' is not supported; allowed: noncausal, causal"):
+        with pytest.raises(
+            ValueError, match=f"mask '{bad}' is not supported; allowed: noncausal, causal"
+        ):
             parse_masks(bad)
 
 
@@ -76,9 +107,17 @@ def test_bad_case_ids_are_refused():
 
 
 def test_build_cases_is_the_full_product_in_order():
-    cases = build_cases([Shape(1, 2, 2, 8, 8, 4), Shape(2, 2, 1, 1, 16, 4)], ["fp32", "bf16"], "cpu", ["causal", "noncausal"])
+    cases = build_cases(
+        [Shape(1, 2, 2, 8, 8, 4), Shape(2, 2, 1, 1, 16, 4)],
+        ["fp32", "bf16"],
+        "cpu",
+        ["causal", "noncausal"],
+    )
     assert len(cases) == 8
-    assert cases[0].id == "b1h2s8d4-fp32-causal-cpu" and cases[-1].id == "b2h2kv1q1k16d4-bf16-noncausal-cpu"
+    assert (
+        cases[0].id == "b1h2s8d4-fp32-causal-cpu"
+        and cases[-1].id == "b2h2kv1q1k16d4-bf16-noncausal-cpu"
+    )
     assert cases[1].torch_dtype is torch.float32
 
 
@@ -88,7 +127,11 @@ def test_pairwise_cases_keep_every_pair_of_values_and_drop_the_rest():
     full = build_cases(shapes, ["fp32", "bf16"], "cpu", masks)
     pairwise = build_cases(shapes, ["fp32", "bf16"], "cpu", masks, combinations="pairwise")
     key = lambda c: (c.seq_len_q, c.num_kv_heads, c.num_heads)  # tells the three shapes apart
-    seen = lambda cs: ({(key(c), c.dtype) for c in cs}, {(key(c), c.mask) for c in cs}, {(c.dtype, c.mask) for c in cs})
+    seen = lambda cs: (
+        {(key(c), c.dtype) for c in cs},
+        {(key(c), c.mask) for c in cs},
+        {(c.dtype, c.mask) for c in cs},
+    )
     assert seen(pairwise) == seen(full)
     assert len(pairwise) == 21 < len(full) == 42  # 3 shapes x 7 masks is the least that can cover
     assert [c for c in full if c in pairwise] == pairwise  # a subset, in the product's order

@@ -19,7 +19,9 @@ def test_noncausal_flop_matches_torch_flop_counter():
 
 
 @pytest.mark.parametrize("mask", ["causal", "causal_br", "window1", "window3", "window50"])
-@pytest.mark.parametrize("seq_len_q, seq_len_kv", [(1, 1), (7, 7), (16, 16), (4, 9), (9, 4), (1, 12)])
+@pytest.mark.parametrize(
+    "seq_len_q, seq_len_kv", [(1, 1), (7, 7), (16, 16), (4, 9), (9, 4), (1, 12)]
+)
 def test_structured_pairs_equal_the_allowed_entries_of_the_mask(mask, seq_len_q, seq_len_kv):
     case = AttentionCase(1, 1, seq_len_q, seq_len_kv, 8, "fp32", "cpu", mask)
     allowed = make_inputs(case, seed=0).mask.allowed

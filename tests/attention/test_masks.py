@@ -3,15 +3,29 @@
 import pytest
 import torch
 
-from perfsuite.attention.masks import (PLAIN_KINDS, build_mask, causal_allowed, fully_masked_rows, mask_kind,
-                                       parse_mask_kind, window_allowed, window_size)
+from perfsuite.attention.masks import (
+    PLAIN_KINDS,
+    build_mask,
+    causal_allowed,
+    fully_masked_rows,
+    mask_kind,
+    parse_mask_kind,
+    window_allowed,
+    window_size,
+)
 
 
 def test_kinds_are_parsed_or_refused_naming_what_is_allowed():
     assert [parse_mask_kind(k.upper()) for k in PLAIN_KINDS] == list(PLAIN_KINDS)
-    assert parse_mask_kind(" window16 ") == "window16" and window_size("window16") == 16 and window_size("causal") is None
+    assert (
+        parse_mask_kind(" window16 ") == "window16"
+        and window_size("window16") == 16
+        and window_size("causal") is None
+    )
     for bad in ("window0", "diagonal"):
-        with pytest.raises(ValueError, match=f"mask '{bad}' is not supported; allowed: noncausal, .*window<W>"):
+        with pytest.raises(
+            ValueError, match=f"mask '{bad}' is not supported; allowed: noncausal, .*window<W>"
+        ):
             parse_mask_kind(bad)
 
 
@@ -35,5 +49,10 @@ def test_fully_masked_rows_are_the_queries_that_see_no_key():
     shape = (1, 2, 4, 2)  # causal, top-left, 4 queries over 2 keys: every query sees key 0
     assert not fully_masked_rows(mask("causal", shape), shape).any()
     bottom_right = fully_masked_rows(mask("causal_br", shape), shape)
-    assert bottom_right.shape == (1, 2, 4) and bottom_right[0, 0].tolist() == [True, True, False, False]
+    assert bottom_right.shape == (1, 2, 4) and bottom_right[0, 0].tolist() == [
+        True,
+        True,
+        False,
+        False,
+    ]
     assert not fully_masked_rows(mask("noncausal", shape), shape).any()

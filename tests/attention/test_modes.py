@@ -33,7 +33,9 @@ def test_flop_per_mode_against_torch_flop_counter():
     assert both - forward == 2 * forward  # four matmuls of the unfused backward, no recomputation
     assert MODE_FLOP_FACTOR == {"forward": 1.0, "backward": 2.5, "forward_backward": 3.5}
     assert mode_flop(CASE, "forward_backward") == 3.5 * forward_flop(CASE)
-    tensor_bytes = 2 * 4 * 32 * 16 * 4  # query, key, value, output and its gradient are all [2, 4, 32, 16] fp32
+    tensor_bytes = (
+        2 * 4 * 32 * 16 * 4
+    )  # query, key, value, output and its gradient are all [2, 4, 32, 16] fp32
     assert mode_bytes(CASE, "backward") == (5 * tensor_bytes, 3 * tensor_bytes)
 
 
@@ -43,11 +45,22 @@ def test_backward_step_repeats_without_accumulating():
     first, second = step(), step()
     for a, b in zip(first.gradients, second.gradients):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
-    assert inputs.query.grad is None and not make_step("forward", get_variant("naive").fn, inputs, grad_output)().output.requires_grad
+    assert (
+        inputs.query.grad is None
+        and not make_step(
+            "forward", get_variant("naive").fn, inputs, grad_output
+        )().output.requires_grad
+    )
 
 
-@pytest.mark.parametrize("case_id", ["b2h4kv2q8k12d16-fp32-causal_br-cpu", "b1h2q6k4d8-fp32-causal_br-cpu",
-                                     "b2h2s16d8-bf16-padding-strided-cpu"])
+@pytest.mark.parametrize(
+    "case_id",
+    [
+        "b2h4kv2q8k12d16-fp32-causal_br-cpu",
+        "b1h2q6k4d8-fp32-causal_br-cpu",
+        "b2h2s16d8-bf16-padding-strided-cpu",
+    ],
+)
 def test_sdpa_gradients_match_the_float64_reference(case_id):
     """GQA, rows that see no key (their gradients are zero), strided bf16."""
     case = parse_case_id(case_id)
@@ -61,7 +74,9 @@ def test_sdpa_gradients_match_the_float64_reference(case_id):
 
 def test_a_wrong_gradient_is_caught_and_named():
     def detached_value(query, key, value, *, mask, scale):
-        return get_variant("sdpa_math").fn(query, key, value.detach() + 0 * value, mask=mask, scale=scale)
+        return get_variant("sdpa_math").fn(
+            query, key, value.detach() + 0 * value, mask=mask, scale=scale
+        )
 
     inputs, grad_output = make_inputs(CASE, 0), make_grad_output(CASE, 0)
     result = make_step("forward_backward", detached_value, inputs, grad_output)()
@@ -72,29 +87,48 @@ def test_a_wrong_gradient_is_caught_and_named():
 def test_nan_rows_variant_gradients_are_not_compared_and_say_why(tmp_path):
     case = parse_case_id("b1h2q6k4d8-fp32-causal_br-cpu")
     evidence = gather_evidence(get_variant("naive"), case, 0, tmp_path, "forward_backward")
-    assert evidence.comparison is None and "the 4 query rows of this case that see no key" in evidence.not_compared
+    assert (
+        evidence.comparison is None
+        and "the 4 query rows of this case that see no key" in evidence.not_compared
+    )
 
 
 def test_forward_only_variant_skips_backward_modes_with_its_reason(tmp_path):
-    variant = Variant(name="fwd_only", fn=get_variant("naive_inplace").fn, description="test", forward_only="it mutates softmax's output")
+    variant = Variant(
+        name="fwd_only",
+        fn=get_variant("naive_inplace").fn,
+        description="test",
+        forward_only="it mutates softmax's output",
+    )
     prepared = prepare_case(variant, CASE, 0)
-    with pytest.raises(VariantUnsupported, match="fwd_only has no backward( on cpu)?: it mutates softmax's output"):
+    with pytest.raises(
+        VariantUnsupported, match="fwd_only has no backward( on cpu)?: it mutates softmax's output"
+    ):
         gather_evidence(variant, CASE, 0, tmp_path, "backward", prepared)
-    assert gather_evidence(variant, CASE, 0, tmp_path, "forward", prepared).comparison.failure is None
+    assert (
+        gather_evidence(variant, CASE, 0, tmp_path, "forward", prepared).comparison.failure is None
+    )
 
 
 def test_parse_mode_names_the_bad_value():
     assert parse_mode(" Forward_Backward ") is Mode.FORWARD_BACKWARD == "forward_backward"
     assert MODES == tuple(Mode) == ("forward", "backward", "forward_backward")
-    with pytest.raises(ValueError, match="mode 'fwd' is not supported; allowed: forward, backward, forward_backward"):
+    with pytest.raises(
+        ValueError,
+        match="mode 'fwd' is not supported; allowed: forward, backward, forward_backward",
+    ):
         parse_mode("fwd")
 
 
 def test_saved_score_matrices_do_not_count_inputs_of_the_same_size(tmp_path):
     """16 query heads x 16 queries == 4 kv heads x 64 dims: key and value have as many elements as the scores."""
     case = parse_case_id("b1h16kv4q16k256d64-fp32-causal_br-cpu")
-    flash = gather_evidence(get_variant("sdpa_flash"), case, 0, tmp_path, "forward_backward").saved_for_backward
-    naive = gather_evidence(get_variant("naive"), case, 0, tmp_path, "forward_backward").saved_for_backward
+    flash = gather_evidence(
+        get_variant("sdpa_flash"), case, 0, tmp_path, "forward_backward"
+    ).saved_for_backward
+    naive = gather_evidence(
+        get_variant("naive"), case, 0, tmp_path, "forward_backward"
+    ).saved_for_backward
     assert flash.score_sized == 0 and naive.score_sized == 1 and naive.bytes > flash.bytes
 
 

@@ -10,12 +10,21 @@ BIN = Path(sys.executable).parent
 
 def run(tool, *args):
     executable = BIN / tool
-    assert executable.exists(), f"{tool} is missing: run scripts/setup.sh (it installs the 'dev' extra)"
-    return subprocess.run([str(executable), *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert executable.exists(), (
+        f"{tool} is missing: run scripts/setup.sh (it installs the 'dev' extra)"
+    )
+    return subprocess.run(
+        [str(executable), *args], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_actionlint_finds_nothing():
-    result = run("actionlint", "-config-file", ".github/actionlint.yaml", *map(str, (ROOT / ".github" / "workflows").glob("*.yml")))
+    result = run(
+        "actionlint",
+        "-config-file",
+        ".github/actionlint.yaml",
+        *map(str, (ROOT / ".github" / "workflows").glob("*.yml")),
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -9,7 +9,18 @@ TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
 
 
 def test_trace_prints_windows_kernels_and_copies(capsys):
-    assert main(["trace", str(TRACES / "a100_train_step_rank0.json.gz"), "--annotation", "## forward ##", "--first"]) == 0
+    assert (
+        main(
+            [
+                "trace",
+                str(TRACES / "a100_train_step_rank0.json.gz"),
+                "--annotation",
+                "## forward ##",
+                "--first",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert out.startswith("a100_train_step_rank0.json.gz: 2 window(s) named ## forward ##")
     assert "device kernels" in out and "launch API: cudaLaunchKernel x" in out
@@ -44,10 +55,18 @@ def test_folder_of_several_modes_reports_the_files_with_that_annotation(tmp_path
     case = parse_case_id("b1h2s8d4-fp32-causal-cpu")
     for mode in ("forward", "forward_backward"):
         gather_evidence(get_variant("naive"), case, 0, tmp_path, mode)
-    assert main(["trace", str(tmp_path), "--annotation", "perfsuite::forward_backward", "--first"]) == 0
+    assert (
+        main(["trace", str(tmp_path), "--annotation", "perfsuite::forward_backward", "--first"])
+        == 0
+    )
     captured = capsys.readouterr()
-    assert captured.out.startswith("naive-b1h2s8d4-fp32-causal-cpu-forward_backward.pt.trace.json.gz: 2 window(s)")
-    assert "1 file(s) in" in captured.err and "no window named 'perfsuite::forward_backward'" in captured.err
+    assert captured.out.startswith(
+        "naive-b1h2s8d4-fp32-causal-cpu-forward_backward.pt.trace.json.gz: 2 window(s)"
+    )
+    assert (
+        "1 file(s) in" in captured.err
+        and "no window named 'perfsuite::forward_backward'" in captured.err
+    )
     assert main(["trace", str(tmp_path), "--annotation", "nosuch"]) == 2
 
 
@@ -58,7 +77,18 @@ def test_bad_top_is_refused():
 
 
 def test_json_output_has_windows_and_the_whole_trace(capsys):
-    assert main(["trace", str(TRACES / "mi250_toy_train.json.gz"), "--annotation", "ProfilerStep", "--json"]) == 0
+    assert (
+        main(
+            [
+                "trace",
+                str(TRACES / "mi250_toy_train.json.gz"),
+                "--annotation",
+                "ProfilerStep",
+                "--json",
+            ]
+        )
+        == 0
+    )
     [report] = json.loads(capsys.readouterr().out)
     assert [w["annotation"] for w in report["windows"]] == ["ProfilerStep#1", "ProfilerStep#2"]
     assert report["whole_trace"]["memcpy_counts"] == {"HtoD": 2}
@@ -76,7 +106,9 @@ def test_diff_names_what_changed(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "CPU ops: +1 aten::clone (added)  [0 -> 1]" in out
     assert "copies: +1 cpu aten::clone [1x2x16x16] (added)" in out
-    assert "allocated on cpu: 5.0 KiB -> 9.0 KiB" in out  # + the clone and the out-of-place `* scale`
+    assert (
+        "allocated on cpu: 5.0 KiB -> 9.0 KiB" in out
+    )  # + the clone and the out-of-place `* scale`
     assert main(["trace", "diff", str(a), str(a)]) == 0
     assert "no change in kernels, ops, memcpy, copies or memory" in capsys.readouterr().out
     assert main(["trace", "diff", str(a)]) == 2
@@ -96,7 +128,11 @@ def test_perfsuite_run_starts_pytest_under_the_process_conditions(monkeypatch, t
     import perfsuite.cli.run as run_command
 
     seen = {}
-    monkeypatch.setattr(run_command, "run_forwarding_signals", lambda command, env, cwd=None: seen.update(env=env) or 0)
+    monkeypatch.setattr(
+        run_command,
+        "run_forwarding_signals",
+        lambda command, env, cwd=None: seen.update(env=env) or 0,
+    )
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.chdir(tmp_path)

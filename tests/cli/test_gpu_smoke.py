@@ -19,7 +19,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_smoke_on_the_cpu_lane_sees_naives_copy_and_none_for_naive_inplace(tmp_path):
     checks = {c.name: c for c in run_smoke("cpu", scratch=tmp_path)}
-    assert checks["naive score copy"].outcome == "pass" and "aten::clone" in checks["naive score copy"].detail
+    assert (
+        checks["naive score copy"].outcome == "pass"
+        and "aten::clone" in checks["naive score copy"].detail
+    )
     assert checks["naive_inplace score copy"].outcome == "pass"
     assert checks["sdpa_math"].outcome == "pass"
     assert {checks[n].outcome for n in ("sdpa_flash", "sdpa_efficient", "sdpa_cudnn")} == {"skip"}
@@ -46,16 +49,32 @@ def _interpreter_with_torch_preinstalled(root: Path) -> Path:
     """A venv made with --system-site-packages that sees this environment's packages (torch, pytest,
     ...) as a GPU image's python3 does, but has no perfsuite installed in it."""
     # --without-pip: pip and setuptools come from the preinstalled packages, as in such an image.
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(root)], check=True)
-    site = Path(subprocess.run([str(root / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               check=True, capture_output=True, text=True).stdout.strip())
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(root)],
+        check=True,
+    )
+    site = Path(
+        subprocess.run(
+            [
+                str(root / "bin" / "python"),
+                "-c",
+                "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
     (site / "preinstalled.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     return root / "bin" / "python"
 
 
 def _no_network_prefix() -> list[str]:
     """``unshare -n`` (a network namespace with no interface) where this kernel and user allow it."""
-    if shutil.which("unshare") and subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode == 0:
+    if (
+        shutil.which("unshare")
+        and subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode == 0
+    ):
         return ["unshare", "-n"]
     return []
 
@@ -64,13 +83,26 @@ def _no_network_prefix() -> list[str]:
 def test_offline_gpu_suite_reaches_the_no_cuda_report_without_the_network(tmp_path):
     python = _interpreter_with_torch_preinstalled(tmp_path / "image-python")
     results, collect = tmp_path / "results", tmp_path / "out"
-    env = {**os.environ, "PERFSUITE_PYTHON": str(python), "PIP_NO_INDEX": "1", "PERFSUITE_GPU_RESULTS": str(results),
-           "PERFSUITE_GPU_OUT": str(collect), "CUDA_VISIBLE_DEVICES": ""}
+    env = {
+        **os.environ,
+        "PERFSUITE_PYTHON": str(python),
+        "PIP_NO_INDEX": "1",
+        "PERFSUITE_GPU_RESULTS": str(results),
+        "PERFSUITE_GPU_OUT": str(collect),
+        "CUDA_VISIBLE_DEVICES": "",
+    }
     env.pop("VIRTUAL_ENV", None)
-    proc = subprocess.run(_no_network_prefix() + ["bash", str(REPO / "scripts" / "gpu_suite.sh")], env=env,
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        _no_network_prefix() + ["bash", str(REPO / "scripts" / "gpu_suite.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "installing perfsuite from" in proc.stdout and "(no index, no dependencies)" in proc.stdout
+    assert (
+        "installing perfsuite from" in proc.stdout and "(no index, no dependencies)" in proc.stdout
+    )
     assert "creating .venv" not in proc.stdout and "installing torch" not in proc.stdout
     assert "NO CUDA DEVICE" in proc.stdout
     assert "**Result: NO CUDA DEVICE**" in (results / "verification.md").read_text()
@@ -78,6 +110,15 @@ def test_offline_gpu_suite_reaches_the_no_cuda_report_without_the_network(tmp_pa
     assert "verification.md" in files and "gpu_suite.log" in files and len(files) <= 8
     assert proc.stdout.rstrip().splitlines()[-1].startswith("files: ")
     # The perfsuite it installed is this tree's, loaded as a pytest plugin by that interpreter.
-    check = subprocess.run([str(python), "-I", "-c", "import perfsuite, pathlib; print(pathlib.Path(perfsuite.__file__).parent)"],
-                           capture_output=True, text=True, check=True)
+    check = subprocess.run(
+        [
+            str(python),
+            "-I",
+            "-c",
+            "import perfsuite, pathlib; print(pathlib.Path(perfsuite.__file__).parent)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert Path(check.stdout.strip()) == REPO / "perfsuite"

@@ -35,13 +35,13 @@ def slow_sdpa(query, key, value, *, mask, scale):
             pathlib.Path("timing-started").write_text("")
     return torch.nn.functional.scaled_dot_product_attention(query, key, value, is_causal=mask.is_causal, scale=scale)
 '''
-CONFIG = '''[tool.pytest.ini_options]
+CONFIG = """[tool.pytest.ini_options]
 perfsuite_user_variants = ["slowattn:slow_sdpa"]
 perfsuite_variants = "slow_sdpa"
 perfsuite_cases = "b1h2s16d8-fp32-causal-cpu b1h2s32d8-fp32-causal-cpu"
 perfsuite_modes = "forward"
 addopts = "-p no:randomly --benchmark-min-rounds=200 --benchmark-max-time=30"
-'''
+"""
 
 
 def _children(pid: int) -> list[int]:
@@ -59,15 +59,23 @@ def _alive(pid: int) -> bool:
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc to find pytest's process")
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_an_interrupted_perfsuite_run_saves_a_marked_partial_baseline_and_leaves_no_orphan(tmp_path, signum):
+def test_an_interrupted_perfsuite_run_saves_a_marked_partial_baseline_and_leaves_no_orphan(
+    tmp_path, signum
+):
     """Before: the wrapper killed pytest 0.25 s after Ctrl-C (no baseline, a traceback, exit 130);
     SIGTERM left pytest running as an orphan."""
     (tmp_path / "slowattn.py").write_text(SLOW)
     (tmp_path / "pyproject.toml").write_text(CONFIG)
     perfsuite = Path(sys.executable).with_name("perfsuite")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path)] + sys.path))
-    wrapper = subprocess.Popen([str(perfsuite), "run"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
+    wrapper = subprocess.Popen(
+        [str(perfsuite), "run"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     deadline = time.monotonic() + 300
     while not (tmp_path / "timing-started").exists():
         assert wrapper.poll() is None, wrapper.stdout.read()
@@ -83,26 +91,38 @@ def test_an_interrupted_perfsuite_run_saves_a_marked_partial_baseline_and_leaves
     [saved] = list((tmp_path / ".benchmarks").rglob("*.json"))
     data = json.loads(saved.read_text())
     marker = data["perfsuite_incomplete"]
-    assert marker == {"reason": "interrupted (KeyboardInterrupt)", "finished": 1, "expected": 2}, output
-    assert [b["extra_info"]["case"] for b in data["benchmarks"]][:1] == ["b1h2s16d8-fp32-causal-cpu"], output
+    assert marker == {"reason": "interrupted (KeyboardInterrupt)", "finished": 1, "expected": 2}, (
+        output
+    )
+    assert [b["extra_info"]["case"] for b in data["benchmarks"]][:1] == [
+        "b1h2s16d8-fp32-causal-cpu"
+    ], output
     run = json.loads((tmp_path / "perfsuite-results" / "run.json").read_text())
     assert run["complete"] is False
 
 
 IGNORES_CTRL_C = "import signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); print('ready', flush=True); time.sleep(120)"
-WRAPPER = ("import os, sys; from perfsuite.cli.run import run_forwarding_signals; "
-           "sys.exit(run_forwarding_signals([sys.executable, '-c', sys.argv[1]], dict(os.environ)))")
+WRAPPER = (
+    "import os, sys; from perfsuite.cli.run import run_forwarding_signals; "
+    "sys.exit(run_forwarding_signals([sys.executable, '-c', sys.argv[1]], dict(os.environ)))"
+)
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc to find the child")
 def test_a_second_interrupt_forces_the_child_to_stop():
-    wrapper = subprocess.Popen([sys.executable, "-c", WRAPPER, IGNORES_CTRL_C], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+    wrapper = subprocess.Popen(
+        [sys.executable, "-c", WRAPPER, IGNORES_CTRL_C],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert wrapper.stdout.readline().strip() == "ready"
     [child] = _children(wrapper.pid)
     wrapper.send_signal(signal.SIGINT)
     time.sleep(0.5)
-    assert wrapper.poll() is None and _alive(child)  # the first one is a request the child may finish
+    assert wrapper.poll() is None and _alive(
+        child
+    )  # the first one is a request the child may finish
     wrapper.send_signal(signal.SIGINT)
     assert wrapper.wait(timeout=30) == 128 + signal.SIGKILL
     assert "second interrupt" in wrapper.stderr.read()

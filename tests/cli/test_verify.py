@@ -16,14 +16,34 @@ JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 </testsuite></testsuites>
 """
 FAILURE = '<failure message="sdpa_cudnn on b8h16s1024d64-bf16-causal-cuda: no kernel of fused attention: cuDNN ran">trace</failure>'
-ENV = {"torch": "2.13.0", "torch.version.cuda": "12.6", "torch.version.hip": None, "torch.cuda.is_available()": True}
+ENV = {
+    "torch": "2.13.0",
+    "torch.version.cuda": "12.6",
+    "torch.version.hip": None,
+    "torch.cuda.is_available()": True,
+}
 
 
 def result(**changes):
-    base = BenchmarkResult(variant="sdpa_flash", case_id="b8h16s1024d64-bf16-causal-cuda", device="cuda",
-                           flop=2 * 10**12, bytes_moved=10**9, median_s=0.010, rounds=10, work_per_step=1,
-                           work_unit="kernels", score_copies_per_step=0, allocated_bytes=0, peak_bytes=0,
-                           max_abs_error=1e-3, correct=True, timer="cuda_event", wall_median_s=0.012, device_median_s=0.010)
+    base = BenchmarkResult(
+        variant="sdpa_flash",
+        case_id="b8h16s1024d64-bf16-causal-cuda",
+        device="cuda",
+        flop=2 * 10**12,
+        bytes_moved=10**9,
+        median_s=0.010,
+        rounds=10,
+        work_per_step=1,
+        work_unit="kernels",
+        score_copies_per_step=0,
+        allocated_bytes=0,
+        peak_bytes=0,
+        max_abs_error=1e-3,
+        correct=True,
+        timer="cuda_event",
+        wall_median_s=0.012,
+        device_median_s=0.010,
+    )
     return dataclasses.replace(base, **changes)
 
 
@@ -42,10 +62,15 @@ def test_a_failed_check_fails_the_report_and_is_listed_first(tmp_path):
     (tmp_path / "junit.xml").write_text(JUNIT.format(failure=FAILURE))
     checks = verify.read_junit(tmp_path / "junit.xml")
     assert [c.outcome for c in checks] == ["passed", "failed", "skipped"]
-    report, passed = verify.verification_report(ENV, checks, [result()], {"matmul_tflops": {"bf16": 400.0}}, 1, 420)
+    report, passed = verify.verification_report(
+        ENV, checks, [result()], {"matmul_tflops": {"bf16": 400.0}}, 1, 420
+    )
     assert not passed and "**Result: FAIL: 1 check(s) failed**" in report
     rows = [line for line in report.splitlines() if line.startswith("| test_")]
-    assert rows[0].startswith("| test_pinned_backend_runs_its_own_fused_kernel | sdpa_cudnn") and "| FAILED |" in rows[0]
+    assert (
+        rows[0].startswith("| test_pinned_backend_runs_its_own_fused_kernel | sdpa_cudnn")
+        and "| FAILED |" in rows[0]
+    )
     assert "no kernel \\| here" in rows[2]  # a pipe in a message cannot break the table
     timing = next(line for line in report.splitlines() if line.startswith("| sdpa_flash"))
     # 2e12 FLOP in 10 ms = 200 TFLOP/s = 50% of the 400 TFLOP/s measured bf16 peak; wall - device = 2 ms
@@ -56,7 +81,9 @@ def test_all_checks_passing_passes_and_a_timeout_fails(tmp_path):
     (tmp_path / "junit.xml").write_text(JUNIT.format(failure=""))
     checks = verify.read_junit(tmp_path / "junit.xml")
     report, passed = verify.verification_report(ENV, checks, [result()], None, 0, 420)
-    assert passed and "**Result: PASS**" in report and "| - |" in report  # no peaks: no share of peak
+    assert (
+        passed and "**Result: PASS**" in report and "| - |" in report
+    )  # no peaks: no share of peak
     report, passed = verify.verification_report(ENV, checks, [result()], None, 124, 420)
     assert not passed and "ran past its 420 s budget" in report
     report, passed = verify.verification_report(ENV, [], [], None, 0, 420)

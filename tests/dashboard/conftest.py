@@ -22,7 +22,9 @@ def history_store(tmp_path: Path) -> tuple[str, list[str]]:
 def browser():
     if not CHROMIUM.exists():
         if os.environ.get("CI"):
-            pytest.fail("CI must run the browser tests: /usr/bin/chromium is missing (scripts/install_chromium.sh)")
+            pytest.fail(
+                "CI must run the browser tests: /usr/bin/chromium is missing (scripts/install_chromium.sh)"
+            )
         pytest.skip("no /usr/bin/chromium (Debian's chromium: bash scripts/install_chromium.sh)")
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in perfsuite[dev]")
     with sync_api.sync_playwright() as playwright:

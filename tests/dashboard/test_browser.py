@@ -38,15 +38,32 @@ def open_site(page, index: Path) -> None:
 def test_site_from_a_store_charts_filters_and_links(history_store, tmp_path, page):
     url, shas = history_store
     out = tmp_path / "site"
-    assert main(["dashboard", "--store", url, "--out", str(out), "--repo-url", "https://github.com/org/repo"]) == 0
+    assert (
+        main(
+            [
+                "dashboard",
+                "--store",
+                url,
+                "--out",
+                str(out),
+                "--repo-url",
+                "https://github.com/org/repo",
+            ]
+        )
+        == 0
+    )
     open_site(page, out / "index.html")
     # the first screen names the planted regression: its commits, size and structural cause
     row = page.locator("#changes tbody tr")
     assert row.count() == 1
     text = row.first.inner_text()
-    assert "naive \u00b7 b2h8s256d64" in text and re.search(r"\+(39|40)\.\d% \[\+\d+\.\d%, \+\d+\.\d%\]", text), text
+    assert "naive \u00b7 b2h8s256d64" in text and re.search(
+        r"\+(39|40)\.\d% \[\+\d+\.\d%, \+\d+\.\d%\]", text
+    ), text
     assert shas[4][:8] in text and shas[3][:8] in text and "slower" in text
-    assert "+1 copy cpu aten::clone [2x8x256x256]" in text and "allocated +4.0 MiB per forward" in text
+    assert (
+        "+1 copy cpu aten::clone [2x8x256x256]" in text and "allocated +4.0 MiB per forward" in text
+    )
     assert row.first.locator(f"a[href='https://github.com/org/repo/commit/{shas[4]}']").count() == 1
     shoot(page, "findings", tmp_path)
     cards = page.locator("article.series")
@@ -70,7 +87,9 @@ def test_site_from_a_store_charts_filters_and_links(history_store, tmp_path, pag
     assert "contended point(s) drawn apart" in cards.first.inner_text()
     # the post's checks and the fastest implementation
     # the live checks: naive now makes 2 score copies where the post says 1 (the planted one); the others hold
-    assert page.locator("#checks tr.ok").count() == 2 and page.locator("#checks tr.bad").count() == 1
+    assert (
+        page.locator("#checks tr.ok").count() == 2 and page.locator("#checks tr.bad").count() == 1
+    )
     assert "2 score copies per forward" in page.inner_text("#checks tr.bad")
     assert "sdpa_math" in page.inner_text("#fastest")
     page.goto((out / "index.html").resolve().as_uri() + "#variant=sdpa_math")
@@ -83,16 +102,38 @@ def planted_dashboard(commits: int = 12, bad: int = 8) -> Dashboard:
     shas = [f"{i:02d}{'ab' * 19}" for i in range(commits)]
     series = []
     for variant, slow in (("naive", 1.4), ("naive_inplace", 1.0)):
-        points = [point_from_rounds(sha, [100e-6 * (slow if i >= bad else 1.0) * (1 + 0.01 * (r % 5))
-                                          for r in range(20)], structure="b" if slow > 1 and i >= bad else "a",
-                                    copies=(1 if variant == "naive" else 0) + (1 if slow > 1 and i >= bad else 0))
-                  for i, sha in enumerate(shas)]
-        changes = [ChangePoint(shas[bad - 1], shas[bad], 1.4, 1.36, 1.44, CAUSE)] if slow > 1 else []
-        series.append(Series(f"{variant}-fwd", variant, "b2h8s256d64-fp32-causal-cpu", "forward", "fp32", "wall",
-                             "tb", points, changes))
-    return Dashboard("perfsuite dashboard", [Commit(s, f"2026-01-{i + 1:02d}T12:00:00Z", f"commit {i}")
-                                             for i, s in enumerate(shas)], series,
-                     [SiteTestbed("tb", "Test CPU (2 threads)")], repo_url="https://github.com/org/repo")
+        points = [
+            point_from_rounds(
+                sha,
+                [100e-6 * (slow if i >= bad else 1.0) * (1 + 0.01 * (r % 5)) for r in range(20)],
+                structure="b" if slow > 1 and i >= bad else "a",
+                copies=(1 if variant == "naive" else 0) + (1 if slow > 1 and i >= bad else 0),
+            )
+            for i, sha in enumerate(shas)
+        ]
+        changes = (
+            [ChangePoint(shas[bad - 1], shas[bad], 1.4, 1.36, 1.44, CAUSE)] if slow > 1 else []
+        )
+        series.append(
+            Series(
+                f"{variant}-fwd",
+                variant,
+                "b2h8s256d64-fp32-causal-cpu",
+                "forward",
+                "fp32",
+                "wall",
+                "tb",
+                points,
+                changes,
+            )
+        )
+    return Dashboard(
+        "perfsuite dashboard",
+        [Commit(s, f"2026-01-{i + 1:02d}T12:00:00Z", f"commit {i}") for i, s in enumerate(shas)],
+        series,
+        [SiteTestbed("tb", "Test CPU (2 threads)")],
+        repo_url="https://github.com/org/repo",
+    )
 
 
 def test_findings_list_the_change_point_with_commits_and_cause(tmp_path, page):
@@ -118,7 +159,12 @@ def test_findings_list_the_change_point_with_commits_and_cause(tmp_path, page):
     compare = page.locator("#compare-table tbody tr")
     assert compare.count() == 2
     first = compare.first.inner_text()
-    assert "naive \u00b7" in first and "1.400x" in first and CAUSE in first and "score copies 1 -> 2" in first
+    assert (
+        "naive \u00b7" in first
+        and "1.400x" in first
+        and CAUSE in first
+        and "score copies 1 -> 2" in first
+    )
     assert "same structure" in compare.nth(1).inner_text()
     shoot(page, "comparison", tmp_path, "#compare")
 
@@ -139,7 +185,9 @@ def test_the_run_report_is_findings_first_with_error_bars(tmp_path, page):
 
     example = Path(__file__).resolve().parents[2] / "docs" / "example" / "run.json"
     data = json.loads(example.read_text())
-    for r in data["results"]:  # the example kept no spread; give each median an IQR of 4% so bars are drawn
+    for r in data[
+        "results"
+    ]:  # the example kept no spread; give each median an IQR of 4% so bars are drawn
         r["iqr_s"] = r["median_s"] * 0.04 if r.get("median_s") else None
     run_file = tmp_path / "run.json"
     run_file.write_text(json.dumps(data))
@@ -152,8 +200,11 @@ def test_the_run_report_is_findings_first_with_error_bars(tmp_path, page):
     cases = {(r["case_id"], r["mode"]) for r in data["results"] if r.get("median_s") is not None}
     assert page.locator("#group-list article").count() == len(cases)
     first = page.locator("#group-list article").first
-    timed = [r for r in data["results"] if r.get("median_s") is not None
-             and (r["case_id"], r["mode"]) == sorted(cases)[0]]
+    timed = [
+        r
+        for r in data["results"]
+        if r.get("median_s") is not None and (r["case_id"], r["mode"]) == sorted(cases)[0]
+    ]
     assert first.get_attribute("data-points") == str(len(timed))
     assert "[" in page.inner_text("#fastest")  # runner-up ratios with intervals
     shoot(page, "report", tmp_path)
@@ -163,8 +214,10 @@ def test_the_page_recorder_catches_console_errors_and_requests(browser, tmp_path
     from dashboard_browser import record_problems
 
     bad = tmp_path / "bad.html"
-    bad.write_text("<script>console.error('boom'); fetch('http://127.0.0.1:9/x').catch(() => {});</script>"
-                   "<img src='http://127.0.0.1:9/y.png'>")
+    bad.write_text(
+        "<script>console.error('boom'); fetch('http://127.0.0.1:9/x').catch(() => {});</script>"
+        "<img src='http://127.0.0.1:9/y.png'>"
+    )
     context = browser.new_context()
     opened = context.new_page()
     problems = record_problems(opened)
@@ -179,10 +232,19 @@ def test_two_testbeds_side_by_side(tmp_path, page):
     import dataclasses
 
     dashboard = planted_dashboard()
-    faster = [dataclasses.replace(s, id=s.id + "-gpu", testbed="tb2", change_points=[],
-                                  points=[dataclasses.replace(p, median_s=p.median_s / 2, q1_s=p.q1_s / 2,
-                                                              q3_s=p.q3_s / 2) for p in s.points])
-              for s in dashboard.series]
+    faster = [
+        dataclasses.replace(
+            s,
+            id=s.id + "-gpu",
+            testbed="tb2",
+            change_points=[],
+            points=[
+                dataclasses.replace(p, median_s=p.median_s / 2, q1_s=p.q1_s / 2, q3_s=p.q3_s / 2)
+                for p in s.points
+            ],
+        )
+        for s in dashboard.series
+    ]
     dashboard.series.extend(faster)
     dashboard.testbeds.append(SiteTestbed("tb2", "Other machine"))
     open_site(page, write_site(dashboard, tmp_path / "site"))

@@ -19,22 +19,38 @@ BIN = Path(sys.executable).parent
 
 
 def workflow() -> str:
-    return render("torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu",
-                  "git+https://github.com/example/perfsuite@v0.1.0", "3.11", None)
+    return render(
+        "torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu",
+        "git+https://github.com/example/perfsuite@v0.1.0",
+        "3.11",
+        None,
+    )
 
 
 def test_main_pushes_record_into_the_store_and_publish_the_dashboard():
     text = workflow()
     assert "push:\n    branches: [main]" in text
-    history = text[text.index("\n  history:"):text.index("\n  pages:")]
-    assert "if: github.event_name == 'push'" in history and "secrets.PERFSUITE_HISTORY_URL" in history
-    assert "perfsuite run\n" in history and "perfsuite history record" in history and "perfsuite dashboard --out perfsuite-dashboard" in history
+    history = text[text.index("\n  history:") : text.index("\n  pages:")]
+    assert (
+        "if: github.event_name == 'push'" in history and "secrets.PERFSUITE_HISTORY_URL" in history
+    )
+    assert (
+        "perfsuite run\n" in history
+        and "perfsuite history record" in history
+        and "perfsuite dashboard --out perfsuite-dashboard" in history
+    )
     assert "name: perfsuite-history" in history and "actions/upload-pages-artifact@" in history
-    pages = text[text.index("\n  pages:"):]
-    assert "pages: write" in pages and "id-token: write" in pages and "actions/deploy-pages@" in pages
+    pages = text[text.index("\n  pages:") :]
+    assert (
+        "pages: write" in pages and "id-token: write" in pages and "actions/deploy-pages@" in pages
+    )
     for uses in re.findall(r"uses: (\S+)", text):
-        assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", uses), uses  # every action pinned by SHA
-    assert "perfsuite dashboard --links gate/ab.json" in text  # the gate's summary links the dashboard
+        assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", uses), (
+            uses
+        )  # every action pinned by SHA
+    assert (
+        "perfsuite dashboard --links gate/ab.json" in text
+    )  # the gate's summary links the dashboard
 
 
 @pytest.mark.slow
@@ -43,22 +59,49 @@ def test_the_workflow_lints_clean(tmp_path):
     path.write_text(workflow())
     lint = subprocess.run([BIN / "actionlint", str(path)], capture_output=True, text=True)
     assert lint.returncode == 0, lint.stdout + lint.stderr
-    zizmor = subprocess.run([BIN / "zizmor", "--offline", "--no-progress", str(path)], capture_output=True, text=True)
-    assert zizmor.returncode == 0 and "No findings" in zizmor.stdout + zizmor.stderr, zizmor.stdout + zizmor.stderr
+    zizmor = subprocess.run(
+        [BIN / "zizmor", "--offline", "--no-progress", str(path)], capture_output=True, text=True
+    )
+    assert zizmor.returncode == 0 and "No findings" in zizmor.stdout + zizmor.stderr, (
+        zizmor.stdout + zizmor.stderr
+    )
 
 
-AB = {"benchmarks": [
-    {"key": "naive/b2h8s256d64-fp32-causal-cpu", "verdict": "slower", "structure": ["+1 copy cpu aten::clone [2x8x256x256]"]},
-    {"key": "sdpa/b2h8s256d64-fp32-causal-cpu/backward", "verdict": "same", "structure": []},
-    {"key": "naive_inplace/b2h8s256d64-fp32-causal-cpu/backward", "verdict": "inconclusive", "structure": ["-1 aten::clone"]},
-]}
+AB = {
+    "benchmarks": [
+        {
+            "key": "naive/b2h8s256d64-fp32-causal-cpu",
+            "verdict": "slower",
+            "structure": ["+1 copy cpu aten::clone [2x8x256x256]"],
+        },
+        {"key": "sdpa/b2h8s256d64-fp32-causal-cpu/backward", "verdict": "same", "structure": []},
+        {
+            "key": "naive_inplace/b2h8s256d64-fp32-causal-cpu/backward",
+            "verdict": "inconclusive",
+            "structure": ["-1 aten::clone"],
+        },
+    ]
+}
 
 
 def test_the_summary_links_each_flagged_benchmarks_series(tmp_path, capsys):
-    assert [f[:3] for f in flagged(AB)] == [("naive", "b2h8s256d64-fp32-causal-cpu", "forward"),
-                                            ("naive_inplace", "b2h8s256d64-fp32-causal-cpu", "backward")]
+    assert [f[:3] for f in flagged(AB)] == [
+        ("naive", "b2h8s256d64-fp32-causal-cpu", "forward"),
+        ("naive_inplace", "b2h8s256d64-fp32-causal-cpu", "backward"),
+    ]
     (tmp_path / "ab.json").write_text(json.dumps(AB))
-    assert main(["dashboard", "--links", str(tmp_path / "ab.json"), "--site-url", "https://org.github.io/repo/"]) == 0
+    assert (
+        main(
+            [
+                "dashboard",
+                "--links",
+                str(tmp_path / "ab.json"),
+                "--site-url",
+                "https://org.github.io/repo/",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "[the perfsuite dashboard](https://org.github.io/repo/index.html)" in out
     assert series_link("https://org.github.io/repo/", "naive", "b2h8s256d64-fp32-causal-cpu") in out
@@ -69,5 +112,8 @@ def test_links_refuse_a_file_that_is_not_an_ab_output(tmp_path, capsys):
     (tmp_path / "x.json").write_text("[1, 2]")
     with pytest.raises(Exception, match="not a perfsuite ab --json file"):
         summary_links(tmp_path / "x.json", "https://x/")
-    assert main(["dashboard", "--links", str(tmp_path / "missing.json"), "--site-url", "https://x/"]) == 2
+    assert (
+        main(["dashboard", "--links", str(tmp_path / "missing.json"), "--site-url", "https://x/"])
+        == 2
+    )
     assert "missing.json" in capsys.readouterr().err

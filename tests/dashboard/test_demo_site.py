@@ -46,10 +46,19 @@ TIMED = ("--benchmark-min-rounds=15", "--benchmark-max-time=0.05", "--benchmark-
 
 
 def sh(*args, cwd):
-    env = dict(os.environ, GIT_AUTHOR_NAME="u", GIT_AUTHOR_EMAIL="u@example.com", GIT_COMMITTER_NAME="u",
-               GIT_COMMITTER_EMAIL="u@example.com", PERFSUITE_CONTENTION_CHECK="off", PYTHONPATH="src")
+    env = dict(
+        os.environ,
+        GIT_AUTHOR_NAME="u",
+        GIT_AUTHOR_EMAIL="u@example.com",
+        GIT_COMMITTER_NAME="u",
+        GIT_COMMITTER_EMAIL="u@example.com",
+        PERFSUITE_CONTENTION_CHECK="off",
+        PYTHONPATH="src",
+    )
     env.pop("PERFSUITE_HISTORY_URL", None)
-    return subprocess.run([str(a) for a in args], cwd=cwd, capture_output=True, text=True, timeout=600, env=env)
+    return subprocess.run(
+        [str(a) for a in args], cwd=cwd, capture_output=True, text=True, timeout=600, env=env
+    )
 
 
 def commit(repo: Path, message: str, attention: str) -> str:
@@ -64,23 +73,51 @@ def test_three_timed_commits_give_a_site_whose_first_screen_names_the_regression
     (repo / "src" / "myattn").mkdir(parents=True)
     (repo / "src" / "myattn" / "__init__.py").write_text("")
     (repo / "pyproject.toml").write_text(PYPROJECT)
-    (repo / ".gitignore").write_text(".venv/\n.benchmarks/\nperfsuite-results/\n__pycache__/\nsite/\n")
+    (repo / ".gitignore").write_text(
+        ".venv/\n.benchmarks/\nperfsuite-results/\n__pycache__/\nsite/\n"
+    )
     sh("git", "init", "-q", "-b", "main", cwd=repo)
     sh(sys.executable, "-m", "venv", "--without-pip", repo / ".venv", cwd=repo)
     venv_site = next((repo / ".venv" / "lib").glob("python*/site-packages"))
     (venv_site / "borrowed.pth").write_text("\n".join(site.getsitepackages()) + "\n")
-    installed = sh(repo / ".venv" / "bin" / "python", "-m", "pip", "install", "-q", "--no-deps",
-                   "--no-build-isolation", ROOT, cwd=repo)
+    installed = sh(
+        repo / ".venv" / "bin" / "python",
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--no-deps",
+        "--no-build-isolation",
+        ROOT,
+        cwd=repo,
+    )
     assert installed.returncode == 0, installed.stderr
     perfsuite = repo / ".venv" / "bin" / "perfsuite"
     shas = []
-    for message, code in (("base", ATTENTION), ("a comment only", ATTENTION.replace('"""Softmax', '"""Plain softmax')),
-                          ("planted: 30 copies of the scores",
-                           ATTENTION.replace("    if mask.masked_out", COPIES + "    if mask.masked_out", 1))):
+    for message, code in (
+        ("base", ATTENTION),
+        ("a comment only", ATTENTION.replace('"""Softmax', '"""Plain softmax')),
+        (
+            "planted: 30 copies of the scores",
+            ATTENTION.replace("    if mask.masked_out", COPIES + "    if mask.masked_out", 1),
+        ),
+    ):
         shas.append(commit(repo, message, code))
-        timed = sh(perfsuite, "run", *TIMED, cwd=repo)  # the planted commit fails the suite's copy check
-        assert "perfsuite: history: recorded 1 benchmark(s)" in timed.stdout, timed.stdout[-3000:] + timed.stderr
-    written = sh(perfsuite, "dashboard", "--out", "site", "--repo-url", "https://github.com/example/myattn", cwd=repo)
+        timed = sh(
+            perfsuite, "run", *TIMED, cwd=repo
+        )  # the planted commit fails the suite's copy check
+        assert "perfsuite: history: recorded 1 benchmark(s)" in timed.stdout, (
+            timed.stdout[-3000:] + timed.stderr
+        )
+    written = sh(
+        perfsuite,
+        "dashboard",
+        "--out",
+        "site",
+        "--repo-url",
+        "https://github.com/example/myattn",
+        cwd=repo,
+    )
     assert written.returncode == 0, written.stderr
     page.set_viewport_size({"width": 1400, "height": 900})
     page.goto((repo / "site" / "index.html").as_uri())

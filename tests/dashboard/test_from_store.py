@@ -15,18 +15,34 @@ def test_the_model_names_the_planted_change_its_cause_and_the_epoch(history_stor
         model = dashboard_from_store(store, repo_url="https://github.com/org/repo")
     assert [c.sha for c in model.commits] == shas
     by_variant = {s.variant: s for s in model.series}
-    assert set(by_variant) == {"naive", "naive_inplace", "sdpa_math"} and {s.measure for s in model.series} == {"time"}
+    assert set(by_variant) == {"naive", "naive_inplace", "sdpa_math"} and {
+        s.measure for s in model.series
+    } == {"time"}
     [change] = by_variant["naive"].change_points
     assert (change.last_good, change.first_bad, change.open) == (shas[3], shas[4], True)
     assert 1.3 < change.ratio_low < change.ratio < change.ratio_high < 1.5
-    assert "+1 copy cpu aten::clone [2x8x256x256]" in change.cause and "allocated +4.0 MiB per forward" in change.cause
-    assert not by_variant["naive_inplace"].change_points and not by_variant["sdpa_math"].change_points
+    assert (
+        "+1 copy cpu aten::clone [2x8x256x256]" in change.cause
+        and "allocated +4.0 MiB per forward" in change.cause
+    )
+    assert (
+        not by_variant["naive_inplace"].change_points and not by_variant["sdpa_math"].change_points
+    )
     assert [e.label for e in by_variant["naive"].epochs] == ["torch 2.12.0 -> 2.13.0"]
     assert by_variant["naive_inplace"].points[1].contended
     [fastest] = model.fastest
-    assert (fastest.variant, fastest.runner_up) == ("sdpa_math", "naive_inplace") and fastest.ratio_low > 1
-    assert {(c.variant, c.ok) for c in model.checks} == {("naive", False), ("naive_inplace", True), ("sdpa_math", True)}
-    assert [c.observed for c in model.checks if c.variant == "naive"] == ["2 score copies per forward"]
+    assert (fastest.variant, fastest.runner_up) == (
+        "sdpa_math",
+        "naive_inplace",
+    ) and fastest.ratio_low > 1
+    assert {(c.variant, c.ok) for c in model.checks} == {
+        ("naive", False),
+        ("naive_inplace", True),
+        ("sdpa_math", True),
+    }
+    assert [c.observed for c in model.checks if c.variant == "naive"] == [
+        "2 score copies per forward"
+    ]
 
 
 def test_a_device_clock_adds_the_wall_time_series(tmp_path):
@@ -40,9 +56,27 @@ def test_a_device_clock_adds_the_wall_time_series(tmp_path):
 def test_the_command_refuses_a_missing_or_foreign_store_and_writes_nothing(tmp_path, capsys):
     from perfsuite.cli.main import main
 
-    assert main(["dashboard", "--store", str(tmp_path / "none.sqlite"), "--out", str(tmp_path / "site")]) == 2
+    assert (
+        main(
+            ["dashboard", "--store", str(tmp_path / "none.sqlite"), "--out", str(tmp_path / "site")]
+        )
+        == 2
+    )
     assert "none.sqlite: no history store yet" in capsys.readouterr().err
     (tmp_path / "notes.sqlite").write_text("my notes")
-    assert main(["dashboard", "--store", str(tmp_path / "notes.sqlite"), "--out", str(tmp_path / "site")]) == 2
+    assert (
+        main(
+            [
+                "dashboard",
+                "--store",
+                str(tmp_path / "notes.sqlite"),
+                "--out",
+                str(tmp_path / "site"),
+            ]
+        )
+        == 2
+    )
     assert "notes.sqlite: not a perfsuite history store" in capsys.readouterr().err
-    assert (tmp_path / "notes.sqlite").read_text() == "my notes" and not (tmp_path / "site").exists()
+    assert (tmp_path / "notes.sqlite").read_text() == "my notes" and not (
+        tmp_path / "site"
+    ).exists()

@@ -28,15 +28,19 @@ def killable_attention(query, key, value, *, mask, scale):
         scores.masked_fill_(mask.masked_out, float("-inf"))
     return torch.matmul(torch.softmax(scores, dim=-1).nan_to_num(0.0), value)
 '''
-PYPROJECT = '''[tool.pytest.ini_options]
+PYPROJECT = """[tool.pytest.ini_options]
 perfsuite_user_variants = ["myattn:killable_attention"]
 perfsuite_variants = "killable_attention sdpa"
 perfsuite_cases = "b1h2s16d8-fp32-causal-cpu"
 perfsuite_modes = "forward"
 perfsuite_isolate = "none"
-'''
-GIT_ENV = dict(GIT_AUTHOR_NAME="u", GIT_AUTHOR_EMAIL="u@example.com", GIT_COMMITTER_NAME="u",
-               GIT_COMMITTER_EMAIL="u@example.com")
+"""
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "u",
+    "GIT_AUTHOR_EMAIL": "u@example.com",
+    "GIT_COMMITTER_NAME": "u",
+    "GIT_COMMITTER_EMAIL": "u@example.com",
+}
 
 
 @pytest.fixture
@@ -57,16 +61,26 @@ def run_perfsuite():
     return perfsuite_in
 
 
-def perfsuite_in(repo: Path, *args: str, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+def perfsuite_in(
+    repo: Path, *args: str, env: dict | None = None, timeout: int = 600
+) -> subprocess.CompletedProcess:
     """``perfsuite ARGS`` in ``repo`` (its own functions importable there), output as text."""
     environ = {k: v for k, v in os.environ.items() if not k.endswith("VISIBLE_DEVICES")}
     environ.update(PYTHONPATH=str(repo), **(env or {}))
-    return subprocess.run([sys.executable, "-m", "perfsuite", *args], cwd=repo, env=environ, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "perfsuite", *args],
+        cwd=repo,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 # -- a real one-node Slurm cluster (slurm-wlm, munge; .ci/install-slurm.sh installs them) -----------------
-SLURM_REQUIRED = "PERFSUITE_REQUIRE_SLURM"  # set by .ci/run: a missing Slurm fails instead of skipping
+SLURM_REQUIRED = (
+    "PERFSUITE_REQUIRE_SLURM"  # set by .ci/run: a missing Slurm fails instead of skipping
+)
 SLURM_CONF = """ClusterName=perfsuite
 SlurmctldHost={host}
 SlurmUser=root
@@ -99,8 +113,11 @@ MUNGE_SOCKET = Path("/run/munge/munge.socket.2")
 def _slurm_missing() -> str | None:
     import shutil
 
-    missing = [tool for tool in ("slurmctld", "slurmd", "sbatch", "sinfo", "munged") if not shutil.which(tool)
-               and not Path("/usr/sbin", tool).exists()]
+    missing = [
+        tool
+        for tool in ("slurmctld", "slurmd", "sbatch", "sinfo", "munged")
+        if not shutil.which(tool) and not Path("/usr/sbin", tool).exists()
+    ]
     if missing:
         return f"Slurm/munge not installed ({', '.join(missing)} missing; Debian: apt-get install slurm-wlm munge)"
     if os.geteuid() != 0:
@@ -141,30 +158,56 @@ def slurm_cluster(tmp_path_factory) -> dict[str, str]:
     for sub in ("state", "spool"):
         (folder / sub).mkdir()
     conf = folder / "slurm.conf"
-    conf.write_text(SLURM_CONF.format(host=socket.gethostname().split(".")[0], folder=folder, cpus=os.cpu_count(),
-                                      ctld_port=_free_port(), d_port=_free_port()))
+    conf.write_text(
+        SLURM_CONF.format(
+            host=socket.gethostname().split(".")[0],
+            folder=folder,
+            cpus=os.cpu_count(),
+            ctld_port=_free_port(),
+            d_port=_free_port(),
+        )
+    )
     munged = None
     if not _munge_works():
         Path("/run/munge").mkdir(parents=True, exist_ok=True)
         subprocess.run(["chown", "munge:munge", "/run/munge"], check=True)
-        munged = subprocess.Popen(["runuser", "-u", "munge", "--", "/usr/sbin/munged", "--foreground"])
+        munged = subprocess.Popen(
+            ["runuser", "-u", "munge", "--", "/usr/sbin/munged", "--foreground"]
+        )
         deadline = time.monotonic() + 30
         while not _munge_works():
             assert time.monotonic() < deadline and munged.poll() is None, "munged did not start"
             time.sleep(0.2)
     env = {"SLURM_CONF": str(conf)}
-    daemons = [subprocess.Popen([f"/usr/sbin/{name}", "-D", "-f", str(conf)], env={**os.environ, **env},
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for name in ("slurmctld", "slurmd")]
+    daemons = [
+        subprocess.Popen(
+            [f"/usr/sbin/{name}", "-D", "-f", str(conf)],
+            env={**os.environ, **env},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for name in ("slurmctld", "slurmd")
+    ]
     try:
         deadline = time.monotonic() + 60
         while True:
-            info = subprocess.run(["sinfo", "-h", "-o", "%T"], env={**os.environ, **env}, capture_output=True, text=True)
+            info = subprocess.run(
+                ["sinfo", "-h", "-o", "%T"],
+                env={**os.environ, **env},
+                capture_output=True,
+                text=True,
+            )
             if info.stdout.strip() in ("idle", "mixed", "allocated"):
                 break
             if time.monotonic() > deadline or any(d.poll() is not None for d in daemons):
-                logs = "\n".join((folder / f).read_text()[-2000:] for f in ("slurmctld.log", "slurmd.log")
-                                 if (folder / f).exists())
-                pytest.fail(f"Slurm did not come up (sinfo: {info.stdout.strip()!r} {info.stderr.strip()!r}):\n{logs}")
+                logs = "\n".join(
+                    (folder / f).read_text()[-2000:]
+                    for f in ("slurmctld.log", "slurmd.log")
+                    if (folder / f).exists()
+                )
+                pytest.fail(
+                    f"Slurm did not come up (sinfo: {info.stdout.strip()!r} {info.stderr.strip()!r}):\n{logs}"
+                )
             time.sleep(0.5)
         yield env
     finally:
@@ -181,8 +224,9 @@ def _history_fixtures():
     """The history store's PostgreSQL fixtures (tests/history/conftest.py), reused here."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("history_store_fixtures",
-                                                  Path(__file__).resolve().parents[1] / "history" / "conftest.py")
+    spec = importlib.util.spec_from_file_location(
+        "history_store_fixtures", Path(__file__).resolve().parents[1] / "history" / "conftest.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

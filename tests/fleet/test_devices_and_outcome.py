@@ -12,7 +12,9 @@ def test_the_outer_list_is_the_whole_world():
     plan = devices.plan(None, {"CUDA_VISIBLE_DEVICES": "2, 3"}, device_count=8)
     assert plan.devices == ("2", "3") and plan.variable == "CUDA_VISIBLE_DEVICES"
     assert devices.plan("3", {"CUDA_VISIBLE_DEVICES": "2,3"}, 8).devices == ("3",)
-    with pytest.raises(ConfigError, match="0 not in the caller's CUDA_VISIBLE_DEVICES=2,3; allowed: 2, 3"):
+    with pytest.raises(
+        ConfigError, match="0 not in the caller's CUDA_VISIBLE_DEVICES=2,3; allowed: 2, 3"
+    ):
         devices.plan("0", {"CUDA_VISIBLE_DEVICES": "2,3"}, 8)
 
 
@@ -21,7 +23,10 @@ def test_uuids_and_rocm_and_counts():
     assert devices.plan(None, uuids, 2).devices == ("GPU-aaa", "GPU-bbb")
     assert devices.plan(None, {}, 4).devices == ("0", "1", "2", "3")
     assert devices.plan(None, {}, 2, rocm=True).variable == "HIP_VISIBLE_DEVICES"
-    assert devices.plan(None, {"CUDA_VISIBLE_DEVICES": "1"}, 2, rocm=True).variable == "CUDA_VISIBLE_DEVICES"
+    assert (
+        devices.plan(None, {"CUDA_VISIBLE_DEVICES": "1"}, 2, rocm=True).variable
+        == "CUDA_VISIBLE_DEVICES"
+    )
     assert devices.plan("0,1", {}, 0).devices == ("0", "1")  # no GPU: CPU processes stand in
     with pytest.raises(ConfigError, match="this machine has 2 GPU"):
         devices.plan("5", {}, 2)
@@ -35,15 +40,27 @@ def test_uuids_and_rocm_and_counts():
 
 def test_a_shard_with_another_torch_or_driver_is_flagged_not_pooled():
     same = {"torch_version": "2.13.0", "driver_version": "nvidia-smi: 550.54.15"}
-    flagged = outcome.software_differences({"shard-1-of-3": same, "shard-2-of-3": same,
-                                            "shard-3-of-3": {**same, "driver_version": "nvidia-smi: 535.104.05"}})
-    assert flagged == {"shard-3-of-3": ["driver_version 'nvidia-smi: 535.104.05', the others' 'nvidia-smi: 550.54.15'"]}
+    flagged = outcome.software_differences(
+        {
+            "shard-1-of-3": same,
+            "shard-2-of-3": same,
+            "shard-3-of-3": {**same, "driver_version": "nvidia-smi: 535.104.05"},
+        }
+    )
+    assert flagged == {
+        "shard-3-of-3": [
+            "driver_version 'nvidia-smi: 535.104.05', the others' 'nvidia-smi: 550.54.15'"
+        ]
+    }
     assert outcome.software_differences({"a": same, "b": same}) == {}
 
 
 def test_a_fleet_record_refuses_another_fleet(tmp_path):
     outcome.update_fleet_file(tmp_path, "f1", 2, {"shard-1-of-2": {"state": "complete"}})
     outcome.update_fleet_file(tmp_path, "f1", 2, {"shard-2-of-2": {"state": "partial"}})
-    assert set(outcome.read_fleet_file(tmp_path / "fleet.json")["shards"]) == {"shard-1-of-2", "shard-2-of-2"}
+    assert set(outcome.read_fleet_file(tmp_path / "fleet.json")["shards"]) == {
+        "shard-1-of-2",
+        "shard-2-of-2",
+    }
     with pytest.raises(Exception, match="is fleet 'f1' with 2 shards, not 'f2' with 4"):
         outcome.update_fleet_file(tmp_path, "f2", 4, {})

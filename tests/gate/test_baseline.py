@@ -5,16 +5,26 @@ import json
 import pytest
 from pytest_benchmark.storage.file import FileStorage
 
-from perfsuite.gate.baseline import (INCOMPLETE_KEY, Incomplete, check_baseline_file, coverage_note,
-                                     looks_like_test_path, resolve_baseline)
+from perfsuite.gate.baseline import (
+    INCOMPLETE_KEY,
+    Incomplete,
+    check_baseline_file,
+    coverage_note,
+    looks_like_test_path,
+    resolve_baseline,
+)
 from perfsuite.errors import BaselineError
 
 MACHINE = "Linux-CPython-3.11-64bit"
 
 
 def bench(variant, case, mode="forward"):
-    return {"name": f"test_benchmark[{variant}-{case}-{mode}]", "fullname": f"x::test_benchmark[{variant}-{case}-{mode}]",
-            "extra_info": {"variant": variant, "case": case, "mode": mode}, "stats": {}}
+    return {
+        "name": f"test_benchmark[{variant}-{case}-{mode}]",
+        "fullname": f"x::test_benchmark[{variant}-{case}-{mode}]",
+        "extra_info": {"variant": variant, "case": case, "mode": mode},
+        "stats": {},
+    }
 
 
 @pytest.fixture
@@ -44,7 +54,9 @@ def test_the_newest_run_is_chosen_and_a_truncated_newest_is_an_error_not_skipped
 def test_a_named_baseline_that_does_not_exist_is_an_error(storage):
     """Before: without --perfsuite-gate, a warning and exit code 0."""
     save(storage, "0001_a.json", WHOLE)
-    with pytest.raises(BaselineError, match="no saved run matching '0007' in .*nothing to compare with"):
+    with pytest.raises(
+        BaselineError, match="no saved run matching '0007' in .*nothing to compare with"
+    ):
         resolve_baseline(storage, "0007")
     assert resolve_baseline(storage, "0001")[0].name == "0001_a.json"
 
@@ -69,7 +81,10 @@ def test_a_test_path_swallowed_as_the_value_is_named_as_such(storage, tmp_path, 
 def test_an_incomplete_run_is_refused_as_a_baseline_with_what_it_holds(storage):
     partial = dict(WHOLE, **{INCOMPLETE_KEY: Incomplete("interrupted (Ctrl-C)", 5, 20).to_dict()})
     path = save(storage, "0002_partial.json", partial)
-    with pytest.raises(BaselineError, match=r"incomplete run \(interrupted \(Ctrl-C\): 5 of 20 benchmarks finished\)"):
+    with pytest.raises(
+        BaselineError,
+        match=r"incomplete run \(interrupted \(Ctrl-C\): 5 of 20 benchmarks finished\)",
+    ):
         resolve_baseline(storage, True)
     with pytest.raises(BaselineError, match=str(path)):
         check_baseline_file(path)
@@ -78,7 +93,9 @@ def test_an_incomplete_run_is_refused_as_a_baseline_with_what_it_holds(storage):
 def test_a_baseline_covering_few_of_this_runs_benchmarks_is_named():
     head = ["naive/c1", "sdpa/c1", "naive/c2", "sdpa/c2", "flex/c1"]
     note = coverage_note(WHOLE, head, "0001")
-    assert note.startswith("baseline 0001 has 2 of this run's 5 benchmarks (few: under half); 3 are compared with nothing")
+    assert note.startswith(
+        "baseline 0001 has 2 of this run's 5 benchmarks (few: under half); 3 are compared with nothing"
+    )
     assert coverage_note(WHOLE, ["naive/c1", "sdpa/c1"], "0001") is None
 
 
@@ -86,8 +103,18 @@ def test_perfsuite_compare_refuses_a_partial_base_run_naming_it(tmp_path, capsys
     from perfsuite.cli.main import main
 
     partial = tmp_path / "0002_partial.json"
-    partial.write_text(json.dumps(dict(WHOLE, **{INCOMPLETE_KEY: Incomplete("interrupted (KeyboardInterrupt)", 1, 2).to_dict()})))
+    partial.write_text(
+        json.dumps(
+            dict(
+                WHOLE,
+                **{INCOMPLETE_KEY: Incomplete("interrupted (KeyboardInterrupt)", 1, 2).to_dict()},
+            )
+        )
+    )
     whole = tmp_path / "0001_whole.json"
     whole.write_text(json.dumps(WHOLE))
     assert main(["compare", str(partial), str(whole)]) == 2
-    assert f"{partial}: an incomplete run (interrupted (KeyboardInterrupt): 1 of 2" in capsys.readouterr().err
+    assert (
+        f"{partial}: an incomplete run (interrupted (KeyboardInterrupt): 1 of 2"
+        in capsys.readouterr().err
+    )

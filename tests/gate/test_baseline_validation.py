@@ -15,11 +15,23 @@ SETTINGS = GateSettings()
 
 
 def run(times, **info):
-    extra = {"schema_version": 2, "variant": "naive", "case": "b1h2s16d8-fp32-causal-cpu", "mode": "forward",
-             "fingerprint": {"cpu_ops": {"aten::bmm": 2}, "kernels": {}, "allocated_bytes": 0}} | info
+    extra = {
+        "schema_version": 2,
+        "variant": "naive",
+        "case": "b1h2s16d8-fp32-causal-cpu",
+        "mode": "forward",
+        "fingerprint": {"cpu_ops": {"aten::bmm": 2}, "kernels": {}, "allocated_bytes": 0},
+    } | info
     extra = {k: v for k, v in extra.items() if v is not None}
-    return {"benchmarks": [{"name": "test_benchmark[x]", "extra_info": extra,
-                            "stats": {"median": float(np.median(times)), "data": list(times)}}]}
+    return {
+        "benchmarks": [
+            {
+                "name": "test_benchmark[x]",
+                "extra_info": extra,
+                "stats": {"median": float(np.median(times)), "data": list(times)},
+            }
+        ]
+    }
 
 
 def test_a_newer_schema_version_is_refused_with_the_version_named(tmp_path):
@@ -28,7 +40,10 @@ def test_a_newer_schema_version_is_refused_with_the_version_named(tmp_path):
     path.write_text(json.dumps(run([1.0] * 5, schema_version=99)))
     with pytest.raises(BaselineError, match="schema_version 99 is newer than this perfsuite reads"):
         check_baseline_file(path)
-    with pytest.raises(BaselineError, match="the base run's benchmark naive/b1h2s16d8-fp32-causal-cpu: schema_version 99"):
+    with pytest.raises(
+        BaselineError,
+        match="the base run's benchmark naive/b1h2s16d8-fp32-causal-cpu: schema_version 99",
+    ):
         compare_runs(run([1.0] * 5, schema_version=99), run([1.0] * 5), SETTINGS)
 
 
@@ -37,7 +52,10 @@ def test_fields_a_comparison_lacks_are_named_in_the_verdict():
     base = run([1.0] * 5)
     base["benchmarks"][0]["extra_info"] = {"variant": "naive", "case": "b1h2s16d8-fp32-causal-cpu"}
     [found] = compare_runs(base, run([1.0] * 5), SETTINGS)
-    assert found.verdict == "inconclusive" and "the base run lacks extra_info fingerprint" in found.note
+    assert (
+        found.verdict == "inconclusive"
+        and "the base run lacks extra_info fingerprint" in found.note
+    )
 
 
 def test_an_unreadable_fingerprint_is_not_compared_and_never_fails_the_structure_gate():
@@ -45,5 +63,7 @@ def test_an_unreadable_fingerprint_is_not_compared_and_never_fails_the_structure
     rng = np.random.default_rng(0)
     times = np.exp(rng.normal(0, 0.01, 30))
     [found] = compare_runs(run(times, fingerprint={"ops": [1, 2]}), run(times), SETTINGS)
-    assert found.structure == ["not compared: the fingerprint of the base it has neither 'cpu_ops' nor 'kernels'"]
+    assert found.structure == [
+        "not compared: the fingerprint of the base it has neither 'cpu_ops' nor 'kernels'"
+    ]
     assert not gate_failed([found], fail_on_structure=True)

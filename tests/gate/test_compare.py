@@ -12,15 +12,22 @@ def saved(variant="naive", case="b1h2s16d8-fp32-causal-cpu", **extra):
 
 
 def test_the_forward_is_written_without_its_mode_and_other_modes_with_it():
-    assert str(BenchmarkKey("naive", "b1h2s16d8-fp32-causal-cpu")) == "naive/b1h2s16d8-fp32-causal-cpu"
+    assert (
+        str(BenchmarkKey("naive", "b1h2s16d8-fp32-causal-cpu")) == "naive/b1h2s16d8-fp32-causal-cpu"
+    )
     assert str(BenchmarkKey("sdpa", "c", Mode.BACKWARD)) == "sdpa/c/backward"
     assert BenchmarkKey("sdpa", "c", "backward") == BenchmarkKey("sdpa", "c", Mode.BACKWARD)
 
 
 def test_a_saved_entry_and_a_result_of_this_run_get_the_same_key():
-    assert benchmark_key(saved(mode="forward_backward")) == str(BenchmarkKey("naive", "b1h2s16d8-fp32-causal-cpu",
-                                                                             Mode.FORWARD_BACKWARD))
-    assert benchmark_key(saved(mode="forward")) == benchmark_key(saved()) == "naive/b1h2s16d8-fp32-causal-cpu"
+    assert benchmark_key(saved(mode="forward_backward")) == str(
+        BenchmarkKey("naive", "b1h2s16d8-fp32-causal-cpu", Mode.FORWARD_BACKWARD)
+    )
+    assert (
+        benchmark_key(saved(mode="forward"))
+        == benchmark_key(saved())
+        == "naive/b1h2s16d8-fp32-causal-cpu"
+    )
 
 
 def test_an_entry_without_perfsuite_extra_info_is_keyed_by_its_test_name():
@@ -30,7 +37,13 @@ def test_an_entry_without_perfsuite_extra_info_is_keyed_by_its_test_name():
 
 def test_verdicts_are_stored_and_printed_as_their_plain_strings():
     assert VERDICTS == tuple(Verdict)
-    assert [str(v) for v in Verdict] == ["slower", "faster", "no change", "inconclusive", "inconclusive: contended",
-                                         "missing"]
+    assert [str(v) for v in Verdict] == [
+        "slower",
+        "faster",
+        "no change",
+        "inconclusive",
+        "inconclusive: contended",
+        "missing",
+    ]
     assert json.loads(json.dumps({"verdict": Verdict.NO_CHANGE})) == {"verdict": "no change"}
     assert f"| {Verdict.SLOWER} |" == "| slower |" and Verdict("no change") is Verdict.NO_CHANGE

@@ -9,13 +9,27 @@ import pytest
 from perfsuite.gate.ab import Side, run_ab
 from perfsuite.attention.cases import AttentionCase
 from perfsuite.cli.main import main
-from perfsuite.errors import IncomparableRuns, WorkerError
-from perfsuite.gate.compare import (UNPAIRED_METHOD, BenchmarkComparison, check_compatible, compare_runs,
-                                    gate_failed, load_benchmark_file)
+from perfsuite.errors import BaselineError, IncomparableRuns, WorkerError
+from perfsuite.gate.compare import (
+    UNPAIRED_METHOD,
+    BenchmarkComparison,
+    check_compatible,
+    compare_runs,
+    gate_failed,
+    load_benchmark_file,
+)
 from perfsuite.measure.evidence import gather_evidence
 from perfsuite.trace.structure import diff_fingerprints, fingerprint
-from perfsuite.gate.stats import (CONTENDED_VERDICT, GateSettings, RatioEstimate, SequentialPlan, pair_log_ratios,
-                                  unpaired_ratio, verdict, wilcoxon_interval)
+from perfsuite.gate.stats import (
+    CONTENDED_VERDICT,
+    GateSettings,
+    RatioEstimate,
+    SequentialPlan,
+    pair_log_ratios,
+    unpaired_ratio,
+    verdict,
+    wilcoxon_interval,
+)
 from perfsuite.variants import get_variant
 
 SETTINGS = GateSettings(alpha=0.01, min_effect=0.03)
@@ -49,14 +63,22 @@ def test_exact_samples_give_exact_answers():
 def test_too_few_pairs_or_a_wide_interval_is_inconclusive():
     assert verdict(paired_ratio([[1.0]] * 3, [[1.5]] * 3, 0.01), SETTINGS) == "inconclusive"
     assert verdict(RatioEstimate(1.01, 0.9, 1.12, 20, "paired"), SETTINGS) == "inconclusive"
-    assert verdict(RatioEstimate(1.02, 1.005, 1.04, 20, "paired"), SETTINGS) == "inconclusive"  # real but < 3%
+    assert (
+        verdict(RatioEstimate(1.02, 1.005, 1.04, 20, "paired"), SETTINGS) == "inconclusive"
+    )  # real but < 3%
 
 
 def test_known_rates_on_synthetic_noise_with_drift():
     """5% noise per round and a 1%-per-block drift: 10% slowdowns found, identical code left alone."""
     rng = np.random.default_rng(0)
-    flagged_same = sum(verdict(paired_ratio(*blocks(rng, 1.0, drift=0.01), 0.01), SETTINGS) == "slower" for _ in range(200))
-    caught_10 = sum(verdict(paired_ratio(*blocks(rng, 1.10, drift=0.01), 0.01), SETTINGS) == "slower" for _ in range(200))
+    flagged_same = sum(
+        verdict(paired_ratio(*blocks(rng, 1.0, drift=0.01), 0.01), SETTINGS) == "slower"
+        for _ in range(200)
+    )
+    caught_10 = sum(
+        verdict(paired_ratio(*blocks(rng, 1.10, drift=0.01), 0.01), SETTINGS) == "slower"
+        for _ in range(200)
+    )
     assert flagged_same <= 2  # the bound says alpha/2 = 0.5% -> 1 of 200 expected at most
     assert caught_10 >= 196
 
@@ -84,16 +106,36 @@ def test_fingerprint_diff_names_the_hidden_copy(tmp_path):
     assert diff_fingerprints(fingerprint(naive, "cpu"), fingerprint(naive, "cpu")) == []
 
 
-def saved_run(path, times, device="cpu: AMD EPYC", torch_version="2.13.0", clones=0, contention=None,
-              reference_ms=None):
-    bench = {"name": "test_benchmark[x]", "stats": {"median": float(np.median(times)), "data": list(times)},
-             "extra_info": {"variant": "naive", "case": "b1h2s16d8-fp32-causal-cpu",
-                            "fingerprint": {"cpu_ops": {"aten::clone": clones}, "allocated_bytes": 0},
-                            "contention": contention}}
+def saved_run(
+    path,
+    times,
+    device="cpu: AMD EPYC",
+    torch_version="2.13.0",
+    clones=0,
+    contention=None,
+    reference_ms=None,
+):
+    bench = {
+        "name": "test_benchmark[x]",
+        "stats": {"median": float(np.median(times)), "data": list(times)},
+        "extra_info": {
+            "variant": "naive",
+            "case": "b1h2s16d8-fp32-causal-cpu",
+            "fingerprint": {"cpu_ops": {"aten::clone": clones}, "allocated_bytes": 0},
+            "contention": contention,
+        },
+    }
     if reference_ms is not None:
-        bench["extra_info"]["speed_reference"] = {"before_ms": reference_ms[0], "after_ms": reference_ms[1]}
-    data = {"machine_info": {"perfsuite": {"device_names": {"cpu": device}, "torch_version": torch_version}},
-            "benchmarks": [bench]}
+        bench["extra_info"]["speed_reference"] = {
+            "before_ms": reference_ms[0],
+            "after_ms": reference_ms[1],
+        }
+    data = {
+        "machine_info": {
+            "perfsuite": {"device_names": {"cpu": device}, "torch_version": torch_version}
+        },
+        "benchmarks": [bench],
+    }
     path.write_text(json.dumps(data))
     return path
 
@@ -104,12 +146,18 @@ def test_compare_command_flags_a_slower_head_and_writes_markdown(tmp_path, capsy
     head = saved_run(tmp_path / "head.json", 1.2 * np.exp(rng.normal(0, 0.01, 50)), clones=1)
     assert main(["compare", str(base), str(head), "--markdown", str(tmp_path / "summary.md")]) == 1
     out = capsys.readouterr().out
-    assert "| `naive/b1h2s16d8-fp32-causal-cpu` |" in out and "**slower**" in out and "+1 aten::clone" in out
+    assert (
+        "| `naive/b1h2s16d8-fp32-causal-cpu` |" in out
+        and "**slower**" in out
+        and "+1 aten::clone" in out
+    )
     assert (tmp_path / "summary.md").read_text() == out
     assert main(["compare", str(base), str(base)]) == 0
 
 
-def test_compare_takes_a_saved_run_s_number_as_benchmark_compare_does(tmp_path, monkeypatch, capsys):
+def test_compare_takes_a_saved_run_s_number_as_benchmark_compare_does(
+    tmp_path, monkeypatch, capsys
+):
     times = np.exp(np.random.default_rng(6).normal(0, 0.01, 50))
     saved = tmp_path / ".benchmarks" / "Linux-CPython-3.11-64bit"
     saved.mkdir(parents=True)
@@ -127,10 +175,14 @@ def test_a_no_change_that_excludes_1_says_how_much_and_the_floor(tmp_path):
     rng = np.random.default_rng(7)
     base = saved_run(tmp_path / "a.json", np.exp(rng.normal(0, 0.005, 50)))
     head = saved_run(tmp_path / "b.json", 1.09 * np.exp(rng.normal(0, 0.005, 50)))
-    [comparison] = compare_runs(load_benchmark_file(base), load_benchmark_file(head), GateSettings(min_effect=0.15))
+    [comparison] = compare_runs(
+        load_benchmark_file(base), load_benchmark_file(head), GateSettings(min_effect=0.15)
+    )
     assert comparison.verdict == "no change" and comparison.note.startswith("a +9.")
     assert comparison.note.endswith("% change, below the 15% minimum effect")
-    [same] = compare_runs(load_benchmark_file(base), load_benchmark_file(base), GateSettings(min_effect=0.15))
+    [same] = compare_runs(
+        load_benchmark_file(base), load_benchmark_file(base), GateSettings(min_effect=0.15)
+    )
     assert same.verdict == "no change" and same.note == ""
 
 
@@ -147,25 +199,44 @@ def test_structure_alone_fails_only_when_asked(tmp_path):
 def test_a_structural_change_that_only_removes_work_does_not_fail(tmp_path, capsys):
     """The head drops the clone (an in-place op restored): an optimisation, not a regression."""
     times = np.exp(np.random.default_rng(3).normal(0, 0.01, 50))
-    base, head = saved_run(tmp_path / "a.json", times, clones=1), saved_run(tmp_path / "b.json", times)
+    base, head = (
+        saved_run(tmp_path / "a.json", times, clones=1),
+        saved_run(tmp_path / "b.json", times),
+    )
     [comparison] = compare_runs(load_benchmark_file(base), load_benchmark_file(head), SETTINGS)
     assert comparison.structure == ["-1 aten::clone"] and not comparison.structure_adds_work
     assert main(["compare", str(base), str(head), "--fail-on-structure"]) == 0
     assert "1 with structural changes that add no work (not a failure)" in capsys.readouterr().out
     assert main(["compare", str(head), str(base), "--fail-on-structure"]) == 1
-    assert "FAIL: 1 of 1 benchmark regressed (0 slower, 1 with structure that adds work)" in capsys.readouterr().out
+    assert (
+        "FAIL: 1 of 1 benchmark regressed (0 slower, 1 with structure that adds work)"
+        in capsys.readouterr().out
+    )
 
 
-@pytest.mark.parametrize("change, adds", [
-    ({"copies": {"cpu aten::clone [2x8]": 1}}, True), ({"memcpy": {"Memcpy DtoD": 1}}, True),
-    ({"allocated_bytes": 4096}, True), ({"sdpa_backends": ["MATH"]}, True),
-    ({"cpu_ops": {"aten::clone": 1, "aten::add": 1}}, True),  # two ops for one
-    ({"cpu_ops": {"aten::view": 1}}, False),  # one op renamed: as much work
-    ({"cpu_ops": {}}, False), ({"allocated_bytes": 0}, False)])
+@pytest.mark.parametrize(
+    "change, adds",
+    [
+        ({"copies": {"cpu aten::clone [2x8]": 1}}, True),
+        ({"memcpy": {"Memcpy DtoD": 1}}, True),
+        ({"allocated_bytes": 4096}, True),
+        ({"sdpa_backends": ["MATH"]}, True),
+        ({"cpu_ops": {"aten::clone": 1, "aten::add": 1}}, True),  # two ops for one
+        ({"cpu_ops": {"aten::view": 1}}, False),  # one op renamed: as much work
+        ({"cpu_ops": {}}, False),
+        ({"allocated_bytes": 0}, False),
+    ],
+)
 def test_adds_work_counts_each_kind_of_work_whole(change, adds):
     from perfsuite.trace.structure import adds_work
 
-    base = {"cpu_ops": {"aten::add": 1}, "copies": {}, "memcpy": {}, "allocated_bytes": 1024, "sdpa_backends": None}
+    base = {
+        "cpu_ops": {"aten::add": 1},
+        "copies": {},
+        "memcpy": {},
+        "allocated_bytes": 1024,
+        "sdpa_backends": None,
+    }
     assert adds_work(base, base | change) == adds
 
 
@@ -173,13 +244,19 @@ def test_runs_from_other_hardware_are_refused_unless_forced(tmp_path, capsys):
     base = saved_run(tmp_path / "a.json", [1.0] * 10, device="cuda: NVIDIA H100")
     head = saved_run(tmp_path / "b.json", [1.0] * 10)
     with pytest.raises(IncomparableRuns, match="device_names.*use --force"):
-        check_compatible(load_benchmark_file(base), load_benchmark_file(head), "a", "b", force=False)
+        check_compatible(
+            load_benchmark_file(base), load_benchmark_file(head), "a", "b", force=False
+        )
     assert main(["compare", str(base), str(head)]) == 2
     assert "refusing to compare runs from different hardware" in capsys.readouterr().err
     assert main(["compare", str(base), str(head), "--force"]) == 0
 
 
-@pytest.mark.parametrize("content", ['{"benchmarks": [', "", '{"machine_info": {}}'], ids=["truncated", "empty", "no-benchmarks"])
+@pytest.mark.parametrize(
+    "content",
+    ['{"benchmarks": [', "", '{"machine_info": {}}'],
+    ids=["truncated", "empty", "no-benchmarks"],
+)
 def test_a_corrupt_baseline_is_an_error_naming_it(tmp_path, content, capsys):
     bad = tmp_path / "0002_corrupt.json"
     bad.write_text(content)
@@ -195,17 +272,31 @@ def test_missing_per_round_data_in_the_head_is_inconclusive_and_in_the_base_refu
     del head["benchmarks"][0]["stats"]["data"]
     comparison = compare_runs(base, head, SETTINGS)[0]
     assert comparison.verdict == "inconclusive" and "--benchmark-save-data" in comparison.note
-    with pytest.raises(BaselineError, match="the base run has no per-round data .*--benchmark-save-data"):
+    with pytest.raises(
+        BaselineError, match="the base run has no per-round data .*--benchmark-save-data"
+    ):
         compare_runs(head, base, SETTINGS)
 
 
 @pytest.mark.slow
 def test_ab_run_reports_structure_between_two_variants():
     """Two variants in one A/B run: the structural diff is deterministic (timing verdicts are not asserted)."""
-    results, info = run_ab(Side(Path("."), "naive_inplace"), Side(Path("."), "naive"), ["naive"],
-                           ["b1h2s16d8-fp32-causal-cpu"], rounds=2, plan=SequentialPlan(looks=(6,), budget_s=10))
+    results, info = run_ab(
+        Side(Path("."), "naive_inplace"),
+        Side(Path("."), "naive"),
+        ["naive"],
+        ["b1h2s16d8-fp32-causal-cpu"],
+        rounds=2,
+        plan=SequentialPlan(looks=(6,), budget_s=10),
+    )
     [result] = results
-    assert result.comparison.verdict in {"slower", "faster", "no change", "inconclusive", CONTENDED_VERDICT}
+    assert result.comparison.verdict in {
+        "slower",
+        "faster",
+        "no change",
+        "inconclusive",
+        CONTENDED_VERDICT,
+    }
     assert "+1 aten::clone" in result.comparison.structure
     assert len(result.base_blocks) == len(result.head_blocks) == len(result.contended) >= 6
     assert info["torch_version"]
@@ -214,7 +305,13 @@ def test_ab_run_reports_structure_between_two_variants():
 @pytest.mark.slow
 def test_ab_worker_errors_surface(tmp_path):
     with pytest.raises(WorkerError, match="--base-variant: no variant 'nope' in this tree"):
-        run_ab(Side(Path("."), "nope"), Side(Path(".")), ["naive"], ["b1h2s16d8-fp32-causal-cpu"], rounds=1)
+        run_ab(
+            Side(Path("."), "nope"),
+            Side(Path(".")),
+            ["naive"],
+            ["b1h2s16d8-fp32-causal-cpu"],
+            rounds=1,
+        )
 
 
 def test_nothing_compared_is_not_a_pass(tmp_path, capsys):
@@ -233,7 +330,12 @@ def test_malformed_entries_and_bad_arguments_are_usage_errors(tmp_path, capsys):
     (tmp_path / "broken.json").write_text(json.dumps(broken))
     assert main(["compare", str(tmp_path / "broken.json"), str(good)]) == 2
     assert "malformed" in capsys.readouterr().err
-    assert main(["ab", "--base-tree", str(tmp_path / "nowhere"), "--cases", "b1h2s16d8-fp32-causal-cpu"]) == 2
+    assert (
+        main(
+            ["ab", "--base-tree", str(tmp_path / "nowhere"), "--cases", "b1h2s16d8-fp32-causal-cpu"]
+        )
+        == 2
+    )
     assert "--base-tree" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["ab", "--blocks", "0"])
@@ -242,32 +344,60 @@ def test_malformed_entries_and_bad_arguments_are_usage_errors(tmp_path, capsys):
 def test_a_run_timed_under_contention_is_not_judged_slower(tmp_path, capsys):
     """The loaded head is 3x slower, but its timings say so about the machine: inconclusive: contended."""
     rng = np.random.default_rng(4)
-    loaded = {"contended": True, "reasons": ["threads waited for a CPU 60% of the wall time (limit 5%)"]}
+    loaded = {
+        "contended": True,
+        "reasons": ["threads waited for a CPU 60% of the wall time (limit 5%)"],
+    }
     base = saved_run(tmp_path / "base.json", np.exp(rng.normal(0, 0.01, 50)))
     head = saved_run(tmp_path / "head.json", 3 * np.exp(rng.normal(0, 0.01, 50)), contention=loaded)
     [comparison] = compare_runs(load_benchmark_file(base), load_benchmark_file(head), SETTINGS)
-    assert comparison.verdict == CONTENDED_VERDICT and "head run contended: threads waited" in comparison.note
+    assert (
+        comparison.verdict == CONTENDED_VERDICT
+        and "head run contended: threads waited" in comparison.note
+    )
     assert main(["compare", str(base), str(head)]) == 0
     out = capsys.readouterr().out
-    assert "WARNING: 1 timed under contention, not judged" in out and "rerun it when the machine is quiet" in out
-    quiet = saved_run(tmp_path / "quiet.json", 3 * np.exp(rng.normal(0, 0.01, 50)), contention={"contended": False})
+    assert (
+        "WARNING: 1 timed under contention, not judged" in out
+        and "rerun it when the machine is quiet" in out
+    )
+    quiet = saved_run(
+        tmp_path / "quiet.json",
+        3 * np.exp(rng.normal(0, 0.01, 50)),
+        contention={"contended": False},
+    )
     assert main(["compare", str(base), str(quiet)]) == 1
 
 
 def test_a_machine_at_another_speed_is_not_judged(tmp_path, capsys):
     """The head is 1.4x slower and so was the reference kernel beside it: the machine changed, not the code."""
     rng = np.random.default_rng(5)
-    base = saved_run(tmp_path / "base.json", np.exp(rng.normal(0, 0.01, 50)), reference_ms=(1.0, 1.0))
-    slow_machine = saved_run(tmp_path / "slow.json", 1.4 * np.exp(rng.normal(0, 0.01, 50)), reference_ms=(1.3, 1.5))
-    [comparison] = compare_runs(load_benchmark_file(base), load_benchmark_file(slow_machine), SETTINGS)
+    base = saved_run(
+        tmp_path / "base.json", np.exp(rng.normal(0, 0.01, 50)), reference_ms=(1.0, 1.0)
+    )
+    slow_machine = saved_run(
+        tmp_path / "slow.json", 1.4 * np.exp(rng.normal(0, 0.01, 50)), reference_ms=(1.3, 1.5)
+    )
+    [comparison] = compare_runs(
+        load_benchmark_file(base), load_benchmark_file(slow_machine), SETTINGS
+    )
     assert comparison.verdict == CONTENDED_VERDICT
-    assert "took 1.000 ms in the base run and 1.396 ms in the head run (x1.40, limit 5%)" in comparison.note
+    assert (
+        "took 1.000 ms in the base run and 1.396 ms in the head run (x1.40, limit 5%)"
+        in comparison.note
+    )
     assert main(["compare", str(base), str(slow_machine)]) == 0
     assert "ran at another speed in the two runs" in capsys.readouterr().out
-    same_machine = saved_run(tmp_path / "same.json", 1.4 * np.exp(rng.normal(0, 0.01, 50)), reference_ms=(0.95, 1.05))
+    same_machine = saved_run(
+        tmp_path / "same.json", 1.4 * np.exp(rng.normal(0, 0.01, 50)), reference_ms=(0.95, 1.05)
+    )
     no_reference = saved_run(tmp_path / "old.json", 1.4 * np.exp(rng.normal(0, 0.01, 50)))
-    assert main(["compare", str(base), str(same_machine)]) == 1  # a real slowdown on a steady machine still fails
-    assert main(["compare", str(base), str(no_reference)]) == 1  # runs saved before the reference existed
+    assert (
+        main(["compare", str(base), str(same_machine)]) == 1
+    )  # a real slowdown on a steady machine still fails
+    assert (
+        main(["compare", str(base), str(no_reference)]) == 1
+    )  # runs saved before the reference existed
 
 
 def test_the_table_shows_the_ratio_of_medians_next_to_the_statistic(tmp_path, capsys):
@@ -286,14 +416,25 @@ class FakeWorker:
     """Answers ``time`` requests like an A/B worker: fixed round times, contention as told."""
 
     def __init__(self, name, seconds, log, contended=lambda n: False):
-        self.name, self.seconds, self.log, self.contended, self.calls = name, seconds, log, contended, 0
+        self.name, self.seconds, self.log, self.contended, self.calls = (
+            name,
+            seconds,
+            log,
+            contended,
+            0,
+        )
 
     def ask(self, request):
         self.log.append(self.name)
         self.calls += 1
         contended = self.contended(self.calls)
-        reasons = [f"CPU steal 9% of CPU time (limit 5%) in block {self.calls}"] if contended else []
-        return {"times": [self.seconds] * request["time"], "contention": {"contended": contended, "reasons": reasons}}
+        reasons = (
+            [f"CPU steal 9% of CPU time (limit 5%) in block {self.calls}"] if contended else []
+        )
+        return {
+            "times": [self.seconds] * request["time"],
+            "contention": {"contended": contended, "reasons": reasons},
+        }
 
 
 def test_pairs_alternate_their_order_and_carry_either_side_s_contention():
@@ -307,24 +448,43 @@ def test_pairs_alternate_their_order_and_carry_either_side_s_contention():
     assert log == ["base", "head", "head", "base", "base", "head"]
     assert [p[2] for p in pairs] == [False, True, False]
     assert pairs[0][:2] == ([1.0] * 3, [1.1] * 3)
-    assert next_pair.reasons == ["CPU steal 9% of CPU time (limit 5%) in block 2"]  # why, for the report
+    assert next_pair.reasons == [
+        "CPU steal 9% of CPU time (limit 5%) in block 2"
+    ]  # why, for the report
 
 
 def test_the_verdict_line_says_whether_contention_or_the_machine_s_speed_kept_a_benchmark_unjudged():
     from perfsuite.gate.flow import judge
 
     def comparison(note):
-        return BenchmarkComparison("k", 1.0, 1.0, None, CONTENDED_VERDICT, [], note,
-                                   speed_changed=note.startswith("the machine ran at another speed"))
+        return BenchmarkComparison(
+            "k",
+            1.0,
+            1.0,
+            None,
+            CONTENDED_VERDICT,
+            [],
+            note,
+            speed_changed=note.startswith("the machine ran at another speed"),
+        )
 
-    speed = comparison("the machine ran at another speed: the reference took 1.000 ms in the base run")
+    speed = comparison(
+        "the machine ran at another speed: the reference took 1.000 ms in the base run"
+    )
     busy = comparison("head run contended: CPU steal 9% of CPU time (limit 5%)")
-    lines = {tuple(n): judge([comparison(n_) for n_ in n], SETTINGS, "t", UNPAIRED_METHOD, False).verdict_line
-             for n in [(speed.note,), (busy.note,), (speed.note, busy.note)]}
-    assert lines[(speed.note,)].endswith("WARNING: 1 at another machine speed than the baseline, not judged")
+    lines = {
+        tuple(n): judge(
+            [comparison(n_) for n_ in n], SETTINGS, "t", UNPAIRED_METHOD, False
+        ).verdict_line
+        for n in [(speed.note,), (busy.note,), (speed.note, busy.note)]
+    }
+    assert lines[(speed.note,)].endswith(
+        "WARNING: 1 at another machine speed than the baseline, not judged"
+    )
     assert lines[(busy.note,)].endswith("WARNING: 1 timed under contention, not judged")
     assert lines[(speed.note, busy.note)].endswith(
-        "WARNING: 2 timed under contention or (1 of them) at another machine speed than the baseline, not judged")
+        "WARNING: 2 timed under contention or (1 of them) at another machine speed than the baseline, not judged"
+    )
 
 
 def test_calibration_slowdown_is_python_api_only(capsys):
@@ -334,7 +494,11 @@ def test_calibration_slowdown_is_python_api_only(capsys):
             main(["ab", option, "0.3"])
         assert f"unrecognized arguments: {option}" in capsys.readouterr().err
     head = Side(Path("."), slowdown=0.3, slow_variant="sdpa")
-    assert (head.slowdown_for("sdpa"), head.slowdown_for("naive"), Side(Path(".")).slowdown_for("sdpa")) == (0.3, 0.0, 0.0)
+    assert (
+        head.slowdown_for("sdpa"),
+        head.slowdown_for("naive"),
+        Side(Path(".")).slowdown_for("sdpa"),
+    ) == (0.3, 0.0, 0.0)
 
 
 def test_bad_sequential_options_name_the_value(capsys):
@@ -359,7 +523,11 @@ class SetupWorker:
 
     def ask(self, request):
         name = request["setup"]["variant"]
-        return {"missing": f"no variant {name!r} in this tree"} if name in self.absent else {"fingerprint": {}}
+        return (
+            {"missing": f"no variant {name!r} in this tree"}
+            if name in self.absent
+            else {"fingerprint": {}}
+        )
 
 
 def test_a_variant_renamed_by_the_change_is_missing_not_an_error():
@@ -367,7 +535,10 @@ def test_a_variant_renamed_by_the_change_is_missing_not_an_error():
 
     args = ("b1h2s16d8-fp32-causal-cpu", 0, 2, SETTINGS, SequentialPlan())
     renamed = run_benchmark(SetupWorker(), SetupWorker(absent=("old",)), "old", *args)
-    assert (renamed.comparison.verdict, renamed.comparison.note) == ("missing", "only in the base tree")
+    assert (renamed.comparison.verdict, renamed.comparison.note) == (
+        "missing",
+        "only in the base tree",
+    )
     with pytest.raises(WorkerError, match="either|base: no variant 'typo'"):
         run_benchmark(SetupWorker(absent=("typo",)), SetupWorker(absent=("typo",)), "typo", *args)
     with pytest.raises(WorkerError, match="--head-variant: no variant 'nope'"):
@@ -379,23 +550,40 @@ def test_a_benchmark_with_no_uncontended_pair_shows_no_ratio():
     from perfsuite.gate.compare import BenchmarkComparison, markdown
     from perfsuite.gate.stats import RatioEstimate
 
-    nothing = BenchmarkComparison("naive/b1h2s16d8-fp32-causal-cpu", 0.010, 0.012,
-                                  RatioEstimate(1.0, 0.0, float("inf"), 0, "paired sequential"), CONTENDED_VERDICT, [],
-                                  "0 pairs, 34 contended set aside")
-    row = next(line for line in markdown([nothing], SETTINGS, "t", "paired").splitlines() if line.startswith("| `naive"))
+    nothing = BenchmarkComparison(
+        "naive/b1h2s16d8-fp32-causal-cpu",
+        0.010,
+        0.012,
+        RatioEstimate(1.0, 0.0, float("inf"), 0, "paired sequential"),
+        CONTENDED_VERDICT,
+        [],
+        "0 pairs, 34 contended set aside",
+    )
+    row = next(
+        line
+        for line in markdown([nothing], SETTINGS, "t", "paired").splitlines()
+        if line.startswith("| `naive")
+    )
     assert "| 1.200 | - | inconclusive: contended" in row and "1.000" not in row
 
 
 def test_a_fail_that_judged_no_timing_says_so(tmp_path, capsys):
     """Structure fails the gate while every timing was contended: the FAIL line says no timing was judged."""
     rng = np.random.default_rng(8)
-    loaded = {"contended": True, "reasons": ["threads waited for a CPU 60% of the wall time (limit 5%)"]}
+    loaded = {
+        "contended": True,
+        "reasons": ["threads waited for a CPU 60% of the wall time (limit 5%)"],
+    }
     base = saved_run(tmp_path / "base.json", np.exp(rng.normal(0, 0.01, 50)))
-    head = saved_run(tmp_path / "head.json", np.exp(rng.normal(0, 0.01, 50)), clones=1, contention=loaded)
+    head = saved_run(
+        tmp_path / "head.json", np.exp(rng.normal(0, 0.01, 50)), clones=1, contention=loaded
+    )
     assert main(["compare", str(base), str(head), "--fail-on-structure"]) == 1
     out = capsys.readouterr().out
-    assert ("FAIL: 1 of 1 benchmark regressed (0 slower, 1 with structure that adds work); no timing was judged, "
-            "structure only; WARNING: 1 timed under contention, not judged") in out
+    assert (
+        "FAIL: 1 of 1 benchmark regressed (0 slower, 1 with structure that adds work); no timing was judged, "
+        "structure only; WARNING: 1 timed under contention, not judged"
+    ) in out
     timed = saved_run(tmp_path / "timed.json", np.exp(rng.normal(0, 0.01, 50)), clones=1)
     assert main(["compare", str(base), str(timed), "--fail-on-structure"]) == 1
     assert "no timing was judged" not in capsys.readouterr().out
@@ -407,8 +595,13 @@ def test_the_ab_worker_fingerprint_holds_score_writes_and_saved_bytes_as_a_saved
 
     request = {"variant": "naive", "case": "b1h2s16d8-fp32-causal-cpu", "seed": 0, "specs": []}
     forward = Worker().setup(request | {"mode": "forward"})["fingerprint"]
-    assert any(label.startswith("copy [1x2x16x16] in aten::masked_fill") for label in forward["score_writes"])
-    assert forward["no_work_ops"] and forward["work_ops"] and "saved_for_backward_bytes" not in forward
+    assert any(
+        label.startswith("copy [1x2x16x16] in aten::masked_fill")
+        for label in forward["score_writes"]
+    )
+    assert (
+        forward["no_work_ops"] and forward["work_ops"] and "saved_for_backward_bytes" not in forward
+    )
     both = Worker().setup(request | {"mode": "forward_backward"})["fingerprint"]
     assert both["saved_for_backward_bytes"] > 0
 
@@ -417,8 +610,26 @@ def test_ab_timing_threads_sets_both_workers_thread_count(tmp_path, capsys):
     """``--timing-threads 1`` (experimental, not yet calibrated): both workers time single-threaded, and the
     report's method says so."""
     out = tmp_path / "ab.json"
-    code = main(["ab", "--variants", "naive_inplace", "--cases", "b1h2s16d8-fp32-causal-cpu", "--modes", "forward",
-                 "--blocks", "2", "--rounds", "1", "--fail-on-structure", "--timing-threads", "1", "--json", str(out)])
+    code = main(
+        [
+            "ab",
+            "--variants",
+            "naive_inplace",
+            "--cases",
+            "b1h2s16d8-fp32-causal-cpu",
+            "--modes",
+            "forward",
+            "--blocks",
+            "2",
+            "--rounds",
+            "1",
+            "--fail-on-structure",
+            "--timing-threads",
+            "1",
+            "--json",
+            str(out),
+        ]
+    )
     report = capsys.readouterr().out
     assert code == 0, report
     machine = json.loads(out.read_text())["machine"]

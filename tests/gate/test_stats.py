@@ -8,8 +8,15 @@ import numpy as np
 import pytest
 
 from perfsuite.gate import stats
-from perfsuite.gate.stats import (CONTENDED_VERDICT, GateSettings, SequentialPlan, min_pairs, sequential_paired,
-                                  signed_rank_null_cdf, wilcoxon_interval)
+from perfsuite.gate.stats import (
+    CONTENDED_VERDICT,
+    GateSettings,
+    SequentialPlan,
+    min_pairs,
+    sequential_paired,
+    signed_rank_null_cdf,
+    wilcoxon_interval,
+)
 
 NO_BUDGET = 1e9
 
@@ -76,15 +83,30 @@ def test_wilcoxon_interval_covers_the_centre_at_its_level():
     assert misses <= binomial_upper(draws, alpha)
 
 
-def run_many(n: int, seed: int, log_ratio: float, noise: float, settings: GateSettings,
-             plan=SequentialPlan(budget_s=NO_BUDGET),
-             contended=lambda i: False):
+def run_many(
+    n: int,
+    seed: int,
+    log_ratio: float,
+    noise: float,
+    settings: GateSettings,
+    plan=SequentialPlan(budget_s=NO_BUDGET),
+    contended=lambda i: False,
+):
     rng = np.random.default_rng(seed)
-    return [sequential_paired(pair_source(rng, log_ratio, noise, contended=contended), settings,
-                              plan, clock=pair_clock()) for _ in range(n)]
+    return [
+        sequential_paired(
+            pair_source(rng, log_ratio, noise, contended=contended),
+            settings,
+            plan,
+            clock=pair_clock(),
+        )
+        for _ in range(n)
+    ]
 
 
-NOISY = 0.25  # per-round noise large enough that identical code rarely reaches "no change": many looks
+NOISY = (
+    0.25  # per-round noise large enough that identical code rarely reaches "no change": many looks
+)
 
 
 def test_false_alarm_rate_under_optional_stopping_is_at_most_half_alpha():
@@ -101,7 +123,9 @@ def test_the_same_simulation_catches_a_gate_that_ignores_its_looks(monkeypatch):
     monkeypatch.setattr(SequentialPlan, "alpha_per_look", lambda self, alpha: alpha)
     settings = GateSettings(alpha=0.1, min_effect=0.0)
     outcomes = run_many(600, 7, 0.0, NOISY, settings, SequentialPlan(budget_s=NO_BUDGET))
-    assert sum(o.verdict == "slower" for o in outcomes) > binomial_upper(len(outcomes), settings.alpha / 2)
+    assert sum(o.verdict == "slower" for o in outcomes) > binomial_upper(
+        len(outcomes), settings.alpha / 2
+    )
 
 
 def test_a_ten_percent_regression_is_caught_and_identical_code_confirmed():
@@ -113,7 +137,9 @@ def test_a_ten_percent_regression_is_caught_and_identical_code_confirmed():
     assert sum(o.verdict == "no change" for o in same) >= 190
     assert sum(o.verdict == "slower" for o in same) == 0
     assert max(len(o.base_blocks) for o in regressed + same) <= SequentialPlan().looks[-1]
-    assert np.median([len(o.base_blocks) for o in regressed]) <= 16  # decided early, not at the last look
+    assert (
+        np.median([len(o.base_blocks) for o in regressed]) <= 16
+    )  # decided early, not at the last look
 
 
 def test_it_stops_at_the_first_decisive_look():
@@ -123,7 +149,9 @@ def test_it_stops_at_the_first_decisive_look():
 
 
 def test_the_budget_ends_sampling_with_one_last_look_inside_the_plan():
-    plan = SequentialPlan(looks=(12, 16, 24, 32, 64), budget_s=40)  # the fake clock advances 1 s per reading
+    plan = SequentialPlan(
+        looks=(12, 16, 24, 32, 64), budget_s=40
+    )  # the fake clock advances 1 s per reading
     [outcome] = run_many(1, 4, 0.0, 0.4, GateSettings(), plan)
     assert outcome.stopped == "budget" and 32 < len(outcome.base_blocks) < 64
     assert outcome.looks <= len(plan.looks)
@@ -131,8 +159,9 @@ def test_the_budget_ends_sampling_with_one_last_look_inside_the_plan():
 
 def test_contended_pairs_are_set_aside_and_a_contended_gate_says_so():
     settings = GateSettings()
-    [all_contended] = run_many(1, 5, math.log(2.0), 0.01, settings, SequentialPlan(budget_s=60),
-                               contended=lambda i: True)
+    [all_contended] = run_many(
+        1, 5, math.log(2.0), 0.01, settings, SequentialPlan(budget_s=60), contended=lambda i: True
+    )
     assert all_contended.verdict == CONTENDED_VERDICT and all_contended.estimate.units == 0
     # every third pair contended: the clean pairs still decide
     [some] = run_many(1, 6, math.log(1.2), 0.01, settings, contended=lambda i: i % 3 == 0)
@@ -152,7 +181,7 @@ def test_the_stated_method_names_its_source_and_levels():
     assert "Bonferroni" in stats.__doc__ and "Jennison & Turnbull" in stats.__doc__
 
 
-@pytest.mark.parametrize("alpha", [0.5, 0.1, 0.01, 0.01 / 7, 2 ** -6])
+@pytest.mark.parametrize("alpha", [0.5, 0.1, 0.01, 0.01 / 7, 2**-6])
 def test_min_pairs_is_where_the_interval_becomes_finite(alpha):
     n = min_pairs(alpha)
     assert math.isfinite(wilcoxon_interval(np.arange(n, dtype=float), alpha)[1])

@@ -9,7 +9,9 @@ from perfsuite.gate.worktrees import describe_tree, git_worktrees, ref_commits
 
 
 def git(repo, *args):
-    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        ["git", *args], cwd=repo, check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 @pytest.fixture
@@ -34,10 +36,14 @@ def test_refs_are_named_by_commit_and_one_commit_on_both_sides_is_called_an_a_a_
 def test_uncommitted_changes_are_pointed_out_with_the_option_that_gates_them(repo):
     (repo / "attention.py").write_text("scores = scores.masked_fill(mask, 0)\n")
     _, notes = ref_commits({"base": "main", "head": "HEAD"})
-    assert "--head-ref HEAD is the checked-out commit, and your uncommitted changes are not in it; commit them, " \
-           "or gate them as they are with --head-tree . instead of --head-ref" in notes
+    assert (
+        "--head-ref HEAD is the checked-out commit, and your uncommitted changes are not in it; commit them, "
+        "or gate them as they are with --head-tree . instead of --head-ref" in notes
+    )
     assert not any("--base-ref" in note for note in notes)
-    assert ref_commits({"base": "main", "head": None})[1] == []  # --base-ref main --head-tree .: the changes are gated
+    assert (
+        ref_commits({"base": "main", "head": None})[1] == []
+    )  # --base-ref main --head-tree .: the changes are gated
 
 
 def test_a_committed_change_needs_no_note_and_a_bad_ref_is_a_usage_error(repo):

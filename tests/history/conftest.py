@@ -16,8 +16,14 @@ import pytest
 
 def _pg_bin() -> Path | None:
     chosen = os.environ.get("PERFSUITE_PG_BIN")
-    found = [Path(chosen)] if chosen else sorted(Path("/usr/lib/postgresql").glob("*/bin"),
-                                                 key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0)
+    found = (
+        [Path(chosen)]
+        if chosen
+        else sorted(
+            Path("/usr/lib/postgresql").glob("*/bin"),
+            key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
+        )
+    )
     found = [p for p in found if (p / "pg_ctl").exists()]
     return found[-1] if found else None
 
@@ -53,8 +59,9 @@ MISSING = _missing_reason()
 if MISSING is None:
     from pytest_postgresql import factories
 
-    postgresql_history_proc = factories.postgresql_proc(executable=_executable(), host="127.0.0.1",
-                                                        unixsocketdir="/tmp")
+    postgresql_history_proc = factories.postgresql_proc(
+        executable=_executable(), host="127.0.0.1", unixsocketdir="/tmp"
+    )
 
 _databases = itertools.count()
 
@@ -69,7 +76,9 @@ def postgresql_url(request: pytest.FixtureRequest) -> str:
 
     proc = request.getfixturevalue("postgresql_history_proc")
     name = f"history_{os.getpid()}_{next(_databases)}"
-    with psycopg.connect(host=proc.host, port=proc.port, user=proc.user, dbname="postgres", autocommit=True) as conn:
+    with psycopg.connect(
+        host=proc.host, port=proc.port, user=proc.user, dbname="postgres", autocommit=True
+    ) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     return f"postgresql+psycopg://{proc.user}@{proc.host}:{proc.port}/{name}"
 
@@ -80,7 +89,6 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'history.sqlite'}"
     return postgresql_url(request)
-
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ import csv
 import io
 import json
 
-import pytest
 
 from history_records import make_run
 from perfsuite.cli.main import main
@@ -21,8 +20,15 @@ def _series(store_url, last_times, copies_at=None):
         for position in range(1, 9):
             times = (1.0e-3, 1.01e-3, 0.99e-3, 1.02e-3, 0.98e-3) if position <= 6 else last_times
             copies = 1 if copies_at and position >= copies_at else 0
-            store.record(make_run(f"r{position}", f"{position:x}" * 40, position,
-                                  tuple(t * (1 + 0.003 * (position % 3)) for t in times), copies=copies))
+            store.record(
+                make_run(
+                    f"r{position}",
+                    f"{position:x}" * 40,
+                    position,
+                    tuple(t * (1 + 0.003 * (position % 3)) for t in times),
+                    copies=copies,
+                )
+            )
 
 
 def test_detect_exits_1_on_a_confirmed_regression_and_names_its_cause(store_url, capsys):
@@ -61,14 +67,41 @@ def test_show_names_the_known_benchmarks_for_an_unknown_one(store_url, capsys):
 
 
 def test_import_is_idempotent_and_skips_files_that_are_not_runs(tmp_path, capsys):
-    saved = {"datetime": "2026-01-01T00:00:00", "commit_info": {"id": "a" * 40, "dirty": False, "branch": "main",
-                                                               "time": "2026-01-01T00:00:00+00:00"},
-             "machine_info": {"node": "n", "cpu": {"brand_raw": "cpu"}, "python_version": "3.11.7",
-                              "perfsuite": {"device_names": {"cpu": "x86_64"}, "num_threads": 2, "torch_version": "2.13.0"}},
-             "benchmarks": [{"fullname": "t[x]", "stats": {"median": 1e-3, "data": [1e-3, 1.1e-3]},
-                             "extra_info": {"variant": "naive", "case": "c-cpu", "mode": "forward",
-                                            "case_fields": {"device": "cpu"}, "flop": 10, "bytes_read": 4,
-                                            "bytes_written": 4, "score_copies_per_step": 1}}]}
+    saved = {
+        "datetime": "2026-01-01T00:00:00",
+        "commit_info": {
+            "id": "a" * 40,
+            "dirty": False,
+            "branch": "main",
+            "time": "2026-01-01T00:00:00+00:00",
+        },
+        "machine_info": {
+            "node": "n",
+            "cpu": {"brand_raw": "cpu"},
+            "python_version": "3.11.7",
+            "perfsuite": {
+                "device_names": {"cpu": "x86_64"},
+                "num_threads": 2,
+                "torch_version": "2.13.0",
+            },
+        },
+        "benchmarks": [
+            {
+                "fullname": "t[x]",
+                "stats": {"median": 1e-3, "data": [1e-3, 1.1e-3]},
+                "extra_info": {
+                    "variant": "naive",
+                    "case": "c-cpu",
+                    "mode": "forward",
+                    "case_fields": {"device": "cpu"},
+                    "flop": 10,
+                    "bytes_read": 4,
+                    "bytes_written": 4,
+                    "score_copies_per_step": 1,
+                },
+            }
+        ],
+    }
     (tmp_path / "runs").mkdir()
     (tmp_path / "runs" / "0001_run.json").write_text(json.dumps(saved))
     (tmp_path / "runs" / "notes.json").write_text("[1, 2]")
@@ -94,9 +127,16 @@ def test_record_takes_the_newest_saved_run(tmp_path, monkeypatch, capsys):
     saved = tmp_path / ".benchmarks" / "Linux-CPython-3.11-64bit"
     saved.mkdir(parents=True)
     for number in (1, 2):
-        (saved / f"000{number}_run.json").write_text(json.dumps(
-            {"datetime": f"2026-01-0{number}T00:00:00", "commit_info": {"id": f"{number}" * 40},
-             "machine_info": {"node": "n"}, "benchmarks": [{"fullname": "t[x]", "stats": {"median": 1e-3}}]}))
+        (saved / f"000{number}_run.json").write_text(
+            json.dumps(
+                {
+                    "datetime": f"2026-01-0{number}T00:00:00",
+                    "commit_info": {"id": f"{number}" * 40},
+                    "machine_info": {"node": "n"},
+                    "benchmarks": [{"fullname": "t[x]", "stats": {"median": 1e-3}}],
+                }
+            )
+        )
     store = str(tmp_path / "h.sqlite")
     assert main(["history", "--store", store, "record"]) == 0
     assert "1 run(s) added" in capsys.readouterr().out

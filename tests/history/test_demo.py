@@ -49,18 +49,30 @@ perfsuite_variants = "blocked_attention"
 perfsuite_cases = "{CASE}"
 perfsuite_modes = ["forward"]
 '''
-COPIES = "    for _ in range(1000):\n        scores = scores.clone()  # planted: score-sized copies\n"
+COPIES = (
+    "    for _ in range(1000):\n        scores = scores.clone()  # planted: score-sized copies\n"
+)
 TIMED = ("--benchmark-min-rounds=15", "--benchmark-max-time=0.05", "--benchmark-warmup=off")
 BENCH = f"blocked_attention/{CASE}/forward"
 
 
 def sh(*args, cwd, check=True):
-    env = dict(os.environ, GIT_AUTHOR_NAME="u", GIT_AUTHOR_EMAIL="u@example.com", GIT_COMMITTER_NAME="u",
-               GIT_COMMITTER_EMAIL="u@example.com", PYTHONPATH="src")
+    env = dict(
+        os.environ,
+        GIT_AUTHOR_NAME="u",
+        GIT_AUTHOR_EMAIL="u@example.com",
+        GIT_COMMITTER_NAME="u",
+        GIT_COMMITTER_EMAIL="u@example.com",
+        PYTHONPATH="src",
+    )
     env.pop("PERFSUITE_HISTORY_URL", None)
-    result = subprocess.run([str(a) for a in args], cwd=cwd, capture_output=True, text=True, timeout=600, env=env)
+    result = subprocess.run(
+        [str(a) for a in args], cwd=cwd, capture_output=True, text=True, timeout=600, env=env
+    )
     if check:
-        assert result.returncode == 0, f"{args}: exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+        assert result.returncode == 0, (
+            f"{args}: exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+        )
     return result
 
 
@@ -82,8 +94,17 @@ def repo(tmp_path_factory):
     sh(sys.executable, "-m", "venv", "--without-pip", repo / ".venv", cwd=repo)
     venv_site = next((repo / ".venv" / "lib").glob("python*/site-packages"))
     (venv_site / "borrowed.pth").write_text("\n".join(site.getsitepackages()) + "\n")
-    sh(repo / ".venv" / "bin" / "python", "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", ROOT,
-       cwd=repo)
+    sh(
+        repo / ".venv" / "bin" / "python",
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--no-deps",
+        "--no-build-isolation",
+        ROOT,
+        cwd=repo,
+    )
     return repo
 
 
@@ -91,10 +112,14 @@ def perfsuite(repo, *args, check=False):
     return sh(repo / ".venv" / "bin" / "perfsuite", *args, cwd=repo, check=check)
 
 
-def test_three_commits_show_three_points_and_the_regression_with_its_cause(repo, new_postgresql_url):
+def test_three_commits_show_three_points_and_the_regression_with_its_cause(
+    repo, new_postgresql_url
+):
     shas = [commit(repo, "base", ATTENTION)]
     timed = perfsuite(repo, "run", *TIMED, check=True)
-    added = re.search(r"perfsuite: history: recorded 1 benchmark\(s\) in (\S+) \(([\d.]+) s\)", timed.stdout)
+    added = re.search(
+        r"perfsuite: history: recorded 1 benchmark\(s\) in (\S+) \(([\d.]+) s\)", timed.stdout
+    )
     assert added, timed.stdout[-2000:]
     assert Path(added.group(1)) == repo / ".perfsuite" / "history.sqlite"
     assert float(added.group(2)) < 1.0  # the store adds under a second, after the timed windows
@@ -104,7 +129,14 @@ def test_three_commits_show_three_points_and_the_regression_with_its_cause(repo,
     notes = repo.parent / "notes.txt"
     notes.write_text("not a store\n")
     saved_before = len(list((repo / ".benchmarks").rglob("*.json")))
-    warned = sh(repo / ".venv" / "bin" / "perfsuite", "run", *TIMED, "--perfsuite-history-url", notes, cwd=repo)
+    warned = sh(
+        repo / ".venv" / "bin" / "perfsuite",
+        "run",
+        *TIMED,
+        "--perfsuite-history-url",
+        notes,
+        cwd=repo,
+    )
     assert "perfsuite: warning: the run was not recorded in the history store" in warned.stdout
     assert f"{notes}: not a perfsuite history store" in warned.stdout
     assert len(list((repo / ".benchmarks").rglob("*.json"))) == saved_before + 1
@@ -115,10 +147,19 @@ def test_three_commits_show_three_points_and_the_regression_with_its_cause(repo,
     identical = perfsuite(repo, "history", "detect", "--confirm", "1", "--min-effect", "5")
     assert identical.returncode == 0, identical.stdout + identical.stderr
 
-    shas.append(commit(repo, "planted: 1000 copies of the scores",
-                       ATTENTION.replace("    if mask.masked_out", COPIES + "    if mask.masked_out", 1)))
-    failed = perfsuite(repo, "run", *TIMED)  # the suite's copy check fails the run; it is recorded all the same
-    assert failed.returncode == 1 and "perfsuite: history: recorded 1 benchmark(s)" in failed.stdout, failed.stdout
+    shas.append(
+        commit(
+            repo,
+            "planted: 1000 copies of the scores",
+            ATTENTION.replace("    if mask.masked_out", COPIES + "    if mask.masked_out", 1),
+        )
+    )
+    failed = perfsuite(
+        repo, "run", *TIMED
+    )  # the suite's copy check fails the run; it is recorded all the same
+    assert (
+        failed.returncode == 1 and "perfsuite: history: recorded 1 benchmark(s)" in failed.stdout
+    ), failed.stdout
 
     shown = perfsuite(repo, "history", "show", BENCH, "--json", check=True)
     document = json.loads(shown.stdout)
@@ -130,10 +171,18 @@ def test_three_commits_show_three_points_and_the_regression_with_its_cause(repo,
     usable = [i for i, p in enumerate(points) if not p["contended"]]
     text = perfsuite(repo, "history", "show", BENCH, check=True).stdout
     if 2 in usable and usable[0] < 2:  # the regression and a point before it were timed quietly
-        assert at_regression and at_regression[0]["last_good"] == shas[usable[-2]] and at_regression[0]["worse"], changes
-        assert any("copy cpu aten::clone [1x2x64x64]" in line for line in at_regression[0]["structure"]), at_regression
+        assert (
+            at_regression
+            and at_regression[0]["last_good"] == shas[usable[-2]]
+            and at_regression[0]["worse"]
+        ), changes
+        assert any(
+            "copy cpu aten::clone [1x2x64x64]" in line for line in at_regression[0]["structure"]
+        ), at_regression
         assert at_regression[0]["structure_adds_work"]
-        assert f"{shas[usable[-2]][:10]} -> {shas[2][:10]}" in text and "copy cpu aten::clone" in text, text
+        assert (
+            f"{shas[usable[-2]][:10]} -> {shas[2][:10]}" in text and "copy cpu aten::clone" in text
+        ), text
     else:  # a contended point is shown, marked and not used: no change point can rest on it
         assert not at_regression and "(contended: shown, not used)" in text, text
 
@@ -144,13 +193,34 @@ def test_three_commits_show_three_points_and_the_regression_with_its_cause(repo,
         assert regressed.returncode == 1, regressed.stdout + regressed.stderr
         assert "REGRESSION" in regressed.stdout and "copy cpu aten::clone" in regressed.stdout
 
-    again = perfsuite(repo, "history", "import", ".benchmarks", check=True)  # the plugin recorded them already
-    assert "1 run(s) added, 3 already in the store" in again.stdout, again.stdout  # the run the broken store missed
+    again = perfsuite(
+        repo, "history", "import", ".benchmarks", check=True
+    )  # the plugin recorded them already
+    assert "1 run(s) added, 3 already in the store" in again.stdout, (
+        again.stdout
+    )  # the run the broken store missed
 
     # perfsuite ab records both sides, each under its own commit; its --json file imports as nothing new
-    ab = perfsuite(repo, "ab", "--base-ref", shas[1], "--head-ref", shas[2], "--cases", CASE, "--blocks", "2",
-                   "--rounds", "1", "--fail-on-structure", "--json", "ab.json")
-    assert ab.returncode == 1 and "perfsuite: history: recorded 2 benchmark(s)" in ab.stderr, ab.stdout + ab.stderr
+    ab = perfsuite(
+        repo,
+        "ab",
+        "--base-ref",
+        shas[1],
+        "--head-ref",
+        shas[2],
+        "--cases",
+        CASE,
+        "--blocks",
+        "2",
+        "--rounds",
+        "1",
+        "--fail-on-structure",
+        "--json",
+        "ab.json",
+    )
+    assert ab.returncode == 1 and "perfsuite: history: recorded 2 benchmark(s)" in ab.stderr, (
+        ab.stdout + ab.stderr
+    )
     sources = perfsuite(repo, "history", "show", BENCH, "--json", check=True)
     runs_by_commit = {p["sha"]: len(p["run_uids"]) for p in json.loads(sources.stdout)[0]["points"]}
     assert runs_by_commit == {shas[0]: 2, shas[1]: 2, shas[2]: 2}, runs_by_commit
@@ -163,9 +233,15 @@ def test_three_commits_show_three_points_and_the_regression_with_its_cause(repo,
 
     url = new_postgresql_url()
     perfsuite(repo, "history", "--store", url, "import", ".benchmarks", "ab.json", check=True)
-    on_postgresql = json.loads(perfsuite(repo, "history", "--store", url, "show", BENCH, "--json", check=True).stdout)
+    on_postgresql = json.loads(
+        perfsuite(repo, "history", "--store", url, "show", BENCH, "--json", check=True).stdout
+    )
     assert [p["sha"] for p in on_postgresql[0]["points"]] == shas
     assert on_postgresql[0]["change_points"] == on_sqlite[0]["change_points"]
-    assert [sorted(p["values"]) for p in on_postgresql[0]["points"]] == [sorted(p["values"]) for p in on_sqlite[0]["points"]]
-    again_detected = perfsuite(repo, "history", "--store", url, "detect", "--confirm", "1", "--min-effect", "5")
+    assert [sorted(p["values"]) for p in on_postgresql[0]["points"]] == [
+        sorted(p["values"]) for p in on_sqlite[0]["points"]
+    ]
+    again_detected = perfsuite(
+        repo, "history", "--store", url, "detect", "--confirm", "1", "--min-effect", "5"
+    )
     assert again_detected.returncode == detected.returncode, again_detected.stdout

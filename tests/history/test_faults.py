@@ -15,7 +15,7 @@ from sqlalchemy import create_engine, text
 from perfsuite.history import open_store
 
 HERE = Path(__file__).parent
-WRITER = '''
+WRITER = """
 import sys, time
 sys.path.insert(0, {here!r})
 from history_records import make_run
@@ -25,8 +25,8 @@ with open_store(url) as store:
     for i in range(count):
         benches = tuple(f"v{{j}}/c/forward" for j in range(20))
         assert store.record(make_run(f"{{name}}-{{i}}", f"{{i:040d}}", i, benchmarks=benches))
-'''
-KILLED = '''
+"""
+KILLED = """
 import sys, time
 from pathlib import Path
 sys.path.insert(0, {here!r})
@@ -43,17 +43,24 @@ def work(connection):
     time.sleep(120)
 
 store.transaction(work)
-'''
+"""
 
 
 def _python(script: str, *args: str) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    return subprocess.Popen([sys.executable, "-c", script.format(here=str(HERE)), *args], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", script.format(here=str(HERE)), *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_two_concurrent_writers_both_land(store_url):
-    open_store(store_url).close()  # both writers find the schema; creation races are the next test's
+    open_store(
+        store_url
+    ).close()  # both writers find the schema; creation races are the next test's
     writers = [_python(WRITER, store_url, name, "15") for name in ("a", "b")]
     for writer in writers:
         out, err = writer.communicate(timeout=300)
@@ -95,6 +102,13 @@ def test_a_writer_killed_inside_its_transaction_leaves_the_store_consistent(stor
         engine = create_engine(store_url)
         with engine.connect() as connection:
             assert connection.execute(text("PRAGMA integrity_check")).scalar() == "ok"
-            assert connection.execute(text("SELECT count(*) FROM perfsuite_results WHERE run_id NOT IN "
-                                            "(SELECT id FROM perfsuite_runs)")).scalar() == 0
+            assert (
+                connection.execute(
+                    text(
+                        "SELECT count(*) FROM perfsuite_results WHERE run_id NOT IN "
+                        "(SELECT id FROM perfsuite_runs)"
+                    )
+                ).scalar()
+                == 0
+            )
         engine.dispose()

@@ -21,12 +21,18 @@ def test_record_is_idempotent_and_points_follow_commit_order(store_url):
         assert store.record(make_run("r3", "c" * 40, 3, (3e-3, 3e-3)))
         assert store.record(make_run("r1", "a" * 40, 1, (1e-3, 1e-3)))
         assert store.record(make_run("r2", "b" * 40, 2, (2e-3, 2e-3)))
-        assert not store.record(make_run("r2", "b" * 40, 2, (2e-3, 2e-3)))  # the same uid: nothing added
+        assert not store.record(
+            make_run("r2", "b" * 40, 2, (2e-3, 2e-3))
+        )  # the same uid: nothing added
         assert len(store.runs()) == 3
         series = store.list_series(benchmark=BENCH, measure="time_s")
         assert len(series) == 1 and series[0].runs == 3 and series[0].commits == 3
         points = store.points(series[0].key)
-        assert [p.sha[0] for p in points] == ["a", "b", "c"]  # commit order, though recorded in reverse
+        assert [p.sha[0] for p in points] == [
+            "a",
+            "b",
+            "c",
+        ]  # commit order, though recorded in reverse
         assert [p.values for p in points] == [(1e-3, 1e-3), (2e-3, 2e-3), (3e-3, 3e-3)]
 
 
@@ -38,7 +44,12 @@ def test_runs_of_one_commit_are_pooled_and_contended_runs_kept_apart(store_url):
         store.record(make_run("y1", "b" * 40, 2, (5.0,), contended=True))
         key = store.list_series(measure="time_s")[0].key
         first, second = store.points(key)
-        assert sorted(first.values) == [1.0, 2.0, 3.0] and sorted(first.all_values) == [1.0, 2.0, 3.0, 9.0]
+        assert sorted(first.values) == [1.0, 2.0, 3.0] and sorted(first.all_values) == [
+            1.0,
+            2.0,
+            3.0,
+            9.0,
+        ]
         assert not first.contended and first.median == 2.0 and len(first.run_uids) == 3
         assert second.contended and second.values == () and second.median == 5.0
 
@@ -50,17 +61,29 @@ def test_series_are_split_by_testbed_and_filtered(store_url):
         store.record(make_run("b", "a" * 40, 1, cpu="another cpu"))
         everything = store.list_series(measure="time_s")
         assert len(everything) == 3 and len({s.key.testbed for s in everything}) == 2
-        assert [s.key.benchmark for s in store.list_series(mode="backward", measure="time_s")] == [other]
+        assert [s.key.benchmark for s in store.list_series(mode="backward", measure="time_s")] == [
+            other
+        ]
         assert len(store.list_series(variant="naive", measure="time_s")) == 2
         testbed = everything[0].key.testbed
         assert all(s.key.testbed == testbed for s in store.list_series(testbed=testbed[:6]))
-        assert {s.key.measure for s in store.list_series(benchmark=BENCH)} == {"time_s", "score_copies"}
+        assert {s.key.measure for s in store.list_series(benchmark=BENCH)} == {
+            "time_s",
+            "score_copies",
+        }
 
 
 def test_a_software_change_is_an_epoch(store_url):
     with open_store(store_url) as store:
         for position in range(1, 5):
-            store.record(make_run(f"r{position}", f"{position}" * 40, position, torch="2.13.0" if position < 3 else "2.14.0"))
+            store.record(
+                make_run(
+                    f"r{position}",
+                    f"{position}" * 40,
+                    position,
+                    torch="2.13.0" if position < 3 else "2.14.0",
+                )
+            )
         key = store.list_series(measure="time_s")[0].key
         epochs = store.epochs(key)
         assert [(e.start, e.end) for e in epochs] == [(0, 1), (2, 3)]
@@ -132,8 +155,14 @@ def test_url_resolution(tmp_path, monkeypatch):
     (tmp_path / ".git").mkdir()
     (tmp_path / "sub").mkdir()
     monkeypatch.delenv("PERFSUITE_HISTORY_URL", raising=False)
-    assert resolve_url(root=tmp_path / "sub") == f"sqlite:///{tmp_path / '.perfsuite' / 'history.sqlite'}"
-    assert resolve_url(ini_value="postgresql+psycopg://u@h/db", root=tmp_path) == "postgresql+psycopg://u@h/db"
+    assert (
+        resolve_url(root=tmp_path / "sub")
+        == f"sqlite:///{tmp_path / '.perfsuite' / 'history.sqlite'}"
+    )
+    assert (
+        resolve_url(ini_value="postgresql+psycopg://u@h/db", root=tmp_path)
+        == "postgresql+psycopg://u@h/db"
+    )
     monkeypatch.setenv("PERFSUITE_HISTORY_URL", "sqlite:////x/env.sqlite")
     assert resolve_url(ini_value="postgresql+psycopg://u@h/db") == "sqlite:////x/env.sqlite"
     assert resolve_url("sqlite:////x/given.sqlite") == "sqlite:////x/given.sqlite"

@@ -30,7 +30,9 @@ def test_a_cached_exception_keeps_its_frames_tensors_alive_until_released():
     assert release_exception_frames(exc) is exc
     gc.collect()
     assert ref() is None
-    assert "fails_holding" in "".join(__import__("traceback").format_exception(exc))  # where it came from is kept
+    assert "fails_holding" in "".join(
+        __import__("traceback").format_exception(exc)
+    )  # where it came from is kept
     assert isinstance(exc.__cause__, ValueError)
 
 
@@ -50,7 +52,13 @@ class FakeCuda:
 
 def test_device_memory_is_released_only_on_cuda():
     cuda = FakeCuda(True)
-    assert release_device_memory("cuda", cuda) is True and cuda.calls == ["synchronize", "empty_cache"]
+    assert release_device_memory("cuda", cuda) is True and cuda.calls == [
+        "synchronize",
+        "empty_cache",
+    ]
     absent = FakeCuda(False)
     assert release_device_memory("cuda", absent) is False and absent.calls == []
-    assert release_device_memory("cpu", cuda) is False and cuda.calls == ["synchronize", "empty_cache"]
+    assert release_device_memory("cpu", cuda) is False and cuda.calls == [
+        "synchronize",
+        "empty_cache",
+    ]

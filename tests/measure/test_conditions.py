@@ -22,7 +22,11 @@ def test_missing_conditions_are_named_with_their_cost():
     environ = dict(ALL_SET, OMP_WAIT_POLICY="ACTIVE")
     assert [c.name for c in missing(environ)] == ["OMP_WAIT_POLICY"]
     [line] = header_lines(environ)
-    assert "WARNING" in line and "OMP_WAIT_POLICY=PASSIVE is missing" in line and "scripts/bench.sh" in line
+    assert (
+        "WARNING" in line
+        and "OMP_WAIT_POLICY=PASSIVE is missing" in line
+        and "scripts/bench.sh" in line
+    )
 
 
 def test_an_explicit_thread_count_is_kept_and_a_bad_one_is_not():
@@ -34,7 +38,9 @@ def test_conditions_applied_after_start_are_said_so():
     environ = {k: v for k, v in ALL_SET.items() if k != "MALLOC_TRIM_THRESHOLD_"}
     [line] = header_lines(environ, applied=["MALLOC_TRIM_THRESHOLD_"])
     assert "applied after start" in line and "WARNING" not in line
-    assert header_lines(ALL_SET)[0].startswith("perfsuite: process conditions: OMP_WAIT_POLICY=PASSIVE")
+    assert header_lines(ALL_SET)[0].startswith(
+        "perfsuite: process conditions: OMP_WAIT_POLICY=PASSIVE"
+    )
 
 
 def test_the_wait_policy_is_never_applied_after_start():
@@ -42,7 +48,14 @@ def test_the_wait_policy_is_never_applied_after_start():
 
 
 def test_bench_sh_exports_the_same_list():
-    exports = subprocess.run([sys.executable, "-m", "perfsuite.measure.conditions"], capture_output=True, text=True,
-                             check=True, env={"PATH": "/usr/bin:/bin"}).stdout
-    assert {line.split()[1].split("=")[0] for line in exports.splitlines()} == {c.name for c in CONDITIONS}
+    exports = subprocess.run(
+        [sys.executable, "-m", "perfsuite.measure.conditions"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": "/usr/bin:/bin"},
+    ).stdout
+    assert {line.split()[1].split("=")[0] for line in exports.splitlines()} == {
+        c.name for c in CONDITIONS
+    }
     assert "perfsuite.measure.conditions" in (ROOT / "scripts" / "bench.sh").read_text()

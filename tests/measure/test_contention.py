@@ -22,20 +22,34 @@ def snap(wall, cpu, waits, steal=0.0, total=0.0, load=1.0):
 
 def test_threads_waiting_for_a_cpu_flag_the_window_and_say_how_long():
     before = snap(10.0, 5.0, {1: 0.0, 2: 0.0})
-    after = snap(11.0, 6.2, {1: 0.2, 2: 0.1, 3: 0.05})  # a thread born inside the window counts from 0
+    after = snap(
+        11.0, 6.2, {1: 0.2, 2: 0.1, 3: 0.05}
+    )  # a thread born inside the window counts from 0
     evidence = assess(before, after, tick_s=TICK)
     assert evidence.wait_fraction == pytest.approx(0.35) and evidence.contended
-    assert "waited for a CPU 35% of the wall time, summed over threads (limit 5%)" in evidence.reasons[0]
+    assert (
+        "waited for a CPU 35% of the wall time, summed over threads (limit 5%)"
+        in evidence.reasons[0]
+    )
     assert evidence.cpu_per_wall == pytest.approx(1.2) and evidence.threads == 3
 
 
 def test_a_quiet_window_is_not_flagged():
-    evidence = assess(snap(0.0, 0.0, {1: 0.0}), snap(1.0, 2.0, {1: 0.01}), [0.0051] * 20, tick_s=TICK)
-    assert not evidence.contended and evidence.reasons == () and evidence.wait_fraction == pytest.approx(0.01)
+    evidence = assess(
+        snap(0.0, 0.0, {1: 0.0}), snap(1.0, 2.0, {1: 0.01}), [0.0051] * 20, tick_s=TICK
+    )
+    assert (
+        not evidence.contended
+        and evidence.reasons == ()
+        and evidence.wait_fraction == pytest.approx(0.01)
+    )
 
 
 def test_steal_is_a_share_of_all_cpu_time():
-    before, after = snap(0.0, 0.0, {1: 0.0}, steal=1.0, total=100.0), snap(1.0, 1.0, {1: 0.0}, steal=1.5, total=102.0)
+    before, after = (
+        snap(0.0, 0.0, {1: 0.0}, steal=1.0, total=100.0),
+        snap(1.0, 1.0, {1: 0.0}, steal=1.5, total=102.0),
+    )
     evidence = assess(before, after, tick_s=TICK)
     assert evidence.steal_fraction == pytest.approx(0.25) and evidence.contended
     assert any("steal 25%" in r for r in evidence.reasons)
@@ -48,7 +62,12 @@ def test_rounds_stuck_on_several_multiples_of_the_tick():
     assert not on_tick([0.004, 0.004, 0.004], TICK)  # one tick is not "stuck"
     with pytest.raises(ValueError, match="-1"):
         on_tick([0.1], -1)
-    stuck = assess(snap(0.0, 0.0, {1: 0.0}), snap(1.0, 1.0, {1: 0.0}), [0.064, 0.060, 0.068, 0.064], tick_s=TICK)
+    stuck = assess(
+        snap(0.0, 0.0, {1: 0.0}),
+        snap(1.0, 1.0, {1: 0.0}),
+        [0.064, 0.060, 0.068, 0.064],
+        tick_s=TICK,
+    )
     assert stuck.contended and stuck.on_tick
 
 
@@ -56,7 +75,9 @@ def test_evidence_round_trips_through_json_and_names_missing_keys():
     evidence = assess(snap(0.0, 0.0, {1: 0.0}), snap(1.0, 1.0, {1: 0.5}), tick_s=TICK)
     assert ContentionEvidence.from_dict(evidence.as_dict()) == evidence
     with pytest.raises(ValueError, match="wait_fraction"):
-        ContentionEvidence.from_dict({k: v for k, v in evidence.as_dict().items() if k != "wait_fraction"})
+        ContentionEvidence.from_dict(
+            {k: v for k, v in evidence.as_dict().items() if k != "wait_fraction"}
+        )
     with pytest.raises(ValueError, match="positive wall time"):
         assess(snap(1.0, 0.0, {}), snap(1.0, 0.0, {}))
 
@@ -86,10 +107,15 @@ def test_the_reasons_come_in_one_short_line_too():
     before = snap(0.0, 0.0, {1: 0.0, 2: 0.0}, steal=1.0, total=100.0, load=3.0)
     after = snap(1.0, 1.0, {1: 0.4, 2: 0.2}, steal=1.5, total=102.0, load=3.25)
     evidence = assess(before, after, tick_s=TICK)
-    assert evidence.brief == f"threads waited 60% (limit 5%), CPU steal 25% (limit 5%), load 3.2 on {os.cpu_count()} CPUs"
+    assert (
+        evidence.brief
+        == f"threads waited 60% (limit 5%), CPU steal 25% (limit 5%), load 3.2 on {os.cpu_count()} CPUs"
+    )
     assert "\n" not in evidence.brief and len(evidence.brief) < len("; ".join(evidence.reasons)) / 2
     assert contention.brief_reason(evidence.as_dict()) == evidence.brief
-    older = {k: v for k, v in evidence.as_dict().items() if k != "brief"}  # a run saved before briefs
+    older = {
+        k: v for k, v in evidence.as_dict().items() if k != "brief"
+    }  # a run saved before briefs
     assert contention.brief_reason(older) == evidence.reasons[0]
     assert ContentionEvidence.from_dict(older).reasons == evidence.reasons
     quiet = assess(snap(0.0, 0.0, {1: 0.0}), snap(1.0, 2.0, {1: 0.01}), tick_s=TICK)
@@ -99,12 +125,36 @@ def test_the_reasons_come_in_one_short_line_too():
 def test_the_terminal_names_each_contended_benchmark_in_one_short_line():
     from perfsuite.report.results import BenchmarkResult, contention_lines
 
-    unset = dict.fromkeys(("device", "flop", "bytes_moved", "median_s", "rounds", "work_per_step", "work_unit",
-                           "score_copies_per_step", "allocated_bytes", "peak_bytes", "max_abs_error", "correct"))
-    row = BenchmarkResult(variant="naive", case_id="b1h2s16d8-fp32-causal-cpu", mode="forward", contended=True, **unset,
-                          contention_reasons=("the process's 2 threads waited for a CPU 60% of the wall time, "
-                                              "summed over threads (limit 5%)", "load average 3.00 before, ..."),
-                          contention_brief="threads waited 60% (limit 5%), load 3.2 on 2 CPUs")
+    unset = dict.fromkeys(
+        (
+            "device",
+            "flop",
+            "bytes_moved",
+            "median_s",
+            "rounds",
+            "work_per_step",
+            "work_unit",
+            "score_copies_per_step",
+            "allocated_bytes",
+            "peak_bytes",
+            "max_abs_error",
+            "correct",
+        )
+    )
+    row = BenchmarkResult(
+        variant="naive",
+        case_id="b1h2s16d8-fp32-causal-cpu",
+        mode="forward",
+        contended=True,
+        **unset,
+        contention_reasons=(
+            "the process's 2 threads waited for a CPU 60% of the wall time, "
+            "summed over threads (limit 5%)",
+            "load average 3.00 before, ...",
+        ),
+        contention_brief="threads waited 60% (limit 5%), load 3.2 on 2 CPUs",
+    )
     assert contention_lines([row], brief=True) == [
-        "naive forward b1h2s16d8-fp32-causal-cpu: threads waited 60% (limit 5%), load 3.2 on 2 CPUs"]
+        "naive forward b1h2s16d8-fp32-causal-cpu: threads waited 60% (limit 5%), load 3.2 on 2 CPUs"
+    ]
     assert "summed over threads" in contention_lines([row])[0]  # the report: in full

@@ -7,8 +7,15 @@ import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 from pytest_benchmark.utils import NameWrapper
 
-from perfsuite.measure.device_timing import (L2_FLUSH_FACTOR, DeviceClock, DeviceTimingError, L2Flush, capture_step,
-                                             parse_timer, time_on_device)
+from perfsuite.measure.device_timing import (
+    L2_FLUSH_FACTOR,
+    DeviceClock,
+    DeviceTimingError,
+    L2Flush,
+    capture_step,
+    parse_timer,
+    time_on_device,
+)
 
 STEP_DEVICE_S, STEP_HOST_S, FLUSH_DEVICE_S, L2_BYTES = 0.003, 0.004, 0.005, 50 * 2**20
 
@@ -18,7 +25,14 @@ class FakeDevice:
 
     def __init__(self, capture_error=None):
         self.device_now = self.host_now = 0.0
-        self.calls = {"sync": 0, "flush": 0, "step": 0, "replay": 0, "trace_start": 0, "trace_stop": 0}
+        self.calls = {
+            "sync": 0,
+            "flush": 0,
+            "step": 0,
+            "replay": 0,
+            "trace_start": 0,
+            "trace_stop": 0,
+        }
         self.buffers = []
         self.capture_error = capture_error
         self._trace_from = None
@@ -76,11 +90,29 @@ class FakeDevice:
 def make_fixture(disabled=False):
     node = types.SimpleNamespace(name="test_x", nodeid="tests/x.py::test_x")
     stats = []
-    logger = types.SimpleNamespace(debug=lambda *a, **k: None, info=lambda *a, **k: None, warning=lambda *a, **k: None)
-    fixture = BenchmarkFixture(node, disable_gc=False, timer=NameWrapper(lambda: 0.0), min_rounds=1, min_time=0.0,
-                               max_time=1.0, precision=None, confidence=None, warmup=False, warmup_iterations=0,
-                               calibration_precision=10, add_stats=stats.append, logger=logger, warner=lambda *a: None,
-                               disabled=disabled, cprofile=False, cprofile_loops=None, cprofile_dump=None)
+    logger = types.SimpleNamespace(
+        debug=lambda *a, **k: None, info=lambda *a, **k: None, warning=lambda *a, **k: None
+    )
+    fixture = BenchmarkFixture(
+        node,
+        disable_gc=False,
+        timer=NameWrapper(lambda: 0.0),
+        min_rounds=1,
+        min_time=0.0,
+        max_time=1.0,
+        precision=None,
+        confidence=None,
+        warmup=False,
+        warmup_iterations=0,
+        calibration_precision=10,
+        add_stats=stats.append,
+        logger=logger,
+        warner=lambda *a: None,
+        disabled=disabled,
+        cprofile=False,
+        cprofile_loops=None,
+        cprofile_dump=None,
+    )
     return fixture, stats
 
 
@@ -99,7 +131,9 @@ def test_pytest_benchmark_stores_device_time_with_the_flush_left_out(timer, monk
     with_host_clock(device, monkeypatch)
     fixture, stats = make_fixture()
     timing = time_on_device(fixture, device.run_step, timer, rounds=5, warmup_rounds=2, api=device)
-    assert device.calls["step"] == 7 and device.calls["flush"] == 7  # every round, warm-up included, flushed first
+    assert (
+        device.calls["step"] == 7 and device.calls["flush"] == 7
+    )  # every round, warm-up included, flushed first
     assert stats[0].stats.rounds == 5
     assert stats[0].stats.median == pytest.approx(STEP_DEVICE_S)  # the 5 ms flush is not in it
     assert timing.device_s == pytest.approx((STEP_DEVICE_S,) * 5)
@@ -107,15 +141,27 @@ def test_pytest_benchmark_stores_device_time_with_the_flush_left_out(timer, monk
     assert timing.overhead_median_s == pytest.approx(STEP_HOST_S - STEP_DEVICE_S)
     assert timing.l2_flush_bytes == L2_FLUSH_FACTOR * L2_BYTES == device.buffers[0]
     assert stats[0].as_dict()["options"]["timer"] == f"perfsuite_{timer}_clock"
-    assert fixture._timer.__name__ not in fixture._precisions  # the preset precision is removed afterwards
+    assert (
+        fixture._timer.__name__ not in fixture._precisions
+    )  # the preset precision is removed afterwards
     if timer == "kernel":
-        assert device.calls["trace_start"] == device.calls["trace_stop"] > 0  # no trace left running
+        assert (
+            device.calls["trace_start"] == device.calls["trace_stop"] > 0
+        )  # no trace left running
 
 
 def test_without_flush_nothing_is_written():
     device = FakeDevice()
     fixture, stats = make_fixture()
-    timing = time_on_device(fixture, device.run_step, "cuda_event", rounds=3, warmup_rounds=0, flush_l2=False, api=device)
+    timing = time_on_device(
+        fixture,
+        device.run_step,
+        "cuda_event",
+        rounds=3,
+        warmup_rounds=0,
+        flush_l2=False,
+        api=device,
+    )
     assert device.calls["flush"] == 0 and device.buffers == []
     assert timing.l2_flush_bytes == 0 and timing.device_s == pytest.approx((STEP_DEVICE_S,) * 3)
 
@@ -123,15 +169,36 @@ def test_without_flush_nothing_is_written():
 def test_cuda_graph_replay_is_timed_when_capture_works():
     device = FakeDevice()
     fixture, _ = make_fixture()
-    timing = time_on_device(fixture, device.run_step, "cuda_event", rounds=3, warmup_rounds=1, cuda_graph=True, api=device)
+    timing = time_on_device(
+        fixture,
+        device.run_step,
+        "cuda_event",
+        rounds=3,
+        warmup_rounds=1,
+        cuda_graph=True,
+        api=device,
+    )
     assert timing.cuda_graph == "replayed" and device.calls["replay"] == 4
 
 
 def test_a_failed_capture_is_reported_and_the_eager_step_timed():
-    device = FakeDevice(capture_error=RuntimeError("operation not permitted when stream is capturing\ndetails"))
+    device = FakeDevice(
+        capture_error=RuntimeError("operation not permitted when stream is capturing\ndetails")
+    )
     fixture, _ = make_fixture()
-    timing = time_on_device(fixture, device.run_step, "cuda_event", rounds=2, warmup_rounds=0, cuda_graph=True, api=device)
-    assert timing.cuda_graph == "capture failed: RuntimeError: operation not permitted when stream is capturing"
+    timing = time_on_device(
+        fixture,
+        device.run_step,
+        "cuda_event",
+        rounds=2,
+        warmup_rounds=0,
+        cuda_graph=True,
+        api=device,
+    )
+    assert (
+        timing.cuda_graph
+        == "capture failed: RuntimeError: operation not permitted when stream is capturing"
+    )
     assert device.calls["replay"] == 0 and device.calls["step"] == 2
     assert timing.extra_info()["cuda_graph"] == timing.cuda_graph
 
@@ -169,7 +236,10 @@ def test_capture_step_keeps_the_step_on_failure():
     assert captured.step is step and not captured.replayed and captured.failure == "ValueError: bad"
 
 
-@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device (the real TorchCuda backend)")
+@pytest.mark.skipif(
+    not __import__("torch").cuda.is_available(),
+    reason="needs a CUDA device (the real TorchCuda backend)",
+)
 @pytest.mark.parametrize("timer", ["cuda_event", "kernel"])
 def test_torch_cuda_backend_times_a_matmul_on_the_gpu(timer):
     import torch
@@ -179,7 +249,9 @@ def test_torch_cuda_backend_times_a_matmul_on_the_gpu(timer):
     a = torch.randn(1024, 1024, device="cuda")
     fixture, stats = make_fixture()
     api = TorchCuda()
-    timing = time_on_device(fixture, lambda: a @ a, timer, rounds=5, warmup_rounds=1, cuda_graph=True, api=api)
+    timing = time_on_device(
+        fixture, lambda: a @ a, timer, rounds=5, warmup_rounds=1, cuda_graph=True, api=api
+    )
     assert all(d > 0 for d in timing.device_s) and len(timing.wall_s) == 5
     assert timing.l2_flush_bytes == 2 * api.l2_cache_bytes() > 0
     assert timing.cuda_graph == "replayed"
@@ -203,6 +275,8 @@ def test_benchmark_step_on_the_cpu_is_host_timed_whatever_the_setting():
     calls = []
     fixture, stats = make_fixture()
     fixture._timer = time.perf_counter  # a real clock: pytest-benchmark calibrates its own timer
-    timing, info = benchmark_step(fixture, lambda: calls.append(1), "cpu", "cuda_event", rounds=4, api=FakeDevice())
+    timing, info = benchmark_step(
+        fixture, lambda: calls.append(1), "cpu", "cuda_event", rounds=4, api=FakeDevice()
+    )
     assert timing is None and info == {"timer": "host", "cuda_graph": "off"}
     assert calls and stats[0].stats.rounds >= 1

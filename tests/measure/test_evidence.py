@@ -15,7 +15,9 @@ CASE = AttentionCase(1, 2, 32, 32, 16, "fp32", "cpu", "causal")
 
 
 def variant(name, fn, fully_masked_rows="zeros"):
-    return Variant(name=name, fn=fn, description="test-only variant", fully_masked_rows=fully_masked_rows)
+    return Variant(
+        name=name, fn=fn, description="test-only variant", fully_masked_rows=fully_masked_rows
+    )
 
 
 def test_every_dtype_has_a_tolerance():
@@ -31,14 +33,22 @@ def test_reference_agrees_with_sdpa_math_in_float64():
     torch.testing.assert_close(reference_attention(inputs), expected)
 
 
-@pytest.mark.parametrize("mask", ["noncausal", "causal_br", "bool", "additive", "padding", "window3"])
+@pytest.mark.parametrize(
+    "mask", ["noncausal", "causal_br", "bool", "additive", "padding", "window3"]
+)
 def test_reference_agrees_with_sdpa_math_in_float64_for_every_mask_and_gqa(mask):
-    case = AttentionCase(2, 4, 12, 7, 8, "fp64", "cpu", mask, num_kv_heads=2, scale=0.4, contiguous=False)
+    case = AttentionCase(
+        2, 4, 12, 7, 8, "fp64", "cpu", mask, num_kv_heads=2, scale=0.4, contiguous=False
+    )
     inputs = make_inputs(case, seed=5)
     with torch.nn.attention.sdpa_kernel([torch.nn.attention.SDPBackend.MATH]):
         expected = torch.nn.functional.scaled_dot_product_attention(
-            inputs.query, inputs.key, inputs.value, attn_mask=inputs.mask.sdpa_mask,
-            scale=0.4, enable_gqa=True,
+            inputs.query,
+            inputs.key,
+            inputs.value,
+            attn_mask=inputs.mask.sdpa_mask,
+            scale=0.4,
+            enable_gqa=True,
         )
     torch.testing.assert_close(reference_attention(inputs), expected)
 
@@ -50,15 +60,21 @@ def test_fully_masked_rows_nan_variants_are_held_to_nan_and_zero_variants_to_zer
     sdpa = gather_evidence(get_variant("sdpa_math"), case, seed=0, trace_dir=tmp_path)
     assert naive.comparison.failure is None and sdpa.comparison.failure is None
     # the same naive output judged by the zeros rule fails, naming the NaN rows
-    as_zeros = gather_evidence(variant("naive_as_zeros", get_variant("naive").fn), case, 0, tmp_path)
+    as_zeros = gather_evidence(
+        variant("naive_as_zeros", get_variant("naive").fn), case, 0, tmp_path
+    )
     assert "non-finite outputs" in as_zeros.comparison.failure
-    as_nan = gather_evidence(variant("sdpa_as_nan", get_variant("sdpa_math").fn, "nan"), case, 0, tmp_path)
+    as_nan = gather_evidence(
+        variant("sdpa_as_nan", get_variant("sdpa_math").fn, "nan"), case, 0, tmp_path
+    )
     assert "sees no key and was expected to be NaN" in as_nan.comparison.failure
 
 
 def test_a_variant_that_leaks_future_keys_fails_equivalence(tmp_path):
     def leaky(query, key, value, *, mask, scale):
-        return torch.softmax(query @ key.transpose(-2, -1) * scale, dim=-1) @ value  # ignores the mask
+        return (
+            torch.softmax(query @ key.transpose(-2, -1) * scale, dim=-1) @ value
+        )  # ignores the mask
 
     evidence = gather_evidence(variant("leaky", leaky), CASE, seed=0, trace_dir=tmp_path)
     failure = evidence.comparison.failure
@@ -73,14 +89,18 @@ def test_non_finite_output_fails_and_names_the_element():
     broken = expected.float().clone()
     broken[0, 1, 5, 3] = float("nan")
     result = compare_with_reference(broken, expected, "variant x on case y")
-    assert result.failure.startswith("variant x on case y: 1 non-finite outputs; first worst element at")
+    assert result.failure.startswith(
+        "variant x on case y: 1 non-finite outputs; first worst element at"
+    )
     assert "[0, 1, 5, 3]" in result.failure
 
 
 def test_a_hidden_clone_of_the_scores_is_counted(tmp_path):
     def cloning(query, key, value, *, mask, scale):
         scores = (query @ key.transpose(-2, -1)).clone()
-        return naive_inplace_attention(query, key, value, mask=mask, scale=scale) + 0 * scores[..., :1]
+        return (
+            naive_inplace_attention(query, key, value, mask=mask, scale=scale) + 0 * scores[..., :1]
+        )
 
     evidence = gather_evidence(variant("cloning", cloning), CASE, seed=0, trace_dir=tmp_path)
     assert evidence.score_copies("cpu") == [1, 1]
@@ -100,7 +120,9 @@ def test_naive_copies_once_and_inplace_never(tmp_path):
 def test_a_backend_without_a_kernel_is_unsupported_with_the_reason(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("on a CUDA machine the efficient backend may have a kernel")
-    with pytest.raises(VariantUnsupported, match="SDPBackend.EFFICIENT_ATTENTION has no kernel for fp32 on cpu"):
+    with pytest.raises(
+        VariantUnsupported, match="SDPBackend.EFFICIENT_ATTENTION has no kernel for fp32 on cpu"
+    ):
         gather_evidence(get_variant("sdpa_efficient"), CASE, seed=0, trace_dir=tmp_path)
 
 
@@ -128,11 +150,18 @@ def test_blockwise_reference_equals_the_whole_one(mask):
     inputs = make_inputs(case, 0)
     row_bytes = 2 * 4 * 9 * 8  # one query row of float64 scores
     assert query_blocks(inputs, block_bytes=5 * row_bytes) == [(0, 5), (5, 10)]
-    whole, blocked = reference_attention(inputs), reference_attention(inputs, block_bytes=3 * row_bytes)
+    whole, blocked = (
+        reference_attention(inputs),
+        reference_attention(inputs, block_bytes=3 * row_bytes),
+    )
     torch.testing.assert_close(blocked, whole, atol=1e-12, rtol=1e-12)
-    grad_output = torch.randn(whole.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
-    for got, want in zip(reference_gradients(inputs, grad_output, block_bytes=row_bytes),
-                         reference_gradients(inputs, grad_output)):
+    grad_output = torch.randn(
+        whole.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(1)
+    )
+    for got, want in zip(
+        reference_gradients(inputs, grad_output, block_bytes=row_bytes),
+        reference_gradients(inputs, grad_output),
+    ):
         torch.testing.assert_close(got, want, atol=1e-12, rtol=1e-12)
     with pytest.raises(ValueError, match="block_bytes must be positive, got 0"):
         query_blocks(inputs, block_bytes=0)
@@ -148,7 +177,9 @@ def test_a_reference_out_of_memory_is_not_compared(tmp_path, monkeypatch):
     case = AttentionCase(1, 2, 16, 16, 8, "fp32", "cpu", "causal")
     found = gather_evidence(get_variant("sdpa"), case, 0, tmp_path)
     assert found.comparison is None
-    assert found.not_compared.startswith("not compared: the float64 reference of b1h2s16d8-fp32-causal-cpu ran out of cpu memory")
+    assert found.not_compared.startswith(
+        "not compared: the float64 reference of b1h2s16d8-fp32-causal-cpu ran out of cpu memory"
+    )
 
 
 def test_a_saved_bias_is_not_a_score_matrix_at_batch_1(tmp_path):
@@ -158,20 +189,31 @@ def test_a_saved_bias_is_not_a_score_matrix_at_batch_1(tmp_path):
     case = AttentionCase(1, 2, 8, 8, 4, "fp32", "cpu", "additive")
     inputs = make_inputs(case, 0)
     bias = inputs.mask.additive
-    assert bias.shape == case.score_shape  # [1, H, Sq, Skv]: as many elements as the scores at batch 1
+    assert (
+        bias.shape == case.score_shape
+    )  # [1, H, Sq, Skv]: as many elements as the scores at batch 1
     query = inputs.query.detach().requires_grad_(True)
 
     def saves_the_bias():
         return (query.sum() * bias).sum()  # mul saves the bias for query's gradient
 
     assert measure_saved(saves_the_bias, case.score_shape, (query,)).score_sized == 1
-    assert measure_saved(saves_the_bias, case.score_shape, (query,) + input_tensors(inputs)).score_sized == 0
+    assert (
+        measure_saved(
+            saves_the_bias, case.score_shape, (query,) + input_tensors(inputs)
+        ).score_sized
+        == 0
+    )
 
 
 def test_sdpa_flash_saving_its_bias_at_batch_1_saves_no_score_matrix(tmp_path):
     case = AttentionCase(1, 2, 16, 16, 8, "fp32", "cpu", "additive")
-    flash = gather_evidence(get_variant("sdpa_flash"), case, 0, tmp_path, "forward_backward").saved_for_backward
-    naive = gather_evidence(get_variant("naive"), case, 0, tmp_path, "forward_backward").saved_for_backward
+    flash = gather_evidence(
+        get_variant("sdpa_flash"), case, 0, tmp_path, "forward_backward"
+    ).saved_for_backward
+    naive = gather_evidence(
+        get_variant("naive"), case, 0, tmp_path, "forward_backward"
+    ).saved_for_backward
     assert flash.score_sized == 0  # it saves a copy of the [1, H, Sq, Skv] bias, an input
     assert naive.score_sized == 1  # the unfused softmax output
 
@@ -189,7 +231,9 @@ def _raises(error):
 
 def _inductor_wrapped():
     try:
-        raise OutOfResources("out of resource: shared memory, Required: 262144, Hardware limit: 232448")
+        raise OutOfResources(
+            "out of resource: shared memory, Required: 262144, Hardware limit: 232448"
+        )
     except OutOfResources as inner:
         try:
             raise RuntimeError("backend='inductor' raised:") from inner
@@ -197,13 +241,28 @@ def _inductor_wrapped():
             return outer
 
 
-@pytest.mark.parametrize("error, why", [
-    (RuntimeError("cuDNN Frontend error: [cudnn_frontend] Error: No execution plans support the graph."),
-     "cuDNN has no execution plan for this case on this GPU"),
-    (_inductor_wrapped(), "a Triton kernel needs more shared memory or registers than this GPU has"),
-    (RuntimeError("NoValidChoicesError: No choices to select, please consider adding ATEN into max_autotune_gemm_backends"),
-     "Inductor's autotuning found no kernel choice"),
-], ids=["cudnn-no-plan", "triton-out-of-resources", "inductor-no-choices"])
+@pytest.mark.parametrize(
+    "error, why",
+    [
+        (
+            RuntimeError(
+                "cuDNN Frontend error: [cudnn_frontend] Error: No execution plans support the graph."
+            ),
+            "cuDNN has no execution plan for this case on this GPU",
+        ),
+        (
+            _inductor_wrapped(),
+            "a Triton kernel needs more shared memory or registers than this GPU has",
+        ),
+        (
+            RuntimeError(
+                "NoValidChoicesError: No choices to select, please consider adding ATEN into max_autotune_gemm_backends"
+            ),
+            "Inductor's autotuning found no kernel choice",
+        ),
+    ],
+    ids=["cudnn-no-plan", "triton-out-of-resources", "inductor-no-choices"],
+)
 def test_machine_limits_are_skips_with_their_reason(error, why):
     from perfsuite.measure.evidence import run_once
 
@@ -225,7 +284,9 @@ def test_an_undeclared_score_copy_fails_naming_the_op_and_what_to_do(tmp_path):
     """The suite's copy check on naive's code registered without declarations (as a user's function is)."""
     from perfsuite.suite.test_attention import test_score_copies_per_step
 
-    evidence = gather_evidence(variant("plain_naive", get_variant("naive").fn, "nan"), CASE, 0, tmp_path)
+    evidence = gather_evidence(
+        variant("plain_naive", get_variant("naive").fn, "nan"), CASE, 0, tmp_path
+    )
     with pytest.raises(AssertionError) as failure:
         test_score_copies_per_step(evidence)
     message = str(failure.value)

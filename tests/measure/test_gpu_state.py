@@ -11,7 +11,7 @@ import pytest
 from perfsuite.measure import gpu_state
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "nvidia_smi"
-FIELDS = [f for f in gpu_state.FIELDS]
+FIELDS = list(gpu_state.FIELDS)
 
 
 def test_a_busy_gpu_capped_and_throttled():
@@ -40,11 +40,16 @@ def _fake_nvidia_smi(folder: Path, body: str) -> None:
     tool.chmod(tool.stat().st_mode | stat.S_IEXEC)
 
 
-def test_reads_the_visible_gpu_by_its_id_and_falls_back_to_the_old_field_name(tmp_path, monkeypatch):
+def test_reads_the_visible_gpu_by_its_id_and_falls_back_to_the_old_field_name(
+    tmp_path, monkeypatch
+):
     # a driver before 535 rejects clocks_event_reasons.active; the reader asks again with the old name
-    _fake_nvidia_smi(tmp_path, f'echo "$@" >> {tmp_path}/calls\n'
-                               'case "$*" in *clocks_event_reasons*) echo "Field is not a valid field" >&2; exit 2;; esac\n'
-                               f'cat {DATA}/h100_idle.csv')
+    _fake_nvidia_smi(
+        tmp_path,
+        f'echo "$@" >> {tmp_path}/calls\n'
+        'case "$*" in *clocks_event_reasons*) echo "Field is not a valid field" >&2; exit 2;; esac\n'
+        f"cat {DATA}/h100_idle.csv",
+    )
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
     reading = gpu_state.read_gpu_state(device_id=None if not gpu_state.torch_uuid() else "3")

@@ -93,12 +93,18 @@ def returns_wrong_shape(query, key, value, *, mask, scale):
     return sdpa(query, key, value, mask=mask, scale=scale)[:, :, :4]
 
 
-@pytest.mark.parametrize("fn, message", [
-    (returns_tuple, r"returned tuple, not a torch.Tensor \(return the attention output alone"),
-    (returns_none, "returned NoneType, not a torch.Tensor"),
-    (returns_float64, "returned dtype torch.float64, expected the inputs' torch.float32"),
-    (returns_wrong_shape, r"returned shape \[1, 2, 4, 8\], expected \[B, H, Sq, D\] = \[1, 2, 16, 8\]"),
-])
+@pytest.mark.parametrize(
+    "fn, message",
+    [
+        (returns_tuple, r"returned tuple, not a torch.Tensor \(return the attention output alone"),
+        (returns_none, "returned NoneType, not a torch.Tensor"),
+        (returns_float64, "returned dtype torch.float64, expected the inputs' torch.float32"),
+        (
+            returns_wrong_shape,
+            r"returned shape \[1, 2, 4, 8\], expected \[B, H, Sq, D\] = \[1, 2, 16, 8\]",
+        ),
+    ],
+)
 @pytest.mark.parametrize("mode", ["forward", "forward_backward"])
 def test_a_return_value_outside_the_contract_is_named(fn, message, mode, tmp_path):
     """Before: float64 for float32 inputs passed everything; a tuple or None raised a raw AttributeError."""
@@ -124,4 +130,7 @@ def test_nan_on_every_third_call_is_caught_outside_the_timed_window():
     step()
     message = nonfinite_after_timing(step)
     assert message and "returned non-finite values (256 NaN" in message
-    assert nonfinite_after_timing(make_step("forward", sdpa, prepared.inputs, prepared.grad_output)) is None
+    assert (
+        nonfinite_after_timing(make_step("forward", sdpa, prepared.inputs, prepared.grad_output))
+        is None
+    )

@@ -16,14 +16,23 @@ def test_machine_info_records_numerics_flags_and_versions():
     numerics = info["numerics"]
     assert numerics["cuda_matmul_allow_tf32"] is True
     assert numerics["float32_matmul_precision"] == precision
-    assert set(numerics["sdpa_enabled"]) == {"FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH"}
+    assert set(numerics["sdpa_enabled"]) == {
+        "FLASH_ATTENTION",
+        "EFFICIENT_ATTENTION",
+        "CUDNN_ATTENTION",
+        "MATH",
+    }
     order = numerics["sdpa_priority_order"]
     assert order is None or "FLASH_ATTENTION" in order
-    assert info["cuda_version"] == torch.version.cuda and info["driver_version"] is None  # no CUDA device asked for
+    assert (
+        info["cuda_version"] == torch.version.cuda and info["driver_version"] is None
+    )  # no CUDA device asked for
 
 
 def test_driver_version_reads_nvidia_smi(monkeypatch):
-    monkeypatch.setattr(machine.shutil, "which", lambda tool: f"/usr/bin/{tool}" if tool == "nvidia-smi" else None)
+    monkeypatch.setattr(
+        machine.shutil, "which", lambda tool: f"/usr/bin/{tool}" if tool == "nvidia-smi" else None
+    )
 
     def fake_run(args, **kwargs):
         assert args[0] == "/usr/bin/nvidia-smi"

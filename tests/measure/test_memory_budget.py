@@ -13,7 +13,11 @@ HUGE = AttentionCase(1, 16, 16384, 16384, 64, "fp32", "cpu", "causal")  # 16 GiB
 
 def test_a_huge_naive_case_is_skipped_with_the_estimate_and_the_limit(monkeypatch):
     """Before: a 1x16x16384x64 naive case went past 18 GiB with no warning and lost the baseline."""
-    monkeypatch.setattr(memory_budget, "available_bytes", lambda device: (8 * 2**30, "MemAvailable in /proc/meminfo"))
+    monkeypatch.setattr(
+        memory_budget,
+        "available_bytes",
+        lambda device: (8 * 2**30, "MemAvailable in /proc/meminfo"),
+    )
     with pytest.raises(VariantUnsupported) as info:
         prepare_case(get_variant("naive"), HUGE, 0)
     message = str(info.value)

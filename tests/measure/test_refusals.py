@@ -17,15 +17,23 @@ def _user_variant():
 
 def test_a_user_variants_refusal_names_torch_and_the_variant():
     """Before: 'its kernels refuses this case'."""
-    reason = unsupported_reason(_user_variant(), CASE, RuntimeError("No available kernel. Aborting execution."), [])
-    assert reason == "torch (called by mine) has no kernel for fp32 on cpu; torch: 'No available kernel'"
+    reason = unsupported_reason(
+        _user_variant(), CASE, RuntimeError("No available kernel. Aborting execution."), []
+    )
+    assert (
+        reason
+        == "torch (called by mine) has no kernel for fp32 on cpu; torch: 'No available kernel'"
+    )
 
 
 def test_a_failed_host_allocation_is_a_skip_with_the_case_size():
     """Before: an allocation failure on a huge case was an error, not the skip the README promises."""
+
     def allocate():
-        raise RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: not enough memory: "
-                           "you tried to allocate 68719476736 bytes.")
+        raise RuntimeError(
+            "[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: not enough memory: "
+            "you tried to allocate 68719476736 bytes."
+        )
 
     with pytest.raises(VariantUnsupported, match="out of host memory .*--perfsuite-shapes"):
         run_once(_user_variant(), CASE, allocate)

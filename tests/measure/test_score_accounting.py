@@ -7,7 +7,12 @@ from perfsuite.attention.cases import AttentionCase
 from perfsuite.attention.inputs import make_inputs
 from perfsuite.measure.evidence import bind
 from perfsuite.measure.profiling import record_trace
-from perfsuite.measure.score_accounting import account_ops, account_windows, output_dims, score_fraction
+from perfsuite.measure.score_accounting import (
+    account_ops,
+    account_windows,
+    output_dims,
+    score_fraction,
+)
 from perfsuite.trace.summary import summarize_windows
 from perfsuite.variants import Variant, get_variant
 
@@ -19,7 +24,16 @@ def op(name, ts, dur, dims, types, strides=None, tid=1):
     args = {"Input Dims": dims, "Input type": types}
     if strides is not None:
         args["Input Strides"] = strides
-    return {"name": name, "cat": "cpu_op", "ph": "X", "ts": ts, "dur": dur, "tid": tid, "pid": 1, "args": args}
+    return {
+        "name": name,
+        "cat": "cpu_op",
+        "ph": "X",
+        "ts": ts,
+        "dur": dur,
+        "tid": tid,
+        "pid": 1,
+        "args": args,
+    }
 
 
 def contiguous_strides(dims):
@@ -31,13 +45,23 @@ def contiguous_strides(dims):
 
 
 S = list(SCORE)
-COPY = op("aten::copy_", 2, 2, [S, S, []], ["float", "float", "Scalar"], [contiguous_strides(S)] * 2 + [[]])
+COPY = op(
+    "aten::copy_",
+    2,
+    2,
+    [S, S, []],
+    ["float", "float", "Scalar"],
+    [contiguous_strides(S)] * 2 + [[]],
+)
 
 
 def test_out_of_place_masked_fill_counts_one_copy_and_one_in_place_write():
-    ops = [op("aten::masked_fill", 0, 10, [S, [1, 1, 64, 64], []], ["float", "bool", "Scalar"]),
-           op("aten::clone", 1, 4, [S, []], ["float", "Scalar"]), COPY,
-           op("aten::masked_fill_", 6, 3, [S, [1, 1, 64, 64], []], ["float", "bool", "Scalar"])]
+    ops = [
+        op("aten::masked_fill", 0, 10, [S, [1, 1, 64, 64], []], ["float", "bool", "Scalar"]),
+        op("aten::clone", 1, 4, [S, []], ["float", "Scalar"]),
+        COPY,
+        op("aten::masked_fill_", 6, 3, [S, [1, 1, 64, 64], []], ["float", "bool", "Scalar"]),
+    ]
     found = account_ops(ops, SCORE, HEAD_DIM)
     assert (found.written, found.copies, found.casts, found.mask_expansions) == (2, 1, 0, 0)
     assert found.writes[0].path == ("aten::masked_fill", "aten::clone", "aten::copy_")
@@ -49,8 +73,14 @@ def test_a_copy_between_dtypes_is_a_cast_and_a_copy_from_a_broadcast_or_bool_sou
     from_bool = op("aten::copy_", 2, 1, [S, S, []], ["bool", "bool", "Scalar"])
     # nan_to_num's backward turns its isfinite mask into floats: a mask, though the dtypes differ
     bool_to_float = op("aten::copy_", 6, 1, [S, S, []], ["float", "bool", "Scalar"])
-    broadcast = op("aten::copy_", 4, 1, [S, S, []], ["float", "float", "Scalar"],
-                   [contiguous_strides(S), [64, 0, 0, 1], []])
+    broadcast = op(
+        "aten::copy_",
+        4,
+        1,
+        [S, S, []],
+        ["float", "float", "Scalar"],
+        [contiguous_strides(S), [64, 0, 0, 1], []],
+    )
     found = account_ops([cast, from_bool, bool_to_float, broadcast], SCORE, HEAD_DIM)
     assert found.by_kind() == {"copy": 0, "cast": 1, "mask expansion": 3, "computed": 0}
 
@@ -58,33 +88,52 @@ def test_a_copy_between_dtypes_is_a_cast_and_a_copy_from_a_broadcast_or_bool_sou
 def test_an_autograd_node_record_is_not_a_write_its_aten_ops_are():
     """A backward step's ``ViewBackward0`` (a view: no ATen writer inside) writes nothing, and
     ``MaskedFillBackward0`` counts once, as the ``copy_`` and ``masked_fill_`` it calls."""
-    ops = [op("ViewBackward0", 0, 2, [[8, 64, 64]], ["float"]),
-           op("aten::view", 1, 1, [S, []], ["float", "ScalarList"]),
-           op("MaskedFillBackward0", 4, 20, [S], ["float"]),
-           op("aten::masked_fill", 5, 18, [S, [1, 1, 64, 64], []], ["float", "bool", "Scalar"]),
-           op("aten::clone", 6, 5, [S, []], ["float", "Scalar"]),
-           dict(COPY, ts=7, dur=3),
-           op("aten::masked_fill_", 12, 3, [S, [1, 1, 64, 64], []], ["float", "bool", "Scalar"])]
+    ops = [
+        op("ViewBackward0", 0, 2, [[8, 64, 64]], ["float"]),
+        op("aten::view", 1, 1, [S, []], ["float", "ScalarList"]),
+        op("MaskedFillBackward0", 4, 20, [S], ["float"]),
+        op("aten::masked_fill", 5, 18, [S, [1, 1, 64, 64], []], ["float", "bool", "Scalar"]),
+        op("aten::clone", 6, 5, [S, []], ["float", "Scalar"]),
+        dict(COPY, ts=7, dur=3),
+        op("aten::masked_fill_", 12, 3, [S, [1, 1, 64, 64], []], ["float", "bool", "Scalar"]),
+    ]
     found = account_ops(ops, SCORE, HEAD_DIM)
     assert [w.op for w in found.writes] == ["aten::copy_", "aten::masked_fill_"]
     assert (found.written, found.copies) == (2, 1)
 
 
 def test_views_reductions_and_fused_attention_write_no_scores_and_a_scalar_wrapper_hides_nothing():
-    ops = [op("aten::expand", 0, 1, [[1, 1, 64, 64], [], []], ["bool", "ScalarList", "Scalar"]),
-           op("aten::amax", 2, 1, [S, [], []], ["float", "ScalarList", "Scalar"]),
-           op("aten::_scaled_dot_product_flash_attention_for_cpu", 4, 1, [[2, 4, 64, 32]] * 3, ["float"] * 3),
-           op("aten::mul", 10, 10, [S, []], ["float", "double"]),
-           op("aten::to", 11, 2, [[], [], []], ["double", "Scalar", "Scalar"]),
-           op("aten::copy_", 11.5, 1, [[], [], []], ["float", "double", "Scalar"])]
+    ops = [
+        op("aten::expand", 0, 1, [[1, 1, 64, 64], [], []], ["bool", "ScalarList", "Scalar"]),
+        op("aten::amax", 2, 1, [S, [], []], ["float", "ScalarList", "Scalar"]),
+        op(
+            "aten::_scaled_dot_product_flash_attention_for_cpu",
+            4,
+            1,
+            [[2, 4, 64, 32]] * 3,
+            ["float"] * 3,
+        ),
+        op("aten::mul", 10, 10, [S, []], ["float", "double"]),
+        op("aten::to", 11, 2, [[], [], []], ["double", "Scalar", "Scalar"]),
+        op("aten::copy_", 11.5, 1, [[], [], []], ["float", "double", "Scalar"]),
+    ]
     found = account_ops(ops, SCORE, HEAD_DIM)
     assert [(w.op, w.kind) for w in found.writes] == [("aten::mul", "computed")]
 
 
 def test_output_dims_follow_in_place_matmul_and_broadcast_rules():
-    assert output_dims(op("aten::bmm", 0, 1, [[8, 64, 32], [8, 32, 64]], ["float", "float"])) == (8, 64, 64)
+    assert output_dims(op("aten::bmm", 0, 1, [[8, 64, 32], [8, 32, 64]], ["float", "float"])) == (
+        8,
+        64,
+        64,
+    )
     assert output_dims(op("aten::add", 0, 1, [S, [1, 1, 64, 64]], ["float", "float"])) == SCORE
-    assert output_dims(op("aten::add_", 0, 1, [[1, 4, 64, 64], S], ["float", "float"])) == (1, 4, 64, 64)
+    assert output_dims(op("aten::add_", 0, 1, [[1, 4, 64, 64], S], ["float", "float"])) == (
+        1,
+        4,
+        64,
+        64,
+    )
 
 
 def test_chunks_count_their_fraction_and_outputs_or_transposed_keys_do_not():
@@ -97,8 +146,10 @@ def test_chunks_count_their_fraction_and_outputs_or_transposed_keys_do_not():
 
 
 def test_pieces_of_a_chunked_copy_sum_to_one_matrix():
-    chunks = [op("aten::copy_", 10 * i, 1, [[2, 4, 16, 64]] * 2 + [[]], ["float", "float", "Scalar"])
-              for i in range(4)]
+    chunks = [
+        op("aten::copy_", 10 * i, 1, [[2, 4, 16, 64]] * 2 + [[]], ["float", "float", "Scalar"])
+        for i in range(4)
+    ]
     assert account_ops(chunks, SCORE, HEAD_DIM).copies == 1.0
 
 
@@ -109,12 +160,13 @@ def test_an_unknown_kind_is_a_value_error_naming_the_allowed_ones():
 
 # Profiled variants: each "Why" example, old figure (copies of the score's exact shape) against the new one.
 
+
 def chunked_masked_fill(query, key, value, *, mask, scale, chunk=16):
     """Naive attention over query chunks: each chunk's out-of-place masked_fill copies a piece of the scores."""
     outputs = []
     for start in range(0, query.shape[2], chunk):
-        scores = torch.matmul(query[:, :, start:start + chunk], key.transpose(-2, -1)) * scale
-        scores = scores.masked_fill(mask.masked_out[..., start:start + chunk, :], float("-inf"))
+        scores = torch.matmul(query[:, :, start : start + chunk], key.transpose(-2, -1)) * scale
+        scores = scores.masked_fill(mask.masked_out[..., start : start + chunk, :], float("-inf"))
         outputs.append(torch.matmul(torch.softmax(scores, dim=-1), value))
     return torch.cat(outputs, dim=2)
 
@@ -135,7 +187,11 @@ def expanded_mask(query, key, value, *, mask, scale):
 
 
 def profiled(fn, case, tmp_path):
-    variant = fn if isinstance(fn, Variant) else Variant(name=fn.__name__, fn=fn, description="test-only variant")
+    variant = (
+        fn
+        if isinstance(fn, Variant)
+        else Variant(name=fn.__name__, fn=fn, description="test-only variant")
+    )
     forward = bind(variant, make_inputs(case, 0))
     forward()
     trace = record_trace(forward, case.device, tmp_path / "trace.json.gz")

@@ -25,7 +25,9 @@ def test_a_benchmark_s_reference_is_the_geometric_mean_of_before_and_after():
     assert reference_of({"speed_reference": {"before_ms": "1", "after_ms": 1.0}}) is None
 
 
-@pytest.mark.parametrize("head_ms, flagged", [(1.04, False), (1 / 1.04, False), (1.06, True), (1 / 1.06, True)])
+@pytest.mark.parametrize(
+    "head_ms, flagged", [(1.04, False), (1 / 1.04, False), (1.06, True), (1 / 1.06, True)]
+)
 def test_speed_change_beyond_the_limit_either_way_is_named(head_ms, flagged):
     found = speed_change(info(1.0, 1.0), info(head_ms, head_ms))
     assert (found is not None) == flagged

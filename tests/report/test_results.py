@@ -7,17 +7,35 @@ from perfsuite.units import format_bytes
 
 
 def result(median_s, correct=True):
-    return BenchmarkResult(variant="naive", case_id="b1h1s8d8-fp32-causal-cpu", device="cpu", flop=2_000_000,
-                           bytes_moved=1000, median_s=median_s, rounds=10, work_per_step=45, work_unit="ops",
-                           score_copies_per_step=1, allocated_bytes=4 * 1024 * 1024, peak_bytes=3 * 1024,
-                           max_abs_error=1.5e-7, correct=correct)
+    return BenchmarkResult(
+        variant="naive",
+        case_id="b1h1s8d8-fp32-causal-cpu",
+        device="cpu",
+        flop=2_000_000,
+        bytes_moved=1000,
+        median_s=median_s,
+        rounds=10,
+        work_per_step=45,
+        work_unit="ops",
+        score_copies_per_step=1,
+        allocated_bytes=4 * 1024 * 1024,
+        peak_bytes=3 * 1024,
+        max_abs_error=1.5e-7,
+        correct=correct,
+    )
 
 
 def test_markdown_table_rows_and_skips():
-    text = markdown_table([result(0.002), result(None, correct=False)], [SkippedResult("sdpa_cudnn", "c", "no kernel")])
+    text = markdown_table(
+        [result(0.002), result(None, correct=False)],
+        [SkippedResult("sdpa_cudnn", "c", "no kernel")],
+    )
     lines = text.splitlines()
     # a row read from a run saved before score accounting: its old copy count, the writes unknown
-    assert lines[2] == "| naive | forward | b1h1s8d8-fp32-causal-cpu | 2.000 | - | - | - | 0.001 | 45 ops | ? (1 copy) | 4.0 MiB | 3.0 KiB | - | 1.5e-07 | - |"
+    assert (
+        lines[2]
+        == "| naive | forward | b1h1s8d8-fp32-causal-cpu | 2.000 | - | - | - | 0.001 | 45 ops | ? (1 copy) | 4.0 MiB | 3.0 KiB | - | 1.5e-07 | - |"
+    )
     assert lines[3].split(" | ")[3] == "not timed" and lines[3].endswith("FAIL | - |")
     assert lines[-1] == "- `sdpa_cudnn` on `c` (forward): no kernel"
 
@@ -25,18 +43,33 @@ def test_markdown_table_rows_and_skips():
 def test_score_writes_and_output_layout_cells_name_what_they_count():
     import dataclasses
 
-    row = dataclasses.replace(result(0.002), score_written=6.0, score_copies=0.0, score_casts=1.5,
-                              score_mask_expansions=1.0, output_layout="dense as [B, Sq, H, D]")
+    row = dataclasses.replace(
+        result(0.002),
+        score_written=6.0,
+        score_copies=0.0,
+        score_casts=1.5,
+        score_mask_expansions=1.0,
+        output_layout="dense as [B, Sq, H, D]",
+    )
     cells = markdown_table([row], []).splitlines()[2].split(" | ")
-    assert cells[9] == "6 (0 copies, 1.50 casts, 1 mask expansion)" and cells[-1] == "dense as [B, Sq, H, D] |"
+    assert (
+        cells[9] == "6 (0 copies, 1.50 casts, 1 mask expansion)"
+        and cells[-1] == "dense as [B, Sq, H, D] |"
+    )
 
 
 def test_a_partial_run_heads_its_table_and_lists_crashes():
     from perfsuite.report.results import CrashedResult
 
-    text = markdown_table([result(0.002)], [], [CrashedResult("crashy", "c", "backward", "signal SIGABRT; ...\nmore")],
-                          "interrupted (KeyboardInterrupt): 1 of 6 benchmarks finished")
-    assert text.startswith("**Partial run**: interrupted (KeyboardInterrupt): 1 of 6 benchmarks finished.")
+    text = markdown_table(
+        [result(0.002)],
+        [],
+        [CrashedResult("crashy", "c", "backward", "signal SIGABRT; ...\nmore")],
+        "interrupted (KeyboardInterrupt): 1 of 6 benchmarks finished",
+    )
+    assert text.startswith(
+        "**Partial run**: interrupted (KeyboardInterrupt): 1 of 6 benchmarks finished."
+    )
     assert text.splitlines()[-1] == "- `crashy` on `c` (backward): signal SIGABRT; ..."
 
 
@@ -50,7 +83,9 @@ def test_rates_and_bytes():
 def test_table_shows_wall_device_and_their_difference_for_device_timed_rows():
     import dataclasses
 
-    timed = dataclasses.replace(result(0.002), timer="cuda_event", wall_median_s=0.0025, device_median_s=0.002)
+    timed = dataclasses.replace(
+        result(0.002), timer="cuda_event", wall_median_s=0.0025, device_median_s=0.002
+    )
     host_only = markdown_table([result(0.002)], []).splitlines()
     assert "device ms" not in host_only[0]
     lines = markdown_table([timed, result(0.003)], []).splitlines()

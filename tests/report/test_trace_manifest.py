@@ -12,12 +12,20 @@ def test_two_runs_traces_are_told_apart_and_an_interrupted_run_says_so(tmp_path)
     first.finish("complete")
     second = TraceManifest(tmp_path, "run-2")
     second.start()
-    second.add(tmp_path / "a.pt.trace.json.gz")  # rewritten by the second run, which is then interrupted
+    second.add(
+        tmp_path / "a.pt.trace.json.gz"
+    )  # rewritten by the second run, which is then interrupted
     second.finish("interrupted")
     runs = read_manifest(tmp_path)
     assert [(r["run_id"], r["status"], r["traces"]) for r in runs] == [
-        ("run-1", "complete", ["b.pt.trace.json.gz"]), ("run-2", "interrupted", ["a.pt.trace.json.gz"])]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.pt.trace.json.gz", "b.pt.trace.json.gz", "manifest.json"]
+        ("run-1", "complete", ["b.pt.trace.json.gz"]),
+        ("run-2", "interrupted", ["a.pt.trace.json.gz"]),
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "a.pt.trace.json.gz",
+        "b.pt.trace.json.gz",
+        "manifest.json",
+    ]
 
 
 def test_a_run_that_dies_stays_running_and_a_corrupt_manifest_is_replaced_not_fatal(tmp_path):

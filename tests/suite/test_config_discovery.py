@@ -14,10 +14,14 @@ def _git_init(path):
 
 def test_the_nearest_configuration_with_perfsuite_keys_wins(tmp_path):
     _git_init(tmp_path)
-    (tmp_path / "pyproject.toml").write_text('[tool.pytest.ini_options]\nperfsuite_variants = "mine sdpa"\n')
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.pytest.ini_options]\nperfsuite_variants = "mine sdpa"\n'
+    )
     deep = tmp_path / "src" / "pkg"
     deep.mkdir(parents=True)
-    (tmp_path / "src" / "tox.ini").write_text("[pytest]\naddopts = -q\n")  # a sub-package's own: no perfsuite keys
+    (tmp_path / "src" / "tox.ini").write_text(
+        "[pytest]\naddopts = -q\n"
+    )  # a sub-package's own: no perfsuite keys
     assert find_project_root(deep) == tmp_path
     assert ini_value(find_project_root(deep), "perfsuite_variants") == ["mine", "sdpa"]
     (tmp_path / "src" / "tox.ini").unlink()
@@ -54,11 +58,27 @@ def test_plain_pytest_in_a_repository_without_perfsuite_prints_nothing_of_perfsu
 
     (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = -q\n")
     (tmp_path / "test_theirs.py").write_text("def test_theirs():\n    assert True\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "MALLOC_", "PERFSUITE"))}
-    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider"], cwd=tmp_path,
-                            capture_output=True, text=True, timeout=300, env=env)
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("OMP_", "MALLOC_", "PERFSUITE"))
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "perfsuite" not in (result.stdout + result.stderr).lower(), result.stdout + result.stderr
-    asked = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--perfsuite-variants=sdpa"],
-                           cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
-    assert "perfsuite: no test of the attention suite was collected here" in asked.stdout  # asked for: it answers
+    asked = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--perfsuite-variants=sdpa"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert (
+        "perfsuite: no test of the attention suite was collected here" in asked.stdout
+    )  # asked for: it answers

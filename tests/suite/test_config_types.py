@@ -6,28 +6,50 @@ from perfsuite.errors import ConfigError
 from perfsuite.suite import settings
 
 
-
 def raw(ini=None):
-    values = {name: settings.RawValue(spec.default, f"default {name}", "default") for name, spec in settings.SETTINGS.items()}
-    values.update({name: settings.RawValue(value, f"ini {name}", "ini") for name, value in (ini or {}).items()})
+    values = {
+        name: settings.RawValue(spec.default, f"default {name}", "default")
+        for name, spec in settings.SETTINGS.items()
+    }
+    values.update(
+        {
+            name: settings.RawValue(value, f"ini {name}", "ini")
+            for name, value in (ini or {}).items()
+        }
+    )
     return values
 
 
-@pytest.mark.parametrize("value, expected", [
-    (["forward", "backward"], ("forward", "backward")),
-    (("backward",), ("backward",)),
-    ("forward, backward", ("forward", "backward")),
-])
+@pytest.mark.parametrize(
+    "value, expected",
+    [
+        (["forward", "backward"], ("forward", "backward")),
+        (("backward",), ("backward",)),
+        ("forward, backward", ("forward", "backward")),
+    ],
+)
 def test_a_toml_list_of_modes_resolves_like_the_text(value, expected):
     assert settings.resolve(raw(ini={"modes": value}), cuda_available=False).modes == expected
 
 
 def test_lists_of_variants_dtypes_and_a_toml_integer_seed_resolve():
-    resolved = settings.resolve(raw(ini={"variants": ["naive", "sdpa"], "cpu_dtypes": ["fp32", "bf16"],
-                                         "cpu_shapes": ["1x1x4x4"], "masks": ["causal"], "seed": 3}),
-                                cuda_available=False)
+    resolved = settings.resolve(
+        raw(
+            ini={
+                "variants": ["naive", "sdpa"],
+                "cpu_dtypes": ["fp32", "bf16"],
+                "cpu_shapes": ["1x1x4x4"],
+                "masks": ["causal"],
+                "seed": 3,
+            }
+        ),
+        cuda_available=False,
+    )
     assert resolved.variants == ("naive", "sdpa") and resolved.seed == 3
-    assert [c.id for c in resolved.cases] == ["b1h1s4d4-fp32-causal-cpu", "b1h1s4d4-bf16-causal-cpu"]
+    assert [c.id for c in resolved.cases] == [
+        "b1h1s4d4-fp32-causal-cpu",
+        "b1h1s4d4-bf16-causal-cpu",
+    ]
 
 
 @pytest.mark.parametrize("value", [{"a": 1}, [["forward"]], None])
@@ -77,9 +99,16 @@ def test_a_toml_table_value_is_a_usage_error_naming_key_value_and_file(pytester)
 def test_isolation_defaults_to_user_variants_and_takes_all_none_or_names():
     base = raw(ini={"variants": "naive sdpa"})
     assert settings.resolve(base, False, user_variants=("sdpa",)).isolate == ("sdpa",)
-    assert settings.resolve(raw(ini={"variants": "naive sdpa", "isolate": "all"}), False).isolate == ("naive", "sdpa")
-    assert settings.resolve(raw(ini={"variants": "naive sdpa", "isolate": ["none"]}), False).isolate == ()
-    assert settings.resolve(raw(ini={"variants": "naive sdpa", "isolate": "sdpa"}), False).isolate == ("sdpa",)
+    assert settings.resolve(
+        raw(ini={"variants": "naive sdpa", "isolate": "all"}), False
+    ).isolate == ("naive", "sdpa")
+    assert (
+        settings.resolve(raw(ini={"variants": "naive sdpa", "isolate": ["none"]}), False).isolate
+        == ()
+    )
+    assert settings.resolve(
+        raw(ini={"variants": "naive sdpa", "isolate": "sdpa"}), False
+    ).isolate == ("sdpa",)
     with pytest.raises(ConfigError, match="unknown attention variant 'flash9'"):
         settings.resolve(raw(ini={"isolate": "flash9"}), False)
     with pytest.raises(ConfigError, match="stand alone"):

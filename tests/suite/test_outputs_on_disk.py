@@ -8,17 +8,32 @@ import pytest
 
 from perfsuite.storage import unwritable_directory_reason
 
-SUITE = (Path(__file__).resolve().parents[2] / "perfsuite" / "suite" / "test_attention.py").read_text()
-ARGS = ("--perfsuite-cases=b1h2s16d8-fp32-causal-cpu", "--perfsuite-variants=sdpa", "--perfsuite-modes=forward",
-        "--perfsuite-results=out", "--benchmark-max-time=0.01", "--benchmark-min-rounds=2", "-p", "no:randomly")
+SUITE = (
+    Path(__file__).resolve().parents[2] / "perfsuite" / "suite" / "test_attention.py"
+).read_text()
+ARGS = (
+    "--perfsuite-cases=b1h2s16d8-fp32-causal-cpu",
+    "--perfsuite-variants=sdpa",
+    "--perfsuite-modes=forward",
+    "--perfsuite-results=out",
+    "--benchmark-max-time=0.01",
+    "--benchmark-min-rounds=2",
+    "-p",
+    "no:randomly",
+)
 
 pytestmark = pytest.mark.slow
 
 
 def test_folder_checks_name_a_file_in_the_way_and_an_unwritable_folder(tmp_path):
     (tmp_path / "f").write_text("")
-    assert unwritable_directory_reason(tmp_path / "f") == f"{tmp_path / 'f'} is a file, not a folder"
-    assert unwritable_directory_reason(tmp_path / "f" / "sub") == f"{tmp_path / 'f'} (a parent of {tmp_path / 'f' / 'sub'}) is a file, not a folder"
+    assert (
+        unwritable_directory_reason(tmp_path / "f") == f"{tmp_path / 'f'} is a file, not a folder"
+    )
+    assert (
+        unwritable_directory_reason(tmp_path / "f" / "sub")
+        == f"{tmp_path / 'f'} (a parent of {tmp_path / 'f' / 'sub'}) is a file, not a folder"
+    )
     assert unwritable_directory_reason(tmp_path / "new" / "deeper") is None
     if os.geteuid() != 0:  # root writes anywhere
         locked = tmp_path / "locked"
@@ -53,7 +68,7 @@ def test_run_json_names_the_running_check_test_and_an_older_run_is_superseded_at
     assert pytester.runpytest_subprocess(*ARGS).ret == pytest.ExitCode.OK
     run_json = Path(pytester.path, "out", "run.json")
     assert json.loads(run_json.read_text())["complete"] is True
-    pytester.makeconftest('''
+    pytester.makeconftest("""
 import os, json, pathlib
 
 def pytest_runtest_call(item):
@@ -61,20 +76,22 @@ def pytest_runtest_call(item):
         run = json.loads(pathlib.Path("out", "run.json").read_text())
         pathlib.Path("seen.json").write_text(json.dumps(run))
         os._exit(9)  # the process dies inside a check test
-''')
+""")
     died = pytester.runpytest_subprocess(*ARGS)
     assert died.ret == 9
     seen = json.loads(Path(pytester.path, "seen.json").read_text())
     assert seen["complete"] is False and "test_score_copies_per_forward" in seen["running"]
     assert "test_score_copies_per_forward" in json.loads(run_json.read_text())["running"]
 
-    pytester.makeconftest('''
+    pytester.makeconftest("""
 import os
 
 def pytest_collection_finish(session):
     os._exit(9)  # dies before its first test
-''')
-    Path(pytester.path, "out", "run.json").write_text(json.dumps({"schema_version": 2, "complete": True, "results": []}))
+""")
+    Path(pytester.path, "out", "run.json").write_text(
+        json.dumps({"schema_version": 2, "complete": True, "results": []})
+    )
     assert pytester.runpytest_subprocess(*ARGS).ret == 9
     left = json.loads(run_json.read_text())
     assert left["complete"] is False and left["superseded"].startswith("by run ")

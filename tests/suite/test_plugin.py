@@ -7,7 +7,9 @@ import pytest
 
 pytestmark = pytest.mark.slow  # every test here runs pytest in a subprocess
 
-SUITE = (Path(__file__).resolve().parents[2] / "perfsuite" / "suite" / "test_attention.py").read_text()
+SUITE = (
+    Path(__file__).resolve().parents[2] / "perfsuite" / "suite" / "test_attention.py"
+).read_text()
 TINY = "--perfsuite-shapes=1x2x16x8"
 
 
@@ -20,9 +22,25 @@ def project(pytester):
 @pytest.mark.parametrize(
     "args, ini, expected",
     [
-        (["--perfsuite-dtypes=fp32,fp9"], "", ["option --perfsuite-dtypes='fp32,fp9'", "dtype 'fp9' is not supported", "allowed: fp64"]),
-        ([], "perfsuite_cpu_shapes = 2x2x8x0", ["ini key perfsuite_cpu_shapes='2x2x8x0'", "head_dim=0", "at least 1"]),
-        (["--perfsuite-variants=naive,flash3"], "", ["unknown attention variant 'flash3'", "known: naive"]),
+        (
+            ["--perfsuite-dtypes=fp32,fp9"],
+            "",
+            [
+                "option --perfsuite-dtypes='fp32,fp9'",
+                "dtype 'fp9' is not supported",
+                "allowed: fp64",
+            ],
+        ),
+        (
+            [],
+            "perfsuite_cpu_shapes = 2x2x8x0",
+            ["ini key perfsuite_cpu_shapes='2x2x8x0'", "head_dim=0", "at least 1"],
+        ),
+        (
+            ["--perfsuite-variants=naive,flash3"],
+            "",
+            ["unknown attention variant 'flash3'", "known: naive"],
+        ),
         (["--perfsuite-devices=tpu"], "", ["device 'tpu' is not supported; allowed: cpu, cuda"]),
         (["--perfsuite-seed=-3"], "", ["seed '-3' is not a non-negative integer"]),
     ],
@@ -39,17 +57,21 @@ def test_bad_values_stop_collection_with_a_usage_error(project, args, ini, expec
 
 
 def test_header_prints_seed_and_cases(project):
-    result = project.runpytest_subprocess(TINY, "--perfsuite-seed=7", "--perfsuite-variants=naive", "--co")
+    result = project.runpytest_subprocess(
+        TINY, "--perfsuite-seed=7", "--perfsuite-variants=naive", "--co"
+    )
     assert result.ret == pytest.ExitCode.OK
-    result.stdout.fnmatch_lines([
-        "perfsuite: seed=7 devices=cpu *",
-        "perfsuite: variants=naive modes=forward,backward,forward_backward",
-        "perfsuite: cases from option --perfsuite-shapes; case set 'default'",
-        "perfsuite: cases=b1h2s16d8-fp32-causal-cpu",
-        "*perfsuite: *process condition*",
-        "*<Function test_benchmark?naive-b1h2s16d8-fp32-causal-cpu-forward?>",
-        "*<Function test_benchmark?naive-b1h2s16d8-fp32-causal-cpu-forward_backward?>",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "perfsuite: seed=7 devices=cpu *",
+            "perfsuite: variants=naive modes=forward,backward,forward_backward",
+            "perfsuite: cases from option --perfsuite-shapes; case set 'default'",
+            "perfsuite: cases=b1h2s16d8-fp32-causal-cpu",
+            "*perfsuite: *process condition*",
+            "*<Function test_benchmark?naive-b1h2s16d8-fp32-causal-cpu-forward?>",
+            "*<Function test_benchmark?naive-b1h2s16d8-fp32-causal-cpu-forward_backward?>",
+        ]
+    )
 
 
 def test_timed_run_saves_a_baseline_with_extra_info_and_a_table(project):
@@ -67,38 +89,65 @@ def test_timed_run_saves_a_baseline_with_extra_info_and_a_table(project):
     # variant is selected.
     # The CUDA-only checks skip here: each pinned backend's own kernel family (3) and compiled flex's (no such variant).
     assert outcomes["passed"] == 5 * 9 - 1 + 1 and outcomes["skipped"] == 2 * 10 + 1 + 3 + 1
-    result.stdout.fnmatch_lines([
-        "*perfsuite: attention at a glance*",
-        "naive * forward * b1h2s16d8-fp32-causal-cpu *1 *",
-        "naive * forward_backward * b1h2s16d8-fp32-causal-cpu *",
-        "skipped sdpa_efficient on 1 case(s) (b1h2s16d8-fp32-causal-cpu) in mode(s) forward, backward, forward_backward: "
-        "SDPBackend.EFFICIENT_ATTENTION has no kernel*",
-    ])
+    result.stdout.fnmatch_lines(
+        [
+            "*perfsuite: attention at a glance*",
+            "naive * forward * b1h2s16d8-fp32-causal-cpu *1 *",
+            "naive * forward_backward * b1h2s16d8-fp32-causal-cpu *",
+            "skipped sdpa_efficient on 1 case(s) (b1h2s16d8-fp32-causal-cpu) in mode(s) forward, backward, forward_backward: "
+            "SDPBackend.EFFICIENT_ATTENTION has no kernel*",
+        ]
+    )
     saved = json.loads(next(Path(project.path, "bench").rglob("*.json")).read_text())
     assert saved["machine_info"]["perfsuite"]["torch_version"]
-    infos = {(b["extra_info"]["variant"], b["extra_info"]["mode"]): b["extra_info"] for b in saved["benchmarks"]}
+    infos = {
+        (b["extra_info"]["variant"], b["extra_info"]["mode"]): b["extra_info"]
+        for b in saved["benchmarks"]
+    }
     assert {v for v, _ in infos} == {"naive", "naive_inplace", "sdpa", "sdpa_math", "sdpa_flash"}
     assert {v: i["score_copies_per_step"] for (v, m), i in infos.items() if m == "forward"} == {
-        "naive": 1, "naive_inplace": 0, "sdpa": 0, "sdpa_math": 0, "sdpa_flash": 0,
+        "naive": 1,
+        "naive_inplace": 0,
+        "sdpa": 0,
+        "sdpa_math": 0,
+        "sdpa_flash": 0,
     }
     # score accounting: the post's findings restated, stored for the table and the fingerprint
-    assert {v: i["score_accounting"]["copies"] for (v, m), i in infos.items() if m == "forward"} == {
-        "naive": 1.0, "naive_inplace": 0.0, "sdpa": 0.0, "sdpa_math": 0.0, "sdpa_flash": 0.0,
+    assert {
+        v: i["score_accounting"]["copies"] for (v, m), i in infos.items() if m == "forward"
+    } == {
+        "naive": 1.0,
+        "naive_inplace": 0.0,
+        "sdpa": 0.0,
+        "sdpa_math": 0.0,
+        "sdpa_flash": 0.0,
     }
-    assert any(label.startswith("copy [1x2x16x16] in aten::masked_fill")
-               for label in infos[("naive", "forward")]["fingerprint"]["score_writes"])
+    assert any(
+        label.startswith("copy [1x2x16x16] in aten::masked_fill")
+        for label in infos[("naive", "forward")]["fingerprint"]["score_writes"]
+    )
     assert infos[("naive", "forward")]["output_layout"] == "contiguous"
     for (variant, mode), info in infos.items():
         assert info["flop"] > 0 and info["achieved_tflops"] > 0 and info["max_abs_error"] < 1e-4
         assert info["graphs_compiled_while_timed"] == 0
-        assert isinstance(info["contention"]["contended"], bool) and info["contention"]["wall_s"] > 0
+        assert (
+            isinstance(info["contention"]["contended"], bool) and info["contention"]["wall_s"] > 0
+        )
         assert Path(project.path, info["trace_file"]).exists()
         forward_flop = infos[(variant, "forward")]["flop"]
-        assert info["flop"] == {"forward": 1, "backward": 2.5, "forward_backward": 3.5}[mode] * forward_flop
+        assert (
+            info["flop"]
+            == {"forward": 1, "backward": 2.5, "forward_backward": 3.5}[mode] * forward_flop
+        )
     table = Path(project.path, "out", "table.md").read_text()
-    assert table.startswith("| variant | mode | case | median ms |") and "Skipped (cannot run here):" in table
+    assert (
+        table.startswith("| variant | mode | case | median ms |")
+        and "Skipped (cannot run here):" in table
+    )
 
-    compared = project.runpytest_subprocess(TINY, "--benchmark-compare")  # no fail threshold: timings are not asserted
+    compared = project.runpytest_subprocess(
+        TINY, "--benchmark-compare"
+    )  # no fail threshold: timings are not asserted
     assert compared.ret == pytest.ExitCode.OK
     compared.stdout.fnmatch_lines(["*0001_*"])
 
@@ -128,7 +177,9 @@ def test_a_regression_fails_the_run_cleanly_and_still_writes_the_table(project):
     saved_naive_baseline(project, impossibly_fast)
     (Path(project.path, "out") / "table.md").unlink()
 
-    result = project.runpytest_subprocess(TINY, "--benchmark-compare", "--benchmark-compare-fail=median:10%")
+    result = project.runpytest_subprocess(
+        TINY, "--benchmark-compare", "--benchmark-compare-fail=median:10%"
+    )
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     output = result.stdout.str() + result.stderr.str()
     assert "perfsuite: performance regressed beyond --benchmark-compare-fail" in output
@@ -142,7 +193,9 @@ def test_cuda_requested_without_cuda_skips_with_the_reason(project):
 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    result = project.runpytest_subprocess(TINY, "--perfsuite-devices=cuda", "--perfsuite-variants=naive", "-rs")
+    result = project.runpytest_subprocess(
+        TINY, "--perfsuite-devices=cuda", "--perfsuite-variants=naive", "-rs"
+    )
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(["*device cuda is not available on this machine*"])
 
@@ -152,16 +205,25 @@ def test_perfsuite_gate_judges_against_the_compared_baseline(project, monkeypatc
     monkeypatch.setenv("PERFSUITE_CONTENTION_CHECK", "off")
 
     def faster_and_without_the_clone(bench):
-        bench["stats"]["data"] = [t * 1e-9 for t in bench["stats"]["data"]]  # slower whatever the load
+        bench["stats"]["data"] = [
+            t * 1e-9 for t in bench["stats"]["data"]
+        ]  # slower whatever the load
         bench["extra_info"]["fingerprint"]["cpu_ops"].pop("aten::clone")
-        bench["extra_info"]["fingerprint"]["work_ops"].pop("aten::clone")  # ops are diffed by the work they did
+        bench["extra_info"]["fingerprint"]["work_ops"].pop(
+            "aten::clone"
+        )  # ops are diffed by the work they did
 
     saved_naive_baseline(project, faster_and_without_the_clone)
 
     result = project.runpytest_subprocess(TINY, "--benchmark-compare", "--perfsuite-gate")
     assert result.ret == pytest.ExitCode.TESTS_FAILED
-    result.stdout.fnmatch_lines(["*perfsuite: regression gate*", "*`naive/b1h2s16d8-fp32-causal-cpu`*slower*+1 aten::clone*",
-                                 "*perfsuite gate: FAIL: 1 of * regressed*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*perfsuite: regression gate*",
+            "*`naive/b1h2s16d8-fp32-causal-cpu`*slower*+1 aten::clone*",
+            "*perfsuite gate: FAIL: 1 of * regressed*",
+        ]
+    )
     assert "slower" in Path(project.path, "out", "gate.md").read_text()
 
     no_baseline = project.runpytest_subprocess(TINY, "--perfsuite-gate")
@@ -172,4 +234,6 @@ def test_perfsuite_gate_judges_against_the_compared_baseline(project, monkeypatc
     newest.write_text(newest.read_text()[:100])  # truncated: must not be skipped for an older run
     truncated = project.runpytest_subprocess(TINY, "--benchmark-compare", "--perfsuite-gate")
     assert truncated.ret == pytest.ExitCode.USAGE_ERROR
-    assert newest.name in truncated.stderr.str() and "corrupt or truncated" in truncated.stderr.str()
+    assert (
+        newest.name in truncated.stderr.str() and "corrupt or truncated" in truncated.stderr.str()
+    )

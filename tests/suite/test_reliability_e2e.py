@@ -8,14 +8,18 @@ from pathlib import Path
 
 import pytest
 
-SUITE = (Path(__file__).resolve().parents[2] / "perfsuite" / "suite" / "test_attention.py").read_text()
+SUITE = (
+    Path(__file__).resolve().parents[2] / "perfsuite" / "suite" / "test_attention.py"
+).read_text()
 TINY = "--perfsuite-shapes=1x2x16x8"
-TIMED = ("[pytest]\naddopts = --benchmark-autosave --benchmark-storage=bench --benchmark-max-time=0.01 "
-         "--benchmark-min-rounds=2 --perfsuite-results=out --perfsuite-variants=naive,sdpa\nperfsuite_cpu_dtypes = fp32\n")
+TIMED = (
+    "[pytest]\naddopts = --benchmark-autosave --benchmark-storage=bench --benchmark-max-time=0.01 "
+    "--benchmark-min-rounds=2 --perfsuite-results=out --perfsuite-variants=naive,sdpa\nperfsuite_cpu_dtypes = fp32\n"
+)
 
 pytestmark = pytest.mark.slow
 
-INTERRUPT_AT_THIRD_BENCHMARK = textwrap.dedent('''
+INTERRUPT_AT_THIRD_BENCHMARK = textwrap.dedent("""
     import pytest
 
     timed = []
@@ -26,7 +30,7 @@ INTERRUPT_AT_THIRD_BENCHMARK = textwrap.dedent('''
             timed.append(item.nodeid)
             if len(timed) == 3:
                 raise KeyboardInterrupt  # Ctrl-C while timing
-''')
+""")
 
 
 @pytest.fixture
@@ -48,25 +52,39 @@ def test_an_interrupted_timed_run_is_marked_partial_everywhere_and_refused_as_a_
     interrupted = project.runpytest_subprocess(TINY)
     assert interrupted.ret == pytest.ExitCode.INTERRUPTED
     output = interrupted.stdout.str()
-    assert "perfsuite: this run is partial (interrupted (KeyboardInterrupt): 2 of 6 benchmarks finished)" in output
+    assert (
+        "perfsuite: this run is partial (interrupted (KeyboardInterrupt): 2 of 6 benchmarks finished)"
+        in output
+    )
 
     first, partial = saved_runs(project)
     marker = json.loads(partial.read_text())["perfsuite_incomplete"]
     assert marker == {"reason": "interrupted (KeyboardInterrupt)", "finished": 2, "expected": 6}
     assert "perfsuite_incomplete" not in json.loads(first.read_text())
     run = json.loads(Path(project.path, "out", "run.json").read_text())
-    assert run["complete"] is False and run["incomplete"]["finished"] == 2 and len(run["results"]) == 2
+    assert (
+        run["complete"] is False and run["incomplete"]["finished"] == 2 and len(run["results"]) == 2
+    )
     table = Path(project.path, "out", "table.md").read_text()
-    assert table.startswith("**Partial run**: interrupted (KeyboardInterrupt): 2 of 6 benchmarks finished")
+    assert table.startswith(
+        "**Partial run**: interrupted (KeyboardInterrupt): 2 of 6 benchmarks finished"
+    )
     runs = json.loads(Path(project.path, "out", "traces", "manifest.json").read_text())["runs"]
     assert [r["status"] for r in runs] == ["complete", "interrupted"]
 
     (Path(project.path) / "conftest.py").unlink()
-    compared = project.runpytest_subprocess(TINY, "--benchmark-compare")  # the newest saved run is the partial one
+    compared = project.runpytest_subprocess(
+        TINY, "--benchmark-compare"
+    )  # the newest saved run is the partial one
     assert compared.ret == pytest.ExitCode.USAGE_ERROR
     err = compared.stderr.str()
-    assert partial.name in err and "an incomplete run (interrupted (KeyboardInterrupt): 2 of 6" in err
-    assert project.runpytest_subprocess(TINY, f"--benchmark-compare={first.name[:4]}").ret == pytest.ExitCode.OK
+    assert (
+        partial.name in err and "an incomplete run (interrupted (KeyboardInterrupt): 2 of 6" in err
+    )
+    assert (
+        project.runpytest_subprocess(TINY, f"--benchmark-compare={first.name[:4]}").ret
+        == pytest.ExitCode.OK
+    )
 
 
 def test_every_benchmark_compare_use_is_checked_without_the_gate(project):
@@ -79,22 +97,32 @@ def test_every_benchmark_compare_use_is_checked_without_the_gate(project):
     assert "no saved run matching '0042'" in missing.stderr.str()
 
     for gate in ([], ["--perfsuite-gate"]):
-        swallowed = project.runpytest_subprocess(TINY, *gate, "--benchmark-compare", "test_attention.py")
+        swallowed = project.runpytest_subprocess(
+            TINY, *gate, "--benchmark-compare", "test_attention.py"
+        )
         assert swallowed.ret == pytest.ExitCode.USAGE_ERROR
         err = swallowed.stderr.str()
         assert "'test_attention.py' as the run to compare with, but it is a test path" in err
         assert "corrupt or truncated" not in err
 
-    few = project.runpytest_subprocess(TINY, "--benchmark-compare")  # baseline: forward only; this run: 3 modes
+    few = project.runpytest_subprocess(
+        TINY, "--benchmark-compare"
+    )  # baseline: forward only; this run: 3 modes
     assert few.ret == pytest.ExitCode.OK
-    few.stdout.fnmatch_lines(["*perfsuite: baseline 0001_* has 2 of this run's 6 benchmarks (few: under half); "
-                              "4 are compared with nothing*"])
+    few.stdout.fnmatch_lines(
+        [
+            "*perfsuite: baseline 0001_* has 2 of this run's 6 benchmarks (few: under half); "
+            "4 are compared with nothing*"
+        ]
+    )
 
     newest = saved_runs(project)[-1]
     newest.write_text(newest.read_text()[:100])
     truncated = project.runpytest_subprocess(TINY, "--benchmark-compare")
     assert truncated.ret == pytest.ExitCode.USAGE_ERROR
-    assert newest.name in truncated.stderr.str() and "corrupt or truncated" in truncated.stderr.str()
+    assert (
+        newest.name in truncated.stderr.str() and "corrupt or truncated" in truncated.stderr.str()
+    )
 
 
 CRASHY = textwrap.dedent('''
@@ -113,20 +141,33 @@ def test_a_crashing_variant_costs_only_its_own_results(project, monkeypatch):
     """Before: the abort killed pytest: no table, no run.json, every other variant's results lost."""
     project.makepyfile(crashy_variants=CRASHY)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(project.path)] + sys.path))
-    result = project.runpytest_subprocess(TINY, "--perfsuite-variant", "crashy_variants:crashy",
-                                          "--perfsuite-variants=naive,crashy")
+    result = project.runpytest_subprocess(
+        TINY, "--perfsuite-variant", "crashy_variants:crashy", "--perfsuite-variants=naive,crashy"
+    )
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     output = result.stdout.str()
-    assert ("variant crashy crashed the process on case b1h2s16d8-fp32-causal-cpu in mode backward, in an isolated "
-            "child (--perfsuite-isolate)") in output and "signal SIGABRT" in output
+    assert (
+        "variant crashy crashed the process on case b1h2s16d8-fp32-causal-cpu in mode backward, in an isolated "
+        "child (--perfsuite-isolate)"
+    ) in output and "signal SIGABRT" in output
     run = json.loads(Path(project.path, "out", "run.json").read_text())
     assert {(r["variant"], r["mode"]) for r in run["results"]} == {
-        ("naive", "forward"), ("naive", "backward"), ("naive", "forward_backward"), ("crashy", "forward")}
-    assert {(c["variant"], c["mode"]) for c in run["crashed"]} == {("crashy", "backward"), ("crashy", "forward_backward")}
-    assert "- `crashy` on `b1h2s16d8-fp32-causal-cpu` (backward): signal SIGABRT" in Path(project.path, "out", "table.md").read_text()
+        ("naive", "forward"),
+        ("naive", "backward"),
+        ("naive", "forward_backward"),
+        ("crashy", "forward"),
+    }
+    assert {(c["variant"], c["mode"]) for c in run["crashed"]} == {
+        ("crashy", "backward"),
+        ("crashy", "forward_backward"),
+    }
+    assert (
+        "- `crashy` on `b1h2s16d8-fp32-causal-cpu` (backward): signal SIGABRT"
+        in Path(project.path, "out", "table.md").read_text()
+    )
 
 
-BROKEN_SETUP = textwrap.dedent('''
+BROKEN_SETUP = textwrap.dedent("""
     from perfsuite.variants.registry import register_variant
 
     def broken_prepare(inputs):
@@ -135,16 +176,23 @@ BROKEN_SETUP = textwrap.dedent('''
     @register_variant("broken_setup", "per-case setup always fails", prepare=broken_prepare)
     def broken(query, key, value, *, mask, scale):
         return query
-''')
+""")
 
 
-def test_a_setup_error_is_reported_in_full_once_per_variant_and_case_then_referenced(project, monkeypatch):
+def test_a_setup_error_is_reported_in_full_once_per_variant_and_case_then_referenced(
+    project, monkeypatch
+):
     """Before: the whole output re-raised by every test of the case (a 54,000-line log for 4 failing cases)."""
     project.makepyfile(broken_setup=BROKEN_SETUP)
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(project.path)] + sys.path))
-    result = project.runpytest_subprocess(TINY, "--perfsuite-variant", "broken_setup:broken",
-                                          "--perfsuite-variants=broken_setup", "--perfsuite-isolate=none",
-                                          "--benchmark-disable")
+    result = project.runpytest_subprocess(
+        TINY,
+        "--perfsuite-variant",
+        "broken_setup:broken",
+        "--perfsuite-variants=broken_setup",
+        "--perfsuite-isolate=none",
+        "--benchmark-disable",
+    )
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     output = result.stdout.str()
     # the failures section, not pytest's summary (which repeats messages untruncated when CI is set)

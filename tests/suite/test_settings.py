@@ -9,9 +9,22 @@ from perfsuite.suite import settings
 
 
 def raw(ini=None, **options):
-    values = {name: settings.RawValue(spec.default, f"default {name}", "default") for name, spec in settings.SETTINGS.items()}
-    values.update({name: settings.RawValue(value, f"ini {name}", "ini") for name, value in (ini or {}).items()})
-    values.update({name: settings.RawValue(value, f"option {name}", "option") for name, value in options.items()})
+    values = {
+        name: settings.RawValue(spec.default, f"default {name}", "default")
+        for name, spec in settings.SETTINGS.items()
+    }
+    values.update(
+        {
+            name: settings.RawValue(value, f"ini {name}", "ini")
+            for name, value in (ini or {}).items()
+        }
+    )
+    values.update(
+        {
+            name: settings.RawValue(value, f"option {name}", "option")
+            for name, value in options.items()
+        }
+    )
     return values
 
 
@@ -25,25 +38,42 @@ def test_defaults_pick_cpu_without_cuda_and_cuda_with_it():
 
 
 def test_modes_and_compiled_cases_resolve_with_their_precedence():
-    assert settings.resolve(raw(modes="backward, forward"), cuda_available=False).modes == ("backward", "forward")
+    assert settings.resolve(raw(modes="backward, forward"), cuda_available=False).modes == (
+        "backward",
+        "forward",
+    )
     with pytest.raises(ConfigError, match="mode 'fwd' is not supported"):
         settings.resolve(raw(modes="fwd"), cuda_available=False)
     compiled = {"compiled_cases": "b1h1s8d8-fp32-causal-cpu"}
-    assert [c.id for c in settings.resolve(raw(compiled), False).compiled_cases] == ["b1h1s8d8-fp32-causal-cpu"]
-    assert settings.resolve(raw(compiled, shapes="1x1x4x4"), False).compiled_cases is None  # the option wins
-    assert settings.resolve(raw(None, **compiled), False).compiled_cases[0].id == "b1h1s8d8-fp32-causal-cpu"
+    assert [c.id for c in settings.resolve(raw(compiled), False).compiled_cases] == [
+        "b1h1s8d8-fp32-causal-cpu"
+    ]
+    assert (
+        settings.resolve(raw(compiled, shapes="1x1x4x4"), False).compiled_cases is None
+    )  # the option wins
+    assert (
+        settings.resolve(raw(None, **compiled), False).compiled_cases[0].id
+        == "b1h1s8d8-fp32-causal-cpu"
+    )
 
 
 def test_common_options_override_per_device_keys():
-    resolved = settings.resolve(raw(shapes="1x1x8x8", dtypes="fp16", masks="both", devices="cpu"), cuda_available=True)
-    assert [c.id for c in resolved.cases] == ["b1h1s8d8-fp16-causal-cpu", "b1h1s8d8-fp16-noncausal-cpu"]
+    resolved = settings.resolve(
+        raw(shapes="1x1x8x8", dtypes="fp16", masks="both", devices="cpu"), cuda_available=True
+    )
+    assert [c.id for c in resolved.cases] == [
+        "b1h1s8d8-fp16-causal-cpu",
+        "b1h1s8d8-fp16-noncausal-cpu",
+    ]
     assert resolved.traces_dir == Path("perfsuite-results") / "traces"
 
 
 def test_ini_keys_refine_the_case_set_but_a_set_named_on_the_command_line_wins():
     ini = {"cpu_shapes": "1x2x4x4", "masks": "bool"}
     from_ini = settings.resolve(raw(ini=ini), cuda_available=False)
-    assert {c.shape_id for c in from_ini.cases} == {"b1h2s4d4"} and {c.mask for c in from_ini.cases} == {"bool"}
+    assert {c.shape_id for c in from_ini.cases} == {"b1h2s4d4"} and {
+        c.mask for c in from_ini.cases
+    } == {"bool"}
     from_option = settings.resolve(raw(ini=ini, case_set="gqa"), cuda_available=False)
     assert {c.shape_id for c in from_option.cases} == {"b2h8kv2s512d64", "b2h8kv1s512d64"}
 
@@ -51,9 +81,14 @@ def test_ini_keys_refine_the_case_set_but_a_set_named_on_the_command_line_wins()
 def test_explicit_case_ids_replace_and_extra_ids_add():
     exact = settings.resolve(raw(cases="b1h2s4d4-fp32-bool-cpu"), cuda_available=False)
     assert [c.id for c in exact.cases] == ["b1h2s4d4-fp32-bool-cpu"]
-    extra = settings.resolve(raw(case_set="smoke", extra_cases="b1h2s4d4-fp32-bool-cpu"), cuda_available=False)
-    assert [c.id for c in extra.cases] == ["b2h8s256d64-fp32-causal-cpu", "b2h8s256d64-fp32-causal-transposed-cpu",
-                                           "b1h2s4d4-fp32-bool-cpu"]
+    extra = settings.resolve(
+        raw(case_set="smoke", extra_cases="b1h2s4d4-fp32-bool-cpu"), cuda_available=False
+    )
+    assert [c.id for c in extra.cases] == [
+        "b2h8s256d64-fp32-causal-cpu",
+        "b2h8s256d64-fp32-causal-transposed-cpu",
+        "b1h2s4d4-fp32-bool-cpu",
+    ]
 
 
 def test_the_default_and_smoke_sets_hold_a_transposed_case_and_own_shapes_do_not():
@@ -67,12 +102,25 @@ def test_the_default_and_smoke_sets_hold_a_transposed_case_and_own_shapes_do_not
 
 
 def test_pairwise_combinations_cut_the_product_and_say_so():
-    product = {"cpu_shapes": "1x2x4x4 2x4:2x1:8x4", "cpu_dtypes": "fp32 bf16", "masks": "causal bool padding"}
+    product = {
+        "cpu_shapes": "1x2x4x4 2x4:2x1:8x4",
+        "cpu_dtypes": "fp32 bf16",
+        "masks": "causal bool padding",
+    }
     full = settings.resolve(raw(ini=product), cuda_available=False)
-    pairwise = settings.resolve(raw(ini=dict(product, combinations="pairwise")), cuda_available=False)
-    assert len(full.cases) == 12 and len(pairwise.cases) == 6 and set(pairwise.cases) < set(full.cases)
-    assert pairwise.cases_from.endswith(", pairwise combinations") and "pairwise" not in full.cases_from
-    with pytest.raises(ConfigError, match="^option combinations: combinations 'half': expected one of"):
+    pairwise = settings.resolve(
+        raw(ini=dict(product, combinations="pairwise")), cuda_available=False
+    )
+    assert (
+        len(full.cases) == 12 and len(pairwise.cases) == 6 and set(pairwise.cases) < set(full.cases)
+    )
+    assert (
+        pairwise.cases_from.endswith(", pairwise combinations")
+        and "pairwise" not in full.cases_from
+    )
+    with pytest.raises(
+        ConfigError, match="^option combinations: combinations 'half': expected one of"
+    ):
         settings.resolve(raw(combinations="half"), cuda_available=False)
 
 
@@ -87,16 +135,22 @@ def test_every_case_set_resolves_on_both_devices():
 def test_errors_name_the_source():
     with pytest.raises(ConfigError, match=r"^option dtypes: dtype 'fp9'"):
         settings.resolve(raw(dtypes="fp9"), cuda_available=False)
-    with pytest.raises(ConfigError, match="option case_set: case set 'huge' is unknown; known: smoke"):
+    with pytest.raises(
+        ConfigError, match="option case_set: case set 'huge' is unknown; known: smoke"
+    ):
         settings.resolve(raw(case_set="huge"), cuda_available=False)
 
 
 def test_timer_flush_and_graph_settings():
     default = settings.resolve(raw(), cuda_available=False)
     assert (default.timer, default.l2_flush, default.cuda_graphs) == ("host", True, False)
-    chosen = settings.resolve(raw(timer="kernel", l2_flush="off", cuda_graphs="on"), cuda_available=False)
+    chosen = settings.resolve(
+        raw(timer="kernel", l2_flush="off", cuda_graphs="on"), cuda_available=False
+    )
     assert (chosen.timer, chosen.l2_flush, chosen.cuda_graphs) == ("kernel", False, True)
-    with pytest.raises(ConfigError, match="option timer: timer 'cupti' is not one of host, cuda_event, kernel"):
+    with pytest.raises(
+        ConfigError, match="option timer: timer 'cupti' is not one of host, cuda_event, kernel"
+    ):
         settings.resolve(raw(timer="cupti"), cuda_available=False)
     with pytest.raises(ConfigError, match="ini l2_flush: 'yes' is not on or off"):
         settings.resolve(raw({"l2_flush": "yes"}), cuda_available=False)
@@ -106,14 +160,20 @@ def test_compiled_adapters_run_on_the_cases_both_lists_share():
     from perfsuite.suite.session import SuiteSession
     from perfsuite.variants import get_variant
 
-    ini = {"compiled_cases": "b1h1s8d8-fp32-causal-cpu b1h1s8d8-bf16-padding-cpu",
-           "adapter_cases": "b1h1s8d8-fp32-causal-cpu b1h1s8d8-fp32-padding-cpu"}
+    ini = {
+        "compiled_cases": "b1h1s8d8-fp32-causal-cpu b1h1s8d8-bf16-padding-cpu",
+        "adapter_cases": "b1h1s8d8-fp32-causal-cpu b1h1s8d8-fp32-padding-cpu",
+    }
     session = SuiteSession(settings.resolve(raw(ini=ini), cuda_available=False), ())
     ids = lambda name: [c.id for c in session.cases_for(get_variant(name))]
-    assert ids("hf_flex_attention") == ["b1h1s8d8-fp32-causal-cpu"]  # compiled and an adapter: the shared case
+    assert ids("hf_flex_attention") == [
+        "b1h1s8d8-fp32-causal-cpu"
+    ]  # compiled and an adapter: the shared case
     assert ids("flex_compiled") == ["b1h1s8d8-fp32-causal-cpu", "b1h1s8d8-bf16-padding-cpu"]
     assert ids("hf_eager") == ["b1h1s8d8-fp32-causal-cpu", "b1h1s8d8-fp32-padding-cpu"]
-    apart = SuiteSession(settings.resolve(raw(ini=dict(ini, adapter_cases="b1h1s8d8-fp32-padding-cpu")), False), ())
+    apart = SuiteSession(
+        settings.resolve(raw(ini=dict(ini, adapter_cases="b1h1s8d8-fp32-padding-cpu")), False), ()
+    )
     assert [c.id for c in apart.cases_for(get_variant("hf_flex_attention"))] == ids("flex_compiled")
 
 
@@ -136,5 +196,6 @@ def test_a_user_variant_given_with_dash_o_is_traced_to_dash_o_not_to_the_file():
     from perfsuite.suite.options import variant_specs
 
     assert variant_specs(_Config(["perfsuite_user_variants=myattn:f"])) == [
-        ("myattn:f", "ini key perfsuite_user_variants from -o")]
+        ("myattn:f", "ini key perfsuite_user_variants from -o")
+    ]
     assert variant_specs(_Config([])) == []

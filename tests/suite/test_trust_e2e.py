@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 
-SUITE = (Path(__file__).resolve().parents[2] / "perfsuite" / "suite" / "test_attention.py").read_text()
+SUITE = (
+    Path(__file__).resolve().parents[2] / "perfsuite" / "suite" / "test_attention.py"
+).read_text()
 
 pytestmark = pytest.mark.slow
 
-MISBEHAVING = textwrap.dedent('''
+MISBEHAVING = textwrap.dedent("""
     import torch
 
     F = torch.nn.functional
@@ -34,18 +36,31 @@ MISBEHAVING = textwrap.dedent('''
         calls.append(1)
         out = _sdpa(query, key, value, mask, scale)
         return out * float("nan") if len(calls) % 3 == 0 else out
-''')
+""")
 
 
 def _run(pytester, *variants, extra=()):
     pytester.makepyfile(test_attention=SUITE, misbehaving=MISBEHAVING)
     specs = [arg for name in variants for arg in ("--perfsuite-variant", f"misbehaving:{name}")]
-    return pytester.runpytest_subprocess(*specs, "--perfsuite-variants", ",".join(variants), "--perfsuite-cases",
-                                         "b1h2s16d8-fp32-causal-cpu", "--perfsuite-modes", "forward",
-                                         "-k", "float64 or benchmark", "-p", "no:randomly", *extra)
+    return pytester.runpytest_subprocess(
+        *specs,
+        "--perfsuite-variants",
+        ",".join(variants),
+        "--perfsuite-cases",
+        "b1h2s16d8-fp32-causal-cpu",
+        "--perfsuite-modes",
+        "forward",
+        "-k",
+        "float64 or benchmark",
+        "-p",
+        "no:randomly",
+        *extra,
+    )
 
 
-def test_a_variant_changing_its_inputs_fails_the_reference_check_and_is_not_timed(pytester, monkeypatch):
+def test_a_variant_changing_its_inputs_fails_the_reference_check_and_is_not_timed(
+    pytester, monkeypatch
+):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(pytester.path)] + sys.path))
     result = _run(pytester, "doubled_wrong", "doubled_right", extra=("--benchmark-disable",))
     result.assert_outcomes(failed=4)
@@ -57,6 +72,8 @@ def test_a_variant_changing_its_inputs_fails_the_reference_check_and_is_not_time
 
 def test_nan_on_every_third_call_fails_the_timed_run(pytester, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(pytester.path)] + sys.path))
-    result = _run(pytester, "nan_every_third", extra=("--benchmark-min-rounds=2", "--benchmark-max-time=0.01"))
+    result = _run(
+        pytester, "nan_every_third", extra=("--benchmark-min-rounds=2", "--benchmark-max-time=0.01")
+    )
     result.assert_outcomes(passed=1, failed=1)
     assert "returned non-finite values" in result.stdout.str()

@@ -56,25 +56,44 @@ perfsuite_cases = "{CASE}"
 perfsuite_modes = ["forward", "backward"]
 '''
 # a backward-only slowdown: activation checkpointing recomputes the forward inside backward
-CHECKPOINTED = ATTENTION.replace('"""Plain softmax attention over the whole score matrix."""\nimport torch\n', '''"""Checkpointed."""
+CHECKPOINTED = (
+    ATTENTION.replace(
+        '"""Plain softmax attention over the whole score matrix."""\nimport torch\n',
+        '''"""Checkpointed."""
 import torch
 from torch.utils.checkpoint import checkpoint
-''').replace("def blocked_attention(", "def _attention(") + '''
+''',
+    ).replace("def blocked_attention(", "def _attention(")
+    + '''
 
 def blocked_attention(query, key, value, *, mask, scale):
     """The same attention, recomputed in backward."""
     return checkpoint(lambda q, k, v: _attention(q, k, v, mask=mask, scale=scale), query, key, value,
                       use_reentrant=False)
 '''
+)
 EXTRA_COPY = "    scores = scores.transpose(-2, -1).contiguous().transpose(-2, -1)  # one extra score-sized copy\n"
 
 
 def sh(*args, cwd, check=True):
-    result = subprocess.run([str(a) for a in args], cwd=cwd, capture_output=True, text=True, timeout=600,
-                            env=dict(os.environ, GIT_AUTHOR_NAME="u", GIT_AUTHOR_EMAIL="u@example.com",
-                                     GIT_COMMITTER_NAME="u", GIT_COMMITTER_EMAIL="u@example.com"))
+    result = subprocess.run(
+        [str(a) for a in args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(
+            os.environ,
+            GIT_AUTHOR_NAME="u",
+            GIT_AUTHOR_EMAIL="u@example.com",
+            GIT_COMMITTER_NAME="u",
+            GIT_COMMITTER_EMAIL="u@example.com",
+        ),
+    )
     if check:
-        assert result.returncode == 0, f"{args}: exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+        assert result.returncode == 0, (
+            f"{args}: exit {result.returncode}\n{result.stdout}\n{result.stderr}"
+        )
     return result
 
 
@@ -86,7 +105,9 @@ def user_repo(tmp_path_factory):
     (package / "__init__.py").write_text("")
     (package / "attention.py").write_text(ATTENTION)
     (repo / "pyproject.toml").write_text(PYPROJECT)
-    (repo / ".gitignore").write_text(".venv/\n.benchmarks/\nperfsuite-results/\n*.egg-info/\n__pycache__/\n")
+    (repo / ".gitignore").write_text(
+        ".venv/\n.benchmarks/\nperfsuite-results/\n*.egg-info/\n__pycache__/\n"
+    )
     sh("git", "init", "-q", cwd=repo)
     sh("git", "add", "-A", cwd=repo)
     sh("git", "commit", "-qm", "base", cwd=repo)
@@ -104,7 +125,15 @@ def user_repo(tmp_path_factory):
     sh(sys.executable, "-m", "venv", "--without-pip", repo / ".venv", cwd=repo)
     venv_site = next((repo / ".venv" / "lib").glob("python*/site-packages"))
     (venv_site / "borrowed.pth").write_text("\n".join(site.getsitepackages()) + "\n")
-    pip = [repo / ".venv" / "bin" / "python", "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation"]
+    pip = [
+        repo / ".venv" / "bin" / "python",
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--no-deps",
+        "--no-build-isolation",
+    ]
     sh(*pip, ROOT, cwd=repo)
     sh(*pip, "-e", ".", cwd=repo)
     return repo, base_sha, head_sha, slow_backward_sha
@@ -116,27 +145,50 @@ def perfsuite(repo, *args, check=False):
 
 def test_the_suite_runs_in_the_users_repository_with_their_config(user_repo):
     repo, base_sha, head_sha, _ = user_repo
-    result = perfsuite(repo, "run", "--benchmark-min-rounds=2", "--benchmark-max-time=0.001", "--benchmark-warmup=off")
+    result = perfsuite(
+        repo,
+        "run",
+        "--benchmark-min-rounds=2",
+        "--benchmark-max-time=0.001",
+        "--benchmark-warmup=off",
+    )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert "perfsuite: variants=blocked_attention,sdpa modes=forward,backward" in output
     assert "perfsuite: attention at a glance" in output
-    assert str(ROOT) not in output.split("perfsuite: attention at a glance")[0].split("rootdir:")[1].splitlines()[0]
+    assert (
+        str(ROOT)
+        not in output.split("perfsuite: attention at a glance")[0]
+        .split("rootdir:")[1]
+        .splitlines()[0]
+    )
     saved = list((repo / ".benchmarks").rglob("0001_*.json"))
-    assert len(saved) == 1 and saved[0].name.startswith(f"0001_{base_sha}"), saved  # named by the user's commit
+    assert len(saved) == 1 and saved[0].name.startswith(f"0001_{base_sha}"), (
+        saved
+    )  # named by the user's commit
     names = [b["fullname"] for b in json.loads(saved[0].read_text())["benchmarks"]]
     # named by the suite file's path under the repository (here inside its .venv), never "::test_benchmark[...]"
-    assert names and all(n.split("::")[0].endswith("perfsuite/suite/test_attention.py") for n in names), names[:1]
+    assert names and all(
+        n.split("::")[0].endswith("perfsuite/suite/test_attention.py") for n in names
+    ), names[:1]
     rows = json.loads((repo / "perfsuite-results" / "run.json").read_text())["results"]
-    assert {(r["variant"], r["mode"]) for r in rows} == {(v, m) for v in ("blocked_attention", "sdpa")
-                                                         for m in ("forward", "backward")}
+    assert {(r["variant"], r["mode"]) for r in rows} == {
+        (v, m) for v in ("blocked_attention", "sdpa") for m in ("forward", "backward")
+    }
 
 
 def test_run_from_a_subdirectory_uses_the_repositorys_configuration(user_repo):
     """``cd src && perfsuite run --check`` runs the user's variants, not the built-in ones."""
     repo, *_ = user_repo
-    result = sh(repo / ".venv" / "bin" / "perfsuite", "run", "--check", "-k", "blocked_attention and forward",
-                cwd=repo / "src", check=False)
+    result = sh(
+        repo / ".venv" / "bin" / "perfsuite",
+        "run",
+        "--check",
+        "-k",
+        "blocked_attention and forward",
+        cwd=repo / "src",
+        check=False,
+    )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert f"perfsuite run: running in {repo.resolve()}" in output
@@ -146,7 +198,14 @@ def test_run_from_a_subdirectory_uses_the_repositorys_configuration(user_repo):
 
 def test_plain_pytest_with_perfsuite_options_says_what_to_do(user_repo):
     repo, *_ = user_repo
-    result = sh(repo / ".venv" / "bin" / "python", "-m", "pytest", "--perfsuite-variants=sdpa", cwd=repo, check=False)
+    result = sh(
+        repo / ".venv" / "bin" / "python",
+        "-m",
+        "pytest",
+        "--perfsuite-variants=sdpa",
+        cwd=repo,
+        check=False,
+    )
     assert "perfsuite run" in result.stdout, result.stdout
 
 
@@ -158,12 +217,27 @@ def test_the_ab_gate_on_git_refs_names_the_extra_copy_and_fails(user_repo):
     assert result.returncode == 1, output
     assert "FAIL `blocked_attention/b1h2s16d8-fp32-causal-cpu: structure adds work:" in output
     assert "copy cpu aten::clone [1x2x16x16]" in output
-    assert "blocked_attention/b1h2s16d8-fp32-causal-cpu/backward" in output  # every mode is gated by default
+    assert (
+        "blocked_attention/b1h2s16d8-fp32-causal-cpu/backward" in output
+    )  # every mode is gated by default
     assert "perfsuite gate: FAIL" in output
-    assert not list(Path(repo).glob("perfsuite-ab-*")) and "perfsuite-ab-" not in sh("git", "worktree", "list", cwd=repo).stdout
+    assert (
+        not list(Path(repo).glob("perfsuite-ab-*"))
+        and "perfsuite-ab-" not in sh("git", "worktree", "list", cwd=repo).stdout
+    )
 
-    same = perfsuite(repo, *gate, "--base-ref", head_sha, "--head-ref", head_sha, "--variants", "blocked_attention",
-                     "--modes", "forward")
+    same = perfsuite(
+        repo,
+        *gate,
+        "--base-ref",
+        head_sha,
+        "--head-ref",
+        head_sha,
+        "--variants",
+        "blocked_attention",
+        "--modes",
+        "forward",
+    )
     assert same.returncode == 0, same.stdout + same.stderr
     assert "perfsuite gate: PASS" in same.stdout
 
@@ -172,31 +246,62 @@ def test_the_workflow_template_is_written_once_and_lints(user_repo, tmp_path):
     repo, *_ = user_repo
     output = tmp_path / "perfsuite-gate.yml"
     requirement = "git+https://github.com/example/perfsuite@v0.1.0"
-    assert perfsuite(repo, "init-ci", "--output", output, "--perfsuite", requirement).returncode == 0
+    assert (
+        perfsuite(repo, "init-ci", "--output", output, "--perfsuite", requirement).returncode == 0
+    )
     again = perfsuite(repo, "init-ci", "--output", output, "--perfsuite", requirement)
     assert again.returncode == 2 and "use --force" in again.stderr
     text = output.read_text()
     code = "\n".join(line.split("#")[0] for line in text.splitlines())
     assert "pull_request_target" not in code and "permissions:\n  contents: read" in text
-    assert "--base-ref \"$BASE_SHA\" --head-ref \"$HEAD_SHA\"" in text and f"pip install {requirement}" in text
+    assert (
+        '--base-ref "$BASE_SHA" --head-ref "$HEAD_SHA"' in text
+        and f"pip install {requirement}" in text
+    )
     import torch  # the runner installs the torch the user has, and gates the user's configured case set
 
-    assert f"pip install torch=={torch.__version__.split('+')[0]} --index-url" in text and "--case-set" not in text
+    assert (
+        f"pip install torch=={torch.__version__.split('+')[0]} --index-url" in text
+        and "--case-set" not in text
+    )
     bin_dir = Path(sys.executable).parent
     lint = subprocess.run([bin_dir / "actionlint", str(output)], capture_output=True, text=True)
     assert lint.returncode == 0, lint.stdout + lint.stderr
-    zizmor = subprocess.run([bin_dir / "zizmor", "--offline", "--no-progress", str(output)], capture_output=True, text=True)
-    assert zizmor.returncode == 0 and "No findings" in zizmor.stdout + zizmor.stderr, zizmor.stdout + zizmor.stderr
+    zizmor = subprocess.run(
+        [bin_dir / "zizmor", "--offline", "--no-progress", str(output)],
+        capture_output=True,
+        text=True,
+    )
+    assert zizmor.returncode == 0 and "No findings" in zizmor.stdout + zizmor.stderr, (
+        zizmor.stdout + zizmor.stderr
+    )
 
 
 def test_a_backward_only_slowdown_is_caught_in_backward_mode(user_repo):
     repo, base_sha, _, slow_backward_sha = user_repo
-    result = perfsuite(repo, "ab", "--cases", CASE, "--blocks", "2", "--rounds", "1", "--fail-on-structure",
-                       "--variants", "blocked_attention", "--base-ref", base_sha, "--head-ref", slow_backward_sha)
+    result = perfsuite(
+        repo,
+        "ab",
+        "--cases",
+        CASE,
+        "--blocks",
+        "2",
+        "--rounds",
+        "1",
+        "--fail-on-structure",
+        "--variants",
+        "blocked_attention",
+        "--base-ref",
+        base_sha,
+        "--head-ref",
+        slow_backward_sha,
+    )
     output = result.stdout + result.stderr
     assert result.returncode == 1, output
     failing = [line for line in output.splitlines() if line.startswith("- FAIL")]
-    assert any("/backward: structure adds work" in line and "aten::bmm" in line for line in failing), failing
+    assert any(
+        "/backward: structure adds work" in line and "aten::bmm" in line for line in failing
+    ), failing
 
 
 def test_ab_on_two_refs_reads_their_configuration_not_the_working_trees(user_repo):
@@ -204,15 +309,39 @@ def test_ab_on_two_refs_reads_their_configuration_not_the_working_trees(user_rep
     repo, base_sha, head_sha, _ = user_repo
     pyproject = repo / "pyproject.toml"
     committed = pyproject.read_text()
-    pyproject.write_text(committed.replace('perfsuite_variants = "blocked_attention sdpa"', 'perfsuite_variants = "sdpa"'))
+    pyproject.write_text(
+        committed.replace(
+            'perfsuite_variants = "blocked_attention sdpa"', 'perfsuite_variants = "sdpa"'
+        )
+    )
     try:
-        result = perfsuite(repo, "ab", "--cases", CASE, "--blocks", "2", "--rounds", "1", "--fail-on-structure",
-                           "--modes", "forward", "--base-ref", base_sha, "--head-ref", head_sha)
+        result = perfsuite(
+            repo,
+            "ab",
+            "--cases",
+            CASE,
+            "--blocks",
+            "2",
+            "--rounds",
+            "1",
+            "--fail-on-structure",
+            "--modes",
+            "forward",
+            "--base-ref",
+            base_sha,
+            "--head-ref",
+            head_sha,
+        )
     finally:
         pyproject.write_text(committed)
     output = result.stdout + result.stderr
-    assert result.returncode == 1, output  # the committed variants: blocked_attention's extra copy is gated
-    assert f"perfsuite ab: configuration: pyproject.toml at --head-ref {head_sha} ({head_sha[:9]})" in output
+    assert result.returncode == 1, (
+        output
+    )  # the committed variants: blocked_attention's extra copy is gated
+    assert (
+        f"perfsuite ab: configuration: pyproject.toml at --head-ref {head_sha} ({head_sha[:9]})"
+        in output
+    )
     assert "blocked_attention/b1h2s16d8-fp32-causal-cpu" in output
 
 
@@ -223,16 +352,36 @@ def test_ctrl_c_and_sigterm_end_ab_with_one_line_and_remove_the_worktrees(user_r
     import time
 
     repo, base_sha, head_sha, _ = user_repo
-    command = [str(repo / ".venv" / "bin" / "perfsuite"), "ab", "--cases", CASE, "--blocks", "400", "--rounds", "5",
-               "--base-ref", base_sha, "--head-ref", head_sha]
-    process = subprocess.Popen(command, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
+    command = [
+        str(repo / ".venv" / "bin" / "perfsuite"),
+        "ab",
+        "--cases",
+        CASE,
+        "--blocks",
+        "400",
+        "--rounds",
+        "5",
+        "--base-ref",
+        base_sha,
+        "--head-ref",
+        head_sha,
+    ]
+    process = subprocess.Popen(
+        command,
+        cwd=repo,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 300
     while "perfsuite-ab-" not in sh("git", "worktree", "list", cwd=repo).stdout:
         assert process.poll() is None and time.monotonic() < deadline, process.communicate()
         time.sleep(0.2)
     time.sleep(3)  # workers started and timing
-    os.killpg(process.pid, signal.SIGINT) if how == "SIGINT" else process.send_signal(signal.SIGTERM)
+    os.killpg(process.pid, signal.SIGINT) if how == "SIGINT" else process.send_signal(
+        signal.SIGTERM
+    )
     out, err = process.communicate(timeout=120)
     assert process.returncode == (130 if how == "SIGINT" else 143), err
     assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("perfsuite ab: "), err

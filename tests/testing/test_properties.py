@@ -30,7 +30,11 @@ STRUCTURE_EXAMPLES = max(5, settings().max_examples // 4)  # each example runs t
 def variants(perfsuite_variants):
     """The selected variants that are not compiled (see the module docstring), warmed up: each runs
     once per dtype so lazy initialisation never counts against a deadline."""
-    chosen = [v.name for v in perfsuite_variants if v.runs_property_tests and v.name not in PER_CASE_COMPILE]
+    chosen = [
+        v.name
+        for v in perfsuite_variants
+        if v.runs_property_tests and v.name not in PER_CASE_COMPILE
+    ]
     for device in DEVICES:
         for dtype in LOW_PRECISION:
             case = AttentionCase(1, 2, 4, 4, 8, dtype, device, "causal")
@@ -86,12 +90,16 @@ def test_changing_a_masked_out_key_or_value_changes_nothing_it_hides(case, seed,
 
 @given(case=attention_cases(devices=DEVICES, masks=MASKS_HIDING_KEYS), seed=seeds())
 def test_a_nan_in_a_masked_out_key_or_value_never_yields_wrong_finite_values(case, seed, variants):
-    holds_for_every_variant(properties.check_masked_keys_do_not_matter, case, seed, variants, nan=True)
+    holds_for_every_variant(
+        properties.check_masked_keys_do_not_matter, case, seed, variants, nan=True
+    )
 
 
 @given(case=attention_cases(devices=DEVICES, masks=MASKS_HIDING_KEYS), seed=seeds())
 def test_masked_fill_variants_ignore_a_nan_in_a_masked_out_key(case, seed, variants):
-    holds_for_every_variant(properties.check_nan_masked_key, case, seed, only(variants, "naive", "naive_inplace"))
+    holds_for_every_variant(
+        properties.check_nan_masked_key, case, seed, only(variants, "naive", "naive_inplace")
+    )
 
 
 @given(case=attention_cases(devices=DEVICES), seed=seeds())
@@ -100,9 +108,13 @@ def test_adding_a_constant_to_a_row_of_scores_changes_nothing(case, seed, varian
 
 
 @settings(max_examples=STRUCTURE_EXAMPLES)
-@given(case=attention_cases(devices=DEVICES, dtypes=("fp32", "bf16"), contiguous=True), seed=seeds())
+@given(
+    case=attention_cases(devices=DEVICES, dtypes=("fp32", "bf16"), contiguous=True), seed=seeds()
+)
 def test_naive_copies_the_scores_once_per_masked_forward_and_inplace_never(case, seed, variants):
-    holds_for_every_variant(properties.check_score_copies, case, seed, only(variants, "naive", "naive_inplace"))
+    holds_for_every_variant(
+        properties.check_score_copies, case, seed, only(variants, "naive", "naive_inplace")
+    )
 
 
 def test_property_checks_say_nan_and_name_a_mutated_input():
@@ -115,15 +127,21 @@ def test_property_checks_say_nan_and_name_a_mutated_input():
 
     def nan_on_second_call(query, key, value, *, mask, scale):
         calls.append(1)
-        out = torch.nn.functional.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scale)
+        out = torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, is_causal=True, scale=scale
+        )
         return out * float("nan") if len(calls) == 2 else out
 
-    failure = check_shift_invariance(Variant(name="nan2", fn=nan_on_second_call, description="test-only"), case, 0)
+    failure = check_shift_invariance(
+        Variant(name="nan2", fn=nan_on_second_call, description="test-only"), case, 0
+    )
     assert failure and "NaN in" in failure
 
     def mutates(query, key, value, *, mask, scale):
         key.zero_()
-        return torch.nn.functional.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scale)
+        return torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, is_causal=True, scale=scale
+        )
 
     with pytest.raises(ContractViolation, match="modified its `key` in place"):
         check_shift_invariance(Variant(name="mut", fn=mutates, description="test-only"), case, 0)

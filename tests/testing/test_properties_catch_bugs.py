@@ -30,7 +30,7 @@ def tiles_kv_heads(query, key, value, *, mask, scale):
 
 
 def clamps_scores(query, key, value, *, mask, scale):
-    """"Protects" softmax by clamping the scores to [-30, 30], which breaks shift invariance."""
+    """ "Protects" softmax by clamping the scores to [-30, 30], which breaks shift invariance."""
     key, value = expand_kv_heads(key, query.shape[1]), expand_kv_heads(value, query.shape[1])
     big = (query @ key.transpose(-2, -1)) * scale
     if mask.additive is not None:
@@ -44,7 +44,10 @@ def clamps_scores(query, key, value, *, mask, scale):
 def copies_scores(query, key, value, *, mask, scale):
     """naive_inplace with a hidden clone of the scores."""
     extra = (query @ expand_kv_heads(key, query.shape[1]).transpose(-2, -1)).clone()
-    return get_variant("naive_inplace").fn(query, key, value, mask=mask, scale=scale) + 0 * extra[..., :1]
+    return (
+        get_variant("naive_inplace").fn(query, key, value, mask=mask, scale=scale)
+        + 0 * extra[..., :1]
+    )
 
 
 def wrong_scale(query, key, value, *, mask, scale):
@@ -54,7 +57,9 @@ def wrong_scale(query, key, value, *, mask, scale):
 def caught(check, variant, cases, **kwargs):
     """Search like the property test does; return the failure message hypothesis raised."""
 
-    @settings(max_examples=300, derandomize=True, database=None, phases=[Phase.generate], deadline=None)
+    @settings(
+        max_examples=300, derandomize=True, database=None, phases=[Phase.generate], deadline=None
+    )
     @given(case=cases, seed=seeds())
     def search(case, seed):
         failure = check(variant, case, seed, **kwargs)
@@ -72,38 +77,55 @@ def assert_reproducible(message):
 
 
 def test_reference_property_catches_a_wrong_scale():
-    message = caught(properties.check_matches_reference, broken("wrong_scale", wrong_scale), attention_cases())
+    message = caught(
+        properties.check_matches_reference, broken("wrong_scale", wrong_scale), attention_cases()
+    )
     assert "not within atol" in message
     assert_reproducible(message)
 
 
 def test_head_independence_catches_tiled_kv_heads():
-    message = caught(properties.check_batch_and_head_independence, broken("tiles", tiles_kv_heads), attention_cases())
+    message = caught(
+        properties.check_batch_and_head_independence,
+        broken("tiles", tiles_kv_heads),
+        attention_cases(),
+    )
     assert "permuting heads" in message
     assert_reproducible(message)
 
 
 def test_causality_catches_a_variant_that_leaks_future_keys():
-    message = caught(properties.check_causality, broken("leaky", leaks_future_keys),
-                     attention_cases(masks=("causal", "causal_br", "window")))
+    message = caught(
+        properties.check_causality,
+        broken("leaky", leaks_future_keys),
+        attention_cases(masks=("causal", "causal_br", "window")),
+    )
     assert "changed when keys >=" in message
     assert_reproducible(message)
 
 
 def test_masking_catches_a_variant_that_ignores_the_mask():
-    message = caught(properties.check_masked_keys_do_not_matter, broken("leaky", leaks_future_keys),
-                     attention_cases(masks=MASKS_HIDING_KEYS))
+    message = caught(
+        properties.check_masked_keys_do_not_matter,
+        broken("leaky", leaks_future_keys),
+        attention_cases(masks=MASKS_HIDING_KEYS),
+    )
     assert "rows that cannot see key" in message
 
 
 def test_nan_rule_catches_a_variant_that_ignores_the_mask():
-    message = caught(properties.check_nan_masked_key, broken("leaky", leaks_future_keys),
-                     attention_cases(masks=MASKS_HIDING_KEYS))
+    message = caught(
+        properties.check_nan_masked_key,
+        broken("leaky", leaks_future_keys),
+        attention_cases(masks=MASKS_HIDING_KEYS),
+    )
     assert "NaN in masked-out key" in message
 
 
 def test_shift_invariance_catches_clamped_scores():
-    message = caught(properties.check_shift_invariance, broken("clamps", clamps_scores), attention_cases())
+    message = caught(
+        properties.check_shift_invariance, broken("clamps", clamps_scores), attention_cases()
+    )
     assert "adding a constant" in message
 
 

@@ -6,9 +6,20 @@ import pytest
 
 from perfsuite.attention.cases import AttentionCase
 from perfsuite.measure.evidence import gather_evidence
-from perfsuite.trace.kernel_families import (GEMM_PRECISION_UNKNOWN, UNKNOWN, backend_kernel_families, fused_kernel_failure, gemm_precision,
-                                             is_copy_kernel, is_memset_kernel, is_unfused_attention_work, kernel_family,
-                                             memcpy_kind, rules_markdown, sdpa_backends)
+from perfsuite.trace.kernel_families import (
+    GEMM_PRECISION_UNKNOWN,
+    UNKNOWN,
+    backend_kernel_families,
+    fused_kernel_failure,
+    gemm_precision,
+    is_copy_kernel,
+    is_memset_kernel,
+    is_unfused_attention_work,
+    kernel_family,
+    memcpy_kind,
+    rules_markdown,
+    sdpa_backends,
+)
 from perfsuite.variants import get_variant
 
 TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
@@ -18,7 +29,9 @@ def kernel_names():
     names = set()
     for path in TRACES.glob("*.json.gz"):
         with gzip.open(path, "rt") as handle:
-            names |= {e["name"] for e in json.load(handle)["traceEvents"] if e.get("cat") == "kernel"}
+            names |= {
+                e["name"] for e in json.load(handle)["traceEvents"] if e.get("cat") == "kernel"
+            }
     return sorted(names)
 
 
@@ -26,8 +39,14 @@ def kernel_names():
     "marker, family",
     [
         ("ampere_sgemm_", "GEMM fp32"),
-        ("_tensorop_s1688gemm", "GEMM TF32"),  # cutlass_80_tensorop_s1688gemm: no element type, so TF32 (A100, fp32 model)
-        ("_bf16_s1688gemm_bf16", "GEMM bf16"),  # H100 bf16 model: s1688 is the MMA shape, bf16 the element type
+        (
+            "_tensorop_s1688gemm",
+            "GEMM TF32",
+        ),  # cutlass_80_tensorop_s1688gemm: no element type, so TF32 (A100, fp32 model)
+        (
+            "_bf16_s1688gemm_bf16",
+            "GEMM bf16",
+        ),  # H100 bf16 model: s1688 is the MMA shape, bf16 the element type
         ("sm90_xmma_gemm_bf16bf16", "GEMM bf16"),
         ("Cijk_Alik_Bljk_B_BS_BH", "GEMM bf16"),  # hipBLASLt on MI300X, bf16
         ("Cijk_Alik_Bljk_SB_", "GEMM fp32"),  # hipBLASLt on MI250, fp32
@@ -70,9 +89,18 @@ def test_every_kernel_in_the_traces_is_classified_or_openly_unknown():
 @pytest.mark.parametrize(
     "name, family",
     [  # kernel names as they appear in the post's A100 traces
-        ("void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 128, 4, false, false, cutlass::bfloat16_t>>", "fused attention: flash"),
-        ("fmha_cutlassF_bf16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<cutlass::bfloat16_t>::Params)", "fused attention: memory-efficient (cutlass)"),
-        ("cudnn_generated_fort_native_sdpa_sm80_flash_fprop_wmma_f16_knob_3_64x64x64_4x1x1_kernel0_0", "fused attention: cuDNN"),
+        (
+            "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 128, 4, false, false, cutlass::bfloat16_t>>",
+            "fused attention: flash",
+        ),
+        (
+            "fmha_cutlassF_bf16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<cutlass::bfloat16_t>::Params)",
+            "fused attention: memory-efficient (cutlass)",
+        ),
+        (
+            "cudnn_generated_fort_native_sdpa_sm80_flash_fprop_wmma_f16_knob_3_64x64x64_4x1x1_kernel0_0",
+            "fused attention: cuDNN",
+        ),
         ("ampere_bf16_s16816gemm_bf16_128x64_ldg8_f2f_stages_64x3_tn", "GEMM bf16"),
         ("ampere_sgemm_128x64_tn", "GEMM fp32"),
     ],
@@ -84,26 +112,59 @@ def test_attention_and_gemm_kernels_of_the_post(name, family):
 @pytest.mark.parametrize(
     "name, family",
     [  # names as today's stacks print them (cuDNN 9, FlashAttention 2/3, CK, AOTriton, FlashInfer, TensorRT-LLM)
-        ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x64_4x1x1_kernel0_0", "fused attention: cuDNN"),
-        ("void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::half_t>, true>(Flash_fwd_params)", "fused attention: flash"),
-        ("void cutlass::device_kernel<flash::enable_sm90_or_later<flash::FlashAttnFwdSm90<flash::CollectiveMainloopFwdSm90<2, cutlass::bfloat16_t>>>>(Params)", "fused attention: flash"),
-        ("fmha_cutlassB_bf16_aligned_64x64_k64_sm80(PyTorchMemEffAttention::AttentionBackwardKernel<cutlass::arch::Sm80>::Params)", "fused attention: memory-efficient (cutlass)"),
+        (
+            "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x64_4x1x1_kernel0_0",
+            "fused attention: cuDNN",
+        ),
+        (
+            "void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::half_t>, true>(Flash_fwd_params)",
+            "fused attention: flash",
+        ),
+        (
+            "void cutlass::device_kernel<flash::enable_sm90_or_later<flash::FlashAttnFwdSm90<flash::CollectiveMainloopFwdSm90<2, cutlass::bfloat16_t>>>>(Params)",
+            "fused attention: flash",
+        ),
+        (
+            "fmha_cutlassB_bf16_aligned_64x64_k64_sm80(PyTorchMemEffAttention::AttentionBackwardKernel<cutlass::arch::Sm80>::Params)",
+            "fused attention: memory-efficient (cutlass)",
+        ),
         ("bwd_kernel_dk_dv", "fused attention: AOTriton (ROCm)"),
         ("bwd_kernel_dq", "fused attention: AOTriton (ROCm)"),
-        ("void ck_tile::kentry<256, 1, ck_tile::FmhaFwdKernel<ck_tile::BlockFmhaPipelineQRKSVSAsync<ck_tile::bf16_t>>>(Kargs)", "fused attention: Composable Kernel fmha (ROCm)"),
-        ("void ck::kernel_batched_gemm_softmax_gemm_xdl_cshuffle_v1<ck::half_t>(Arg)", "fused attention: Composable Kernel fmha (ROCm)"),
-        ("void flashinfer::BatchPrefillWithPagedKVCacheKernel<KernelTraits, Params>(Params)", "fused attention: FlashInfer"),
-        ("fmha_v2_flash_attention_fp16_64_128_S_qkv_128_sm90_kernel", "fused attention: TensorRT-LLM"),
+        (
+            "void ck_tile::kentry<256, 1, ck_tile::FmhaFwdKernel<ck_tile::BlockFmhaPipelineQRKSVSAsync<ck_tile::bf16_t>>>(Kargs)",
+            "fused attention: Composable Kernel fmha (ROCm)",
+        ),
+        (
+            "void ck::kernel_batched_gemm_softmax_gemm_xdl_cshuffle_v1<ck::half_t>(Arg)",
+            "fused attention: Composable Kernel fmha (ROCm)",
+        ),
+        (
+            "void flashinfer::BatchPrefillWithPagedKVCacheKernel<KernelTraits, Params>(Params)",
+            "fused attention: FlashInfer",
+        ),
+        (
+            "fmha_v2_flash_attention_fp16_64_128_S_qkv_128_sm90_kernel",
+            "fused attention: TensorRT-LLM",
+        ),
         ("triton_tem_fused_0", "Triton template (flex attention, autotuned GEMM)"),
         ("nvjet_tst_128x256_64x4_1x2_h_bz_coopB_TNT", "GEMM bf16"),
         ("nvjet_hsh_256x128_64x4_2x1_v_bz_coopA_NTT", "GEMM fp16"),
         ("nvjet_sm90_hss_320x128_64x3_2x1_v_bz_NNN", "GEMM fp16"),
         ("nvjet_sss_128x128_64x4_1x2_h_bz_NNN", "GEMM fp32 or TF32"),
-        ("sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas", "GEMM TF32"),
+        (
+            "sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x32_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
+            "GEMM TF32",
+        ),
         ("sm90_xmma_gemm_f32f32_f32f32_f32_nn_n_tilesize128x128x32_cublas", "GEMM fp32"),
         ("sm90_xmma_gemm_e4m3e4m3_e4m3f32_f32_tn_n_tilesize128x128x128_cublas", "GEMM fp8"),
-        ("void cutlass::device_kernel<cutlass3x_sm100_tensorop_s256x128x16gemm_bf16_bf16_f32_bf16_bf16_256x128x64_2x1x1_0_tnt_align8>(Params)", "GEMM bf16"),
-        ("void cutlass::device_kernel<cutlass3x_sm90_tensorop_s64x128x8tf32gemm_f32_f32_f32_f32_f32_128x128x32_1x1x1_0_tnn_align4>(Params)", "GEMM TF32"),
+        (
+            "void cutlass::device_kernel<cutlass3x_sm100_tensorop_s256x128x16gemm_bf16_bf16_f32_bf16_bf16_256x128x64_2x1x1_0_tnt_align8>(Params)",
+            "GEMM bf16",
+        ),
+        (
+            "void cutlass::device_kernel<cutlass3x_sm90_tensorop_s64x128x8tf32gemm_f32_f32_f32_f32_f32_128x128x32_1x1x1_0_tnn_align4>(Params)",
+            "GEMM TF32",
+        ),
         ("Cijk_Ailk_Bljk_HHS_BH_MT128x128x32_MI32x32x8x1_SN_1LDSB1", "GEMM fp16"),
         ("Cijk_Ailk_Bljk_BBS_BH_MT128x128x32_MI32x32x8x1_SN_1LDSB1", "GEMM bf16"),
         ("Cijk_Ailk_Bljk_DB_MT64x64x16_SN_1LDSB0", "GEMM fp64"),
@@ -122,20 +183,36 @@ def test_gemm_precision_reads_the_element_type_before_the_mma_shape():
 
 
 def test_copy_memset_and_memcpy_names_have_one_source():
-    assert is_copy_kernel("void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(...)")
-    assert is_copy_kernel("void at::native::(anonymous namespace)::CatArrayBatchedCopy<float, unsigned int, 2, 64, 64>(...)")
-    assert is_copy_kernel("Memcpy DtoD (Device -> Device)")  # a ROCm profiler filing a copy as a kernel
+    assert is_copy_kernel(
+        "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(...)"
+    )
+    assert is_copy_kernel(
+        "void at::native::(anonymous namespace)::CatArrayBatchedCopy<float, unsigned int, 2, 64, 64>(...)"
+    )
+    assert is_copy_kernel(
+        "Memcpy DtoD (Device -> Device)"
+    )  # a ROCm profiler filing a copy as a kernel
     assert is_copy_kernel("__amd_rocclr_copyBuffer")
-    assert not is_copy_kernel("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>")
-    assert is_memset_kernel("__amd_rocclr_fillBufferAligned") and is_memset_kernel("Memset (Device)")
-    assert memcpy_kind("Memcpy HtoD (Pinned -> Device)") == "HtoD" and memcpy_kind("attn_fwd") is None
+    assert not is_copy_kernel(
+        "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>"
+    )
+    assert is_memset_kernel("__amd_rocclr_fillBufferAligned") and is_memset_kernel(
+        "Memset (Device)"
+    )
+    assert (
+        memcpy_kind("Memcpy HtoD (Pinned -> Device)") == "HtoD" and memcpy_kind("attn_fwd") is None
+    )
     assert memcpy_kind("CopyDeviceToDevice") == "DtoD" and is_copy_kernel("CopyHostToDevice")
 
 
 def test_unfused_work_is_gemm_gemv_or_softmax():
     assert is_unfused_attention_work(kernel_family("nvjet_tst_128x256_64x4_1x2_h_bz_coopB_TNT"))
-    assert is_unfused_attention_work(kernel_family("std::enable_if<!(false), void>::type internal::gemvx::kernel<int>"))
-    assert is_unfused_attention_work(kernel_family("void (anonymous namespace)::softmax_warp_forward<float>"))
+    assert is_unfused_attention_work(
+        kernel_family("std::enable_if<!(false), void>::type internal::gemvx::kernel<int>")
+    )
+    assert is_unfused_attention_work(
+        kernel_family("void (anonymous namespace)::softmax_warp_forward<float>")
+    )
     assert not is_unfused_attention_work(kernel_family("attn_fwd"))
 
 
@@ -148,7 +225,9 @@ def test_backend_ops_called_directly_name_their_backend():
 
 def test_backend_kernel_families_per_platform():
     assert backend_kernel_families("CUDNN_ATTENTION") == ("fused attention: cuDNN",)
-    assert "fused attention: AOTriton (ROCm)" in backend_kernel_families("FLASH_ATTENTION", rocm=True)
+    assert "fused attention: AOTriton (ROCm)" in backend_kernel_families(
+        "FLASH_ATTENTION", rocm=True
+    )
     with pytest.raises(ValueError, match="'MATH'"):
         backend_kernel_families("MATH")
 
@@ -156,7 +235,11 @@ def test_backend_kernel_families_per_platform():
 def test_rules_table_escapes_pipes_and_lists_precisions():
     table = rules_markdown()
     assert "| precision |" in table and "| fused attention: AOTriton (ROCm) |" in table
-    assert all(line.count("|") - line.count("\\|") == 3 for line in table.splitlines() if line.startswith("|"))
+    assert all(
+        line.count("|") - line.count("\\|") == 3
+        for line in table.splitlines()
+        if line.startswith("|")
+    )
 
 
 def test_sdpa_backend_is_read_from_the_trace(tmp_path):
@@ -173,10 +256,17 @@ def test_fused_kernel_failure_names_fallbacks_and_unfused_work():
     flash = "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 128, 4>>(Flash_fwd_params)"
     cutlass = "fmha_cutlassF_bf16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<cutlass::bfloat16_t>::Params)"
     expected = backend_kernel_families("FLASH_ATTENTION")
-    assert fused_kernel_failure({flash: 1, "void at::native::vectorized_elementwise_kernel<4>": 1}, expected) is None
+    assert (
+        fused_kernel_failure(
+            {flash: 1, "void at::native::vectorized_elementwise_kernel<4>": 1}, expected
+        )
+        is None
+    )
     fallback = fused_kernel_failure({cutlass: 1}, expected)
     assert "no kernel of fused attention: flash ran" in fallback and "fmha_cutlassF" in fallback
-    unfused = fused_kernel_failure({flash: 1, "nvjet_tst_128x256_64x4_1x2_h_bz_coopB_TNT": 2}, expected)
+    unfused = fused_kernel_failure(
+        {flash: 1, "nvjet_tst_128x256_64x4_1x2_h_bz_coopB_TNT": 2}, expected
+    )
     assert unfused.startswith("unfused matmul/softmax kernels ran") and "nvjet_tst" in unfused
 
 
@@ -184,7 +274,13 @@ def test_h100_flash_trace_passes_the_flash_check_only_on_its_attention_kernels()
     with gzip.open(TRACES / "h100_bert-small_sdpa-flash.json.gz", "rt") as handle:
         kernels = [e["name"] for e in json.load(handle)["traceEvents"] if e.get("cat") == "kernel"]
     attention = {n: 1 for n in kernels if "flash" in n}
-    assert attention and fused_kernel_failure(attention, backend_kernel_families("FLASH_ATTENTION")) is None
-    assert "unfused" in fused_kernel_failure(dict.fromkeys(kernels, 1), backend_kernel_families("FLASH_ATTENTION"))
-    assert "no kernel of fused attention: cuDNN" in fused_kernel_failure(attention, backend_kernel_families("CUDNN_ATTENTION"))
-
+    assert (
+        attention
+        and fused_kernel_failure(attention, backend_kernel_families("FLASH_ATTENTION")) is None
+    )
+    assert "unfused" in fused_kernel_failure(
+        dict.fromkeys(kernels, 1), backend_kernel_families("FLASH_ATTENTION")
+    )
+    assert "no kernel of fused attention: cuDNN" in fused_kernel_failure(
+        attention, backend_kernel_families("CUDNN_ATTENTION")
+    )

@@ -13,7 +13,9 @@ def test_the_fingerprint_diff_names_the_score_copy_and_where_it_happens(tmp_path
     base = fingerprint(inplace.steps[0], "cpu", inplace.score_accounting[0].by_label())
     head = fingerprint(naive.steps[0], "cpu", naive.score_accounting[0].by_label())
     lines = diff_fingerprints(base, head)
-    assert "+1 score write copy [1x2x16x16] in aten::masked_fill > aten::clone > aten::copy_" in lines
+    assert (
+        "+1 score write copy [1x2x16x16] in aten::masked_fill > aten::clone > aten::copy_" in lines
+    )
     assert "-1 score write computed [1x2x16x16] in aten::mul_" in lines
     assert diff_fingerprints(head, head) == []
 
@@ -21,5 +23,8 @@ def test_the_fingerprint_diff_names_the_score_copy_and_where_it_happens(tmp_path
 def test_older_fingerprints_without_score_writes_compare_as_before(tmp_path):
     case = AttentionCase(1, 2, 16, 16, 8, "fp32", "cpu", "causal")
     naive = gather_evidence(get_variant("naive"), case, 0, tmp_path)
-    old, new = fingerprint(naive.steps[0], "cpu"), fingerprint(naive.steps[0], "cpu", naive.score_accounting[0].by_label())
+    old, new = (
+        fingerprint(naive.steps[0], "cpu"),
+        fingerprint(naive.steps[0], "cpu", naive.score_accounting[0].by_label()),
+    )
     assert "score_writes" not in old and diff_fingerprints(old, new) == []

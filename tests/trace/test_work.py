@@ -7,7 +7,13 @@ import pytest
 import torch
 
 from perfsuite.measure.profiling import profile_steps
-from perfsuite.trace.structure import NO_WORK_PREFIX, added_work, adds_work, diff_fingerprints, fingerprint
+from perfsuite.trace.structure import (
+    NO_WORK_PREFIX,
+    added_work,
+    adds_work,
+    diff_fingerprints,
+    fingerprint,
+)
 from perfsuite.trace.summary import TraceIndex
 from perfsuite.trace.events import load_trace
 from perfsuite.trace.work import op_work
@@ -15,8 +21,18 @@ from perfsuite.trace.work import op_work
 B, H, S, D = 1, 2, 16, 8
 
 
-def attention(query, key, value, *, cast_scores=None, same_dtype_to=False, contiguous_scores=False,
-              clone_scores=False, extra_in_place=False, merge="reshape"):
+def attention(
+    query,
+    key,
+    value,
+    *,
+    cast_scores=None,
+    same_dtype_to=False,
+    contiguous_scores=False,
+    clone_scores=False,
+    extra_in_place=False,
+    merge="reshape",
+):
     """Naive attention with in-place masking, as a user writes it, with the changes under test."""
     scores = query @ key.transpose(-2, -1)
     scores.mul_(1 / math.sqrt(query.shape[-1]))
@@ -31,7 +47,9 @@ def attention(query, key, value, *, cast_scores=None, same_dtype_to=False, conti
     mask = torch.ones(S, S, dtype=torch.bool).triu(1)
     scores.masked_fill_(mask, float("-inf"))
     if cast_scores is not None:
-        probs = torch.softmax(scores.to(cast_scores), dim=-1).to(query.dtype)  # a cast there and back
+        probs = torch.softmax(scores.to(cast_scores), dim=-1).to(
+            query.dtype
+        )  # a cast there and back
     else:
         probs = torch.softmax(scores, dim=-1)
     out = probs @ value
@@ -52,13 +70,16 @@ def base(tmp_path_factory):
     return profiled(tmp_path_factory.mktemp("base"), "base")
 
 
-@pytest.mark.parametrize("change", [{"same_dtype_to": True}, {"merge": "contiguous_view"},
-                                    {"contiguous_scores": True}])
+@pytest.mark.parametrize(
+    "change", [{"same_dtype_to": True}, {"merge": "contiguous_view"}, {"contiguous_scores": True}]
+)
 def test_changes_that_add_no_work_pass_and_are_listed_as_no_work_added(base, tmp_path, change):
     head = profiled(tmp_path, "head", **change)
     lines = diff_fingerprints(base, head)
     assert not adds_work(base, head), (lines, added_work(base, head))
-    assert not lines or lines[-1].startswith(NO_WORK_PREFIX)  # contiguous on contiguous is not even an op
+    assert not lines or lines[-1].startswith(
+        NO_WORK_PREFIX
+    )  # contiguous on contiguous is not even an op
 
 
 def test_the_harmless_to_is_named_no_work_added(base, tmp_path):
@@ -72,11 +93,14 @@ def test_the_moved_copy_keeps_its_one_copy(base, tmp_path):
     assert not any(line.startswith("+1 copy") for line in diff_fingerprints(base, head))
 
 
-@pytest.mark.parametrize("change, work", [
-    ({"clone_scores": True}, "+1 copies"),
-    ({"cast_scores": torch.float64}, "+2 copies"),
-    ({"extra_in_place": True}, "+2.0 KiB bytes written in place"),
-])
+@pytest.mark.parametrize(
+    "change, work",
+    [
+        ({"clone_scores": True}, "+1 copies"),
+        ({"cast_scores": torch.float64}, "+2 copies"),
+        ({"extra_in_place": True}, "+2.0 KiB bytes written in place"),
+    ],
+)
 def test_changes_that_add_work_fail_and_say_what_work(base, tmp_path, change, work):
     head = profiled(tmp_path, "head", **change)
     assert adds_work(base, head) and work in added_work(base, head), added_work(base, head)
@@ -89,7 +113,9 @@ def test_a_cast_is_a_copy_marked_as_a_dtype_conversion(base, tmp_path):
 
 
 def test_every_op_record_is_work_or_no_work(base):
-    assert sum(base["work_ops"].values()) + sum(base["no_work_ops"].values()) == sum(base["cpu_ops"].values())
+    assert sum(base["work_ops"].values()) + sum(base["no_work_ops"].values()) == sum(
+        base["cpu_ops"].values()
+    )
     assert {"aten::view", "aten::transpose", "aten::expand"} & set(base["no_work_ops"])
     assert {"aten::bmm", "aten::masked_fill_", "aten::_softmax"} <= set(base["work_ops"])
 
@@ -100,23 +126,62 @@ def _op(name, ts, dur, dims=None, tid=1):
 
 
 def test_work_is_read_from_allocations_launches_and_in_place_writes():
-    ops = [_op("aten::matmul", 0, 10), _op("aten::bmm", 1, 5), _op("aten::view", 7, 1),
-           _op("aten::zero_", 20, 5, [4, 4]), _op("aten::fill_", 21, 3, [4, 4]), _op("aten::relu", 30, 2)]
-    memory = [{"ts": 2, "tid": 1, "args": {"Bytes": 64}}, {"ts": 8, "tid": 1, "args": {"Bytes": -64}}]
+    ops = [
+        _op("aten::matmul", 0, 10),
+        _op("aten::bmm", 1, 5),
+        _op("aten::view", 7, 1),
+        _op("aten::zero_", 20, 5, [4, 4]),
+        _op("aten::fill_", 21, 3, [4, 4]),
+        _op("aten::relu", 30, 2),
+    ]
+    memory = [
+        {"ts": 2, "tid": 1, "args": {"Bytes": 64}},
+        {"ts": 8, "tid": 1, "args": {"Bytes": -64}},
+    ]
     launches = [{"name": "cudaLaunchKernel", "ts": 31, "tid": 1}]
     work = op_work(ops, memory, launches)
-    assert work.work_ops == {"aten::bmm": 1, "aten::fill_": 1, "aten::matmul": 1, "aten::relu": 1, "aten::zero_": 1}
+    assert work.work_ops == {
+        "aten::bmm": 1,
+        "aten::fill_": 1,
+        "aten::matmul": 1,
+        "aten::relu": 1,
+        "aten::zero_": 1,
+    }
     assert work.no_work_ops == {"aten::view": 1}  # a free is no work
     assert work.written_in_place_bytes == 64  # zero_ -> fill_ written once
 
 
-COMPUTING = {"aten::mm", "aten::addmm", "aten::bmm", "aten::copy_", "aten::_softmax", "aten::linear",
-             "aten::matmul", "aten::add", "aten::mul", "aten::_scaled_dot_product_flash_attention"}
-VIEWS = {"aten::view", "aten::t", "aten::transpose", "aten::permute", "aten::as_strided", "aten::_unsafe_view"}
+COMPUTING = {
+    "aten::mm",
+    "aten::addmm",
+    "aten::bmm",
+    "aten::copy_",
+    "aten::_softmax",
+    "aten::linear",
+    "aten::matmul",
+    "aten::add",
+    "aten::mul",
+    "aten::_scaled_dot_product_flash_attention",
+}
+VIEWS = {
+    "aten::view",
+    "aten::t",
+    "aten::transpose",
+    "aten::permute",
+    "aten::as_strided",
+    "aten::_unsafe_view",
+}
 
 
-@pytest.mark.parametrize("name", ["h100_bert-small_sdpa-flash", "mi300x_bert-small_sdpa-aotriton",
-                                  "h100_timesformer_naive-bmm-softmax", "mi250_toy_train"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "h100_bert-small_sdpa-flash",
+        "mi300x_bert-small_sdpa-aotriton",
+        "h100_timesformer_naive-bmm-softmax",
+        "mi250_toy_train",
+    ],
+)
 def test_on_recorded_gpu_traces_views_did_no_work_and_computing_ops_did(name):
     """Traces recorded on A100/H100/MI250/MI300X: the ops that launch kernels are work, views are not.
     (The names here only check the reading; the reading itself uses none.)"""
@@ -136,8 +201,11 @@ def test_the_eval_dropout_of_a_recorded_gpu_trace_is_no_work():
 
 def _run(fp):
     times = [1.0 + 0.001 * (i % 7) for i in range(40)]
-    bench = {"name": "t", "stats": {"median": 1.003, "data": times},
-             "extra_info": {"variant": "mine", "case": "b1h2s16d8-fp32-causal-cpu", "fingerprint": fp}}
+    bench = {
+        "name": "t",
+        "stats": {"median": 1.003, "data": times},
+        "extra_info": {"variant": "mine", "case": "b1h2s16d8-fp32-causal-cpu", "fingerprint": fp},
+    }
     return {"benchmarks": [bench]}
 
 
@@ -148,10 +216,21 @@ def test_fail_on_structure_passes_the_harmless_to_and_fails_the_real_copy(base, 
 
     settings = GateSettings()
     harmless = profiled(tmp_path, "to", same_dtype_to=True)
-    passed = judge(compare_runs(_run(base), _run(harmless), settings), settings, "t", "m", fail_on_structure=True)
-    assert passed.exit_code == 0 and "1 with structural changes that add no work" in passed.verdict_line
+    passed = judge(
+        compare_runs(_run(base), _run(harmless), settings),
+        settings,
+        "t",
+        "m",
+        fail_on_structure=True,
+    )
+    assert (
+        passed.exit_code == 0
+        and "1 with structural changes that add no work" in passed.verdict_line
+    )
     copy = profiled(tmp_path, "copy", clone_scores=True, same_dtype_to=True)
-    failed = judge(compare_runs(_run(base), _run(copy), settings), settings, "t", "m", fail_on_structure=True)
+    failed = judge(
+        compare_runs(_run(base), _run(copy), settings), settings, "t", "m", fail_on_structure=True
+    )
     assert failed.exit_code == 1 and "structure adds work: " in failed.failures[0]
     assert NO_WORK_PREFIX not in failed.failures[0]  # the reason names only the work
     assert NO_WORK_PREFIX + "+1 aten::to" in failed.report_md

@@ -26,7 +26,9 @@ def test_each_case_compiles_once_even_past_the_recompile_limit():
         before = compile_stats.snapshot()
         for shape in shapes:
             shared(torch.ones(shape))
-        assert compile_stats.since(before).graphs_compiled == 1  # the other shapes silently ran eager
+        assert (
+            compile_stats.since(before).graphs_compiled == 1
+        )  # the other shapes silently ran eager
         per_case = [compile_for_case(double) for _ in shapes]
         before = compile_stats.snapshot()
         for fn, shape in zip(per_case, shapes):

@@ -10,13 +10,17 @@ from perfsuite.attention.masks import PLAIN_KINDS
 from perfsuite.variants.flex import mask_mod_for, score_mod_for
 
 
-@pytest.mark.parametrize("kind", [k for k in PLAIN_KINDS if k not in ("noncausal", "additive")] + ["window5"])
+@pytest.mark.parametrize(
+    "kind", [k for k in PLAIN_KINDS if k not in ("noncausal", "additive")] + ["window5"]
+)
 @pytest.mark.parametrize("shape", ["b2h3q7k11d4", "b2h3q11k7d4", "b1h2s9d4"])
 def test_flex_mask_mod_selects_exactly_the_allowed_keys(kind, shape):
     case = parse_case_id(f"{shape}-fp32-{kind}-cpu")
     mask = make_inputs(case, 3).mask
     mask_mod = mask_mod_for(mask, case.seq_len_q, case.seq_len_kv)
-    flex = create_mask(mask_mod, case.batch, case.num_heads, case.seq_len_q, case.seq_len_kv, device="cpu")
+    flex = create_mask(
+        mask_mod, case.batch, case.num_heads, case.seq_len_q, case.seq_len_kv, device="cpu"
+    )
     torch.testing.assert_close(flex, mask.allowed.expand(case.score_shape), rtol=0, atol=0)
 
 

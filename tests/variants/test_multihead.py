@@ -13,19 +13,27 @@ from perfsuite.variants.multihead import module_masks, transparent_module
 
 
 def test_transparent_module_turns_its_own_scale_into_the_cases():
-    module = transparent_module(num_heads=2, head_dim=4, scale=0.3, dtype=torch.float32, device=torch.device("cpu"))
+    module = transparent_module(
+        num_heads=2, head_dim=4, scale=0.3, dtype=torch.float32, device=torch.device("cpu")
+    )
     q_block = module.in_proj_weight[:8]
     torch.testing.assert_close(q_block, torch.eye(8) * 0.3 * 2.0)  # scale * sqrt(head_dim)
     torch.testing.assert_close(module.out_proj.weight, torch.eye(8))
 
 
 @pytest.mark.parametrize("name", ["mha", "mha_need_weights"])
-@pytest.mark.parametrize("mask", ["causal", "causal_br", "window3", "padding", "bool", "additive", "noncausal"])
+@pytest.mark.parametrize(
+    "mask", ["causal", "causal_br", "window3", "padding", "bool", "additive", "noncausal"]
+)
 def test_mha_matches_the_float64_reference_with_a_custom_scale(name, mask):
     case = AttentionCase(2, 3, 5, 7, 8, "fp32", "cpu", mask, scale=0.4)
     inputs = make_inputs(case, seed=0)
-    torch.testing.assert_close(bind(get_variant(name), inputs)().double(), reference_attention(inputs),
-                               atol=2e-5, rtol=2e-5)
+    torch.testing.assert_close(
+        bind(get_variant(name), inputs)().double(),
+        reference_attention(inputs),
+        atol=2e-5,
+        rtol=2e-5,
+    )
 
 
 def test_masks_use_the_modules_convention_true_hides():
@@ -52,4 +60,7 @@ def test_need_weights_gives_nan_where_sdpa_gives_zeros():
     plain = bind(get_variant("mha"), inputs)()
     assert torch.isnan(weights[:, :, :3]).all() and torch.isfinite(weights[:, :, 3:]).all()
     assert (plain[:, :, :3] == 0).all()
-    assert get_variant("mha_need_weights").fully_masked_rows == "nan" and get_variant("mha").fully_masked_rows == "zeros"
+    assert (
+        get_variant("mha_need_weights").fully_masked_rows == "nan"
+        and get_variant("mha").fully_masked_rows == "zeros"
+    )

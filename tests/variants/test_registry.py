@@ -12,15 +12,29 @@ def scratch_registry(monkeypatch):
 
 def test_builtin_variants_are_registered_in_order():
     assert variant_names()[:10] == [
-        "naive", "naive_inplace", "naive_compiled", "sdpa", "sdpa_math", "sdpa_flash", "sdpa_efficient", "sdpa_cudnn",
-        "flex_eager", "flex_compiled",
+        "naive",
+        "naive_inplace",
+        "naive_compiled",
+        "sdpa",
+        "sdpa_math",
+        "sdpa_flash",
+        "sdpa_efficient",
+        "sdpa_cudnn",
+        "flex_eager",
+        "flex_compiled",
     ]
-    assert [v for v in variant_names()[:10] if get_variant(v).compiled] == ["naive_compiled", "flex_compiled"]
+    assert [v for v in variant_names()[:10] if get_variant(v).compiled] == [
+        "naive_compiled",
+        "flex_compiled",
+    ]
     assert get_variant("sdpa_flash").sdpa_backend == "FLASH_ATTENTION"
     assert get_variant("naive").expected_score_copies(hides_keys=True) == 1
     assert get_variant("naive").expected_score_copies(hides_keys=False) == 0
     assert get_variant("naive_inplace").expected_score_copies(hides_keys=True) == 0
-    assert get_variant("naive").fully_masked_rows == "nan" and get_variant("sdpa_math").fully_masked_rows == "zeros"
+    assert (
+        get_variant("naive").fully_masked_rows == "nan"
+        and get_variant("sdpa_math").fully_masked_rows == "zeros"
+    )
 
 
 def test_register_returns_the_function_unchanged_and_refuses_duplicates():
@@ -42,9 +56,14 @@ def test_register_checks_the_signature():
 
 
 def test_unknown_variant_lists_the_known_ones():
-    with pytest.raises(ValueError, match=r"unknown attention variant 'sdpa_flsh' \(did you mean 'sdpa_flash'\?\); known: naive, naive_inplace"):
+    with pytest.raises(
+        ValueError,
+        match=r"unknown attention variant 'sdpa_flsh' \(did you mean 'sdpa_flash'\?\); known: naive, naive_inplace",
+    ):
         get_variant("sdpa_flsh")
-    with pytest.raises(ValueError, match=r"unknown attention variant 'zzz'; known: naive, naive_inplace"):
+    with pytest.raises(
+        ValueError, match=r"unknown attention variant 'zzz'; known: naive, naive_inplace"
+    ):
         get_variant("zzz")
 
 
@@ -58,11 +77,11 @@ def test_a_user_function_with_an_extra_keyword_with_a_default_is_accepted_and_ru
     def chunked(query, key, value, *, mask, scale, chunk=8):
         pieces = []
         for start in range(0, query.shape[2], chunk):
-            scores = (query[:, :, start:start + chunk] @ key.transpose(-2, -1)).mul_(scale)
+            scores = (query[:, :, start : start + chunk] @ key.transpose(-2, -1)).mul_(scale)
             if mask.additive is not None:
-                scores.add_(mask.additive[..., start:start + chunk, :])
+                scores.add_(mask.additive[..., start : start + chunk, :])
             if mask.masked_out is not None:
-                scores.masked_fill_(mask.masked_out[..., start:start + chunk, :], float("-inf"))
+                scores.masked_fill_(mask.masked_out[..., start : start + chunk, :], float("-inf"))
             pieces.append(torch.softmax(scores, dim=-1).nan_to_num(0.0) @ value)
         return torch.cat(pieces, dim=2)
 
@@ -83,5 +102,9 @@ def test_devices_and_fully_masked_row_results_are_the_attention_layer_s():
 
     assert registry.DEVICES is cases.DEVICES
     assert registry.FULLY_MASKED_ROW_RESULTS == tuple(reference.FullyMaskedRows)
-    with pytest.raises(ValueError, match="fully_masked_rows='zero'; allowed: zeros, nan, finite, any"):
-        registry.register_variant("bad_rows", "test-only", fully_masked_rows="zero")(get_variant("naive").fn)
+    with pytest.raises(
+        ValueError, match="fully_masked_rows='zero'; allowed: zeros, nan, finite, any"
+    ):
+        registry.register_variant("bad_rows", "test-only", fully_masked_rows="zero")(
+            get_variant("naive").fn
+        )

@@ -23,7 +23,9 @@ def _case(mask, sq=6, skv=6, heads=4, kv_heads=4, dtype="fp32", batch=2, head_di
 def test_every_registered_attention_function_is_a_variant():
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-    expected = {"hf_eager"} | {f"hf_{k}" for k in ALL_ATTENTION_FUNCTIONS.valid_keys() if hf.is_kernel_key(k)}
+    expected = {"hf_eager"} | {
+        f"hf_{k}" for k in ALL_ATTENTION_FUNCTIONS.valid_keys() if hf.is_kernel_key(k)
+    }
     assert expected <= set(variant_names())
     assert all(get_variant(name).wraps == "transformers" for name in expected)
 
@@ -35,8 +37,10 @@ def test_listing_variants_does_not_import_transformers_and_preload_does():
     import subprocess
     import sys
 
-    code = ("import sys; from perfsuite.variants import variant_names; names = variant_names(); "
-            "assert 'hf_sdpa' in names and 'transformers' not in sys.modules")
+    code = (
+        "import sys; from perfsuite.variants import variant_names; names = variant_names(); "
+        "assert 'hf_sdpa' in names and 'transformers' not in sys.modules"
+    )
     found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert found.returncode == 0, found.stderr[-2000:]
     from perfsuite.variants import registry
@@ -48,15 +52,28 @@ def test_listing_variants_does_not_import_transformers_and_preload_does():
     assert "transformers.models.mistral.modeling_mistral" in sys.modules
 
 
-@pytest.mark.parametrize("case", [
-    _case("causal"), _case("causal_br", sq=1, skv=9, kv_heads=2), _case("causal_br", sq=3, skv=9),
-    _case("window3", sq=4, skv=9, kv_heads=1), _case("padding", sq=5, skv=7), _case("bool"), _case("noncausal"),
-], ids=lambda c: c.id)
+@pytest.mark.parametrize(
+    "case",
+    [
+        _case("causal"),
+        _case("causal_br", sq=1, skv=9, kv_heads=2),
+        _case("causal_br", sq=3, skv=9),
+        _case("window3", sq=4, skv=9, kv_heads=1),
+        _case("padding", sq=5, skv=7),
+        _case("bool"),
+        _case("noncausal"),
+    ],
+    ids=lambda c: c.id,
+)
 def test_transformers_masks_select_the_keys_the_suite_allows(case):
     """eager_mask's float mask (0 where attended, finfo.min elsewhere) marks exactly the suite's keys."""
     inputs = make_inputs(case, seed=0)
     built = hf.model_call("eager", inputs).attention_mask
-    allowed = torch.ones(case.score_shape, dtype=torch.bool) if inputs.mask.allowed is None else inputs.mask.allowed
+    allowed = (
+        torch.ones(case.score_shape, dtype=torch.bool)
+        if inputs.mask.allowed is None
+        else inputs.mask.allowed
+    )
     if built is None:  # transformers skipped the mask: every key is attended
         assert allowed.all()
         return
@@ -64,23 +81,35 @@ def test_transformers_masks_select_the_keys_the_suite_allows(case):
 
 
 @pytest.mark.parametrize("name", ["hf_eager", "hf_sdpa"])
-@pytest.mark.parametrize("case", [
-    _case("causal_br", sq=1, skv=9, kv_heads=2, dtype="bf16"), _case("window3", sq=4, skv=9, kv_heads=1),
-    _case("padding", sq=5, skv=7), _case("additive"), _case("bool", sq=3, skv=8, kv_heads=2),
-], ids=lambda c: c.id)
+@pytest.mark.parametrize(
+    "case",
+    [
+        _case("causal_br", sq=1, skv=9, kv_heads=2, dtype="bf16"),
+        _case("window3", sq=4, skv=9, kv_heads=1),
+        _case("padding", sq=5, skv=7),
+        _case("additive"),
+        _case("bool", sq=3, skv=8, kv_heads=2),
+    ],
+    ids=lambda c: c.id,
+)
 def test_hf_variants_match_the_float64_reference(name, case):
     inputs = make_inputs(case, seed=1)
     output = bind(get_variant(name), inputs)()
     assert output.shape == (case.batch, case.num_heads, case.seq_len_q, case.head_dim)
     tolerance = 2e-5 if case.dtype == "fp32" else 5e-2
-    torch.testing.assert_close(output.double(), reference_attention(inputs), atol=tolerance, rtol=tolerance)
+    torch.testing.assert_close(
+        output.double(), reference_attention(inputs), atol=tolerance, rtol=tolerance
+    )
 
 
-@pytest.mark.parametrize("case, reason", [
-    (_case("causal", sq=2, skv=6), "top-left causal with seq_len_q != seq_len_kv"),
-    (_case("causal_br", sq=6, skv=2), "seq_len_q=6 > seq_len_kv=2"),
-    (_case("noncausal", kv_heads=2), "one kv head per query head"),
-])
+@pytest.mark.parametrize(
+    "case, reason",
+    [
+        (_case("causal", sq=2, skv=6), "top-left causal with seq_len_q != seq_len_kv"),
+        (_case("causal_br", sq=6, skv=2), "seq_len_q=6 > seq_len_kv=2"),
+        (_case("noncausal", kv_heads=2), "one kv head per query head"),
+    ],
+)
 def test_cases_no_model_makes_are_skips_with_the_reason(case, reason):
     with pytest.raises(VariantUnsupported, match=reason):
         prepare_case(get_variant("hf_sdpa"), case, seed=0)
@@ -92,12 +121,17 @@ def test_flash_attention_implementations_skip_off_cuda():
 
 
 def test_without_transformers_the_variants_skip_with_the_install_hint(monkeypatch):
-    monkeypatch.setattr(hf, "load", lambda: "transformers is not importable (ModuleNotFoundError); " + hf.INSTALL_HINT)
+    monkeypatch.setattr(
+        hf,
+        "load",
+        lambda: "transformers is not importable (ModuleNotFoundError); " + hf.INSTALL_HINT,
+    )
     with pytest.raises(CaseUnsupported, match=r"pip install 'perfsuite\[transformers\]'"):
         get_variant("hf_sdpa").for_case(make_inputs(_case("causal"), seed=0))
 
 
 # The library's own behaviours (docs/explanation/model-implementations.md).
+
 
 def test_eager_gives_a_query_that_sees_no_key_the_mean_of_the_values_and_sdpa_zeros():
     """eager_mask writes finfo(dtype).min, not -inf: softmax over a row of equal minima is uniform."""
@@ -105,13 +139,18 @@ def test_eager_gives_a_query_that_sees_no_key_the_mean_of_the_values_and_sdpa_ze
     inputs = make_inputs(case, seed=0)
     allowed = inputs.mask.allowed.clone()
     allowed[:, :, 0] = False  # query 0 sees no key
-    inputs = inputs.replace(mask=inputs.mask.__class__("bool", False, allowed, ~allowed, None, allowed))
+    inputs = inputs.replace(
+        mask=inputs.mask.__class__("bool", False, allowed, ~allowed, None, allowed)
+    )
     eager = bind(get_variant("hf_eager"), inputs)()
     sdpa = bind(get_variant("hf_sdpa"), inputs)()
     value_mean = inputs.value.mean(dim=2)  # [B, H, D]
     torch.testing.assert_close(eager[:, :, 0], value_mean)
     assert (sdpa[:, :, 0] == 0).all()
-    assert get_variant("hf_eager").fully_masked_rows == "any" and get_variant("hf_sdpa").fully_masked_rows == "zeros"
+    assert (
+        get_variant("hf_eager").fully_masked_rows == "any"
+        and get_variant("hf_sdpa").fully_masked_rows == "zeros"
+    )
 
 
 def test_in_fp16_eager_gives_a_query_that_sees_no_key_nan_when_its_scores_are_negative():
@@ -120,7 +159,9 @@ def test_in_fp16_eager_gives_a_query_that_sees_no_key_nan_when_its_scores_are_ne
     from perfsuite.attention.cases import parse_case_id
     from perfsuite.testing.properties import check_matches_reference
 
-    case = parse_case_id("b2h2kv1s1d64-fp16-bool-scale2.5-strided-cpu")  # found by hypothesis, seed 1
+    case = parse_case_id(
+        "b2h2kv1s1d64-fp16-bool-scale2.5-strided-cpu"
+    )  # found by hypothesis, seed 1
     inputs = make_inputs(case, seed=1)
     output = bind(get_variant("hf_eager"), inputs)()
     rows = ~inputs.mask.allowed.expand(case.score_shape).any(dim=-1)
@@ -135,10 +176,13 @@ def test_a_bool_4d_mask_given_to_eager_is_added_not_selected():
     case = _case("bool")
     inputs = make_inputs(case, seed=0)
     module = hf.model_call("eager", inputs).module
-    as_bool, _ = eager_attention_forward(module, inputs.query, inputs.key, inputs.value, inputs.mask.allowed,
-                                         scaling=inputs.scale)
+    as_bool, _ = eager_attention_forward(
+        module, inputs.query, inputs.key, inputs.value, inputs.mask.allowed, scaling=inputs.scale
+    )
     reference = reference_attention(inputs)
-    assert (as_bool.transpose(1, 2).double() - reference).abs().max() > 0.1  # wrong: nothing was hidden
+    assert (
+        as_bool.transpose(1, 2).double() - reference
+    ).abs().max() > 0.1  # wrong: nothing was hidden
 
 
 def test_flex_attention_reads_a_tensor_mask_at_head_zero():
@@ -155,15 +199,22 @@ def test_flex_attention_reads_a_tensor_mask_at_head_zero():
 
     original = flex_integration.compile_friendly_flex_attention
     try:  # eager flex (no compile) so the test is fast; the score_mod is transformers' own
-        flex_integration.compile_friendly_flex_attention = lambda q, k, v, training=False, **kw: flex_attention(q, k, v, **kw)
+        flex_integration.compile_friendly_flex_attention = lambda q, k, v, training=False, **kw: (
+            flex_attention(q, k, v, **kw)
+        )
         import warnings
+
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            output, _ = flex_attention_forward(module, inputs.query, inputs.key, inputs.value, bias, scaling=inputs.scale)
+            output, _ = flex_attention_forward(
+                module, inputs.query, inputs.key, inputs.value, bias, scaling=inputs.scale
+            )
     finally:
         flex_integration.compile_friendly_flex_attention = original
     head0_bias = inputs.replace(mask=inputs.mask.with_additive(bias[:, :1].expand_as(bias)))
-    torch.testing.assert_close(output.transpose(1, 2).double(), reference_attention(head0_bias), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        output.transpose(1, 2).double(), reference_attention(head0_bias), atol=1e-5, rtol=1e-5
+    )
     with pytest.raises(CaseUnsupported, match="head 0"):
         get_variant("hf_flex_attention").for_case(inputs)
 

@@ -11,7 +11,9 @@ from perfsuite.variants import get_variant, registry
 from perfsuite.variants.user import ENTRY_POINT_GROUP, load_entry_point_variants, load_variant_spec
 
 EXAMPLE_SRC = Path(__file__).resolve().parents[2] / "examples" / "chunked_attention" / "src"
-SUITE = (Path(__file__).resolve().parents[2] / "perfsuite" / "suite" / "test_attention.py").read_text()
+SUITE = (
+    Path(__file__).resolve().parents[2] / "perfsuite" / "suite" / "test_attention.py"
+).read_text()
 
 
 @pytest.fixture(autouse=True)
@@ -23,30 +25,45 @@ def scratch_registry(monkeypatch):
 def test_a_spec_registers_the_function_under_its_name():
     assert load_variant_spec("chunked_attention.variant:chunked_attention") == "chunked_attention"
     variant = get_variant("chunked_attention")
-    assert variant.description.startswith("user variant from chunked_attention.variant:chunked_attention")
-    assert load_variant_spec("chunked_attention.variant:chunked_attention") == "chunked_attention"  # idempotent
+    assert variant.description.startswith(
+        "user variant from chunked_attention.variant:chunked_attention"
+    )
+    assert (
+        load_variant_spec("chunked_attention.variant:chunked_attention") == "chunked_attention"
+    )  # idempotent
 
 
 def test_a_decorated_builtin_keeps_its_declaration():
     assert load_variant_spec("perfsuite.variants.naive:naive_attention") == "naive"
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("chunked_attention.variant", "is not package.module:function"),
-    ("nosuch.module:f", "cannot import 'nosuch.module'"),
-    ("chunked_attention.variant:nothing", "has no function 'nothing'"),
-    ("os:getcwd", "has signature (); expected (query, key, value, *, mask, scale)"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("chunked_attention.variant", "is not package.module:function"),
+        ("nosuch.module:f", "cannot import 'nosuch.module'"),
+        ("chunked_attention.variant:nothing", "has no function 'nothing'"),
+        ("os:getcwd", "has signature (); expected (query, key, value, *, mask, scale)"),
+    ],
+)
 def test_bad_specs_are_named(spec, message):
-    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace("*", r"\*")) as info:
+    with pytest.raises(
+        ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace("*", r"\*")
+    ) as info:
         load_variant_spec(spec)
     assert spec in str(info.value) or "getcwd" in str(info.value)
 
 
 def test_entry_points_register_their_variants(monkeypatch):
-    entry = importlib.metadata.EntryPoint("chunked", "chunked_attention.variant:chunked_attention", ENTRY_POINT_GROUP)
+    entry = importlib.metadata.EntryPoint(
+        "chunked", "chunked_attention.variant:chunked_attention", ENTRY_POINT_GROUP
+    )
     broken = importlib.metadata.EntryPoint("broken", "nosuch.module:f", ENTRY_POINT_GROUP)
-    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [entry] if group == ENTRY_POINT_GROUP else [])
+    monkeypatch.setattr(
+        importlib.metadata,
+        "entry_points",
+        lambda group: [entry] if group == ENTRY_POINT_GROUP else [],
+    )
     assert load_entry_point_variants() == ["chunked"]
     monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [broken])
     with pytest.raises(ValueError, match="entry point broken = nosuch.module:f: cannot be loaded"):
@@ -57,13 +74,24 @@ def test_entry_points_register_their_variants(monkeypatch):
 def test_the_example_runs_through_every_check_of_the_suite(pytester, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(EXAMPLE_SRC)] + sys.path))
     pytester.makepyfile(test_attention=SUITE)
-    result = pytester.runpytest_subprocess("--perfsuite-variant", "chunked_attention.variant:chunked_attention",
-                                           "--perfsuite-variants", "chunked_attention", "--perfsuite-case-set", "masks",
-                                           "--perfsuite-shapes", "1x2x96:128x16", "--perfsuite-results", "out",
-                                           "--benchmark-disable")  # each benchmark runs once, untimed, as in the test run
+    result = pytester.runpytest_subprocess(
+        "--perfsuite-variant",
+        "chunked_attention.variant:chunked_attention",
+        "--perfsuite-variants",
+        "chunked_attention",
+        "--perfsuite-case-set",
+        "masks",
+        "--perfsuite-shapes",
+        "1x2x96:128x16",
+        "--perfsuite-results",
+        "out",
+        "--benchmark-disable",
+    )  # each benchmark runs once, untimed, as in the test run
     # 7 mask cases: 3 modes x (equivalence + benchmark) + copies + score accounting pass; a user variant declares
     # nothing about what it saves for backward, and is neither compiled nor fused: those three tests have no variant.
-    result.assert_outcomes(passed=8 * 7, skipped=5)  # 3 not applicable + 2 CUDA-only kernel-family checks
+    result.assert_outcomes(
+        passed=8 * 7, skipped=5
+    )  # 3 not applicable + 2 CUDA-only kernel-family checks
     bad = pytester.runpytest_subprocess("--perfsuite-variant", "chunked_attention.variant:nothing")
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
     assert "has no function 'nothing'" in bad.stderr.str()
@@ -74,11 +102,15 @@ def test_a_user_who_forgot_to_install_their_package_is_told_to(tmp_path, monkeyp
     package = tmp_path / "src" / "myattn_not_installed"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
-    (package / "attention.py").write_text("def attention(query, key, value, *, mask, scale):\n    return query\n")
+    (package / "attention.py").write_text(
+        "def attention(query, key, value, *, mask, scale):\n    return query\n"
+    )
     (tmp_path / ".git").mkdir()
     (tmp_path / "docs").mkdir()
     monkeypatch.chdir(tmp_path / "docs")
-    with pytest.raises(ValueError, match=r"myattn_not_installed is in .* but not installed for .*pip install -e "):
+    with pytest.raises(
+        ValueError, match=r"myattn_not_installed is in .* but not installed for .*pip install -e "
+    ):
         load_variant_spec("myattn_not_installed.attention:attention")
     with pytest.raises(ValueError) as other:  # a module that is nowhere here: no such hint
         load_variant_spec("no_such_module_anywhere:attention")

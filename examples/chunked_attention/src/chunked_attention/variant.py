@@ -30,6 +30,8 @@ def chunked_attention(query, key, value, *, mask, scale):
             scores.add_(_rows(mask.additive, start, stop))
         if mask.masked_out is not None:
             scores.masked_fill_(_rows(mask.masked_out, start, stop), float("-inf"))
-        weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # out of place: softmax saves its output for backward
+        weights = torch.softmax(scores, dim=-1).nan_to_num(
+            0.0
+        )  # out of place: softmax saves its output for backward
         chunks.append(torch.matmul(weights, value))
     return torch.cat(chunks, dim=-2)
