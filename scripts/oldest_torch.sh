@@ -4,7 +4,7 @@
 # modes, the float64 reference, evidence and profiling, trace reading, the gate's statistics) and the
 # attention suite itself on the test run's small cases, with the eager, SDPA and compiled flex variants (a few minutes on 2 cores, plus the download).
 # On Linux x86-64, PyPI's torch is the CUDA build (about 2.6 GB with its nvidia-* wheels); it runs on the CPU.
-# PERFSUITE_OLDEST_TORCH overrides the requirement (pip arguments, e.g. "torch==2.11.0 --index-url URL").
+# --torch-only installs torch and stops. PERFSUITE_OLDEST_TORCH overrides the requirement (pip arguments, e.g. "torch==2.11.0 --index-url URL").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 floor=$(sed -n 's/^ *"torch>=\([0-9.]*\),.*/\1/p' pyproject.toml)
@@ -15,6 +15,8 @@ pip() { "$venv/bin/python" -m pip --quiet --disable-pip-version-check "$@"; }
 [ -x "$venv/bin/python" ] || "${PYTHON:-python3}" -m venv "$venv"
 echo "oldest_torch: installing $wanted into $venv"
 pip install $wanted  # unquoted: may hold pip options
+# --torch-only: just the download and install (network-bound), e.g. in the background while other tests run
+[ "${1:-}" = "--torch-only" ] && exit 0
 pip install -e .
 "$venv/bin/python" -c "import torch; print('oldest_torch: torch', torch.__version__)"
 exec "$venv/bin/python" -m pytest -p no:xdist -m "not slow" -q \

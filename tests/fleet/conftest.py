@@ -77,7 +77,7 @@ def perfsuite_in(
     )
 
 
-# -- a real one-node Slurm cluster (slurm-wlm, munge; .ci/install-slurm.sh installs them) -----------------
+# -- a real one-node Slurm cluster (slurm-wlm, munge; .ci/install-packages.sh installs them) -----------------
 SLURM_REQUIRED = (
     "PERFSUITE_REQUIRE_SLURM"  # set by .ci/run: a missing Slurm fails instead of skipping
 )
