@@ -373,19 +373,35 @@ def ref_config_root(tree: Path) -> Path:
 
 
 def describe_config(
-    args: argparse.Namespace, trees: dict[str, Path], commits: dict[str, str]
+    args: argparse.Namespace, trees: dict[str, Path], commits: dict[str, str], side: str | None
 ) -> str:
-    """``pyproject.toml at --head-ref feature (3f2a9c1d0)``, or the working tree's file, or none."""
+    """``pyproject.toml at --base-ref main (3f2a9c1d0)``, or the working tree's file, or none."""
     from perfsuite.suite.runner import find_config
 
     root = config_root(args)
     config = find_config(root)
-    if "head" in trees:
-        where = f"at --head-ref {args.head_ref} ({commits['head']})"
-        name = config.relative_to(trees["head"]).as_posix() if config else None
+    if side:
+        where = f"at --{side}-ref {getattr(args, f'{side}_ref')} ({commits[side]})"
+        name = config.relative_to(trees[side]).as_posix() if config else None
     else:
         where, name = "in the working tree", str(config) if config else None
     return f"{name} {where}" if name else f"no pytest configuration {where}: perfsuite's defaults"
+
+
+GATE_KEYS = (
+    "perfsuite_variants",
+    "perfsuite_user_variants",
+    "perfsuite_case_set",
+    "perfsuite_cases",
+    "perfsuite_modes",
+)  # what decides which benchmarks ab gates
+
+
+def changed_gate_keys(base_root: Path, head_root: Path) -> list[str]:
+    """The ``GATE_KEYS`` whose values differ between the base's and the head's configuration."""
+    from perfsuite.suite.runner import ini_value
+
+    return [key for key in GATE_KEYS if ini_value(base_root, key) != ini_value(head_root, key)]
 
 
 class Terminated(Exception):
@@ -454,10 +470,21 @@ def _run_ab(args: argparse.Namespace) -> int:
     for note in notes:
         print(f"perfsuite: note: {note}", file=sys.stderr)
     with git_worktrees({"base": args.base_ref, "head": args.head_ref}) as trees:
-        if "head" in trees:  # the configuration committed at the head ref, not the working tree's
-            args.config_root = ref_config_root(trees["head"])
-        used = describe_config(args, trees, commits)
+        # A ref's committed configuration, not the working tree's: the base ref's when there is one,
+        # so that a change cannot turn off its own gate by editing what is gated.
+        side = "base" if "base" in trees else "head" if "head" in trees else None
+        if side:
+            args.config_root = ref_config_root(trees[side])
+        used = describe_config(args, trees, commits, side)
         print(f"perfsuite ab: configuration: {used}", file=sys.stderr)
+        if side == "base" and "head" in trees:
+            changed = changed_gate_keys(args.config_root, ref_config_root(trees["head"]))
+            if changed:
+                print(
+                    f"perfsuite ab: note: the head ref changes {', '.join(changed)}; the gate uses the base "
+                    "ref's configuration, so the change is gated on what main gates",
+                    file=sys.stderr,
+                )
         try:
             case_ids = resolve_case_ids(args)
         except ValueError as exc:

@@ -70,6 +70,8 @@ class GateOutcome:
         counts = self._counts()
         shown = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
         notes = self._structure_notes() + self._timing_notes(counts)
+        if not self._timed():  # a PASS that timing did not decide says so, as FAIL lines do
+            notes.insert(0, "no timing was judged, structure only")
         return (
             f"perfsuite gate: PASS: no regression found in {plural(total, 'benchmark')} ({shown})"
             + "".join(f"; {note}" for note in notes)

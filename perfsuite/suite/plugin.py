@@ -171,6 +171,7 @@ def pytest_collection_modifyitems(
     suite.expect(sum(1 for item in items if "benchmark" in getattr(item, "fixturenames", ())))
     if config.option.collectonly or not any(_pair(item) is not None for item in items):
         return  # another suite's tests: perfsuite writes nothing, so checks nothing
+    suite.runs_suite = True
     try:  # before the first test: one usage error, not a failure found after the timed run
         suite.check_outputs(_saving_storage(getattr(config, "_benchmarksession", None)))
     except PerfsuiteError as exc:

@@ -57,6 +57,7 @@ class SuiteSession:
         self.crashed: dict[tuple[str, str, str], CrashedResult] = {}
         self.progress = Progress()
         self.timed = False  # set at session start: results are written as they come in timed runs
+        self.runs_suite = False  # set at collection: this run holds the attention suite's tests
         self.pytest_session: pytest.Session | None = None
         self.run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
         # the history store's identity of this run (saved in its file); a fleet's shard gets its idempotent one
@@ -242,7 +243,7 @@ class SuiteSession:
         """Note the running test; in a timed run, each test's start (of any kind) is written to
         run.json, so a process that dies there leaves it named."""
         self.progress.running = nodeid
-        if self.timed:
+        if self.timed and self.runs_suite:  # another suite's tests: perfsuite writes nothing
             self.write_outputs(final=False, started=True)
 
     def interrupted(self) -> None:

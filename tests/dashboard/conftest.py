@@ -22,7 +22,9 @@ def history_store(tmp_path: Path) -> tuple[str, list[str]]:
 def browser():
     if not CHROMIUM.exists():
         if os.environ.get("PERFSUITE_REQUIRE_CHROMIUM") == "1":  # set by .ci/run
-            pytest.fail("PERFSUITE_REQUIRE_CHROMIUM=1 but /usr/bin/chromium is missing (.ci/install-packages.sh)")
+            pytest.fail(
+                "PERFSUITE_REQUIRE_CHROMIUM=1 but /usr/bin/chromium is missing (.ci/install-packages.sh)"
+            )
         pytest.skip("no /usr/bin/chromium (Debian's chromium: apt-get install chromium)")
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is in perfsuite[dev]")
     with sync_api.sync_playwright() as playwright:

@@ -183,7 +183,9 @@ def test_the_run_report_is_findings_first_with_error_bars(tmp_path, page):
     """``perfsuite report --html``: one file, findings first, the dashboard's charts with error bars."""
     import json
 
-    example = Path(__file__).resolve().parents[2] / "docs" / "example" / "run.json"
+    example = (
+        Path(__file__).resolve().parents[2] / "tests" / "data" / "runs" / "cpu-sequence-sweep.json"
+    )
     data = json.loads(example.read_text())
     for r in data[
         "results"

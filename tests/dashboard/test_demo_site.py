@@ -41,8 +41,15 @@ perfsuite_variants = "blocked_attention"
 perfsuite_cases = "{CASE}"
 perfsuite_modes = ["forward"]
 '''
-COPIES = "    for _ in range(30):\n        scores = scores.clone()  # planted: score-sized copies\n"
-TIMED = ("--benchmark-min-rounds=15", "--benchmark-max-time=0.05", "--benchmark-warmup=off")
+COPIES = (
+    "    for _ in range(300):\n        scores = scores.clone()  # planted: score-sized copies\n"
+)
+TIMED = (
+    "--benchmark-min-rounds=15",
+    "--benchmark-max-time=0.05",
+    "--benchmark-warmup=on",
+    "--benchmark-warmup-iterations=3",
+)
 
 
 def sh(*args, cwd):
@@ -98,7 +105,7 @@ def test_three_timed_commits_give_a_site_whose_first_screen_names_the_regression
         ("base", ATTENTION),
         ("a comment only", ATTENTION.replace('"""Softmax', '"""Plain softmax')),
         (
-            "planted: 30 copies of the scores",
+            "planted: 300 copies of the scores",
             ATTENTION.replace("    if mask.masked_out", COPIES + "    if mask.masked_out", 1),
         ),
     ):

@@ -589,6 +589,23 @@ def test_a_fail_that_judged_no_timing_says_so(tmp_path, capsys):
     assert "no timing was judged" not in capsys.readouterr().out
 
 
+def test_a_pass_that_judged_no_timing_says_so(tmp_path, capsys):
+    """Identical structure, every timing contended: the PASS line says it rests on structure only."""
+    rng = np.random.default_rng(9)
+    loaded = {
+        "contended": True,
+        "reasons": ["threads waited for a CPU 60% of the wall time (limit 5%)"],
+    }
+    base = saved_run(tmp_path / "base.json", np.exp(rng.normal(0, 0.01, 50)))
+    head = saved_run(tmp_path / "head.json", np.exp(rng.normal(0, 0.01, 50)), contention=loaded)
+    assert main(["compare", str(base), str(head), "--fail-on-structure"]) == 0
+    assert "PASS: no regression found in 1 benchmark" in (out := capsys.readouterr().out)
+    assert "; no timing was judged, structure only" in out
+    timed = saved_run(tmp_path / "timed.json", np.exp(rng.normal(0, 0.01, 50)))
+    assert main(["compare", str(base), str(timed), "--fail-on-structure"]) == 0
+    assert "no timing was judged" not in capsys.readouterr().out
+
+
 def test_the_ab_worker_fingerprint_holds_score_writes_and_saved_bytes_as_a_saved_run_does():
     """``ab --fail-on-structure`` judges the same facts as ``compare``: score writes, work, saved bytes."""
     from perfsuite.gate.ab_worker import Worker

@@ -7,8 +7,8 @@ import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 from pytest_benchmark.utils import NameWrapper
 
+from perfsuite.measure.device_api import L2_FLUSH_FACTOR
 from perfsuite.measure.device_timing import (
-    L2_FLUSH_FACTOR,
     DeviceClock,
     DeviceTimingError,
     L2Flush,

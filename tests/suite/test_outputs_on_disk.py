@@ -72,7 +72,7 @@ def test_run_json_names_the_running_check_test_and_an_older_run_is_superseded_at
 import os, json, pathlib
 
 def pytest_runtest_call(item):
-    if item.originalname == "test_score_copies_per_forward":
+    if item.originalname == "test_score_copies_per_step":
         run = json.loads(pathlib.Path("out", "run.json").read_text())
         pathlib.Path("seen.json").write_text(json.dumps(run))
         os._exit(9)  # the process dies inside a check test
@@ -80,8 +80,8 @@ def pytest_runtest_call(item):
     died = pytester.runpytest_subprocess(*ARGS)
     assert died.ret == 9
     seen = json.loads(Path(pytester.path, "seen.json").read_text())
-    assert seen["complete"] is False and "test_score_copies_per_forward" in seen["running"]
-    assert "test_score_copies_per_forward" in json.loads(run_json.read_text())["running"]
+    assert seen["complete"] is False and "test_score_copies_per_step" in seen["running"]
+    assert "test_score_copies_per_step" in json.loads(run_json.read_text())["running"]
 
     pytester.makeconftest("""
 import os

@@ -305,7 +305,7 @@ def test_a_backward_only_slowdown_is_caught_in_backward_mode(user_repo):
 
 
 def test_ab_on_two_refs_reads_their_configuration_not_the_working_trees(user_repo):
-    """An uncommitted edit of pyproject.toml is not what two committed refs are gated with; ab says which it used."""
+    """An uncommitted edit of pyproject.toml is not what two committed refs are gated with: ab uses the base ref's configuration and says so."""
     repo, base_sha, head_sha, _ = user_repo
     pyproject = repo / "pyproject.toml"
     committed = pyproject.read_text()
@@ -339,7 +339,7 @@ def test_ab_on_two_refs_reads_their_configuration_not_the_working_trees(user_rep
         output
     )  # the committed variants: blocked_attention's extra copy is gated
     assert (
-        f"perfsuite ab: configuration: pyproject.toml at --head-ref {head_sha} ({head_sha[:9]})"
+        f"perfsuite ab: configuration: pyproject.toml at --base-ref {base_sha} ({base_sha[:9]})"
         in output
     )
     assert "blocked_attention/b1h2s16d8-fp32-causal-cpu" in output
