@@ -297,6 +297,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus):
     write table.md and run.json before any summary hook can fail."""
     if exitstatus == pytest.ExitCode.INTERRUPTED:
         session_of(session.config).interrupted()
+        # a benchmark stopped before its first round has no data, which pytest-benchmark cannot save
+        saved = getattr(session.config, "_benchmarksession", None)
+        if saved is not None:
+            saved.benchmarks[:] = [bench for bench in saved.benchmarks if bench]
     result = yield
     session_of(session.config).write_outputs()
     session_of(session.config).record_history(

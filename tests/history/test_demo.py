@@ -187,7 +187,8 @@ def test_three_commits_show_three_points_and_the_regression_with_its_cause(
         assert not at_regression and "(contended: shown, not used)" in text, text
 
     regressed = perfsuite(repo, "history", "detect", "--confirm", "1", "--min-effect", "5")
-    if "not judged" in regressed.stdout or "contended" in regressed.stdout:
+    # not judged: a contended point, or too few usable points in this epoch ("needs ... has N point(s)")
+    if any(why in regressed.stdout for why in ("not judged", "contended", "needs ")):
         assert regressed.returncode == 0, regressed.stdout
     else:
         assert regressed.returncode == 1, regressed.stdout + regressed.stderr
