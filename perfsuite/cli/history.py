@@ -156,17 +156,22 @@ def _series(args: argparse.Namespace, store, name: str):
     return found
 
 
+def _filtered_series(store, args: argparse.Namespace) -> list:
+    """The series ``list`` and ``export`` show: the filters given on the command line."""
+    return store.list_series(
+        variant=args.variant,
+        case=args.case,
+        mode=args.mode,
+        testbed=args.testbed,
+        measure=args.measure,
+    )
+
+
 def run_list(args: argparse.Namespace) -> int:
     from perfsuite.history.render import format_value, series_heading, sparkline
 
     with _store(args) as store:
-        found = store.list_series(
-            variant=args.variant,
-            case=args.case,
-            mode=args.mode,
-            testbed=args.testbed,
-            measure=args.measure,
-        )
+        found = _filtered_series(store, args)
         rows = []
         for series in found:
             points = store.points(series.key, branch=args.branch)
@@ -281,13 +286,7 @@ def run_detect(args: argparse.Namespace) -> int:
 
 def run_export(args: argparse.Namespace) -> int:
     with _store(args) as store:
-        found = store.list_series(
-            variant=args.variant,
-            case=args.case,
-            mode=args.mode,
-            testbed=args.testbed,
-            measure=args.measure,
-        )
+        found = _filtered_series(store, args)
         rows = [(s, p) for s in found for p in store.points(s.key, branch=args.branch)]
     fields = [
         "series",

@@ -59,22 +59,35 @@ text: ``render.py``. Command line: ``perfsuite history`` (``perfsuite/cli/histor
 
 from __future__ import annotations
 
-from perfsuite.history.records import BenchmarkRecord, Commit, RunRecord, Software, Testbed
-from perfsuite.history.store import Store, open_store, resolve_url
-from perfsuite.history.query import MEASURES, Epoch, Point, Series, SeriesKey
+import importlib
+from typing import Any
 
-__all__ = [
-    "BenchmarkRecord",
-    "Commit",
-    "Epoch",
-    "MEASURES",
-    "Point",
-    "RunRecord",
-    "Series",
-    "SeriesKey",
-    "Software",
-    "Store",
-    "Testbed",
-    "open_store",
-    "resolve_url",
-]
+# Resolved on first use (PEP 562): the pytest plugin loads in every pytest run of the environment and
+# imports history's records and capture; SQLAlchemy (the store) is imported only when a store is opened.
+_EXPORTS = {
+    "BenchmarkRecord": "perfsuite.history.records",
+    "Commit": "perfsuite.history.records",
+    "RunRecord": "perfsuite.history.records",
+    "Software": "perfsuite.history.records",
+    "Testbed": "perfsuite.history.records",
+    "Store": "perfsuite.history.store",
+    "open_store": "perfsuite.history.store",
+    "resolve_url": "perfsuite.history.store",
+    "MEASURES": "perfsuite.history.query",
+    "Epoch": "perfsuite.history.query",
+    "Point": "perfsuite.history.query",
+    "Series": "perfsuite.history.query",
+    "SeriesKey": "perfsuite.history.query",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'perfsuite.history' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)
+
+
+def __dir__() -> list[str]:
+    return __all__

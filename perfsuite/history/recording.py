@@ -9,7 +9,6 @@ from pathlib import Path
 
 from perfsuite.errors import HistoryError
 from perfsuite.history.records import RunRecord
-from perfsuite.history.store import open_store, shown
 
 DISABLE_VALUES = ("off", "false", "0", "no")
 
@@ -45,6 +44,9 @@ def record_runs(
 ) -> Recorded:
     """Write ``runs`` into the store (``store.resolve_url(url, ini_value, root)``), each in its own
     transaction; any error is caught and returned in ``Recorded.error``."""
+    # imported here: SQLAlchemy only when a run is recorded, not in every pytest run that loads the plugin
+    from perfsuite.history.store import open_store, shown
+
     started = time.perf_counter()
     name = url or ini_value or "the history store"
     try:
