@@ -241,5 +241,5 @@ def postgresql_store_url(request) -> str:
     return _HISTORY.postgresql_url(request)
 
 
-if _HISTORY.MISSING is None:
+if _HISTORY.MISSING is None and not _HISTORY.SERVER_URL:
     postgresql_history_proc = _HISTORY.postgresql_history_proc

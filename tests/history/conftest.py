@@ -2,7 +2,11 @@
 pytest-postgresql starts from Debian's binaries (``/usr/lib/postgresql/<version>/bin``, or
 ``PERFSUITE_PG_BIN``). As root (CI), pg_ctl runs as the postgres user (``pg_ctl_as_postgres.sh``).
 Without a server binary the PostgreSQL cases skip with the reason; ``PERFSUITE_REQUIRE_POSTGRESQL=1``
-(set by .ci/run) turns that skip into a failure, so CI cannot silently lose them."""
+(set by .ci/run) turns that skip into a failure, so CI cannot silently lose them.
+
+``PERFSUITE_PG_URL`` (a libpq URL of a running server, e.g. ``postgresql://root@/postgres?host=/var/run/postgresql``)
+uses that server instead of starting one: .ci/run starts Debian's cluster with ``pg_ctlcluster`` and sets it,
+so the server's data lives outside pytest's temporary folders and no worker runs initdb."""
 
 from __future__ import annotations
 
@@ -41,12 +45,17 @@ def _executable() -> str | None:
     return str(WRAPPER) if shutil.which("runuser") else None
 
 
+SERVER_URL = os.environ.get("PERFSUITE_PG_URL")
+
+
 def _missing_reason() -> str | None:
     try:
         import psycopg  # noqa: F401
         import pytest_postgresql  # noqa: F401
     except ImportError as exc:
         return f"PostgreSQL store tests need the dev extra (psycopg, pytest-postgresql): {exc}"
+    if SERVER_URL:
+        return None
     if PG_BIN is None:
         return "no PostgreSQL server binary (install Debian's postgresql package: /usr/lib/postgresql/*/bin/pg_ctl)"
     if _executable() is None:
@@ -56,7 +65,7 @@ def _missing_reason() -> str | None:
 
 MISSING = _missing_reason()
 
-if MISSING is None:
+if MISSING is None and not SERVER_URL:
     from pytest_postgresql import factories
 
     postgresql_history_proc = factories.postgresql_proc(
@@ -73,14 +82,17 @@ def postgresql_url(request: pytest.FixtureRequest) -> str:
             pytest.fail(f"PERFSUITE_REQUIRE_POSTGRESQL=1 but {MISSING}")
         pytest.skip(MISSING)
     import psycopg
+    from sqlalchemy.engine import make_url
 
-    proc = request.getfixturevalue("postgresql_history_proc")
     name = f"history_{os.getpid()}_{next(_databases)}"
-    with psycopg.connect(
-        host=proc.host, port=proc.port, user=proc.user, dbname="postgres", autocommit=True
-    ) as conn:
+    if SERVER_URL:
+        server = make_url(SERVER_URL.replace("postgresql://", "postgresql+psycopg://", 1))
+    else:
+        proc = request.getfixturevalue("postgresql_history_proc")
+        server = make_url(f"postgresql+psycopg://{proc.user}@{proc.host}:{proc.port}/postgres")
+    with psycopg.connect(server.render_as_string(hide_password=False).replace("+psycopg", ""), autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
-    return f"postgresql+psycopg://{proc.user}@{proc.host}:{proc.port}/{name}"
+    return server.set(database=name).render_as_string(hide_password=False)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
