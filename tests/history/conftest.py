@@ -90,7 +90,9 @@ def postgresql_url(request: pytest.FixtureRequest) -> str:
     else:
         proc = request.getfixturevalue("postgresql_history_proc")
         server = make_url(f"postgresql+psycopg://{proc.user}@{proc.host}:{proc.port}/postgres")
-    with psycopg.connect(server.render_as_string(hide_password=False).replace("+psycopg", ""), autocommit=True) as conn:
+    with psycopg.connect(
+        server.render_as_string(hide_password=False).replace("+psycopg", ""), autocommit=True
+    ) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     return server.set(database=name).render_as_string(hide_password=False)
 
