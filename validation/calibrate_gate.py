@@ -78,12 +78,19 @@ def lost_inplace_tree(root: Path, edits) -> Path:
     return root
 
 
+def _variant_mode(key: str) -> str:
+    """``variant/mode`` of a benchmark key (``variant/case``, or ``variant/case/mode`` beyond forward)."""
+    parts = key.split("/")
+    return f"{parts[0]}/{parts[2] if len(parts) > 2 else 'forward'}"
+
+
 def gate_once(scenario: str, args, variants: list[str], cases: list[str]) -> dict:
     """One gate of ``scenario`` over ``variants`` x ``cases``; a dict of verdicts, counts and seconds."""
     settings, plan = (
         GateSettings(args.alpha, args.min_effect),
         SequentialPlan(budget_s=args.budget_s),
     )
+    modes = tuple(split_list(args.modes))
     load_before, start, before = load_average(), time.perf_counter(), snapshot()
     if scenario in REAL_CHANGES:
         changed = "naive_inplace"
@@ -97,36 +104,59 @@ def gate_once(scenario: str, args, variants: list[str], cases: list[str]) -> dic
                 settings=settings,
                 plan=plan,
                 rounds=args.rounds,
+                modes=modes,
+                timing_threads=args.timing_threads,
             )[0]
     else:
         changed = args.slow_variant
         slowdown = {"A/A": 0.0, "10% injected": 0.10, "5% injected": 0.05}[scenario]
         head = Side(Path("."), slowdown=slowdown, slow_variant=args.slow_variant)
         results = run_ab(
-            Side(Path(".")), head, variants, cases, settings=settings, plan=plan, rounds=args.rounds
+            Side(Path(".")),
+            head,
+            variants,
+            cases,
+            settings=settings,
+            plan=plan,
+            rounds=args.rounds,
+            modes=modes,
+            timing_threads=args.timing_threads,
         )[0]
     after = snapshot()
-    verdicts = {r.key.split("/")[0]: r.comparison.verdict for r in results}
-    is_changed = scenario != "A/A"
-    return {
+    verdicts = {_variant_mode(r.key): r.comparison.verdict for r in results}
+    changed_keys = {f"{changed}/{mode}" for mode in modes} if scenario != "A/A" else set()
+    gate = {
         "seconds": time.perf_counter() - start,
         "load_before": load_before,
         "load_after": load_average(),
         # the hypervisor's share: CPU time stolen from this VM over the gate, of all its CPUs' time
         "steal": (after.steal_s - before.steal_s) / max(after.all_cpu_s - before.all_cpu_s, 1e-9),
         "verdicts": verdicts,
-        "ratios": {r.key.split("/")[0]: r.comparison.estimate.ratio for r in results},
-        "pairs": {r.key.split("/")[0]: len(r.contended) for r in results},
-        "contended_pairs": {r.key.split("/")[0]: sum(r.contended) for r in results},
+        "ratios": {_variant_mode(r.key): r.comparison.estimate.ratio for r in results},
+        "pairs": {_variant_mode(r.key): len(r.contended) for r in results},
+        "contended_pairs": {_variant_mode(r.key): sum(r.contended) for r in results},
+    }
+    gate |= counts(verdicts, changed_keys)
+    # the same counts per mode: the tables are reported for forward and backward apart
+    gate["by_mode"] = {
+        mode: counts(
+            {k: v for k, v in verdicts.items() if k.endswith(f"/{mode}")},
+            {k for k in changed_keys if k.endswith(f"/{mode}")},
+        )
+        for mode in modes
+    }
+    return gate
+
+
+def counts(verdicts: dict[str, str], changed: set[str]) -> dict:
+    """A gate's outcome over ``verdicts`` (``variant/mode`` -> verdict); ``changed``: the keys the head changed."""
+    unchanged = {k: v for k, v in verdicts.items() if k not in changed}
+    return {
         "flagged": any(v == "slower" for v in verdicts.values()),
-        "caught": is_changed and verdicts.get(changed) == "slower",
-        "false_alarms": sum(
-            v == "slower" for k, v in verdicts.items() if not (is_changed and k == changed)
-        ),
-        "unchanged": sum(1 for k in verdicts if not (is_changed and k == changed)),
-        "unchanged_no_change": sum(
-            v == "no change" for k, v in verdicts.items() if not (is_changed and k == changed)
-        ),
+        "caught": bool(changed) and all(verdicts.get(k) == "slower" for k in changed),
+        "false_alarms": sum(v == "slower" for v in unchanged.values()),
+        "unchanged": len(unchanged),
+        "unchanged_no_change": sum(v == "no change" for v in unchanged.values()),
         "decisive": sum(v in DECISIVE for v in verdicts.values()),
         "contended": sum(v == CONTENDED_VERDICT for v in verdicts.values()),
         "benchmarks": len(verdicts),
@@ -171,6 +201,15 @@ def main() -> None:
         help="variants per gate (eager ones by default: compiled variants compile per process)",
     )
     parser.add_argument("--slow-variant", default="sdpa")
+    parser.add_argument(
+        "--modes", default="forward", help="comma-separated: forward, backward (each gated apart)"
+    )
+    parser.add_argument(
+        "--timing-threads",
+        type=int,
+        default=None,
+        help="torch threads of both gate workers (perfsuite ab --timing-threads); default: torch's",
+    )
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--budget-s", type=float, default=SequentialPlan.budget_s)
     parser.add_argument("--alpha", type=float, default=0.01)
@@ -228,6 +267,12 @@ def print_summaries(runs: dict[str, list[dict]], busy: int, quiet_steal: float) 
     }
     print(f"\nGates with CPU steal below {quiet_steal:.0%}:\n")
     print(summary(quiet, busy))
+    modes = sorted({m for gates in runs.values() for g in gates for m in g.get("by_mode", {})})
+    for mode in modes if len(modes) > 1 else []:
+        print(f"\n{mode} benchmarks only:\n")
+        print(
+            summary({n: [g | g["by_mode"][mode] for g in gates] for n, gates in runs.items()}, busy)
+        )
 
 
 if __name__ == "__main__":

@@ -26,7 +26,13 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+
+from perfsuite.measure.call_limit import default_limit_s
+
+# Seconds a probe child may take to start (Python, torch, perfsuite and the variants imported), on top
+# of the call time limit of each pair it runs.
+PROBE_STARTUP_S = 120.0
 
 STATUSES = ("ok", "unsupported", "error", "crashed")
 _STDERR_TAIL_LINES = 12
@@ -82,14 +88,17 @@ def probe(
     pairs: Iterable[tuple[str, str]],
     seed: int,
     specs: Iterable[str] = (),
-    timeout_s: float = 1800.0,
+    call_limit_s: Callable[[str], float | None] = default_limit_s,
 ) -> dict[tuple[str, str], ProbeOutcome]:
     """Run the first call of ``variant`` on each ``(case_id, mode)`` pair in child processes.
 
     ``specs``: the ``--perfsuite-variant`` specs (``module:function``) the child loads, besides
     installed entry points, so it knows the same variants; ``seed``: the suite's. The child
-    inherits ``sys.path`` through ``PYTHONPATH``. Returns an outcome for every pair. A child
-    that runs past ``timeout_s`` in all is killed and its running pair reported ``crashed``.
+    inherits ``sys.path`` through ``PYTHONPATH``. Returns an outcome for every pair.
+
+    ``call_limit_s(device)``: seconds one call may take on that device (``--perfsuite-call-time-limit``;
+    None: no limit). A child gets ``PROBE_STARTUP_S`` plus that limit for each pair it has left;
+    past it, it is killed and its running pair reported ``crashed`` (a call that never returns).
     """
     remaining = list(dict.fromkeys(pairs))
     outcomes: dict[tuple[str, str], ProbeOutcome] = {}
@@ -97,6 +106,7 @@ def probe(
     specs = list(specs)
     while remaining:
         command = _child_command(variant, specs, remaining, seed)
+        timeout_s = probe_timeout_s(remaining, call_limit_s)
         running: tuple[str, str] | None = None
         try:
             done = subprocess.run(
@@ -135,6 +145,16 @@ def probe(
         )
         remaining.remove(running)
     return outcomes
+
+
+def probe_timeout_s(
+    pairs: Iterable[tuple[str, str]], call_limit_s: Callable[[str], float | None]
+) -> float | None:
+    """``PROBE_STARTUP_S`` plus each pair's call limit (by its case's device); None if any has none."""
+    from perfsuite.attention.cases import parse_case_id
+
+    limits = [call_limit_s(parse_case_id(case_id).device) for case_id, _ in pairs]
+    return None if any(not limit for limit in limits) else PROBE_STARTUP_S + sum(limits)
 
 
 def _run_pairs(variant_name: str, pairs: list[tuple[str, str]], seed: int) -> None:

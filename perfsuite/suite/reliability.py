@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 import pytest
 
 from perfsuite.gate.baseline import Incomplete
+from perfsuite.measure.call_limit import default_limit_s
 from perfsuite.measure.isolation import ProbeOutcome, probe
 
 
@@ -73,8 +74,10 @@ class CrashProbes:
         seed: int,
         specs: Iterable[str],
         run_probe: Callable[..., dict[tuple[str, str], ProbeOutcome]] = probe,
+        call_limit_s: Callable[[str], float | None] = default_limit_s,
     ):
         self.isolate = frozenset(isolate)
+        self.call_limit_s = call_limit_s
         self.seed = seed
         self.specs = tuple(specs)
         self._run_probe = run_probe
@@ -91,7 +94,9 @@ class CrashProbes:
             return None
         if variant not in self._outcomes:
             wanted = list(dict.fromkeys(list(pairs()) + [(case_id, mode)]))
-            self._outcomes[variant] = self._run_probe(variant, wanted, self.seed, self.specs)
+            self._outcomes[variant] = self._run_probe(
+                variant, wanted, self.seed, self.specs, call_limit_s=self.call_limit_s
+            )
         outcome = self._outcomes[variant].get((case_id, mode))
         return outcome if outcome is not None and outcome.status == "crashed" else None
 

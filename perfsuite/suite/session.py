@@ -53,7 +53,9 @@ class SuiteSession:
     def __init__(self, resolved: settings.SuiteSettings, variant_specs: tuple[str, ...] = ()):
         self.settings = resolved
         self.failures = FailureLedger()  # setup and evidence errors: in full once, then referenced
-        self.probes = CrashProbes(resolved.isolate, resolved.seed, variant_specs)
+        self.probes = CrashProbes(
+            resolved.isolate, resolved.seed, variant_specs, call_limit_s=resolved.call_limit_s
+        )
         self.crashed: dict[tuple[str, str, str], CrashedResult] = {}
         self.progress = Progress()
         self.timed = False  # set at session start: results are written as they come in timed runs

@@ -66,3 +66,43 @@ def test_a_child_that_cannot_load_the_variant_reports_every_pair_with_its_stderr
         and "exit code 1" in outcome.detail
         and "unknown attention variant" in outcome.detail
     )
+
+
+HANGS = textwrap.dedent("""
+    import signal, time
+    from perfsuite.variants.registry import register_variant
+
+    @register_variant("hangs", "never returns, deaf to SIGALRM (as a kernel stuck in C++)")
+    def hangs(query, key, value, *, mask, scale):
+        signal.signal(signal.SIGALRM, signal.SIG_IGN)
+        time.sleep(3600)
+""")
+
+
+@pytest.mark.slow
+def test_a_call_that_never_returns_is_killed_after_the_call_time_limit(tmp_path, monkeypatch):
+    """The probe's deadline follows the call limit (1 s here) plus start-up, not a fixed half hour."""
+    from perfsuite.measure import isolation
+
+    (tmp_path / "hangs_variants.py").write_text(HANGS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(isolation, "PROBE_STARTUP_S", 30.0)
+    pair = ("b1h2s4d8-fp32-noncausal-cpu", "forward")
+    started = time.perf_counter()
+    (outcome,) = probe(
+        "hangs", [pair], seed=0, specs=["hangs_variants:hangs"], call_limit_s=lambda device: 1.0
+    ).values()
+    assert outcome.status == "crashed" and outcome.detail.startswith("ran past 31 s"), outcome
+    assert time.perf_counter() - started < 120
+
+
+def test_the_probe_deadline_is_start_up_plus_each_pairs_call_limit():
+    from perfsuite.measure.isolation import PROBE_STARTUP_S, probe_timeout_s
+
+    pairs = [
+        ("b1h2s4d8-fp32-noncausal-cpu", "forward"),
+        ("b1h2s4d8-fp32-noncausal-cuda", "backward"),
+    ]
+    limits = {"cpu": 10.0, "cuda": 2.0}
+    assert probe_timeout_s(pairs, limits.get) == PROBE_STARTUP_S + 12.0
+    assert probe_timeout_s(pairs, {"cpu": 10.0, "cuda": None}.get) is None

@@ -47,7 +47,7 @@ def test_the_same_first_call_error_in_every_mode_is_shown_in_full_once():
 def test_crash_probes_run_one_child_per_isolated_variant_and_answer_per_pair():
     calls = []
 
-    def fake_probe(variant, pairs, seed, specs):
+    def fake_probe(variant, pairs, seed, specs, call_limit_s):
         calls.append((variant, pairs))
         return {
             p: ProbeOutcome(
