@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-import warnings
 from pathlib import Path
 from collections.abc import Callable
 
@@ -45,7 +44,12 @@ from perfsuite.measure.refusals import (
 from perfsuite.measure.score_accounting import ScoreAccounting, account_windows
 from perfsuite.measure.saved_tensors import SavedForBackward, measure_saved
 from perfsuite.measure.timing import synchronized
-from perfsuite.measure.warnings_capture import announce_warnings, announced_once, shown_warnings
+from perfsuite.measure.warnings_capture import (
+    announce_warnings,
+    announced_once,
+    recorded_warnings,
+    shown_warnings,
+)
 from perfsuite.trace.summary import WindowSummary, summarize_windows
 from perfsuite.variants import Variant
 from perfsuite.variants.registry import VariantFn
@@ -155,8 +159,7 @@ def run_once(
     Warnings raised during the call are recorded (one line each, appended to ``seen`` when
     given) and shown once per variant and message (``announce_warnings``), not dropped.
     """
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with recorded_warnings() as caught:
         try:
             result = forward()
         except CaseUnsupported as exc:  # the variant's own named limitation

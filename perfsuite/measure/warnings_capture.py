@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import sys
 import warnings
 from pathlib import Path
 
@@ -56,10 +57,40 @@ def announce_warnings(variant: Variant, lines: list[str]) -> None:
             )
 
 
+# torch's own warn-once registries (a set of warning ids per module): a warning already shown for one
+# variant would otherwise never be seen for the next (flex_attention's "unfused implementation").
+TORCH_WARN_ONCE = (("torch.nn.attention.flex_attention", "_WARNINGS_SHOWN"),)
+
+
+@contextlib.contextmanager
+def _torch_warns_again():
+    """Empty torch's warn-once sets (``TORCH_WARN_ONCE``, where imported) inside; restore them after."""
+    registries = [
+        found
+        for module, name in TORCH_WARN_ONCE
+        if isinstance(found := getattr(sys.modules.get(module), name, None), set)
+    ]
+    saved = [set(registry) for registry in registries]
+    for registry in registries:
+        registry.clear()
+    try:
+        yield
+    finally:
+        for registry, before in zip(registries, saved):
+            registry |= before
+
+
+@contextlib.contextmanager
+def recorded_warnings():
+    """Every warning raised inside, in a list: Python's filters and torch's warn-once sets set aside."""
+    with warnings.catch_warnings(record=True) as caught, _torch_warns_again():
+        warnings.simplefilter("always")
+        yield caught
+
+
 @contextlib.contextmanager
 def announced_once(variant: Variant):
     """Record warnings raised inside; show each once per variant and message (``announce_warnings``)."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    with recorded_warnings() as caught:
         yield
     announce_warnings(variant, shown_warnings(caught))

@@ -89,3 +89,22 @@ def test_a_variants_warnings_are_recorded_and_shown_once_with_the_variant_named(
         f"variant noisy warned on its first call: {first.warnings[0]}"
     ]
     assert shown[0].category is VariantWarning
+
+
+def _uncompiled_flex(query, key, value, *, mask, scale):
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return flex_attention(query, key, value, scale=scale)
+
+
+def test_torchs_warn_once_does_not_hide_a_warning_from_the_next_variant(tmp_path, monkeypatch):
+    """flex_attention warns "unfused" once per process; each uncompiled flex variant still has it."""
+    monkeypatch.setattr(warnings_capture, "_ANNOUNCED", set())
+    case = AttentionCase(1, 2, 8, 8, 8, "fp32", "cpu", "noncausal")
+    found = []
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        for name in ("flex_first", "flex_second"):
+            variant = Variant(name=name, fn=_uncompiled_flex, description="test-only")
+            found.append(gather_evidence(variant, case, 0, tmp_path, "forward").warnings)
+    assert all(any("unfused implementation" in line for line in lines) for lines in found), found
