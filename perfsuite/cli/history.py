@@ -80,6 +80,11 @@ def add_command(commands) -> None:
             help="time_s (default for show/detect), wall_s, device_s, tflops, gbps, score_copies",
         )
         sub.add_argument("--branch", help="only runs recorded on this branch")
+        sub.add_argument(
+            "--rev",
+            help="only commits on this git revision's first-parent history (git rev-list --first-parent, "
+            "in the current repository), in that order: a sibling branch's commits are left out",
+        )
     for sub in (listed, export):
         for name in ("variant", "case", "mode", "testbed"):
             sub.add_argument(
@@ -89,6 +94,20 @@ def add_command(commands) -> None:
             )
     for sub in (listed, shown, detect):
         sub.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+
+def _commit_order(args: argparse.Namespace) -> list[str] | None:
+    """``--rev``'s first-parent shas, oldest first (None without it); ``SystemExit`` naming a bad revision."""
+    if not getattr(args, "rev", None):
+        return None
+    from perfsuite.history.capture import first_parent_order
+
+    order = first_parent_order(Path.cwd(), args.rev)
+    if not order:
+        raise SystemExit(
+            f"perfsuite history: --rev {args.rev!r}: not a revision of a git repository here"
+        )
+    return order
 
 
 def _store(args: argparse.Namespace, create: bool = False):
@@ -170,11 +189,12 @@ def _filtered_series(store, args: argparse.Namespace) -> list:
 def run_list(args: argparse.Namespace) -> int:
     from perfsuite.history.render import format_value, series_heading, sparkline
 
+    order = _commit_order(args)
     with _store(args) as store:
         found = _filtered_series(store, args)
         rows = []
         for series in found:
-            points = store.points(series.key, branch=args.branch)
+            points = store.points(series.key, branch=args.branch, commit_order=order)
             rows.append((series, points))
     if args.json:
         print(
@@ -212,9 +232,10 @@ def run_show(args: argparse.Namespace) -> int:
     from perfsuite.history.render import show_json, show_lines
 
     documents, texts = [], []
+    order = _commit_order(args)
     with _store(args) as store:
         for series in _series(args, store, args.series):
-            points = store.points(series.key, branch=args.branch)
+            points = store.points(series.key, branch=args.branch, commit_order=order)
             found, changes = epochs(points), detect(points, series.key.measure)
             documents.append(show_json(series, points, found, changes))
             texts.append("\n".join(show_lines(series, points, found, changes)))
@@ -228,6 +249,7 @@ def run_detect(args: argparse.Namespace) -> int:
 
     measure = args.measure or "time_s"
     results, regressions = [], 0
+    order = _commit_order(args)
     with _store(args) as store:
         chosen = (
             [s for name in args.series for s in _series(args, store, name)]
@@ -235,7 +257,7 @@ def run_detect(args: argparse.Namespace) -> int:
             else store.list_series(measure=measure)
         )
         for series in chosen:
-            points = store.points(series.key, branch=args.branch)
+            points = store.points(series.key, branch=args.branch, commit_order=order)
             verdict = check_newest(
                 points,
                 series.key.measure,
@@ -285,9 +307,14 @@ def run_detect(args: argparse.Namespace) -> int:
 
 
 def run_export(args: argparse.Namespace) -> int:
+    order = _commit_order(args)
     with _store(args) as store:
         found = _filtered_series(store, args)
-        rows = [(s, p) for s in found for p in store.points(s.key, branch=args.branch)]
+        rows = [
+            (s, p)
+            for s in found
+            for p in store.points(s.key, branch=args.branch, commit_order=order)
+        ]
     fields = [
         "series",
         "benchmark",

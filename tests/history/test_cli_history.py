@@ -142,3 +142,52 @@ def test_record_takes_the_newest_saved_run(tmp_path, monkeypatch, capsys):
     assert "1 run(s) added" in capsys.readouterr().out
     with open_store(store) as opened:
         assert [r["commit_sha"] for r in opened.runs()] == ["2" * 40]
+
+
+def test_rev_keeps_one_first_parent_line_and_leaves_a_sibling_branch_out(
+    tmp_path, monkeypatch, capsys
+):
+    """Without --rev a sibling branch's commit (same position) sits among main's; with it, only main's."""
+    import subprocess
+
+    env = {
+        "GIT_AUTHOR_NAME": "u",
+        "GIT_AUTHOR_EMAIL": "u@e",
+        "GIT_COMMITTER_NAME": "u",
+        "GIT_COMMITTER_EMAIL": "u@e",
+    }
+
+    def git(*args):
+        done = subprocess.run(
+            ["git", *args], cwd=tmp_path, env=env, capture_output=True, text=True, check=True
+        )
+        return done.stdout.strip()
+
+    git("init", "-q", "-b", "main")
+    shas = []
+    for n in range(3):
+        git("commit", "-q", "--allow-empty", "-m", f"main {n}")
+        shas.append(git("rev-parse", "HEAD"))
+    git("checkout", "-q", "-b", "feature", shas[0])
+    git("commit", "-q", "--allow-empty", "-m", "feature")
+    sibling = git("rev-parse", "HEAD")
+    store_url = f"sqlite:///{tmp_path / 'h.sqlite'}"
+    with open_store(store_url) as store:
+        for uid, sha, position in (
+            ("a", shas[0], 1),
+            ("b", shas[1], 2),
+            ("f", sibling, 2),
+            ("c", shas[2], 3),
+        ):
+            store.record(make_run(uid, sha, position))
+    monkeypatch.chdir(tmp_path)
+    assert main(["history", "--store", store_url, "show", BENCH, "--json"]) == 0
+    assert sibling in [p["sha"] for p in json.loads(capsys.readouterr().out)[0]["points"]]
+    assert main(["history", "--store", store_url, "show", BENCH, "--json", "--rev", "main"]) == 0
+    assert [p["sha"] for p in json.loads(capsys.readouterr().out)[0]["points"]] == shas
+    try:
+        main(["history", "--store", store_url, "show", BENCH, "--rev", "nosuch"])
+    except SystemExit as exc:
+        assert "--rev 'nosuch'" in str(exc)
+    else:
+        raise AssertionError("an unknown --rev was accepted")
