@@ -118,3 +118,30 @@ def test_perfsuite_compare_refuses_a_partial_base_run_naming_it(tmp_path, capsys
         f"{partial}: an incomplete run (interrupted (KeyboardInterrupt): 1 of 2"
         in capsys.readouterr().err
     )
+
+
+@pytest.mark.slow
+def test_a_node_id_after_benchmark_compare_is_a_usage_error_not_an_internal_error(tmp_path):
+    """pytest-benchmark takes the node id as the run to compare with (its value is optional); exit 4, not 3."""
+    import subprocess
+    import sys
+
+    (tmp_path / "test_small.py").write_text("def test_a():\n    pass\n")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "--benchmark-compare",
+            "test_small.py::test_a",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 4, output
+    assert "INTERNALERROR" not in output and "it is a test path" in output, output
