@@ -35,11 +35,13 @@ def build_store(
     variants: tuple[str, ...] = ("naive", "naive_inplace", "sdpa_math"),
     modes: tuple[str, ...] = ("forward",),
     device_clock: bool = False,
+    shards: int = 1,
 ) -> list[str]:
     """Record one run per commit into the store at ``url``; from commit ``planted`` on, naive makes one more
-    score copy and its rounds are 40% longer (what the copy costs here is not measured: the store's data is
-    made, so no test depends on this machine's speed). ``device_clock``: runs also carry wall and device medians,
-    as the suite's device timers record them. Returns the shas, oldest first."""
+        score copy and its rounds are 40% longer (what the copy costs here is not measured: the store's data is
+        made, so no test depends on this machine's speed). ``device_clock``: runs also carry wall and device medians,
+        as the suite's device timers record them. ``shards``: each commit's benchmarks split over that many runs
+    of one run group, as a fleet's shards record them. Returns the shas, oldest first."""
     rng = random.Random(seed)
     shas = [f"{i + 1:02d}" + f"{rng.getrandbits(152):038x}" for i in range(commits)]
     with open_store(url) as store:
@@ -72,21 +74,24 @@ def build_store(
                         )
                     )
             torch = "2.13.0" if i >= upgrade else "2.12.0"
-            store.record(
-                RunRecord(
-                    uid=f"run-{sha}",
-                    source="plugin",
-                    commit=Commit(
-                        sha=sha,
-                        branch="main",
-                        commit_time=1.7e9 + 3600 * i,
-                        position=i + 1,
-                        subject="plant an extra copy" if i == planted else f"commit {i + 1}",
-                    ),
-                    testbed=TESTBED,
-                    software=Software({"python": "3.11", "torch": torch}),
-                    benchmarks=tuple(benchmarks),
-                    recorded_at=1.7e9 + 3600 * i + 60,
+            for shard in range(shards):
+                store.record(
+                    RunRecord(
+                        uid=f"run-{sha}" + (f"-shard{shard}" if shards > 1 else ""),
+                        source="plugin",
+                        commit=Commit(
+                            sha=sha,
+                            branch="main",
+                            commit_time=1.7e9 + 3600 * i,
+                            position=i + 1,
+                            subject="plant an extra copy" if i == planted else f"commit {i + 1}",
+                        ),
+                        testbed=TESTBED,
+                        software=Software({"python": "3.11", "torch": torch}),
+                        benchmarks=tuple(benchmarks[shard::shards]),
+                        recorded_at=1.7e9 + 3600 * i + 60 + shard,
+                        run_group=f"fleet-{sha}" if shards > 1 else None,
+                        labels={"shard": f"{shard}/{shards}"} if shards > 1 else None,
+                    )
                 )
-            )
     return shas

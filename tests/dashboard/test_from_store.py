@@ -80,3 +80,18 @@ def test_the_command_refuses_a_missing_or_foreign_store_and_writes_nothing(tmp_p
     assert (tmp_path / "notes.sqlite").read_text() == "my notes" and not (
         tmp_path / "site"
     ).exists()
+
+
+def test_a_fleets_shards_of_one_commit_are_one_commit_on_the_dashboard(tmp_path):
+    """Three shards per commit, each timing other variants: one commit each, every series whole."""
+    url = f"sqlite:///{tmp_path / 'h.sqlite'}"
+    shas = build_store(url, shards=3)
+    with open_store(url, create=False) as store:
+        assert len(store.runs()) == 3 * len(shas)
+        model = dashboard_from_store(store)
+    assert [c.sha for c in model.commits] == shas
+    by_variant = {s.variant: s for s in model.series}
+    assert set(by_variant) == {"naive", "naive_inplace", "sdpa_math"}
+    assert all(len(s.points) == len(shas) for s in model.series)
+    [change] = by_variant["naive"].change_points
+    assert (change.last_good, change.first_bad) == (shas[3], shas[4])
