@@ -103,8 +103,9 @@ def add_commands(commands) -> None:
         "--timing-threads",
         type=positive_threads,
         metavar="N",
-        help="experimental, not yet calibrated: both workers time with N torch threads (1: a busy "
-        "process beside the gate shares a core with one thread, not with an OpenMP team)",
+        help="both workers time with N torch threads (default: torch's). 1 keeps CPU timings decided "
+        "beside a busy process (measured: docs, validation page, 'Gate beside a CPU hog'), but times "
+        "single-threaded work: a change that costs only with several threads is not seen",
     )
     ab.add_argument(
         "--base-ref", help="git ref of the current repository as the base (a temporary worktree)"

@@ -42,8 +42,8 @@ from perfsuite.gate.stats import (
 # The same, fixed process conditions for both sides, and for every timed run: the list and the
 # reason for each live in perfsuite.measure.conditions.
 WORKER_ENV = required_env()
-# ``--timing-threads N`` (experimental, not yet calibrated): both workers time with N torch threads
-# (``torch.set_num_threads``), so a busy process beside the gate shares a core with fewer of them.
+# ``--timing-threads N``: both workers time with N torch threads (``torch.set_num_threads``), so a busy
+# process beside the gate shares a core with fewer of them (calibrated: docs/validation.md).
 TIMING_THREADS_ENV = "PERFSUITE_AB_TIMING_THREADS"
 
 PAIRED_METHOD = "per-block-pair log ratios, base and head interleaved ABAB in one run"
