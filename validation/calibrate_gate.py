@@ -24,6 +24,7 @@ measurement, not a test.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import shutil
 import tempfile
@@ -110,36 +111,26 @@ def gate_once(scenario: str, args, variants: list[str], cases: list[str]) -> dic
     )
     modes = tuple(split_list(args.modes))
     load_before, start, before = load_average(), time.perf_counter(), snapshot()
+    gate = functools.partial(
+        run_ab,
+        variants=variants,
+        case_ids=cases,
+        settings=settings,
+        plan=plan,
+        rounds=args.rounds,
+        modes=modes,
+        timing_threads=args.timing_threads,
+    )
     if scenario in REAL_CHANGES:
         changed = "naive_inplace"
         with tempfile.TemporaryDirectory(prefix="perfsuite-head-") as head:
             head_tree = lost_inplace_tree(Path(head), REAL_CHANGES[scenario])
-            results = run_ab(
-                Side(Path(__file__).resolve().parent.parent),
-                Side(head_tree),
-                variants,
-                cases,
-                settings=settings,
-                plan=plan,
-                rounds=args.rounds,
-                modes=modes,
-                timing_threads=args.timing_threads,
-            )[0]
+            results = gate(Side(Path(__file__).resolve().parent.parent), Side(head_tree))[0]
     else:
         changed = args.slow_variant
         slowdown = {"A/A": 0.0, "10% injected": 0.10, "5% injected": 0.05}[scenario]
         head = Side(Path("."), slowdown=slowdown, slow_variant=args.slow_variant)
-        results = run_ab(
-            Side(Path(".")),
-            head,
-            variants,
-            cases,
-            settings=settings,
-            plan=plan,
-            rounds=args.rounds,
-            modes=modes,
-            timing_threads=args.timing_threads,
-        )[0]
+        results = gate(Side(Path(".")), head)[0]
     after = snapshot()
     verdicts = {_variant_mode(r.key): r.comparison.verdict for r in results}
     changed = changed_keys(scenario, changed, modes)
