@@ -13,12 +13,9 @@ import sys
 import threading
 from pathlib import Path
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from perfsuite.suite import settings as suite_settings
 from perfsuite.errors import UsageError
-from perfsuite.gate.baseline import check_baseline_file
-from perfsuite.gate.compare import load_benchmark_file
-from perfsuite.gate.flow import GateOutcome, judge, judge_saved_runs
 from perfsuite.gate.stats import (
     SEPARATE_RUNS_MIN_EFFECT,
     SEQUENTIAL_LOOKS,
@@ -27,6 +24,9 @@ from perfsuite.gate.stats import (
     min_pairs,
 )
 from perfsuite.storage import write_text_atomic
+
+if TYPE_CHECKING:  # the gate's modules load torch: imported where a command runs
+    from perfsuite.gate.flow import GateOutcome
 
 
 def at_least(minimum: int):
@@ -219,6 +219,10 @@ def saved_run_path(spec: str) -> str:
 
 
 def run_compare(args: argparse.Namespace) -> int:
+    from perfsuite.gate.baseline import check_baseline_file
+    from perfsuite.gate.compare import load_benchmark_file
+    from perfsuite.gate.flow import judge_saved_runs
+
     settings = GateSettings(
         args.alpha, SEPARATE_RUNS_MIN_EFFECT if args.min_effect is None else args.min_effect
     )
@@ -237,6 +241,10 @@ def run_compare(args: argparse.Namespace) -> int:
 
 
 def resolve_case_ids(args: argparse.Namespace) -> list[str]:
+    import torch
+
+    from perfsuite.suite import settings as suite_settings
+
     raw = {
         name: suite_settings.RawValue(spec.default, f"default {name}", "default")
         for name, spec in suite_settings.SETTINGS.items()
@@ -246,8 +254,6 @@ def resolve_case_ids(args: argparse.Namespace) -> list[str]:
     raw["devices"] = suite_settings.RawValue(args.devices, f"--devices={args.devices!r}", "option")
     if args.cases:
         raw["cases"] = suite_settings.RawValue(args.cases, f"--cases={args.cases!r}", "option")
-    import torch
-
     resolved = suite_settings.resolve(raw, torch.cuda.is_available())
     return [c.id for c in resolved.cases]
 
@@ -258,6 +264,7 @@ def selected_variants(args: argparse.Namespace) -> list[str]:
     from perfsuite.variants import get_variant, variant_names
     from perfsuite.variants.user import load_entry_point_variants, load_variant_spec
 
+    from perfsuite.suite import settings as suite_settings
     from perfsuite.suite.runner import ini_value
 
     args.variant = args.variant or ini_value(config_root(args), "perfsuite_user_variants")
@@ -294,6 +301,7 @@ def configured(args: argparse.Namespace, key: str, default: str) -> str:
 
 def selected_modes(text: str) -> tuple[str, ...]:
     from perfsuite.attention.modes import MODES, parse_mode
+    from perfsuite.suite import settings as suite_settings
 
     try:
         return (
@@ -447,6 +455,7 @@ def run_ab_command(args: argparse.Namespace) -> int:
 
 def _run_ab(args: argparse.Namespace) -> int:
     from perfsuite.gate.ab import PAIRED_METHOD, Side, ab_payload, run_ab, write_json
+    from perfsuite.gate.flow import judge
     from perfsuite.gate.worktrees import git_worktrees, ref_commits
 
     settings = GateSettings(

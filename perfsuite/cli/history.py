@@ -257,7 +257,12 @@ def run_detect(args: argparse.Namespace) -> int:
             else store.list_series(measure=measure)
         )
         for series in chosen:
-            points = store.points(series.key, branch=args.branch, commit_order=order)
+            points = store.points(
+                series.key,
+                branch=args.branch,
+                commit_order=order,
+                newest=args.window + args.confirm,  # what check_newest reads
+            )
             verdict = check_newest(
                 points,
                 series.key.measure,

@@ -26,10 +26,11 @@ TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 
 def default_torch() -> str:
     """pip arguments for the torch this environment runs (``torch==2.13.0`` from the CPU index), so that
-    CI times the torch the user has; a local version label (``+cpu``) is left to the index."""
-    import torch
+    CI times the torch the user has; a local version label (``+cpu``) is left to the index. Read from
+    the installed distribution's metadata: importing torch would slow every command's start."""
+    from importlib import metadata
 
-    return f"torch=={torch.__version__.split('+')[0]} --index-url {TORCH_CPU_INDEX}"
+    return f"torch=={metadata.version('torch').split('+')[0]} --index-url {TORCH_CPU_INDEX}"
 
 
 def installed_requirement() -> str:

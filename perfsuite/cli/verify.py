@@ -16,15 +16,13 @@ import argparse
 import dataclasses
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from perfsuite.attention.cases import parse_case_id
-from perfsuite.measure.machine import driver_version
-from perfsuite.report.results import BenchmarkResult
-from perfsuite.report.saved import ReportError, load_run
+from perfsuite.errors import ReportError
 from perfsuite.storage import write_text_atomic
+
+if TYPE_CHECKING:  # the results load torch: imported where the command runs
+    from perfsuite.report.results import BenchmarkResult
 
 SMOKE_FILE = "smoke.md"
 TIMEOUT_EXIT_CODES = (124, 137)  # coreutils timeout: 124 after TERM, 137 after KILL
@@ -52,6 +50,10 @@ class Check:
 
 def environment() -> dict[str, Any]:
     """What the report states about the machine: torch build, CUDA/HIP versions, driver, device."""
+    import torch  # here, not at import: the CLI loads this module for its parser
+
+    from perfsuite.measure.machine import driver_version
+
     available = torch.cuda.is_available()
     return {
         "torch": torch.__version__,
@@ -97,6 +99,8 @@ def _ms(seconds: float | None) -> str:
 def timing_rows(results: list[BenchmarkResult], peaks: dict[str, Any] | None) -> list[str]:
     """Markdown rows: wall, device, their difference (launch/host overhead), TFLOP/s and the share
     of the measured matmul peak of the case's dtype (``perfsuite.measure.peaks``)."""
+    from perfsuite.attention.cases import parse_case_id
+
     header = [
         "variant",
         "mode",
@@ -237,6 +241,8 @@ def run_verify(args: argparse.Namespace) -> int:
     try:  # an unreadable file is a failed check of the report, never a report left unwritten
         checks = read_junit(junit) if junit.exists() else []
         if (results_dir / "run.json").exists():
+            from perfsuite.report.saved import load_run
+
             run = load_run(results_dir / "run.json")
             results, peaks = run.results, run.peaks
     except ReportError as exc:

@@ -40,7 +40,6 @@ import statistics
 from collections.abc import Sequence
 
 import numpy as np
-from scipy import stats as scipy_stats
 
 from perfsuite.history.query import MEASURES, Point, epochs
 from perfsuite.measure.speed_reference import speed_change
@@ -158,6 +157,8 @@ def step_test(
 ) -> tuple[float, float, tuple[float, float]]:
     """(p-value, ratio, 95% interval) of the step between two sides: Welch's t-test on the log scale;
     the ratio is exp(mean right - mean left) of the tested samples (a ratio of geometric means)."""
+    from scipy import stats as scipy_stats  # here: ``history detect`` never needs it
+
     a, b = _samples(left, xl), _samples(right, xr)
     if len(a) < 2 or len(b) < 2:
         return 1.0, math.exp(float(np.mean(b)) - float(np.mean(a))), (0.0, math.inf)

@@ -183,36 +183,16 @@ def find_series(connection: Connection, name: str) -> list[Series]:
     return exact or [s for s in every if name in s.key.benchmark]
 
 
-def _values(row: Any, measure: str) -> list[float]:
-    column = MEASURES[measure][0]
-    if measure == "time_s" and row.rounds_s:
-        return [float(v) for v in row.rounds_s]
-    value = getattr(row, column)
-    return [] if value is None else [float(value)]
-
-
-def points(
-    connection: Connection,
-    series: SeriesKey | Series,
-    branch: str | None = None,
-    include_dirty: bool = True,
-    commit_order: Sequence[str] | None = None,
-) -> list[Point]:
-    """The points of ``series`` in first-parent commit order (``Commit.position``, then commit time,
-    then when recorded). ``branch``: only runs recorded on it; ``include_dirty=False`` leaves out
-    runs of uncommitted trees; ``commit_order``: shas oldest first (``git rev-list --first-parent
-    --reverse``) to order by instead, points of other commits left out."""
-    key = series.key if isinstance(series, Series) else series
-    _measure(key.measure)
+def _light_query(key: SeriesKey, branch: str | None, include_dirty: bool):
+    """The rows of ``key``'s series without their large JSON columns (``schema.SERIES_INDEX`` covers
+    them on the results table), oldest recorded first."""
     r, run, tb, sw = schema.results, schema.runs, schema.testbeds, schema.software
+    column = MEASURES[key.measure][0]
     query = (
         select(
-            r.c.rounds_s,
-            getattr(r.c, MEASURES[key.measure][0]).label(MEASURES[key.measure][0]),
+            r.c.id,
+            getattr(r.c, column).label("value"),
             r.c.contended,
-            r.c.structure,
-            r.c.structure_hash,
-            r.c.speed_reference,
             run.c.uid,
             run.c.commit_sha,
             run.c.branch,
@@ -222,7 +202,6 @@ def points(
             run.c.subject,
             run.c.recorded_at,
             sw.c.fingerprint.label("software_fingerprint"),
-            sw.c.spec.label("software"),
         )
         .join(run, run.c.id == r.c.run_id)
         .join(tb, tb.c.id == run.c.testbed_id)
@@ -234,31 +213,120 @@ def points(
         query = query.where(run.c.branch == branch)
     if not include_dirty:
         query = query.where(run.c.dirty.is_(False))
+    return query
+
+
+def _ordered_groups(rows: Sequence[Any], commit_order: Sequence[str] | None) -> list[list[Any]]:
+    """``rows`` pooled into points (commit, dirty, software) and put in commit order."""
     groups: dict[tuple, list[Any]] = {}
-    for row in connection.execute(query):
-        if not _values(row, key.measure):
-            continue
+    first_recorded: dict[tuple, float] = {}
+    for row in rows:
         group = (row.commit_sha or row.uid, bool(row.dirty), row.software_fingerprint)
         groups.setdefault(group, []).append(row)
-    built = [_point(rows, key.measure) for rows in groups.values()]
+        first_recorded[group] = min(first_recorded.get(group, row.recorded_at), row.recorded_at)
+    big = float("inf")
     if commit_order is not None:
         rank = {sha: i for i, sha in enumerate(commit_order)}
-        built = [p for p in built if p.sha in rank]
-        return sorted(built, key=lambda p: (rank[p.sha], p.dirty, p.recorded_at))
-    big = float("inf")
-    return sorted(
-        built,
-        key=lambda p: (
-            p.position if p.position is not None else big,
-            p.commit_time if p.commit_time is not None else big,
-            p.dirty,
-            p.recorded_at,
-        ),
-    )
+        found = [g for g, members in groups.items() if members[-1].commit_sha in rank]
+        found.sort(key=lambda g: (rank[groups[g][-1].commit_sha], g[1], first_recorded[g]))
+    else:
+
+        def order(group: tuple) -> tuple:
+            newest = groups[group][-1]
+            position, when = newest.commit_position, newest.commit_time
+            return (
+                big if position is None else position,
+                big if when is None else when,
+                group[1],
+                first_recorded[group],
+            )
+
+        found = sorted(groups, key=order)
+    return [groups[g] for g in found]
 
 
-def _reference_ms(row: Any) -> float | None:
-    found = row.speed_reference or {}
+def _newest_groups(groups: list[list[Any]], newest: int) -> list[list[Any]]:
+    """The tail of ``groups`` inside the newest epoch that holds ``newest`` usable points (fewer when
+    the epoch has fewer): what ``changepoints.check_newest`` reads."""
+    if not groups:
+        return groups
+    epoch = groups[-1][-1].software_fingerprint
+    start, usable = len(groups), 0
+    while start > 0 and usable < newest and groups[start - 1][-1].software_fingerprint == epoch:
+        start -= 1
+        group = groups[start]
+        usable += not group[-1].dirty and any(not x.contended for x in group)
+    return groups[start:]
+
+
+def _by_id(
+    connection: Connection, columns: Sequence[Any], ids: Sequence[int], chunk: int = 500
+) -> dict[int, Any]:
+    """Rows of ``columns`` (results columns) for result ``ids``, keyed by id."""
+    r = schema.results
+    found: dict[int, Any] = {}
+    for start in range(0, len(ids), chunk):
+        query = select(r.c.id, *columns).where(r.c.id.in_(ids[start : start + chunk]))
+        found.update((row.id, row) for row in connection.execute(query))
+    return found
+
+
+def points(
+    connection: Connection,
+    series: SeriesKey | Series,
+    branch: str | None = None,
+    include_dirty: bool = True,
+    commit_order: Sequence[str] | None = None,
+    newest: int | None = None,
+) -> list[Point]:
+    """The points of ``series`` in first-parent commit order (``Commit.position``, then commit time,
+    then when recorded). ``branch``: only runs recorded on it; ``include_dirty=False`` leaves out
+    runs of uncommitted trees; ``commit_order``: shas oldest first (``git rev-list --first-parent
+    --reverse``) to order by instead, points of other commits left out; ``newest``: only the newest
+    points of the newest epoch, as many as hold that many usable points (``check_newest``'s window
+    and confirmations), so a CI check reads a few points of a long series.
+
+    Rows are read in two passes: commit, flags and value first, then the raw rounds, speed reference
+    and structure of the points kept (the structure of each point's newest run only)."""
+    key = series.key if isinstance(series, Series) else series
+    _measure(key.measure)
+    time_measure = key.measure == "time_s"
+    query = _light_query(key, branch, include_dirty)
+    light = [row for row in connection.execute(query) if time_measure or row.value is not None]
+    groups = _ordered_groups(light, commit_order)
+    if newest is not None:
+        groups = _newest_groups(groups, newest)
+    r, sw = schema.results, schema.software
+    ids = [row.id for group in groups for row in group]
+    columns = [r.c.speed_reference, *([r.c.rounds_s] if time_measure else [])]
+    heavy = _by_id(connection, columns, ids)
+    structures = _by_id(connection, [r.c.structure, r.c.structure_hash], [g[-1].id for g in groups])
+    fingerprints = sorted({g[-1].software_fingerprint for g in groups})
+    software = {
+        row.fingerprint: row.spec
+        for row in connection.execute(
+            select(sw.c.fingerprint, sw.c.spec).where(sw.c.fingerprint.in_(fingerprints))
+        )
+    }
+    built = []
+    for group in groups:
+        rows = [(row, heavy[row.id]) for row in group]
+        rows = [(row, extra) for row, extra in rows if _values(row, extra)]
+        if rows:
+            built.append(_point(rows, structures[group[-1].id], software))
+    return built
+
+
+def _values(row: Any, heavy: Any) -> list[float]:
+    """A row's raw values: every round for ``time_s`` (``heavy.rounds_s``), else the one value."""
+    rounds = getattr(heavy, "rounds_s", None)
+    if rounds:
+        return [float(v) for v in rounds]
+    return [] if row.value is None else [float(row.value)]
+
+
+def _reference_ms(heavy: Any) -> float | None:
+    found = heavy.speed_reference or {}
     before, after = found.get("before_ms"), found.get("after_ms")
     if (
         not isinstance(before, (int, float))
@@ -270,13 +338,16 @@ def _reference_ms(row: Any) -> float | None:
     return math.sqrt(before * after)
 
 
-def _point(rows: list[Any], measure: str) -> Point:
-    clean = [v for row in rows if not row.contended for v in _values(row, measure)]
+def _point(rows: list[tuple[Any, Any]], structure: Any, software: dict[str, Any]) -> Point:
+    """A point from its (light row, heavy row) pairs, oldest recorded first."""
+    clean = [v for row, heavy in rows if not row.contended for v in _values(row, heavy)]
     references = [
-        r for r in (_reference_ms(row) for row in rows if not row.contended or not clean) if r
+        ms
+        for ms in (_reference_ms(heavy) for row, heavy in rows if not row.contended or not clean)
+        if ms
     ]
-    every = [v for row in rows for v in _values(row, measure)]
-    newest = rows[-1]
+    every = [v for row, heavy in rows for v in _values(row, heavy)]
+    newest = rows[-1][0]
     return Point(
         sha=newest.commit_sha,
         position=newest.commit_position,
@@ -284,16 +355,16 @@ def _point(rows: list[Any], measure: str) -> Point:
         branch=newest.branch,
         subject=newest.subject,
         dirty=bool(newest.dirty),
-        run_uids=tuple(row.uid for row in rows),
+        run_uids=tuple(row.uid for row, _ in rows),
         values=tuple(clean),
         all_values=tuple(every),
         contended=not clean,
         median=statistics.median(clean or every),
         software_fingerprint=newest.software_fingerprint,
-        software=dict(newest.software or {}),
-        structure=newest.structure,
-        structure_hash=newest.structure_hash,
-        recorded_at=min(row.recorded_at for row in rows),
+        software=dict(software.get(newest.software_fingerprint) or {}),
+        structure=structure.structure,
+        structure_hash=structure.structure_hash,
+        recorded_at=min(row.recorded_at for row, _ in rows),
         speed_reference_ms=statistics.median(references) if references else None,
     )
 

@@ -102,7 +102,7 @@ def test_a_newer_store_is_refused_and_left_as_it_is(store_url):
 
 
 def test_an_older_store_is_migrated_forward_on_open(store_url):
-    """A version-1 store opened by code at version 2 runs migration 1 -> 2 once, in the opening transaction."""
+    """A store one version behind runs the next migration once, in the opening transaction."""
     from sqlalchemy import create_engine
 
     open_store(store_url).close()
@@ -112,15 +112,38 @@ def test_an_older_store_is_migrated_forward_on_open(store_url):
         connection.execute(text("ALTER TABLE perfsuite_runs ADD COLUMN note VARCHAR(20)"))
         ran.append(1)
 
+    current, migrations = schema.SCHEMA_VERSION, [*schema.MIGRATIONS, add_column]
     engine = create_engine(store_url)
     with engine.begin() as connection:
-        assert prepare_schema(connection, "test", version=2, migrations=[add_column]) == 1
+        assert prepare_schema(connection, "test", current + 1, migrations) == current
     with engine.begin() as connection:
-        assert prepare_schema(connection, "test", version=2, migrations=[add_column]) == 2
-        assert connection.execute(text("SELECT value FROM perfsuite_meta")).scalar() == "2"
+        assert prepare_schema(connection, "test", current + 1, migrations) == current + 1
+        assert connection.execute(text("SELECT value FROM perfsuite_meta")).scalar() == str(
+            current + 1
+        )
         connection.execute(text("SELECT note FROM perfsuite_runs"))
     engine.dispose()
     assert ran == [1]
+
+
+def test_a_version_1_store_gains_the_series_index_and_keeps_its_runs(store_url):
+    """The real migration 1 -> 2: a store written before the covering index of a series' rows."""
+    from sqlalchemy import create_engine, inspect
+
+    with open_store(store_url) as store:
+        store.record(make_run("r1", "a" * 40, 1, (1e-3, 2e-3)))
+    engine = create_engine(store_url)
+    with engine.begin() as connection:  # what version 1 wrote: no such index, version 1
+        schema.SERIES_INDEX.drop(connection)
+        connection.execute(schema.meta.update().values(value="1"))
+    engine.dispose()
+    with open_store(store_url) as store:
+        (point,) = store.points(store.list_series(measure="time_s")[0].key)
+        indexes = {i["name"] for i in inspect(store.engine).get_indexes("perfsuite_results")}
+    assert point.values == (1e-3, 2e-3)
+    assert schema.SERIES_INDEX.name in indexes
+    with create_engine(store_url).connect() as connection:
+        assert connection.execute(text("SELECT value FROM perfsuite_meta")).scalar() == "2"
 
 
 def test_a_file_that_is_not_sqlite_is_refused_and_kept(tmp_path):
