@@ -56,6 +56,8 @@ def read_json(path: Path, error: type[Exception], what: str) -> Any:
 # ``run.json`` (``report/results.py``). A reader refuses a newer version (``check_schema_version``).
 EXTRA_INFO_SCHEMA_VERSION = 2
 RUN_SCHEMA_VERSION = 2
+# The key of a saved pytest-benchmark file that says why the run is partial (``suite/session.py``).
+INCOMPLETE_KEY = "perfsuite_incomplete"
 
 
 def check_schema_version(found: Any, supported: int, what: str, error: type[Exception]) -> None:

@@ -5,4 +5,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec .venv/bin/python -m pytest -n "${PERFSUITE_TEST_WORKERS:-auto}" --dist loadgroup "$@"
+# --durations: the slowest tests are named in every log, to keep CI inside its time
+exec .venv/bin/python -m pytest -n "${PERFSUITE_TEST_WORKERS:-auto}" --dist loadgroup --durations=25 "$@"

@@ -84,3 +84,31 @@ def fastest_ratio(
     if min(m0, lo0, hi0, lo1) <= 0:
         return None
     return m1 / m0, lo1 / hi0, hi1 / lo0
+
+
+def case_dtype(case_id: str) -> str:
+    """``fp32`` from ``b2h4s64d32-fp32-causal-cpu``: the case id's second field (``attention.cases``)."""
+    parts = case_id.split("-")
+    return parts[1] if len(parts) > 1 else "?"
+
+
+def roofline_fraction(
+    tflops: float | None,
+    flop: int | None,
+    bytes_moved: int | None,
+    dtype: str,
+    peaks: dict | None,
+) -> tuple[float, str] | None:
+    """(achieved / attainable, which roof): attainable = min(the ``dtype`` matmul peak, arithmetic intensity
+    ``flop / bytes_moved`` x the copy bandwidth) under the measured peaks (``perfsuite.measure.peaks``:
+    ``matmul_tflops`` per dtype in TFLOP/s, ``memory_gbps`` in GB/s); Williams, Waterman and Patterson 2009,
+    "Roofline". ``tflops``: the achieved rate, TFLOP/s. None without peaks, a rate, FLOP or bytes."""
+    if not peaks or tflops is None or not flop or not bytes_moved or not peaks.get("memory_gbps"):
+        return None
+    peak = (peaks.get("matmul_tflops") or {}).get(dtype)
+    if not peak:
+        return None
+    memory_tflops = flop / bytes_moved * peaks["memory_gbps"] / 1e3
+    if peak <= memory_tflops:
+        return tflops / peak, f"{peak:.3g} TFLOP/s matmul peak"
+    return tflops / memory_tflops, f"{peaks['memory_gbps']:.3g} GB/s bandwidth roof"

@@ -9,9 +9,10 @@ the store has only when a device clock timed the rounds (so wall and device time
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 from typing import Any
 
-from perfsuite.dashboard.findings import checks_from, fastest_ratio
+from perfsuite.dashboard.findings import case_dtype, checks_from, fastest_ratio, roofline_fraction
 from perfsuite.dashboard.model import (
     ChangePoint,
     Commit,
@@ -28,12 +29,6 @@ from perfsuite.dashboard.model import (
 from perfsuite.history.records import Testbed as HistoryTestbed
 
 MEASURES = {"time_s": "time", "wall_s": "wall"}  # store measure -> the dashboard's name
-
-
-def _dtype(case_id: str) -> str:
-    """``fp32`` from ``b2h4s64d32-fp32-causal-cpu`` (the case id's second field)."""
-    parts = case_id.split("-")
-    return parts[1] if len(parts) > 1 else "?"
 
 
 def _point(p: Any, copies: dict[str, float]) -> Point | None:
@@ -82,8 +77,13 @@ def _change_points(measure: str, found: list[Any]) -> list[ChangePoint]:
     ]
 
 
-def _fastest(series: list[Series]) -> list[Fastest]:
-    """Per case, mode and testbed (``time``): the fastest variant at the newest commit two or more share."""
+# (variant, case id, mode, testbed fingerprint, sha) -> (fraction of the roof, which roof), or None
+RoofOf = Callable[[str, str, str, str, str], "tuple[float, str] | None"]
+
+
+def _fastest(series: list[Series], roof_of: RoofOf) -> list[Fastest]:
+    """Per case, mode and testbed (``time``): the fastest variant at the newest commit two or more share,
+    and how far it is from the roofline there (``roof_of``)."""
     groups: dict[tuple[str, str, str], list[Series]] = collections.defaultdict(list)
     for s in series:
         if s.measure == "time" and s.points:
@@ -106,10 +106,37 @@ def _fastest(series: list[Series]) -> list[Fastest]:
         ratio = fastest_ratio(
             (p0.median_s, *median_interval_s(p0)), (p1.median_s, *median_interval_s(p1))
         )
+        roof = roof_of(best, case, mode, testbed, commit)
         found.append(
-            Fastest(case, mode, testbed, best, p0.median_s, second, *(ratio or (None, None, None)))
+            Fastest(
+                case,
+                mode,
+                testbed,
+                best,
+                p0.median_s,
+                second,
+                *(ratio or (None, None, None)),
+                *(roof or (None, "")),
+            )
         )
     return found
+
+
+def _roof_of(store: Any) -> RoofOf:
+    """``RoofOf`` read from ``store``: the measured peaks and the rate of the run at that commit."""
+    from perfsuite.history.importing import benchmark_name
+    from perfsuite.history.query import SeriesKey
+
+    def roof(variant: str, case: str, mode: str, testbed: str, sha: str):
+        key = SeriesKey(benchmark_name(variant, case, mode), "time_s", testbed)
+        facts = store.roofline_facts(key, sha)
+        if facts is None:
+            return None
+        return roofline_fraction(
+            facts.tflops, facts.flop, facts.bytes_moved, case_dtype(case), facts.peaks
+        )
+
+    return roof
 
 
 def dashboard_from_store(
@@ -158,7 +185,7 @@ def dashboard_from_store(
                 s.variant,
                 s.case_id,
                 s.mode,
-                _dtype(s.case_id),
+                case_dtype(s.case_id),
                 MEASURES[s.key.measure],
                 s.key.testbed,
                 points,
@@ -178,7 +205,7 @@ def dashboard_from_store(
         [Commit(sha, _iso(t), subject) for sha, (_, t, subject) in ordered],
         series,
         [Testbed(k, v) for k, v in testbeds.items()],
-        _fastest(series),
+        _fastest(series, _roof_of(store)),
         checks_from(
             (v, case, tb, torch, c, st) for (v, case, tb, torch), (c, st) in sorted(newest.items())
         ),

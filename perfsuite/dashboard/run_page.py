@@ -9,7 +9,7 @@ import base64
 import collections
 from pathlib import Path
 
-from perfsuite.dashboard.findings import checks_from, fastest_ratio
+from perfsuite.dashboard.findings import case_dtype, checks_from, fastest_ratio, roofline_fraction
 from perfsuite.dashboard.model import Dashboard, Fastest, Finding, Group, notch_interval_s, to_json
 from perfsuite.dashboard.site import inline_page
 from perfsuite.report.results import HEADER, BenchmarkResult, table_row
@@ -21,29 +21,6 @@ def median_interval_s(result: BenchmarkResult) -> tuple[float, float] | None:
     if result.median_s is None or result.iqr_s is None or not result.rounds:
         return None
     return notch_interval_s(result.median_s, result.iqr_s, result.rounds)
-
-
-def _dtype(case_id: str) -> str:
-    parts = case_id.split("-")
-    return parts[1] if len(parts) > 1 else "?"
-
-
-def roofline_fraction(result: BenchmarkResult, peaks: dict | None) -> tuple[float, str] | None:
-    """(achieved / attainable, which roof) under the measured roofs: attainable = min(matmul peak,
-    arithmetic intensity x bandwidth) (Williams, Waterman and Patterson 2009, "Roofline"). None without peaks."""
-    tflops = result.achieved_tflops
-    if not peaks or tflops is None or not result.bytes_moved or not peaks.get("memory_gbps"):
-        return None
-    peak = (peaks.get("matmul_tflops") or {}).get(_dtype(result.case_id))
-    if not peak:
-        return None
-    memory_tflops = result.flop / result.bytes_moved * peaks["memory_gbps"] / 1e3
-    roof, name = (
-        (peak, f"{peak:.3g} TFLOP/s matmul peak")
-        if peak <= memory_tflops
-        else (memory_tflops, f"{peaks['memory_gbps']:.3g} GB/s bandwidth roof")
-    )
-    return tflops / roof, name
 
 
 def _timed(run: SavedRun) -> dict[tuple[str, str], list[BenchmarkResult]]:
@@ -96,7 +73,9 @@ def _fastest(timed: dict, peaks: dict | None, device: str) -> list[Fastest]:
     found = []
     for (case, mode), ranked in timed.items():
         best = ranked[0]
-        roof = roofline_fraction(best, peaks)
+        roof = roofline_fraction(
+            best.achieved_tflops, best.flop, best.bytes_moved, case_dtype(best.case_id), peaks
+        )
         ratio = None
         if len(ranked) > 1:  # without a spread in the run: the ratio alone
             i0, i1 = median_interval_s(best), median_interval_s(ranked[1])

@@ -17,6 +17,7 @@ from typing import Any
 from collections.abc import Iterable, Mapping
 
 from perfsuite.errors import HistoryError
+from perfsuite.storage import INCOMPLETE_KEY
 from perfsuite.history.capture import commit_of
 from perfsuite.history.records import (
     COMMIT_KEY,
@@ -175,8 +176,9 @@ def run_from_benchmark_json(
     recorded_at: float | None = None,
 ) -> RunRecord:
     """A ``RunRecord`` from a pytest-benchmark JSON document (as saved, or ``output_json`` in the
-    plugin's hook). Arguments given override what the file says. Raises ``HistoryError`` when
-    ``data`` is not one (no ``benchmarks`` list)."""
+    plugin's hook). Arguments given override what the file says; a partial run (interrupted, or
+    stopped at the first failure) keeps the benchmarks that finished and says why in its ``partial``
+    label. Raises ``HistoryError`` when ``data`` is not one (no ``benchmarks`` list)."""
     if not isinstance(data, Mapping) or not isinstance(data.get("benchmarks"), list):
         raise HistoryError("not a pytest-benchmark JSON document (no 'benchmarks' list)")
     if commit is None:
@@ -191,6 +193,8 @@ def run_from_benchmark_json(
             [(b.get("fullname"), b.get("stats")) for b in data["benchmarks"]],
         ],
     )
+    if data.get(INCOMPLETE_KEY):
+        labels = {**(labels or {}), "partial": data[INCOMPLETE_KEY]}
     return RunRecord(
         uid=uid,
         source=source,
@@ -204,6 +208,9 @@ def run_from_benchmark_json(
         repository=repository,
         run_group=run_group or data.get("perfsuite_run_group"),
         labels=labels,
+        peaks=data.get("perfsuite_peaks")
+        if isinstance(data.get("perfsuite_peaks"), dict)
+        else None,
     )
 
 

@@ -421,3 +421,39 @@ def runs(
     if limit:
         query = query.limit(limit)
     return [dict(row._mapping) for row in connection.execute(query)]
+
+
+@dataclasses.dataclass(frozen=True)
+class RooflineFacts:
+    """What the roofline needs of one benchmark at one commit: the newest run's achieved ``tflops``
+    (TFLOP/s at the median), ``flop`` and ``bytes_moved`` per step, and that run's measured ``peaks``."""
+
+    tflops: float
+    flop: int
+    bytes_moved: int
+    peaks: dict[str, Any]
+
+
+def roofline_facts(connection: Connection, key: SeriesKey, sha: str) -> RooflineFacts | None:
+    """``RooflineFacts`` of ``key``'s benchmark at commit ``sha`` on ``key``'s testbed, from the newest
+    uncontended run there that has peaks and a rate; None when no run has them."""
+    r, run, tb = schema.results, schema.runs, schema.testbeds
+    query = (
+        select(r.c.tflops, r.c.flop, r.c.bytes_moved, run.c.peaks)
+        .join(run, run.c.id == r.c.run_id)
+        .join(tb, tb.c.id == run.c.testbed_id)
+        .where(
+            r.c.benchmark == key.benchmark,
+            tb.c.fingerprint == key.testbed,
+            run.c.commit_sha == sha,
+            r.c.tflops.is_not(None),
+            r.c.flop.is_not(None),
+            r.c.bytes_moved.is_not(None),
+        )
+        .order_by(r.c.contended.desc(), run.c.recorded_at)  # uncontended and newest last
+    )
+    found = [row for row in connection.execute(query) if isinstance(row.peaks, dict)]
+    if not found:
+        return None
+    row = found[-1]
+    return RooflineFacts(float(row.tflops), int(row.flop), int(row.bytes_moved), row.peaks)

@@ -137,7 +137,9 @@ class BenchmarkRecord:
 class RunRecord:
     """One timed run. ``uid``: its identity (recording or importing it again adds nothing);
     ``source``: ``plugin``, ``run``, ``ab-base``, ``ab-head`` or ``import``; ``recorded_at`` unix
-    seconds; ``run_group``: shared by the shards of one logical run; ``labels``: free key/values."""
+    seconds; ``run_group``: shared by the shards of one logical run; ``labels``: free key/values;
+    ``peaks``: the measured peaks of the run's device (``perfsuite.measure.peaks``: ``matmul_tflops``
+    per dtype, ``memory_gbps``), for the roofline."""
 
     uid: str
     source: str
@@ -149,3 +151,4 @@ class RunRecord:
     repository: str | None = None
     run_group: str | None = None
     labels: Mapping[str, Any] | None = None
+    peaks: Mapping[str, Any] | None = None

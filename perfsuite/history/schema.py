@@ -27,6 +27,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    text,
 )
 
 SCHEMA_VERSION = 2
@@ -81,6 +82,7 @@ runs = Table(
     Column("run_group", String(128)),  # shards of one logical run share it
     Column("host", String(255)),
     Column("labels", JSON),
+    Column("peaks", JSON),  # perfsuite.measure.peaks of the run's device (version 2)
 )
 Index(f"{PREFIX}runs_commit", runs.c.commit_sha)
 
@@ -126,11 +128,12 @@ SERIES_INDEX = Index(
 TABLES = tuple(t.name for t in metadata.sorted_tables)
 
 
-
-def _add_series_index(connection: Connection) -> None:
-    """Version 1 -> 2: the covering index of a series' rows."""
+def _to_version_2(connection: Connection) -> None:
+    """Version 1 -> 2: the runs' measured peaks, and the covering index of a series' rows."""
+    peaks = runs.c.peaks.type.compile(dialect=connection.dialect)
+    connection.execute(text(f"ALTER TABLE {runs.name} ADD COLUMN peaks {peaks}"))
     SERIES_INDEX.create(connection, checkfirst=True)
 
 
 # MIGRATIONS[i] takes a store from version i + 1 to i + 2, inside the opening transaction.
-MIGRATIONS: list[Callable[[Connection], None]] = [_add_series_index]
+MIGRATIONS: list[Callable[[Connection], None]] = [_to_version_2]

@@ -189,6 +189,13 @@ class Store:
 
         return query.epochs(self.points(series, **options))
 
+    def roofline_facts(self, series, sha: str):
+        """``query.roofline_facts`` on this store."""
+        import perfsuite.history.query as query
+
+        key = getattr(series, "key", series)
+        return self.transaction(lambda c: query.roofline_facts(c, key, sha))
+
     def runs(self, **filters: Any):
         """``query.runs`` on this store."""
         import perfsuite.history.query as query

@@ -95,6 +95,7 @@ def insert_run(connection: Connection, run: RunRecord) -> bool:
             run_group=run.run_group,
             host=run.testbed.host,
             labels=dict(run.labels) if run.labels else None,
+            peaks=dict(run.peaks) if run.peaks else None,
         )
     ).inserted_primary_key[0]
     unique = {bench.name: bench for bench in run.benchmarks}  # a name twice: the last one counts

@@ -303,9 +303,7 @@ class SuiteSession:
         saved, self.saved_json = self.saved_json, None  # once, whichever hook comes first
         if saved is None or history_recording.disabled(config.getini("perfsuite_history")):
             return
-        if self.incomplete() is not None:
-            self.history_line = "perfsuite: history: a partial run is not recorded"
-            return
+        partial = self.incomplete() is not None  # recorded all the same: labelled, see importing
         source = os.environ.get("PERFSUITE_HISTORY_SOURCE", "plugin")
         try:
             run = history_importing.run_from_benchmark_json(
@@ -326,7 +324,9 @@ class SuiteSession:
             config.getini("perfsuite_history_url") or None,
             config.rootpath,
         )
-        self.history_line = recorded.line()
+        self.history_line = recorded.line() + (
+            " (a partial run: the benchmarks that finished)" if partial and recorded.added else ""
+        )
 
     # -- parametrization ---------------------------------------------------------------------
     def cases_for(self, variant) -> tuple:

@@ -9,6 +9,10 @@ from perfsuite.history import BenchmarkRecord, Commit, RunRecord, Software, Test
 
 CASE = "b2h8s256d64-fp32-causal-cpu"
 COPY = "cpu aten::clone [2x8x256x256]"
+# made-up peaks and work: the roofline is arithmetic on them (findings.roofline_fraction)
+PEAKS = {"matmul_tflops": {"fp32": 10.0}, "memory_gbps": 100.0}
+FLOP = 4 * 2 * 8 * 256 * 256 * 64  # two matmuls of 2 x B x H x S x S x D
+BYTES = 4 * 2 * 8 * 256 * 64 * 4  # query, key, value and output, fp32
 TESTBED = Testbed(
     device_names={"cpu": "x86_64"}, cpu_model="Test CPU", memory_bytes=2**34, num_threads=2
 )
@@ -36,12 +40,13 @@ def build_store(
     modes: tuple[str, ...] = ("forward",),
     device_clock: bool = False,
     shards: int = 1,
+    peaks: dict | None = PEAKS,
 ) -> list[str]:
     """Record one run per commit into the store at ``url``; from commit ``planted`` on, naive makes one more
         score copy and its rounds are 40% longer (what the copy costs here is not measured: the store's data is
         made, so no test depends on this machine's speed). ``device_clock``: runs also carry wall and device medians,
         as the suite's device timers record them. ``shards``: each commit's benchmarks split over that many runs
-    of one run group, as a fleet's shards record them. Returns the shas, oldest first."""
+    of one run group, as a fleet's shards record them; ``peaks`` each run's measured peaks. Returns the shas, oldest first."""
     rng = random.Random(seed)
     shas = [f"{i + 1:02d}" + f"{rng.getrandbits(152):038x}" for i in range(commits)]
     with open_store(url) as store:
@@ -71,6 +76,9 @@ def build_store(
                             structure=structure(copies)
                             | ({"sdpa_backends": ["MATH"]} if variant == "sdpa_math" else {}),
                             contended=(i == 1 and variant == "naive_inplace"),
+                            flop=FLOP,
+                            bytes_moved=BYTES,
+                            tflops=FLOP / sorted(rounds)[12] / 1e12,
                         )
                     )
             torch = "2.13.0" if i >= upgrade else "2.12.0"
@@ -92,6 +100,7 @@ def build_store(
                         recorded_at=1.7e9 + 3600 * i + 60 + shard,
                         run_group=f"fleet-{sha}" if shards > 1 else None,
                         labels={"shard": f"{shard}/{shards}"} if shards > 1 else None,
+                        peaks=peaks,
                     )
                 )
     return shas

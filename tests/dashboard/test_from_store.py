@@ -6,7 +6,7 @@ from __future__ import annotations
 from perfsuite.dashboard.from_store import dashboard_from_store
 from perfsuite.history import open_store
 
-from dashboard_store import build_store
+from dashboard_store import BYTES, FLOP, PEAKS, build_store
 
 
 def test_the_model_names_the_planted_change_its_cause_and_the_epoch(history_store):
@@ -35,6 +35,12 @@ def test_the_model_names_the_planted_change_its_cause_and_the_epoch(history_stor
         "sdpa_math",
         "naive_inplace",
     ) and fastest.ratio_low > 1
+    # the roofline from the run's stored peaks: FLOP / byte x bandwidth is below the matmul peak here
+    newest = by_variant["sdpa_math"].points[-1]
+    achieved = FLOP / newest.median_s / 1e12
+    attainable = min(PEAKS["matmul_tflops"]["fp32"], FLOP / BYTES * PEAKS["memory_gbps"] / 1e3)
+    assert abs(fastest.roofline - achieved / attainable) < 0.02 * fastest.roofline
+    assert fastest.roof == "100 GB/s bandwidth roof"
     assert {(c.variant, c.ok) for c in model.checks} == {
         ("naive", False),
         ("naive_inplace", True),
@@ -43,6 +49,14 @@ def test_the_model_names_the_planted_change_its_cause_and_the_epoch(history_stor
     assert [c.observed for c in model.checks if c.variant == "naive"] == [
         "2 score copies per forward"
     ]
+
+
+def test_without_stored_peaks_the_fastest_has_no_roofline(tmp_path):
+    url = f"sqlite:///{tmp_path / 'h.sqlite'}"
+    build_store(url, peaks=None)
+    with open_store(url, create=False) as store:
+        [fastest] = dashboard_from_store(store).fastest
+    assert (fastest.roofline, fastest.roof) == (None, "")
 
 
 def test_a_device_clock_adds_the_wall_time_series(tmp_path):

@@ -10,9 +10,9 @@ so the server's data lives outside pytest's temporary folders and no worker runs
 
 from __future__ import annotations
 
-import itertools
 import os
 import shutil
+import uuid
 from pathlib import Path
 
 import pytest
@@ -72,11 +72,10 @@ if MISSING is None and not SERVER_URL:
         executable=_executable(), host="127.0.0.1", unixsocketdir="/tmp"
     )
 
-_databases = itertools.count()
-
 
 def postgresql_url(request: pytest.FixtureRequest) -> str:
-    """A new, empty database on the session's server, as a SQLAlchemy URL."""
+    """A new, empty database on the session's server, as a SQLAlchemy URL; dropped after the test.
+    Its name is random: a server started once for CI outlives every pytest process (and their pids)."""
     if MISSING:
         if os.environ.get("PERFSUITE_REQUIRE_POSTGRESQL") == "1":
             pytest.fail(f"PERFSUITE_REQUIRE_POSTGRESQL=1 but {MISSING}")
@@ -84,16 +83,21 @@ def postgresql_url(request: pytest.FixtureRequest) -> str:
     import psycopg
     from sqlalchemy.engine import make_url
 
-    name = f"history_{os.getpid()}_{next(_databases)}"
+    name = f"history_{uuid.uuid4().hex[:16]}"
     if SERVER_URL:
-        server = make_url(SERVER_URL.replace("postgresql://", "postgresql+psycopg://", 1))
+        server = make_url(SERVER_URL.strip().replace("postgresql://", "postgresql+psycopg://", 1))
     else:
         proc = request.getfixturevalue("postgresql_history_proc")
         server = make_url(f"postgresql+psycopg://{proc.user}@{proc.host}:{proc.port}/postgres")
-    with psycopg.connect(
-        server.render_as_string(hide_password=False).replace("+psycopg", ""), autocommit=True
-    ) as conn:
+    admin = server.render_as_string(hide_password=False).replace("+psycopg", "")
+    with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
+
+    def drop() -> None:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    request.addfinalizer(drop)
     return server.set(database=name).render_as_string(hide_password=False)
 
 

@@ -3,10 +3,11 @@ schema version refusal and forward migration, and refusal of files that are not 
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import select, text
 
 from history_records import make_run
 from perfsuite.errors import HistoryError
@@ -133,15 +134,23 @@ def test_a_version_1_store_gains_the_series_index_and_keeps_its_runs(store_url):
     with open_store(store_url) as store:
         store.record(make_run("r1", "a" * 40, 1, (1e-3, 2e-3)))
     engine = create_engine(store_url)
-    with engine.begin() as connection:  # what version 1 wrote: no such index, version 1
+    with engine.begin() as connection:  # what version 1 wrote: no peaks, no such index
         schema.SERIES_INDEX.drop(connection)
+        connection.execute(text("ALTER TABLE perfsuite_runs DROP COLUMN peaks"))
         connection.execute(schema.meta.update().values(value="1"))
     engine.dispose()
     with open_store(store_url) as store:
         (point,) = store.points(store.list_series(measure="time_s")[0].key)
         indexes = {i["name"] for i in inspect(store.engine).get_indexes("perfsuite_results")}
+        store.record(dataclasses.replace(make_run("r2", "b" * 40, 2), peaks={"memory_gbps": 9.0}))
+        peaks = store.transaction(
+            lambda c: (
+                c.execute(select(schema.runs.c.peaks).order_by(schema.runs.c.id)).scalars().all()
+            )
+        )
     assert point.values == (1e-3, 2e-3)
     assert schema.SERIES_INDEX.name in indexes
+    assert peaks == [None, {"memory_gbps": 9.0}]  # the new column, written and read back
     with create_engine(store_url).connect() as connection:
         assert connection.execute(text("SELECT value FROM perfsuite_meta")).scalar() == "2"
 

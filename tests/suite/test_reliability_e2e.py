@@ -71,6 +71,19 @@ def test_an_interrupted_timed_run_is_marked_partial_everywhere_and_refused_as_a_
     )
     runs = json.loads(Path(project.path, "out", "traces", "manifest.json").read_text())["runs"]
     assert [r["status"] for r in runs] == ["complete", "interrupted"]
+    # the history keeps the benchmarks that finished, labelled with why the run is partial
+    assert (
+        "perfsuite: history: recorded 2 benchmark(s)" in output
+        and "(a partial run: the benchmarks that finished)" in output
+    ), output
+    from perfsuite.history import open_store
+
+    with open_store(str(Path(project.path, ".perfsuite", "history.sqlite")), create=False) as store:
+        stored = store.runs()  # newest first
+    assert [(r["benchmarks"], (r["labels"] or {}).get("partial")) for r in stored] == [
+        (2, marker),
+        (6, None),
+    ]
 
     (Path(project.path) / "conftest.py").unlink()
     compared = project.runpytest_subprocess(
