@@ -10,6 +10,7 @@ import sysconfig
 from pathlib import Path
 
 import pytest
+import torch
 
 from perfsuite.cli.gpu_smoke import CPU_CASE, run_smoke, score_copy_check, smoke_report
 from perfsuite.cli.main import main
@@ -36,10 +37,9 @@ def test_smoke_fails_when_the_expected_copy_is_missing(tmp_path):
 
 
 def test_a_failed_smoke_step_fails_the_verification_report(tmp_path, monkeypatch):
-    from perfsuite.cli import verify
 
-    monkeypatch.setattr(verify.torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(verify.torch.cuda, "get_device_name", lambda: "fake")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "fake")
     (tmp_path / "smoke.md").write_text("## Smoke step\n\n**Smoke: FAIL: sdpa_flash**\n")
     assert main(["verify", "--results", str(tmp_path)]) == 1
     assert "**Smoke: FAIL: sdpa_flash**" in (tmp_path / "verification.md").read_text()

@@ -3,6 +3,8 @@ from a JUnit file and results written here."""
 
 import dataclasses
 
+import torch
+
 
 from perfsuite.cli import verify
 from perfsuite.cli.main import main
@@ -48,7 +50,7 @@ def result(**changes):
 
 
 def test_without_cuda_the_report_says_so_and_how_to_install(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(verify.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert main(["verify", "--results", str(tmp_path)]) == 0
     report = (tmp_path / "verification.md").read_text()
     assert "**Result: NO CUDA DEVICE**" in report
