@@ -96,7 +96,7 @@ def test_shards_of_the_collected_suite_are_disjoint_and_their_union_is_the_suite
     pair = lambda nodeid: nodeid.split("[", 1)[1].rsplit("-cpu", 1)[
         0
     ]  # variant-case of a suite test
-    for count in (1, 2, 3, 5):
+    for count in (2, 5):  # one shard is the whole suite
         parts = []
         for index in range(1, count + 1):
             result = pytester.runpytest_subprocess(*ARGS, f"--perfsuite-shard={index}/{count}")
