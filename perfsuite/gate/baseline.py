@@ -20,6 +20,7 @@ from collections.abc import Iterable
 from perfsuite.errors import BaselineError
 from perfsuite.gate.compare import benchmark_key, load_benchmark_file
 from perfsuite.storage import EXTRA_INFO_SCHEMA_VERSION, INCOMPLETE_KEY, check_schema_version
+
 NEWEST = "[0-9][0-9][0-9][0-9]_"  # pytest-benchmark's glob for "the newest saved run"
 FEW_COVERED_FRACTION = 0.5  # a baseline with fewer of this run's benchmarks is named as partial
 

@@ -16,7 +16,7 @@ import statistics
 from typing import Any
 from collections.abc import Sequence
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Boolean, Connection, func, literal, select
 
 import perfsuite.history.schema as schema
 from perfsuite.history.records import EPOCH_FIELDS, stable_hash
@@ -30,6 +30,9 @@ MEASURES: dict[str, tuple[str, str, bool]] = {
     "gbps": ("gbps", "GB/s", False),
     "score_copies": ("score_copies", "copies", True),
 }
+# Counted from the trace, not timed: another process's load cannot change them, so no point of theirs is
+# contended (the run's contention flags apply to its timings).
+COUNTED = frozenset({"score_copies"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,7 +195,9 @@ def _light_query(key: SeriesKey, branch: str | None, include_dirty: bool):
         select(
             r.c.id,
             getattr(r.c, column).label("value"),
-            r.c.contended,
+            (literal(False, Boolean) if key.measure in COUNTED else r.c.contended).label(
+                "contended"
+            ),
             run.c.uid,
             run.c.commit_sha,
             run.c.branch,

@@ -39,7 +39,10 @@ def format_value(value: float | None, measure: str) -> str:
         return "-"
     if MEASURES[measure][1] == "s":
         return f"{value * 1e3:.4g} ms" if value >= 1e-3 else f"{value * 1e6:.4g} us"
-    return f"{value:.4g} {MEASURES[measure][1]}"
+    unit = MEASURES[measure][1]
+    if unit == "copies" and value == 1:
+        unit = "copy"
+    return f"{value:.4g} {unit}"
 
 
 def _when(timestamp: float | None) -> str:

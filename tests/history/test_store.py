@@ -204,3 +204,14 @@ def test_a_missing_store_is_refused_when_not_creating(tmp_path):
     with pytest.raises(HistoryError, match="no history store yet"):
         open_store(str(tmp_path / "none.sqlite"), create=False)
     assert not (tmp_path / "none.sqlite").exists()
+
+
+def test_score_copies_are_counted_so_a_contended_run_still_gives_a_usable_point(store_url):
+    with open_store(store_url) as store:
+        store.record(make_run("r1", "a" * 40, 1, contended=True))
+        store.record(make_run("r2", "b" * 40, 2, contended=True, copies=1))
+        by_measure = {s.key.measure: s.key for s in store.list_series()}
+        copies = store.points(by_measure["score_copies"])
+        timed = store.points(by_measure["time_s"])
+    assert [(p.contended, p.median) for p in copies] == [(False, 0.0), (False, 1.0)]
+    assert [p.contended for p in timed] == [True, True]  # its timings stay set aside

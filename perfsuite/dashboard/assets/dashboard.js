@@ -77,7 +77,7 @@
 
   function fastest() {
     const sec = el("section", {id: "fastest"}, el("h2", {}, "Fastest implementation per case"));
-    if (!D.fastest.length) { sec.append(el("p", {}, "No case has two or more implementations timed.")); return sec; }
+    if (!D.fastest.length) { sec.append(el("p", {}, "No case has two or more implementations timed at one commit without contention (contended points are shown on their series, not compared).")); return sec; }
     sec.append(table(["case", "mode", "testbed", "fastest", "median", "runner-up: its time / fastest", "roofline"],
       D.fastest.map((f) => el("tr", {},
         el("td", {}, f.case), el("td", {}, f.mode), el("td", {}, testbed(f.testbed)),
