@@ -331,10 +331,13 @@ perfsuite_modes = ["forward", "backward"]
 """
 
 
-def make_history(repo: Path, commits: int, case: str, planted: dict[int, str]) -> list[str]:
-    """A throwaway git repository with ``commits`` commits, each timed by ``perfsuite run`` (recorded in
-    its own .perfsuite/history.sqlite); ``planted``: commit number -> extra_copy | lost_in_place |
-    slower_backward (each kept from then on). Returns the planted commits' shas."""
+def make_history(
+    repo: Path, commits: int, case: str, planted: dict[int, str], runs_per_commit: int = 1
+) -> list[str]:
+    """A throwaway git repository with ``commits`` commits, each timed ``runs_per_commit`` times by
+    ``perfsuite run`` (recorded in its own .perfsuite/history.sqlite, the runs of a commit pooled into
+    its point); ``planted``: commit number -> extra_copy | lost_in_place | slower_backward (each kept
+    from then on). Returns the planted commits' shas."""
     import os
     import subprocess
     import sys
@@ -376,26 +379,27 @@ def make_history(repo: Path, commits: int, case: str, planted: dict[int, str]) -
         )
         if change:
             shas.append(run("git", "rev-parse", "HEAD").stdout.strip())
-        timed = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "perfsuite",
-                "run",
-                "--benchmark-min-rounds=15",
-                "--benchmark-max-time=0.2",
-                "-q",
-            ],
-            cwd=repo,
-            env=env,
-            capture_output=True,
-            text=True,
-        )
-        line = [text for text in timed.stdout.splitlines() if "perfsuite: history" in text]
-        print(
-            f"commit {number}: {change or '-'}: {line[0] if line else timed.stdout[-300:]}",
-            flush=True,
-        )
+        for _ in range(runs_per_commit):
+            timed = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "perfsuite",
+                    "run",
+                    "--benchmark-min-rounds=15",
+                    "--benchmark-max-time=0.2",
+                    "-q",
+                ],
+                cwd=repo,
+                env=env,
+                capture_output=True,
+                text=True,
+            )
+            line = [text for text in timed.stdout.splitlines() if "perfsuite: history" in text]
+            print(
+                f"commit {number}: {change or '-'}: {line[0] if line else timed.stdout[-300:]}",
+                flush=True,
+            )
     return shas
 
 
@@ -434,11 +438,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     made.add_argument("--repo", type=Path, required=True, help="a new folder")
     made.add_argument("--commits", type=int, default=32)
-    made.add_argument("--case", default="b1h2s256d32-fp32-causal-cpu")
+    made.add_argument("--case", default="b1h2s512d32-fp32-causal-cpu")
+    made.add_argument(
+        "--runs-per-commit",
+        type=int,
+        default=1,
+        help="timed runs of each commit, pooled into its point (default 1)",
+    )
     args = parser.parse_args(argv)
     if args.command == "make-history":
         planted = {11: "extra_copy", 19: "lost_in_place", 26: "slower_backward"}
-        shas = make_history(args.repo, args.commits, args.case, planted)
+        shas = make_history(args.repo, args.commits, args.case, planted, args.runs_per_commit)
         print(
             f"planted: {','.join(shas)}\nthen: python -m validation.change_points history "
             f"--store {args.repo / '.perfsuite' / 'history.sqlite'} --planted {','.join(shas)}"
