@@ -222,32 +222,32 @@ def _light_query(key: SeriesKey, branch: str | None, include_dirty: bool):
 
 
 def _ordered_groups(rows: Sequence[Any], commit_order: Sequence[str] | None) -> list[list[Any]]:
-    """``rows`` pooled into points (commit, dirty, software) and put in commit order."""
+    """``rows`` (oldest recorded first) pooled into points (commit, dirty, software) and put in commit
+    order; a point's first row is its first recorded."""
     groups: dict[tuple, list[Any]] = {}
-    first_recorded: dict[tuple, float] = {}
     for row in rows:
         group = (row.commit_sha or row.uid, bool(row.dirty), row.software_fingerprint)
         groups.setdefault(group, []).append(row)
-        first_recorded[group] = min(first_recorded.get(group, row.recorded_at), row.recorded_at)
-    big = float("inf")
+    members = list(groups.values())
     if commit_order is not None:
         rank = {sha: i for i, sha in enumerate(commit_order)}
-        found = [g for g, members in groups.items() if members[-1].commit_sha in rank]
-        found.sort(key=lambda g: (rank[groups[g][-1].commit_sha], g[1], first_recorded[g]))
-    else:
+        found = [g for g in members if g[-1].commit_sha in rank]
+        return sorted(
+            found, key=lambda g: (rank[g[-1].commit_sha], bool(g[-1].dirty), g[0].recorded_at)
+        )
+    big = float("inf")
 
-        def order(group: tuple) -> tuple:
-            newest = groups[group][-1]
-            position, when = newest.commit_position, newest.commit_time
-            return (
-                big if position is None else position,
-                big if when is None else when,
-                group[1],
-                first_recorded[group],
-            )
+    def order(group: list[Any]) -> tuple:
+        newest = group[-1]
+        position, when = newest.commit_position, newest.commit_time
+        return (
+            big if position is None else position,
+            big if when is None else when,
+            bool(newest.dirty),
+            group[0].recorded_at,
+        )
 
-        found = sorted(groups, key=order)
-    return [groups[g] for g in found]
+    return sorted(members, key=order)
 
 
 def _newest_groups(groups: list[list[Any]], newest: int) -> list[list[Any]]:
