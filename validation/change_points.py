@@ -259,37 +259,62 @@ def run_speed(n: int, repeats: int) -> list[str]:
     ]
 
 
-def run_history(url: str, planted: list[str], include_contended: bool = False) -> list[str]:
-    """Every time_s series of a store: change points found against the planted commits.
-    ``include_contended``: judge contended points too (their rounds used as if quiet), to show what
-    the detector makes of timings the contention check would leave out."""
+# The planted changes in make-history's order, and the modes whose time each is meant to change: the
+# copy and the lost in-place op add forward work; checkpointing makes backward recompute the forward
+# (its forward cost, a few percent, is not expected to be found).
+PLANTED_ORDER = ("extra_copy", "lost_in_place", "slower_backward")
+EXPECTED_IN = {"extra_copy": "forward", "lost_in_place": "forward", "slower_backward": "backward"}
+
+
+def run_history(
+    url: str, planted: list[str], include_contended: bool = False, gates: bool = True
+) -> list[str]:
+    """Every time_s and score_copies series of a store: change points found against the planted commits (``planted``:
+    shas in ``PLANTED_ORDER``). ``include_contended``: judge contended points too (their rounds used as
+    if quiet); ``gates``: let the store's interleaved A/B gates judge (``changepoints.with_gates``)."""
     import dataclasses
 
     from perfsuite.history import open_store
 
     lines = [
-        f"contended points {'used' if include_contended else 'left out (the rule)'}",
+        f"contended points {'used' if include_contended else 'left out (the rule)'}; "
+        f"interleaved gates {'used' if gates else 'not used'}",
         "",
-        "| benchmark | points | of which contended | planted found | change points elsewhere |",
-        "| --- | --- | --- | --- | --- |",
+        "| benchmark | points | of which contended | gates | expected planted found at their commit "
+        "| other planted commits flagged | false change points |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
+    names = dict(zip(planted, PLANTED_ORDER))
     with open_store(url, create=False) as store:
-        for series in store.list_series(measure="time_s"):
+        every = store.list_series(measure="time_s") + store.list_series(measure="score_copies")
+        for series in every:
             points = store.points(series.key)
+            pairs = store.pairs(series) if gates else []
             contended = sum(p.contended for p in points)
             if include_contended:
                 points = [
                     dataclasses.replace(p, values=p.all_values, contended=False) for p in points
                 ]
-            found = detect(points)
-            shas = [c.first_bad.sha for c in found]
-            hit = [p for p in planted if any(s and s.startswith(p) for s in shas)]
-            extra = [s[:10] for s in shas if not any(s and s.startswith(p) for p in planted)]
+            found = detect(points, series.key.measure, pairs=pairs)
+            flagged = {names.get(_planted_of(c.first_bad.sha, planted)) for c in found}
+            expected = [s for s, n in names.items() if EXPECTED_IN[n] == series.mode]
+            hit = [s for s in expected if names[s] in flagged]
+            other = sorted(n for n in flagged if n and EXPECTED_IN[n] != series.mode)
+            false = [
+                f"{c.first_bad.short_sha} x{c.ratio:.2f}"
+                for c in found
+                if _planted_of(c.first_bad.sha, planted) is None
+            ]
             lines.append(
-                f"| {series.key.benchmark} | {len(points)} | {contended} | {len(hit)} of {len(planted)} | "
-                f"{', '.join(extra) or 'none'} |"
+                f"| {series.key.benchmark} {series.key.measure} | {len(points)} | {contended} | {len(pairs)} | "
+                f"{len(hit)} of {len(expected)} | {', '.join(other) or 'none'} | "
+                f"{len(false)}{': ' + ', '.join(false) if false else ''} |"
             )
     return lines
+
+
+def _planted_of(sha: str | None, planted: list[str]) -> str | None:
+    return next((p for p in planted if sha and sha.startswith(p)), None)
 
 
 ATTENTION = '''"""Softmax attention over the whole score matrix (validation history, commit {number})."""
@@ -332,12 +357,19 @@ perfsuite_modes = ["forward", "backward"]
 
 
 def make_history(
-    repo: Path, commits: int, case: str, planted: dict[int, str], runs_per_commit: int = 1
+    repo: Path,
+    commits: int,
+    case: str,
+    planted: dict[int, str],
+    runs_per_commit: int = 1,
+    gate: list[str] | None = None,
 ) -> list[str]:
     """A throwaway git repository with ``commits`` commits, each timed ``runs_per_commit`` times by
     ``perfsuite run`` (recorded in its own .perfsuite/history.sqlite, the runs of a commit pooled into
-    its point); ``planted``: commit number -> extra_copy | lost_in_place | slower_backward (each kept
-    from then on). Returns the planted commits' shas."""
+    its point) and, when ``gate`` is a list (extra ``perfsuite ab`` options), gated against its parent
+    by ``perfsuite ab --base-ref HEAD~1 --head-ref HEAD`` (both sides recorded, as a CI gate on every
+    merged commit would); ``planted``: commit number -> extra_copy | lost_in_place | slower_backward
+    (each kept from then on). Returns the planted commits' shas."""
     import os
     import subprocess
     import sys
@@ -400,6 +432,30 @@ def make_history(
                 f"commit {number}: {change or '-'}: {line[0] if line else timed.stdout[-300:]}",
                 flush=True,
             )
+        if gate is not None and number > 1:
+            gated = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "perfsuite",
+                    "ab",
+                    "--base-ref",
+                    "HEAD~1",
+                    "--head-ref",
+                    "HEAD",
+                    *gate,
+                ],
+                cwd=repo,
+                env=env,
+                capture_output=True,
+                text=True,
+            )
+            verdicts = [t for t in gated.stdout.splitlines() if t.startswith(("- ", "**"))]
+            print(
+                f"commit {number}: {change or '-'}: gate exit {gated.returncode}: "
+                + (" ".join(verdicts) or gated.stderr[-300:]),
+                flush=True,
+            )
     return shas
 
 
@@ -428,10 +484,18 @@ def main(argv: list[str] | None = None) -> int:
     history = commands.add_parser("history")
     history.add_argument("--store", required=True)
     history.add_argument(
-        "--planted", required=True, help="comma-separated shas (prefixes) of planted changes"
+        "--planted",
+        required=True,
+        help="comma-separated shas (prefixes) of the planted changes, in make-history's order "
+        "(extra copy, lost in-place op, slower backward)",
     )
     history.add_argument(
         "--include-contended", action="store_true", help="judge contended points too"
+    )
+    history.add_argument(
+        "--no-gates",
+        action="store_true",
+        help="judge separate runs only, leaving the store's interleaved gates out",
     )
     made = commands.add_parser(
         "make-history", help="a throwaway repository of timed commits with planted changes"
@@ -442,13 +506,22 @@ def main(argv: list[str] | None = None) -> int:
     made.add_argument(
         "--runs-per-commit",
         type=int,
-        default=1,
-        help="timed runs of each commit, pooled into its point (default 1)",
+        default=None,
+        help="timed runs (perfsuite run) of each commit, pooled into its point (default 1; 0 with --gate)",
+    )
+    made.add_argument(
+        "--gate",
+        nargs=argparse.REMAINDER,
+        default=None,
+        help="also gate each commit against its parent with perfsuite ab; what follows are ab's "
+        "options (e.g. --gate --alpha 0.001 --budget-s 16)",
     )
     args = parser.parse_args(argv)
     if args.command == "make-history":
         planted = {11: "extra_copy", 19: "lost_in_place", 26: "slower_backward"}
-        shas = make_history(args.repo, args.commits, args.case, planted, args.runs_per_commit)
+        runs = args.runs_per_commit
+        runs = (0 if args.gate is not None else 1) if runs is None else runs
+        shas = make_history(args.repo, args.commits, args.case, planted, runs, args.gate)
         print(
             f"planted: {','.join(shas)}\nthen: python -m validation.change_points history "
             f"--store {args.repo / '.perfsuite' / 'history.sqlite'} --planted {','.join(shas)}"
@@ -462,7 +535,10 @@ def main(argv: list[str] | None = None) -> int:
         lines = run_speed(args.points, args.repeats)
     else:
         lines = run_history(
-            args.store, [s for s in args.planted.split(",") if s], args.include_contended
+            args.store,
+            [s for s in args.planted.split(",") if s],
+            args.include_contended,
+            gates=not args.no_gates,
         )
     print("\n".join(lines))
     return 0

@@ -148,7 +148,11 @@ def add_commands(commands) -> None:
         "--case-set",
         help="case set (default: perfsuite_case_set of your pytest configuration, else smoke)",
     )
-    ab.add_argument("--cases", help="exact case ids instead of a case set")
+    ab.add_argument(
+        "--cases",
+        help="exact case ids instead of a case set (default: perfsuite_cases of your pytest "
+        "configuration when --case-set is not given)",
+    )
     ab.add_argument("--devices", default="auto", help="cpu, cuda or auto")
     ab.add_argument(
         "--blocks",
@@ -252,8 +256,10 @@ def resolve_case_ids(args: argparse.Namespace) -> list[str]:
     case_set = args.case_set or configured(args, "perfsuite_case_set", "smoke")
     raw["case_set"] = suite_settings.RawValue(case_set, f"--case-set={case_set!r}", "option")
     raw["devices"] = suite_settings.RawValue(args.devices, f"--devices={args.devices!r}", "option")
-    if args.cases:
-        raw["cases"] = suite_settings.RawValue(args.cases, f"--cases={args.cases!r}", "option")
+    cases = args.cases or ("" if args.case_set else configured(args, "perfsuite_cases", ""))
+    if cases:
+        origin = f"--cases={cases!r}" if args.cases else f"perfsuite_cases = {cases!r}"
+        raw["cases"] = suite_settings.RawValue(cases, origin, "option")
     resolved = suite_settings.resolve(raw, torch.cuda.is_available())
     return [c.id for c in resolved.cases]
 

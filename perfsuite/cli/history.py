@@ -236,7 +236,8 @@ def run_show(args: argparse.Namespace) -> int:
     with _store(args) as store:
         for series in _series(args, store, args.series):
             points = store.points(series.key, branch=args.branch, commit_order=order)
-            found, changes = epochs(points), detect(points, series.key.measure)
+            changes = detect(points, series.key.measure, pairs=store.pairs(series))
+            found = epochs(points)
             documents.append(show_json(series, points, found, changes))
             texts.append("\n".join(show_lines(series, points, found, changes)))
     print(json.dumps(documents, indent=1) if args.json else "\n\n".join(texts))
@@ -270,8 +271,13 @@ def run_detect(args: argparse.Namespace) -> int:
                 confirm=args.confirm,
                 k=args.k,
                 min_effect=args.min_effect,
+                pairs=store.pairs(series),
             )
-            good = [p for p in points[: -args.confirm] if usable(p)]
+            good = (
+                [verdict.gate_base]
+                if verdict.gate_base
+                else [p for p in points[: -args.confirm] if usable(p)]
+            )
             cause = (
                 diff_fingerprints(good[-1].structure, points[-1].structure)
                 if verdict.regression and good and good[-1].structure and points[-1].structure

@@ -56,12 +56,13 @@ def _epoch_label(changed: dict[str, tuple[Any, Any]]) -> str:
     )
 
 
-def _change_points(measure: str, found: list[Any]) -> list[ChangePoint]:
-    """The store's change points of a series (``perfsuite.history.changepoints.detect``); the newest one of a
-    series is open (the series is still at its level), earlier ones were followed by another step."""
-    from perfsuite.history.changepoints import detect
+def _change_points(measure: str, found: list[Any], pairs: list[Any]) -> list[ChangePoint]:
+    """The store's change points of a series (``perfsuite.history.changepoints.detect``, judged by the
+    series' interleaved gates ``pairs``); the newest one of a series is open (the series is still at its
+    level), earlier ones were followed by another step."""
+    from perfsuite.history.changepoints import GATE, detect
 
-    steps = detect(found, measure)
+    steps = detect(found, measure, pairs=pairs)
     return [
         ChangePoint(
             c.last_good.sha,
@@ -69,7 +70,7 @@ def _change_points(measure: str, found: list[Any]) -> list[ChangePoint]:
             c.ratio,
             c.interval[0],
             c.interval[1],
-            "; ".join(c.structure),
+            "; ".join((["interleaved gate"] if c.evidence == GATE else []) + list(c.structure)),
             open=i == len(steps) - 1,
         )
         for i, c in enumerate(steps)
@@ -189,7 +190,7 @@ def dashboard_from_store(
                 MEASURES[s.key.measure],
                 s.key.testbed,
                 points,
-                _change_points(s.key.measure, found),
+                _change_points(s.key.measure, found, store.pairs(s.key)),
                 epochs,
             )
         )

@@ -52,8 +52,9 @@ suite saves: ``capture.py`` (this process's commit, testbed, software) and ``imp
 (pytest-benchmark JSON and ``perfsuite ab --json`` files: ``run_from_benchmark_json(data, source=...,
 run_group=..., labels=...)``, ``runs_from_file(path)``); a front end records with
 ``recording.record_runs(runs, url)``, which never raises (``Recorded.error``, ``Recorded.line()``).
-Change points: ``changepoints.detect(points)`` -> ``ChangePoint`` (last good / first bad point, ratio,
-interval, structural diff) and ``changepoints.check_newest(points, window=20, confirm=2)`` -> ``OnlineVerdict``;
+Change points: ``changepoints.detect(points, pairs=store.pairs(series))`` -> ``ChangePoint`` (last good /
+first bad point, ratio, interval, structural diff, evidence: separate runs or an interleaved gate) and
+``changepoints.check_newest(points, window=20, confirm=2, pairs=...)`` -> ``OnlineVerdict``;
 text: ``render.py``. Command line: ``perfsuite history`` (``perfsuite/cli/history.py``).
 """
 

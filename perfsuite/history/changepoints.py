@@ -23,6 +23,11 @@ Offline (``detect``), per epoch (a software change is never mixed into one segme
 Each change point names the last good and first bad commit, the step as a ratio with a 95% interval
 (Welch, on the log scale), and the structural diff at that commit (``trace.structure.diff_fingerprints``).
 
+Interleaved gates (``with_gates``): a ``perfsuite ab`` run stored in the history (``query.pairs``)
+timed two commits in alternating blocks, so the machine's speed changes between separate runs do
+not enter its ratio; a decisive gate is a change point between its commits, and a separate-run change
+point that a gate spans stands only as that gate's.
+
 Online (``check_newest``), the CI rule in the style of PyTorch's HUD: not judged when a newest point
 ran at another machine speed than the baseline (its speed reference moved by more than
 ``measure.speed_reference.SPEED_LIMIT``, as separate-run comparisons refuse it); else the ``confirm``
@@ -41,7 +46,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from perfsuite.history.query import MEASURES, Point, epochs
+from perfsuite.history.query import MEASURES, Pair, Point, epochs
 from perfsuite.measure.speed_reference import speed_change
 from perfsuite.trace.structure import adds_work, diff_fingerprints
 
@@ -54,6 +59,8 @@ MIN_POINTS = 3
 RAW_MIN_EFFECT = 0.10
 WINDOW = 400
 MAD_TO_SD = 1.4826
+SEPARATE_RUNS = "separate runs"  # a step between the levels of separately timed points (t-test)
+GATE = "interleaved gate"  # a perfsuite ab gate that timed the two commits in alternating blocks
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +81,7 @@ class ChangePoint:
     p_value: float
     structure: tuple[str, ...]
     structure_adds_work: bool
+    evidence: str = SEPARATE_RUNS
 
     def describe(self, unit: str = "") -> str:
         """``a1b2c3d4e5 -> f6e7d8c9b0: x1.21 [1.15, 1.27] slower; +1 copy cpu aten::clone [2x4x64x64]``."""
@@ -81,6 +89,7 @@ class ChangePoint:
         text = (
             f"{self.last_good.short_sha} -> {self.first_bad.short_sha}: x{self.ratio:.3f} "
             f"[{self.interval[0]:.3f}, {self.interval[1]:.3f}] {word}"
+            + (" (interleaved gate)" if self.evidence == GATE else "")
         )
         return text + (
             f"; {'; '.join(self.structure)}" if self.structure else "; structure unchanged"
@@ -97,6 +106,7 @@ class OnlineVerdict:
     limit: float | None
     baseline_points: int
     reason: str
+    gate_base: Point | None = None  # the base of the interleaved gate that decided, if one did
 
 
 def usable(point: Point) -> bool:
@@ -237,36 +247,136 @@ def detect(
     measure: str = "time_s",
     p_value: float = P_VALUE,
     min_effect: float = MIN_EFFECT,
+    pairs: Sequence[Pair] = (),
 ) -> list[ChangePoint]:
     """Change points of a series' ``points`` (``query.points``), each epoch on its own; unusable points
-    (contended, dirty) are skipped. Indices refer to ``points``. O(n^2) per window of ``WINDOW`` points."""
+    (contended, dirty) are skipped. Indices refer to ``points``. O(n^2) per window of ``WINDOW`` points.
+    ``pairs``: the series' interleaved A/B gates (``query.pairs``), which overrule separate runs
+    (``with_gates``)."""
     larger_is_worse = MEASURES[measure][2]
     found: list[ChangePoint] = []
     for epoch in epochs(points):
         indices = [i for i in range(epoch.start, epoch.end + 1) if usable(points[i])]
         chosen = [points[i] for i in indices]
         for local, p, ratio, interval in _detect_one_epoch(chosen, p_value, min_effect):
-            good, bad = chosen[local - 1], chosen[local]
-            lines, more = (), False
-            if good.structure and bad.structure and good.structure_hash != bad.structure_hash:
-                lines, more = (
-                    tuple(diff_fingerprints(good.structure, bad.structure)),
-                    adds_work(good.structure, bad.structure),
-                )
             found.append(
-                ChangePoint(
-                    indices[local],
-                    good,
-                    bad,
-                    ratio,
-                    interval,
-                    (ratio > 1) == larger_is_worse,
-                    p,
-                    lines,
-                    more,
+                _change_point(
+                    points, indices[local - 1], indices[local], ratio, interval, larger_is_worse, p
                 )
             )
-    return found
+    return with_gates(points, found, pairs, larger_is_worse) if pairs else found
+
+
+def _change_point(
+    points: Sequence[Point],
+    good: int,
+    bad: int,
+    ratio: float,
+    interval: tuple[float, float],
+    larger_is_worse: bool,
+    p: float,
+    evidence: str = SEPARATE_RUNS,
+) -> ChangePoint:
+    """The change point between ``points[good]`` and ``points[bad]``, with the structural diff."""
+    before, after = points[good], points[bad]
+    lines, more = (), False
+    if before.structure and after.structure and before.structure_hash != after.structure_hash:
+        lines = tuple(diff_fingerprints(before.structure, after.structure))
+        more = adds_work(before.structure, after.structure)
+    worse = (ratio > 1) == larger_is_worse
+    return ChangePoint(bad, before, after, ratio, interval, worse, p, lines, more, evidence)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Span:
+    """A gate placed on the series: points ``good`` < ``bad``, its ratio oriented in commit order."""
+
+    good: int
+    bad: int
+    ratio: float
+    interval: tuple[float, float]
+    decisive: bool
+
+
+def _spans(points: Sequence[Point], pairs: Sequence[Pair]) -> list[_Span]:
+    """``pairs`` whose two commits are points of the series, oriented oldest -> newest; of several
+    gates between the same two commits the newest recorded counts."""
+    where = {p.sha: i for i, p in enumerate(points) if p.sha and not p.dirty}
+    spans: dict[tuple[int, int], _Span] = {}
+    for pair in sorted(pairs, key=lambda p: p.recorded_at):
+        a, b = where.get(pair.base_sha), where.get(pair.head_sha)
+        if a is None or b is None or a == b:
+            continue
+        ratio, (low, high) = pair.ratio, pair.interval
+        if a > b:  # the gate's base is the newer commit: invert it
+            a, b, ratio, low, high = b, a, 1 / ratio, 1 / high, 1 / low
+        spans[(a, b)] = _Span(a, b, ratio, (low, high), pair.decisive)
+    return list(spans.values())
+
+
+def with_gates(
+    points: Sequence[Point],
+    found: Sequence[ChangePoint],
+    pairs: Sequence[Pair],
+    larger_is_worse: bool = True,
+) -> list[ChangePoint]:
+    """``found`` (separate-run change points) judged by the interleaved gates in ``pairs``.
+
+    A gate times two commits in alternating blocks of one run, so the machine's speed changes between
+    separate runs (5-25% on a shared CPU host: docs/explanation/change-points.md) do not enter its
+    ratio. Hence: every decisive gate (``slower``/``faster``) is a change point between its two
+    commits (the narrowest when decisive gates nest); a separate-run change point inside the
+    narrowest gate that spans it is dropped unless that gate is decisive the same way (it is then
+    the gate's change point); one that no gate spans is kept. A slow drift that no single gate
+    resolves is only seen by separate runs where no gate spans it."""
+    spans = _spans(points, pairs)
+    decisive = [s for s in spans if s.decisive]
+    kept = []
+    for change in found:
+        good = points.index(change.last_good)
+        covering = [s for s in spans if s.good <= good and s.bad >= change.index]
+        if not covering:
+            kept.append(change)
+    for span in decisive:
+        if any(
+            o is not span and span.good <= o.good and o.bad <= span.bad for o in decisive
+        ):  # a narrower decisive gate inside names the place
+            continue
+        kept.append(
+            _change_point(
+                points,
+                span.good,
+                span.bad,
+                span.ratio,
+                span.interval,
+                larger_is_worse,
+                math.nan,
+                GATE,
+            )
+        )
+    return sorted(kept, key=lambda c: c.index)
+
+
+def _newest_gate(points: Sequence[Point], pairs: Sequence[Pair]) -> _Span | None:
+    """The narrowest gate of ``pairs`` whose newer commit is the newest point, or None."""
+    ending = [s for s in _spans(points, pairs) if s.bad == len(points) - 1]
+    return max(ending, key=lambda s: s.good) if ending else None
+
+
+def _gate_verdict(points: Sequence[Point], gate: _Span, larger_is_worse: bool) -> OnlineVerdict:
+    base = points[gate.good]
+    worse = gate.decisive and (gate.ratio > 1) == larger_is_worse
+    said = f"x{gate.ratio:.3f} [{gate.interval[0]:.3f}, {gate.interval[1]:.3f}] " + (
+        "worse" if worse else "better" if gate.decisive else "not a change the gate could call"
+    )
+    return OnlineVerdict(
+        worse,
+        (gate.ratio,),
+        None,
+        1,
+        f"the interleaved gate against {base.short_sha} says {said}",
+        base,
+    )
 
 
 def _robust_sd(values: np.ndarray) -> float:
@@ -280,11 +390,18 @@ def check_newest(
     confirm: int = 2,
     k: float = 4.0,
     min_effect: float = 0.05,
+    pairs: Sequence[Pair] = (),
 ) -> OnlineVerdict:
     """Is the newest commit a confirmed regression? The ``confirm`` newest usable points of the newest
     epoch must each be worse than the median of the ``window`` usable points before them by more than
-    the limit ``max(min_effect, exp(k * noise) - 1)`` (see the module docstring)."""
+    the limit ``max(min_effect, exp(k * noise) - 1)`` (see the module docstring). When ``pairs``
+    (``query.pairs``) hold an interleaved gate whose newer commit is the newest point, the narrowest
+    such gate decides instead, as in ``with_gates``: a regression when it called the newest slower
+    (worse), else none."""
     larger_is_worse = MEASURES[measure][2]
+    gate = _newest_gate(points, pairs)
+    if gate is not None:
+        return _gate_verdict(points, gate, larger_is_worse)
     last_epoch = epochs(points)[-1] if points else None
     chosen = [p for p in points[last_epoch.start :] if usable(p)] if last_epoch else []
     if not points or not usable(points[-1]):

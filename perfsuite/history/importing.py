@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import math
 import statistics
 from pathlib import Path
 from typing import Any
@@ -239,8 +240,20 @@ def _ab_benchmarks(payload: Mapping[str, Any], side: str) -> Iterable[BenchmarkR
             median_s=statistics.median(clean or every),
             structure=structure,
             contended=not clean,
-            extra={"ab_verdict": bench.get("verdict"), "ab_blocks": len(blocks)},
+            extra={"ab_verdict": bench.get("verdict"), "ab_blocks": len(blocks)}
+            | (
+                {"ab_ratio": _finite_only(bench["ratio"])}
+                if side == "head" and bench.get("ratio")
+                else {}
+            ),
         )
+
+
+def _finite_only(found: Mapping[str, Any]) -> dict[str, Any]:
+    """``found`` with infinite or NaN numbers as None: JSON (and PostgreSQL's json type) has neither."""
+    return {
+        k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in found.items()
+    }
 
 
 def runs_from_ab_json(

@@ -462,3 +462,82 @@ def roofline_facts(connection: Connection, key: SeriesKey, sha: str) -> Roofline
         return None
     row = found[-1]
     return RooflineFacts(float(row.tflops), int(row.flop), int(row.bytes_moved), row.peaks)
+
+
+@dataclasses.dataclass(frozen=True)
+class Pair:
+    """One interleaved A/B gate (``perfsuite ab``) between two commits of a series: ``ratio`` is the
+    gate's paired estimate of head time / base time, ``interval`` its interval at the gate's level,
+    ``verdict`` the gate's word (``slower``, ``faster``, ``no change``, ``inconclusive...``).
+    Base and head were timed in alternating blocks in one run, so a change of the machine's speed
+    between separate runs does not enter the ratio."""
+
+    base_sha: str
+    head_sha: str
+    ratio: float
+    interval: tuple[float, float]
+    verdict: str
+    recorded_at: float
+
+    @property
+    def decisive(self) -> bool:
+        """The gate called a change (``slower`` or ``faster``): its interval excludes 1 and the
+        change is at least its minimum effect."""
+        return self.verdict in ("slower", "faster")
+
+
+def pairs(connection: Connection, key: SeriesKey) -> list[Pair]:
+    """The ``Pair`` of every stored ``perfsuite ab`` run of ``key``'s benchmark on ``key``'s testbed
+    whose two sides are commits of committed trees with a paired ratio (``time_s`` only; empty for
+    other measures), oldest recorded first."""
+    if key.measure != "time_s":
+        return []
+    r, run, tb = schema.results, schema.runs, schema.testbeds
+    heads = connection.execute(
+        select(r.c.extra, run.c.commit_sha, run.c.run_group, run.c.recorded_at)
+        .join(run, run.c.id == r.c.run_id)
+        .join(tb, tb.c.id == run.c.testbed_id)
+        .where(
+            r.c.benchmark == key.benchmark,
+            tb.c.fingerprint == key.testbed,
+            run.c.source == "ab-head",
+            run.c.dirty.is_(False),
+            run.c.commit_sha.is_not(None),
+        )
+        .order_by(run.c.recorded_at, run.c.id)
+    ).all()
+    groups = sorted({row.run_group for row in heads if row.run_group})
+    bases = {
+        row.run_group: row.commit_sha
+        for row in connection.execute(
+            select(run.c.run_group, run.c.commit_sha).where(
+                run.c.source == "ab-base",
+                run.c.dirty.is_(False),
+                run.c.commit_sha.is_not(None),
+                run.c.run_group.in_(groups),
+            )
+        )
+    }
+    found = []
+    for row in heads:
+        ratio = (row.extra or {}).get("ab_ratio") or {}
+        base = bases.get(row.run_group)
+        if base and base != row.commit_sha and _finite(ratio, "ratio", "low", "high"):
+            found.append(
+                Pair(
+                    base,
+                    row.commit_sha,
+                    float(ratio["ratio"]),
+                    (float(ratio["low"]), float(ratio["high"])),
+                    str((row.extra or {}).get("ab_verdict") or "inconclusive"),
+                    float(row.recorded_at),
+                )
+            )
+    return found
+
+
+def _finite(found: dict[str, Any], *names: str) -> bool:
+    return all(
+        isinstance(found.get(n), (int, float)) and math.isfinite(found[n]) and found[n] > 0
+        for n in names
+    )

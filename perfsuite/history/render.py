@@ -4,6 +4,7 @@ marked, and the JSON ``perfsuite history show --json`` prints."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import datetime
 from typing import Any
 from collections.abc import Sequence
@@ -107,7 +108,8 @@ def show_lines(
         lines.append("")
         lines.append("change points (last good -> first bad):")
         for change in change_points:
-            lines.append(f"  {change.describe()}  (p={change.p_value:.2g})")
+            evidence = "" if math.isnan(change.p_value) else f"  (p={change.p_value:.2g})"
+            lines.append(f"  {change.describe()}{evidence}")
     else:
         lines.append("")
         lines.append("no change points")
@@ -139,7 +141,8 @@ def show_json(
             "ratio": c.ratio,
             "interval": list(c.interval),
             "worse": c.worse,
-            "p_value": c.p_value,
+            "p_value": None if math.isnan(c.p_value) else c.p_value,
+            "evidence": c.evidence,
             "structure": list(c.structure),
             "structure_adds_work": c.structure_adds_work,
         }

@@ -183,6 +183,13 @@ class Store:
 
         return self.transaction(lambda c: query.points(c, series, **options))
 
+    def pairs(self, series):
+        """``query.pairs`` on this store: its interleaved A/B gates of ``series``."""
+        import perfsuite.history.query as query
+
+        key = getattr(series, "key", series)
+        return self.transaction(lambda c: query.pairs(c, key))
+
     def epochs(self, series, **options: Any):
         """``query.epochs`` over ``points(series)``."""
         import perfsuite.history.query as query
