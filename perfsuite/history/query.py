@@ -428,6 +428,18 @@ def runs(
     return [dict(row._mapping) for row in connection.execute(query)]
 
 
+def _series_rows(key: SeriesKey, *columns: Any):
+    """``select(columns)`` over the result rows of ``key``'s benchmark on ``key``'s testbed, joined to
+    their runs."""
+    r, run, tb = schema.results, schema.runs, schema.testbeds
+    return (
+        select(*columns)
+        .join(run, run.c.id == r.c.run_id)
+        .join(tb, tb.c.id == run.c.testbed_id)
+        .where(r.c.benchmark == key.benchmark, tb.c.fingerprint == key.testbed)
+    )
+
+
 @dataclasses.dataclass(frozen=True)
 class RooflineFacts:
     """What the roofline needs of one benchmark at one commit: the newest run's achieved ``tflops``
@@ -442,14 +454,10 @@ class RooflineFacts:
 def roofline_facts(connection: Connection, key: SeriesKey, sha: str) -> RooflineFacts | None:
     """``RooflineFacts`` of ``key``'s benchmark at commit ``sha`` on ``key``'s testbed, from the newest
     uncontended run there that has peaks and a rate; None when no run has them."""
-    r, run, tb = schema.results, schema.runs, schema.testbeds
+    r, run = schema.results, schema.runs
     query = (
-        select(r.c.tflops, r.c.flop, r.c.bytes_moved, run.c.peaks)
-        .join(run, run.c.id == r.c.run_id)
-        .join(tb, tb.c.id == run.c.testbed_id)
+        _series_rows(key, r.c.tflops, r.c.flop, r.c.bytes_moved, run.c.peaks)
         .where(
-            r.c.benchmark == key.benchmark,
-            tb.c.fingerprint == key.testbed,
             run.c.commit_sha == sha,
             r.c.tflops.is_not(None),
             r.c.flop.is_not(None),
@@ -492,14 +500,10 @@ def pairs(connection: Connection, key: SeriesKey) -> list[Pair]:
     other measures), oldest recorded first."""
     if key.measure != "time_s":
         return []
-    r, run, tb = schema.results, schema.runs, schema.testbeds
+    r, run = schema.results, schema.runs
     heads = connection.execute(
-        select(r.c.extra, run.c.commit_sha, run.c.run_group, run.c.recorded_at)
-        .join(run, run.c.id == r.c.run_id)
-        .join(tb, tb.c.id == run.c.testbed_id)
+        _series_rows(key, r.c.extra, run.c.commit_sha, run.c.run_group, run.c.recorded_at)
         .where(
-            r.c.benchmark == key.benchmark,
-            tb.c.fingerprint == key.testbed,
             run.c.source == "ab-head",
             run.c.dirty.is_(False),
             run.c.commit_sha.is_not(None),
