@@ -34,7 +34,13 @@ from pathlib import Path
 import torch
 
 from perfsuite.gate.ab import Side, run_ab
-from perfsuite.gate.stats import CONTENDED_VERDICT, DECISIVE, GateSettings, SequentialPlan
+from perfsuite.gate.stats import (
+    CONTENDED_VERDICT,
+    DECISIVE,
+    ContendedPairs,
+    GateSettings,
+    SequentialPlan,
+)
 from perfsuite.measure.contention import snapshot
 from perfsuite.storage import write_text_atomic
 from perfsuite.suite.settings import SETTINGS, RawValue, resolve, split_list
@@ -120,6 +126,7 @@ def gate_once(scenario: str, args, variants: list[str], cases: list[str]) -> dic
         rounds=args.rounds,
         modes=modes,
         timing_threads=args.timing_threads,
+        contended_pairs=ContendedPairs(getattr(args, "contended_pairs", "set-aside")),
     )
     if scenario in REAL_CHANGES:
         changed = "naive_inplace"
@@ -215,6 +222,12 @@ def main() -> None:
         type=int,
         default=None,
         help="torch threads of both gate workers (perfsuite ab --timing-threads); default: torch's",
+    )
+    parser.add_argument(
+        "--contended-pairs",
+        choices=[str(c) for c in ContendedPairs],
+        default=str(ContendedPairs.SET_ASIDE),
+        help="which contended block pairs the gate keeps (perfsuite ab --contended-pairs)",
     )
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--budget-s", type=float, default=SequentialPlan.budget_s)

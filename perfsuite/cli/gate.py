@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from perfsuite.errors import UsageError
 from perfsuite.gate.stats import (
+    ContendedPairs,
     SEPARATE_RUNS_MIN_EFFECT,
     SEQUENTIAL_LOOKS,
     GateSettings,
@@ -106,6 +107,15 @@ def add_commands(commands) -> None:
         help="both workers time with N torch threads (default: torch's). 1 keeps CPU timings decided "
         "beside a busy process (measured: docs, validation page, 'Gate beside a CPU hog'), but times "
         "single-threaded work: a change that costs only with several threads is not seen",
+    )
+    ab.add_argument(
+        "--contended-pairs",
+        choices=[str(c) for c in ContendedPairs],
+        default=str(ContendedPairs.SET_ASIDE),
+        help="block pairs timed under contention: 'set-aside' (default) sets aside every contended "
+        "pair; 'shared' keeps a pair whose two blocks were both contended (a steady load slows both "
+        "sides and cancels in their ratio) and sets aside one with a single contended block "
+        "(measured: docs, validation page, 'Gate beside a CPU hog')",
     )
     ab.add_argument(
         "--base-ref", help="git ref of the current repository as the base (a temporary worktree)"
@@ -533,8 +543,9 @@ def _run_ab(args: argparse.Namespace) -> int:
             modes=modes,
             specs=tuple(args.variant),
             timing_threads=args.timing_threads,
+            contended_pairs=ContendedPairs(args.contended_pairs),
         )
-    payload = ab_payload(results, info, settings, plan)
+    payload = ab_payload(results, info, settings, plan, ContendedPairs(args.contended_pairs))
     recording = record_ab_history(args, payload, info, base, head)
     if args.json:
         write_json(Path(args.json), payload)
@@ -561,6 +572,11 @@ def _run_ab(args: argparse.Namespace) -> int:
         f"\n\nNote: {note}." for note in [*notes, f"configuration: {used}"]
     )  # below the heading
     method = f"{PAIRED_METHOD}; {plan.describe(settings.alpha)}"
+    method += (
+        "; pairs with both blocks contended kept, with one set aside"
+        if args.contended_pairs == ContendedPairs.SHARED
+        else "; contended pairs set aside"
+    )
     if args.timing_threads:
         method += f"; timed with {args.timing_threads} torch thread{'s' if args.timing_threads > 1 else ''} per side"
     return _finish(judge(comparisons, settings, title, method, args.fail_on_structure), args)

@@ -6,8 +6,9 @@ of your repository (your attention code, or perfsuite itself), two virtualenvs (
 upgrade), two variants, or the same code with an injected slowdown (calibration). Only one side
 runs at a time; block order alternates (AB, BA, AB, ...) so neither side always goes first. Pairs
 are added until the verdict is decisive or the time budget is spent
-(``perfsuite.gate.stats.sequential_paired``); a pair whose blocks were timed under contention is
-set aside.
+(``perfsuite.gate.stats.sequential_paired``). Contention (``perfsuite.measure.contention``) is judged
+per pair by ``ContendedPairs``: by default a pair with a contended block is set aside; with
+``shared``, only one whose two blocks were not both contended.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from perfsuite.measure.machine import MUST_MATCH, machine_differences
 from perfsuite.trace.structure import adds_work, diff_fingerprints
 from perfsuite.gate.worktrees import describe_tree
 from perfsuite.gate.stats import (
+    ContendedPairs,
     GateSettings,
     SequentialPlan,
     Verdict,
@@ -160,7 +162,8 @@ class WorkerProcess:
 @dataclasses.dataclass
 class AbBenchmark:
     """Samples and outcome of one benchmark: blocks of round times (seconds) per side, which
-    pairs were contended, and the sequential gate's outcome."""
+    pairs were set aside as contended, how many kept pairs had both blocks contended
+    (``shared_load``, ``ContendedPairs``), and the sequential gate's outcome."""
 
     key: str
     base_blocks: list[list[float]]
@@ -174,12 +177,19 @@ class AbBenchmark:
         None,
         None,
     )  # base's and head's structural fingerprints
+    shared_load: int = 0
 
 
-def pair_sampler(base: WorkerProcess, head: WorkerProcess, rounds: int):
+def pair_sampler(
+    base: WorkerProcess,
+    head: WorkerProcess,
+    rounds: int,
+    contended_pairs: ContendedPairs = ContendedPairs.SET_ASIDE,
+):
     """``next_pair()`` for ``sequential_paired``: one block per side, order alternating AB, BA, ...;
-    the pair is contended when either block was (``perfsuite.measure.contention``); ``next_pair.reasons``
-    collects each contended block's reasons in one short line, for the report."""
+    returns both blocks' round times (seconds) and whether the pair is set aside, by
+    ``contended_pairs``. ``next_pair.reasons`` collects each contended block's reasons in one short
+    line, for the report; ``next_pair.shared`` counts the kept pairs whose two blocks were contended."""
     count = [0]
     reasons: list[str] = []
 
@@ -190,9 +200,12 @@ def pair_sampler(base: WorkerProcess, head: WorkerProcess, rounds: int):
         b, h = replies[id(base)], replies[id(head)]
         flagged = [r["contention"] for r in (b, h) if (r.get("contention") or {}).get("contended")]
         reasons.extend(brief_reason(found) for found in flagged)
-        return b["times"], h["times"], bool(flagged)
+        shared = len(flagged) == 2 and contended_pairs == ContendedPairs.SHARED
+        next_pair.shared += shared
+        return b["times"], h["times"], bool(flagged) and not shared
 
     next_pair.reasons = reasons
+    next_pair.shared = 0
     return next_pair
 
 
@@ -213,9 +226,10 @@ def run_benchmark(
     plan: SequentialPlan,
     mode: str = Mode.FORWARD,
     specs: tuple[str, ...] = (),
+    contended_pairs: ContendedPairs = ContendedPairs.SET_ASIDE,
 ) -> AbBenchmark | None:
-    """A/B one variant on one case in one mode, sequentially (``stats.sequential_paired``); None when
-    either side cannot run it."""
+    """A/B one variant on one case in one mode, sequentially (``stats.sequential_paired``), contended
+    pairs kept or set aside by ``contended_pairs``; None when either side cannot run it."""
     setups = []
     for worker in (base, head):
         request = {
@@ -242,13 +256,17 @@ def run_benchmark(
         return AbBenchmark(key, [], [], comparison)
     if any("unsupported" in s for s in setups):
         return None
-    sampler = pair_sampler(base, head, rounds)
+    sampler = pair_sampler(base, head, rounds, contended_pairs)
     outcome = sequential_paired(sampler, settings, plan)
     clean = [i for i, c in enumerate(outcome.contended) if not c]
-    note = f"{len(clean)} pairs" + (
-        f", {len(outcome.contended) - len(clean)} contended set aside"
-        if len(clean) < len(outcome.contended)
-        else ""
+    note = (
+        f"{len(clean)} pairs"
+        + (f" ({sampler.shared} under a load on both sides)" if sampler.shared else "")
+        + (
+            f", {len(outcome.contended) - len(clean)} contended set aside"
+            if len(clean) < len(outcome.contended)
+            else ""
+        )
     )
     if small := below_min_effect(outcome.estimate, outcome.verdict, settings):
         note += f"; {small}"
@@ -276,6 +294,7 @@ def run_benchmark(
         outcome.stopped,
         outcome.seconds,
         (setups[0].get("fingerprint"), setups[1].get("fingerprint")),
+        sampler.shared,
     )
 
 
@@ -315,6 +334,7 @@ def run_ab(
     modes: tuple[str, ...] = (Mode.FORWARD,),
     specs: tuple[str, ...] = (),
     timing_threads: int | None = None,
+    contended_pairs: ContendedPairs = ContendedPairs.SET_ASIDE,
 ) -> tuple[list[AbBenchmark], dict]:
     """A/B every variant x case x mode (``plan``: looks and time budget per benchmark); returns the
     benchmarks both sides could run and machine info.
@@ -322,6 +342,7 @@ def run_ab(
     ``specs``: users' ``module:function`` variants, registered in both workers (each imports
     them from its own tree). A variant without backward is gated in forward only. ``timing_threads``:
     the torch thread count of both workers (``TIMING_THREADS_ENV``; None: the machine's default).
+    ``contended_pairs``: which contended block pairs are kept (``ContendedPairs``).
     """
     base, head = WorkerProcess(base_side, timing_threads), WorkerProcess(head_side, timing_threads)
     try:
@@ -334,7 +355,17 @@ def run_ab(
                     if progress:
                         progress(f"A/B {variant} on {case_id} ({mode})")
                     found = run_benchmark(
-                        base, head, variant, case_id, seed, rounds, settings, plan, mode, specs
+                        base,
+                        head,
+                        variant,
+                        case_id,
+                        seed,
+                        rounds,
+                        settings,
+                        plan,
+                        mode,
+                        specs,
+                        contended_pairs,
                     )
                     if found:
                         results.append(found)
@@ -349,10 +380,13 @@ def ab_payload(
     info: dict,
     settings: GateSettings,
     plan: SequentialPlan = SequentialPlan(),
+    contended_pairs: ContendedPairs = ContendedPairs.SET_ASIDE,
 ) -> dict:
-    """The raw blocks, fingerprints and verdicts of an A/B run (``--json``; the history store reads it)."""
+    """The raw blocks, fingerprints and verdicts of an A/B run (``--json``; the history store reads it).
+    Per benchmark, ``contended_pairs`` lists which pairs were set aside."""
     return {
         "schema_version": 2,
+        "contended_pair_policy": str(contended_pairs),
         "machine": info,
         "alpha": settings.alpha,
         "min_effect": settings.min_effect,
@@ -364,6 +398,7 @@ def ab_payload(
                 "base_blocks_s": r.base_blocks,
                 "head_blocks_s": r.head_blocks,
                 "contended_pairs": r.contended,
+                "shared_load_pairs": r.shared_load,
                 "looks": r.looks,
                 "stopped": r.stopped,
                 "seconds": r.seconds,

@@ -654,3 +654,19 @@ def test_ab_timing_threads_sets_both_workers_thread_count(tmp_path, capsys):
     assert "timed with 1 torch thread per side" in report
     with pytest.raises(SystemExit):
         main(["ab", "--timing-threads", "0"])
+
+
+def test_shared_policy_keeps_a_pair_whose_two_blocks_were_contended_and_sets_aside_a_one_sided_one():
+    from perfsuite.gate.ab import pair_sampler
+    from perfsuite.gate.stats import ContendedPairs
+
+    def pairs(policy):
+        log = []
+        base = FakeWorker("base", 1.0, log, contended=lambda n: n in (1, 3))
+        head = FakeWorker("head", 1.1, log, contended=lambda n: n == 1)
+        next_pair = pair_sampler(base, head, rounds=3, contended_pairs=policy)
+        return [next_pair()[2] for _ in range(3)], next_pair.shared
+
+    # pair 1: both blocks contended (a steady load); pair 2: neither; pair 3: only the base's block
+    assert pairs(ContendedPairs.SHARED) == ([False, False, True], 1)
+    assert pairs(ContendedPairs.SET_ASIDE) == ([True, False, True], 0)
