@@ -126,7 +126,7 @@ def gate_once(scenario: str, args, variants: list[str], cases: list[str]) -> dic
         rounds=args.rounds,
         modes=modes,
         timing_threads=args.timing_threads,
-        contended_pairs=ContendedPairs(getattr(args, "contended_pairs", "set-aside")),
+        contended_pairs=ContendedPairs(args.contended_pairs),
     )
     if scenario in REAL_CHANGES:
         changed = "naive_inplace"

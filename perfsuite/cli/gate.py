@@ -474,6 +474,7 @@ def _run_ab(args: argparse.Namespace) -> int:
     from perfsuite.gate.flow import judge
     from perfsuite.gate.worktrees import git_worktrees, ref_commits
 
+    contended_pairs = ContendedPairs(args.contended_pairs)  # a choice argparse checked
     settings = GateSettings(
         args.alpha, GateSettings.min_effect if args.min_effect is None else args.min_effect
     )
@@ -543,9 +544,9 @@ def _run_ab(args: argparse.Namespace) -> int:
             modes=modes,
             specs=tuple(args.variant),
             timing_threads=args.timing_threads,
-            contended_pairs=ContendedPairs(args.contended_pairs),
+            contended_pairs=contended_pairs,
         )
-    payload = ab_payload(results, info, settings, plan, ContendedPairs(args.contended_pairs))
+    payload = ab_payload(results, info, settings, plan, contended_pairs)
     recording = record_ab_history(args, payload, info, base, head)
     if args.json:
         write_json(Path(args.json), payload)
@@ -574,7 +575,7 @@ def _run_ab(args: argparse.Namespace) -> int:
     method = f"{PAIRED_METHOD}; {plan.describe(settings.alpha)}"
     method += (
         "; pairs with both blocks contended kept, with one set aside"
-        if args.contended_pairs == ContendedPairs.SHARED
+        if contended_pairs == ContendedPairs.SHARED
         else "; contended pairs set aside"
     )
     if args.timing_threads:
