@@ -35,8 +35,10 @@ import torch
 
 from perfsuite.gate.ab import Side, run_ab
 from perfsuite.gate.stats import (
+    BLOCK_ROUNDS,
     CONTENDED_VERDICT,
     DECISIVE,
+    DEFAULT_CONTENDED_PAIRS,
     ContendedPairs,
     GateSettings,
     SequentialPlan,
@@ -165,6 +167,7 @@ def counts(verdicts: dict[str, str], changed: set[str]) -> dict:
         "flagged": any(v == "slower" for v in verdicts.values()),
         "caught": bool(changed) and all(verdicts.get(k) == "slower" for k in changed),
         "false_alarms": sum(v == "slower" for v in unchanged.values()),
+        "false_faster": sum(v == "faster" for v in unchanged.values()),
         "unchanged": len(unchanged),
         "unchanged_no_change": sum(v == "no change" for v in unchanged.values()),
         "decisive": sum(v in DECISIVE for v in verdicts.values()),
@@ -175,10 +178,11 @@ def counts(verdicts: dict[str, str], changed: set[str]) -> dict:
 
 def summary(runs: dict[str, list[dict]], busy: int) -> str:
     rows = [
-        f"| scenario (busy processes: {busy}) | gates with a 'slower' | changed variant caught | false 'slower' on "
-        "unchanged | unchanged confirmed 'no change' | decisive | contended | median s/gate | max s/gate | "
+        f"| scenario (busy processes: {busy}) | gates with a 'slower' | changed variant caught | changed: "
+        "measured ratio (min, median, max) | false 'slower' on unchanged | false 'faster' on unchanged | "
+        "unchanged confirmed 'no change' | decisive | contended | median s/gate | max s/gate | "
         "load before-after | CPU steal per gate |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| --- " * 13 + "|",
     ]
     for name, gates in runs.items():
         if not gates:
@@ -193,9 +197,14 @@ def summary(runs: dict[str, list[dict]], busy: int) -> str:
         loads = f"{gates[0]['load_before'].split()[0]}-{gates[-1]['load_after'].split()[0]}"
         steal = sorted(g.get("steal", float("nan")) for g in gates)
         steals = f"{steal[0]:.0%}-{steal[-1]:.0%} (median {steal[len(steal) // 2]:.0%})"
+        ratios = sorted(g["ratios"][k] for g in with_change for k in g.get("changed", ()))
+        measured = (
+            f"{ratios[0]:.3f}, {ratios[len(ratios) // 2]:.3f}, {ratios[-1]:.3f}" if ratios else "-"
+        )
         rows.append(
-            f"| {name} | {sum(g['flagged'] for g in gates)}/{len(gates)} | {caught} | "
+            f"| {name} | {sum(g['flagged'] for g in gates)}/{len(gates)} | {caught} | {measured} | "
             f"{sum(g['false_alarms'] for g in gates)}/{unchanged} | "
+            f"{sum(g.get('false_faster', 0) for g in gates)}/{unchanged} | "
             f"{sum(g['unchanged_no_change'] for g in gates)}/{unchanged} | "
             f"{sum(g['decisive'] for g in gates)}/{total} | {sum(g['contended'] for g in gates)}/{total} | "
             f"{seconds[len(seconds) // 2]:.1f} | {seconds[-1]:.1f} | {loads} | {steals} |"
@@ -226,10 +235,10 @@ def main() -> None:
     parser.add_argument(
         "--contended-pairs",
         choices=[str(c) for c in ContendedPairs],
-        default=str(ContendedPairs.SET_ASIDE),
+        default=str(DEFAULT_CONTENDED_PAIRS),
         help="which contended block pairs the gate keeps (perfsuite ab --contended-pairs)",
     )
-    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=BLOCK_ROUNDS)
     parser.add_argument("--budget-s", type=float, default=SequentialPlan.budget_s)
     parser.add_argument("--alpha", type=float, default=0.01)
     parser.add_argument("--min-effect", type=float, default=0.05)

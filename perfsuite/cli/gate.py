@@ -17,9 +17,11 @@ from typing import TYPE_CHECKING
 
 from perfsuite.errors import UsageError
 from perfsuite.gate.stats import (
-    ContendedPairs,
+    BLOCK_ROUNDS,
+    DEFAULT_CONTENDED_PAIRS,
     SEPARATE_RUNS_MIN_EFFECT,
     SEQUENTIAL_LOOKS,
+    ContendedPairs,
     GateSettings,
     SequentialPlan,
     min_pairs,
@@ -104,17 +106,16 @@ def add_commands(commands) -> None:
         "--timing-threads",
         type=positive_threads,
         metavar="N",
-        help="both workers time with N torch threads (default: torch's). 1 keeps CPU timings decided "
-        "beside a busy process (measured: docs, validation page, 'Gate beside a CPU hog'), but times "
-        "single-threaded work: a change that costs only with several threads is not seen",
+        help="both workers time with N torch threads (default: torch's, what your code runs with). "
+        "1 times single-threaded work: a change that costs only with several threads is not seen",
     )
     ab.add_argument(
         "--contended-pairs",
         choices=[str(c) for c in ContendedPairs],
-        default=str(ContendedPairs.SET_ASIDE),
-        help="block pairs timed under contention: 'set-aside' (default) sets aside every contended "
-        "pair; 'shared' keeps a pair whose two blocks were both contended (a steady load slows both "
-        "sides and cancels in their ratio) and sets aside one with a single contended block "
+        default=str(DEFAULT_CONTENDED_PAIRS),
+        help="block pairs timed under contention: 'shared' (default) keeps a pair whose two blocks "
+        "were both contended (a steady load slows both sides and cancels in their ratio) and sets "
+        "aside one with a single contended block; 'set-aside' sets aside every contended pair "
         "(measured: docs, validation page, 'Gate beside a CPU hog')",
     )
     ab.add_argument(
@@ -178,7 +179,12 @@ def add_commands(commands) -> None:
         help=f"seconds of sampling per benchmark before the gate stops adding pairs "
         f"(default {SequentialPlan.budget_s:g})",
     )
-    ab.add_argument("--rounds", type=at_least(1), default=8, help="rounds per block (default 8)")
+    ab.add_argument(
+        "--rounds",
+        type=at_least(1),
+        default=BLOCK_ROUNDS,
+        help=f"rounds (calls) per block (default {BLOCK_ROUNDS})",
+    )
     ab.add_argument("--json", help="write raw blocks and verdicts here")
     add_gate_options(ab)
 

@@ -7,8 +7,8 @@ upgrade), two variants, or the same code with an injected slowdown (calibration)
 runs at a time; block order alternates (AB, BA, AB, ...) so neither side always goes first. Pairs
 are added until the verdict is decisive or the time budget is spent
 (``perfsuite.gate.stats.sequential_paired``). Contention (``perfsuite.measure.contention``) is judged
-per pair by ``ContendedPairs``: by default a pair with a contended block is set aside; with
-``shared``, only one whose two blocks were not both contended.
+per pair by ``ContendedPairs``: by default (``shared``) a pair is set aside when only one of its
+blocks was contended; with ``set-aside``, whenever either was.
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ from perfsuite.measure.machine import MUST_MATCH, machine_differences
 from perfsuite.trace.structure import adds_work, diff_fingerprints
 from perfsuite.gate.worktrees import describe_tree
 from perfsuite.gate.stats import (
+    BLOCK_ROUNDS,
+    DEFAULT_CONTENDED_PAIRS,
     ContendedPairs,
     GateSettings,
     SequentialPlan,
@@ -184,7 +186,7 @@ def pair_sampler(
     base: WorkerProcess,
     head: WorkerProcess,
     rounds: int,
-    contended_pairs: ContendedPairs = ContendedPairs.SET_ASIDE,
+    contended_pairs: ContendedPairs = DEFAULT_CONTENDED_PAIRS,
 ):
     """``next_pair()`` for ``sequential_paired``: one block per side, order alternating AB, BA, ...;
     returns both blocks' round times (seconds) and whether the pair is set aside, by
@@ -226,7 +228,7 @@ def run_benchmark(
     plan: SequentialPlan,
     mode: str = Mode.FORWARD,
     specs: tuple[str, ...] = (),
-    contended_pairs: ContendedPairs = ContendedPairs.SET_ASIDE,
+    contended_pairs: ContendedPairs = DEFAULT_CONTENDED_PAIRS,
 ) -> AbBenchmark | None:
     """A/B one variant on one case in one mode, sequentially (``stats.sequential_paired``), contended
     pairs kept or set aside by ``contended_pairs``; None when either side cannot run it."""
@@ -326,7 +328,7 @@ def run_ab(
     variants: list[str],
     case_ids: list[str],
     seed: int = 0,
-    rounds: int = 8,
+    rounds: int = BLOCK_ROUNDS,
     settings: GateSettings = GateSettings(),
     force: bool = False,
     progress=None,
@@ -334,7 +336,7 @@ def run_ab(
     modes: tuple[str, ...] = (Mode.FORWARD,),
     specs: tuple[str, ...] = (),
     timing_threads: int | None = None,
-    contended_pairs: ContendedPairs = ContendedPairs.SET_ASIDE,
+    contended_pairs: ContendedPairs = DEFAULT_CONTENDED_PAIRS,
 ) -> tuple[list[AbBenchmark], dict]:
     """A/B every variant x case x mode (``plan``: looks and time budget per benchmark); returns the
     benchmarks both sides could run and machine info.
@@ -380,7 +382,7 @@ def ab_payload(
     info: dict,
     settings: GateSettings,
     plan: SequentialPlan = SequentialPlan(),
-    contended_pairs: ContendedPairs = ContendedPairs.SET_ASIDE,
+    contended_pairs: ContendedPairs = DEFAULT_CONTENDED_PAIRS,
 ) -> dict:
     """The raw blocks, fingerprints and verdicts of an A/B run (``--json``; the history store reads it).
     Per benchmark, ``contended_pairs`` lists which pairs were set aside."""

@@ -11,8 +11,9 @@ per line on stdin and answers one JSON line on stdout:
   ``perfsuite.variants`` group always are). ``slowdown`` (0.1 = 10%) adds busy CPU work after
   each step, lasting that fraction of the step's median measured at setup (calibration of
   the gate: a real slowdown, not a sleep);
-* ``{"time": rounds}`` -> ``{"times": [seconds, ...], "contention": {...}}``, one synchronized forward
-  per round, and the block's contention evidence (``perfsuite.measure.contention``, read before
+* ``{"time": rounds}`` -> ``{"times": [seconds, ...], "cpu_times": [...], "contention": {...}}``, one
+  synchronized step per round: its wall seconds (what the gate judges), this process's CPU seconds
+  over all threads (``validation.block_noise`` compares the two clocks), and the block's contention evidence (``perfsuite.measure.contention``, read before
   and after the block, never between rounds);
 * ``{"info": true}`` -> torch version and device names; ``{"quit": true}`` ends the worker.
 """
@@ -100,12 +101,19 @@ class Worker:
 
     @staticmethod
     def _times(forward, rounds: int) -> list[float]:
-        times = []
+        return Worker._clocked(forward, rounds)[0]
+
+    @staticmethod
+    def _clocked(forward, rounds: int) -> tuple[list[float], list[float]]:
+        """Per round: wall seconds (``perf_counter``) and this process's CPU seconds, all threads
+        (``process_time``)."""
+        wall, cpu = [], []
         for _ in range(rounds):
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             forward()
-            times.append(time.perf_counter() - start)
-        return times
+            cpu.append(time.process_time() - start_cpu)
+            wall.append(time.perf_counter() - start)
+        return wall, cpu
 
     def handle(self, request: dict) -> dict:
         if "setup" in request:
@@ -114,8 +122,12 @@ class Worker:
             from perfsuite.measure.contention import Probe
 
             with Probe() as probe:
-                times = self._times(self.forward, int(request["time"]))
-            return {"times": times, "contention": probe.evidence(times).as_dict()}
+                times, cpu_times = self._clocked(self.forward, int(request["time"]))
+            return {
+                "times": times,
+                "cpu_times": cpu_times,
+                "contention": probe.evidence(times).as_dict(),
+            }
         if "info" in request:
             from perfsuite.measure.machine import torch_machine_info
 

@@ -26,8 +26,9 @@ lowers it, so each benchmark cries wolf with probability <= ``alpha / 2``; a gat
 
 Sequential A/B (``sequential_paired``, what ``perfsuite ab`` runs): block pairs are added until
 the verdict is decisive (``slower``, ``faster``, ``no change``), the last planned look is
-reached, or a time budget runs out. At each look the interval is the exact distribution-free
-**Wilcoxon signed-rank** interval of the pair log-ratios' centre, around the Hodges-Lehmann
+reached, or a time budget runs out. At each look the interval is the distribution-free
+**Wilcoxon signed-rank** interval of the pair log-ratios' centre (exact up to
+``EXACT_SIGNED_RANK_MAX_N`` pairs, the normal approximation of its critical value above), around the Hodges-Lehmann
 estimate (Hollander & Wolfe, "Nonparametric Statistical Methods", 2nd ed. 1999, section 3.3;
 Walsh averages, Tukey 1949), computed at level ``alpha / K`` for at most ``K`` looks
 (``SequentialPlan.looks``). By the union (Bonferroni) bound over the looks, the chance that any
@@ -69,20 +70,23 @@ class Verdict(enum.StrEnum):
 class ContendedPairs(enum.StrEnum):
     """Which block pairs timed under contention the gate keeps (``perfsuite ab --contended-pairs``).
 
-    * ``shared`` (opt-in): a pair whose two blocks were both contended is kept: a load that lasts
+    * ``shared`` (default): a pair whose two blocks were both contended is kept: a load that lasts
       across the pair (a busy process beside the gate) slows both sides, and the pair's ratio, like
       drift, cancels it; alternating the order keeps the ratio symmetric, which is all the
       signed-rank interval assumes. A pair with one contended block (a burst that hit one side) is
       set aside, decided by the scheduler's counters, never by the ratio.
-    * ``set-aside`` (default, the calibrated rule): every pair with a contended block is set aside
-      (beside a steady load nothing is left to judge, and the benchmark ends ``inconclusive:
-      contended``).
+    * ``set-aside``: every pair with a contended block is set aside (beside a steady load nothing
+      is left to judge, and the benchmark ends ``inconclusive: contended``).
 
-    Measured on a 2-CPU machine beside a busy process: docs/validation.md, "Gate beside a CPU hog".
+    Measured on a 2-CPU machine, quiet and beside one and two busy processes: docs/validation.md,
+    "Gate error rates" and "Gate beside a CPU hog".
     """
 
     SHARED = "shared"
     SET_ASIDE = "set-aside"
+
+
+DEFAULT_CONTENDED_PAIRS = ContendedPairs.SHARED
 
 
 MIN_UNITS = 6
@@ -166,7 +170,17 @@ def below_min_effect(estimate: RatioEstimate | None, verdict_: str, settings: Ga
 
 # -- sequential A/B ---------------------------------------------------------------------------
 
-SEQUENTIAL_LOOKS = (12, 16, 24, 32, 48, 64, 96)
+# Pairs at each look: roughly x1.5 apart, up to what one-round blocks give in a few seconds.
+SEQUENTIAL_LOOKS = (12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
+# Rounds per block: one call per side per pair. The machine's speed wanders on the scale of a
+# 8-round block, so shorter blocks cancel more of it per second sampled (docs/validation.md,
+# "Block length").
+BLOCK_ROUNDS = 1
+# No verdict before this much sampling: beside a busy process, where the scheduler places each
+# worker's threads biases a run of consecutive pairs for a fraction of a second, so the pairs of
+# the first half second are not independent (false verdicts at 16 and 24 pairs were measured:
+# docs/validation.md, "Gate beside a CPU hog").
+MIN_SAMPLING_S = 2.0
 CONTENDED_VERDICT = Verdict.CONTENDED
 DECISIVE = (Verdict.SLOWER, Verdict.FASTER, Verdict.NO_CHANGE)
 
@@ -188,14 +202,35 @@ def signed_rank_null_cdf(n: int) -> np.ndarray:
     return cdf
 
 
+# Above this many values the signed-rank critical value comes from its normal approximation
+# (the exact null has n(n+1)/2 + 1 points: 0.1 s to build at 1,000 values, for every new n).
+EXACT_SIGNED_RANK_MAX_N = 400
+
+
+def signed_rank_critical(n: int, alpha: float) -> int:
+    """The largest ``c`` with ``P(W+ <= c) <= alpha / 2`` under the signed-rank null, or -1 if none.
+
+    Exact (``signed_rank_null_cdf``) up to ``EXACT_SIGNED_RANK_MAX_N`` values; above, the normal
+    approximation with continuity correction, mean ``n(n+1)/4`` and variance ``n(n+1)(2n+1)/24``
+    (Hollander & Wolfe 1999, section 3.1, large-sample approximation), which
+    ``tests/gate/test_stats.py`` checks against the exact value near the switch.
+    """
+    if n <= EXACT_SIGNED_RANK_MAX_N:
+        within = np.nonzero(signed_rank_null_cdf(n) <= alpha / 2)[0]
+        return int(within[-1]) if within.size else -1
+    mean, sd = n * (n + 1) / 4, math.sqrt(n * (n + 1) * (2 * n + 1) / 24)
+    return max(-1, math.floor(mean - 0.5 + sd * statistics.NormalDist().inv_cdf(alpha / 2)))
+
+
 def wilcoxon_interval(values, alpha: float) -> tuple[float, float, float]:
-    """Hodges-Lehmann estimate and exact ``1 - alpha`` signed-rank interval of the centre of ``values``.
+    """Hodges-Lehmann estimate and ``1 - alpha`` signed-rank interval of the centre of ``values``.
 
     Returns ``(estimate, low, high)``; ``low``/``high`` are infinite when ``n`` is too small for
     the level (``2 * 2**-n > alpha``). Source: Hollander & Wolfe (1999) section 3.3: with ``M =
-    n(n+1)/2`` sorted Walsh averages ``A`` and ``c`` the largest integer with ``P(W+ <= c) <= alpha/2``,
-    the interval is ``[A_(c+1), A_(M-c)]`` (1-based), coverage >= ``1 - alpha`` for values symmetric
-    about the centre. ``ValueError`` on an empty sample or ``alpha`` outside (0, 1).
+    n(n+1)/2`` sorted Walsh averages ``A`` and ``c`` the largest integer with ``P(W+ <= c) <= alpha/2``
+    (``signed_rank_critical``: exact up to ``EXACT_SIGNED_RANK_MAX_N`` values), the interval is
+    ``[A_(c+1), A_(M-c)]`` (1-based), coverage >= ``1 - alpha`` for values symmetric about the
+    centre. ``ValueError`` on an empty sample or ``alpha`` outside (0, 1).
     """
     x = np.asarray(values, dtype=float)
     if x.size == 0:
@@ -203,14 +238,15 @@ def wilcoxon_interval(values, alpha: float) -> tuple[float, float, float]:
     if not 0 < alpha < 1:
         raise ValueError(f"alpha must lie in (0, 1), got {alpha!r}")
     i, j = np.triu_indices(x.size)
-    walsh = np.sort((x[i] + x[j]) / 2)
-    estimate = float(np.median(walsh))
-    cdf = signed_rank_null_cdf(x.size)
-    within = np.nonzero(cdf <= alpha / 2)[0]
-    if within.size == 0:
-        return estimate, -math.inf, math.inf
-    c = int(within[-1])
-    return estimate, float(walsh[c]), float(walsh[walsh.size - 1 - c])
+    walsh = (x[i] + x[j]) / 2
+    c = signed_rank_critical(x.size, alpha)
+    middle = (walsh.size - 1) // 2, walsh.size // 2
+    if c < 0:
+        ranks = np.partition(walsh, middle)
+        return float(ranks[list(middle)].mean()), -math.inf, math.inf
+    ranks = np.partition(walsh, (c, *middle, walsh.size - 1 - c))
+    estimate = float(ranks[list(middle)].mean())
+    return estimate, float(ranks[c]), float(ranks[walsh.size - 1 - c])
 
 
 def min_pairs(alpha: float) -> int:
@@ -246,17 +282,22 @@ class SequentialPlan:
     the first large enough for a finite interval at ``alpha / len(looks)``); ``budget_s``: wall
     seconds per benchmark after which no pair is added (one last look is then taken at the
     pairs so far, using a look of the plan that was not reached, so at most ``len(looks)``
-    looks are ever taken).
+    looks are ever taken); ``min_s``: no look before this many seconds of sampling (looks passed
+    meanwhile are skipped, which spends less alpha, never more; the last look is taken when its
+    pairs are reached, so a fast step never samples more than ``looks[-1]`` pairs).
     """
 
     looks: tuple[int, ...] = SEQUENTIAL_LOOKS
     budget_s: float = 8.0
+    min_s: float = MIN_SAMPLING_S
 
     def __post_init__(self):
         if not self.looks or list(self.looks) != sorted(set(self.looks)) or self.looks[0] < 1:
             raise ValueError(f"looks must be increasing positive pair counts, got {self.looks!r}")
         if self.budget_s <= 0:
             raise ValueError(f"budget_s must be positive, got {self.budget_s!r}")
+        if not 0 <= self.min_s:
+            raise ValueError(f"min_s must be >= 0, got {self.min_s!r}")
 
     def alpha_per_look(self, alpha: float) -> float:
         """Bonferroni: ``alpha / len(looks)`` (see the module docstring)."""
@@ -264,10 +305,11 @@ class SequentialPlan:
 
     def describe(self, alpha: float) -> str:
         return (
-            f"sequential: exact Wilcoxon signed-rank interval (Hollander & Wolfe 1999) of per-block-pair log "
+            f"sequential: Wilcoxon signed-rank interval (Hollander & Wolfe 1999; exact up to "
+            f"{EXACT_SIGNED_RANK_MAX_N} pairs, its normal approximation above) of per-block-pair log "
             f"ratios at up to {len(self.looks)} looks ({', '.join(map(str, self.looks))} pairs), each at level "
             f"{self.alpha_per_look(alpha):.2g} (Bonferroni over looks: overall {alpha:g}, valid whatever the "
-            f"stopping rule), at most {self.budget_s:g} s per benchmark"
+            f"stopping rule), none before {self.min_s:g} s, at most {self.budget_s:g} s per benchmark"
         )
 
 
@@ -318,9 +360,11 @@ def sequential_paired(
     estimate, result, stopped = None, Verdict.INCONCLUSIVE, "last look"
     while True:
         clean = contended.count(False)
-        out_of_time = clock() - start >= plan.budget_s
+        elapsed = clock() - start
+        out_of_time = elapsed >= plan.budget_s
         if next_look < len(plan.looks) and (
-            clean >= plan.looks[next_look] or (out_of_time and clean > last_n)
+            (clean >= plan.looks[next_look] and (elapsed >= plan.min_s or clean >= plan.looks[-1]))
+            or (out_of_time and clean > last_n)
         ):
             estimate = _estimate(base_blocks, head_blocks, contended, alpha_look)
             result = verdict(estimate, settings)

@@ -649,8 +649,11 @@ def test_ab_timing_threads_sets_both_workers_thread_count(tmp_path, capsys):
     )
     report = capsys.readouterr().out
     assert code == 0, report
-    machine = json.loads(out.read_text())["machine"]
+    payload = json.loads(out.read_text())
+    machine = payload["machine"]
     assert machine["num_threads"] == 1 and machine["base_machine"]["num_threads"] == 1
+    # the calibrated default keeps pairs whose two blocks shared a load
+    assert payload["contended_pair_policy"] == "shared"
     assert "timed with 1 torch thread per side" in report
     with pytest.raises(SystemExit):
         main(["ab", "--timing-threads", "0"])

@@ -72,6 +72,19 @@ def test_wilcoxon_interval_on_exact_samples():
         wilcoxon_interval([], 0.1)
 
 
+@pytest.mark.parametrize("alpha", [0.01 / 14, 0.01, 0.1])
+def test_large_samples_use_a_normal_critical_value_close_to_the_exact_one(alpha, monkeypatch):
+    """Above ``EXACT_SIGNED_RANK_MAX_N`` the critical value is approximated: near the switch it
+    must agree with the exact one to 0.2% of the ranks, and never be larger (wider, not narrower)."""
+    n = stats.EXACT_SIGNED_RANK_MAX_N
+    exact = stats.signed_rank_critical(n, alpha)
+    assert stats.signed_rank_critical(3, alpha) == -1  # too few values for this level
+    monkeypatch.setattr(stats, "EXACT_SIGNED_RANK_MAX_N", 0)
+    approx = stats.signed_rank_critical(n, alpha)
+    assert exact - 0.002 * exact <= approx <= exact
+    assert stats.signed_rank_critical(3, alpha) == -1  # the approximation says so too
+
+
 def test_wilcoxon_interval_covers_the_centre_at_its_level():
     """Symmetric heavy-tailed samples: the interval misses the centre in at most alpha of draws."""
     rng = np.random.default_rng(5)
@@ -146,6 +159,29 @@ def test_it_stops_at_the_first_decisive_look():
     [outcome] = run_many(1, 3, math.log(1.5), 0.01, GateSettings())
     assert outcome.verdict == "slower" and outcome.stopped == "decisive" and outcome.looks == 1
     assert len(outcome.base_blocks) == SequentialPlan().looks[0]
+
+
+def test_no_look_is_taken_before_the_minimum_sampling_time():
+    """A clear 50% regression on a clock of 0.1 s per pair: not decided at the first planned look
+    (12 pairs, 1.2 s), but at the first look after 5 s, on the pairs sampled by then."""
+    plan = SequentialPlan(looks=(12, 16, 24, 32, 64), budget_s=NO_BUDGET, min_s=5)
+    ticks = itertools.count()
+    outcome = sequential_paired(
+        pair_source(np.random.default_rng(3), math.log(1.5), 0.01),
+        GateSettings(),
+        plan,
+        clock=lambda: 0.1 * next(ticks),
+    )
+    assert outcome.verdict == "slower" and outcome.looks == 1
+    assert outcome.seconds >= 5 and 32 < len(outcome.base_blocks) < 64
+
+
+def test_a_fast_step_stops_at_the_last_look_even_before_the_minimum_time():
+    plan = SequentialPlan(looks=(12, 16), budget_s=NO_BUDGET, min_s=NO_BUDGET)
+    [outcome] = run_many(1, 3, 0.0, 0.4, GateSettings(), plan)
+    assert len(outcome.base_blocks) == 16 and outcome.looks == 1
+    with pytest.raises(ValueError, match="min_s"):
+        SequentialPlan(min_s=-1)
 
 
 def test_the_budget_ends_sampling_with_one_last_look_inside_the_plan():
