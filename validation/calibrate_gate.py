@@ -115,7 +115,7 @@ def gate_once(scenario: str, args, variants: list[str], cases: list[str]) -> dic
     """One gate of ``scenario`` over ``variants`` x ``cases``; a dict of verdicts, counts and seconds."""
     settings, plan = (
         GateSettings(args.alpha, args.min_effect),
-        SequentialPlan(budget_s=args.budget_s),
+        SequentialPlan(budget_s=args.budget_s, min_s=args.min_s),
     )
     modes = tuple(split_list(args.modes))
     load_before, start, before = load_average(), time.perf_counter(), snapshot()
@@ -240,6 +240,12 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=BLOCK_ROUNDS)
     parser.add_argument("--budget-s", type=float, default=SequentialPlan.budget_s)
+    parser.add_argument(
+        "--min-s",
+        type=float,
+        default=SequentialPlan.min_s,
+        help="no look before this many seconds of sampling per benchmark (0: looks from the first pairs)",
+    )
     parser.add_argument("--alpha", type=float, default=0.01)
     parser.add_argument("--min-effect", type=float, default=0.05)
     parser.add_argument(

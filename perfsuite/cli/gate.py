@@ -580,7 +580,7 @@ def _run_ab(args: argparse.Namespace) -> int:
     )  # below the heading
     method = f"{PAIRED_METHOD}; {plan.describe(settings.alpha)}"
     method += (
-        "; pairs with both blocks contended kept, with one set aside"
+        "; pairs with both blocks contended kept, pairs with one contended block set aside"
         if contended_pairs == ContendedPairs.SHARED
         else "; contended pairs set aside"
     )

@@ -101,7 +101,7 @@ class GateOutcome:
         notes = []
         if counts[Verdict.INCONCLUSIVE]:
             notes.append(
-                "inconclusive timings decide nothing: more blocks/rounds or a quieter machine"
+                "inconclusive timings decide nothing: a larger --budget-s or a quieter machine"
             )
         if counts[CONTENDED_VERDICT]:
             notes.append(

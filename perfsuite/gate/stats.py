@@ -161,9 +161,15 @@ def verdict(estimate: RatioEstimate, settings: GateSettings) -> Verdict:
 
 
 def below_min_effect(estimate: RatioEstimate | None, verdict_: str, settings: GateSettings) -> str:
-    """For a ``no change`` whose interval still excludes 1, the measured change and the minimum
-    effect it fell below (``"a +9.0% change, below the 15% minimum effect"``); else ``""``."""
-    if verdict_ != Verdict.NO_CHANGE or estimate is None or estimate.low <= 1 <= estimate.high:
+    """For a ``no change`` or ``inconclusive`` whose interval excludes 1 but whose estimate stays
+    inside the minimum effect, the measured change and the effect it fell below (``"a +9.0% change,
+    below the 15% minimum effect"``); else ``""``."""
+    if (
+        verdict_ not in (Verdict.NO_CHANGE, Verdict.INCONCLUSIVE)
+        or estimate is None
+        or estimate.low <= 1 <= estimate.high
+        or abs(estimate.ratio - 1) >= settings.min_effect
+    ):
         return ""
     return f"a {estimate.ratio - 1:+.1%} change, below the {settings.min_effect:.0%} minimum effect"
 
@@ -309,7 +315,8 @@ class SequentialPlan:
             f"{EXACT_SIGNED_RANK_MAX_N} pairs, its normal approximation above) of per-block-pair log "
             f"ratios at up to {len(self.looks)} looks ({', '.join(map(str, self.looks))} pairs), each at level "
             f"{self.alpha_per_look(alpha):.2g} (Bonferroni over looks: overall {alpha:g}, valid whatever the "
-            f"stopping rule), none before {self.min_s:g} s, at most {self.budget_s:g} s per benchmark"
+            f"stopping rule), none before {self.min_s:g} s (a look passed by then, or cut short by the "
+            f"budget, is taken at the pairs sampled so far), at most {self.budget_s:g} s per benchmark"
         )
 
 
