@@ -38,13 +38,17 @@ CLOCKS = {"wall": "times", "cpu": "cpu_times"}
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def sample(base: WorkerProcess, head: WorkerProcess, rounds: int, seconds: float) -> dict:
-    """Block pairs of ``rounds`` calls per side for ``seconds``: per clock, the pairs' log ratios."""
+def sample(
+    base: WorkerProcess, head: WorkerProcess, rounds: int, seconds: float, warmup: int = 0
+) -> dict:
+    """Block pairs of ``rounds`` timed calls per side (after ``warmup`` untimed ones) for ``seconds``:
+    per clock, the pairs' log ratios."""
     logs: dict[str, list[float]] = {clock: [] for clock in CLOCKS}
     start = time.perf_counter()
     while time.perf_counter() - start < seconds:
         order = (base, head) if len(logs["wall"]) % 2 == 0 else (head, base)
-        replies = {id(worker): worker.ask({"time": rounds}) for worker in order}
+        request = {"time": rounds, "warmup": warmup}
+        replies = {id(worker): worker.ask(request) for worker in order}
         b, h = replies[id(base)], replies[id(head)]
         for clock, field in CLOCKS.items():
             logs[clock].append(math.log(statistics.median(h[field]) / statistics.median(b[field])))
@@ -73,10 +77,16 @@ def main() -> int:
     parser.add_argument("--case", default="b2h8s256d64-fp32-causal-cpu")
     parser.add_argument("--mode", default="forward")
     parser.add_argument("--busy", type=int, default=0)
+    parser.add_argument(
+        "--warmup", type=int, default=0, help="untimed calls per block before the timed ones"
+    )
     args = parser.parse_args()
     lengths = [int(r) for r in split_list(args.rounds)]
     setup = {"variant": args.variant, "case": args.case, "seed": 0, "mode": args.mode}
-    print(f"{args.scenario}, {args.variant} {args.mode} on {args.case}, busy {args.busy}")
+    print(
+        f"{args.scenario}, {args.variant} {args.mode} on {args.case}, busy {args.busy}, "
+        f"{args.warmup} untimed call(s) per block"
+    )
     print(
         "| rounds per block | pairs/s | wall: pair sd | wall: sd x sqrt(s/pair) | wall: ratio "
         "| cpu: pair sd | cpu: sd x sqrt(s/pair) | cpu: ratio |"
@@ -94,7 +104,10 @@ def main() -> int:
                 for worker in (base, head):
                     worker.ask({"setup": setup})
                 for rounds in lengths:
-                    print(describe(rounds, sample(base, head, rounds, args.seconds)), flush=True)
+                    print(
+                        describe(rounds, sample(base, head, rounds, args.seconds, args.warmup)),
+                        flush=True,
+                    )
             finally:
                 base.close()
                 head.close()

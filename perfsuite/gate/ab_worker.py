@@ -11,8 +11,8 @@ per line on stdin and answers one JSON line on stdout:
   ``perfsuite.variants`` group always are). ``slowdown`` (0.1 = 10%) adds busy CPU work after
   each step, lasting that fraction of the step's median measured at setup (calibration of
   the gate: a real slowdown, not a sleep);
-* ``{"time": rounds}`` -> ``{"times": [seconds, ...], "cpu_times": [...], "contention": {...}}``, one
-  synchronized step per round: its wall seconds (what the gate judges), this process's CPU seconds
+* ``{"time": rounds, "warmup": n}`` -> ``{"times": [seconds, ...], "cpu_times": [...], "contention": {...}}``,
+  ``n`` untimed steps (default 0), then one synchronized step per round: its wall seconds (what the gate judges), this process's CPU seconds
   over all threads (``validation.block_noise`` compares the two clocks), and the block's contention evidence (``perfsuite.measure.contention``, read before
   and after the block, never between rounds);
 * ``{"info": true}`` -> torch version and device names; ``{"quit": true}`` ends the worker.
@@ -122,6 +122,8 @@ class Worker:
             from perfsuite.measure.contention import Probe
 
             with Probe() as probe:
+                for _ in range(int(request.get("warmup", 0))):  # untimed calls first
+                    self.forward()
                 times, cpu_times = self._clocked(self.forward, int(request["time"]))
             return {
                 "times": times,
