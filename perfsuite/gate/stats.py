@@ -180,7 +180,7 @@ def below_min_effect(estimate: RatioEstimate | None, verdict_: str, settings: Ga
 SEQUENTIAL_LOOKS = (12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
 # Rounds per block: one call per side per pair. The machine's speed wanders on the scale of a
 # 8-round block, so shorter blocks cancel more of it per second sampled (docs/validation.md,
-# "Block length").
+# "Block length and clock").
 BLOCK_ROUNDS = 1
 # No verdict before this much sampling: beside a busy process, where the scheduler places each
 # worker's threads biases a run of consecutive pairs for a fraction of a second, so the pairs of
