@@ -42,6 +42,7 @@ from perfsuite.gate.stats import (
     ContendedPairs,
     GateSettings,
     SequentialPlan,
+    WORKERS_PER_SIDE,
 )
 from perfsuite.measure.contention import snapshot
 from perfsuite.storage import write_text_atomic
@@ -129,6 +130,7 @@ def gate_once(scenario: str, args, variants: list[str], cases: list[str]) -> dic
         modes=modes,
         timing_threads=args.timing_threads,
         contended_pairs=ContendedPairs(args.contended_pairs),
+        workers_per_side=args.workers_per_side,
     )
     if scenario in REAL_CHANGES:
         changed = "naive_inplace"
@@ -239,6 +241,12 @@ def main() -> None:
         help="which contended block pairs the gate keeps (perfsuite ab --contended-pairs)",
     )
     parser.add_argument("--rounds", type=int, default=BLOCK_ROUNDS)
+    parser.add_argument(
+        "--workers-per-side",
+        type=int,
+        default=WORKERS_PER_SIDE,
+        help="worker processes per side (perfsuite ab --workers-per-side)",
+    )
     parser.add_argument("--budget-s", type=float, default=SequentialPlan.budget_s)
     parser.add_argument(
         "--min-s",

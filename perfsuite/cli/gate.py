@@ -24,6 +24,7 @@ from perfsuite.gate.stats import (
     ContendedPairs,
     GateSettings,
     SequentialPlan,
+    WORKERS_PER_SIDE,
     min_pairs,
 )
 from perfsuite.storage import write_text_atomic
@@ -184,6 +185,13 @@ def add_commands(commands) -> None:
         type=at_least(1),
         default=BLOCK_ROUNDS,
         help=f"rounds (calls) per block (default {BLOCK_ROUNDS})",
+    )
+    ab.add_argument(
+        "--workers-per-side",
+        type=at_least(1),
+        default=WORKERS_PER_SIDE,
+        help=f"worker processes per side; pairs cycle through every base x head combination, so "
+        f"where one process landed does not bias the ratio (default {WORKERS_PER_SIDE})",
     )
     ab.add_argument("--json", help="write raw blocks and verdicts here")
     add_gate_options(ab)
@@ -476,7 +484,14 @@ def run_ab_command(args: argparse.Namespace) -> int:
 
 
 def _run_ab(args: argparse.Namespace) -> int:
-    from perfsuite.gate.ab import PAIRED_METHOD, Side, ab_payload, run_ab, write_json
+    from perfsuite.gate.ab import (
+        PAIRED_METHOD,
+        Side,
+        ab_payload,
+        run_ab,
+        workers_phrase,
+        write_json,
+    )
     from perfsuite.gate.flow import judge
     from perfsuite.gate.worktrees import git_worktrees, ref_commits
 
@@ -551,8 +566,9 @@ def _run_ab(args: argparse.Namespace) -> int:
             specs=tuple(args.variant),
             timing_threads=args.timing_threads,
             contended_pairs=contended_pairs,
+            workers_per_side=args.workers_per_side,
         )
-    payload = ab_payload(results, info, settings, plan, contended_pairs)
+    payload = ab_payload(results, info, settings, plan, contended_pairs, args.workers_per_side)
     recording = record_ab_history(args, payload, info, base, head)
     if args.json:
         write_json(Path(args.json), payload)
@@ -578,7 +594,9 @@ def _run_ab(args: argparse.Namespace) -> int:
     title += "".join(
         f"\n\nNote: {note}." for note in [*notes, f"configuration: {used}"]
     )  # below the heading
-    method = f"{PAIRED_METHOD}; {plan.describe(settings.alpha)}"
+    method = (
+        f"{PAIRED_METHOD}; {plan.describe(settings.alpha)}; {workers_phrase(args.workers_per_side)}"
+    )
     method += (
         "; pairs with both blocks contended kept, pairs with one contended block set aside"
         if contended_pairs == ContendedPairs.SHARED

@@ -35,6 +35,7 @@ from perfsuite.gate.worktrees import describe_tree
 from perfsuite.gate.stats import (
     BLOCK_ROUNDS,
     DEFAULT_CONTENDED_PAIRS,
+    WORKERS_PER_SIDE,
     ContendedPairs,
     GateSettings,
     SequentialPlan,
@@ -182,22 +183,50 @@ class AbBenchmark:
     shared_load: int = 0
 
 
+def pair_schedule(count: int, workers_per_side: int) -> tuple[int, int, bool]:
+    """Which workers time pair number ``count`` (0-based): ``(base index, head index, base first)``.
+
+    Pairs run in twos on one base x head combination, the first in order AB, the second BA, and the
+    twos cycle through all ``workers_per_side ** 2`` combinations: over ``2 * workers_per_side ** 2``
+    pairs every combination is timed in both orders and every worker goes first equally often.
+    """
+    combination = (count // 2) % (workers_per_side * workers_per_side)
+    return combination % workers_per_side, combination // workers_per_side, count % 2 == 0
+
+
+def workers_phrase(workers_per_side: int) -> str:
+    """How the pairs were spread over processes, for the report's method line."""
+    if workers_per_side == 1:
+        return "one worker process per side"
+    return (
+        f"{workers_per_side} worker processes per side, pairs cycled through all "
+        f"{workers_per_side * workers_per_side} base x head combinations"
+    )
+
+
 def pair_sampler(
-    base: WorkerProcess,
-    head: WorkerProcess,
+    bases: list[WorkerProcess],
+    heads: list[WorkerProcess],
     rounds: int,
     contended_pairs: ContendedPairs = DEFAULT_CONTENDED_PAIRS,
 ):
-    """``next_pair()`` for ``sequential_paired``: one block per side, order alternating AB, BA, ...;
-    returns both blocks' round times (seconds) and whether the pair is set aside, by
-    ``contended_pairs``. ``next_pair.reasons`` collects each contended block's reasons in one short
-    line, for the report; ``next_pair.shared`` counts the kept pairs whose two blocks were contended."""
+    """``next_pair()`` for ``sequential_paired``: one block per side, from the workers that
+    ``pair_schedule`` picks out of ``bases`` and ``heads`` (equally many); returns both blocks'
+    round times (seconds) and whether the pair is set aside, by ``contended_pairs``.
+    ``next_pair.reasons`` collects each contended block's reasons in one short line, for the
+    report; ``next_pair.shared`` counts the kept pairs whose two blocks were contended."""
+    if not bases or len(bases) != len(heads):
+        raise ValueError(
+            f"need equally many base and head workers, got {len(bases)} and {len(heads)}"
+        )
     count = [0]
     reasons: list[str] = []
 
     def next_pair() -> tuple[list[float], list[float], bool]:
-        order = (base, head) if count[0] % 2 == 0 else (head, base)
+        b_index, h_index, base_first = pair_schedule(count[0], len(bases))
+        base, head = bases[b_index], heads[h_index]
         count[0] += 1
+        order = (base, head) if base_first else (head, base)
         replies = {id(worker): worker.ask({"time": rounds}) for worker in order}
         b, h = replies[id(base)], replies[id(head)]
         flagged = [r["contention"] for r in (b, h) if (r.get("contention") or {}).get("contended")]
@@ -218,8 +247,8 @@ def median_of_rounds(blocks: list[list[float]]) -> float | None:
 
 
 def run_benchmark(
-    base: WorkerProcess,
-    head: WorkerProcess,
+    bases: list[WorkerProcess],
+    heads: list[WorkerProcess],
     variant: str,
     case_id: str,
     seed: int,
@@ -230,22 +259,30 @@ def run_benchmark(
     specs: tuple[str, ...] = (),
     contended_pairs: ContendedPairs = DEFAULT_CONTENDED_PAIRS,
 ) -> AbBenchmark | None:
-    """A/B one variant on one case in one mode, sequentially (``stats.sequential_paired``), contended
-    pairs kept or set aside by ``contended_pairs``; None when either side cannot run it."""
+    """A/B one variant on one case in one mode, sequentially (``stats.sequential_paired``) over the
+    workers of each side (``pair_sampler``), contended pairs kept or set aside by
+    ``contended_pairs``; None when either side cannot run it. The first worker of each side
+    records the structural fingerprint; the others only set up."""
     setups = []
-    for worker in (base, head):
-        request = {
-            "variant": worker.side.variant or variant,
-            "case": case_id,
-            "seed": seed,
-            "mode": mode,
-            "specs": list(specs),
-            "slowdown": worker.side.slowdown_for(variant),
-        }
-        setups.append(worker.ask({"setup": request}))
+    for workers in (bases, heads):
+        for index, worker in enumerate(workers):
+            request = {
+                "variant": worker.side.variant or variant,
+                "case": case_id,
+                "seed": seed,
+                "mode": mode,
+                "specs": list(specs),
+                "slowdown": worker.side.slowdown_for(variant),
+                "fingerprint": index == 0,
+            }
+            reply = worker.ask({"setup": request})
+            if index == 0:
+                setups.append(reply)
+            if "missing" in setups[-1] or "unsupported" in setups[-1]:
+                break
     key = str(BenchmarkKey(variant, case_id, mode))
     missing = {side: s["missing"] for side, s in zip(("base", "head"), setups) if "missing" in s}
-    for side, worker in (("base", base), ("head", head)):
+    for side, worker in (("base", bases[0]), ("head", heads[0])):
         if side in missing and (worker.side.variant or len(missing) == 2):  # a typo, not a rename
             raise WorkerError(
                 f"{f'--{side}-variant' if worker.side.variant else side}: {missing[side]}"
@@ -258,7 +295,7 @@ def run_benchmark(
         return AbBenchmark(key, [], [], comparison)
     if any("unsupported" in s for s in setups):
         return None
-    sampler = pair_sampler(base, head, rounds, contended_pairs)
+    sampler = pair_sampler(bases, heads, rounds, contended_pairs)
     outcome = sequential_paired(sampler, settings, plan)
     clean = [i for i, c in enumerate(outcome.contended) if not c]
     note = (
@@ -308,7 +345,8 @@ def check_same_machine(
     base: WorkerProcess, head: WorkerProcess, devices: list[str], force: bool
 ) -> dict:
     """Both workers must match in ``machine.MUST_MATCH`` (else ``IncomparableRuns`` unless ``force``);
-    with two interpreters, torch/CUDA/cuDNN versions may differ (that is the comparison).
+    with two interpreters, torch/CUDA/cuDNN versions may differ (that is the comparison). The other
+    workers of a side run the same interpreter and tree as the one checked.
 
     Returns the head's machine info with ``base_machine`` (the base's) added."""
     infos = [w.ask({"info": devices}) for w in (base, head)]
@@ -337,6 +375,7 @@ def run_ab(
     specs: tuple[str, ...] = (),
     timing_threads: int | None = None,
     contended_pairs: ContendedPairs = DEFAULT_CONTENDED_PAIRS,
+    workers_per_side: int = WORKERS_PER_SIDE,
 ) -> tuple[list[AbBenchmark], dict]:
     """A/B every variant x case x mode (``plan``: looks and time budget per benchmark); returns the
     benchmarks both sides could run and machine info.
@@ -345,11 +384,19 @@ def run_ab(
     them from its own tree). A variant without backward is gated in forward only. ``timing_threads``:
     the torch thread count of both workers (``TIMING_THREADS_ENV``; None: the machine's default).
     ``contended_pairs``: which contended block pairs are kept (``ContendedPairs``).
+    ``workers_per_side``: worker processes started per side (``WORKERS_PER_SIDE``); ``ValueError``
+    below 1.
     """
-    base, head = WorkerProcess(base_side, timing_threads), WorkerProcess(head_side, timing_threads)
+    if workers_per_side < 1:
+        raise ValueError(f"workers_per_side must be 1 or more, got {workers_per_side!r}")
+    bases: list[WorkerProcess] = []
+    heads: list[WorkerProcess] = []
     try:
+        for _ in range(workers_per_side):
+            bases.append(WorkerProcess(base_side, timing_threads))
+            heads.append(WorkerProcess(head_side, timing_threads))
         devices = sorted({parse_case_id(c).device for c in case_ids})
-        info = check_same_machine(base, head, devices, force)
+        info = check_same_machine(bases[0], heads[0], devices, force)
         results = []
         for variant in variants:
             for case_id in case_ids:
@@ -357,8 +404,8 @@ def run_ab(
                     if progress:
                         progress(f"A/B {variant} on {case_id} ({mode})")
                     found = run_benchmark(
-                        base,
-                        head,
+                        bases,
+                        heads,
                         variant,
                         case_id,
                         seed,
@@ -373,8 +420,8 @@ def run_ab(
                         results.append(found)
         return results, info
     finally:
-        base.close()
-        head.close()
+        for worker in bases + heads:
+            worker.close()
 
 
 def ab_payload(
@@ -383,12 +430,15 @@ def ab_payload(
     settings: GateSettings,
     plan: SequentialPlan = SequentialPlan(),
     contended_pairs: ContendedPairs = DEFAULT_CONTENDED_PAIRS,
+    workers_per_side: int = WORKERS_PER_SIDE,
 ) -> dict:
     """The raw blocks, fingerprints and verdicts of an A/B run (``--json``; the history store reads it).
-    Per benchmark, ``contended_pairs`` lists which pairs were set aside."""
+    Per benchmark, ``contended_pairs`` lists which pairs were set aside; block pair ``k`` was timed
+    by the workers ``pair_schedule(k, workers_per_side)`` names."""
     return {
         "schema_version": 2,
         "contended_pair_policy": str(contended_pairs),
+        "workers_per_side": workers_per_side,
         "machine": info,
         "alpha": settings.alpha,
         "min_effect": settings.min_effect,

@@ -4,9 +4,10 @@ Started by ``perfsuite.gate.ab`` as ``python -m perfsuite.gate.ab_worker`` with 
 source tree, so it imports that tree's perfsuite and variants. It reads one JSON request
 per line on stdin and answers one JSON line on stdout:
 
-* ``{"setup": {"variant", "case", "seed", "slowdown", "mode", "specs"}}`` -> ``{"fingerprint": ...}`` (with
-  the score-sized writes, and in forward_backward the bytes saved for backward, as a saved run's)
-  or ``{"unsupported": reason}``. ``mode``: forward (default), backward or forward_backward.
+* ``{"setup": {"variant", "case", "seed", "slowdown", "mode", "specs", "fingerprint"}}`` ->
+  ``{"fingerprint": ...}`` (with the score-sized writes, and in forward_backward the bytes saved for
+  backward, as a saved run's; ``{"ready": true}`` instead when ``fingerprint`` is false: the
+  gate's other workers of a side only time), ``{"missing": reason}`` or ``{"unsupported": reason}``. ``mode``: forward (default), backward or forward_backward.
   ``specs``: users' ``module:function`` variants to register first (entry points of the
   ``perfsuite.variants`` group always are). ``slowdown`` (0.1 = 10%) adds busy CPU work after
   each step, lasting that fraction of the step's median measured at setup (calibration of
@@ -73,21 +74,24 @@ class Worker:
             run_once(variant, case, step)
         except VariantUnsupported as exc:
             return {"unsupported": str(exc)}
-        with tempfile.TemporaryDirectory() as scratch:
-            trace = record_trace(step, case.device, Path(scratch) / "t.json.gz")
-        summary = summarize_windows(trace, FORWARD_ANNOTATION)[0]
-        scores = account_windows(trace, FORWARD_ANNOTATION, case.score_shape, case.head_dim)[
-            0
-        ].by_label()
-        saved = (
-            measure_saved(step, case.score_shape, input_tensors(prepared.inputs)).bytes
-            if mode == "forward_backward"
-            else None
-        )
+        found = {"ready": True}
+        if request.get("fingerprint", True):
+            with tempfile.TemporaryDirectory() as scratch:
+                trace = record_trace(step, case.device, Path(scratch) / "t.json.gz")
+            summary = summarize_windows(trace, FORWARD_ANNOTATION)[0]
+            scores = account_windows(trace, FORWARD_ANNOTATION, case.score_shape, case.head_dim)[
+                0
+            ].by_label()
+            saved = (
+                measure_saved(step, case.score_shape, input_tensors(prepared.inputs)).bytes
+                if mode == "forward_backward"
+                else None
+            )
+            found = {"fingerprint": fingerprint(summary, case.device, scores, saved)}
         extra_s = request.get("slowdown", 0.0) * statistics.median(self._times(step, 7))
         self.forward = step if not extra_s else (lambda: (step(), _spin(extra_s)))
         self._times(self.forward, 5)  # warm-up
-        return {"fingerprint": fingerprint(summary, case.device, scores, saved)}
+        return found
 
     def load_variants(self, specs: list[str]) -> None:
         """Register installed entry points and users' ``module:function`` specs (once each)."""

@@ -182,6 +182,11 @@ SEQUENTIAL_LOOKS = (12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 10
 # 8-round block, so shorter blocks cancel more of it per second sampled (docs/validation.md,
 # "Block length and clock").
 BLOCK_ROUNDS = 1
+# Worker processes per side. Where a process's buffers and threads land sets how fast it runs
+# (and how much a change costs in it); cycling the pairs through every base x head combination of
+# several processes turns that placement into a random effect that averages out, instead of a
+# bias of one pair (docs/validation.md, "Gate error rates").
+WORKERS_PER_SIDE = 2
 # No verdict before this much sampling: beside a busy process, where the scheduler places each
 # worker's threads biases a run of consecutive pairs for a fraction of a second, so the pairs of
 # the first half second are not independent (false verdicts at 16 and 24 pairs were measured:

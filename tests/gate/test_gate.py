@@ -443,7 +443,7 @@ def test_pairs_alternate_their_order_and_carry_either_side_s_contention():
     log = []
     base = FakeWorker("base", 1.0, log)
     head = FakeWorker("head", 1.1, log, contended=lambda n: n == 2)
-    next_pair = pair_sampler(base, head, rounds=3)
+    next_pair = pair_sampler([base], [head], rounds=3)
     pairs = [next_pair() for _ in range(3)]
     assert log == ["base", "head", "head", "base", "base", "head"]
     assert [p[2] for p in pairs] == [False, True, False]
@@ -451,6 +451,33 @@ def test_pairs_alternate_their_order_and_carry_either_side_s_contention():
     assert next_pair.reasons == [
         "CPU steal 9% of CPU time (limit 5%) in block 2"
     ]  # why, for the report
+
+
+def test_pairs_cycle_through_every_base_and_head_worker_in_both_orders():
+    from perfsuite.gate.ab import pair_sampler, pair_schedule
+
+    for per_side in (1, 2, 3):
+        schedule = [pair_schedule(k, per_side) for k in range(2 * per_side**2)]
+        # every combination once in each order, and every worker first equally often
+        assert sorted(schedule) == sorted(
+            (b, h, first)
+            for b in range(per_side)
+            for h in range(per_side)
+            for first in (True, False)
+        )
+    log = []
+    bases = [FakeWorker(f"base{i}", 1.0, log) for i in range(2)]
+    heads = [FakeWorker(f"head{i}", 1.1, log) for i in range(2)]
+    next_pair = pair_sampler(bases, heads, rounds=1)
+    for _ in range(8):
+        next_pair()
+    assert log[:8] == ["base0", "head0", "head0", "base0", "base1", "head0", "head0", "base1"]
+    assert sorted(set(zip(log[::2], log[1::2]))) == sorted(
+        {(b, h) for b in ("base0", "base1") for h in ("head0", "head1")}
+        | {(h, b) for b in ("base0", "base1") for h in ("head0", "head1")}
+    )
+    with pytest.raises(ValueError, match="equally many base and head workers, got 2 and 1"):
+        pair_sampler(bases, heads[:1], rounds=1)
 
 
 def test_the_verdict_line_says_whether_contention_or_the_machine_s_speed_kept_a_benchmark_unjudged():
@@ -534,15 +561,19 @@ def test_a_variant_renamed_by_the_change_is_missing_not_an_error():
     from perfsuite.gate.ab import run_benchmark
 
     args = ("b1h2s16d8-fp32-causal-cpu", 0, 2, SETTINGS, SequentialPlan())
-    renamed = run_benchmark(SetupWorker(), SetupWorker(absent=("old",)), "old", *args)
+    renamed = run_benchmark([SetupWorker()], [SetupWorker(absent=("old",))], "old", *args)
     assert (renamed.comparison.verdict, renamed.comparison.note) == (
         "missing",
         "only in the base tree",
     )
     with pytest.raises(WorkerError, match="either|base: no variant 'typo'"):
-        run_benchmark(SetupWorker(absent=("typo",)), SetupWorker(absent=("typo",)), "typo", *args)
+        run_benchmark(
+            [SetupWorker(absent=("typo",))], [SetupWorker(absent=("typo",))], "typo", *args
+        )
     with pytest.raises(WorkerError, match="--head-variant: no variant 'nope'"):
-        run_benchmark(SetupWorker(), SetupWorker(absent=("nope",), variant="nope"), "naive", *args)
+        run_benchmark(
+            [SetupWorker()], [SetupWorker(absent=("nope",), variant="nope")], "naive", *args
+        )
 
 
 def test_a_benchmark_with_no_uncontended_pair_shows_no_ratio():
@@ -667,7 +698,7 @@ def test_shared_policy_keeps_a_pair_whose_two_blocks_were_contended_and_sets_asi
         log = []
         base = FakeWorker("base", 1.0, log, contended=lambda n: n in (1, 3))
         head = FakeWorker("head", 1.1, log, contended=lambda n: n == 1)
-        next_pair = pair_sampler(base, head, rounds=3, contended_pairs=policy)
+        next_pair = pair_sampler([base], [head], rounds=3, contended_pairs=policy)
         return [next_pair()[2] for _ in range(3)], next_pair.shared
 
     # pair 1: both blocks contended (a steady load); pair 2: neither; pair 3: only the base's block
