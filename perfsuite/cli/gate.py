@@ -66,7 +66,8 @@ def add_gate_options(parser: argparse.ArgumentParser) -> None:
         "--min-effect",
         type=float,
         default=None,
-        help="smallest change that counts (default 0.05 for ab, 0.15 for compare of separate runs)",
+        help=f"smallest change that counts (default {GateSettings.min_effect} for ab, "
+        f"{SEPARATE_RUNS_MIN_EFFECT} for compare of separate runs)",
     )
     parser.add_argument(
         "--fail-on-structure",

@@ -109,7 +109,11 @@ class RatioEstimate:
 
 @dataclasses.dataclass(frozen=True)
 class GateSettings:
-    """``alpha``: two-sided level of the interval; ``min_effect``: smallest change worth a verdict (0.05 = 5%).
+    """``alpha``: two-sided level of the interval; ``min_effect``: smallest change worth a verdict (0.03 = 3%).
+
+    3% for A/B runs: with two worker processes per side, the lost ``masked_fill_`` (one score-sized
+    copy) cost 3-10% on the 2-core machine, quiet and beside a CPU hog (docs/validation.md, "Gate
+    error rates"); a 5% floor left a third of those gates ``inconclusive``.
 
     ``SEPARATE_RUNS_MIN_EFFECT`` is the default for comparing two separate runs: identical code
     measured 8-14% apart between separate smoke runs on the 2-core machine (drift the data of
@@ -117,7 +121,7 @@ class GateSettings:
     """
 
     alpha: float = 0.01
-    min_effect: float = 0.05
+    min_effect: float = 0.03
 
     def false_alarm_rate(self, benchmarks: int = 1) -> float:
         """Upper bound of the probability that identical code is flagged (see module docstring)."""

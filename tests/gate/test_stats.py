@@ -226,12 +226,12 @@ def test_min_pairs_is_where_the_interval_becomes_finite(alpha):
 
 
 def test_an_inconclusive_change_below_the_minimum_effect_says_its_size():
-    """A +4.9% change whose interval excludes 1 is not ``slower`` (under the 5% floor): the note says why."""
-    estimate = stats.RatioEstimate(1.049, 1.034, 1.066, 547, "paired sequential")
+    """A +2.9% change whose interval excludes 1 is not ``slower`` (under the 3% floor): the note says why."""
+    estimate = stats.RatioEstimate(1.029, 1.014, 1.046, 547, "paired sequential")
     found = stats.verdict(estimate, GateSettings())
     assert found == "inconclusive"
     assert stats.below_min_effect(estimate, found, GateSettings()) == (
-        "a +4.9% change, below the 5% minimum effect"
+        "a +2.9% change, below the 3% minimum effect"
     )
     straddling = stats.RatioEstimate(1.02, 0.99, 1.06, 547, "paired sequential")
     assert stats.below_min_effect(straddling, "inconclusive", GateSettings()) == ""
