@@ -255,7 +255,7 @@ def main() -> None:
         help="no look before this many seconds of sampling per benchmark (0: looks from the first pairs)",
     )
     parser.add_argument("--alpha", type=float, default=0.01)
-    parser.add_argument("--min-effect", type=float, default=0.05)
+    parser.add_argument("--min-effect", type=float, default=GateSettings.min_effect)
     parser.add_argument(
         "--busy",
         type=int,
