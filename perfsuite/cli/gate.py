@@ -146,7 +146,7 @@ def add_commands(commands) -> None:
     )
     ab.add_argument(
         "--modes",
-        help="modes to gate: forward, backward, forward_backward or all (default: "
+        help="modes to gate, comma-separated: forward, backward, forward_backward, or all (default: "
         "perfsuite_modes of your pytest configuration, else all; variants without "
         "backward are gated forward only)",
     )

@@ -313,7 +313,7 @@ def run_benchmark(
     if small := below_min_effect(outcome.estimate, outcome.verdict, settings):
         note += f"; {small}"
     if sampler.reasons:
-        note += f"; the last: {sampler.reasons[-1]}"
+        note += f"; last contended block: {sampler.reasons[-1]}"
     comparison = BenchmarkComparison(
         key,
         median_of_rounds([outcome.base_blocks[i] for i in clean])

@@ -58,12 +58,15 @@ class GateOutcome:
             return f"perfsuite gate: NOT JUDGED: no benchmark is in both runs ({total} seen)"
         if self.failures:
             slower = sum(c.verdict == Verdict.SLOWER for c in self.comparisons)
-            more = sum(
-                bool(self.fail_on_structure and c.structure_adds_work) for c in self.comparisons
-            )
+            structural = [
+                c for c in self.comparisons if self.fail_on_structure and c.structure_adds_work
+            ]
+            both = sum(c.verdict == Verdict.SLOWER for c in structural)
             return (
                 f"perfsuite gate: FAIL: {len(self.failures)} of {plural(total, 'benchmark')} regressed "
-                f"({slower} slower, {more} with structure that adds work)"
+                f"({slower} slower, {len(structural)} with structure that adds work"
+                + (f"; {both} of them both" if both else "")
+                + ")"
                 + ("; no timing was judged, structure only" if not self._timed() else "")
                 + "".join(f"; {note}" for note in self._timing_notes(self._counts()))
             )

@@ -155,7 +155,7 @@ def diff_fingerprints(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
     grown = head.get("allocated_bytes", 0) - base.get("allocated_bytes", 0)
     if grown:
         sign = "+" if grown > 0 else "-"
-        lines.append(f"allocated {sign}{format_bytes(abs(grown))} per forward")
+        lines.append(f"allocated {sign}{format_bytes(abs(grown))} per step")
     for field, label in (
         ("written_in_place_bytes", "written in place"),
         ("saved_for_backward_bytes", "saved for backward"),

@@ -16,7 +16,7 @@ from perfsuite.dashboard.model import ChangePoint, Commit, Dashboard, Series, po
 from perfsuite.dashboard.model import Testbed as SiteTestbed
 from perfsuite.dashboard.site import write_site
 
-CAUSE = "+1 copy cpu aten::clone [2x8x256x256]; allocated +4.0 MiB per forward"
+CAUSE = "+1 copy cpu aten::clone [2x8x256x256]; allocated +4.0 MiB per step"
 
 pytestmark = pytest.mark.slow
 
@@ -61,9 +61,7 @@ def test_site_from_a_store_charts_filters_and_links(history_store, tmp_path, pag
         r"\+(39|40)\.\d% \[\+\d+\.\d%, \+\d+\.\d%\]", text
     ), text
     assert shas[4][:8] in text and shas[3][:8] in text and "slower" in text
-    assert (
-        "+1 copy cpu aten::clone [2x8x256x256]" in text and "allocated +4.0 MiB per forward" in text
-    )
+    assert "+1 copy cpu aten::clone [2x8x256x256]" in text and "allocated +4.0 MiB per step" in text
     assert row.first.locator(f"a[href='https://github.com/org/repo/commit/{shas[4]}']").count() == 1
     shoot(page, "findings", tmp_path)
     cards = page.locator("article.series")

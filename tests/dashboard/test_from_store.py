@@ -23,7 +23,7 @@ def test_the_model_names_the_planted_change_its_cause_and_the_epoch(history_stor
     assert 1.3 < change.ratio_low < change.ratio < change.ratio_high < 1.5
     assert (
         "+1 copy cpu aten::clone [2x8x256x256]" in change.cause
-        and "allocated +4.0 MiB per forward" in change.cause
+        and "allocated +4.0 MiB per step" in change.cause
     )
     assert (
         not by_variant["naive_inplace"].change_points and not by_variant["sdpa_math"].change_points

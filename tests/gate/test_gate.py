@@ -102,7 +102,7 @@ def test_fingerprint_diff_names_the_hidden_copy(tmp_path):
     naive = gather_evidence(get_variant("naive"), case, 0, tmp_path).steps[0]
     lines = diff_fingerprints(fingerprint(inplace, "cpu"), fingerprint(naive, "cpu"))
     assert "+1 aten::clone" in lines and "+1 copy cpu aten::clone [1x2x16x16]" in lines
-    assert "allocated +4.0 KiB per forward" in lines  # the clone and the out-of-place `* scale`
+    assert "allocated +4.0 KiB per step" in lines  # the clone and the out-of-place `* scale`
     assert diff_fingerprints(fingerprint(naive, "cpu"), fingerprint(naive, "cpu")) == []
 
 
@@ -708,3 +708,15 @@ def test_shared_policy_keeps_a_pair_whose_two_blocks_were_contended_and_sets_asi
     # pair 1: both blocks contended (a steady load); pair 2: neither; pair 3: only the base's block
     assert pairs(ContendedPairs.SHARED) == ([False, False, True], 1)
     assert pairs(ContendedPairs.SET_ASIDE) == ([True, False, True], 0)
+
+
+def test_a_fail_line_says_how_many_regressions_are_both_slower_and_structural(tmp_path, capsys):
+    """One benchmark both slower (x2) and with an added clone: one regression, counted once."""
+    times = np.exp(np.random.default_rng(3).normal(0, 0.01, 50))
+    base = saved_run(tmp_path / "a.json", times)
+    head = saved_run(tmp_path / "b.json", times * 2, clones=1)
+    assert main(["compare", str(base), str(head), "--fail-on-structure"]) == 1
+    assert (
+        "FAIL: 1 of 1 benchmark regressed (1 slower, 1 with structure that adds work; 1 of them both)"
+        in capsys.readouterr().out
+    )
