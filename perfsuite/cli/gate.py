@@ -191,8 +191,8 @@ def add_commands(commands) -> None:
         "--workers-per-side",
         type=at_least(1),
         default=WORKERS_PER_SIDE,
-        help=f"worker processes per side; pairs cycle through every base x head combination, so "
-        f"where one process landed does not bias the ratio (default {WORKERS_PER_SIDE})",
+        help=f"worker processes per side; pairs rotate through them, so where one process landed "
+        f"does not decide the ratio (default {WORKERS_PER_SIDE})",
     )
     ab.add_argument("--json", help="write raw blocks and verdicts here")
     add_gate_options(ab)

@@ -112,7 +112,7 @@ class GateSettings:
     """``alpha``: two-sided level of the interval; ``min_effect``: smallest change worth a verdict (0.03 = 3%).
 
     3% for A/B runs: with two worker processes per side, the lost ``masked_fill_`` (one score-sized
-    copy) cost 3-10% on the 2-core machine, quiet and beside a CPU hog (docs/validation.md, "Gate
+    copy) cost 3-8% in the calibration's gates on the 2-core machine, quiet and beside a CPU hog (docs/validation.md, "Gate
     error rates"); a 5% floor left a third of those gates ``inconclusive``.
 
     ``SEPARATE_RUNS_MIN_EFFECT`` is the default for comparing two separate runs: identical code
@@ -187,9 +187,9 @@ SEQUENTIAL_LOOKS = (12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 10
 # "Block length and clock").
 BLOCK_ROUNDS = 1
 # Worker processes per side. Where a process's buffers and threads land sets how fast it runs
-# (and how much a change costs in it); cycling the pairs through every base x head combination of
-# several processes turns that placement into a random effect that averages out, instead of a
-# bias of one pair (docs/validation.md, "Gate error rates").
+# (and how much a change costs in it); rotating the pairs through several processes per side
+# (``ab.pair_schedule``) averages that placement instead of leaving it a bias of one pair
+# (docs/validation.md, "Gate error rates").
 WORKERS_PER_SIDE = 2
 # No verdict before this much sampling: beside a busy process, where the scheduler places each
 # worker's threads biases a run of consecutive pairs for a fraction of a second, so the pairs of
