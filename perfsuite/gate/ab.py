@@ -8,7 +8,9 @@ runs at a time; block order alternates (AB, BA, AB, ...) so neither side always 
 are added until the verdict is decisive or the time budget is spent
 (``perfsuite.gate.stats.sequential_paired``). Contention (``perfsuite.measure.contention``) is judged
 per pair by ``ContendedPairs``: by default (``shared``) a pair is set aside when only one of its
-blocks was contended; with ``set-aside``, whenever either was.
+blocks was contended; with ``set-aside``, whenever either was. Under either policy a pair is set
+aside when other processes' threads alone filled every CPU all through it
+(``contention.others_fill_every_cpu``): that load does not cancel between the sides.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from perfsuite.attention.modes import Mode
 from perfsuite.errors import IncomparableRuns, UsageError, WorkerError
 from perfsuite.gate.compare import BenchmarkComparison, BenchmarkKey
 from perfsuite.measure.conditions import required_env
-from perfsuite.measure.contention import brief_reason
+from perfsuite.measure.contention import brief_reason, others_fill_every_cpu, overload_reason
 from perfsuite.measure.machine import MUST_MATCH, machine_differences
 from perfsuite.trace.structure import adds_work, diff_fingerprints
 from perfsuite.gate.worktrees import describe_tree
@@ -216,8 +218,10 @@ def pair_sampler(
     """``next_pair()`` for ``sequential_paired``: one block per side, from the workers that
     ``pair_schedule`` picks out of ``bases`` and ``heads`` (equally many); returns both blocks'
     round times (seconds) and whether the pair is set aside, by ``contended_pairs``.
-    ``next_pair.reasons`` collects each contended block's reasons in one short line, for the
-    report; ``next_pair.shared`` counts the kept pairs whose two blocks were contended."""
+    A pair timed beside other threads that filled every CPU (``others_fill_every_cpu``) is set
+    aside whatever the policy. ``next_pair.reasons`` collects each contended block's
+    reasons in one short line, for the report; ``next_pair.shared`` counts the kept pairs whose
+    two blocks were contended."""
     if not bases or len(bases) != len(heads):
         raise ValueError(
             f"need equally many base and head workers, got {len(bases)} and {len(heads)}"
@@ -232,11 +236,14 @@ def pair_sampler(
         order = (base, head) if base_first else (head, base)
         replies = {id(worker): worker.ask({"time": rounds}) for worker in order}
         b, h = replies[id(base)], replies[id(head)]
-        flagged = [r["contention"] for r in (b, h) if (r.get("contention") or {}).get("contended")]
-        reasons.extend(brief_reason(found) for found in flagged)
-        shared = len(flagged) == 2 and contended_pairs == ContendedPairs.SHARED
+        found = [r.get("contention") or {} for r in (b, h)]
+        flagged = [f for f in found if f.get("contended")]
+        overloaded = others_fill_every_cpu(found)
+        reasons.extend(brief_reason(f) for f in flagged)
+        reasons.extend([overload_reason(found)] if overloaded else [])
+        shared = len(flagged) == 2 and contended_pairs == ContendedPairs.SHARED and not overloaded
         next_pair.shared += shared
-        return b["times"], h["times"], bool(flagged) and not shared
+        return b["times"], h["times"], bool(flagged or overloaded) and not shared
 
     next_pair.reasons = reasons
     next_pair.shared = 0

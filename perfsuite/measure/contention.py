@@ -279,6 +279,43 @@ def assess(
     )
 
 
+def other_runnable(windows: Sequence[dict[str, Any]]) -> int | None:
+    """The fewest runnable threads besides the reader's at any run-queue reading of ``windows``
+    (``ContentionEvidence.as_dict()`` of consecutive windows, e.g. an A/B pair's two blocks).
+
+    Each window's run queue (``procs_running``) is read at its two ends, and each reading counts
+    the reading thread itself: other threads kept at least ``min(readings) - 1`` runnable all the
+    while. None where a reading is missing.
+    """
+    readings = [
+        w.get(key) for w in windows for key in ("procs_running_before", "procs_running_after")
+    ]
+    if not readings or None in readings:
+        return None
+    return min(readings) - 1
+
+
+def others_fill_every_cpu(windows: Sequence[dict[str, Any]], cpus: int | None = None) -> bool:
+    """True when at every run-queue reading of ``windows`` other runnable threads alone could
+    keep all ``cpus`` busy (default ``os.cpu_count()``, the CPUs ``procs_running`` counts over).
+
+    Beside such a load the gate's blocks run only in the scheduler's slices between its threads,
+    and a load on both sides of an A/B pair no longer cancels: with two busy processes on 2 CPUs
+    the gate called unchanged code slower (docs/validation.md, "Gate beside a CPU hog"). The
+    minimum over all readings, not one window's, because a worker's own operator threads may still
+    be runnable at a reading: beside one busy process on 2 CPUs, 2% of block pairs or fewer had 2
+    others at all four readings, against one block in four at both of its own two.
+    False where a reading is missing or the contention check is off.
+    """
+    others = other_runnable(windows)
+    return others is not None and check_enabled() and others >= (cpus or os.cpu_count() or 1)
+
+
+def overload_reason(windows: Sequence[dict[str, Any]], cpus: int | None = None) -> str:
+    """``others_fill_every_cpu``'s finding in one short line."""
+    return f"{other_runnable(windows)} other runnable threads on {cpus or os.cpu_count()} CPUs"
+
+
 def brief_reason(contention: dict[str, Any]) -> str:
     """One short line for a saved ``extra_info['contention']``: its ``brief``, or for runs saved
     before there was one, its first reason."""

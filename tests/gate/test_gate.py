@@ -415,12 +415,13 @@ def test_the_table_shows_the_ratio_of_medians_next_to_the_statistic(tmp_path, ca
 class FakeWorker:
     """Answers ``time`` requests like an A/B worker: fixed round times, contention as told."""
 
-    def __init__(self, name, seconds, log, contended=lambda n: False):
-        self.name, self.seconds, self.log, self.contended, self.calls = (
+    def __init__(self, name, seconds, log, contended=lambda n: False, running=lambda n: None):
+        self.name, self.seconds, self.log, self.contended, self.running, self.calls = (
             name,
             seconds,
             log,
             contended,
+            running,
             0,
         )
 
@@ -431,9 +432,13 @@ class FakeWorker:
         reasons = (
             [f"CPU steal 9% of CPU time (limit 5%) in block {self.calls}"] if contended else []
         )
+        queue = self.running(self.calls)  # run queue read at the block's two ends
         return {
             "times": [self.seconds] * request["time"],
-            "contention": {"contended": contended, "reasons": reasons},
+            "contention": {"contended": contended, "reasons": reasons}
+            | (
+                {"procs_running_before": queue[0], "procs_running_after": queue[1]} if queue else {}
+            ),
         }
 
 
@@ -708,6 +713,24 @@ def test_shared_policy_keeps_a_pair_whose_two_blocks_were_contended_and_sets_asi
     # pair 1: both blocks contended (a steady load); pair 2: neither; pair 3: only the base's block
     assert pairs(ContendedPairs.SHARED) == ([False, False, True], 1)
     assert pairs(ContendedPairs.SET_ASIDE) == ([True, False, True], 0)
+
+
+def test_a_shared_load_that_fills_every_cpu_is_set_aside_under_either_policy(monkeypatch):
+    """Two busy processes on 2 CPUs: both blocks contended, and beside them 2 other runnable threads."""
+    from perfsuite.gate.ab import pair_sampler
+    from perfsuite.gate.stats import ContendedPairs
+
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    monkeypatch.delenv("PERFSUITE_CONTENTION_CHECK", raising=False)
+    # pair 1: 3 runnable at every reading (the reader and 2 others); pair 2: 2 at one reading
+    queues = {1: (3, 4), 2: (3, 2)}
+    for policy in ContendedPairs:
+        log = []
+        base = FakeWorker("base", 1.0, log, lambda n: True, lambda n: queues[n])
+        head = FakeWorker("head", 1.0, log, lambda n: True, lambda n: queues[n])
+        next_pair = pair_sampler([base], [head], rounds=3, contended_pairs=policy)
+        assert next_pair()[2] is True and "2 other runnable threads on 2 CPUs" in next_pair.reasons
+        assert next_pair()[2] is (policy == ContendedPairs.SET_ASIDE)
 
 
 def test_a_fail_line_says_how_many_regressions_are_both_slower_and_structural(tmp_path, capsys):

@@ -158,3 +158,20 @@ def test_the_terminal_names_each_contended_benchmark_in_one_short_line():
         "naive forward b1h2s16d8-fp32-causal-cpu: threads waited 60% (limit 5%), load 3.2 on 2 CPUs"
     ]
     assert "summed over threads" in contention_lines([row])[0]  # the report: in full
+
+
+def test_others_fill_every_cpu_when_every_reading_holds_that_many_besides_the_reader(monkeypatch):
+    def window(before, after):
+        return {"procs_running_before": before, "procs_running_after": after}
+
+    # one busy process on 2 CPUs leaves a CPU to the gate; two fill both at every reading
+    assert not contention.others_fill_every_cpu([window(2, 3), window(3, 2)], cpus=2)
+    assert contention.others_fill_every_cpu([window(3, 4), window(3, 3)], cpus=2)
+    assert not contention.others_fill_every_cpu([window(5, 4), window(2, 4)], cpus=2)  # a burst
+    assert (
+        contention.overload_reason([window(4, 3)], cpus=2) == "2 other runnable threads on 2 CPUs"
+    )
+    assert contention.other_runnable([{"procs_running_before": None}]) is None
+    assert not contention.others_fill_every_cpu([{"procs_running_before": None}], cpus=2)
+    monkeypatch.setenv(contention.CHECK_ENV, "off")
+    assert not contention.others_fill_every_cpu([window(3, 3)], cpus=2)
