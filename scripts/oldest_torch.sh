@@ -17,9 +17,9 @@ echo "oldest_torch: installing $wanted into $venv"
 pip install $wanted  # unquoted: may hold pip options
 # --torch-only: just the download and install (network-bound), e.g. in the background while other tests run
 [ "${1:-}" = "--torch-only" ] && exit 0
-pip install -e .
+pip install -e . "pytest-xdist>=3.6"  # one worker per CPU, as scripts/test.sh runs
 "$venv/bin/python" -c "import torch; print('oldest_torch: torch', torch.__version__)"
-exec "$venv/bin/python" -m pytest -p no:xdist -m "not slow" -q \
+exec "$venv/bin/python" -m pytest -n "${PERFSUITE_TEST_WORKERS:-auto}" --dist loadgroup -m "not slow" -q \
     tests/attention tests/trace tests/measure tests/gate/test_stats.py tests/variants/test_numerics_findings.py \
     perfsuite/suite/test_attention.py \
     --perfsuite-variants naive,naive_inplace,sdpa,sdpa_math,sdpa_flash,flex_compiled "$@"

@@ -199,7 +199,14 @@ def summary(runs: dict[str, list[dict]], busy: int) -> str:
         loads = f"{gates[0]['load_before'].split()[0]}-{gates[-1]['load_after'].split()[0]}"
         steal = sorted(g.get("steal", float("nan")) for g in gates)
         steals = f"{steal[0]:.0%}-{steal[-1]:.0%} (median {steal[len(steal) // 2]:.0%})"
-        ratios = sorted(g["ratios"][k] for g in with_change for k in g.get("changed", ()))
+        ratios = (
+            sorted(  # of benchmarks that kept a pair (with none, the estimate is a placeholder)
+                g["ratios"][k]
+                for g in with_change
+                for k in g.get("changed", ())
+                if g["pairs"][k] > g["contended_pairs"][k]
+            )
+        )
         measured = (
             f"{ratios[0]:.3f}, {ratios[len(ratios) // 2]:.3f}, {ratios[-1]:.3f}" if ratios else "-"
         )

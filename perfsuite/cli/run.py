@@ -61,10 +61,23 @@ def run_suite(args: argparse.Namespace) -> int:
         "pytest",
         *suite_arguments(root, not args.check, list(args.pytest_args)),
     ]
+    storage = root / ".benchmarks"
+    existed = storage.exists()
     # PERFSUITE_HISTORY_SOURCE: the history store records this run as perfsuite run's
-    return run_forwarding_signals(
+    code = run_forwarding_signals(
         command, {**os.environ, **required_env(), "PERFSUITE_HISTORY_SOURCE": "run"}, cwd=root
     )
+    if args.check and not existed:
+        _remove_if_empty(storage)
+    return code
+
+
+def _remove_if_empty(folder: Path) -> None:
+    """pytest-benchmark makes its storage folder even when timing is off: a check leaves none."""
+    try:
+        folder.rmdir()  # only ever removes an empty folder
+    except OSError:
+        pass
 
 
 def _interrupt_when_parent_dies() -> None:

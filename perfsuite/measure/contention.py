@@ -313,7 +313,8 @@ def others_fill_every_cpu(windows: Sequence[dict[str, Any]], cpus: int | None = 
 
 def overload_reason(windows: Sequence[dict[str, Any]], cpus: int | None = None) -> str:
     """``others_fill_every_cpu``'s finding in one short line."""
-    return f"{other_runnable(windows)} other runnable threads on {cpus or os.cpu_count()} CPUs"
+    others, cpus = other_runnable(windows), cpus or os.cpu_count()
+    return f"other processes filled every CPU ({others} runnable threads on {cpus} CPUs)"
 
 
 def brief_reason(contention: dict[str, Any]) -> str:

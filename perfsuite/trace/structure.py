@@ -130,6 +130,27 @@ def adds_work(base: dict[str, Any], head: dict[str, Any]) -> bool:
     return bool(added_work(base, head))
 
 
+def _score_write_lines(changes: list[tuple[str, int, int]]) -> list[str]:
+    """Score-write count changes as lines; a write of one kind and shape that left one op stack for
+    another as often as it came (``computed [2x8x256x256] in A`` -1, ``... in B`` +1) is one line,
+    ``score write computed [2x8x256x256] moved: A -> B``."""
+    lines, moved = [], set()
+    for gone, before, after in changes:
+        if after - before >= 0 or gone in moved:
+            continue
+        what, _, source = gone.partition(" in ")
+        for came, b2, a2 in changes:
+            if came not in moved and a2 - b2 == before - after and came.startswith(what + " in "):
+                lines.append(f"score write {what} moved: {source} -> {came.partition(' in ')[2]}")
+                moved |= {gone, came}
+                break
+    return [
+        f"{after - before:+d} score write {name[:160]}"
+        for name, before, after in changes
+        if name not in moved
+    ] + lines
+
+
 def diff_fingerprints(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
     """Human lines for every structural change, ``[]`` when identical.
 
@@ -150,7 +171,11 @@ def diff_fingerprints(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
     if "score_writes" in base and "score_writes" in head:
         fields.append(("score_writes", "score write "))
     for field, label in fields:
-        for name, before, after in count_changes(base.get(field, {}), head.get(field, {})):
+        changes = count_changes(base.get(field, {}), head.get(field, {}))
+        if field == "score_writes":
+            lines += _score_write_lines(changes)
+            continue
+        for name, before, after in changes:
             lines.append(f"{after - before:+d} {label}{name[:160]}")
     grown = head.get("allocated_bytes", 0) - base.get("allocated_bytes", 0)
     if grown:

@@ -729,7 +729,11 @@ def test_a_shared_load_that_fills_every_cpu_is_set_aside_under_either_policy(mon
         base = FakeWorker("base", 1.0, log, lambda n: True, lambda n: queues[n])
         head = FakeWorker("head", 1.0, log, lambda n: True, lambda n: queues[n])
         next_pair = pair_sampler([base], [head], rounds=3, contended_pairs=policy)
-        assert next_pair()[2] is True and "2 other runnable threads on 2 CPUs" in next_pair.reasons
+        assert (
+            next_pair()[2] is True
+            and "other processes filled every CPU (2 runnable threads on 2 CPUs)"
+            in next_pair.reasons
+        )
         assert next_pair()[2] is (policy == ContendedPairs.SET_ASIDE)
 
 

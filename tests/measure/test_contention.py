@@ -169,7 +169,8 @@ def test_others_fill_every_cpu_when_every_reading_holds_that_many_besides_the_re
     assert contention.others_fill_every_cpu([window(3, 4), window(3, 3)], cpus=2)
     assert not contention.others_fill_every_cpu([window(5, 4), window(2, 4)], cpus=2)  # a burst
     assert (
-        contention.overload_reason([window(4, 3)], cpus=2) == "2 other runnable threads on 2 CPUs"
+        contention.overload_reason([window(4, 3)], cpus=2)
+        == "other processes filled every CPU (2 runnable threads on 2 CPUs)"
     )
     assert contention.other_runnable([{"procs_running_before": None}]) is None
     assert not contention.others_fill_every_cpu([{"procs_running_before": None}], cpus=2)

@@ -16,7 +16,7 @@ def test_the_fingerprint_diff_names_the_score_copy_and_where_it_happens(tmp_path
     assert (
         "+1 score write copy [1x2x16x16] in aten::masked_fill > aten::clone > aten::copy_" in lines
     )
-    assert "-1 score write computed [1x2x16x16] in aten::mul_" in lines
+    assert "score write computed [1x2x16x16] moved: aten::mul_ -> aten::mul" in lines
     assert diff_fingerprints(head, head) == []
 
 
@@ -28,3 +28,21 @@ def test_older_fingerprints_without_score_writes_compare_as_before(tmp_path):
         fingerprint(naive.steps[0], "cpu", naive.score_accounting[0].by_label()),
     )
     assert "score_writes" not in old and diff_fingerprints(old, new) == []
+
+
+def test_a_score_write_that_only_moved_to_another_op_stack_is_one_moved_line():
+    """Losing ``masked_fill_``: the masking write now happens inside ``aten::masked_fill``, after a clone."""
+    shape = "[2x8x256x256]"
+    base = {"score_writes": {f"computed {shape} in aten::masked_fill_": 1}}
+    head = {
+        "score_writes": {
+            f"computed {shape} in aten::masked_fill > aten::masked_fill_": 1,
+            f"copy {shape} in aten::masked_fill > aten::clone > aten::copy_": 1,
+        }
+    }
+    assert diff_fingerprints(base, head) == [
+        f"+1 score write copy {shape} in aten::masked_fill > aten::clone > aten::copy_",
+        f"score write computed {shape} moved: aten::masked_fill_ -> aten::masked_fill > aten::masked_fill_",
+    ]
+    # a write that went away without a counterpart stays a -1
+    assert diff_fingerprints(head, {"score_writes": {}})[0].startswith("-1 score write computed")
