@@ -9,7 +9,9 @@ clock (wall ``perf_counter``, and the worker process's CPU time over all threads
 * ``pair sd``: the standard deviation of the pairs' log ratios (median head block / median base block);
 * ``sd x sqrt(s/pair)``: the noise per second of sampling. The signed-rank interval's width after
   ``T`` seconds scales as this over ``sqrt(T)``, so it compares block lengths at equal cost;
-* ``ratio``: the Hodges-Lehmann estimate of head/base over the pairs.
+* ``ratio``: the Hodges-Lehmann estimate of head/base over the pairs;
+* ``full-CPU pairs``: the share of pairs the gate sets aside because other processes' threads
+  filled every CPU at all four run-queue readings (``contention.others_fill_every_cpu``).
 
 A measurement, not a test; ``--busy N`` runs N busy processes beside it (``validation/contend.py``).
 
@@ -29,6 +31,7 @@ import numpy as np
 
 from perfsuite.gate.ab import Side, WorkerProcess
 from perfsuite.gate.stats import wilcoxon_interval
+from perfsuite.measure.contention import others_fill_every_cpu
 from perfsuite.suite.settings import split_list
 
 from validation.calibrate_gate import REAL_CHANGES, lost_inplace_tree
@@ -53,15 +56,17 @@ def sample(
     per clock, the pairs' log ratios of the blocks' ``statistic`` (``BLOCK_STATISTICS``)."""
     typical = BLOCK_STATISTICS[statistic]
     logs: dict[str, list[float]] = {clock: [] for clock in CLOCKS}
+    full = 0
     start = time.perf_counter()
     while time.perf_counter() - start < seconds:
         order = (base, head) if len(logs["wall"]) % 2 == 0 else (head, base)
         request = {"time": rounds, "warmup": warmup}
         replies = {id(worker): worker.ask(request) for worker in order}
         b, h = replies[id(base)], replies[id(head)]
+        full += others_fill_every_cpu([b["contention"], h["contention"]])
         for clock, field in CLOCKS.items():
             logs[clock].append(math.log(typical(h[field]) / typical(b[field])))
-    return {"elapsed_s": time.perf_counter() - start, "logs": logs}
+    return {"elapsed_s": time.perf_counter() - start, "logs": logs, "full_cpu_pairs": full}
 
 
 def describe(rounds: int, found: dict) -> str:
@@ -71,7 +76,7 @@ def describe(rounds: int, found: dict) -> str:
         sd = float(np.std(logs, ddof=1))
         ratio = math.exp(wilcoxon_interval(logs, 0.01)[0])
         line += f" {sd:.3f} | {sd * math.sqrt(found['elapsed_s'] / pairs):.4f} | {ratio:.3f} |"
-    return line
+    return line + f" {found['full_cpu_pairs'] / pairs:.1%} |"
 
 
 def main() -> int:
@@ -104,9 +109,9 @@ def main() -> int:
     )
     print(
         "| rounds per block | pairs/s | wall: pair sd | wall: sd x sqrt(s/pair) | wall: ratio "
-        "| cpu: pair sd | cpu: sd x sqrt(s/pair) | cpu: ratio |"
+        "| cpu: pair sd | cpu: sd x sqrt(s/pair) | cpu: ratio | full-CPU pairs |"
     )
-    print("| --- " * 8 + "|")
+    print("| --- " * 9 + "|")
     with busy_processes(args.busy), tempfile.TemporaryDirectory() as tmp:
         head_tree = (
             lost_inplace_tree(Path(tmp), REAL_CHANGES["real change"])

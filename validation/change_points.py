@@ -380,7 +380,8 @@ def make_history(
         GIT_AUTHOR_EMAIL="v@example.com",
         GIT_COMMITTER_NAME="v",
         GIT_COMMITTER_EMAIL="v@example.com",
-        PYTHONPATH="src",
+        # the user's package first, then whatever the caller had (an offline machine's extra site)
+        PYTHONPATH=os.pathsep.join(p for p in ("src", os.environ.get("PYTHONPATH")) if p),
     )
     run = lambda *a: subprocess.run(
         a, cwd=repo, env=env, check=True, capture_output=True, text=True
@@ -459,6 +460,26 @@ def make_history(
     return shas
 
 
+def planted_commits(text: str, commits: int) -> dict[int, str]:
+    """``"11:extra_copy,19:lost_in_place,26:slower_backward"`` -> ``{11: "extra_copy", ...}``.
+
+    Raises ``SystemExit`` naming the bad item: a change not in ``PLANTED_ORDER`` (or out of that
+    order, which ``history --planted`` relies on), or a commit outside 2..``commits``."""
+    planted: dict[int, str] = {}
+    for item in text.split(","):
+        number, _, change = item.partition(":")
+        if change not in PLANTED_ORDER or not number.isdigit() or not 2 <= int(number) <= commits:
+            raise SystemExit(
+                f"--planted: {item!r} is not NUMBER:CHANGE with NUMBER in 2..{commits} and CHANGE "
+                f"one of {', '.join(PLANTED_ORDER)}"
+            )
+        planted[int(number)] = change
+    order = [planted[n] for n in sorted(planted)]
+    if order != [c for c in PLANTED_ORDER if c in order]:
+        raise SystemExit(f"--planted: changes must come in the order {', '.join(PLANTED_ORDER)}")
+    return planted
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -504,6 +525,12 @@ def main(argv: list[str] | None = None) -> int:
     made.add_argument("--commits", type=int, default=32)
     made.add_argument("--case", default="b1h2s512d32-fp32-causal-cpu")
     made.add_argument(
+        "--planted",
+        default="11:extra_copy,19:lost_in_place,26:slower_backward",
+        help="commit number:change, comma-separated, in the order extra_copy, lost_in_place, "
+        "slower_backward (default: %(default)s)",
+    )
+    made.add_argument(
         "--runs-per-commit",
         type=int,
         default=None,
@@ -518,7 +545,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     if args.command == "make-history":
-        planted = {11: "extra_copy", 19: "lost_in_place", 26: "slower_backward"}
+        planted = planted_commits(args.planted, args.commits)
         runs = args.runs_per_commit
         runs = (0 if args.gate is not None else 1) if runs is None else runs
         shas = make_history(args.repo, args.commits, args.case, planted, runs, args.gate)

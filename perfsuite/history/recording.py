@@ -44,17 +44,21 @@ def record_runs(
 ) -> Recorded:
     """Write ``runs`` into the store (``store.resolve_url(url, ini_value, root)``), each in its own
     transaction; any error is caught and returned in ``Recorded.error``."""
-    # imported here: SQLAlchemy only when a run is recorded, not in every pytest run that loads the plugin
-    from perfsuite.history.store import open_store, shown
-
     started = time.perf_counter()
     name = url or ini_value or "the history store"
     try:
+        # imported here: SQLAlchemy only when a run is recorded, not in every pytest run that loads
+        # the plugin; inside the try, because an offline install (pip --no-deps) may lack it
+        from perfsuite.history.store import open_store, shown
+
         with open_store(url, ini_value, root) as store:
             name = shown(store.url).removeprefix("sqlite:///")
             added = sum(store.record(run) for run in runs)
     except HistoryError as exc:
         return Recorded(0, 0, name, time.perf_counter() - started, str(exc))
+    except ImportError as exc:
+        why = f"{exc}; perfsuite's history store needs it: pip install 'sqlalchemy>=2'"
+        return Recorded(0, 0, name, time.perf_counter() - started, why)
     except Exception as exc:  # the store never fails a run: any failure becomes a warning
         return Recorded(0, 0, name, time.perf_counter() - started, f"{type(exc).__name__}: {exc}")
     count = sum(len(run.benchmarks) for run in runs) if added else 0

@@ -277,6 +277,23 @@ def _needs_cuda(impl: str, query: torch.Tensor) -> None:
         )
 
 
+# impl -> why its kernels failed to import in this process. transformers loads a flash_attention_*
+# kernel package (flash-attn, flash_attn_interface, or the `kernels` hub package) at the first call;
+# seen on an H200 with transformers 5.17: that call raises ImportError and every later call of the same
+# implementation a TypeError ("the first argument must be callable"), so the first failure is kept.
+_KERNELS_NOT_LOADED: dict[str, str] = {}
+
+
+def _kernels_not_loaded(impl: str, error: ImportError) -> str:
+    """The skip reason for ``impl`` whose kernel package failed to import with ``error``."""
+    first_line = str(error).splitlines()[0] if str(error) else ""
+    return (
+        f"transformers' {impl} could not load its kernels ({type(error).__name__}: {first_line}); "
+        "install the package transformers names (flash-attn for flash_attention_2 and _4, "
+        "flash-attn 3's flash_attn_interface for _3, or the `kernels` package)"
+    )
+
+
 def _flex_backward_unsupported(impl: str, query: torch.Tensor) -> str | None:
     """Why ``hf_flex_attention`` has no backward here (CPU), or None.
 
@@ -302,27 +319,35 @@ def prepare_for(impl: str) -> Callable[[AttentionInputs], VariantFn]:
         if missing:
             raise CaseUnsupported(missing)
         _needs_cuda(impl, inputs.query)
+        if impl in _KERNELS_NOT_LOADED:
+            raise CaseUnsupported(_KERNELS_NOT_LOADED[impl])
         call = model_call(impl, inputs)
         function = attention_function(impl, call)
         no_backward = _flex_backward_unsupported(impl, inputs.query)
 
         def attention(query, key, value, *, mask, scale):
+            if impl in _KERNELS_NOT_LOADED:  # failed in another mode's call, after this prepare
+                raise CaseUnsupported(_KERNELS_NOT_LOADED[impl])
             if (
                 no_backward
                 and torch.is_grad_enabled()
                 and any(t.requires_grad for t in (query, key, value))
             ):
                 raise CaseUnsupported(no_backward)
-            output, _ = function(
-                call.module,
-                query,
-                key,
-                value,
-                call.attention_mask,
-                dropout=0.0,
-                scaling=scale,
-                **call.kwargs,
-            )
+            try:
+                output, _ = function(
+                    call.module,
+                    query,
+                    key,
+                    value,
+                    call.attention_mask,
+                    dropout=0.0,
+                    scaling=scale,
+                    **call.kwargs,
+                )
+            except ImportError as error:  # a flash_attention_* kernel package (see above)
+                _KERNELS_NOT_LOADED[impl] = _kernels_not_loaded(impl, error)
+                raise CaseUnsupported(_KERNELS_NOT_LOADED[impl]) from error
             return output.transpose(1, 2)  # [B, Sq, H, D] -> [B, H, Sq, D], a view
 
         return attention

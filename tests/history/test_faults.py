@@ -112,3 +112,18 @@ def test_a_writer_killed_inside_its_transaction_leaves_the_store_consistent(stor
                 == 0
             )
         engine.dispose()
+
+
+def test_an_install_without_sqlalchemy_records_nothing_and_says_why(tmp_path, monkeypatch):
+    # Seen on a GPU machine set up offline (pip --no-deps): the run's end crashed on the import.
+    from history_records import make_run
+
+    from perfsuite.history import recording
+
+    monkeypatch.setitem(sys.modules, "perfsuite.history.store", None)  # import fails
+    recorded = recording.record_runs(
+        [make_run("r1", "a" * 40, 1)], str(tmp_path / "history.sqlite")
+    )
+    assert not recorded.added
+    assert "pip install 'sqlalchemy>=2'" in recorded.line()
+    assert "its files are saved as usual" in recorded.line()

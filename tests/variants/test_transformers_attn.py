@@ -120,6 +120,29 @@ def test_flash_attention_implementations_skip_off_cuda():
         prepare_case(get_variant("hf_flash_attention_2"), _case("causal"), seed=0)
 
 
+def test_a_flash_kernel_package_that_fails_to_import_is_a_skip_at_every_call(monkeypatch):
+    # On an H200 with transformers 5.17 and no flash-attn: ImportError at the first call, TypeError later.
+    calls = []
+
+    def flash_function(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise ImportError("`kernels` is either not installed or uses an incompatible version.")
+        raise TypeError("the first argument must be callable")
+
+    monkeypatch.setattr(hf, "_needs_cuda", lambda impl, query: None)
+    monkeypatch.setattr(hf, "attention_function", lambda impl, call: flash_function)
+    monkeypatch.setattr(hf, "_KERNELS_NOT_LOADED", {})
+    inputs = make_inputs(_case("causal"), seed=0)
+    variant = get_variant("hf_flash_attention_2")
+    fn = variant.for_case(inputs)
+    with pytest.raises(CaseUnsupported, match="flash_attention_2 could not load its kernels"):
+        fn(inputs.query, inputs.key, inputs.value, mask=inputs.mask, scale=inputs.scale)
+    with pytest.raises(CaseUnsupported, match="`kernels` is either not installed"):
+        variant.for_case(inputs)  # a later mode: refused before the broken call
+    assert len(calls) == 1
+
+
 def test_without_transformers_the_variants_skip_with_the_install_hint(monkeypatch):
     monkeypatch.setattr(
         hf,
