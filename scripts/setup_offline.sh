@@ -21,6 +21,11 @@ if "setuptools" not in missing:  # an editable install builds a wheel: setuptool
 if missing:
     sys.exit(f"perfsuite offline setup: {sys.executable} lacks {', '.join(missing)}; "
              "install them there (offline: from wheels you bring) or choose another PERFSUITE_PYTHON")
+# perfsuite is installed with --no-deps: runs work without these, but are not recorded in the history store
+lacking = [name for name in ("sqlalchemy", "scipy") if importlib.util.find_spec(name) is None]
+if lacking:
+    print(f"perfsuite offline setup: warning: {sys.executable} lacks {', '.join(lacking)}; runs will not be "
+          "recorded in the history store (bring their wheels to record them)")
 PY
 here=$(pwd -P)
 installed=$("$py" -I - <<'PY' 2>/dev/null || true
