@@ -60,7 +60,8 @@ def add_command(commands) -> None:
         "--confirm",
         type=int,
         default=2,
-        help="newest points that must all break the limit (default 2; 1 judges the newest alone)",
+        help="newest points that must all break the limit (default 2; 1 judges the newest alone; "
+        "score copies are exact counts, judged on the newest alone)",
     )
     detect.add_argument(
         "--k", type=float, default=4.0, help="the limit in robust noise deviations (default 4)"
@@ -77,7 +78,8 @@ def add_command(commands) -> None:
     for sub in (listed, shown, detect, export):
         sub.add_argument(
             "--measure",
-            help="time_s (default for show/detect), wall_s, device_s, tflops, gbps, score_copies",
+            help="time_s (default for show; detect judges time_s and score_copies), wall_s, device_s, "
+            "tflops, gbps, score_copies",
         )
         sub.add_argument("--branch", help="only runs recorded on this branch")
         sub.add_argument(
@@ -248,14 +250,15 @@ def run_detect(args: argparse.Namespace) -> int:
     from perfsuite.history.changepoints import check_newest, usable
     from perfsuite.trace.structure import diff_fingerprints
 
-    measure = args.measure or "time_s"
+    # by default the times and the score-copy counts (exact, so judged even when every time is contended)
+    measures = [args.measure] if args.measure else ["time_s", "score_copies"]
     results, regressions = [], 0
     order = _commit_order(args)
     with _store(args) as store:
         chosen = (
             [s for name in args.series for s in _series(args, store, name)]
             if args.series
-            else store.list_series(measure=measure)
+            else [s for measure in measures for s in store.list_series(measure=measure)]
         )
         for series in chosen:
             points = store.points(
@@ -291,6 +294,7 @@ def run_detect(args: argparse.Namespace) -> int:
                     "measure": series.key.measure,
                     "newest": points[-1].sha if points else None,
                     "regression": verdict.regression,
+                    "judged": verdict.judged,
                     "ratios": list(verdict.ratios),
                     "limit": verdict.limit,
                     "reason": verdict.reason,
@@ -302,7 +306,9 @@ def run_detect(args: argparse.Namespace) -> int:
         print(json.dumps(results, indent=1))
     else:
         for found in results:
-            word = "REGRESSION" if found["regression"] else "ok"
+            word = (
+                "REGRESSION" if found["regression"] else "ok" if found["judged"] else "not judged"
+            )
             line = f"{word:<10} {found['series']}  {found['benchmark']} {found['measure']}: {found['reason']}"
             if found["regression"]:
                 line += (
@@ -310,9 +316,10 @@ def run_detect(args: argparse.Namespace) -> int:
                     + ("; ".join(found["structure"]) or "structure unchanged")
                 )
             print(line)
+        unjudged = sum(not found["judged"] for found in results)
         print(
             f"perfsuite history detect: {regressions} confirmed regression(s) at the newest commit "
-            f"in {len(results)} series"
+            f"in {len(results)} series" + (f" ({unjudged} not judged)" if unjudged else "")
         )
     return 1 if regressions else 0
 

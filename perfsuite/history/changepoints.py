@@ -46,7 +46,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from perfsuite.history.query import MEASURES, Pair, Point, epochs
+from perfsuite.history.query import COUNTED, MEASURES, Pair, Point, epochs
 from perfsuite.measure.speed_reference import speed_change
 from perfsuite.trace.structure import adds_work, diff_fingerprints
 
@@ -107,6 +107,8 @@ class OnlineVerdict:
     baseline_points: int
     reason: str
     gate_base: Point | None = None  # the base of the interleaved gate that decided, if one did
+    # False: the newest point could not be judged (contended, too few points, the machine's speed)
+    judged: bool = True
 
 
 def usable(point: Point) -> bool:
@@ -170,6 +172,11 @@ def step_test(
     from scipy import stats as scipy_stats  # here: ``history detect`` never needs it
 
     a, b = _samples(left, xl), _samples(right, xr)
+    if len(a) + len(b) >= 3 and np.ptp(a) == 0 and np.ptp(b) == 0 and a[0] != b[0]:
+        # two constant sides that differ (a count, such as score copies): an exact step, even when
+        # one side is the newest point alone
+        diff = float(b[0] - a[0])
+        return 0.0, math.exp(diff), (math.exp(diff), math.exp(diff))
     if len(a) < 2 or len(b) < 2:
         return 1.0, math.exp(float(np.mean(b)) - float(np.mean(a))), (0.0, math.inf)
     va, vb = float(np.var(a, ddof=1)) / len(a), float(np.var(b, ddof=1)) / len(b)
@@ -406,8 +413,15 @@ def check_newest(
     chosen = [p for p in points[last_epoch.start :] if usable(p)] if last_epoch else []
     if not points or not usable(points[-1]):
         return OnlineVerdict(
-            False, (), None, 0, "the newest point is contended, dirty or empty: not judged"
+            False,
+            (),
+            None,
+            0,
+            "the newest point is contended, dirty or empty: not judged",
+            judged=False,
         )
+    counted = measure in COUNTED
+    confirm = 1 if counted else confirm  # a count is exact: one point confirms it
     newest, baseline = chosen[-confirm:], chosen[:-confirm][-window:]
     if len(newest) < confirm or not baseline:
         return OnlineVerdict(
@@ -416,6 +430,7 @@ def check_newest(
             None,
             len(baseline),
             f"needs {confirm} newest point(s) and a baseline in this epoch; has {len(chosen)} point(s)",
+            judged=False,
         )
     references = [p.speed_reference_ms for p in baseline if p.speed_reference_ms]
     for point in newest:
@@ -434,7 +449,7 @@ def check_newest(
                     }
                 },
             )
-            if references
+            if references and not counted  # a count does not depend on the machine's speed
             else None
         )
         if moved:
@@ -445,6 +460,7 @@ def check_newest(
                 len(baseline),
                 f"not judged: at {point.short_sha} {moved.split(':')[0]} than over the baseline "
                 f"(reference x{point.speed_reference_ms / statistics.median(references):.2f})",
+                judged=False,
             )
     base = np.array([point_value(p) for p in baseline])
     center = float(np.median(base))
@@ -458,7 +474,12 @@ def check_newest(
     sign = 1.0 if larger_is_worse else -1.0
     broke = [sign * math.log(r) > limit for r, limit in zip(ratios, limits)]
     limit = math.exp(max(limits))
-    text = ", ".join(f"x{r:.3f}" for r in ratios)
+    text = (
+        ", ".join(f"{statistics.median(p.values):g}" for p in newest)
+        + f" against {statistics.median(statistics.median(p.values) for p in baseline):g}"
+        if counted  # a ratio of counts means nothing when the baseline is 0
+        else ", ".join(f"x{r:.3f}" for r in ratios)
+    )
     if all(broke):
         return OnlineVerdict(
             True,
