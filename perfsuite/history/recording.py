@@ -48,17 +48,17 @@ def record_runs(
     name = url or ini_value or "the history store"
     try:
         # imported here: SQLAlchemy only when a run is recorded, not in every pytest run that loads
-        # the plugin; inside the try, because an offline install (pip --no-deps) may lack it
+        # the plugin; an offline install (pip --no-deps) may lack it
         from perfsuite.history.store import open_store, shown
-
+    except ImportError as exc:
+        why = f"{exc}; perfsuite's history store needs it: pip install 'sqlalchemy>=2'"
+        return Recorded(0, 0, name, time.perf_counter() - started, why)
+    try:
         with open_store(url, ini_value, root) as store:
             name = shown(store.url).removeprefix("sqlite:///")
             added = sum(store.record(run) for run in runs)
     except HistoryError as exc:
         return Recorded(0, 0, name, time.perf_counter() - started, str(exc))
-    except ImportError as exc:
-        why = f"{exc}; perfsuite's history store needs it: pip install 'sqlalchemy>=2'"
-        return Recorded(0, 0, name, time.perf_counter() - started, why)
     except Exception as exc:  # the store never fails a run: any failure becomes a warning
         return Recorded(0, 0, name, time.perf_counter() - started, f"{type(exc).__name__}: {exc}")
     count = sum(len(run.benchmarks) for run in runs) if added else 0
