@@ -344,16 +344,6 @@ OUT_OF_PLACE = (
     'scores = scores.masked_fill(mask.masked_out, float("-inf"))  # lost in-place op: a clone'
 )
 EXTRA_COPY = "    scores = scores.clone()  # an extra copy\n"
-HISTORY_PYPROJECT = """[project]
-name = "myattn"
-version = "0.1.0"
-
-[tool.pytest.ini_options]
-perfsuite_user_variants = ["myattn.attention:blocked_attention"]
-perfsuite_variants = "blocked_attention"
-perfsuite_cases = "{case}"
-perfsuite_modes = ["forward", "backward"]
-"""
 
 
 def make_history(
@@ -371,26 +361,17 @@ def make_history(
     merged commit would); ``planted``: commit number -> extra_copy | lost_in_place | slower_backward
     (each kept from then on). Returns the planted commits' shas."""
     import os
-    import subprocess
     import sys
 
-    env = dict(
-        os.environ,
-        GIT_AUTHOR_NAME="v",
-        GIT_AUTHOR_EMAIL="v@example.com",
-        GIT_COMMITTER_NAME="v",
-        GIT_COMMITTER_EMAIL="v@example.com",
+    from validation.user_repo import ATTENTION_PY, myattn_repo
+
+    user_repo = myattn_repo(
+        repo,
+        case,
+        modes=("forward", "backward"),
         # the user's package first, then whatever the caller had (an offline machine's extra site)
-        PYTHONPATH=os.pathsep.join(p for p in ("src", os.environ.get("PYTHONPATH")) if p),
+        env={"PYTHONPATH": os.pathsep.join(p for p in ("src", os.environ.get("PYTHONPATH")) if p)},
     )
-    run = lambda *a: subprocess.run(
-        a, cwd=repo, env=env, check=True, capture_output=True, text=True
-    )
-    (repo / "src" / "myattn").mkdir(parents=True)
-    (repo / "src" / "myattn" / "__init__.py").write_text("")
-    (repo / "pyproject.toml").write_text(HISTORY_PYPROJECT.format(case=case))
-    (repo / ".gitignore").write_text(".benchmarks/\nperfsuite-results/\n__pycache__/\n")
-    run("git", "init", "-q", "-b", "main")
     state, shas = {"copy": "", "fill": IN_PLACE, "call": PLAIN_CALL}, []
     for number in range(1, commits + 1):
         change = planted.get(number)
@@ -400,33 +381,23 @@ def make_history(
             state["fill"] = OUT_OF_PLACE
         elif change == "slower_backward":
             state["call"] = CHECKPOINTED_CALL
-        (repo / "src" / "myattn" / "attention.py").write_text(
-            ATTENTION.format(number=number, **state)
-        )
-        run("git", "add", "-A")
-        run(
-            "git",
-            "commit",
-            "-qm",
+        sha = user_repo.commit(
             f"commit {number}" + (f": {change}" if change else ": no change to the work"),
+            {ATTENTION_PY: ATTENTION.format(number=number, **state)},
         )
         if change:
-            shas.append(run("git", "rev-parse", "HEAD").stdout.strip())
+            shas.append(sha)
         for _ in range(runs_per_commit):
-            timed = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "perfsuite",
-                    "run",
-                    "--benchmark-min-rounds=15",
-                    "--benchmark-max-time=0.2",
-                    "-q",
-                ],
-                cwd=repo,
-                env=env,
-                capture_output=True,
-                text=True,
+            timed = user_repo.sh(
+                sys.executable,
+                "-m",
+                "perfsuite",
+                "run",
+                "--benchmark-min-rounds=15",
+                "--benchmark-max-time=0.2",
+                "-q",
+                check=False,
+                timeout=None,
             )
             line = [text for text in timed.stdout.splitlines() if "perfsuite: history" in text]
             print(
@@ -434,22 +405,18 @@ def make_history(
                 flush=True,
             )
         if gate is not None and number > 1:
-            gated = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "perfsuite",
-                    "ab",
-                    "--base-ref",
-                    "HEAD~1",
-                    "--head-ref",
-                    "HEAD",
-                    *gate,
-                ],
-                cwd=repo,
-                env=env,
-                capture_output=True,
-                text=True,
+            gated = user_repo.sh(
+                sys.executable,
+                "-m",
+                "perfsuite",
+                "ab",
+                "--base-ref",
+                "HEAD~1",
+                "--head-ref",
+                "HEAD",
+                *gate,
+                check=False,
+                timeout=None,
             )
             verdicts = [t for t in gated.stdout.splitlines() if t.startswith(("- ", "**"))]
             print(

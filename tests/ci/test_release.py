@@ -1,13 +1,14 @@
 """The release workflow (issue 25, item 4) and ``perfsuite init-ci`` pinning an installed release."""
 
 import os
-import site
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+
+from validation.user_repo import borrowing_venv
 
 ROOT = Path(__file__).resolve().parents[2]
 RELEASE = ROOT / ".github" / "workflows" / "release.yml"
@@ -43,15 +44,6 @@ def test_publishing_happens_on_a_tag_through_trusted_publishing_only(workflow):
     assert "secrets." not in RELEASE.read_text() and "password" not in RELEASE.read_text()
 
 
-def _venv(path: Path) -> Path:
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True)
-    venv_site = next((path / "lib").glob("python*/site-packages"))
-    (venv_site / "borrowed.pth").write_text(
-        "\n".join(site.getsitepackages()) + "\n"
-    )  # torch, pip, ...
-    return path / "bin"
-
-
 @pytest.mark.slow
 def test_init_ci_pins_the_installed_release_and_refuses_a_local_folder(tmp_path):
     wheels = tmp_path / "wheels"
@@ -72,7 +64,7 @@ def test_init_ci_pins_the_installed_release_and_refuses_a_local_folder(tmp_path)
         timeout=600,
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    release = _venv(
+    release = borrowing_venv(
         tmp_path / "release"
     )  # by name from an index (here a folder of wheels), as from PyPI
     subprocess.run(
@@ -106,7 +98,9 @@ def test_init_ci_pins_the_installed_release_and_refuses_a_local_folder(tmp_path)
     assert done.returncode == 0, done.stderr
     assert f"python -m pip install perfsuite=={version('perfsuite')}\n" in out.read_text()
 
-    folder = _venv(tmp_path / "folder")  # pip install /path/to/checkout: no runner can install that
+    folder = borrowing_venv(
+        tmp_path / "folder"
+    )  # pip install /path/to/checkout: no runner can install that
     subprocess.run(
         [
             folder / "python",

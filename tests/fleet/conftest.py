@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from validation.user_repo import UserRepo
+
 ATTENTION = '''"""Softmax attention that can kill its own process (a shard dying mid-run)."""
 import os
 import signal
@@ -35,24 +37,20 @@ perfsuite_cases = "b1h2s16d8-fp32-causal-cpu"
 perfsuite_modes = "forward"
 perfsuite_isolate = "none"
 """
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "u",
-    "GIT_AUTHOR_EMAIL": "u@example.com",
-    "GIT_COMMITTER_NAME": "u",
-    "GIT_COMMITTER_EMAIL": "u@example.com",
-}
 
 
 @pytest.fixture
 def user_repo(tmp_path: Path) -> Path:
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    (repo / "myattn.py").write_text(ATTENTION)
-    (repo / "pyproject.toml").write_text(PYPROJECT)
-    (repo / ".gitignore").write_text("perfsuite-results/\n.perfsuite/\n__pycache__/\n")
-    for args in (["init", "-q"], ["add", "."], ["commit", "-qm", "base"]):
-        subprocess.run(["git", *args], cwd=repo, check=True, env={**os.environ, **GIT_ENV})
-    return repo
+    repo = UserRepo.init(tmp_path / "repo")
+    repo.commit(
+        "base",
+        {
+            "myattn.py": ATTENTION,
+            "pyproject.toml": PYPROJECT,
+            ".gitignore": "perfsuite-results/\n.perfsuite/\n__pycache__/\n",
+        },
+    )
+    return repo.path
 
 
 @pytest.fixture

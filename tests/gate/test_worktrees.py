@@ -1,40 +1,29 @@
 """Git refs as A/B sides: commit ids for the title, and notes when a ref cannot show what the user changed."""
 
-import subprocess
-
 import pytest
 
 from perfsuite.errors import UsageError
 from perfsuite.gate.worktrees import describe_tree, git_worktrees, ref_commits
-
-
-def git(repo, *args):
-    return subprocess.run(
-        ["git", *args], cwd=repo, check=True, capture_output=True, text=True
-    ).stdout.strip()
+from validation.user_repo import UserRepo
 
 
 @pytest.fixture
 def repo(tmp_path, monkeypatch):
-    git(tmp_path, "init", "-q", "-b", "main")
-    git(tmp_path, "config", "user.email", "t@example.com")
-    git(tmp_path, "config", "user.name", "t")
-    (tmp_path / "attention.py").write_text("scores.masked_fill_(mask, 0)\n")
-    git(tmp_path, "add", ".")
-    git(tmp_path, "commit", "-qm", "base")
+    repo = UserRepo.init(tmp_path)
+    repo.commit("base", {"attention.py": "scores.masked_fill_(mask, 0)\n"})
     monkeypatch.chdir(tmp_path)
-    return tmp_path
+    return repo
 
 
 def test_refs_are_named_by_commit_and_one_commit_on_both_sides_is_called_an_a_a_gate(repo):
     commits, notes = ref_commits({"base": "main", "head": "HEAD"})
-    commit = git(repo, "rev-parse", "HEAD")[:9]
+    commit = repo.git("rev-parse", "HEAD")[:9]
     assert commits == {"base": commit, "head": commit}
     assert notes == [f"base and head are the same commit ({commits['base']}): this is an A/A gate"]
 
 
 def test_uncommitted_changes_are_pointed_out_with_the_option_that_gates_them(repo):
-    (repo / "attention.py").write_text("scores = scores.masked_fill(mask, 0)\n")
+    (repo.path / "attention.py").write_text("scores = scores.masked_fill(mask, 0)\n")
     _, notes = ref_commits({"base": "main", "head": "HEAD"})
     assert (
         "--head-ref HEAD is the checked-out commit, and your uncommitted changes are not in it; commit them, "
@@ -47,9 +36,8 @@ def test_uncommitted_changes_are_pointed_out_with_the_option_that_gates_them(rep
 
 
 def test_a_committed_change_needs_no_note_and_a_bad_ref_is_a_usage_error(repo):
-    git(repo, "checkout", "-qb", "feature")
-    (repo / "attention.py").write_text("scores = scores.masked_fill(mask, 0)\n")
-    git(repo, "commit", "-qam", "head")
+    repo.git("checkout", "-qb", "feature")
+    repo.commit("head", {"attention.py": "scores = scores.masked_fill(mask, 0)\n"})
     assert ref_commits({"base": "main", "head": "HEAD"})[1] == []
     with pytest.raises(UsageError, match="--head-ref 'HAED': no such commit, branch or tag"):
         ref_commits({"base": "main", "head": "HAED"})
@@ -58,9 +46,12 @@ def test_a_committed_change_needs_no_note_and_a_bad_ref_is_a_usage_error(repo):
 
 
 def test_a_tree_side_is_named_with_its_commit_and_uncommitted_changes(repo, tmp_path_factory):
-    commit = git(repo, "rev-parse", "--short=9", "HEAD")
-    assert describe_tree(repo) == f"{repo} (working tree at {commit})"
-    (repo / "attention.py").write_text("scores = scores.masked_fill(mask, 0)\n")
-    assert describe_tree(repo) == f"{repo} (working tree at {commit}, with uncommitted changes)"
+    commit = repo.git("rev-parse", "--short=9", "HEAD")
+    assert describe_tree(repo.path) == f"{repo.path} (working tree at {commit})"
+    (repo.path / "attention.py").write_text("scores = scores.masked_fill(mask, 0)\n")
+    assert (
+        describe_tree(repo.path)
+        == f"{repo.path} (working tree at {commit}, with uncommitted changes)"
+    )
     outside = tmp_path_factory.mktemp("plain")  # not a git repository: named as given
     assert describe_tree(outside) == str(outside)

@@ -11,6 +11,7 @@ import json
 from history_records import make_run
 from perfsuite.cli.main import main
 from perfsuite.history import open_store
+from validation.user_repo import UserRepo
 
 BENCH = "naive/b2h4s64d32-fp32-causal-cpu/forward"
 
@@ -148,29 +149,10 @@ def test_rev_keeps_one_first_parent_line_and_leaves_a_sibling_branch_out(
     tmp_path, monkeypatch, capsys
 ):
     """Without --rev a sibling branch's commit (same position) sits among main's; with it, only main's."""
-    import subprocess
-
-    env = {
-        "GIT_AUTHOR_NAME": "u",
-        "GIT_AUTHOR_EMAIL": "u@e",
-        "GIT_COMMITTER_NAME": "u",
-        "GIT_COMMITTER_EMAIL": "u@e",
-    }
-
-    def git(*args):
-        done = subprocess.run(
-            ["git", *args], cwd=tmp_path, env=env, capture_output=True, text=True, check=True
-        )
-        return done.stdout.strip()
-
-    git("init", "-q", "-b", "main")
-    shas = []
-    for n in range(3):
-        git("commit", "-q", "--allow-empty", "-m", f"main {n}")
-        shas.append(git("rev-parse", "HEAD"))
-    git("checkout", "-q", "-b", "feature", shas[0])
-    git("commit", "-q", "--allow-empty", "-m", "feature")
-    sibling = git("rev-parse", "HEAD")
+    repo = UserRepo.init(tmp_path)
+    shas = [repo.commit(f"main {n}", allow_empty=True) for n in range(3)]
+    repo.git("checkout", "-q", "-b", "feature", shas[0])
+    sibling = repo.commit("feature", allow_empty=True)
     store_url = f"sqlite:///{tmp_path / 'h.sqlite'}"
     with open_store(store_url) as store:
         for uid, sha, position in (

@@ -122,31 +122,14 @@ def test_the_reasons_come_in_one_short_line_too():
     assert quiet.brief == ""
 
 
-def test_the_terminal_names_each_contended_benchmark_in_one_short_line():
-    from perfsuite.report.results import BenchmarkResult, contention_lines
+def test_the_terminal_names_each_contended_benchmark_in_one_short_line(make_result):
+    from perfsuite.report.results import contention_lines
 
-    unset = dict.fromkeys(
-        (
-            "device",
-            "flop",
-            "bytes_moved",
-            "median_s",
-            "rounds",
-            "work_per_step",
-            "work_unit",
-            "score_copies_per_step",
-            "allocated_bytes",
-            "peak_bytes",
-            "max_abs_error",
-            "correct",
-        )
-    )
-    row = BenchmarkResult(
+    row = make_result(
         variant="naive",
         case_id="b1h2s16d8-fp32-causal-cpu",
         mode="forward",
         contended=True,
-        **unset,
         contention_reasons=(
             "the process's 2 threads waited for a CPU 60% of the wall time, "
             "summed over threads (limit 5%)",

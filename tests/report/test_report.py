@@ -15,6 +15,29 @@ EXAMPLE = (
 )  # a real CPU run
 
 
+def saved_extra_info():
+    """The extra_info the plugin stores for the example run's first row (schema 2), as a
+    pytest-benchmark file holds it, and that row."""
+    first = load_run(EXAMPLE).results[0]
+    return {
+        "schema_version": 2,
+        "mode": "forward",
+        "variant": first.variant,
+        "case": first.case_id,
+        "case_fields": {"device": "cpu"},
+        "flop": first.flop,
+        "bytes_read": first.bytes_moved,
+        "bytes_written": 0,
+        "cpu_ops_per_step": 45,
+        "kernels_per_step": 0,
+        "score_copies_per_step": 1,
+        "allocated_bytes_per_step": 10,
+        "peak_memory_bytes": 5,
+        "max_abs_error": 1e-7,
+        "correct": True,
+    }, first
+
+
 def test_saved_run_renders_as_markdown_and_html(tmp_path):
     run = load_run(EXAMPLE)
     assert {r.variant for r in run.results} == {
@@ -49,25 +72,7 @@ def test_saved_run_renders_as_markdown_and_html(tmp_path):
 
 
 def test_a_pytest_benchmark_file_is_read_from_its_extra_info(tmp_path):
-    run = load_run(EXAMPLE)
-    first = run.results[0]
-    info = {
-        "schema_version": 2,
-        "mode": "forward",
-        "variant": first.variant,
-        "case": first.case_id,
-        "case_fields": {"device": "cpu"},
-        "flop": first.flop,
-        "bytes_read": first.bytes_moved,
-        "bytes_written": 0,
-        "cpu_ops_per_step": 45,
-        "kernels_per_step": 0,
-        "score_copies_per_step": 1,
-        "allocated_bytes_per_step": 10,
-        "peak_memory_bytes": 5,
-        "max_abs_error": 1e-7,
-        "correct": True,
-    }
+    info, first = saved_extra_info()
     saved = {
         "machine_info": {"perfsuite": {"torch_version": "2.13.0"}},
         "benchmarks": [
@@ -208,25 +213,7 @@ def test_contended_rows_are_marked_in_the_table_report_and_plots(tmp_path):
 
 def test_report_takes_a_saved_run_s_number_as_compare_does(tmp_path, monkeypatch, capsys):
     """``perfsuite report 0001``: the run saved as .benchmarks/*/0001_*.json, also from a subdirectory."""
-    run = load_run(EXAMPLE)
-    first = run.results[0]
-    info = {
-        "schema_version": 2,
-        "mode": "forward",
-        "variant": first.variant,
-        "case": first.case_id,
-        "case_fields": {"device": "cpu"},
-        "flop": first.flop,
-        "bytes_read": first.bytes_moved,
-        "bytes_written": 0,
-        "cpu_ops_per_step": 45,
-        "kernels_per_step": 0,
-        "score_copies_per_step": 1,
-        "allocated_bytes_per_step": 10,
-        "peak_memory_bytes": 5,
-        "max_abs_error": 1e-7,
-        "correct": True,
-    }
+    info, first = saved_extra_info()
     saved = tmp_path / ".benchmarks" / "Linux-CPython-3.11-64bit"
     saved.mkdir(parents=True)
     (saved / "0001_abc_20261201_000000.json").write_text(

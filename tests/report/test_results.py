@@ -2,32 +2,13 @@
 
 import pytest
 
-from perfsuite.report.results import BenchmarkResult, SkippedResult, markdown_table
+from perfsuite.report.results import SkippedResult, markdown_table
 from perfsuite.units import format_bytes
 
 
-def result(median_s, correct=True):
-    return BenchmarkResult(
-        variant="naive",
-        case_id="b1h1s8d8-fp32-causal-cpu",
-        device="cpu",
-        flop=2_000_000,
-        bytes_moved=1000,
-        median_s=median_s,
-        rounds=10,
-        work_per_step=45,
-        work_unit="ops",
-        score_copies_per_step=1,
-        allocated_bytes=4 * 1024 * 1024,
-        peak_bytes=3 * 1024,
-        max_abs_error=1.5e-7,
-        correct=correct,
-    )
-
-
-def test_markdown_table_rows_and_skips():
+def test_markdown_table_rows_and_skips(make_result):
     text = markdown_table(
-        [result(0.002), result(None, correct=False)],
+        [make_result(0.002), make_result(None, correct=False)],
         [SkippedResult("sdpa_cudnn", "c", "no kernel")],
     )
     lines = text.splitlines()
@@ -40,11 +21,11 @@ def test_markdown_table_rows_and_skips():
     assert lines[-1] == "- `sdpa_cudnn` on `c` (forward): no kernel"
 
 
-def test_score_writes_and_output_layout_cells_name_what_they_count():
+def test_score_writes_and_output_layout_cells_name_what_they_count(make_result):
     import dataclasses
 
     row = dataclasses.replace(
-        result(0.002),
+        make_result(0.002),
         score_written=6.0,
         score_copies=0.0,
         score_casts=1.5,
@@ -58,11 +39,11 @@ def test_score_writes_and_output_layout_cells_name_what_they_count():
     )
 
 
-def test_a_partial_run_heads_its_table_and_lists_crashes():
+def test_a_partial_run_heads_its_table_and_lists_crashes(make_result):
     from perfsuite.report.results import CrashedResult
 
     text = markdown_table(
-        [result(0.002)],
+        [make_result(0.002)],
         [],
         [CrashedResult("crashy", "c", "backward", "signal SIGABRT; ...\nmore")],
         "interrupted (KeyboardInterrupt): 1 of 6 benchmarks finished",
@@ -73,22 +54,22 @@ def test_a_partial_run_heads_its_table_and_lists_crashes():
     assert text.splitlines()[-1] == "- `crashy` on `c` (backward): signal SIGABRT; ..."
 
 
-def test_rates_and_bytes():
-    assert result(0.002).achieved_tflops == pytest.approx(1e-3)
-    assert result(0.002).achieved_gbps == pytest.approx(5e-4)
-    assert result(None).achieved_tflops is None
+def test_rates_and_bytes(make_result):
+    assert make_result(0.002).achieved_tflops == pytest.approx(1e-3)
+    assert make_result(0.002).achieved_gbps == pytest.approx(5e-4)
+    assert make_result(None).achieved_tflops is None
     assert format_bytes(512) == "512 B" and format_bytes(3 * 1024**3) == "3.0 GiB"
 
 
-def test_table_shows_wall_device_and_their_difference_for_device_timed_rows():
+def test_table_shows_wall_device_and_their_difference_for_device_timed_rows(make_result):
     import dataclasses
 
     timed = dataclasses.replace(
-        result(0.002), timer="cuda_event", wall_median_s=0.0025, device_median_s=0.002
+        make_result(0.002), timer="cuda_event", wall_median_s=0.0025, device_median_s=0.002
     )
-    host_only = markdown_table([result(0.002)], []).splitlines()
+    host_only = markdown_table([make_result(0.002)], []).splitlines()
     assert "device ms" not in host_only[0]
-    lines = markdown_table([timed, result(0.003)], []).splitlines()
+    lines = markdown_table([timed, make_result(0.003)], []).splitlines()
     assert lines[0].endswith("| timer | wall ms | device ms | wall - device ms |")
     assert lines[2].endswith("| cuda_event | 2.500 | 2.000 | 0.500 |")
     assert lines[3].endswith("| host | - | - | - |")

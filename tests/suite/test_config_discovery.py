@@ -6,14 +6,11 @@ import pytest
 
 from perfsuite.errors import UsageError
 from perfsuite.suite.runner import find_project_root, ini_value
-
-
-def _git_init(path):
-    subprocess.run(["git", "init", "-q", str(path)], check=True)
+from validation.user_repo import UserRepo
 
 
 def test_the_nearest_configuration_with_perfsuite_keys_wins(tmp_path):
-    _git_init(tmp_path)
+    UserRepo.init(tmp_path)
     (tmp_path / "pyproject.toml").write_text(
         '[tool.pytest.ini_options]\nperfsuite_variants = "mine sdpa"\n'
     )
@@ -30,7 +27,7 @@ def test_the_nearest_configuration_with_perfsuite_keys_wins(tmp_path):
 
 
 def test_without_perfsuite_keys_the_git_root_is_the_root(tmp_path):
-    _git_init(tmp_path)
+    UserRepo.init(tmp_path)
     (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = -q\n")
     (tmp_path / "src").mkdir()
     assert find_project_root(tmp_path / "src") == tmp_path
@@ -44,7 +41,7 @@ def test_outside_any_repository_the_directory_itself(tmp_path):
 
 
 def test_an_unreadable_configuration_on_the_way_is_named(tmp_path):
-    _git_init(tmp_path)
+    UserRepo.init(tmp_path)
     (tmp_path / "pyproject.toml").write_text("[tool.pytest.ini_options\nperfsuite_variants = 1\n")
     (tmp_path / "src").mkdir()
     with pytest.raises(UsageError, match="pyproject.toml: not valid TOML"):

@@ -11,16 +11,16 @@ from __future__ import annotations
 
 import json
 import os
-import site
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from validation.user_repo import CHECKOUT, UserRepo
+
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
 CASE = "b1h2s16d8-fp32-causal-cpu"
 ATTENTION = '''"""Plain softmax attention over the whole score matrix."""
 import torch
@@ -75,78 +75,32 @@ def blocked_attention(query, key, value, *, mask, scale):
 EXTRA_COPY = "    scores = scores.transpose(-2, -1).contiguous().transpose(-2, -1)  # one extra score-sized copy\n"
 
 
-def sh(*args, cwd, check=True):
-    result = subprocess.run(
-        [str(a) for a in args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=dict(
-            os.environ,
-            GIT_AUTHOR_NAME="u",
-            GIT_AUTHOR_EMAIL="u@example.com",
-            GIT_COMMITTER_NAME="u",
-            GIT_COMMITTER_EMAIL="u@example.com",
-        ),
-    )
-    if check:
-        assert result.returncode == 0, (
-            f"{args}: exit {result.returncode}\n{result.stdout}\n{result.stderr}"
-        )
-    return result
-
-
 @pytest.fixture(scope="module")
 def user_repo(tmp_path_factory):
-    repo = tmp_path_factory.mktemp("myrepo")
-    package = repo / "src" / "myattn"
-    package.mkdir(parents=True)
-    (package / "__init__.py").write_text("")
-    (package / "attention.py").write_text(ATTENTION)
-    (repo / "pyproject.toml").write_text(PYPROJECT)
-    (repo / ".gitignore").write_text(
-        ".venv/\n.benchmarks/\nperfsuite-results/\n*.egg-info/\n__pycache__/\n"
-    )
-    sh("git", "init", "-q", cwd=repo)
-    sh("git", "add", "-A", cwd=repo)
-    sh("git", "commit", "-qm", "base", cwd=repo)
-    base_sha = sh("git", "rev-parse", "HEAD", cwd=repo).stdout.strip()
     head = ATTENTION.replace("    if mask.additive", EXTRA_COPY + "    if mask.additive", 1)
-    (package / "attention.py").write_text(head)
-    sh("git", "commit", "-qam", "head: an extra copy of the scores", cwd=repo)
-    head_sha = sh("git", "rev-parse", "HEAD", cwd=repo).stdout.strip()
-    sh("git", "checkout", "-q", base_sha, cwd=repo)
-    (package / "attention.py").write_text(CHECKPOINTED)
-    sh("git", "commit", "-qam", "checkpointed: backward recomputes the forward", cwd=repo)
-    slow_backward_sha = sh("git", "rev-parse", "HEAD", cwd=repo).stdout.strip()
-    sh("git", "checkout", "-q", base_sha, cwd=repo)  # the suite runs on the base first
-
-    sh(sys.executable, "-m", "venv", "--without-pip", repo / ".venv", cwd=repo)
-    venv_site = next((repo / ".venv" / "lib").glob("python*/site-packages"))
-    (venv_site / "borrowed.pth").write_text("\n".join(site.getsitepackages()) + "\n")
-    pip = [
-        repo / ".venv" / "bin" / "python",
-        "-m",
-        "pip",
-        "install",
-        "-q",
-        "--no-deps",
-        "--no-build-isolation",
-    ]
-    sh(*pip, ROOT, cwd=repo)
-    sh(*pip, "-e", ".", cwd=repo)
+    repo = UserRepo.init(
+        tmp_path_factory.mktemp("myrepo"),
+        {
+            "src/myattn/__init__.py": "",
+            "pyproject.toml": PYPROJECT,
+            ".gitignore": ".venv/\n.benchmarks/\nperfsuite-results/\n*.egg-info/\n__pycache__/\n",
+        },
+    )
+    attention_py = "src/myattn/attention.py"
+    base_sha = repo.commit("base", {attention_py: ATTENTION})
+    head_sha = repo.commit("head: an extra copy of the scores", {attention_py: head})
+    repo.git("checkout", "-q", base_sha)
+    slow_backward_sha = repo.commit(
+        "checkpointed: backward recomputes the forward", {attention_py: CHECKPOINTED}
+    )
+    repo.git("checkout", "-q", base_sha)  # the suite runs on the base first
+    repo.install_perfsuite(".")
     return repo, base_sha, head_sha, slow_backward_sha
-
-
-def perfsuite(repo, *args, check=False):
-    return sh(repo / ".venv" / "bin" / "perfsuite", *args, cwd=repo, check=check)
 
 
 def test_the_suite_runs_in_the_users_repository_with_their_config(user_repo):
     repo, base_sha, head_sha, _ = user_repo
-    result = perfsuite(
-        repo,
+    result = repo.perfsuite(
         "run",
         "--benchmark-min-rounds=2",
         "--benchmark-max-time=0.001",
@@ -157,12 +111,12 @@ def test_the_suite_runs_in_the_users_repository_with_their_config(user_repo):
     assert "perfsuite: variants=blocked_attention,sdpa modes=forward,backward" in output
     assert "perfsuite: attention at a glance" in output
     assert (
-        str(ROOT)
+        str(CHECKOUT)
         not in output.split("perfsuite: attention at a glance")[0]
         .split("rootdir:")[1]
         .splitlines()[0]
     )
-    saved = list((repo / ".benchmarks").rglob("0001_*.json"))
+    saved = list((repo.path / ".benchmarks").rglob("0001_*.json"))
     assert len(saved) == 1 and saved[0].name.startswith(f"0001_{base_sha}"), (
         saved
     )  # named by the user's commit
@@ -171,7 +125,7 @@ def test_the_suite_runs_in_the_users_repository_with_their_config(user_repo):
     assert names and all(
         n.split("::")[0].endswith("perfsuite/suite/test_attention.py") for n in names
     ), names[:1]
-    rows = json.loads((repo / "perfsuite-results" / "run.json").read_text())["results"]
+    rows = json.loads((repo.path / "perfsuite-results" / "run.json").read_text())["results"]
     assert {(r["variant"], r["mode"]) for r in rows} == {
         (v, m) for v in ("blocked_attention", "sdpa") for m in ("forward", "backward")
     }
@@ -181,19 +135,17 @@ def test_run_from_a_subdirectory_uses_the_repositorys_configuration(user_repo):
     """``cd src && perfsuite run --check`` runs the user's variants, not the built-in ones, and
     leaves no empty ``.benchmarks/`` (pytest-benchmark makes one even when timing is off)."""
     repo, *_ = user_repo
-    saved = repo / ".benchmarks"
-    aside = repo / ".benchmarks-aside"
+    saved = repo.path / ".benchmarks"
+    aside = repo.path / ".benchmarks-aside"
     if saved.exists():
         saved.rename(aside)
     try:
-        result = sh(
-            repo / ".venv" / "bin" / "perfsuite",
+        result = repo.perfsuite(
             "run",
             "--check",
             "-k",
             "blocked_attention and forward",
-            cwd=repo / "src",
-            check=False,
+            cwd=repo.path / "src",
         )
         assert not saved.exists()
     finally:
@@ -201,19 +153,18 @@ def test_run_from_a_subdirectory_uses_the_repositorys_configuration(user_repo):
             aside.rename(saved)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
-    assert f"perfsuite run: running in {repo.resolve()}" in output
+    assert f"perfsuite run: running in {repo.path.resolve()}" in output
     assert "perfsuite: variants=blocked_attention,sdpa" in output
-    assert not (repo / "src" / "perfsuite-results").exists()
+    assert not (repo.path / "src" / "perfsuite-results").exists()
 
 
 def test_plain_pytest_with_perfsuite_options_says_what_to_do(user_repo):
     repo, *_ = user_repo
-    result = sh(
-        repo / ".venv" / "bin" / "python",
+    result = repo.sh(
+        repo.bin / "python",
         "-m",
         "pytest",
         "--perfsuite-variants=sdpa",
-        cwd=repo,
         check=False,
     )
     assert "perfsuite run" in result.stdout, result.stdout
@@ -222,7 +173,7 @@ def test_plain_pytest_with_perfsuite_options_says_what_to_do(user_repo):
 def test_the_ab_gate_on_git_refs_names_the_extra_copy_and_fails(user_repo):
     repo, base_sha, head_sha, _ = user_repo
     gate = ["ab", "--cases", CASE, "--blocks", "2", "--rounds", "1", "--fail-on-structure"]
-    result = perfsuite(repo, *gate, "--base-ref", base_sha, "--head-ref", head_sha)
+    result = repo.perfsuite(*gate, "--base-ref", base_sha, "--head-ref", head_sha)
     output = result.stdout + result.stderr
     assert result.returncode == 1, output
     assert "FAIL `blocked_attention/b1h2s16d8-fp32-causal-cpu: structure adds work:" in output
@@ -231,13 +182,11 @@ def test_the_ab_gate_on_git_refs_names_the_extra_copy_and_fails(user_repo):
         "blocked_attention/b1h2s16d8-fp32-causal-cpu/backward" in output
     )  # every mode is gated by default
     assert "perfsuite gate: FAIL" in output
-    assert (
-        not list(Path(repo).glob("perfsuite-ab-*"))
-        and "perfsuite-ab-" not in sh("git", "worktree", "list", cwd=repo).stdout
+    assert not list(repo.path.glob("perfsuite-ab-*")) and "perfsuite-ab-" not in repo.git(
+        "worktree", "list"
     )
 
-    same = perfsuite(
-        repo,
+    same = repo.perfsuite(
         *gate,
         "--base-ref",
         head_sha,
@@ -256,10 +205,8 @@ def test_the_workflow_template_is_written_once_and_lints(user_repo, tmp_path):
     repo, *_ = user_repo
     output = tmp_path / "perfsuite-gate.yml"
     requirement = "git+https://github.com/example/perfsuite@v0.1.0"
-    assert (
-        perfsuite(repo, "init-ci", "--output", output, "--perfsuite", requirement).returncode == 0
-    )
-    again = perfsuite(repo, "init-ci", "--output", output, "--perfsuite", requirement)
+    assert repo.perfsuite("init-ci", "--output", output, "--perfsuite", requirement).returncode == 0
+    again = repo.perfsuite("init-ci", "--output", output, "--perfsuite", requirement)
     assert again.returncode == 2 and "use --force" in again.stderr
     text = output.read_text()
     code = "\n".join(line.split("#")[0] for line in text.splitlines())
@@ -289,8 +236,7 @@ def test_the_workflow_template_is_written_once_and_lints(user_repo, tmp_path):
 
 def test_a_backward_only_slowdown_is_caught_in_backward_mode(user_repo):
     repo, base_sha, _, slow_backward_sha = user_repo
-    result = perfsuite(
-        repo,
+    result = repo.perfsuite(
         "ab",
         "--cases",
         CASE,
@@ -317,7 +263,7 @@ def test_a_backward_only_slowdown_is_caught_in_backward_mode(user_repo):
 def test_ab_on_two_refs_reads_their_configuration_not_the_working_trees(user_repo):
     """An uncommitted edit of pyproject.toml is not what two committed refs are gated with: ab uses the base ref's configuration and says so."""
     repo, base_sha, head_sha, _ = user_repo
-    pyproject = repo / "pyproject.toml"
+    pyproject = repo.path / "pyproject.toml"
     committed = pyproject.read_text()
     pyproject.write_text(
         committed.replace(
@@ -325,8 +271,7 @@ def test_ab_on_two_refs_reads_their_configuration_not_the_working_trees(user_rep
         )
     )
     try:
-        result = perfsuite(
-            repo,
+        result = repo.perfsuite(
             "ab",
             "--cases",
             CASE,
@@ -363,7 +308,7 @@ def test_ctrl_c_and_sigterm_end_ab_with_one_line_and_remove_the_worktrees(user_r
 
     repo, base_sha, head_sha, _ = user_repo
     command = [
-        str(repo / ".venv" / "bin" / "perfsuite"),
+        str(repo.bin / "perfsuite"),
         "ab",
         "--cases",
         CASE,
@@ -378,14 +323,14 @@ def test_ctrl_c_and_sigterm_end_ab_with_one_line_and_remove_the_worktrees(user_r
     ]
     process = subprocess.Popen(
         command,
-        cwd=repo,
+        cwd=repo.path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
     )
     deadline = time.monotonic() + 300
-    while "perfsuite-ab-" not in sh("git", "worktree", "list", cwd=repo).stdout:
+    while "perfsuite-ab-" not in repo.git("worktree", "list"):
         assert process.poll() is None and time.monotonic() < deadline, process.communicate()
         time.sleep(0.2)
     time.sleep(3)  # workers started and timing
@@ -396,4 +341,4 @@ def test_ctrl_c_and_sigterm_end_ab_with_one_line_and_remove_the_worktrees(user_r
     assert process.returncode == (130 if how == "SIGINT" else 143), err
     assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("perfsuite ab: "), err
     assert ("interrupted (Ctrl-C)" if how == "SIGINT" else "terminated (SIGTERM)") in err
-    assert "perfsuite-ab-" not in sh("git", "worktree", "list", cwd=repo).stdout
+    assert "perfsuite-ab-" not in repo.git("worktree", "list")
