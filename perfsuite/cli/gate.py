@@ -15,7 +15,6 @@ from pathlib import Path
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from perfsuite.errors import UsageError
 from perfsuite.gate.stats import (
     BLOCK_ROUNDS,
     DEFAULT_CONTENDED_PAIRS,
@@ -25,9 +24,15 @@ from perfsuite.gate.stats import (
     GateSettings,
     SequentialPlan,
     WORKERS_PER_SIDE,
-    min_pairs,
 )
 from perfsuite.storage import write_text_atomic
+from perfsuite.suite.command_config import (
+    AbOptions,
+    gate_settings,
+    resolve_ab,
+    resolve_compare,
+    sequential_plan,
+)
 
 if TYPE_CHECKING:  # the gate's modules load torch: imported where a command runs
     from perfsuite.gate.flow import GateOutcome
@@ -51,11 +56,6 @@ def positive_float(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{text} is not positive")
     return value
-
-
-def plan_for(blocks: int, budget_s: float) -> SequentialPlan:
-    """The sequential plan's looks up to ``blocks`` pairs (the planned looks below it, then ``blocks``)."""
-    return SequentialPlan(tuple(n for n in SEQUENTIAL_LOOKS if n < blocks) + (blocks,), budget_s)
 
 
 def add_gate_options(parser: argparse.ArgumentParser) -> None:
@@ -166,7 +166,7 @@ def add_commands(commands) -> None:
         help="exact case ids instead of a case set (default: perfsuite_cases of your pytest "
         "configuration when --case-set is not given)",
     )
-    ab.add_argument("--devices", default="auto", help="cpu, cuda or auto")
+    ab.add_argument("--devices", help="cpu, cuda or auto (default auto: cuda when available)")
     ab.add_argument(
         "--blocks",
         type=at_least(2),
@@ -215,11 +215,6 @@ def _finish(outcome: GateOutcome, args: argparse.Namespace) -> int:
     return outcome.exit_code
 
 
-SAVED_RUNS = Path(
-    ".benchmarks"
-)  # where perfsuite run saves, under the repository's root (perfsuite.suite.runner)
-
-
 def positive_threads(text: str) -> int:
     """``--timing-threads``: a whole number of threads, 1 or more."""
     if not text.isdigit() or int(text) < 1:
@@ -227,221 +222,26 @@ def positive_threads(text: str) -> int:
     return int(text)
 
 
-def saved_run_path(spec: str) -> str:
-    """A path as given, or a saved run's number (``0001``, as ``--benchmark-compare=0001`` takes it)
-    resolved under the repository's ``.benchmarks/`` (found from a subdirectory as ``perfsuite run``
-    finds its root). ``UsageError`` when a number matches no saved run or several, naming the saved runs there."""
-    if Path(spec).exists() or not spec.isdigit():
-        return spec
-    from perfsuite.suite.runner import find_project_root
-
-    folder = find_project_root(Path.cwd()) / SAVED_RUNS
-    found = sorted(folder.glob(f"*/{spec}_*.json"))
-    if len(found) == 1:
-        return str(found[0])
-    why = f"several match: {', '.join(map(str, found))}" if found else f"none in {folder}"
-    saved = sorted(p.name.split("_")[0] for p in folder.glob("*/*.json"))
-    raise UsageError(
-        f"saved run {spec!r}: {why}; saved runs there: {', '.join(saved[-10:]) or 'none'} "
-        "(or give a file's path)"
-    )
-
-
 def run_compare(args: argparse.Namespace) -> int:
     from perfsuite.gate.baseline import check_baseline_file
     from perfsuite.gate.compare import load_benchmark_file
     from perfsuite.gate.flow import judge_saved_runs
 
-    settings = GateSettings(
-        args.alpha, SEPARATE_RUNS_MIN_EFFECT if args.min_effect is None else args.min_effect
+    config = resolve_compare(args.base, args.head, args.alpha, args.min_effect)
+    base = check_baseline_file(config.base)  # a partial run is no baseline
+    head = load_benchmark_file(config.head)
+    title = f"perfsuite compare: {Path(config.base).name} -> {Path(config.head).name}"
+    outcome = judge_saved_runs(
+        base,
+        head,
+        config.base,
+        config.head,
+        config.settings,
+        args.force,
+        args.fail_on_structure,
+        title,
     )
-    args.base, args.head = saved_run_path(args.base), saved_run_path(args.head)
-    base, head = (
-        check_baseline_file(args.base),
-        load_benchmark_file(args.head),
-    )  # a partial run is no baseline
-    title = f"perfsuite compare: {Path(args.base).name} -> {Path(args.head).name}"
-    return _finish(
-        judge_saved_runs(
-            base, head, args.base, args.head, settings, args.force, args.fail_on_structure, title
-        ),
-        args,
-    )
-
-
-def resolve_case_ids(args: argparse.Namespace) -> list[str]:
-    import torch
-
-    from perfsuite.suite import settings as suite_settings
-
-    raw = {
-        name: suite_settings.RawValue(spec.default, f"default {name}", "default")
-        for name, spec in suite_settings.SETTINGS.items()
-    }
-    case_set = args.case_set or configured(args, "perfsuite_case_set", "smoke")
-    raw["case_set"] = suite_settings.RawValue(case_set, f"--case-set={case_set!r}", "option")
-    raw["devices"] = suite_settings.RawValue(args.devices, f"--devices={args.devices!r}", "option")
-    cases = args.cases or ("" if args.case_set else configured(args, "perfsuite_cases", ""))
-    if cases:
-        origin = f"--cases={cases!r}" if args.cases else f"perfsuite_cases = {cases!r}"
-        raw["cases"] = suite_settings.RawValue(cases, origin, "option")
-    resolved = suite_settings.resolve(raw, torch.cuda.is_available())
-    return [c.id for c in resolved.cases]
-
-
-def selected_variants(args: argparse.Namespace) -> list[str]:
-    """Register the user's variants here too (names and signatures are checked before any worker
-    starts) and return the variants to gate; ``UsageError`` names a bad spec or name."""
-    from perfsuite.variants import get_variant, variant_names
-    from perfsuite.variants.user import load_entry_point_variants, load_variant_spec
-
-    from perfsuite.suite import settings as suite_settings
-    from perfsuite.suite.runner import ini_value
-
-    args.variant = args.variant or ini_value(config_root(args), "perfsuite_user_variants")
-    wanted = args.variants or " ".join(ini_value(config_root(args), "perfsuite_variants")) or "all"
-    try:
-        load_entry_point_variants()
-        for spec in args.variant:
-            load_variant_spec(spec)
-        if args.base_variant or args.head_variant:
-            return [get_variant(args.head_variant or args.base_variant).name]
-        if wanted == "all":
-            return variant_names()
-        return [get_variant(v).name for v in suite_settings.split_list(wanted)]
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-
-
-def config_root(args: argparse.Namespace) -> Path:
-    """Where ``ab`` reads its configuration: the repository around the current directory
-    (``runner.find_project_root``), unless set on ``args.config_root``."""
-    from perfsuite.suite.runner import find_project_root
-
-    if getattr(args, "config_root", None) is None:
-        args.config_root = find_project_root(Path.cwd())
-    return args.config_root
-
-
-def configured(args: argparse.Namespace, key: str, default: str) -> str:
-    """The value of ini ``key`` in the configuration ``ab`` reads (``config_root``), else ``default``."""
-    from perfsuite.suite.runner import ini_value
-
-    return " ".join(ini_value(config_root(args), key)) or default
-
-
-def selected_modes(text: str) -> tuple[str, ...]:
-    from perfsuite.attention.modes import MODES, parse_mode
-    from perfsuite.suite import settings as suite_settings
-
-    try:
-        return (
-            MODES
-            if text.strip() == "all"
-            else tuple(parse_mode(m) for m in suite_settings.split_list(text))
-        )
-    except ValueError as exc:
-        raise UsageError(f"--modes: {exc}") from None
-
-
-def record_ab_history(
-    args: argparse.Namespace, payload: dict, info: dict, base, head
-) -> str | None:
-    """Record both sides in the history store (each side that is a commit's code: no --*-variant or
-    --head-slowdown override); the history facts go into ``payload`` too, so importing the --json file
-    later adds nothing. Returns the line to print, None when recording is off."""
-    import dataclasses
-    import time
-    import uuid
-
-    from perfsuite.history import Commit, capture, importing, recording
-
-    if recording.disabled(configured(args, "perfsuite_history", "on")):
-        return None
-    repo = Path.cwd()
-    commits = {
-        "base": capture.commit_of(repo, args.base_ref, dirty=False)
-        if args.base_ref
-        else capture.commit_of(base.tree)
-        if base.tree
-        else Commit(),
-        "head": capture.commit_of(repo, args.head_ref, dirty=False)
-        if args.head_ref
-        else capture.commit_of(head.tree)
-        if head.tree
-        else Commit(),
-    }
-    payload.update(
-        {
-            importing.RUN_UID_KEY: uuid.uuid4().hex,
-            "recorded_at": time.time(),
-            "commits": {side: dataclasses.asdict(c) for side, c in commits.items()},
-            importing.TESTBED_KEY: dataclasses.asdict(capture.testbed_now(info)),
-            # this interpreter's versions for a side that runs it (the usual case); another
-            # interpreter's side keeps the torch/CUDA versions its worker reported
-            importing.SOFTWARE_KEY: {
-                side: capture.software_versions(side_info)
-                for side, side_info, python in (
-                    ("base", info["base_machine"], base.python),
-                    ("head", info, head.python),
-                )
-                if python == sys.executable
-            },
-        }
-    )
-    overridden = {"base": bool(args.base_variant), "head": bool(args.head_variant)}
-    runs = [
-        run
-        for run in importing.runs_from_ab_json(payload, repository=capture.repository_name(repo))
-        if not overridden[run.source.removeprefix("ab-")] and run.benchmarks
-    ]
-    if not runs:
-        return None
-    return recording.record_runs(
-        runs, ini_value=configured(args, "perfsuite_history_url", "") or None
-    ).line()
-
-
-def ref_config_root(tree: Path) -> Path:
-    """Where a ref's temporary worktree keeps the configuration: found from the same subdirectory
-    as the current one (``runner.find_project_root``), or from the worktree's root."""
-    from perfsuite.gate.worktrees import repository_root
-    from perfsuite.suite.runner import find_project_root
-
-    below = tree / Path.cwd().resolve().relative_to(repository_root())
-    return find_project_root(below if below.is_dir() else tree)
-
-
-def describe_config(
-    args: argparse.Namespace, trees: dict[str, Path], commits: dict[str, str], side: str | None
-) -> str:
-    """``pyproject.toml at --base-ref main (3f2a9c1d0)``, or the working tree's file, or none."""
-    from perfsuite.suite.runner import find_config
-
-    root = config_root(args)
-    config = find_config(root)
-    if side:
-        where = f"at --{side}-ref {getattr(args, f'{side}_ref')} ({commits[side]})"
-        name = config.relative_to(trees[side]).as_posix() if config else None
-    else:
-        where, name = "in the working tree", str(config) if config else None
-    return f"{name} {where}" if name else f"no pytest configuration {where}: perfsuite's defaults"
-
-
-GATE_KEYS = (
-    "perfsuite_variants",
-    "perfsuite_user_variants",
-    "perfsuite_case_set",
-    "perfsuite_cases",
-    "perfsuite_modes",
-)  # what decides which benchmarks ab gates
-
-
-def changed_gate_keys(base_root: Path, head_root: Path) -> list[str]:
-    """The ``GATE_KEYS`` whose values differ between the base's and the head's configuration."""
-    from perfsuite.suite.runner import ini_value
-
-    return [key for key in GATE_KEYS if ini_value(base_root, key) != ini_value(head_root, key)]
+    return _finish(outcome, args)
 
 
 class Terminated(Exception):
@@ -485,124 +285,59 @@ def run_ab_command(args: argparse.Namespace) -> int:
 
 
 def _run_ab(args: argparse.Namespace) -> int:
-    from perfsuite.gate.ab import (
-        PAIRED_METHOD,
-        Side,
-        ab_payload,
-        run_ab,
-        workers_phrase,
-        write_json,
-    )
+    from perfsuite.gate.ab import Side, ab_method, ab_payload, ab_title, run_ab, write_json
     from perfsuite.gate.flow import judge
     from perfsuite.gate.worktrees import git_worktrees, ref_commits
+    from perfsuite.history.recording import AbSide, record_ab
 
     contended_pairs = ContendedPairs(args.contended_pairs)  # a choice argparse checked
-    settings = GateSettings(
-        args.alpha, GateSettings.min_effect if args.min_effect is None else args.min_effect
-    )
-    plan = plan_for(args.blocks, args.budget_s)
-    needed = min_pairs(plan.alpha_per_look(settings.alpha))
-    if args.blocks < needed:
-        why = (
-            f"--blocks {args.blocks}: at alpha {settings.alpha:g} over {len(plan.looks)} look(s) the interval "
-            f"needs at least {needed} block pairs to be finite, so no timing verdict is possible"
-        )
-        if not args.fail_on_structure:
-            raise UsageError(
-                f"{why}; use --blocks {needed} or more, or add --fail-on-structure to gate on structure only"
-            )
-        print(
-            f"perfsuite: note: {why}; this gate judges structure only (--fail-on-structure)",
-            file=sys.stderr,
-        )
-    commits, notes = ref_commits({"base": args.base_ref, "head": args.head_ref})
+    settings = gate_settings(args.alpha, args.min_effect, separate_runs=False)
+    plan, note = sequential_plan(args.blocks, args.budget_s, settings, args.fail_on_structure)
+    if note:
+        print(f"perfsuite: note: {note}", file=sys.stderr)
+    refs = {"base": args.base_ref, "head": args.head_ref}
+    commits, notes = ref_commits(refs)
     for note in notes:
         print(f"perfsuite: note: {note}", file=sys.stderr)
-    with git_worktrees({"base": args.base_ref, "head": args.head_ref}) as trees:
-        # A ref's committed configuration, not the working tree's: the base ref's when there is one,
-        # so that a change cannot turn off its own gate by editing what is gated.
-        side = "base" if "base" in trees else "head" if "head" in trees else None
-        if side:
-            args.config_root = ref_config_root(trees[side])
-        used = describe_config(args, trees, commits, side)
-        print(f"perfsuite ab: configuration: {used}", file=sys.stderr)
-        if side == "base" and "head" in trees:
-            changed = changed_gate_keys(args.config_root, ref_config_root(trees["head"]))
-            if changed:
-                print(
-                    f"perfsuite ab: note: the head ref changes {', '.join(changed)}; the gate uses the base "
-                    "ref's configuration, so the change is gated on what main gates",
-                    file=sys.stderr,
-                )
-        try:
-            case_ids = resolve_case_ids(args)
-        except ValueError as exc:
-            raise UsageError(str(exc)) from None
-        variants = selected_variants(args)
-        modes = selected_modes(args.modes or configured(args, "perfsuite_modes", "all"))
-        args.base_tree, args.head_tree = (
-            args.base_tree or config_root(args),
-            args.head_tree or config_root(args),
-        )
-        for option, tree in (("--base-tree", args.base_tree), ("--head-tree", args.head_tree)):
-            if not Path(tree).is_dir():
-                raise UsageError(f"{option} {tree!r}: no such folder")
-        base = Side(
-            trees.get("base", Path(args.base_tree)), args.base_variant, python=args.base_python
-        )
-        head = Side(
-            trees.get("head", Path(args.head_tree)), args.head_variant, python=args.head_python
-        )
+    with git_worktrees(refs) as trees:
+        config = resolve_ab(AbOptions.from_args(args), trees, commits)
+        for line in config.header_lines():
+            print(line, file=sys.stderr)
+        base = Side(config.base_tree, args.base_variant, python=args.base_python)
+        head = Side(config.head_tree, args.head_variant, python=args.head_python)
         results, info = run_ab(
             base,
             head,
-            variants,
-            case_ids,
+            list(config.variants),
+            list(config.case_ids),
             rounds=args.rounds,
             settings=settings,
             plan=plan,
             force=args.force,
             progress=lambda text: print(text, file=sys.stderr),
-            modes=modes,
-            specs=tuple(args.variant),
+            modes=config.modes,
+            specs=config.variant_specs,
             timing_threads=args.timing_threads,
             contended_pairs=contended_pairs,
             workers_per_side=args.workers_per_side,
         )
     payload = ab_payload(results, info, settings, plan, contended_pairs, args.workers_per_side)
-    recording = record_ab_history(args, payload, info, base, head)
+    sides = {
+        name: AbSide(ref, side.tree, side.python, bool(variant))
+        for name, ref, side, variant in (
+            ("base", args.base_ref, base, args.base_variant),
+            ("head", args.head_ref, head, args.head_variant),
+        )
+    }
+    recorded = (
+        record_ab(payload, info, sides, Path.cwd(), config.history_url) if config.history else None
+    )
     if args.json:
         write_json(Path(args.json), payload)
-    if recording:
-        print(recording, file=sys.stderr)
+    if recorded:
+        print(recorded, file=sys.stderr)
+    notes = [*notes, f"configuration: {config.describe()}"]  # below the heading
+    title = ab_title(base, head, refs, commits, info, notes)
+    method = ab_method(plan, settings, args.workers_per_side, contended_pairs, args.timing_threads)
     comparisons = [r.comparison for r in results]
-    two_pythons = base.python != head.python
-    # a ref side is named by its commit: its temporary worktree is gone by now
-    named = lambda ref, commit: (
-        ref if commit.startswith(ref) or ref.startswith(commit) else f"{ref} ({commit})"
-    )
-    name = lambda ref, commit, side, variant: (
-        (named(ref, commit) if ref else side.label(two_pythons))
-        + (f":{variant}" if variant else "")
-    )
-    title = (
-        f"perfsuite A/B: {name(args.base_ref, commits.get('base'), base, args.base_variant)} -> "
-        f"{name(args.head_ref, commits.get('head'), head, args.head_variant)}"
-    )
-    versions = (info["base_machine"].get("torch_version"), info.get("torch_version"))
-    if versions[0] != versions[1]:
-        title += f" (torch {versions[0]} -> {versions[1]})"
-    title += "".join(
-        f"\n\nNote: {note}." for note in [*notes, f"configuration: {used}"]
-    )  # below the heading
-    method = (
-        f"{PAIRED_METHOD}; {plan.describe(settings.alpha)}; {workers_phrase(args.workers_per_side)}"
-    )
-    method += (
-        "; pairs with both blocks contended kept, pairs with one contended block set aside"
-        if contended_pairs == ContendedPairs.SHARED
-        else "; contended pairs set aside"
-    )
-    if args.timing_threads:
-        method += f"; timed with {args.timing_threads} torch thread{'s' if args.timing_threads > 1 else ''} per side"
     return _finish(judge(comparisons, settings, title, method, args.fail_on_structure), args)

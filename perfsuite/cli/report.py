@@ -13,11 +13,10 @@ from perfsuite.storage import write_text_atomic
 
 
 def run_report(args: argparse.Namespace) -> int:
-    from perfsuite.cli.gate import saved_run_path
+    from perfsuite.suite.command_config import saved_run_paths
 
-    run = load_run(
-        saved_run_path(args.run)
-    )  # ReportError, UsageError: printed by the CLI as one line, exit 2
+    [path] = saved_run_paths([args.run])
+    run = load_run(path)  # ReportError, UsageError: printed by the CLI as one line, exit 2
     plots: list[Path] = []
     if args.plots:
         from perfsuite.report.plots import all_plots

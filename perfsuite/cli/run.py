@@ -47,20 +47,14 @@ def run_suite(args: argparse.Namespace) -> int:
     """pytest in a child process, so it imports and assert-rewrites the plugin itself, and starts
     under the process conditions (the OpenMP wait policy cannot be set later); its exit code."""
     from perfsuite.measure.conditions import required_env
-    from perfsuite.suite.runner import find_project_root, suite_arguments
+    from perfsuite.suite.runner import find_project, suite_arguments
 
-    root = find_project_root(Path.cwd())  # from a subdirectory: the repository's configuration
+    project = find_project(Path.cwd())  # from a subdirectory: the repository's configuration
+    root = project.root
     if root != Path.cwd().resolve():
-        print(
-            f"perfsuite run: running in {root} (the repository's root and configuration)",
-            file=sys.stderr,
-        )
-    command = [
-        sys.executable,
-        "-m",
-        "pytest",
-        *suite_arguments(root, not args.check, list(args.pytest_args)),
-    ]
+        print(f"perfsuite run: running in {root} ({project.describe()})", file=sys.stderr)
+    arguments = suite_arguments(root, not args.check, list(args.pytest_args), project.config_path)
+    command = [sys.executable, "-m", "pytest", *arguments]
     storage = root / ".benchmarks"
     existed = storage.exists()
     # PERFSUITE_HISTORY_SOURCE: the history store records this run as perfsuite run's

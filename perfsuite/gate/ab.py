@@ -482,3 +482,52 @@ def write_json(path: Path, payload: dict) -> None:
     from perfsuite.storage import write_text_atomic
 
     write_text_atomic(path, json.dumps(payload, indent=1) + "\n")
+
+
+def ab_title(
+    base: Side,
+    head: Side,
+    refs: dict[str, str | None],
+    commits: dict[str, str],
+    info: dict,
+    notes: list[str],
+) -> str:
+    """The A/B report's heading: each side by its ref (with its commit: the temporary worktree is gone
+    by now), else its tree (and interpreter when the sides' differ), with ``:variant`` when a variant
+    replaced the code; the torch versions when they differ; each of ``notes`` below it."""
+    two_pythons = base.python != head.python
+
+    def name(which: str, side: Side) -> str:
+        ref, commit = refs.get(which), commits.get(which, "")
+        shown = side.label(two_pythons)
+        if ref:
+            same = commit.startswith(ref) or ref.startswith(commit)
+            shown = ref if same else f"{ref} ({commit})"
+        return shown + (f":{side.variant}" if side.variant else "")
+
+    title = f"perfsuite A/B: {name('base', base)} -> {name('head', head)}"
+    versions = (info["base_machine"].get("torch_version"), info.get("torch_version"))
+    if versions[0] != versions[1]:
+        title += f" (torch {versions[0]} -> {versions[1]})"
+    return title + "".join(f"\n\nNote: {note}." for note in notes)
+
+
+def ab_method(
+    plan: SequentialPlan,
+    settings: GateSettings,
+    workers_per_side: int,
+    contended_pairs: ContendedPairs,
+    timing_threads: int | None,
+) -> str:
+    """The report's method line: the paired statistic, the sequential plan, the workers, the
+    contended-pair policy and, when set, the torch threads each side timed with."""
+    method = f"{PAIRED_METHOD}; {plan.describe(settings.alpha)}; {workers_phrase(workers_per_side)}"
+    method += (
+        "; pairs with both blocks contended kept, pairs with one contended block set aside"
+        if contended_pairs == ContendedPairs.SHARED
+        else "; contended pairs set aside"
+    )
+    if timing_threads:
+        plural = "s" if timing_threads > 1 else ""
+        method += f"; timed with {timing_threads} torch thread{plural} per side"
+    return method

@@ -68,3 +68,58 @@ def record_runs(
 def disabled(value: str | None) -> bool:
     """True when the ``perfsuite_history`` setting turns recording off."""
     return (value or "").strip().lower() in DISABLE_VALUES
+
+
+@dataclasses.dataclass(frozen=True)
+class AbSide:
+    """One side of a ``perfsuite ab`` run as the store records it: ``ref`` (a git ref, None for a
+    tree), ``tree`` (its source tree, None for installed code), ``python`` (its interpreter) and
+    ``overridden`` (a ``--*-variant`` ran instead of the commit's code: not recorded)."""
+
+    ref: str | None
+    tree: Path | None
+    python: str
+    overridden: bool = False
+
+
+def record_ab(
+    payload: dict, info: dict, sides: dict[str, AbSide], repo: Path, ini_value: str | None = None
+) -> str | None:
+    """Record both sides of an A/B run (``sides``: ``base`` and ``head``) in the history store, each
+    side that is a commit's code; the history facts go into ``payload`` (the ``--json`` file) too, so
+    importing that file later adds nothing. ``info``: the head worker's machine info, with the base's
+    under ``base_machine``; ``repo``: the repository the refs are of; ``ini_value``: the configured
+    ``perfsuite_history_url``. Returns the line to print, None when nothing was recorded."""
+    import sys
+    import uuid
+
+    from perfsuite.history import capture, importing
+    from perfsuite.history.records import Commit
+
+    def commit(side: AbSide) -> Commit:
+        if side.ref:
+            return capture.commit_of(repo, side.ref, dirty=False)
+        return capture.commit_of(side.tree) if side.tree else Commit()
+
+    machines = {"base": info["base_machine"], "head": info}
+    payload.update(
+        {
+            importing.RUN_UID_KEY: uuid.uuid4().hex,
+            "recorded_at": time.time(),
+            "commits": {name: dataclasses.asdict(commit(side)) for name, side in sides.items()},
+            importing.TESTBED_KEY: dataclasses.asdict(capture.testbed_now(info)),
+            # this interpreter's versions for a side that runs it (the usual case); another
+            # interpreter's side keeps the torch/CUDA versions its worker reported
+            importing.SOFTWARE_KEY: {
+                name: capture.software_versions(machines[name])
+                for name, side in sides.items()
+                if side.python == sys.executable
+            },
+        }
+    )
+    runs = [
+        run
+        for run in importing.runs_from_ab_json(payload, repository=capture.repository_name(repo))
+        if not sides[run.source.removeprefix("ab-")].overridden and run.benchmarks
+    ]
+    return record_runs(runs, ini_value=ini_value).line() if runs else None
