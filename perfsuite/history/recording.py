@@ -4,7 +4,9 @@ after timing, timed, and never raising: a store error comes back as a message to
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
+import uuid
 from pathlib import Path
 
 from perfsuite.errors import HistoryError
@@ -90,9 +92,6 @@ def record_ab(
     importing that file later adds nothing. ``info``: the head worker's machine info, with the base's
     under ``base_machine``; ``repo``: the repository the refs are of; ``ini_value``: the configured
     ``perfsuite_history_url``. Returns the line to print, None when nothing was recorded."""
-    import sys
-    import uuid
-
     from perfsuite.history import capture, importing
     from perfsuite.history.records import Commit
 

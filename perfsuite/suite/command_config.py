@@ -182,58 +182,62 @@ def ref_project(tree: Path, cwd: Path) -> Project:
     return find_project(below if below.is_dir() else tree)
 
 
-def _value(
-    config: ConfigFile | None,
-    file_label: str,
-    option: str | None,
-    given: str | None,
-    key: str | None,
-    default: str,
-    default_source: str,
-) -> ConfigValue:
-    """Option > the configuration's ``key`` > default, as a ``ConfigValue``."""
-    from perfsuite.suite import settings
+def _from_option(option: str, given: str) -> ConfigValue:
+    from perfsuite.suite.settings import RawValue
 
-    if given is not None:
-        return ConfigValue(settings.RawValue(given, f"option {option}={given!r}", "option"), option)
+    return ConfigValue(RawValue(given, f"option {option}={given!r}", "option"), option)
+
+
+def _from_file_or_default(
+    config: ConfigFile | None, file_label: str, key: str | None, default: str, default_source: str
+) -> ConfigValue:
+    """The configuration's ``key`` when it is set (``key`` None: not read), else the default."""
+    from perfsuite.suite.settings import RawValue
+
     if config is not None and key and config.values(key):
         source = f"ini key {key}={' '.join(config.values(key))!r} from {file_label}"
-        return ConfigValue(settings.RawValue(config.raw(key), source, "ini"), key)
-    return ConfigValue(settings.RawValue(default, default_source, "default"), "default")
+        return ConfigValue(RawValue(config.raw(key), source, "ini"), key)
+    return ConfigValue(RawValue(default, default_source, "default"), "default")
 
 
 def ab_values(options: AbOptions, project: Project, file_label: str) -> dict[str, ConfigValue]:
-    """Each of ab's values with its source, from ``options`` and ``project``'s configuration file.
+    """Each of ab's values with its source: the option, else ``project``'s configuration file
+    (named as ``file_label``), else the default.
 
     ``--case-set`` beats the configured cases (the configured case set too); ``--base-variant`` /
     ``--head-variant`` replace the variants; ``--variant`` replaces the configured user variants.
     """
-    from perfsuite.suite import settings
+    from perfsuite.suite.settings import SETTINGS
 
-    config = project.config
     found: dict[str, ConfigValue] = {}
     for name, option in SUITE_VALUES.items():
-        spec = settings.SETTINGS[name]
+        spec = SETTINGS[name]
         default, default_source = spec.default, f"built-in default {spec.ini_key}={spec.default!r}"
         if name == "case_set":
-            default_source = f"perfsuite ab's default {spec.ini_key}={AB_CASE_SET!r}"
             default = AB_CASE_SET
-        key = (
-            None if name in UNREAD_KEYS or (name == "cases" and options.case_set) else spec.ini_key
+            default_source = f"perfsuite ab's default {spec.ini_key}={AB_CASE_SET!r}"
+        unread = name in UNREAD_KEYS or (name == "cases" and options.case_set is not None)
+        given = getattr(options, name)
+        found[name] = (
+            _from_option(option, given)
+            if given is not None
+            else _from_file_or_default(
+                project.config,
+                file_label,
+                None if unread else spec.ini_key,
+                default,
+                default_source,
+            )
         )
-        found[name] = _value(
-            config, file_label, option, getattr(options, name), key, default, default_source
-        )
-    override = options.head_variant or options.base_variant
-    if override:
-        option = "--head-variant" if options.head_variant else "--base-variant"
-        found["variants"] = _value(None, "", option, override, None, "", "")
-    specs = " ".join(options.variant) if options.variant else None
     for name, key in PLUGIN_KEYS.items():
-        given = specs if name == "user_variants" else None
-        found[name] = _value(
-            config, file_label, "--variant", given, key, "", f"built-in default {key}=''"
+        found[name] = _from_file_or_default(
+            project.config, file_label, key, "", f"built-in default {key}=''"
         )
+    if options.variant:
+        found["user_variants"] = _from_option("--variant", " ".join(options.variant))
+    if options.head_variant or options.base_variant:
+        option = "--head-variant" if options.head_variant else "--base-variant"
+        found["variants"] = _from_option(option, options.head_variant or options.base_variant)
     return found
 
 
