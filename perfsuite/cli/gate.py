@@ -27,6 +27,7 @@ from perfsuite.gate.stats import (
 )
 from perfsuite.storage import write_text_atomic
 from perfsuite.suite.command_config import (
+    AB_CASE_SET,
     AbOptions,
     gate_settings,
     resolve_ab,
@@ -159,7 +160,7 @@ def add_commands(commands) -> None:
     )
     ab.add_argument(
         "--case-set",
-        help="case set (default: perfsuite_case_set of your pytest configuration, else smoke)",
+        help=f"case set (default: perfsuite_case_set of your pytest configuration, else {AB_CASE_SET})",
     )
     ab.add_argument(
         "--cases",

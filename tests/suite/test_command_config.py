@@ -187,6 +187,7 @@ def test_the_configuration_file_is_read_once(tmp_path, monkeypatch):
     reads.clear()
     project = find_project(tmp_path)  # perfsuite run: the root and the file pytest is given
     assert project.config_path == tmp_path.resolve() / "pyproject.toml"
+    assert project.describe() == "its pyproject.toml has perfsuite keys"
     assert reads.count("pyproject.toml") == 1, reads
 
 
