@@ -64,27 +64,16 @@ def test_init_ci_pins_the_installed_release_and_refuses_a_local_folder(tmp_path)
         timeout=600,
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+    def install(venv_bin, *args):
+        """perfsuite alone into the virtualenv, over the one it borrows."""
+        pip = [venv_bin / "python", "-m", "pip", "install", "-q", "--no-deps", "--ignore-installed"]
+        subprocess.run([*pip, *map(str, args)], check=True, timeout=600, env=env)
+
     release = borrowing_venv(
         tmp_path / "release"
     )  # by name from an index (here a folder of wheels), as from PyPI
-    subprocess.run(
-        [
-            release / "python",
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-deps",
-            "--ignore-installed",
-            "--no-index",
-            "--find-links",
-            str(wheels),
-            "perfsuite",
-        ],
-        check=True,
-        timeout=600,
-        env=env,
-    )
+    install(release, "--no-index", "--find-links", wheels, "perfsuite")
     from importlib.metadata import version
 
     out = tmp_path / "gate.yml"
@@ -101,22 +90,7 @@ def test_init_ci_pins_the_installed_release_and_refuses_a_local_folder(tmp_path)
     folder = borrowing_venv(
         tmp_path / "folder"
     )  # pip install /path/to/checkout: no runner can install that
-    subprocess.run(
-        [
-            folder / "python",
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-deps",
-            "--ignore-installed",
-            "--no-build-isolation",
-            str(ROOT),
-        ],
-        check=True,
-        timeout=600,
-        env=env,
-    )
+    install(folder, "--no-build-isolation", ROOT)
     refused = subprocess.run(
         [folder / "perfsuite", "init-ci", "--output", str(tmp_path / "x.yml")],
         capture_output=True,

@@ -72,6 +72,7 @@ def blocked_attention(query, key, value, *, mask, scale):
                       use_reentrant=False)
 '''
 )
+AB = ("ab", "--cases", CASE, "--blocks", "2", "--rounds", "1", "--fail-on-structure")  # + refs
 EXTRA_COPY = "    scores = scores.transpose(-2, -1).contiguous().transpose(-2, -1)  # one extra score-sized copy\n"
 
 
@@ -172,8 +173,7 @@ def test_plain_pytest_with_perfsuite_options_says_what_to_do(user_repo):
 
 def test_the_ab_gate_on_git_refs_names_the_extra_copy_and_fails(user_repo):
     repo, base_sha, head_sha, _ = user_repo
-    gate = ["ab", "--cases", CASE, "--blocks", "2", "--rounds", "1", "--fail-on-structure"]
-    result = repo.perfsuite(*gate, "--base-ref", base_sha, "--head-ref", head_sha)
+    result = repo.perfsuite(*AB, "--base-ref", base_sha, "--head-ref", head_sha)
     output = result.stdout + result.stderr
     assert result.returncode == 1, output
     assert "FAIL `blocked_attention/b1h2s16d8-fp32-causal-cpu: structure adds work:" in output
@@ -187,7 +187,7 @@ def test_the_ab_gate_on_git_refs_names_the_extra_copy_and_fails(user_repo):
     )
 
     same = repo.perfsuite(
-        *gate,
+        *AB,
         "--base-ref",
         head_sha,
         "--head-ref",
@@ -237,14 +237,7 @@ def test_the_workflow_template_is_written_once_and_lints(user_repo, tmp_path):
 def test_a_backward_only_slowdown_is_caught_in_backward_mode(user_repo):
     repo, base_sha, _, slow_backward_sha = user_repo
     result = repo.perfsuite(
-        "ab",
-        "--cases",
-        CASE,
-        "--blocks",
-        "2",
-        "--rounds",
-        "1",
-        "--fail-on-structure",
+        *AB,
         "--variants",
         "blocked_attention",
         "--base-ref",
@@ -272,14 +265,7 @@ def test_ab_on_two_refs_reads_their_configuration_not_the_working_trees(user_rep
     )
     try:
         result = repo.perfsuite(
-            "ab",
-            "--cases",
-            CASE,
-            "--blocks",
-            "2",
-            "--rounds",
-            "1",
-            "--fail-on-structure",
+            *AB,
             "--modes",
             "forward",
             "--base-ref",
