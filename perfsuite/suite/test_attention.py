@@ -213,10 +213,9 @@ def test_benchmark(mode_evidence, benchmark, perfsuite_run, request):
         pytest.fail(f"not timed: {evidence.modified_inputs}", pytrace=False)
     benchmark.extra_info.update(benchmark_extra_info(evidence))
     before = compile_stats.snapshot()
-    on_cpu = case.device == Device.CPU
-    speed_before = (
-        speed_reference.reference_ms() if on_cpu else None
-    )  # the machine's speed, beside the rounds
+    # the machine's speed beside the rounds, on the CPU, when they are timed (not in a check run)
+    on_cpu = case.device == Device.CPU and not benchmark.disabled
+    speed_before = speed_reference.reference_ms() if on_cpu else None
     rounds = request.config.getoption("benchmark_min_rounds")
     with (
         contention.Probe() as probe,
