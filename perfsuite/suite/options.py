@@ -11,8 +11,23 @@ from pathlib import Path
 import pytest
 import torch
 
+from perfsuite.errors import ConfigError
 from perfsuite.suite import settings, shards
 from perfsuite.variants import get_variant
+from perfsuite.variants.user import load_entry_point_variants, load_variant_spec
+
+MARKERS = (
+    "perfsuite_only(flag_or_predicate): parametrize only over variants whose "
+    "Variant.<flag> is true, or for which predicate(variant) is true",
+    "xdist_group(name): pytest-xdist's; set by perfsuite on every variant/case "
+    "pair (declared here too for runs without pytest-xdist)",
+)
+
+
+def add_markers(config: pytest.Config) -> None:
+    """Declare perfsuite's markers (``MARKERS``), so ``--strict-markers`` runs accept them."""
+    for line in MARKERS:
+        config.addinivalue_line("markers", line)
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -147,6 +162,26 @@ def variant_specs(config: pytest.Config) -> list[tuple[str, str]]:
         )
         for spec in from_ini
     ]
+
+
+def load_user_variants(config: pytest.Config) -> tuple[str, ...]:
+    """Register users' variants: installed entry points (group ``perfsuite.variants``), then each of
+    ``variant_specs``. Returns the specs (isolated crash probes load them again in their child).
+
+    Raises:
+        ConfigError: an entry point or spec that cannot be loaded, naming it and where it came from.
+    """
+    try:
+        load_entry_point_variants()
+    except ValueError as exc:
+        raise ConfigError(f"installed entry points (group perfsuite.variants): {exc}") from None
+    specs = variant_specs(config)
+    for spec, source in specs:
+        try:
+            load_variant_spec(spec)
+        except ValueError as exc:
+            raise ConfigError(f"{source}: {exc}", source) from None
+    return tuple(spec for spec, _ in specs)
 
 
 def _ini_source(config: pytest.Config, key: str) -> str:

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
+from pytest_benchmark.session import BenchmarkSession
 
 import json
 import os
@@ -24,7 +26,7 @@ import perfsuite.history.capture as history_capture
 import perfsuite.history.importing as history_importing
 import perfsuite.history.recording as history_recording
 from perfsuite.measure.speed_reference import reference_of, run_spread
-from perfsuite.measure import gpu_state, machine
+from perfsuite.measure import conditions, gpu_state, machine
 from perfsuite.measure.cleanup import release_device_memory, release_exception_frames
 from perfsuite.measure.evidence import Evidence, PreparedCase, gather_evidence, prepare_case
 from perfsuite.measure.layout import layout_differences
@@ -41,16 +43,23 @@ from perfsuite.report.results import (
 )
 from perfsuite.report.trace_manifest import TraceManifest
 from perfsuite.storage import unwritable_directory_reason, write_text_atomic
-from perfsuite.suite import settings
+from perfsuite.suite import options, settings
 from perfsuite.suite.reliability import CrashProbes, FailureLedger, Progress, crash_message
+from perfsuite.suite.shards import Shard
 from perfsuite.variants import get_variant
 from perfsuite.variants.registry import preload_variants
+from perfsuite.variants.user import loaded_user_variants
 
 
 class SuiteSession:
     """State of one pytest run: settings, evidence per (variant, case, mode), recorded results."""
 
-    def __init__(self, resolved: settings.SuiteSettings, variant_specs: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        resolved: settings.SuiteSettings,
+        variant_specs: tuple[str, ...] = (),
+        shard: Shard | None = None,
+    ):
         self.settings = resolved
         self.failures = FailureLedger()  # setup and evidence errors: in full once, then referenced
         self.probes = CrashProbes(
@@ -82,10 +91,31 @@ class SuiteSession:
         self._machine: dict | None = None
         self._peaks: dict | None = None
         self.baseline: dict | None = None  # the run --benchmark-compare loaded
-        self.shard: str | None = (
-            None  # "INDEX/COUNT" of a sharded run (suite.shards), set by the plugin
-        )
+        self.shard = shard  # of a sharded run (suite.shards), stored as "INDEX/COUNT"
+        self.shard_note: str | None = None  # what the shard kept, for the collection's summary
+        self.applied_conditions: list[
+            str
+        ] = []  # conditions applied after start (measure.conditions)
         self._gpu_state: dict | None = None
+
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> SuiteSession:
+        """The run's session from pytest's options and ini keys (``suite.options``): users' variants
+        loaded, settings resolved, the shard read; in a run that is perfsuite's
+        (``options.uses_perfsuite``), the process conditions of timed runs applied.
+
+        Raises:
+            ConfigError: a variant that cannot be loaded, or an invalid setting or shard, named with
+                the option, ini key or entry point it came from.
+        """
+        specs = options.load_user_variants(config)
+        resolved = settings.resolve(
+            options.raw_settings(config), torch.cuda.is_available(), loaded_user_variants()
+        )
+        suite = cls(resolved, specs, options.shard(config))
+        if options.uses_perfsuite(config):  # another repository's plain pytest: left as it is
+            suite.applied_conditions = conditions.apply_in_process()
+        return suite
 
     # -- measuring ---------------------------------------------------------------------------
     def machine_info(self) -> dict:
@@ -248,8 +278,19 @@ class SuiteSession:
         if self.timed and self.runs_suite:  # another suite's tests: perfsuite writes nothing
             self.write_outputs(final=False, started=True)
 
-    def interrupted(self) -> None:
+    def interrupted(self, benchmarks: BenchmarkSession | None = None) -> None:
+        """Note an interrupted run (before pytest-benchmark saves: its marker goes into the saved
+        file). ``benchmarks``: pytest-benchmark's session, or None; a benchmark stopped before its
+        first round has no data, which pytest-benchmark cannot save, so it is dropped."""
         self.progress.interrupted = True
+        if benchmarks is not None:
+            benchmarks.benchmarks[:] = [bench for bench in benchmarks.benchmarks if bench]
+
+    def finished(self, config: pytest.Config) -> None:
+        """After the session (pytest-benchmark has saved): write table.md and run.json, and record the
+        run in the history store when no terminal summary recorded it."""
+        self.write_outputs()
+        self.record_history(config)
 
     def incomplete(self) -> dict[str, Any] | None:
         """Why this run's results are partial (interrupted, stopped early), as stored; None when whole."""
@@ -274,7 +315,7 @@ class SuiteSession:
         # outside machine_info (compared between runs): the GPU's clocks and temperature vary from run to run
         output_json["perfsuite_gpu_state"] = self.gpu_state()
         if self.shard:
-            output_json["perfsuite_shard"] = self.shard
+            output_json["perfsuite_shard"] = str(self.shard)
         if self.timed:  # what the history store needs to know of the run (capture.saved_run_facts)
             output_json.update(self._history_facts(), perfsuite_run_uid=self.run_uid)
             if os.environ.get(
@@ -455,7 +496,7 @@ class SuiteSession:
                 self.machine_info(),
                 peaks=self.peaks() if final else None,
                 gpu_state=self.gpu_state() if final else None,
-                shard=self.shard,
+                shard=str(self.shard) if self.shard else None,
             )
             self.written = write_run(
                 Path(self.settings.results_dir),

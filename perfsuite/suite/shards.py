@@ -9,14 +9,20 @@ placed largest first on the least loaded shard (greedy LPT, Graham 1969: within 
 makespan); a group without a known duration weighs its test count times the median known
 seconds per test, and with no duration known at all every test weighs 1. Ties break on the group's
 name, so every process that collects the same tests with the same durations computes the same split.
+``keep`` applies the split to pytest's collected items, with ``known_durations``: the file named by
+``PERFSUITE_SHARD_WEIGHTS``, else the history store.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import re
 import statistics
 from collections.abc import Iterable, Mapping
+
+import pytest
 
 from perfsuite.errors import ConfigError
 
@@ -141,3 +147,61 @@ def stored_durations(
             median_s, min_rounds, max_time_s
         )
     return durations
+
+
+def known_durations(config: pytest.Config) -> tuple[dict[str, float], str]:
+    """Known seconds per group (``item_group``), and where they came from: the file a launcher names
+    in ``PERFSUITE_SHARD_WEIGHTS``, else the history store (read only, never created), else none
+    (every test weighs 1).
+
+    Raises:
+        ConfigError: the weights file is unreadable or not a JSON object of seconds per group.
+    """
+    from perfsuite.history import open_store
+    from perfsuite.history.capture import commit_of
+
+    none = {}, "test count (no durations known)"
+    if path := os.environ.get(WEIGHTS_VARIABLE):
+        try:
+            with open(path, encoding="utf-8") as file:
+                given = {str(k): float(v) for k, v in json.loads(file.read()).items()}
+        except (OSError, ValueError, AttributeError) as exc:
+            raise ConfigError(
+                f"{WEIGHTS_VARIABLE}={path}: not a JSON object of seconds per group ({exc})",
+                WEIGHTS_VARIABLE,
+            ) from None
+        return (given, f"durations in {path}") if given else none
+    try:
+        with open_store(
+            config.getoption("perfsuite_history_url"),
+            config.getini("perfsuite_history_url") or None,
+            config.rootpath,
+            create=False,
+        ) as store:
+            durations = stored_durations(
+                store,
+                commit_of(config.rootpath).sha,
+                int(config.getoption("benchmark_min_rounds", 5) or 5),
+                float(config.getoption("benchmark_max_time", 1.0) or 1.0),
+            )
+    except Exception:  # no store yet, or one that cannot be read: shards still split, by test count
+        return none
+    return (durations, "durations from the history store") if durations else none
+
+
+def keep(config: pytest.Config, items: list[pytest.Item], shard: Shard) -> str:
+    """Keep ``shard``'s tests of ``items`` (in place, split by ``known_durations``), report the rest
+    to pytest as deselected, and return the collection's note (kept of collected, balanced by what).
+
+    Raises:
+        ConfigError: from ``known_durations``.
+    """
+    durations, origin = known_durations(config)
+    kept = split([item_group(item) for item in items], shard, durations)
+    dropped = [item for item, keep_it in zip(items, kept) if not keep_it]
+    items[:] = [item for item, keep_it in zip(items, kept) if keep_it]
+    config.hook.pytest_deselected(items=dropped)
+    return (
+        f"perfsuite: shard {shard}: {len(items)} of {len(items) + len(dropped)} tests, "
+        f"balanced by {origin}"
+    )
