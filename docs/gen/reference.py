@@ -252,6 +252,8 @@ def variants_page() -> str:
             declared.append(f"forward only: {v.forward_only}")
         if v.wraps:
             declared.append(f"wraps {v.wraps}")
+        if v.devices:
+            declared.append(f"runs on {', '.join(map(shown, v.devices))} only")
         rows.append(
             [
                 f"`{name}`",
@@ -267,6 +269,36 @@ def variants_page() -> str:
         "[add your attention](../how-to/add-your-attention.md)). *Rows that see no key*: what a query "
         "that sees no key returns (`zeros`, `nan`, `finite`, or `any`).",
         _table(["variant", "what it runs", "rows that see no key", "declarations"], rows),
+        _not_generated_section(),
+    )
+
+
+def _not_generated_section() -> str:
+    """What the suite does not generate (certain skips), from ``perfsuite.suite.generation`` and the
+    conditions the suite's tests declare with its markers."""
+    import perfsuite.suite.test_attention as attention_tests
+    import perfsuite.suite.test_properties as property_tests
+    from perfsuite.suite.generation import APPLIES_MARKER, EACH_MARKER
+
+    rows = []
+    for module in (attention_tests, property_tests):
+        for name, fn in vars(module).items():
+            for mark in getattr(fn, "pytestmark", []):
+                if mark.name == APPLIES_MARKER:
+                    rows.append([f"`{name}`", _cell(mark.args[0].__doc__)])
+                elif mark.name == EACH_MARKER:
+                    argname, rule = mark.args[0], mark.args[2]
+                    where = f"each `{argname}` that `{rule.__module__}.{rule.__name__}` rules out"
+                    rows.append([f"`{name}`", _cell(where)])
+    return _join(
+        "## Not generated",
+        "A test is not generated for a combination whose skip is certain before anything runs: a "
+        "variant on a device it does not declare (*runs on ... only* above), a backward mode of a "
+        "variant without a backward there (*forward only*), and the conditions below. The run "
+        "prints how many combinations it left out and why (every reason with `-v`); the timed "
+        "table lists each variant that cannot run a case as skipped. Skips that depend on running "
+        "(torch refusing a case, a library that is not installed) remain skips with their reason.",
+        _table(["test", "not generated where"], rows),
     )
 
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from perfsuite.errors import ConfigError
-from perfsuite.suite import settings, shards
+from perfsuite.suite import generation, settings, shards
 from perfsuite.variants import get_variant
 from perfsuite.variants.user import load_entry_point_variants, load_variant_spec
 
@@ -21,6 +21,7 @@ MARKERS = (
     "Variant.<flag> is true, or for which predicate(variant) is true",
     "xdist_group(name): pytest-xdist's; set by perfsuite on every variant/case "
     "pair (declared here too for runs without pytest-xdist)",
+    *generation.MARKERS,
 )
 
 

@@ -43,7 +43,7 @@ from perfsuite.report.results import (
 )
 from perfsuite.report.trace_manifest import TraceManifest
 from perfsuite.storage import unwritable_directory_reason, write_text_atomic
-from perfsuite.suite import options, settings
+from perfsuite.suite import generation, options, settings
 from perfsuite.suite.reliability import CrashProbes, FailureLedger, Progress, crash_message
 from perfsuite.suite.shards import Shard
 from perfsuite.variants import get_variant
@@ -87,6 +87,7 @@ class SuiteSession:
         self.results: dict[tuple[str, str, str], BenchmarkResult] = {}
         self.speed_references: dict[tuple[str, str, str], float] = {}  # ms, per timed CPU benchmark
         self.skipped: dict[tuple[str, str, str], SkippedResult] = {}
+        self.not_generated = generation.NotGenerated()
         self.written: tuple[Path, Path] | None = None  # (table.md, run.json) once written
         self._machine: dict | None = None
         self._peaks: dict | None = None
@@ -385,6 +386,8 @@ class SuiteSession:
 
         The first call imports the selected variants' libraries (``Variant.preload``): during
         collection, before any test compiles anything, and only in runs that collect the suite.
+        Combinations whose skip is certain are not generated, only counted
+        (``generation.combinations``, ``self.not_generated``).
         """
         preload_variants(self.settings.variants)
         variants = [get_variant(v) for v in self.settings.variants]
@@ -395,23 +398,21 @@ class SuiteSession:
                 v for v in variants if (wanted(v) if callable(wanted) else getattr(v, wanted))
             ]
         pairs = [(v, c) for v in variants for c in self.cases_for(v)]
-        names: tuple[str, ...] = ("variant", "case")
-        # pytest-xdist's --dist loadgroup keeps a pair's tests on one worker, where its evidence is cached
-        group = lambda v, c: pytest.mark.xdist_group(f"{v.name}-{c.id}")
-        params = [pytest.param(v, c, id=f"{v.name}-{c.id}", marks=group(v, c)) for v, c in pairs]
-        if "mode" in metafunc.fixturenames:
-            names += ("mode",)
-            params = [
-                pytest.param(v, c, m, id=f"{v.name}-{c.id}-{m}", marks=group(v, c))
-                for v, c in pairs
-                for m in self.settings.modes
-            ]
+        modes = self.settings.modes if "mode" in metafunc.fixturenames else None
+        left_out = generation.NotGenerated()
+        names, params = generation.combinations(metafunc.definition, pairs, modes, left_out)
+        self.not_generated.merge(left_out)
+        for (variant, case_id, mode), reason in left_out.unrunnable.items():
+            self.skipped[(variant, case_id, mode)] = SkippedResult(variant, case_id, reason, mode)
         if not params:
             wanted = only.args[0] if only else "runnable"
             what = (wanted.__doc__ or wanted.__name__) if callable(wanted) else wanted
-            skip = pytest.mark.skip(
-                reason=f"no selected variant qualifies: {what} (--perfsuite-variants)"
+            reason = (
+                f"every combination's skip is certain, e.g. {left_out.counts.most_common(1)[0][0]}"
+                if left_out.total
+                else f"no selected variant qualifies: {what} (--perfsuite-variants)"
             )
+            skip = pytest.mark.skip(reason=reason)
             params = [pytest.param(*[None] * len(names), marks=skip, id="no-such-variant")]
         metafunc.parametrize(names, params)
 

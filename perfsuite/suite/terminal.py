@@ -25,13 +25,17 @@ def _fail(terminalreporter, status: pytest.ExitCode) -> None:
 
 
 def collection_notes(session: pytest.Session, suite: SuiteSession) -> None:
-    """The shard's note (what it kept), and what to do when perfsuite was asked for but none of its
-    suite's tests were collected."""
+    """The shard's note (what it kept), the combinations not generated (their skip was certain; every
+    reason with ``-v``), and what to do when perfsuite was asked for but none of its suite's tests
+    were collected."""
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is None:
         return
     if suite.shard_note:
         reporter.write_line(suite.shard_note)
+    verbose = session.config.option.verbose > 0
+    for line in suite.not_generated.lines(most=None if verbose else 4):
+        reporter.write_line(line)
     suite_items = [item for item in session.items if "variant" in getattr(item, "fixturenames", ())]
     if not suite_items and options.asked_for_perfsuite(session.config):
         reporter.write_line(NO_SUITE_COLLECTED, yellow=True)

@@ -42,11 +42,17 @@ def test_matches_float64_reference(mode_evidence):
     assert failure is None, failure
 
 
+def output_is_score_sized(variant, case, mode=None) -> str | None:
+    """Cases with head_dim == seq_len_kv, for variants that must not copy: a copy of the output would count."""
+    if case.head_dim == case.seq_len_kv and variant.expected_score_copies(case.hides_keys) == 0:
+        return "head_dim == seq_len_kv: a copy of the output has the score matrix's shape"
+    return None
+
+
+@pytest.mark.perfsuite_applies.with_args(output_is_score_sized)
 def test_score_copies_per_step(attention_evidence):
     """naive copies the masked score matrix once per forward; the others never copy it."""
     evidence = attention_evidence
-    if evidence.case.head_dim == evidence.case.seq_len_kv and evidence.expected_score_copies == 0:
-        pytest.skip("head_dim == seq_len_kv: a copy of the output has the score matrix's shape")
     assert len(evidence.steps) == ACTIVE_STEPS, (
         f"profiler recorded {len(evidence.steps)} forwards in {evidence.trace_path}"
     )
@@ -77,18 +83,18 @@ def _score_copies_named(evidence, lane: str) -> str:
     return "score-sized copies in the first step: " + (", ".join(names) or "none")
 
 
+def accounting_applies(variant, case, mode=None) -> str | None:
+    """Compiled variants (accounting reads ATen ops, not Inductor's kernels), and the cases above."""
+    if variant.compiled:
+        return "Inductor runs its own kernels, not ATen ops: score accounting sees only its extern calls"
+    return output_is_score_sized(variant, case)
+
+
+@pytest.mark.perfsuite_applies.with_args(accounting_applies)
 def test_score_accounting_per_step(attention_evidence):
     """The post's findings on score accounting: per forward, naive writes one score copy when the
     mask hides keys; naive_inplace and SDPA none (``perfsuite.measure.score_accounting``)."""
     evidence = attention_evidence
-    if evidence.variant.compiled:
-        pytest.skip(
-            "Inductor runs its own kernels, not ATen ops: score accounting sees only its extern calls"
-        )
-    if evidence.case.head_dim == evidence.case.seq_len_kv and evidence.expected_score_copies == 0:
-        pytest.skip(
-            "head_dim == seq_len_kv: a copy of the output has the score matrix's element count"
-        )
     accounting = evidence.score_accounting
     copies = [a.copies for a in accounting]
     expected = [float(evidence.expected_score_copies)] * ACTIVE_STEPS
@@ -104,9 +110,17 @@ def declares_saved_scores(variant):
     return variant.saves_scores_for_backward is not None
 
 
+def scores_distinguishable(variant, case, mode=None) -> str | None:
+    """Cases with head_dim == seq_len_kv: the output has as many elements as the scores."""
+    if case.head_dim == case.seq_len_kv:
+        return "head_dim == seq_len_kv: the output has as many elements as the scores"
+    return None
+
+
 @pytest.mark.perfsuite_only.with_args(
     declares_saved_scores
 )  # with_args: a lone callable would be decorated
+@pytest.mark.perfsuite_applies.with_args(scores_distinguishable)
 def test_scores_saved_for_backward(variant, case, perfsuite_run):
     """Unfused softmax saves a [B, H, Sq, Skv] score matrix for backward; fused kernels never do.
 
@@ -116,8 +130,6 @@ def test_scores_saved_for_backward(variant, case, perfsuite_run):
         pytest.skip("mode forward_backward is not selected (--perfsuite-modes)")
     evidence = perfsuite_run.evidence(variant, case, Mode.FORWARD_BACKWARD)
     saved, expected = evidence.saved_for_backward, variant.saves_scores_for_backward
-    if case.head_dim * case.seq_len_q == case.seq_len_q * case.seq_len_kv:
-        pytest.skip("head_dim == seq_len_kv: the output has as many elements as the scores")
     assert (saved.score_sized > 0) == expected, (
         f"{variant.name} on {case.id}: saved for backward {saved}; expected "
         f"{'at least one' if expected else 'no'} score-sized tensor ({case.score_bytes} bytes each)"
@@ -144,13 +156,19 @@ def pinned_to_a_fused_sdpa_backend(variant):
     return variant.sdpa_backend in SDPA_BACKEND_FAMILIES
 
 
+def on_a_device_lane(variant, case, mode=None) -> str | None:
+    """CPU cases: kernel families are read from the trace's device lane."""
+    if case.device != Device.CUDA:
+        return "kernel families are read from the device lane; this case runs on the CPU"
+    return None
+
+
 @pytest.mark.perfsuite_only.with_args(pinned_to_a_fused_sdpa_backend)
+@pytest.mark.perfsuite_applies.with_args(on_a_device_lane)
 def test_pinned_backend_runs_its_own_fused_kernel(attention_evidence):
     """On CUDA a pinned SDPA backend runs its own fused kernel family (flash, cutlass, cuDNN; AOTriton
     or CK on ROCm) and nothing unfused: a silent fallback fails with the kernel names."""
     evidence = attention_evidence
-    if evidence.case.device != Device.CUDA:
-        pytest.skip("kernel families are read from the device lane; this case runs on the CPU")
     expected = backend_kernel_families(
         evidence.variant.sdpa_backend, rocm=torch.version.hip is not None
     )
@@ -167,11 +185,12 @@ def compiled_flex(variant):
 
 
 @pytest.mark.perfsuite_only.with_args(compiled_flex)
+@pytest.mark.perfsuite_applies.with_args(
+    on_a_device_lane
+)  # on the CPU Inductor's flex_attention is C++
 def test_compiled_flex_runs_its_fused_triton_kernel(attention_evidence):
     """On CUDA compiled flex_attention runs Inductor's fused attention template (``triton_tem_*``)."""
     evidence = attention_evidence
-    if evidence.case.device != Device.CUDA:
-        pytest.skip("on the CPU Inductor's flex_attention is C++, not a Triton kernel")
     for step in evidence.steps:
         failure = fused_kernel_failure(step.kernels, (FLEX_FUSED_FAMILY,))
         assert failure is None, (

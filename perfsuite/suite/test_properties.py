@@ -10,11 +10,9 @@ from perfsuite.measure.refusals import VariantUnsupported
 from perfsuite.testing.properties import ALL_CHECKS, applicable
 
 
-@pytest.mark.parametrize("check", list(ALL_CHECKS))
+# a check that does not apply to a variant and case (``applicable``) is not generated
+@pytest.mark.perfsuite_each("check", list(ALL_CHECKS), applicable)
 def test_property(check, variant, case, perfsuite_run):
-    reason = applicable(check, variant, case)
-    if reason:
-        pytest.skip(f"{check} on {case.id}: {reason}")
     try:
         failure = ALL_CHECKS[check](variant, case, perfsuite_run.settings.seed)
     except VariantUnsupported as exc:

@@ -152,6 +152,7 @@ register_variant(
     fused=True,
     saves_scores_for_backward=False,
     wraps="flash-attn",
+    devices=("cuda",),  # _need_cuda
 )(_direct(prepare_flash_attn, "flash_attn_func"))
 register_variant(
     "xformers",
@@ -160,4 +161,5 @@ register_variant(
     fused=True,
     saves_scores_for_backward=False,
     wraps="xformers",
+    devices=("cuda",),  # _need_cuda
 )(_direct(prepare_xformers, "memory_efficient_attention"))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from typing import Any
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 
 from perfsuite.attention.cases import DEVICES
@@ -59,6 +59,9 @@ class Variant:
     ``wraps``: the library whose attention the variant calls (``"transformers"``,
     ``"torch.nn.MultiheadAttention"``, ``"flash-attn"``), or None for perfsuite's own; the suite runs
     such adapters on ``perfsuite_adapter_cases`` when that is set.
+    ``devices``: the device types the variant runs on (``DEVICES``), or None for every one; on
+    another device its tests are not generated (``device_unsupported`` gives the reason the run
+    counts), so declare only what holds for every case there (a CUDA-only library or backend).
     ``preload``: imports the variant's library once per process; the suite calls it for every
     selected variant before any test runs (``preload_variants``), so a slow import is paid only by
     runs that select the variant, and never between a compile and its next call.
@@ -79,6 +82,13 @@ class Variant:
     property_tests: bool | None = None
     wraps: str | None = None
     preload: Callable[[], object] | None = None
+    devices: tuple[str, ...] | None = None
+
+    def device_unsupported(self, device: str) -> str | None:
+        """Why the variant cannot run on ``device`` (``"cpu"``, ``"cuda"``) at all, or None."""
+        if self.devices is None or device in self.devices:
+            return None
+        return f"{self.name} runs on {', '.join(self.devices)} only"
 
     def backward_unsupported(self, device: str) -> str | None:
         """Why the variant has no backward on ``device`` (``"cpu"``, ``"cuda"``), or None when it has one."""
@@ -145,16 +155,18 @@ def register_variant(
     property_tests: bool | None = None,
     wraps: str | None = None,
     preload: Callable[[], object] | None = None,
+    devices: Sequence[str] | None = None,
 ) -> Callable[[VariantFn], VariantFn]:
     """Decorator that registers ``fn`` under ``name`` and returns it unchanged.
 
     ``forward_only``: a reason (no backward anywhere) or ``{device: reason}`` (no backward on
-    those devices only, e.g. ``{"cpu": "the CPU kernel has no backward"}``).
+    those devices only, e.g. ``{"cpu": "the CPU kernel has no backward"}``). ``devices``: the
+    device types the variant runs on (``Variant.devices``), None for every one.
 
     Raises:
         ValueError: ``name`` is already registered, ``fully_masked_rows`` is not one of
-            ``FULLY_MASKED_ROW_RESULTS``, or ``forward_only`` names a device not in ``DEVICES``
-            or gives an empty reason.
+            ``FULLY_MASKED_ROW_RESULTS``, ``forward_only`` names a device not in ``DEVICES``
+            or gives an empty reason, or ``devices`` is empty or names a device not in ``DEVICES``.
         TypeError: ``fn`` does not have the variant signature.
     """
 
@@ -166,6 +178,11 @@ def register_variant(
                 f"fully_masked_rows={fully_masked_rows!r}; allowed: {', '.join(FULLY_MASKED_ROW_RESULTS)}"
             )
         anywhere, per_device = _forward_only(name, forward_only)
+        unknown = [d for d in devices or () if d not in DEVICES]
+        if unknown or devices == ():
+            raise ValueError(
+                f"variant {name!r}: devices={devices!r}; allowed: a non-empty list of {', '.join(DEVICES)}"
+            )
         check_signature(name, fn)
         _REGISTRY[name] = Variant(
             name=name,
@@ -183,6 +200,7 @@ def register_variant(
             property_tests=property_tests,
             wraps=wraps,
             preload=preload,
+            devices=tuple(devices) if devices is not None else None,
         )
         return fn
 

@@ -51,6 +51,9 @@ def _pinned(backend_name: str):
     return pinned_attention
 
 
+# torch has CPU kernels for math and flash only; efficient and cuDNN run on CUDA (and ROCm) devices
+CPU_BACKENDS = ("MATH", "FLASH_ATTENTION")
+
 for _name, _backend in PINNED_BACKENDS.items():
     # math saves its softmax for backward; the fused backends save a logsumexp per row instead.
     register_variant(
@@ -59,4 +62,5 @@ for _name, _backend in PINNED_BACKENDS.items():
         sdpa_backend=_backend,
         saves_scores_for_backward=_backend == "MATH",
         fused=_backend != "MATH",
+        devices=None if _backend in CPU_BACKENDS else ("cuda",),
     )(_pinned(_backend))

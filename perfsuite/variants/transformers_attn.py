@@ -388,5 +388,7 @@ for _impl in IMPLEMENTATIONS:
         prepare=prepare_for(_impl),
         wraps="transformers",
         preload=load,
+        # the flash_attention_* functions call the flash-attn kernels (``_needs_cuda``)
+        devices=("cuda",) if _impl.startswith("flash_attention") else None,
         **_DECLARATIONS.get(_impl, {}),
     )(_direct(_impl))

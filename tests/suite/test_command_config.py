@@ -5,8 +5,6 @@ errors that name the value and where it came from."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -23,6 +21,7 @@ from perfsuite.suite.command_config import (
 )
 from perfsuite.suite.runner import find_project, read_config
 from perfsuite.variants import registry
+from validation.user_repo import UserRepo
 
 EXAMPLE_SRC = Path(__file__).resolve().parents[2] / "examples" / "chunked_attention" / "src"
 CASE = "b1h2s512d32-fp32-causal-cpu"
@@ -44,20 +43,6 @@ def resolve(cwd: Path, trees=None, commits=None, **options):
     return resolve_ab(
         AbOptions(**options), trees or {}, commits or {}, cwd=cwd, cuda_available=False
     )
-
-
-def git(cwd: Path, *args: str) -> str:
-    env = dict(
-        os.environ,
-        GIT_AUTHOR_NAME="u",
-        GIT_AUTHOR_EMAIL="u@example.com",
-        GIT_COMMITTER_NAME="u",
-        GIT_COMMITTER_EMAIL="u@example.com",
-    )
-    done = subprocess.run(
-        ["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=True
-    )
-    return done.stdout.strip()
 
 
 def test_values_from_the_pyproject_are_resolved_with_file_and_key_named(tmp_path):
@@ -195,18 +180,12 @@ def test_the_configuration_file_is_read_once(tmp_path, monkeypatch):
 def two_commits(tmp_path, monkeypatch):
     """A repository whose configuration lives in ``sub/``: the base commit gates naive, the head
     commit sdpa, and the working tree (uncommitted) naive_inplace; ab runs from ``sub/deeper``."""
-    git(tmp_path, "init", "-q")
     sub = tmp_path / "sub"
-    (sub / "deeper").mkdir(parents=True)
-    (sub / "deeper" / "keep").write_text("")
+    config = PYPROJECT.replace("naive sdpa", "{}")
+    repo = UserRepo.init(tmp_path, {"sub/deeper/keep": ""})
+    base = repo.commit("base", {"sub/pyproject.toml": config.format("naive")})
+    head = repo.commit("head: gates sdpa only", {"sub/pyproject.toml": config.format("sdpa")})
     pyproject = sub / "pyproject.toml"
-    pyproject.write_text(PYPROJECT.replace("naive sdpa", "naive"))
-    git(tmp_path, "add", "-A")
-    git(tmp_path, "commit", "-qm", "base")
-    base = git(tmp_path, "rev-parse", "HEAD")
-    pyproject.write_text(PYPROJECT.replace("naive sdpa", "sdpa"))
-    git(tmp_path, "commit", "-qam", "head: gates sdpa only")
-    head = git(tmp_path, "rev-parse", "HEAD")
     pyproject.write_text(PYPROJECT.replace("naive sdpa", "naive_inplace"))
     monkeypatch.chdir(sub / "deeper")
     return sub, base, head
