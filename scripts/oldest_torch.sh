@@ -19,7 +19,11 @@ pip install $wanted  # unquoted: may hold pip options
 [ "${1:-}" = "--torch-only" ] && exit 0
 pip install -e . "pytest-xdist>=3.6"  # one worker per CPU, as scripts/test.sh runs
 "$venv/bin/python" -c "import torch; print('oldest_torch: torch', torch.__version__)"
+# as scripts/test.sh: one thread per worker; its own results folder and no pytest cache, so it can run
+# beside the main tests (.ci/run does)
+export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 exec "$venv/bin/python" -m pytest -n "${PERFSUITE_TEST_WORKERS:-auto}" --dist loadgroup -m "not slow" -q \
+    -p no:cacheprovider --perfsuite-results=perfsuite-results/oldest-torch \
     tests/attention tests/trace tests/measure tests/gate/test_stats.py tests/variants/test_numerics_findings.py \
     perfsuite/suite/test_attention.py \
     --perfsuite-variants naive,naive_inplace,sdpa,sdpa_math,sdpa_flash,flex_compiled "$@"

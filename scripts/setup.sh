@@ -39,6 +39,7 @@ elif ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
     echo "perfsuite setup: installing torch==2.13.0"
     pip install torch==2.13.0
 fi
-# transformers: so the test run covers the hf_* variants (it does not depend on torch, so torch stays as installed)
-pip install -e ".[dev,transformers]"
+# transformers: so the test run covers the hf_* variants (it does not depend on torch, so torch stays as installed);
+# docs: scripts/docs.sh builds the site with it
+pip install -e ".[dev,transformers,docs]"
 echo "perfsuite setup: $(.venv/bin/python -c 'import torch, transformers; print("torch", torch.__version__, "cuda available:", torch.cuda.is_available(), "transformers", transformers.__version__)')"

@@ -146,8 +146,8 @@ def test_timed_run_saves_a_baseline_with_extra_info_and_a_table(project):
     )
 
     compared = project.runpytest_subprocess(
-        TINY, "--benchmark-compare"
-    )  # no fail threshold: timings are not asserted
+        TINY, eager, "--benchmark-compare"
+    )  # the same variants; no fail threshold: timings are not asserted
     assert compared.ret == pytest.ExitCode.OK
     compared.stdout.fnmatch_lines(["*0001_*"])
 

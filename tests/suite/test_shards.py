@@ -91,7 +91,7 @@ def _collected(result) -> list[str]:
 @pytest.mark.slow
 def test_shards_of_the_collected_suite_are_disjoint_and_their_union_is_the_suite(pytester):
     pytester.makepyfile(test_attention=SUITE)
-    whole = _collected(pytester.runpytest_subprocess(*ARGS))
+    whole = _collected(pytester.runpytest_inprocess(*ARGS))
     assert len(whole) > 20 and len(set(whole)) == len(whole)
     pair = lambda nodeid: nodeid.split("[", 1)[1].rsplit("-cpu", 1)[
         0
@@ -99,7 +99,7 @@ def test_shards_of_the_collected_suite_are_disjoint_and_their_union_is_the_suite
     for count in (2, 5):  # one shard is the whole suite
         parts = []
         for index in range(1, count + 1):
-            result = pytester.runpytest_subprocess(*ARGS, f"--perfsuite-shard={index}/{count}")
+            result = pytester.runpytest_inprocess(*ARGS, f"--perfsuite-shard={index}/{count}")
             assert result.ret == 0, result.outlines
             result.stdout.fnmatch_lines(
                 [f"perfsuite: shard {index}/{count}: * of {len(whole)} tests, balanced by *"]
