@@ -125,6 +125,16 @@ class AttentionCase:
         return mask_kind(self.mask).hides_keys
 
     @property
+    def hides_a_key_here(self) -> bool:
+        """``hides_keys``, and for a causal kind, that this case's lengths leave some key hidden: the
+        first query sees the fewest keys (``MaskKind.keys_seen``), and a decode query aligned
+        bottom-right sees them all. Random masks (bool, padding) are taken to hide one."""
+        kind = mask_kind(self.mask)
+        if not kind.hides_keys or not kind.causal:
+            return kind.hides_keys
+        return kind.keys_seen(0, self.seq_len_q, self.seq_len_kv) < self.seq_len_kv
+
+    @property
     def torch_dtype(self) -> torch.dtype:
         return DTYPES[self.dtype]
 

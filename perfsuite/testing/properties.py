@@ -355,6 +355,8 @@ def applicable(name: str, variant: Variant, case: AttentionCase) -> str | None:
         )
     if name == "causality" and not case.causal:
         return f"{case.mask} is not a causal mask"
+    if name == "causality" and not case.hides_a_key_here:
+        return f"{case.mask} hides no key of this case (every query sees all {case.seq_len_kv})"
     if (
         name
         in (
@@ -362,9 +364,13 @@ def applicable(name: str, variant: Variant, case: AttentionCase) -> str | None:
             "nan_in_masked_keys_or_values",
             "nan_masked_key_for_masked_fill",
         )
-        and not case.hides_keys
+        and not case.hides_a_key_here
     ):
-        return f"{case.mask} hides no key"
+        return (
+            f"{case.mask} hides no key"
+            if not case.hides_keys
+            else f"{case.mask} hides no key of this case (every query sees all {case.seq_len_kv})"
+        )
     if name == "nan_masked_key_for_masked_fill" and variant.name not in ("naive", "naive_inplace"):
         return "only the masked_fill variants promise this"
     if name == "shift_invariance" and case.dtype not in ("fp32", "fp64"):

@@ -144,3 +144,25 @@ def test_covering_pairs_on_edge_products():
     assert covering_pairs(two_factors) == two_factors  # with two factors every row is its own pair
     with pytest.raises(ValueError, match="combinations 'some': expected one of all, pairwise"):
         build_cases([Shape(1, 2, 2, 8, 8, 4)], ["fp32"], "cpu", ["causal"], combinations="some")
+
+
+@pytest.mark.parametrize(
+    "case_id, hides",
+    [
+        ("b2h4kv2q1k48d20-bf16-causal_br-cpu", False),  # the decode query sees the whole cache
+        ("b2h4kv2q1k48d20-bf16-causal-cpu", True),  # top-left: query 0 sees key 0 only
+        ("b1h2q16k24d8-fp32-causal_br-cpu", True),
+        ("b1h2s16d8-fp32-window4-cpu", True),
+        ("b1h2s16d8-fp32-noncausal-cpu", False),
+        ("b1h2s16d8-fp32-padding-cpu", True),  # random masks are taken to hide one
+    ],
+)
+def test_whether_a_cases_mask_hides_a_key_follows_its_lengths(case_id, hides):
+    from perfsuite.testing.properties import applicable
+    from perfsuite.variants import get_variant
+
+    case = parse_case_id(case_id)
+    assert case.hides_a_key_here is hides
+    # so a property about hidden keys is not generated where it could only pass without looking
+    reason = applicable("masked_keys_do_not_matter", get_variant("naive"), case)
+    assert (reason is None) is hides, reason
