@@ -407,10 +407,13 @@ class SuiteSession:
         if not params:
             wanted = only.args[0] if only else "runnable"
             what = (wanted.__doc__ or wanted.__name__) if callable(wanted) else wanted
+            selected = ", ".join(self.settings.variants)
             reason = (
-                f"every combination's skip is certain, e.g. {left_out.counts.most_common(1)[0][0]}"
+                "not generated: the skip of each combination is certain ("
+                + "; ".join(f"{n} x {why}" for why, n in left_out.counts.most_common(2))
+                + ")"
                 if left_out.total
-                else f"no selected variant qualifies: {what} (--perfsuite-variants)"
+                else f"no selected variant qualifies: {what} (selected: {selected})"
             )
             skip = pytest.mark.skip(reason=reason)
             params = [pytest.param(*[None] * len(names), marks=skip, id="no-such-variant")]

@@ -372,7 +372,7 @@ def applicable(name: str, variant: Variant, case: AttentionCase) -> str | None:
             else f"{case.mask} hides no key of this case (every query sees all {case.seq_len_kv})"
         )
     if name == "nan_masked_key_for_masked_fill" and variant.name not in ("naive", "naive_inplace"):
-        return "only the masked_fill variants promise this"
+        return "only the built-in naive and naive_inplace promise this (masked_fill overwrites a NaN score)"
     if name == "shift_invariance" and case.dtype not in ("fp32", "fp64"):
         return (
             "shift invariance is checked in fp32/fp64 (bf16/fp16 cannot hold score + 100 exactly)"

@@ -6,7 +6,11 @@ from pathlib import Path
 
 import pytest
 
+# The history store's modules are imported here, not first inside the in-process runs below: pytester
+# drops what such a run imported, and SQLAlchemy's modules loaded twice have classes that differ.
+import perfsuite.history.capture  # noqa: F401
 from perfsuite.errors import ConfigError
+from perfsuite.history import open_store
 from perfsuite.suite import shards
 
 SUITE = (
@@ -157,8 +161,6 @@ def _run(uid: str, sha: str, position: int, medians: dict[str, float]):
 
 
 def test_durations_come_from_the_store_but_never_from_the_commit_being_sharded(tmp_path):
-    from perfsuite.history import open_store
-
     with open_store(f"sqlite:///{tmp_path / 'h.sqlite'}") as store:
         store.record(
             _run(
