@@ -231,7 +231,8 @@ def header_lines(run: settings.SuiteSettings) -> list[str]:
     return notes + [
         f"perfsuite: seed={run.seed} devices={','.join(run.devices)} torch={torch.__version__} "
         f"threads={torch.get_num_threads()}",
-        f"perfsuite: variants={','.join(run.variants)} modes={','.join(run.modes)}",
+        f"perfsuite: variants={','.join(run.variants)} ({_source(run, 'variants')}) "
+        f"modes={','.join(run.modes)} ({_source(run, 'modes')})",
         f"perfsuite: timer={run.timer} l2_flush={'on' if run.l2_flush else 'off'} "
         f"cuda_graphs={'on' if run.cuda_graphs else 'off'} (device clocks apply to CUDA cases only)",
         f"perfsuite: cases from {run.cases_from}",
@@ -239,6 +240,10 @@ def header_lines(run: settings.SuiteSettings) -> list[str]:
         *compiled_header(run),
         f"perfsuite: traces -> {run.traces_dir}, table -> {run.results_dir / 'table.md'}",
     ]
+
+
+def _source(run: settings.SuiteSettings, name: str) -> str:
+    return run.sources.get(name, "default")
 
 
 def compiled_header(run: settings.SuiteSettings) -> list[str]:

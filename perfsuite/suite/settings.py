@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from perfsuite.attention import cases
 from perfsuite.errors import ConfigError
@@ -233,6 +233,8 @@ class SuiteSettings:
     call_time_limit_s: float | None = (
         None  # None: measure.call_limit's default per device; 0: no limit
     )
+    # setting name -> where its value came from: the option, the ini key, or "default" (``source_label``)
+    sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def call_limit_s(self, device: str) -> float | None:
         """Seconds one call of a variant may take on ``device`` (None: no limit)."""
@@ -450,7 +452,17 @@ def resolve(
         cuda_graphs=_parse_switch(raw, "cuda_graphs"),
         isolate=_resolve_isolate(raw, variants, user_variants),
         call_time_limit_s=_parse_call_time_limit(raw),
+        sources={name: source_label(name, value) for name, value in raw.items()},
     )
+
+
+def source_label(name: str, value: RawValue) -> str:
+    """Where setting ``name``'s value came from, short: ``--perfsuite-variants``, ``perfsuite_variants``
+    (an ini key; the file is in ``RawValue.source``) or ``default``."""
+    spec = SETTINGS.get(name)
+    if spec is None or value.origin == "default":
+        return "default"
+    return (spec.option or spec.ini_key) if value.origin == "option" else spec.ini_key
 
 
 def _parse_call_time_limit(raw: RawSettings) -> float | None:

@@ -64,7 +64,7 @@ def test_header_prints_seed_and_cases(project):
     result.stdout.fnmatch_lines(
         [
             "perfsuite: seed=7 devices=cpu *",
-            "perfsuite: variants=naive modes=forward,backward,forward_backward",
+            "perfsuite: variants=naive (--perfsuite-variants) modes=forward,backward,forward_backward (default)",
             "perfsuite: cases from option --perfsuite-shapes; case set 'default'",
             "perfsuite: cases=b1h2s16d8-fp32-causal-cpu",
             "*perfsuite: *process condition*",

@@ -199,3 +199,10 @@ def test_a_user_variant_given_with_dash_o_is_traced_to_dash_o_not_to_the_file():
         ("myattn:f", "ini key perfsuite_user_variants from -o")
     ]
     assert variant_specs(_Config([])) == []
+
+
+def test_each_resolved_value_keeps_the_option_or_key_that_set_it():
+    resolved = settings.resolve(raw({"modes": "forward"}, variants="naive"), cuda_available=False)
+    assert resolved.sources["variants"] == "--perfsuite-variants"
+    assert resolved.sources["modes"] == "perfsuite_modes"
+    assert resolved.sources["seed"] == "default"

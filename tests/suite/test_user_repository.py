@@ -109,7 +109,10 @@ def test_the_suite_runs_in_the_users_repository_with_their_config(user_repo):
     )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
-    assert "perfsuite: variants=blocked_attention,sdpa modes=forward,backward" in output
+    assert (
+        "perfsuite: variants=blocked_attention,sdpa (perfsuite_variants) modes=forward,backward "
+        "(perfsuite_modes)" in output
+    )  # each value with the key that set it
     assert "perfsuite: attention at a glance" in output
     assert (
         str(CHECKOUT)
