@@ -17,7 +17,10 @@ echo "oldest_torch: installing $wanted into $venv"
 pip install $wanted  # unquoted: may hold pip options
 # --torch-only: just the download and install (network-bound), e.g. in the background while other tests run
 [ "${1:-}" = "--torch-only" ] && exit 0
-pip install -e . "pytest-xdist>=3.6"  # one worker per CPU, as scripts/test.sh runs
+# the build writes build/ and perfsuite.egg-info here: taken in turn with the tests' builds (validation/user_repo.py)
+mkdir -p build
+flock build/.perfsuite-build.lock "$venv/bin/python" -m pip --quiet --disable-pip-version-check \
+    install -e . "pytest-xdist>=3.6"  # one worker per CPU, as scripts/test.sh runs
 "$venv/bin/python" -c "import torch; print('oldest_torch: torch', torch.__version__)"
 # as scripts/test.sh: one thread per worker; its own results folder and no pytest cache, so it can run
 # beside the main tests (.ci/run does)

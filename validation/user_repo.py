@@ -16,6 +16,8 @@ variation of it) and perfsuite's configuration for its ``blocked_attention``.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import site
@@ -51,6 +53,23 @@ perfsuite_variants = "blocked_attention"
 perfsuite_cases = "{case}"
 perfsuite_modes = {modes}
 """
+
+
+# Building perfsuite from this checkout writes build/ and perfsuite.egg-info in it: builds of the tests running
+# side by side (xdist workers, scripts/oldest_torch.sh beside the tests in .ci/run) take this lock in turn.
+BUILD_LOCK = CHECKOUT / "build" / ".perfsuite-build.lock"
+
+
+@contextlib.contextmanager
+def checkout_build_lock():
+    """Hold ``BUILD_LOCK`` (``flock``) while building or installing this checkout's perfsuite."""
+    BUILD_LOCK.parent.mkdir(exist_ok=True)
+    with open(BUILD_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 class CommandFailed(AssertionError):
@@ -154,7 +173,8 @@ class UserRepo:
             "--no-deps",
             "--no-build-isolation",
         )
-        self.sh(*pip, CHECKOUT)
+        with checkout_build_lock():
+            self.sh(*pip, CHECKOUT)
         for folder in editable:
             self.sh(*pip, "-e", folder)
 

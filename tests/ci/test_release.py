@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from validation.user_repo import borrowing_venv
+from validation.user_repo import borrowing_venv, checkout_build_lock
 
 ROOT = Path(__file__).resolve().parents[2]
 RELEASE = ROOT / ".github" / "workflows" / "release.yml"
@@ -47,22 +47,23 @@ def test_publishing_happens_on_a_tag_through_trusted_publishing_only(workflow):
 @pytest.mark.slow
 def test_init_ci_pins_the_installed_release_and_refuses_a_local_folder(tmp_path):
     wheels = tmp_path / "wheels"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "-q",
-            "--no-deps",
-            "--no-build-isolation",
-            "-w",
-            str(wheels),
-            str(ROOT),
-        ],
-        check=True,
-        timeout=600,
-    )
+    with checkout_build_lock():  # other tests build from this checkout too
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "-q",
+                "--no-deps",
+                "--no-build-isolation",
+                "-w",
+                str(wheels),
+                str(ROOT),
+            ],
+            check=True,
+            timeout=600,
+        )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
 
     def install(venv_bin, *args):
