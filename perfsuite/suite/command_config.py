@@ -212,7 +212,7 @@ def ab_values(options: AbOptions, project: Project, file_label: str) -> dict[str
     found: dict[str, ConfigValue] = {}
     for name, option in SUITE_VALUES.items():
         spec = SETTINGS[name]
-        default, default_source = spec.default, f"built-in default {spec.ini_key}={spec.default!r}"
+        default, default_source = spec.default, spec.default_value().source
         if name == "case_set":
             default = AB_CASE_SET
             default_source = f"perfsuite ab's default {spec.ini_key}={AB_CASE_SET!r}"
@@ -282,12 +282,9 @@ def resolve_ab(
         if side == "base" and "head" in trees
         else []
     )
-    raw = {
-        name: settings.RawValue(
-            spec.default, f"built-in default {spec.ini_key}={spec.default!r}", "default"
-        )
-        for name, spec in settings.SETTINGS.items()
-    } | {name: values[name].raw for name in SUITE_VALUES}
+    raw = {name: spec.default_value() for name, spec in settings.SETTINGS.items()} | {
+        name: values[name].raw for name in SUITE_VALUES
+    }
     specs = tuple(values["user_variants"].text.split())
     try:
         load_entry_point_variants()

@@ -130,9 +130,7 @@ def raw_settings(config: pytest.Config) -> settings.RawSettings:
                 ini, f"ini key {spec.ini_key}={shown!r} from {where}", "ini"
             )
         else:
-            raw[name] = settings.RawValue(
-                spec.default, f"built-in default {spec.ini_key}={spec.default!r}", "default"
-            )
+            raw[name] = spec.default_value()
     return raw
 
 

@@ -174,11 +174,6 @@ def find_project(start: Path) -> Project:
     return Project(start, first, "start")
 
 
-def find_project_root(start: Path) -> Path:
-    """``find_project(start).root``."""
-    return find_project(start).root
-
-
 def suite_arguments(
     directory: Path, timed: bool, extra: list[str], config: Path | None = None
 ) -> list[str]:
@@ -203,11 +198,3 @@ def suite_arguments(
         *([f"--ignore={PROPERTIES_MODULE}"] if timed else []),
         *extra,
     ]
-
-
-def ini_value(directory: Path, key: str) -> list[str]:
-    """The values of a pytest ini ``key`` in ``directory``'s configuration (``ConfigFile.values``);
-    ``[]`` when unset or without a configuration. ``UsageError`` when the file cannot be read.
-    """
-    config = read_config(directory)
-    return config.values(key) if config else []

@@ -94,9 +94,8 @@ class SuiteSession:
         self.baseline: dict | None = None  # the run --benchmark-compare loaded
         self.shard = shard  # of a sharded run (suite.shards), stored as "INDEX/COUNT"
         self.shard_note: str | None = None  # what the shard kept, for the collection's summary
-        self.applied_conditions: list[
-            str
-        ] = []  # conditions applied after start (measure.conditions)
+        # process conditions applied after start (measure.conditions)
+        self.applied_conditions: list[str] = []
         self._gpu_state: dict | None = None
 
     @classmethod

@@ -34,6 +34,12 @@ class Setting:
     default: str
     help: str
 
+    def default_value(self) -> RawValue:
+        """The built-in default as a ``RawValue`` (``built-in default perfsuite_modes='all'``)."""
+        return RawValue(
+            self.default, f"built-in default {self.ini_key}={self.default!r}", "default"
+        )
+
 
 # Cases come from a named case set (perfsuite.attention.case_sets), refined by ini keys, overridden
 # by command-line options; "cases" names exact case ids and overrides all of them.

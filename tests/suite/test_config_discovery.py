@@ -5,7 +5,7 @@ import subprocess
 import pytest
 
 from perfsuite.errors import UsageError
-from perfsuite.suite.runner import find_project_root, ini_value
+from perfsuite.suite.runner import find_project
 from validation.user_repo import UserRepo
 
 
@@ -19,25 +19,25 @@ def test_the_nearest_configuration_with_perfsuite_keys_wins(tmp_path):
     (tmp_path / "src" / "tox.ini").write_text(
         "[pytest]\naddopts = -q\n"
     )  # a sub-package's own: no perfsuite keys
-    assert find_project_root(deep) == tmp_path
-    assert ini_value(find_project_root(deep), "perfsuite_variants") == ["mine", "sdpa"]
+    assert find_project(deep).root == tmp_path
+    assert find_project(deep).config.values("perfsuite_variants") == ["mine", "sdpa"]
     (tmp_path / "src" / "tox.ini").unlink()
     (tmp_path / "src" / "setup.cfg").write_text("[tool:pytest]\nperfsuite_variants = sub\n")
-    assert find_project_root(deep) == tmp_path / "src"
+    assert find_project(deep).root == tmp_path / "src"
 
 
 def test_without_perfsuite_keys_the_git_root_is_the_root(tmp_path):
     UserRepo.init(tmp_path)
     (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = -q\n")
     (tmp_path / "src").mkdir()
-    assert find_project_root(tmp_path / "src") == tmp_path
-    assert find_project_root(tmp_path) == tmp_path
+    assert find_project(tmp_path / "src").root == tmp_path
+    assert find_project(tmp_path).root == tmp_path
 
 
 def test_outside_any_repository_the_directory_itself(tmp_path):
     if subprocess.run(["git", "rev-parse"], cwd=tmp_path, capture_output=True).returncode == 0:
         pytest.skip(f"{tmp_path} is inside a git repository")
-    assert find_project_root(tmp_path) == tmp_path
+    assert find_project(tmp_path).root == tmp_path
 
 
 def test_an_unreadable_configuration_on_the_way_is_named(tmp_path):
@@ -45,7 +45,7 @@ def test_an_unreadable_configuration_on_the_way_is_named(tmp_path):
     (tmp_path / "pyproject.toml").write_text("[tool.pytest.ini_options\nperfsuite_variants = 1\n")
     (tmp_path / "src").mkdir()
     with pytest.raises(UsageError, match="pyproject.toml: not valid TOML"):
-        find_project_root(tmp_path / "src")
+        find_project(tmp_path / "src")
 
 
 def test_plain_pytest_in_a_repository_without_perfsuite_prints_nothing_of_perfsuite(tmp_path):
