@@ -198,3 +198,11 @@ def suite_arguments(
         *([f"--ignore={PROPERTIES_MODULE}"] if timed else []),
         *extra,
     ]
+
+
+def ini_value(directory: Path, key: str) -> list[str]:
+    """The values of a pytest ini ``key`` in ``directory``'s configuration (``ConfigFile.values``);
+    ``[]`` when unset or without a configuration. ``UsageError`` when the file cannot be read.
+    """
+    config = read_config(directory)
+    return config.values(key) if config else []
