@@ -109,6 +109,10 @@ class OnlineVerdict:
     gate_base: Point | None = None  # the base of the interleaved gate that decided, if one did
     # False: the newest point could not be judged (contended, too few points, the machine's speed)
     judged: bool = True
+    # a regression's step: the newest usable point still at the baseline's level, and the oldest of the
+    # usable points after it, all beyond the limit (the gate's base and the newest when a gate decided)
+    last_good: Point | None = None
+    first_bad: Point | None = None
 
 
 def usable(point: Point) -> bool:
@@ -383,6 +387,8 @@ def _gate_verdict(points: Sequence[Point], gate: _Span, larger_is_worse: bool) -
         1,
         f"the interleaved gate against {base.short_sha} says {said}",
         base,
+        last_good=base if worse else None,
+        first_bad=points[gate.bad] if worse else None,
     )
 
 
@@ -481,12 +487,20 @@ def check_newest(
         else ", ".join(f"x{r:.3f}" for r in ratios)
     )
     if all(broke):
+        # the step: walk back from the confirming points while a point is beyond the baseline's limit
+        # (the newest points of the baseline may already be after the step)
+        floor = max(math.log1p(min_effect), k * noise)
+        first = len(chosen) - confirm
+        while first > 0 and sign * (point_value(chosen[first - 1]) - center) > floor:
+            first -= 1
         return OnlineVerdict(
             True,
             tuple(ratios),
             limit,
             len(baseline),
             f"the newest {confirm} point(s) ({text}) are beyond x{limit:.3f} of the last {len(baseline)}",
+            last_good=chosen[first - 1] if first > 0 else None,
+            first_bad=chosen[first],
         )
     return OnlineVerdict(
         False,

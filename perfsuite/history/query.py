@@ -428,6 +428,13 @@ def runs(
     return [dict(row._mapping) for row in connection.execute(query)]
 
 
+def commit_shas(connection: Connection) -> set[str]:
+    """The shas of every stored run's commit."""
+    run = schema.runs
+    query = select(run.c.commit_sha).where(run.c.commit_sha.is_not(None)).distinct()
+    return {row.commit_sha for row in connection.execute(query)}
+
+
 def _series_rows(key: SeriesKey, *columns: Any):
     """``select(columns)`` over the result rows of ``key``'s benchmark on ``key``'s testbed, joined to
     their runs."""

@@ -203,6 +203,12 @@ class Store:
         key = getattr(series, "key", series)
         return self.transaction(lambda c: query.roofline_facts(c, key, sha))
 
+    def commit_shas(self) -> set[str]:
+        """``query.commit_shas`` on this store: the commits of every stored run."""
+        import perfsuite.history.query as query
+
+        return self.transaction(query.commit_shas)
+
     def runs(self, **filters: Any):
         """``query.runs`` on this store."""
         import perfsuite.history.query as query
