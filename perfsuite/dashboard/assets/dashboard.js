@@ -128,7 +128,7 @@
         if (text) { ctx.fillStyle = color; ctx.font = 11 * dpr + "px system-ui"; ctx.fillText(text, px + 3 * dpr, top + 12 * dpr); }
       };
       for (const e of s.epochs) vline(e.c - 0.5, "#888", [2 * dpr, 3 * dpr], e.label);
-      for (const c of s.changes) vline((c.good + c.bad) / 2, c.ratio > 1 ? "#c62828" : "#2e7d32", [6 * dpr, 3 * dpr], pct(c.ratio));
+      for (const c of s.changes) vline(c.bad, c.ratio > 1 ? "#c62828" : "#2e7d32", [6 * dpr, 3 * dpr], pct(c.ratio));  // at the first bad commit
       if (errorBars) {
         ctx.setLineDash([]); ctx.strokeStyle = "#1f4e79"; ctx.lineWidth = 1 * dpr;
         for (let i = 0; i < s.c.length; i++) {
