@@ -46,6 +46,7 @@ def _point(p: Any, copies: dict[str, float]) -> Point | None:
         bool(p.contended),
         p.structure_hash or "",
         None if copy is None else int(round(copy)),
+        (p.state or "contended") if p.contended else "",
     )
 
 

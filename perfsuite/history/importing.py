@@ -258,9 +258,7 @@ def _ab_benchmarks(payload: Mapping[str, Any], side: str) -> Iterable[BenchmarkR
             median_s=statistics.median(clean or every),
             structure=structure,
             contended=not clean,
-            state=ab_state(
-                bench.get("verdict"), sum(not c for c in contended[: len(blocks)])
-            ),
+            state=ab_state(bench.get("verdict"), sum(not c for c in contended[: len(blocks)])),
             extra={"ab_verdict": bench.get("verdict"), "ab_blocks": len(blocks)}
             | (
                 {"ab_ratio": _finite_only(bench["ratio"])}

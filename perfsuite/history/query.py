@@ -530,7 +530,10 @@ def pairs(connection: Connection, key: SeriesKey) -> list[Pair]:
             run.c.dirty.is_(False),
             run.c.commit_sha.is_not(None),
             # a gate with every pair contended or a single clean pair has no paired estimate
-            or_(r.c.state.is_(None), r.c.state.not_in([ResultState.CONTENDED, ResultState.SINGLE_PAIR])),
+            or_(
+                r.c.state.is_(None),
+                r.c.state.not_in([ResultState.CONTENDED, ResultState.SINGLE_PAIR]),
+            ),
         )
         .order_by(run.c.recorded_at, run.c.id)
     ).all()

@@ -151,8 +151,9 @@ def _to_version_3(connection: Connection) -> None:
     connection.execute(text(f"ALTER TABLE {results.name} ADD COLUMN state {state}"))
     connection.execute(text(f"DROP INDEX IF EXISTS {PREFIX}results_series"))
     found = connection.execute(
-        select(results.c.id, results.c.extra, results.c.contended, runs.c.labels, runs.c.source)
-        .join(runs, runs.c.id == results.c.run_id)
+        select(
+            results.c.id, results.c.extra, results.c.contended, runs.c.labels, runs.c.source
+        ).join(runs, runs.c.id == results.c.run_id)
     ).all()
     for row in found:
         extra, labels = row.extra or {}, row.labels or {}

@@ -168,7 +168,12 @@ def test_a_version_1_store_gains_the_series_index_and_states_and_keeps_its_runs(
         (True, "failed correctness"),
     ]
     assert schema.SERIES_INDEX.name in indexes
-    assert peaks == [None, None, None, {"memory_gbps": 9.0}]  # the new column, written and read back
+    assert peaks == [
+        None,
+        None,
+        None,
+        {"memory_gbps": 9.0},
+    ]  # the new column, written and read back
     with create_engine(store_url).connect() as connection:
         assert connection.execute(text("SELECT value FROM perfsuite_meta")).scalar() == str(
             schema.SCHEMA_VERSION
