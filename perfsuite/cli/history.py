@@ -219,7 +219,7 @@ def _record_files(args: argparse.Namespace, files: list[Path]) -> int:
 def _series(args: argparse.Namespace, store, name: str):
     from perfsuite.history import query
 
-    found = store.transaction(lambda c: query.find_series(c, name))
+    found = store.read(lambda c: query.find_series(c, name))
     if not any(s.key.id.startswith(name) for s in found):
         found = [s for s in found if s.key.measure == (args.measure or "time_s")]
     if not found:
