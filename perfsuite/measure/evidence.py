@@ -119,6 +119,15 @@ class Evidence:
     output_finite: bool = True
     prepared: PreparedCase | None = None
 
+    def __repr__(self) -> str:
+        """What a traceback shows of it: the variant, case, mode and outcome, never its tensors (whose
+        repr can fail: a ``CausalBias`` copy has no ``variant``) or their values."""
+        failure = self.comparison.failure if self.comparison else self.not_compared
+        return (
+            f"Evidence(variant={self.variant.name!r}, case={self.case.id!r}, mode={self.mode!r}, "
+            f"{'failure=' + repr(failure) if failure else 'correct'}, trace={str(self.trace_path)!r})"
+        )
+
     @property
     def layout_record(self) -> tuple[str, str, str, str]:
         """``(variant, case_id, mode, output_layout)``: what ``layout_differences`` compares (no tensors)."""
