@@ -80,3 +80,32 @@ def test_the_readme_states_the_test_command_and_stays_short():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "bash scripts/test.sh" in readme
     assert len(readme.splitlines()) <= 250
+
+
+def test_the_committed_reference_pages_are_current():
+    """README and the tutorials link ``docs/reference/*.md``: committed, and equal to what the code generates."""
+    spec = importlib.util.spec_from_file_location(
+        "perfsuite_docs_reference", DOCS / "gen" / "reference.py"
+    )
+    reference = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reference)
+    stale = [
+        path
+        for path, text in reference.generated().items()
+        if not (DOCS / path).exists() or (DOCS / path).read_text(encoding="utf-8") != text
+    ]
+    assert not stale, (
+        f"{', '.join(stale)}: not current; run python docs/gen/reference.py and commit"
+    )
+
+
+def test_links_to_reference_pages_resolve_in_the_repository():
+    """Every relative link to a ``reference/*.md`` page, from README and the docs, names a committed file."""
+    broken = []
+    for page in [ROOT / "README.md", *DOCS.rglob("*.md")]:
+        for target in re.findall(
+            r"\]\(([^)#\s]*reference/[\w-]+\.md)", page.read_text(encoding="utf-8")
+        ):
+            if not (page.parent / target).resolve().is_file():
+                broken.append(f"{page.relative_to(ROOT)} -> {target}")
+    assert not broken, broken

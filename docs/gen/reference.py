@@ -454,3 +454,38 @@ PAGES: dict[str, Callable[[], str]] = {
     "reference/schemas.md": schemas_page,
     "reference/api.md": api_page,
 }
+
+
+def portable(text: str) -> str:
+    """``text`` without the facts of the machine that generated it: the interpreter's path (a default of
+    ``perfsuite ab``) reads ``python``, the installed torch's version ``X.Y.Z``."""
+    import sys
+    from importlib import metadata
+
+    text = text.replace(f"`{sys.executable}`", "`python`")
+    try:
+        torch = metadata.version("torch").split("+")[0]
+    except metadata.PackageNotFoundError:
+        return text
+    return text.replace(f"torch=={torch} ", "torch==X.Y.Z ")
+
+
+def generated() -> dict[str, str]:
+    """Every reference page, as committed under ``docs/`` (README and tutorials link them there)."""
+    return {path: portable(make_page()) for path, make_page in PAGES.items()}
+
+
+def write(docs: Path = HERE.parent) -> list[Path]:
+    """Write every page of ``generated()`` under ``docs``; the paths written."""
+    written = []
+    for path, text in generated().items():
+        target = docs / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+        written.append(target)
+    return written
+
+
+if __name__ == "__main__":  # python docs/gen/reference.py: the committed pages made current
+    for found in write():
+        print(found)
