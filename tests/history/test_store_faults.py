@@ -37,13 +37,17 @@ def finished(work, limit_s: float = 30.0):
     return found[0]
 
 
-def test_a_postgresql_endpoint_that_never_answers_costs_seconds_and_one_line():
+def test_a_postgresql_endpoint_that_never_answers_costs_seconds_and_one_line(monkeypatch):
+    """The store's own connect timeout (shortened here from its 10 s) applies to a URL that sets none."""
     pytest.importorskip("psycopg", reason="the PostgreSQL driver is the dev extra's")
+    import perfsuite.history.store as store_module
+
+    monkeypatch.setattr(store_module, "CONNECT_TIMEOUT_S", 2, raising=False)
     with socket.socket() as server:  # a real TCP endpoint: it accepts and never answers
         server.bind(("127.0.0.1", 0))
         server.listen(4)
         port = server.getsockname()[1]
-        url = f"postgresql+psycopg://user:secret@127.0.0.1:{port}/h?connect_timeout=2"
+        url = f"postgresql+psycopg://user:secret@127.0.0.1:{port}/h"
         recorded = finished(lambda: record_runs([make_run("r1", "a" * 40, 1)], url=url))
     line = recorded.line()
     assert recorded.error and "the run was not recorded" in line and "secret" not in line
