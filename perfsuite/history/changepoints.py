@@ -418,14 +418,17 @@ def check_newest(
     last_epoch = epochs(points)[-1] if points else None
     chosen = [p for p in points[last_epoch.start :] if usable(p)] if last_epoch else []
     if not points or not usable(points[-1]):
-        return OnlineVerdict(
-            False,
-            (),
-            None,
-            0,
-            "the newest point is contended, dirty or empty: not judged",
-            judged=False,
+        newest = points[-1] if points else None
+        why = (
+            "there is no point"
+            if newest is None
+            else f"the newest point is set aside ({newest.state or 'contended'})"
+            if newest.contended
+            else "the newest point is from a tree with uncommitted changes"
+            if newest.dirty
+            else "the newest point has no values"
         )
+        return OnlineVerdict(False, (), None, 0, f"{why}: not judged", judged=False)
     counted = measure in COUNTED
     confirm = 1 if counted else confirm  # a count is exact: one point confirms it
     newest, baseline = chosen[-confirm:], chosen[:-confirm][-window:]
