@@ -84,19 +84,24 @@ def test_branch_commits_stay_off_the_main_line(store_url, tmp_path, monkeypatch,
     ]
 
 
-@pytest.mark.parametrize(
-    "records",
-    [(), ((1, LOW),), ((1, LOW), (2, LOW), (3, LOW))],
-    ids=["empty store", "one point", "every point contended"],
-)
-def test_detect_exits_2_when_it_judged_nothing(records, store_url, tmp_path, monkeypatch, capsys):
+def test_detect_exits_2_when_it_judged_nothing(store_url, tmp_path, monkeypatch, capsys):
+    """An empty store, then one point per series, then a newest point that is contended: nothing judged."""
     monkeypatch.chdir(tmp_path)
-    contended = len(records) > 1
-    with open_store(store_url) as store:
-        for p, times in records:
-            store.record(make_run(f"r{p}", f"{p:x}" * 40, p, times, contended=contended))
-    assert main(["history", "--store", store_url, "detect", "--measure", "time_s"]) == 2
-    assert f"0 of {int(bool(records))} series judged: nothing judged" in capsys.readouterr().out
+    detect = ["history", "--store", store_url, "detect", "--measure", "time_s"]
+    open_store(store_url).close()  # a store with no run yet
+    for uid, position, contended, series in (
+        (None, 0, False, 0),
+        ("r1", 1, False, 1),
+        ("r2", 2, True, 1),
+        ("r3", 3, True, 1),
+    ):
+        if uid:
+            with open_store(store_url) as store:
+                store.record(
+                    make_run(uid, f"{position:x}" * 40, position, LOW, contended=contended)
+                )
+        assert main(detect) == 2
+        assert f"0 of {series} series judged: nothing judged" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
