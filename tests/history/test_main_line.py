@@ -57,16 +57,24 @@ def test_detect_names_the_first_bad_commit_of_a_step_inside_the_baseline(
     assert "last good 4444444444, first bad 5555555555, newest 7777777777" in out
 
 
-def test_branch_commits_stay_off_the_main_line(store_url, tmp_path, monkeypatch, capsys):
-    """A pull request's commit (recorded by its gate, regressing, with another structure) branched off
-    main; main regresses later, with an extra copy: detect and the dashboard name main's step and cause."""
-    git = git_repo(tmp_path)
+@pytest.fixture(scope="module")
+def branch_repo(tmp_path_factory):
+    """main 1..7 and, off main 2, a pull request's commit: (folder, main's shas, the branch commit)."""
+    folder = tmp_path_factory.mktemp("repo")
+    git = git_repo(folder)
     main_shas = [git.commit(f"main {n}") for n in range(1, 4)]
     git("checkout", "-q", "-b", "feature", main_shas[1])
     feature = git.commit("feature")
     git("checkout", "-q", "main")
     main_shas += [git.commit(f"main {n}") for n in range(4, 8)]
-    monkeypatch.chdir(tmp_path)
+    return folder, main_shas, feature
+
+
+def test_branch_commits_stay_off_the_main_line(store_url, branch_repo, monkeypatch, capsys):
+    """A pull request's commit (recorded by its gate, regressing, with another structure) branched off
+    main; main regresses later, with an extra copy: detect and the dashboard name main's step and cause."""
+    folder, main_shas, feature = branch_repo
+    monkeypatch.chdir(folder)
     with open_store(store_url) as store:
         store.record(make_run("feature", feature, 3, HIGH, copies=0))
         for p, sha in enumerate(main_shas, start=1):
