@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from perfsuite.errors import ConfigError
@@ -64,3 +66,21 @@ def test_a_fleet_record_refuses_another_fleet(tmp_path):
     }
     with pytest.raises(Exception, match="is fleet 'f1' with 2 shards, not 'f2' with 4"):
         outcome.update_fleet_file(tmp_path, "f2", 4, {})
+
+
+@pytest.mark.parametrize(
+    ("env", "requested", "said"),
+    [
+        (
+            {"CUDA_VISIBLE_DEVICES": "bogus"},
+            None,
+            "CUDA_VISIBLE_DEVICES='bogus': 'bogus' matches no device",
+        ),
+        ({}, "0,gpu1", "--devices '0,gpu1': 'gpu1' matches no device"),
+        ({"CUDA_VISIBLE_DEVICES": "0,1,7"}, None, "the driver finds 2 device(s) with it, so 1 of"),
+    ],
+)
+def test_a_device_list_that_matches_no_device_is_an_error(env, requested, said):
+    """Before: CUDA_VISIBLE_DEVICES=bogus ran a shard 'on GPU bogus' that timed CPU cases and passed."""
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        devices.plan(requested, env, device_count=2)
