@@ -22,6 +22,8 @@ import platform
 import shutil
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -286,11 +288,12 @@ def run_benchmark(
     mode: str = Mode.FORWARD,
     specs: tuple[str, ...] = (),
     contended_pairs: ContendedPairs = DEFAULT_CONTENDED_PAIRS,
+    clock: Callable[[], float] = time.monotonic,
 ) -> AbBenchmark | None:
-    """A/B one variant on one case in one mode, sequentially (``stats.sequential_paired``) over the
-    workers of each side (``pair_sampler``), contended pairs kept or set aside by
-    ``contended_pairs``; None when either side cannot run it. The first worker of each side
-    records the structural fingerprint; the others only set up."""
+    """A/B one variant on one case in one mode, sequentially (``stats.sequential_paired``, its
+    budget read on ``clock``) over the workers of each side (``pair_sampler``), contended pairs kept
+    or set aside by ``contended_pairs``; None when either side cannot run it. The first worker of
+    each side records the structural fingerprint; the others only set up."""
     setups = []
     for workers in (bases, heads):
         for index, worker in enumerate(workers):
@@ -324,7 +327,7 @@ def run_benchmark(
     if any("unsupported" in s for s in setups):
         return None
     sampler = pair_sampler(bases, heads, rounds, contended_pairs)
-    outcome = sequential_paired(sampler, settings, plan)
+    outcome = sequential_paired(sampler, settings, plan, clock)
     clean = [i for i, c in enumerate(outcome.contended) if not c]
     note = (
         f"{len(clean)} pairs"

@@ -795,3 +795,63 @@ def test_a_fail_line_says_how_many_regressions_are_both_slower_and_structural(tm
         "FAIL: 1 of 1 benchmark regressed (1 slower, 1 with structure that adds work; 1 of them both)"
         in capsys.readouterr().out
     )
+
+
+class LoadedWorker:
+    """An A/B worker beside two busy processes on 2 CPUs: every block contended, its threads waiting
+    ``wait`` of the wall time while running ``cpu`` (per wall second), others filling every CPU."""
+
+    def __init__(self, seconds, rng, wait=0.6, cpu=1.0):
+        self.seconds, self.rng, self.wait, self.cpu, self.side = seconds, rng, wait, cpu, Side(None)
+
+    def ask(self, request):
+        if "setup" in request:
+            return {"fingerprint": {}}
+        loaded = {
+            "contended": True,
+            "reasons": ["threads waited 60% (limit 5%)"],
+            "wait_fraction": self.wait,
+            "cpu_per_wall": self.cpu,
+            "procs_running_before": 4,
+            "procs_running_after": 4,
+        }
+        noisy = self.seconds * float(np.exp(self.rng.normal(0, 0.05))) / (1 - 0.375)
+        return {"times": [noisy] * request["time"], "contention": loaded}
+
+
+def test_an_11x_slower_head_timed_only_under_contention_fails_the_gate(monkeypatch):
+    """Issue 42's new user: a head 11.5x slower, every pair set aside beside a load that fills both
+    CPUs. Before, ``PASS: no regression found in 1 benchmark (1 inconclusive: contended)``, exit 0
+    (reproduced with the contended rule off); now the contended pairs decide it ``slower`` and the
+    gate fails on timing. Identical code beside the same load passes."""
+    from perfsuite.gate.ab import run_benchmark
+    from perfsuite.gate.flow import judge
+
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    monkeypatch.delenv("PERFSUITE_CONTENTION_CHECK", raising=False)
+    plan = SequentialPlan(budget_s=20, min_s=0)
+
+    def gate(head_s, settings):
+        rng = np.random.default_rng(42)
+        bases = [LoadedWorker(0.001, rng) for _ in range(2)]
+        heads = [LoadedWorker(head_s, rng) for _ in range(2)]
+        ticks = iter(range(10**6))
+        found = run_benchmark(
+            bases, heads, "naive", "b1h2s16d8-fp32-causal-cpu", 0, 1, settings, plan,
+            clock=lambda: 0.1 * next(ticks),
+        )  # fmt: skip
+        assert found.comparison.note.startswith("0 pairs, ")  # every pair set aside
+        return judge([found.comparison], settings, "t", "m", fail_on_structure=True)
+
+    before = gate(0.0115, GateSettings(contended_min_effect=None))
+    assert before.exit_code == 0 and "(1 inconclusive: contended)" in before.verdict_line
+    now = gate(0.0115, GateSettings())
+    assert (
+        now.exit_code == 1
+        and "(1 slower, 0 with structure that adds work); decided by timing" in (now.verdict_line)
+    )
+    assert (
+        "contended pairs: wait-adjusted interval above the x1.25 floor" in now.comparisons[0].note
+    )
+    same = gate(0.001, GateSettings())
+    assert same.exit_code == 0 and "inconclusive: contended" in same.verdict_line
