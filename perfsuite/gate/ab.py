@@ -177,7 +177,9 @@ class WorkerProcess:
 class AbBenchmark:
     """Samples and outcome of one benchmark: blocks of round times (seconds) per side, which
     pairs were set aside as contended, how many kept pairs had both blocks contended
-    (``shared_load``, ``ContendedPairs``), and the sequential gate's outcome."""
+    (``shared_load``, ``ContendedPairs``), the sequential gate's outcome, and per pair the head
+    block's and the base block's wait shares (``wait_shares``: ``[base, head]`` per pair,
+    ``contention.wait_share``; None where unknown)."""
 
     key: str
     base_blocks: list[list[float]]
@@ -192,6 +194,7 @@ class AbBenchmark:
         None,
     )  # base's and head's structural fingerprints
     shared_load: int = 0
+    wait_shares: list = dataclasses.field(default_factory=list)
 
 
 def pair_schedule(count: int, workers_per_side: int) -> tuple[int, int, bool]:
@@ -231,7 +234,7 @@ def pair_sampler(
     """``next_pair()`` for ``sequential_paired``: one block per side, from the workers that
     ``pair_schedule`` picks out of ``bases`` and ``heads`` (equally many); returns a ``PairSample``:
     both blocks' round times (seconds), whether the pair is set aside (by ``contended_pairs``), its
-    worker pair as the cluster (None with one worker per side) and the head block's wait share
+    worker pair as the cluster (None with one worker per side) and both blocks' wait shares
     (``contention.wait_share``). A pair timed beside other threads that filled every CPU
     (``others_fill_every_cpu``) is set aside whatever the policy. ``next_pair.reasons`` collects
     each contended block's reasons in one short line, for the report; ``next_pair.shared`` counts
@@ -263,6 +266,7 @@ def pair_sampler(
             bool(flagged or overloaded) and not shared,
             b_index if len(bases) > 1 else None,
             wait_share(found[1]),
+            wait_share(found[0]),
         )
 
     next_pair.reasons = reasons
@@ -367,6 +371,7 @@ def run_benchmark(
         outcome.seconds,
         (setups[0].get("fingerprint"), setups[1].get("fingerprint")),
         sampler.shared,
+        outcome.wait_shares,
     )
 
 
@@ -474,8 +479,9 @@ def ab_payload(
     workers_per_side: int = WORKERS_PER_SIDE,
 ) -> dict:
     """The raw blocks, fingerprints and verdicts of an A/B run (``--json``; the history store reads it).
-    Per benchmark, ``contended_pairs`` lists which pairs were set aside; block pair ``k`` was timed
-    by the workers ``pair_schedule(k, workers_per_side)`` names."""
+    Per benchmark, ``contended_pairs`` lists which pairs were set aside and ``wait_shares`` the base
+    and head blocks' wait shares per pair; block pair ``k`` was timed by the workers
+    ``pair_schedule(k, workers_per_side)`` names (worker pair ``k // 2 % workers_per_side``)."""
     return {
         "schema_version": 2,
         "contended_pair_policy": str(contended_pairs),
@@ -492,6 +498,7 @@ def ab_payload(
                 "head_blocks_s": r.head_blocks,
                 "contended_pairs": r.contended,
                 "shared_load_pairs": r.shared_load,
+                "wait_shares": r.wait_shares,
                 "looks": r.looks,
                 "stopped": r.stopped,
                 "seconds": r.seconds,

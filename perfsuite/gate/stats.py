@@ -420,8 +420,8 @@ class PairSample:
 
     ``base_s``/``head_s``: the blocks' round times (seconds); ``contended``: set aside from the kept
     pairs; ``cluster``: the worker pair that timed it (None: pairs taken as independent);
-    ``head_wait``: the share of the head block's runnable thread time spent waiting for a CPU
-    (``contention.wait_share``), None where unknown.
+    ``head_wait``/``base_wait``: the share of the head's / base's block's runnable thread time spent
+    waiting for a CPU (``contention.wait_share``), None where unknown.
     """
 
     base_s: list[float]
@@ -429,6 +429,7 @@ class PairSample:
     contended: bool
     cluster: object = None
     head_wait: float | None = None
+    base_wait: float | None = None
 
 
 def as_pair_sample(found) -> PairSample:
@@ -446,20 +447,18 @@ def contended_verdict(
     could make is decided (``slower``); returns its estimate (the raw contended ratios) and a note
     saying how it was decided, or None when nothing is decided.
 
-    Rule: a head block whose threads spent a share ``w`` of their runnable time waiting for a CPU ran
-    at most ``1 / (1 - w)`` slower for that reason (fair sharing: a thread runnable for ``T`` got
-    ``(1 - w) T`` of CPU); beyond the wait, caches, memory bandwidth and steal shared with the load may
-    add up to ``settings.contended_min_effect`` (``CONTENDED_MIN_EFFECT``, calibrated by the contended
-    A/A of validation/calibrate_gate.py). Each contended pair's log ratio is lowered by
-    ``-log(1 - min(w, CONTENDED_WAIT_CAP))`` (its head's wait; a base slowed by the load only lowers
-    the ratio further), and the benchmark is ``slower`` when the signed-rank interval (``alpha``)
-    of these adjusted log ratios lies above ``log(1 + contended_min_effect)``, from at least
-    ``MIN_UNITS`` pairs. So the minimum effect grows with the measured contention: ``(1 + m) / (1 - w)``.
-    ``faster`` is never decided here (the rule bounds how much the load slowed the head, not the
-    base). Identical code stays below the floor as long as contention slows a block by no more
-    than its wait and the margin: the claim the contended A/A of the calibration measures. The
-    interval pools the pairs (no clusters): a worker pair's bias, a few percent, lies far inside
-    the floor.
+    Rule (``wait_adjusted``): a block whose threads spent a share ``w`` of their runnable time waiting
+    for a CPU ran ``1 / (1 - w)`` slower for it when the CPUs are shared fairly (a thread runnable for
+    ``T`` got ``(1 - w) T`` of CPU), so each contended pair's log ratio is corrected by
+    ``log(1 - w_head) - log(1 - w_base)``; beyond that model, caches, memory bandwidth and steal
+    shared with the load, and waits the model places wrongly, may move identical code's ratio by up to
+    ``settings.contended_min_effect`` (``CONTENDED_MIN_EFFECT``: the margin the contended A/A of
+    validation/calibrate_gate.py checks). The benchmark is ``slower`` when the signed-rank interval
+    (``alpha``) of the corrected log ratios lies above ``log(1 + contended_min_effect)``, from at
+    least ``MIN_UNITS`` pairs with a measured head wait. On the raw ratio the minimum effect is then
+    ``(1 + m) (1 - w_base) / (1 - w_head)``: it grows with the head's measured contention. ``faster``
+    is never decided here. The interval pools the pairs (no clusters): a worker pair's bias, a few
+    percent, lies far inside the margin.
     """
     if settings.contended_min_effect is None:
         return None
@@ -467,8 +466,8 @@ def contended_verdict(
     if len(judged) < MIN_UNITS:
         return None
     raw = pair_log_ratios([s.base_s for s in judged], [s.head_s for s in judged])
+    adjusted = wait_adjusted(raw, [s.base_wait for s in judged], [s.head_wait for s in judged])
     waits = np.array([min(max(s.head_wait, 0.0), CONTENDED_WAIT_CAP) for s in judged])
-    adjusted = raw + np.log1p(-waits)
     _, low, _ = wilcoxon_interval(adjusted, alpha)
     floor = math.log1p(settings.contended_min_effect)
     if not low > floor:
@@ -477,12 +476,27 @@ def contended_verdict(
     estimate = RatioEstimate(
         math.exp(centre), math.exp(raw_low), math.exp(raw_high), len(judged), "contended pairs"
     )
-    shown_floor = (1 + settings.contended_min_effect) / (1 - float(np.median(waits)))
     return estimate, (
         f"decided on {len(judged)} contended pairs: wait-adjusted interval above the "
         f"x{1 + settings.contended_min_effect:.2f} floor (head threads waited {np.median(waits):.0%} "
-        f"of their runnable time, median: a x{shown_floor:.2f} minimum effect)"
+        f"of their runnable time, median)"
     )
+
+
+def wait_adjusted(log_ratios, base_waits, head_waits) -> np.ndarray:
+    """Pair log ratios corrected for the run-queue wait of each block (``contended_verdict``):
+    ``log r + log(1 - w_head) - log(1 - w_base)``, each wait share capped at ``CONTENDED_WAIT_CAP``
+    (a block that waited more gives no finite correction); an unknown wait (None) counts as 0.
+    ``ValueError`` on unequal lengths."""
+    if not len(log_ratios) == len(base_waits) == len(head_waits):
+        raise ValueError(
+            f"{len(log_ratios)} ratios, {len(base_waits)} base and {len(head_waits)} head waits"
+        )
+
+    def share(waits):
+        return np.array([min(max(w or 0.0, 0.0), CONTENDED_WAIT_CAP) for w in waits])
+
+    return np.asarray(log_ratios) + np.log1p(-share(head_waits)) - np.log1p(-share(base_waits))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -540,7 +554,8 @@ class SequentialOutcome:
     ``contended``: per pair, whether either block was timed under contention (set aside);
     ``looks``: interval computations taken; ``stopped``: ``decisive``, ``last look`` or ``budget``;
     ``clusters``: per pair, the worker pair that timed it (None: no clusters);
-    ``contended_note``: how the contended pairs decided (``contended_verdict``), "" when they did not.
+    ``contended_note``: how the contended pairs decided (``contended_verdict``), "" when they did not;
+    ``wait_shares``: per pair, ``[base, head]`` blocks' wait shares (``PairSample``).
     """
 
     base_blocks: list[list[float]]
@@ -553,6 +568,7 @@ class SequentialOutcome:
     seconds: float
     clusters: list = dataclasses.field(default_factory=list)
     contended_note: str = ""
+    wait_shares: list = dataclasses.field(default_factory=list)
 
 
 def _estimate(samples: list[PairSample], alpha_look: float) -> RatioEstimate:
@@ -637,4 +653,5 @@ def sequential_paired(
         clock() - start,
         [s.cluster for s in samples],
         note,
+        [[s.base_wait, s.head_wait] for s in samples],
     )

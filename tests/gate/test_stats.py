@@ -1,6 +1,7 @@
 """The sequential A/B statistics on synthetic data: exact intervals, and the stated error rates
 checked by simulation (seeded, so the counts are reproducible; no timings anywhere)."""
 
+import functools
 import itertools
 import math
 
@@ -309,20 +310,22 @@ def test_clustered_interval_needs_two_clusters_of_three_pairs():
         stats.clustered_interval(values, [0, 1], 0.1)
 
 
-def contended_source(rng, slowdown: float, wait_low: float, wait_high: float, extra: float):
-    """Every pair contended: each block's threads waited a share ``w`` (uniform in
-    [``wait_low``, ``wait_high``]) of their runnable time, which stretched the block by ``1 / (1 - w)``,
-    and the load's caches slowed it by up to ``extra`` more, at random; per-round noise 2%."""
+def contended_source(rng, slowdown: float, head_waits, base_waits, extra: float):
+    """Every pair contended: each block's threads waited a share ``w`` (uniform in ``head_waits``
+    or ``base_waits``, ``(low, high)``) of their runnable time, which stretched the block by ``1 / (1 - w)``
+    give or take 10% (the fair-sharing model's error), and the load's caches slowed it by up to
+    ``extra`` more, at random; per-round noise 2%."""
 
-    def block(factor):
-        w = rng.uniform(wait_low, wait_high)
-        stretch = factor * rng.uniform(1, 1 + extra) / (1 - w) * math.exp(rng.normal(0, 0.02))
+    def block(factor, waits):
+        w = rng.uniform(*waits)
+        model = rng.uniform(0.9, 1.1) / (1 - w)
+        stretch = factor * model * rng.uniform(1, 1 + extra) * math.exp(rng.normal(0, 0.02))
         return [stretch], w
 
     def next_pair():
-        base, _ = block(1.0)
-        head, head_wait = block(slowdown)
-        return stats.PairSample(base, head, True, None, head_wait)
+        base, base_wait = block(1.0, base_waits)
+        head, head_wait = block(slowdown, head_waits)
+        return stats.PairSample(base, head, True, None, head_wait, base_wait)
 
     return next_pair
 
@@ -336,32 +339,32 @@ def test_an_eleven_times_slower_head_with_every_pair_contended_is_decided_slower
     now = GateSettings()
     for settings, expected in ((before, CONTENDED_VERDICT), (now, "slower")):
         outcome = sequential_paired(
-            contended_source(np.random.default_rng(30), 11.5, 0.3, 0.7, 0.2),
+            contended_source(np.random.default_rng(30), 11.5, (0.3, 0.7), (0.3, 0.7), 0.1),
             settings,
             plan,
             clock=pair_clock(),
         )
         assert outcome.verdict == expected and sum(outcome.contended) == len(outcome.contended)
-    assert outcome.estimate.ratio == pytest.approx(11.5, rel=0.15)
+    assert outcome.estimate.ratio == pytest.approx(11.5, rel=0.2)
     assert "contended pairs" in outcome.contended_note and "x1.25 floor" in outcome.contended_note
 
 
-def test_identical_code_is_never_slower_from_contended_pairs_and_a_2x_change_is_at_a_moderate_load():
-    """Identical code under a heavy, uneven load (waits 0-85% of runnable time, caches up to +20%):
-    never ``slower`` in 150 gates. A 2x change beside a moderate load (waits 10-30%) is."""
+def test_identical_code_is_never_slower_from_contended_pairs_and_a_2x_change_is():
+    """Beside a heavy, uneven load that hits the head harder (head waits 30-85% of runnable time, the
+    base's 0-30%; the model off by up to 10%, caches up to +10%): identical code, whose raw ratio is
+    about x2 here, is never ``slower`` in 150 gates; a 2x change beside an even load (0-85%) is in 20
+    of 20."""
     plan = SequentialPlan(looks=(12, 24), budget_s=30, min_s=0)
     rng = np.random.default_rng(31)
-    same = [
-        sequential_paired(
-            contended_source(rng, 1.0, 0.0, 0.85, 0.2), GateSettings(), plan, pair_clock()
-        )
-        for _ in range(150)
-    ]
+
+    def gates(slowdown, head_waits, base_waits, n):
+        source = functools.partial(contended_source, rng, slowdown, head_waits, base_waits, 0.1)
+        return [sequential_paired(source(), GateSettings(), plan, pair_clock()) for _ in range(n)]
+
+    same = gates(1.0, (0.3, 0.85), (0.0, 0.3), 150)
     assert all(o.verdict == CONTENDED_VERDICT for o in same)
-    doubled = [
-        sequential_paired(
-            contended_source(rng, 2.0, 0.1, 0.3, 0.2), GateSettings(), plan, pair_clock()
-        )
-        for _ in range(20)
-    ]
-    assert all(o.verdict == "slower" for o in doubled)
+    raw = np.median([o.head_blocks[0][0] / o.base_blocks[0][0] for o in same])
+    assert raw > 1.6  # what the pairs' plain ratios say: the correction is what keeps it unjudged
+    assert all(o.verdict == "slower" for o in gates(2.0, (0.0, 0.85), (0.0, 0.85), 20))
+    with pytest.raises(ValueError, match="2 ratios, 1 base and 2 head waits"):
+        stats.wait_adjusted([0.0, 0.0], [0.1], [0.1, None])
