@@ -317,6 +317,7 @@ def test_ab_run_reports_structure_between_two_variants():
         ["b1h2s16d8-fp32-causal-cpu"],
         rounds=2,
         plan=SequentialPlan(looks=(6,), budget_s=10),
+        workers_per_side=2,  # start-up time: the default's six per side add nothing here
     )
     [result] = results
     assert result.comparison.verdict in {
@@ -340,6 +341,7 @@ def test_ab_worker_errors_surface(tmp_path):
             ["naive"],
             ["b1h2s16d8-fp32-causal-cpu"],
             rounds=1,
+            workers_per_side=1,
         )
 
 

@@ -305,6 +305,8 @@ def test_ctrl_c_and_sigterm_end_ab_with_one_line_and_remove_the_worktrees(user_r
         "400",
         "--rounds",
         "5",
+        "--workers-per-side",
+        "2",
         "--base-ref",
         base_sha,
         "--head-ref",
