@@ -66,6 +66,7 @@ THROTTLE_FRACTION = 0.75
 MIN_SPIN_S = 20e-6  # the spin covers at least this, and twice the measured dispatch time
 MAX_SPIN_S = 20e-3  # a step still ahead of its spin at this length waits on the host itself
 DISPATCH_PROBES = 3  # calls whose host dispatch time sizes the spin
+DEFAULT_RULE = SamplingRule()
 KERNEL_BLOCK = 20  # iterations per profiler session (one more is dropped at its start)
 FALLBACK_SM_CLOCK_HZ = 2.0e9  # sizes the first spin when the GPU's maximum clock is unknown
 
@@ -465,11 +466,68 @@ class ReplayClock:
         return self.total_s
 
 
+class DeviceSampler:
+    """The blocked-event timer of one step, set up once: the GPU's state read, the L2 flush
+    buffer allocated, the step captured in a CUDA graph where capture works (``cuda_graph``),
+    its host dispatch measured and the spin sized from it. ``samples(n)`` gives device seconds on
+    request (A/B workers ask block by block); ``time_on_device`` samples it by a ``SamplingRule``.
+
+    ``clock``: ``Clock.GRAPH`` when the replay is timed, else ``Clock.BLOCKED_EVENT``;
+    ``cuda_graph``: ``"off"``, ``"replayed"`` or ``"capture failed: ..."``.
+    """
+
+    def __init__(
+        self,
+        step: Callable[[], object],
+        *,
+        api: DeviceApi | None = None,
+        cuda_graph: bool = True,
+        flush_l2: bool = True,
+        host_clock: Callable[[], float] = time.perf_counter,
+    ):
+        self.api = api = api or TorchCuda()
+        self.step, self.host_clock = step, host_clock
+        self.gpu_before = api.read_state()
+        self.flush = L2Flush(api) if flush_l2 else None
+        self.capture = capture_step(api, step) if cuda_graph else None
+        self.max_clock_hz = _max_clock_hz(self.gpu_before)
+        sm_hz = self.max_clock_hz or FALLBACK_SM_CLOCK_HZ
+        self.dispatch_s = measure_dispatch_s(api, step, sm_hz, host_clock)
+        self.timer = BlockedEventTimer(
+            api,
+            self.capture.step if self.capture else step,
+            flush=self.flush,
+            sm_clock_hz=sm_hz,
+            spin_s=2 * self.dispatch_s,
+            host_clock=host_clock,
+        )
+        self.clock = Clock.GRAPH if self.capture and self.capture.replayed else Clock.BLOCKED_EVENT
+        self.cuda_graph = self.capture.description if self.capture else "off"
+        self.dry_samples = 0
+
+    def samples(self, count: int) -> list[float]:
+        """``count`` device samples (seconds); a sample in which the GPU ran dry is taken again
+        with a longer spin (kept once the spin is at ``MAX_SPIN_S``)."""
+        found: list[float] = []
+        while len(found) < count:
+            sample = self.timer.sample()
+            if sample.ran_dry and not self.timer.at_max_spin:
+                self.dry_samples += 1
+                self.timer.lengthen()
+                continue
+            found.append(sample.device_s)
+        return found
+
+    def kernel_block(self) -> list[KernelIteration]:
+        """One profiler session of the eager step (``KernelTimer.block``)."""
+        return KernelTimer(self.api, self.step, self.flush).block()
+
+
 def time_on_device(
     benchmark: Any,
     step: Callable[[], object],
     timer: str,
-    rule: SamplingRule = SamplingRule(),
+    rule: SamplingRule = DEFAULT_RULE,
     flush_l2: bool = True,
     cuda_graph: bool = True,
     api: DeviceApi | None = None,
@@ -492,32 +550,24 @@ def time_on_device(
     if benchmark.disabled:
         benchmark.pedantic(step, rounds=1)
         return None
-    api = api or TorchCuda()
-    before = api.read_state()
-    flush = L2Flush(api) if flush_l2 else None
-    capture = capture_step(api, step) if cuda_graph else None
-    max_clock_hz = _max_clock_hz(before)
-    sm_hz = max_clock_hz or FALLBACK_SM_CLOCK_HZ
-    dispatch_s = measure_dispatch_s(api, step, sm_hz, host_clock)
-    run = capture.step if capture else step
-    events = BlockedEventTimer(
-        api, run, flush=flush, sm_clock_hz=sm_hz, spin_s=2 * dispatch_s, host_clock=host_clock
+    sampler = DeviceSampler(
+        step, api=api, cuda_graph=cuda_graph, flush_l2=flush_l2, host_clock=host_clock
     )
+    events, max_clock_hz = sampler.timer, sampler.max_clock_hz
     if timer == "cuda_event":
         event_run = _sample_events(events, rule, max_clock_hz, host_clock)
-        block = KernelTimer(api, step, flush).block()
+        block = sampler.kernel_block()
         findings = kernel_set_findings(block)
         kernel_samples = [i.merged_s for i in block]
-        samples, estimate = event_run.samples, event_run.estimate
-        clock = Clock.GRAPH if capture and capture.replayed else Clock.BLOCKED_EVENT
+        samples, estimate, clock = event_run.samples, event_run.estimate, sampler.clock
     else:
         short = dataclasses.replace(rule, max_wall_s=min(rule.max_wall_s, 0.5))
         event_run = _sample_events(events, short, max_clock_hz, host_clock)
         kernel_samples, estimate, findings = _sample_kernels(
-            KernelTimer(api, step, flush), rule, host_clock
+            KernelTimer(sampler.api, step, sampler.flush), rule, host_clock
         )
         samples, clock = kernel_samples, Clock.KERNEL
-    after = api.read_state()
+    after = sampler.api.read_state()
     replay = ReplayClock(samples, f"perfsuite_{clock}_clock")
     benchmark._timer = (
         replay  # private: pytest-benchmark has no public timer hook (nvFuser does the same)
@@ -534,16 +584,16 @@ def time_on_device(
         estimate=estimate,
         event_median_s=statistics.median(event_run.samples),
         kernel_median_s=statistics.median(kernel_samples) if kernel_samples else None,
-        dispatch_median_s=dispatch_s,
+        dispatch_median_s=sampler.dispatch_s,
         kernel_findings=tuple(findings),
         dry_samples=event_run.dry,
         host_bound=event_run.host_bound,
         throttled_samples=event_run.throttled,
         max_sm_clock_hz=max_clock_hz,
-        gpu_before=before,
+        gpu_before=sampler.gpu_before,
         gpu_after=after,
-        l2_flush_bytes=flush.size_bytes if flush else 0,
-        cuda_graph=capture.description if capture else "off",
+        l2_flush_bytes=sampler.flush.size_bytes if sampler.flush else 0,
+        cuda_graph=sampler.cuda_graph,
     )
 
 
@@ -552,7 +602,7 @@ def benchmark_step(
     step: Callable[[], object],
     device: str,
     timer: str = "host",
-    rule: SamplingRule = SamplingRule(),
+    rule: SamplingRule = DEFAULT_RULE,
     flush_l2: bool = True,
     cuda_graph: bool = True,
     api: DeviceApi | None = None,

@@ -278,3 +278,29 @@ def test_benchmark_step_on_the_cpu_is_host_timed_whatever_the_setting():
     )
     assert timing is None and info == {"timer": "host", "clock": "host", "cuda_graph": "off"}
     assert calls and stats[0].stats.rounds >= 1
+
+
+def test_the_ab_worker_times_rounds_on_the_device_clock_and_says_which():
+    from perfsuite.gate.ab_worker import Worker
+    from perfsuite.measure.device_timing import DeviceSampler
+
+    gpu = FakeGpu(host_gap_s=300e-6)  # a host gap longer than the step: host wall would be 3x
+    worker = Worker()
+    worker.device_sampler = DeviceSampler(gpu.step, api=gpu, host_clock=gpu.host_clock)
+    worker.clock = worker.device_sampler.clock
+    reply = worker.handle({"time": 6, "warmup": 2})
+    assert reply["clock"] == "cuda_graph" and len(reply["times"]) == 6
+    assert reply["times"] == pytest.approx([STEP_S] * 6)
+    eager = DeviceSampler(gpu.step, api=gpu, cuda_graph=False, host_clock=gpu.host_clock)
+    assert eager.clock == "blocked_event" and eager.samples(3) == pytest.approx([STEP_S] * 3)
+
+
+def test_the_ab_json_says_which_clock_each_benchmark_was_timed_on():
+    from perfsuite.gate.ab import AbBenchmark, GateSettings, ab_payload
+    from perfsuite.gate.compare import BenchmarkComparison
+    from perfsuite.gate.stats import Verdict
+
+    comparison = BenchmarkComparison("sdpa/8x16x1024x64", None, None, None, Verdict.MISSING, [], "")
+    found = AbBenchmark("sdpa/8x16x1024x64", [[1e-4]], [[1e-4]], comparison, clock="cuda_graph")
+    payload = ab_payload([found], {}, GateSettings())
+    assert payload["benchmarks"][0]["clock"] == "cuda_graph"
