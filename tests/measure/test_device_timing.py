@@ -304,3 +304,27 @@ def test_the_ab_json_says_which_clock_each_benchmark_was_timed_on():
     found = AbBenchmark("sdpa/8x16x1024x64", [[1e-4]], [[1e-4]], comparison, clock="cuda_graph")
     payload = ab_payload([found], {}, GateSettings())
     assert payload["benchmarks"][0]["clock"] == "cuda_graph"
+
+
+def test_the_gpu_timers_script_refuses_a_machine_without_cuda_and_tabulates_ratios(
+    capsys, monkeypatch
+):
+    import torch
+
+    from validation import gpu_timers
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit) as stopped:
+        gpu_timers.main(["--samples", "200"])
+    assert stopped.value.code == 2
+    assert "needs a CUDA device: torch.cuda.is_available() is False" in capsys.readouterr().err
+    result = {
+        "step": "sdpa:forward:b8h16s1024d64-bf16-causal-cuda",
+        "samples_s": {"old event": [2e-4] * 10, gpu_timers.REFERENCE: [1e-4] * 10},
+        "notes": {"triton do_bench": "failed: RuntimeError: no"},
+        "gpu_before": {"sm_clock_mhz": 1980.0},
+        "gpu_after": {"sm_clock_mhz": 1980.0},
+    }
+    lines = gpu_timers.table(result)
+    assert "| old event | 10 | 200.0 | 0.0% | 2.000 |  |" in lines
+    assert "| triton do_bench | 0 | - | - | - | failed: RuntimeError: no |" in lines
