@@ -22,6 +22,8 @@ L2_FLUSH_FACTOR = 2
 # The kernel torch.cuda._sleep launches (aten/src/ATen/cuda/Sleep.cu): the separator between the
 # iterations of a kernel-time block.
 SPIN_KERNEL = "spin_kernel"
+# Kineto activity types (``_KinetoEvent.activity_type()``) that are device work.
+DEVICE_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,11 +106,12 @@ class TorchCuda:
         with profile(activities=[ProfilerActivity.CUDA]) as profiler:
             run()
             self._torch.cuda.synchronize()
-        # Kineto's raw records: kernels, memcpy and memset on the device, in nanoseconds.
+        # Kineto's raw records, in nanoseconds: kernels, memcpy and memset on the device; not the
+        # synchronization records ("cuda_sync": Context Sync, Stream Wait Event), which span waits.
         records = [
             KernelRecord(e.name(), e.start_ns() / 1e9, e.end_ns() / 1e9, e.device_resource_id())
             for e in profiler.profiler.kineto_results.events()
-            if e.device_type() == DeviceType.CUDA
+            if e.device_type() == DeviceType.CUDA and e.activity_type() in DEVICE_WORK
         ]
         return sorted(records, key=lambda r: (r.start_s, r.end_s))
 

@@ -209,12 +209,14 @@ def merged_seconds(records: list[KernelRecord]) -> float:
 
 
 def split_iterations(records: list[KernelRecord]) -> list[KernelIteration]:
-    """A kernel block's records (``flush, spin, step`` per iteration, in start order) as one
-    ``KernelIteration`` per step, the flush's kernels left out and the spins dropped.
+    """A kernel block's records as one ``KernelIteration`` per step, the flush's kernels left out
+    and the spins dropped.
 
-    The records before the first spin are the first flush: its kernels are stripped from the end
-    of every iteration followed by another spin. Raises ``DeviceTimingError`` when a stripped
-    tail is not the flush (the iterations cannot be told apart) or no spin was recorded.
+    The block ran ``flush, spin`` once, then ``flush, spin, step`` per iteration (``KernelTimer``),
+    so the records between the first two spins are one flush, whatever the profiler missed at the
+    session's start: its kernels are stripped from the end of every iteration followed by another
+    spin. Raises ``DeviceTimingError`` when a stripped tail is not the flush (the iterations cannot
+    be told apart) or fewer than two spins were recorded.
     """
     segments: list[list[KernelRecord]] = [[]]
     for record in records:
@@ -222,14 +224,15 @@ def split_iterations(records: list[KernelRecord]) -> list[KernelIteration]:
             segments.append([])
         else:
             segments[-1].append(record)
-    if len(segments) < 2:
+    if len(segments) < 3:
         raise DeviceTimingError(
-            f"no {SPIN_KERNEL!r} in the kernel block's {len(records)} records: cannot split it"
+            f"{len(segments) - 1} {SPIN_KERNEL!r} in the kernel block's {len(records)} records, "
+            "at least 2 expected: cannot split it"
         )
-    flush = [r.name for r in segments[0]]
+    flush = [r.name for r in segments[1]]
     iterations = []
-    for index, segment in enumerate(segments[1:], 1):
-        if index < len(segments) - 1 and flush:
+    for index, segment in enumerate(segments[2:], 1):
+        if index < len(segments) - 2 and flush:
             tail = [r.name for r in segment[-len(flush) :]]
             if tail != flush:
                 raise DeviceTimingError(
@@ -275,14 +278,19 @@ class KernelTimer:
         self.api, self.step, self.flush = api, step, flush
 
     def block(self, count: int = KERNEL_BLOCK) -> list[KernelIteration]:
-        """``count`` iterations from one session (its first, extra, iteration dropped)."""
+        """``count`` iterations from one session (its first, extra, iteration dropped: Kineto can
+        miss kernels at a session's start, pytorch #192021)."""
         api = self.api
 
+        def flush_and_spin() -> None:
+            if self.flush is not None:
+                self.flush()
+            api.spin(int(MIN_SPIN_S * FALLBACK_SM_CLOCK_HZ))
+
         def run() -> None:
+            flush_and_spin()  # a lone flush between the first two spins: its kernels, to strip
             for _ in range(count + 1):
-                if self.flush is not None:
-                    self.flush()
-                api.spin(int(MIN_SPIN_S * FALLBACK_SM_CLOCK_HZ))
+                flush_and_spin()
                 self.step()
 
         return split_iterations(api.trace_kernels(run))[1:]

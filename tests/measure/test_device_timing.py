@@ -23,6 +23,7 @@ from perfsuite.measure.device_timing import (
     measure_dispatch_s,
     merged_seconds,
     parse_timer,
+    split_iterations,
     time_on_device,
 )
 from perfsuite.measure.sampling import SamplingRule
@@ -143,6 +144,18 @@ def test_kernel_intervals_are_merged_and_the_flush_left_out():
     assert all(i.names == ("qk_gemm", "softmax", "pv_gemm") for i in block)  # no flush, no spin
     assert FLUSH_KERNEL not in {n for i in block for n in i.names}
     assert kernel_set_findings(block) == []
+    records, trace = [], gpu.trace_kernels
+    gpu.trace_kernels = lambda run: records.extend(trace(run)) or list(records)
+    KernelTimer(gpu, gpu.step, L2Flush(gpu)).block(count=3)
+    assert records[0].name == FLUSH_KERNEL
+    # a session that missed its first records (Kineto at session start) still splits by the lone flush
+    assert [i.names for i in split_iterations(records[1:])] == [
+        ("qk_gemm", "softmax", "pv_gemm")
+    ] * 4
+    spins = [n for n, r in enumerate(records) if r.name == "spin_kernel"]
+    del records[spins[2] - 1]  # iteration 1 no longer ends with the flush
+    with pytest.raises(DeviceTimingError, match="iteration 1 of the kernel block does not end"):
+        split_iterations(records)
 
 
 def test_another_kernel_set_on_one_iteration_is_a_named_finding():
