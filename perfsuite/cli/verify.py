@@ -99,8 +99,9 @@ def _ms(seconds: float | None) -> str:
 def timing_rows(results: list[BenchmarkResult], peaks: dict[str, Any] | None) -> list[str]:
     """Markdown rows: the row's clock and median, the graph (or blocked-event) time, the kernel time
     and the host dispatch per call (each measured apart), TFLOP/s from the median's device time and
-    from the kernel time, the share of the measured matmul peak of the case's dtype
-    (``perfsuite.measure.peaks``), and the row's timing notes (not converged, throttled, ...)."""
+    from the kernel time, the share of the measured matmul peak of the case's dtype, GB/s of the
+    mode's minimum bytes and the share of the measured copy bandwidth (``perfsuite.measure.peaks``),
+    and the row's timing notes (not converged, throttled, ...)."""
     from perfsuite.attention.cases import parse_case_id
 
     header = [
@@ -116,16 +117,23 @@ def timing_rows(results: list[BenchmarkResult], peaks: dict[str, Any] | None) ->
         "TFLOP/s",
         "TFLOP/s (kernel time)",
         "% of measured matmul peak",
+        "GB/s (minimum bytes)",
+        "% of measured copy bandwidth",
         "timing notes",
     ]
     rows = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     matmul = (peaks or {}).get("matmul_tflops") or {}
+    copy_gbps = (peaks or {}).get("memory_gbps")
     for r in results:
         peak = matmul.get(parse_case_id(r.case_id).dtype)
         share = f"{100 * r.achieved_tflops / peak:.1f}%" if r.achieved_tflops and peak else "-"
         tflops = f"{r.achieved_tflops:.3g}" if r.achieved_tflops else "-"
         kernel_tflops = f"{r.flop / r.kernel_median_s / 1e12:.3g}" if r.kernel_median_s else "-"
         spread = f"{100 * r.rel_spread:.1f}%" if r.rel_spread is not None else "-"
+        gbps = f"{r.achieved_gbps:.4g}" if r.achieved_gbps else "-"
+        bandwidth = (
+            f"{100 * r.achieved_gbps / copy_gbps:.1f}%" if r.achieved_gbps and copy_gbps else "-"
+        )
         rows.append(
             "| "
             + " | ".join(
@@ -142,6 +150,8 @@ def timing_rows(results: list[BenchmarkResult], peaks: dict[str, Any] | None) ->
                     tflops,
                     kernel_tflops,
                     share,
+                    gbps,
+                    bandwidth,
                     "; ".join(r.timing_notes) or "-",
                 ]
             )
