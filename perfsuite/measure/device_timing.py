@@ -306,7 +306,8 @@ class DeviceTiming:
     seconds to dispatch one eager call; ``kernel_findings``: iterations that ran another kernel
     set; ``dry_samples``: samples set aside because the GPU ran dry; ``host_bound``: the GPU still
     ran dry at the longest spin (the step waits on the host itself); ``throttled_samples``:
-    samples below ``THROTTLE_FRACTION`` of the max SM clock, left out; ``gpu_before``/``gpu_after``:
+    samples below ``THROTTLE_FRACTION`` of the max SM clock, left out (``all_set_aside``: every
+    event sample was dry or throttled, so the event median is of them all); ``gpu_before``/``gpu_after``:
     the GPU's state (``gpu_state.read_clocks``); ``l2_flush_bytes``: 0 without a flush;
     ``cuda_graph``: ``"off"``, ``"replayed"`` or ``"capture failed: ..."``.
     """
@@ -319,6 +320,7 @@ class DeviceTiming:
     kernel_median_s: float | None
     dispatch_median_s: float
     kernel_findings: tuple[str, ...] = ()
+    all_set_aside: bool = False
     dry_samples: int = 0
     host_bound: bool = False
     throttled_samples: int = 0
@@ -347,6 +349,10 @@ class DeviceTiming:
     def notes(self) -> list[str]:
         """Everything the row must say about this timing, one line each."""
         notes = [self.estimate.note()] if self.estimate.note() else []
+        if self.all_set_aside:
+            notes.append(
+                "every event sample was set aside (throttled or GPU idle): the median is of them all"
+            )
         if self.throttle():
             notes.append(f"throttled: {self.throttle()}")
         if self.host_bound:
@@ -394,6 +400,7 @@ class _EventRun:
     dry: int
     host_bound: bool
     throttled: int
+    all_set_aside: bool
 
 
 def _sample_events(
@@ -414,11 +421,12 @@ def _sample_events(
     all_samples: list[Sample] = []
     dry = throttled = 0
     host_bound = False
+    seen_max = 0.0  # the highest SM clock a sample ran at, when the GPU's maximum is unknown
     began = host_clock()
     while True:
         found = timer.sample()
         all_samples.append(found)
-        seen_max = max((s.sm_clock_hz or 0.0 for s in all_samples), default=0.0)
+        seen_max = max(seen_max, found.sm_clock_hz or 0.0)
         threshold = THROTTLE_FRACTION * (max_clock_hz or seen_max)
         if found.ran_dry and not timer.at_max_spin:
             dry += 1
@@ -430,10 +438,12 @@ def _sample_events(
             sampler.add(found.device_s)
         if sampler.done(host_clock() - began):
             break
-    if not sampler.samples:  # every sample set aside: estimate from them all, and say so
+    all_set_aside = not sampler.samples
+    if all_set_aside:  # every sample set aside: estimate from them all, and say so
         for found in all_samples:
             sampler.add(found.device_s)
     return _EventRun(
+        all_set_aside=all_set_aside,
         samples=list(sampler.samples),
         dispatch=[s.dispatch_s for s in all_samples],
         estimate=sampler.estimate(),
@@ -594,6 +604,7 @@ def time_on_device(
         kernel_median_s=statistics.median(kernel_samples) if kernel_samples else None,
         dispatch_median_s=sampler.dispatch_s,
         kernel_findings=tuple(findings),
+        all_set_aside=event_run.all_set_aside,
         dry_samples=event_run.dry,
         host_bound=event_run.host_bound,
         throttled_samples=event_run.throttled,

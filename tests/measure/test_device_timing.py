@@ -341,3 +341,16 @@ def test_the_gpu_timers_script_refuses_a_machine_without_cuda_and_tabulates_rati
     lines = gpu_timers.table(result)
     assert "| old event | 10 | 200.0 | 0.0% | 2.000 |  |" in lines
     assert "| triton do_bench | 0 | - | - | - | failed: RuntimeError: no |" in lines
+
+
+def test_a_gpu_throttled_throughout_is_timed_from_every_sample_and_says_so():
+    state = {"present": True, "max_sm_clock_mhz": 2000.0, "throttle_reasons": ["hw_slowdown"]}
+    gpu = FakeGpu(clock_for_call=lambda n: 0.5 * MAX_CLOCK_HZ, state=state)
+    fixture, _ = make_fixture()
+    rule = SamplingRule(warmup_s=0.0, min_sample_s=0.0, max_wall_s=0.01)
+    timing = time_on_device(
+        fixture, gpu.step, "cuda_event", rule, api=gpu, host_clock=gpu.host_clock
+    )
+    assert timing.all_set_aside and timing.device_median_s == pytest.approx(2 * STEP_S)
+    assert "every event sample was set aside" in " ".join(timing.notes())
+    assert timing.throttle().startswith("hw_slowdown; ")
