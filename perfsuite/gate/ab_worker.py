@@ -103,7 +103,7 @@ class Worker:
             self.device_sampler = DeviceSampler(raw_step)
             self.clock = self.device_sampler.clock
             self.forward = self.device_sampler.timer.run
-            self._device_times(5)  # warm-up
+            self.device_sampler.warm_up()  # by device time: clocks up before the first block
             return {**found, "clock": self.clock, "cuda_graph": self.device_sampler.cuda_graph}
         extra_s = request.get("slowdown", 0.0) * statistics.median(self._times(step, 7))
         self.forward = step if not extra_s else (lambda: (step(), _spin(extra_s)))

@@ -536,6 +536,15 @@ class DeviceSampler:
             found.append(sample.device_s)
         return found
 
+    def warm_up(self, device_s: float = DEFAULT_RULE.warmup_s, max_samples: int = 10_000) -> None:
+        """Untimed samples until ``device_s`` seconds of device time ran (clocks up), at most
+        ``max_samples``."""
+        spent = 0.0
+        for _ in range(max_samples):
+            if spent >= device_s:
+                return
+            spent += sum(self.samples(1))
+
     def kernel_block(self) -> list[KernelIteration]:
         """One profiler session of the eager step (``KernelTimer.block``)."""
         return KernelTimer(self.api, self.step, self.flush).block()

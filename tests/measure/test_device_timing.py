@@ -301,6 +301,8 @@ def test_the_ab_worker_times_rounds_on_the_device_clock_and_says_which():
     worker = Worker()
     worker.device_sampler = DeviceSampler(gpu.step, api=gpu, host_clock=gpu.host_clock)
     worker.clock = worker.device_sampler.clock
+    worker.device_sampler.warm_up(0.01)
+    assert gpu.replays >= 100  # 10 ms of 0.1 ms replays
     reply = worker.handle({"time": 6, "warmup": 2})
     assert reply["clock"] == "cuda_graph" and len(reply["times"]) == 6
     assert reply["times"] == pytest.approx([STEP_S] * 6)
