@@ -10,7 +10,9 @@ Repeats the gate (``perfsuite ab`` on a case set) in these scenarios:
   scores.masked_fill(...)``: one extra score-sized copy per forward, the Hugging Face post's
   finding); every other variant is identical code in the same gate;
 * ``real change x2``: the same, and ``mul_`` lost too (``scores = scores * scale``: a second
-  score-sized tensor allocated and written per forward).
+  score-sized tensor allocated and written per forward);
+* ``output round trip``: a small real change, ``naive_inplace``'s output round-tripped through
+  float32 (two elementwise passes over the output in bf16/fp16 cases; nothing in fp32).
 
 ``--busy N`` runs N busy processes beside every gate (``validation/contend.py``). Reports, per
 scenario: gates with any "slower", how often the changed variant was caught, false "slower"
@@ -68,9 +70,17 @@ RECOMPUTED_SOFTMAX = (
     "weights = torch.softmax(scores, dim=-1)",
     "weights = torch.utils.checkpoint.checkpoint(torch.softmax, scores, -1, use_reentrant=False)",
 )
+# A small real change: the output round-tripped through float32, two elementwise passes over the
+# output (in bf16/fp16 cases; a no-op in fp32 ones): on the post's case in bf16, 96 MiB of memory
+# traffic beside naive_inplace's ~1 ms forward, a few percent.
+OUTPUT_ROUND_TRIP = (
+    "    return torch.matmul(weights, value)\n",
+    "    return torch.matmul(weights, value).float().to(value.dtype)\n",
+)
 # The source edits of each real-change scenario, applied to naive_inplace.py in the head's tree.
 REAL_CHANGES = {
     "real change": (LOST_MASKED_FILL_,),
+    "output round trip": (OUTPUT_ROUND_TRIP,),
     "real change x2": (LOST_MASKED_FILL_, LOST_MUL_),
     "slower backward": (RECOMPUTED_SOFTMAX,),
 }
@@ -227,6 +237,12 @@ def main() -> None:
     parser.add_argument("--scenarios", default="A/A,10% injected,5% injected,real change")
     parser.add_argument("--case-set", default="smoke")
     parser.add_argument(
+        "--cases",
+        default="",
+        help="comma-separated case ids instead of --case-set (b8h16s1024d64-bf16-causal-cuda: the "
+        "post's case on a GPU, where the workers time on the device clock)",
+    )
+    parser.add_argument(
         "--variants",
         default="naive,naive_inplace,sdpa,sdpa_math,flex_eager",
         help="variants per gate (eager ones by default: compiled variants compile per process)",
@@ -284,7 +300,7 @@ def main() -> None:
         saved = json.loads(Path(args.summarize).read_text())
         print_summaries(recount(saved), saved["args"]["busy"], args.quiet_steal)
         return
-    cases = smoke_cases(args.case_set)
+    cases = split_list(args.cases) if args.cases else smoke_cases(args.case_set)
     variants = variant_names() if args.variants == "all" else split_list(args.variants)
     scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
     runs: dict[str, list[dict]] = {name: [] for name in scenarios}

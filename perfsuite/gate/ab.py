@@ -183,6 +183,7 @@ class AbBenchmark:
         None,
     )  # base's and head's structural fingerprints
     shared_load: int = 0
+    clock: str = "host"  # the workers' clock: host, cuda_graph or blocked_event (ab_worker)
 
 
 def pair_schedule(count: int, workers_per_side: int) -> tuple[int, int, bool]:
@@ -344,6 +345,7 @@ def run_benchmark(
         outcome.seconds,
         (setups[0].get("fingerprint"), setups[1].get("fingerprint")),
         sampler.shared,
+        " / ".join(dict.fromkeys(s.get("clock", "host") for s in setups)),
     )
 
 
@@ -461,6 +463,7 @@ def ab_payload(
                 "head_blocks_s": r.head_blocks,
                 "contended_pairs": r.contended,
                 "shared_load_pairs": r.shared_load,
+                "clock": r.clock,
                 "looks": r.looks,
                 "stopped": r.stopped,
                 "seconds": r.seconds,
