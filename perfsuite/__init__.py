@@ -3,7 +3,7 @@
 The public API, importable from ``perfsuite`` whatever module it lives in (names resolve on
 first use, so ``import perfsuite`` stays cheap and subpackages can move without breaking users):
 
-- variants: ``register_variant``, ``Variant``, ``get_variant``, ``variant_names``, ``AttentionFn``;
+- variants: ``register_variant``, ``Variant``, ``get_variant``, ``variant_names``, ``AttentionFn``, ``Form``, ``handles``;
 - the problem: ``AttentionCase``, ``AttentionMask``, ``MaskKind``, ``mask_kind``, ``make_inputs``, and the
   named values ``Mode``, ``Device``, ``FullyMaskedRows`` (``StrEnum``: members are their strings);
 - property checks for users' own tests: ``ALL_CHECKS``, ``applicable`` and each ``check_*``;
@@ -23,6 +23,8 @@ _EXPORTS = {
     "get_variant": "perfsuite.variants",
     "variant_names": "perfsuite.variants",
     "AttentionFn": "perfsuite.attention.contract",
+    "Form": "perfsuite.attention.contract",
+    "handles": "perfsuite.attention.contract",
     "AttentionCase": "perfsuite.attention.cases",
     "AttentionMask": "perfsuite.attention.masks",
     "MaskKind": "perfsuite.attention.masks",

@@ -11,6 +11,8 @@ Repeats the gate (``perfsuite ab`` on a case set) in these scenarios:
   finding); every other variant is identical code in the same gate;
 * ``real change x2``: the same, and ``mul_`` lost too (``scores = scores * scale``: a second
   score-sized tensor allocated and written per forward);
+* ``output round trip``: a small real change, ``naive_inplace``'s output round-tripped through
+  float32 (two elementwise passes over the output in bf16/fp16 cases; nothing in fp32);
 * ``slower backward``: ``naive_inplace`` checkpoints its softmax (backward recomputes it);
 * ``score copies x8``: ``naive_inplace`` copies its score matrix eight times per forward (about a
   2x change on the smoke case: the change beside two busy processes);
@@ -90,6 +92,13 @@ RECOMPUTED_SOFTMAX = (
     "weights = torch.softmax(scores, dim=-1)",
     "weights = torch.utils.checkpoint.checkpoint(torch.softmax, scores, -1, use_reentrant=False)",
 )
+# A small real change: the output round-tripped through float32, two elementwise passes over the
+# output (in bf16/fp16 cases; a no-op in fp32 ones): on the post's case in bf16, 96 MiB of memory
+# traffic beside naive_inplace's ~1 ms forward, a few percent.
+OUTPUT_ROUND_TRIP = (
+    "    return torch.matmul(weights, value)\n",
+    "    return torch.matmul(weights, value).float().to(value.dtype)\n",
+)
 SCORE_COPIES_X8 = (
     "weights = torch.softmax(scores, dim=-1)",
     "weights = torch.softmax(" + "".join([".clone()"] * 8).join(["scores", ""]) + ", dim=-1)",
@@ -124,6 +133,7 @@ NAIVE_INPLACE = "variants/naive_inplace.py"
 # The real-change scenarios (source edits in the head's tree).
 REAL_CHANGES = {
     "real change": RealChange(NAIVE_INPLACE, (LOST_MASKED_FILL_,), ("naive_inplace",)),
+    "output round trip": RealChange(NAIVE_INPLACE, (OUTPUT_ROUND_TRIP,), ("naive_inplace",)),
     "real change x2": RealChange(NAIVE_INPLACE, (LOST_MASKED_FILL_, LOST_MUL_), ("naive_inplace",)),
     "slower backward": RealChange(
         NAIVE_INPLACE, (RECOMPUTED_SOFTMAX,), ("naive_inplace",), ("backward",)
@@ -316,6 +326,12 @@ def main() -> None:
     parser.add_argument("--scenarios", default="A/A,10% injected,5% injected,real change")
     parser.add_argument("--case-set", default="smoke")
     parser.add_argument(
+        "--cases",
+        default="",
+        help="comma-separated case ids instead of --case-set (b8h16s1024d64-bf16-causal-cuda: the "
+        "post's case on a GPU, where the workers time on the device clock)",
+    )
+    parser.add_argument(
         "--variants",
         default="naive,naive_inplace,sdpa,sdpa_math,flex_eager,mha",
         help="variants per gate (every eager built-in by default: compiled variants compile per process)",
@@ -380,7 +396,7 @@ def main() -> None:
         saved = json.loads(Path(args.summarize).read_text())
         print_summaries(recount(saved), saved["args"]["busy"], args.quiet_steal)
         return
-    cases = smoke_cases(args.case_set)
+    cases = split_list(args.cases) if args.cases else smoke_cases(args.case_set)
     variants = variant_names() if args.variants == "all" else split_list(args.variants)
     scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
     runs: dict[str, list[dict]] = {name: [] for name in scenarios}

@@ -17,6 +17,7 @@ import re
 
 import torch
 
+from perfsuite.attention.contract import Form
 from perfsuite.attention.masks import mask_kind, parse_mask_kind
 
 DTYPES: dict[str, torch.dtype] = {
@@ -133,6 +134,12 @@ class AttentionCase:
         if not kind.hides_keys or not kind.causal:
             return kind.hides_keys
         return kind.keys_seen(0, self.seq_len_q, self.seq_len_kv) < self.seq_len_kv
+
+    @property
+    def forms(self) -> frozenset[Form]:
+        """The forms (``perfsuite.attention.contract.Form``) the case carries: a variant that does not
+        declare one of them is not run on the case."""
+        return frozenset()
 
     @property
     def torch_dtype(self) -> torch.dtype:

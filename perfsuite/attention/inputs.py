@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
+from collections.abc import Mapping
 
 import torch
 
@@ -19,6 +21,8 @@ class AttentionInputs:
     (strided views of a ``[batch, seq, heads, head_dim]`` layout for non-contiguous cases).
     ``mask``: the case's ``AttentionMask``, built once outside the timed call.
     ``scale``: the softmax scale.
+    ``forms``: the keyword arguments of the forms the case carries (``perfsuite.attention.contract.FORMS``:
+    ``alibi_slopes``, ``softcap``, ...), empty for a plain case.
     """
 
     query: torch.Tensor
@@ -26,9 +30,14 @@ class AttentionInputs:
     value: torch.Tensor
     mask: AttentionMask
     scale: float
+    forms: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def replace(self, **changes) -> AttentionInputs:
         return dataclasses.replace(self, **changes)
+
+    def keywords(self) -> dict[str, Any]:
+        """The keyword arguments of a call under the contract: ``mask``, ``scale`` and the forms'."""
+        return {"mask": self.mask, "scale": self.scale, **self.forms}
 
 
 def draw_tensor(

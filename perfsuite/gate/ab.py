@@ -194,6 +194,7 @@ class AbBenchmark:
         None,
     )  # base's and head's structural fingerprints
     shared_load: int = 0
+    clock: str = "host"  # the workers' clock: host, cuda_graph or blocked_event (ab_worker)
     wait_shares: list = dataclasses.field(default_factory=list)
 
 
@@ -371,6 +372,7 @@ def run_benchmark(
         outcome.seconds,
         (setups[0].get("fingerprint"), setups[1].get("fingerprint")),
         sampler.shared,
+        " / ".join(dict.fromkeys(s.get("clock", "host") for s in setups)),
         outcome.wait_shares,
     )
 
@@ -499,6 +501,7 @@ def ab_payload(
                 "contended_pairs": r.contended,
                 "shared_load_pairs": r.shared_load,
                 "wait_shares": r.wait_shares,
+                "clock": r.clock,
                 "looks": r.looks,
                 "stopped": r.stopped,
                 "seconds": r.seconds,

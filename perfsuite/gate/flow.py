@@ -104,11 +104,11 @@ class GateOutcome:
             return (
                 "decided by timing and structure"
                 if self.fail_on_structure
-                else "decided by timing only (structure not judged: --no-fail-on-structure)"
+                else "decided by timing only (structure not judged)"
             )
         if self.fail_on_structure:
             return "decided by structure only: no timing was judged"
-        return "nothing decided it: no timing was judged and structure was not (--no-fail-on-structure)"
+        return "nothing decided it: no timing was judged, and structure was not"
 
     def _timed(self) -> int:
         """Benchmarks whose timing was judged (slower, faster or no change)."""
