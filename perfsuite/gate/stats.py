@@ -141,6 +141,9 @@ class GateSettings:
     copy) cost 3-8% in the calibration's gates on the 2-core machine, quiet and beside a CPU hog (docs/validation.md, "Gate
     error rates"); a 5% floor left a third of those gates ``inconclusive``.
 
+    ``contended_min_effect``: the margin of ``contended_verdict`` (``CONTENDED_MIN_EFFECT``); None
+    leaves contended pairs undecided (``inconclusive: contended``), as before that rule.
+
     ``SEPARATE_RUNS_MIN_EFFECT`` is the default for comparing two separate runs: identical code
     measured 8-14% apart between separate smoke runs on the 2-core machine (drift the data of
     the two runs cannot show), so smaller changes are left to the interleaved A/B gate.
