@@ -857,3 +857,14 @@ def test_an_11x_slower_head_timed_only_under_contention_fails_the_gate(monkeypat
     )
     same = gate(0.001, GateSettings())
     assert same.exit_code == 0 and "inconclusive: contended" in same.verdict_line
+
+
+def test_every_calibration_change_still_finds_the_lines_it_edits():
+    """``validation.calibrate_gate``'s real changes edit source lines by text: each must still be there
+    (else the calibration stops with a RuntimeError halfway through a long run)."""
+    from validation.calibrate_gate import REAL_CHANGES
+
+    root = Path(__file__).resolve().parents[2] / "perfsuite"
+    for name, change in REAL_CHANGES.items():
+        source = (root / change.module).read_text()
+        assert all(old in source for old, _ in change.edits), name
