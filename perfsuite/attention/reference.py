@@ -237,7 +237,10 @@ _LEFT_OUT = {
 
 
 def explain_modifications(
-    inputs: AttentionInputs, actual: torch.Tensor, index: tuple[int, ...], tolerance: tuple[float, float]
+    inputs: AttentionInputs,
+    actual: torch.Tensor,
+    index: tuple[int, ...],
+    tolerance: tuple[float, float],
 ) -> str:
     """For a failed comparison on a case with score modifications: what they are at the worst
     element ``index`` (``[batch, head, query, dim]``: the head's ALiBi slope and sink logit, the
@@ -247,7 +250,9 @@ def explain_modifications(
     if not inputs.forms:
         return ""
     batch, head, query = index[0], index[1], index[2]
-    lines = ["score modifications at that element: " + describe_at(inputs.forms, head, query, batch)]
+    lines = [
+        "score modifications at that element: " + describe_at(inputs.forms, head, query, batch)
+    ]
     atol, rtol = tolerance
     actual64 = actual.detach().to(torch.float64)
     for keyword, what in _LEFT_OUT.items():

@@ -39,9 +39,7 @@ import torch
 from perfsuite.attention.contract import Form, form_keyword_values
 
 # The id fragment, right after the mask/scale part of a case id: -alibi-softcap50-sinks-qoff96.
-ID_PATTERN = (
-    r"(?P<alibi>-alibi)?(?:-softcap(?P<softcap>[0-9.e+]+?))?(?P<sinks>-sinks)?(?:-qoff(?P<qoff>\d+))?"
-)
+ID_PATTERN = r"(?P<alibi>-alibi)?(?:-softcap(?P<softcap>[0-9.e+]+?))?(?P<sinks>-sinks)?(?:-qoff(?P<qoff>\d+))?"
 _SPEC_RE = re.compile(r"^" + ID_PATTERN + r"$")
 
 
@@ -159,7 +157,9 @@ def draw_sinks(generator: torch.Generator, num_heads: int, seq_len_kv: int) -> t
     return math.log(seq_len_kv) + torch.randn(num_heads, generator=generator)
 
 
-def query_offset_for(mods: ScoreMods, bottom_right_default: bool, seq_len_q: int, seq_len_kv: int) -> int:
+def query_offset_for(
+    mods: ScoreMods, bottom_right_default: bool, seq_len_q: int, seq_len_kv: int
+) -> int:
     """The key position of query row 0: ``mods.query_offset`` when set, else ``seq_len_kv -
     seq_len_q`` when ``bottom_right_default`` (every mask kind but top-left ``causal``), else 0."""
     if mods.query_offset is not None:
@@ -233,4 +233,3 @@ def describe_at(forms: dict[str, Any], head: int, query: int, batch: int = 0) ->
             "denominator only)"
         )
     return "; ".join(parts)
-

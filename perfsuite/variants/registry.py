@@ -76,6 +76,10 @@ class Variant:
     ``forms``: the forms (``perfsuite.attention.contract.Form``) the variant handles: those its
     function's keywords declare plus ``register_variant(forms=...)``; on a case carrying another form
     its tests are not generated (``forms_unsupported`` gives the reason the run counts).
+    ``forms_refused``: ``(form, reason)`` pairs saying why the variant cannot do a form (SDPA has no
+    hook for a softcap), given in place of "does not declare" on a case carrying it.
+    ``needs_a_form``: the variant exists for cases with forms (``naive_mods``); on a plain case its
+    tests are not generated (the plain built-ins cover those).
     """
 
     name: str
@@ -95,6 +99,8 @@ class Variant:
     preload: Callable[[], object] | None = None
     devices: tuple[str, ...] | None = None
     forms: frozenset[Form] = frozenset()
+    forms_refused: tuple[tuple[Form, str], ...] = ()
+    needs_a_form: bool = False
 
     def device_unsupported(self, device: str) -> str | None:
         """Why the variant cannot run on ``device`` (``"cpu"``, ``"cuda"``) at all, or None."""
@@ -103,7 +109,14 @@ class Variant:
         return f"{self.name} runs on {', '.join(self.devices)} only"
 
     def forms_unsupported(self, carried: frozenset[Form]) -> str | None:
-        """Why the variant is not run on a case carrying the forms ``carried``, or None."""
+        """Why the variant is not run on a case carrying the forms ``carried``, or None: the
+        variant's own reasons (``forms_refused``) for the forms it refuses, else the forms it does
+        not declare; for a ``needs_a_form`` variant, that a plain case is not its."""
+        if self.needs_a_form and not carried:
+            return f"{self.name} runs on cases with forms (score modifications) only"
+        refused = [f"{form.value}: {why}" for form, why in self.forms_refused if form in carried]
+        if refused:
+            return f"{self.name} cannot do " + "; ".join(refused)
         return undeclared_forms_reason(self.name, self.forms, carried)
 
     def backward_unsupported(self, device: str) -> str | None:
@@ -174,6 +187,8 @@ def register_variant(
     preload: Callable[[], object] | None = None,
     devices: Sequence[str] | None = None,
     forms: Sequence[str | Form] = (),
+    forms_refused: Mapping[str | Form, str] | None = None,
+    needs_a_form: bool = False,
 ) -> Callable[[VariantFn], VariantFn]:
     """Decorator that registers ``fn`` under ``name`` and returns it unchanged.
 
@@ -181,12 +196,14 @@ def register_variant(
     those devices only, e.g. ``{"cpu": "the CPU kernel has no backward"}``). ``devices``: the
     device types the variant runs on (``Variant.devices``), None for every one. ``forms``: forms
     the variant handles beyond those its function's keywords declare (``Variant.forms``).
+    ``forms_refused``: ``{form: why the variant cannot do it}`` (``Variant.forms_refused``);
+    ``needs_a_form``: not generated on plain cases (``Variant.needs_a_form``).
 
     Raises:
         ValueError: ``name`` is already registered, ``fully_masked_rows`` is not one of
             ``FULLY_MASKED_ROW_RESULTS``, ``forward_only`` names a device not in ``DEVICES``
             or gives an empty reason, ``devices`` is empty or names a device not in ``DEVICES``,
-            or ``forms`` names an unknown form.
+            or ``forms`` or ``forms_refused`` names an unknown form.
         TypeError: ``fn`` does not have the variant signature.
     """
 
@@ -205,6 +222,7 @@ def register_variant(
             )
         check_signature(name, fn)
         handled = declared_forms(fn, (parse_form(f) for f in forms))
+        refused = tuple((parse_form(f), why) for f, why in (forms_refused or {}).items())
         _REGISTRY[name] = Variant(
             name=name,
             fn=fn,
@@ -223,6 +241,8 @@ def register_variant(
             preload=preload,
             devices=tuple(devices) if devices is not None else None,
             forms=handled,
+            forms_refused=refused,
+            needs_a_form=needs_a_form,
         )
         return fn
 
