@@ -105,7 +105,7 @@ def sdpa_alibi_attention(
         if mask.additive is not None:
             attn_mask = attn_mask + mask.additive
         if mask.masked_out is not None:
-            attn_mask = attn_mask.masked_fill(mask.masked_out, float("-inf"))
+            attn_mask.masked_fill_(mask.masked_out, float("-inf"))  # a fresh tensor: no copy
         is_causal = False
     return F.scaled_dot_product_attention(
         query,
