@@ -97,7 +97,7 @@ def score_mod_examples() -> dict[str, object]:
 def test_the_alibi_softcap_and_sink_examples_pass_on_modified_gqa_decode_and_prefill_cases():
     from perfsuite.attention.cases import AttentionCase
     from perfsuite.attention.score_mods import ScoreMods
-    from perfsuite.testing.properties import check_matches_reference
+    from perfsuite.testing.properties import ALL_CHECKS, applicable, check_matches_reference
     from perfsuite.variants.registry import Variant, declared_forms
 
     examples = score_mod_examples()
@@ -110,6 +110,11 @@ def test_the_alibi_softcap_and_sink_examples_pass_on_modified_gqa_decode_and_pre
         fn = examples[name]
         variant = Variant(name=name, fn=fn, description="", forms=declared_forms(fn))
         assert mods.forms <= variant.forms
-        for sq, mask in ((1, "causal_br"), (4, "causal_br"), (4, "window3")):
+        for sq, mask in ((1, "causal_br"), (4, "window3")):
             case = AttentionCase(2, 4, sq, 9, 8, "fp32", "cpu", mask, 2, score_mods=mods)
             assert check_matches_reference(variant, case, 0) is None
+        # every property perfsuite run --check applies, score copies (the profiler) included
+        case = AttentionCase(1, 4, 3, 9, 8, "fp32", "cpu", "causal_br", 2, score_mods=mods)
+        for check, run in ALL_CHECKS.items():
+            if applicable(check, variant, case) is None:
+                assert run(variant, case, 0) is None, check

@@ -182,7 +182,9 @@ def _model_set(
     key: str, what: str, cpu: tuple[str, str, str], cuda: tuple[str, str, str]
 ) -> CaseSet:
     model = MODEL_SHAPES[key]
-    mods = "" if model.score_mods == "none" else f" and its score modifications ({model.score_mods})"
+    mods = (
+        "" if model.score_mods == "none" else f" and its score modifications ({model.score_mods})"
+    )
     return CaseSet(
         f"{model.model}: {what} with its heads and head_dim{mods}; source: {model.source}",
         DeviceCases(*cpu, score_mods=model.score_mods),

@@ -461,7 +461,9 @@ def applicable(name: str, variant: Variant, case: AttentionCase) -> str | None:
     if name in _NEEDS_FORM and _NEEDS_FORM[name] not in case.forms:
         return f"the case has no {_NEEDS_FORM[name].value}"
     if name == "alibi_position_shift" and (case.causal or mask_kind(case.mask).bottom_right):
-        return f"{case.mask} hides keys by query position, so shifting positions changes what is seen"
+        return (
+            f"{case.mask} hides keys by query position, so shifting positions changes what is seen"
+        )
     if name in ("shift_invariance", "alibi_position_shift") and Form.SINKS in case.forms:
         return "with sinks, a constant added to every score of a row changes its weight against the sink"
     if name == "causality" and not case.causal:

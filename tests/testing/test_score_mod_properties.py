@@ -102,7 +102,14 @@ def own_slopes(query, key, value, *, mask, scale, alibi_slopes, query_positions)
     return finish(alibi(scores_of(query, key, scale), slopes, query_positions), mask, value, query)
 
 
-DECODE = dict(batch=1, num_heads=4, seq_len_q=1, seq_len_kv=16, head_dim=8, dtype="fp32")
+DECODE = {
+    "batch": 1,
+    "num_heads": 4,
+    "seq_len_q": 1,
+    "seq_len_kv": 16,
+    "head_dim": 8,
+    "dtype": "fp32",
+}
 
 
 @pytest.mark.parametrize(
