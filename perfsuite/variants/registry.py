@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from perfsuite.attention.cases import DEVICES
 from perfsuite.attention.contract import (
     FORM_KEYWORDS,
+    FORMS,
     Form,
     PrepareFn,
     VariantFn,
@@ -117,7 +118,8 @@ class Variant:
         refused = [f"{form.value}: {why}" for form, why in self.forms_refused if form in carried]
         if refused:
             return f"{self.name} cannot do " + "; ".join(refused)
-        return undeclared_forms_reason(self.name, self.forms, carried)
+        reason = undeclared_forms_reason(self.name, self.forms, carried)
+        return None if reason is None else reason + _near_misses(self.fn, set(carried) - self.forms)
 
     def backward_unsupported(self, device: str) -> str | None:
         """Why the variant has no backward on ``device`` (``"cpu"``, ``"cuda"``), or None when it has one."""
@@ -138,6 +140,23 @@ class Variant:
 
 
 _REGISTRY: dict[str, Variant] = {}
+
+
+def _near_misses(fn: VariantFn, missing: set[Form]) -> str:
+    """``; its parameter logit_softcap is no form keyword (did you mean 'softcap'?)`` for each
+    parameter of ``fn`` whose name is close to a keyword of the ``missing`` forms, else ``""``."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return ""
+    wanted = [k for form in missing for k in FORMS[form].keywords]
+    known = {*_POSITIONAL, *_KEYWORD_ONLY, *FORM_KEYWORDS}
+    hints = [
+        f"; its parameter {name} is no form keyword{hint}"
+        for name in params
+        if name not in known and (hint := did_you_mean(name, wanted))
+    ]
+    return "".join(hints)
 
 
 def check_signature(name: str, fn: VariantFn) -> None:
