@@ -162,3 +162,16 @@ def test_an_old_signature_is_not_generated_on_a_modified_case_and_says_why():
     assert "softcap (" in reason
     sdpa = certain_skip(get_variant("sdpa"), modified, "forward")
     assert "sdpa cannot do" in sdpa and "softcap: SDPA applies nothing between" in sdpa
+
+
+def test_a_near_miss_of_a_form_keyword_is_named_in_the_reason():
+    def gemma(query, key, value, *, mask, scale, logit_softcap=50.0):
+        return finish(scores_of(query, key, scale), mask, value, query)
+
+    capped = AttentionCase(
+        **DECODE, device="cpu", mask="causal_br", score_mods=ScoreMods(softcap=50)
+    )
+    reason = certain_skip(user_variant(gemma), capped, "forward")
+    assert reason.endswith(
+        "its parameter logit_softcap is no form keyword (did you mean 'softcap'?)"
+    )
