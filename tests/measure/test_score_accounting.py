@@ -273,7 +273,7 @@ def test_naive_mods_shows_the_score_sized_writes_each_modification_adds(
     )
     _, base = profiled(get_variant("naive"), plain, tmp_path)
     _, new = profiled(get_variant("naive_mods"), modified, tmp_path)
-    full = lambda a: Counter(w.op for w in a.writes if w.kind == "computed")  # noqa: E731
+    full = lambda a: Counter(w.op for w in a.writes if w.kind == "computed")
     difference = full(new[0]) - full(base[0])
     assert all(difference[op] >= 1 for op in added), difference
     assert all(op not in full(new[0]) for op in gone)
