@@ -27,6 +27,11 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
+try:
+    from torch.nn.attention.flex_attention import AuxRequest
+except ImportError:  # torch before AuxRequest: return_lse
+    AuxRequest = None
+
 from perfsuite.attention.contract import Form
 from perfsuite.attention.inputs import AttentionInputs
 from perfsuite.attention.masks import mask_kind
@@ -163,6 +168,15 @@ def flex_block_mask(inputs: AttentionInputs):
     )
 
 
+def flex_with_lse(query, key, value, **options):
+    """``flex_attention``'s output and log-sum-exp ``[B, H, Sq]``: through ``return_aux=AuxRequest(lse=True)``
+    where torch has it (``return_lse`` is deprecated there), else ``return_lse=True``."""
+    if AuxRequest is None:
+        return flex_attention(query, key, value, return_lse=True, **options)
+    output, aux = flex_attention(query, key, value, return_aux=AuxRequest(lse=True), **options)
+    return output, aux.lse
+
+
 def call_flex_mods(query, key, value, block_mask, score_mod, scale, sinks):
     """flex_attention with the score_mod and block mask; with ``sinks`` ``[num_heads]``, the output
     times ``sigmoid(lse - sink)``: the sink joins the softmax denominator."""
@@ -177,15 +191,8 @@ def call_flex_mods(query, key, value, block_mask, score_mod, scale, sinks):
             scale=scale,
             enable_gqa=gqa,
         )
-    output, lse = flex_attention(
-        query,
-        key,
-        value,
-        score_mod=score_mod,
-        block_mask=block_mask,
-        scale=scale,
-        enable_gqa=gqa,
-        return_lse=True,
+    output, lse = flex_with_lse(
+        query, key, value, score_mod=score_mod, block_mask=block_mask, scale=scale, enable_gqa=gqa
     )
     exact = torch.promote_types(query.dtype, torch.float32)  # the lse is float32 for 16-bit inputs
     kept = torch.sigmoid(lse.to(exact) - sinks.to(exact)[None, :, None])

@@ -5,13 +5,14 @@ import warnings
 
 import pytest
 import torch
-from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+from torch.nn.attention.flex_attention import create_block_mask
 
 from perfsuite.attention.cases import AttentionCase, parse_case_id
 from perfsuite.attention.contract import Form
 from perfsuite.attention.inputs import make_inputs
 from perfsuite.attention.reference import TOLERANCES, reference_attention, tolerances
 from perfsuite.attention.score_mods import ScoreMods, alibi_slopes, parse_score_mods
+from perfsuite.variants.score_mods import flex_with_lse
 
 
 def case(mask="causal_br", sq=3, skv=10, dtype="fp64", **mods):
@@ -86,7 +87,7 @@ def _flex(inputs, sq, skv, offset):
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        out, lse = flex_attention(
+        out, lse = flex_with_lse(
             inputs.query,
             inputs.key,
             inputs.value,
@@ -94,7 +95,6 @@ def _flex(inputs, sq, skv, offset):
             block_mask=block_mask,
             scale=inputs.scale,
             enable_gqa=True,
-            return_lse=True,
         )
     if "sinks" in forms:  # the sink joins the denominator: out * sum e^s / (sum e^s + e^sink)
         out = out * torch.sigmoid(lse - forms["sinks"].double()[None, :, None]).unsqueeze(-1)
