@@ -366,3 +366,5 @@ def test_an_alibi_attention_passes_every_check_and_an_old_signature_is_not_gener
     summary = output.strip().splitlines()[-1]
     assert " passed" in summary and "failed" not in summary and "error" not in summary, output
     assert "blocked_attention does not declare alibi (" in output, output
+    assert "your variant blocked_attention has no test on these cases" in output
+    assert "your variant alibi_attention" not in output
