@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from perfsuite.attention.cases import DEVICES
 from perfsuite.attention.contract import (
     FORM_KEYWORDS,
+    FORMS,
     Form,
     PrepareFn,
     VariantFn,
@@ -76,6 +77,10 @@ class Variant:
     ``forms``: the forms (``perfsuite.attention.contract.Form``) the variant handles: those its
     function's keywords declare plus ``register_variant(forms=...)``; on a case carrying another form
     its tests are not generated (``forms_unsupported`` gives the reason the run counts).
+    ``forms_refused``: ``(form, reason)`` pairs saying why the variant cannot do a form (SDPA has no
+    hook for a softcap), given in place of "does not declare" on a case carrying it.
+    ``needs_a_form``: the variant exists for cases with forms (``naive_mods``); on a plain case its
+    tests are not generated (the plain built-ins cover those).
     """
 
     name: str
@@ -95,6 +100,8 @@ class Variant:
     preload: Callable[[], object] | None = None
     devices: tuple[str, ...] | None = None
     forms: frozenset[Form] = frozenset()
+    forms_refused: tuple[tuple[Form, str], ...] = ()
+    needs_a_form: bool = False
 
     def device_unsupported(self, device: str) -> str | None:
         """Why the variant cannot run on ``device`` (``"cpu"``, ``"cuda"``) at all, or None."""
@@ -103,8 +110,16 @@ class Variant:
         return f"{self.name} runs on {', '.join(self.devices)} only"
 
     def forms_unsupported(self, carried: frozenset[Form]) -> str | None:
-        """Why the variant is not run on a case carrying the forms ``carried``, or None."""
-        return undeclared_forms_reason(self.name, self.forms, carried)
+        """Why the variant is not run on a case carrying the forms ``carried``, or None: the
+        variant's own reasons (``forms_refused``) for the forms it refuses, else the forms it does
+        not declare; for a ``needs_a_form`` variant, that a plain case is not its."""
+        if self.needs_a_form and not carried:
+            return f"{self.name} runs on cases with forms (score modifications) only"
+        refused = [f"{form.value}: {why}" for form, why in self.forms_refused if form in carried]
+        if refused:
+            return f"{self.name} cannot do " + "; ".join(refused)
+        reason = undeclared_forms_reason(self.name, self.forms, carried)
+        return None if reason is None else reason + _near_misses(self.fn, set(carried) - self.forms)
 
     def backward_unsupported(self, device: str) -> str | None:
         """Why the variant has no backward on ``device`` (``"cpu"``, ``"cuda"``), or None when it has one."""
@@ -125,6 +140,23 @@ class Variant:
 
 
 _REGISTRY: dict[str, Variant] = {}
+
+
+def _near_misses(fn: VariantFn, missing: set[Form]) -> str:
+    """``; its parameter logit_softcap is no form keyword (did you mean 'softcap'?)`` for each
+    parameter of ``fn`` whose name is close to a keyword of the ``missing`` forms, else ``""``."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return ""
+    wanted = [k for form in missing for k in FORMS[form].keywords]
+    known = {*_POSITIONAL, *_KEYWORD_ONLY, *FORM_KEYWORDS}
+    hints = [
+        f"; its parameter {name} is no form keyword{hint}"
+        for name in params
+        if name not in known and (hint := did_you_mean(name, wanted))
+    ]
+    return "".join(hints)
 
 
 def check_signature(name: str, fn: VariantFn) -> None:
@@ -174,6 +206,8 @@ def register_variant(
     preload: Callable[[], object] | None = None,
     devices: Sequence[str] | None = None,
     forms: Sequence[str | Form] = (),
+    forms_refused: Mapping[str | Form, str] | None = None,
+    needs_a_form: bool = False,
 ) -> Callable[[VariantFn], VariantFn]:
     """Decorator that registers ``fn`` under ``name`` and returns it unchanged.
 
@@ -181,12 +215,14 @@ def register_variant(
     those devices only, e.g. ``{"cpu": "the CPU kernel has no backward"}``). ``devices``: the
     device types the variant runs on (``Variant.devices``), None for every one. ``forms``: forms
     the variant handles beyond those its function's keywords declare (``Variant.forms``).
+    ``forms_refused``: ``{form: why the variant cannot do it}`` (``Variant.forms_refused``);
+    ``needs_a_form``: not generated on plain cases (``Variant.needs_a_form``).
 
     Raises:
         ValueError: ``name`` is already registered, ``fully_masked_rows`` is not one of
             ``FULLY_MASKED_ROW_RESULTS``, ``forward_only`` names a device not in ``DEVICES``
             or gives an empty reason, ``devices`` is empty or names a device not in ``DEVICES``,
-            or ``forms`` names an unknown form.
+            or ``forms`` or ``forms_refused`` names an unknown form.
         TypeError: ``fn`` does not have the variant signature.
     """
 
@@ -205,6 +241,7 @@ def register_variant(
             )
         check_signature(name, fn)
         handled = declared_forms(fn, (parse_form(f) for f in forms))
+        refused = tuple((parse_form(f), why) for f, why in (forms_refused or {}).items())
         _REGISTRY[name] = Variant(
             name=name,
             fn=fn,
@@ -223,6 +260,8 @@ def register_variant(
             preload=preload,
             devices=tuple(devices) if devices is not None else None,
             forms=handled,
+            forms_refused=refused,
+            needs_a_form=needs_a_form,
         )
         return fn
 
