@@ -109,3 +109,41 @@ def test_links_to_reference_pages_resolve_in_the_repository():
             if not (page.parent / target).resolve().is_file():
                 broken.append(f"{page.relative_to(ROOT)} -> {target}")
     assert not broken, broken
+
+
+def score_mod_examples() -> dict[str, object]:
+    """The Python examples of add-your-attention.md's score-modification section, by function name."""
+    page = (DOCS / "how-to" / "add-your-attention.md").read_text()
+    section = page.split("## Score modifications", 1)[1]
+    functions: dict[str, object] = {}
+    for block in re.findall(r"```python\n(.*?)```", section, re.S):
+        namespace: dict[str, object] = {}
+        exec(compile(block, "add-your-attention.md", "exec"), namespace)
+        functions.update({k: v for k, v in namespace.items() if k.endswith("_attention")})
+    return functions
+
+
+def test_the_alibi_softcap_and_sink_examples_pass_on_modified_gqa_decode_and_prefill_cases():
+    from perfsuite.attention.cases import AttentionCase
+    from perfsuite.attention.score_mods import ScoreMods
+    from perfsuite.testing.properties import ALL_CHECKS, applicable, check_matches_reference
+    from perfsuite.variants.registry import Variant, declared_forms
+
+    examples = score_mod_examples()
+    assert set(examples) == {"alibi_attention", "softcap_attention", "sink_attention"}
+    for name, mods in (
+        ("alibi_attention", ScoreMods(alibi=True)),
+        ("softcap_attention", ScoreMods(softcap=1.0)),
+        ("sink_attention", ScoreMods(sinks=True)),
+    ):
+        fn = examples[name]
+        variant = Variant(name=name, fn=fn, description="", forms=declared_forms(fn))
+        assert mods.forms <= variant.forms
+        for sq, mask in ((1, "causal_br"), (4, "window3")):
+            case = AttentionCase(2, 4, sq, 9, 8, "fp32", "cpu", mask, 2, score_mods=mods)
+            assert check_matches_reference(variant, case, 0) is None
+        # every property perfsuite run --check applies, score copies (the profiler) included
+        case = AttentionCase(1, 4, 3, 9, 8, "fp32", "cpu", "causal_br", 2, score_mods=mods)
+        for check, run in ALL_CHECKS.items():
+            if applicable(check, variant, case) is None:
+                assert run(variant, case, 0) is None, check

@@ -14,6 +14,7 @@ from perfsuite.attention.reference import (
     Comparison,
     compare_gradients,
     compare_with_reference,
+    explain_modifications,
     reference_attention,
     tolerances,
 )
@@ -89,11 +90,21 @@ def nonfinite_after_timing(step, calls: int = NONFINITE_CHECK_CALLS) -> str | No
 def check_output(
     variant: Variant, case: AttentionCase, inputs: AttentionInputs, output: torch.Tensor, label: str
 ) -> Comparison:
-    """Compare ``output`` with the float64 reference, holding fully masked rows to the variant's rule."""
+    """Compare ``output`` with the float64 reference, holding fully masked rows to the variant's rule;
+    a failure on a case with score modifications names them at the worst element
+    (``explain_modifications``)."""
     rows = fully_masked_rows(inputs.mask, case.score_shape)
+    if "sinks" in inputs.forms:
+        rows = torch.zeros_like(rows)  # the sink is always seen: such a row's output is zero
     expected = reference_attention(inputs)
     return compare_with_reference(
-        output, expected, label, rows, variant.fully_masked_rows, tolerances(inputs, expected)
+        output,
+        expected,
+        label,
+        rows,
+        variant.fully_masked_rows,
+        tolerances(inputs, expected),
+        explain=lambda index, tolerance: explain_modifications(inputs, output, index, tolerance),
     )
 
 
@@ -136,7 +147,12 @@ def _compare_with_reference(
     output = check_output(variant, case, inputs, result.output, label)
     if result.gradients is None or output.failure:
         return output, None
-    rows = int(fully_masked_rows(inputs.mask, case.score_shape).sum())
+    # with sinks no row is fully masked: the sink is always seen (its output is zero there)
+    rows = (
+        0
+        if "sinks" in inputs.forms
+        else int(fully_masked_rows(inputs.mask, case.score_shape).sum())
+    )
     if variant.fully_masked_rows == "nan" and rows:
         return None, (
             f"{variant.name} returns NaN for the {rows} query rows of this case that see no key, so its "

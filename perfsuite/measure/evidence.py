@@ -152,7 +152,7 @@ def bind(variant: Variant, inputs: AttentionInputs) -> Callable[[], torch.Tensor
 
     def forward() -> torch.Tensor:
         with torch.no_grad():
-            return fn(inputs.query, inputs.key, inputs.value, mask=inputs.mask, scale=inputs.scale)
+            return fn(inputs.query, inputs.key, inputs.value, **inputs.keywords())
 
     return forward
 
