@@ -18,6 +18,7 @@ import re
 import torch
 
 from perfsuite.attention.contract import Form
+from perfsuite.attention.layouts import FRAGMENT_PATTERN, Layout, check_case_layout, parse_fragment
 from perfsuite.attention.masks import mask_kind, parse_mask_kind
 
 DTYPES: dict[str, torch.dtype] = {
@@ -50,7 +51,9 @@ MASK_ALIASES = {"both": ("causal", "noncausal")}
 _SHAPE_RE = re.compile(r"^(\d+)x(\d+)(?::(\d+))?x(\d+)(?::(\d+))?x(\d+)$")
 _ID_RE = re.compile(
     r"^b(?P<b>\d+)h(?P<h>\d+)(?:kv(?P<hkv>\d+))?(?:s(?P<s>\d+)|q(?P<sq>\d+)k(?P<skv>\d+))d(?P<d>\d+)"
-    r"-(?P<dtype>\w+?)-(?P<mask>[a-z_]+\d*)(?:-scale(?P<scale>[0-9.e+-]+?))?(?P<strided>-strided)?(?P<transposed>-transposed)?-(?P<device>\w+)$"
+    r"-(?P<dtype>\w+?)-(?P<mask>[a-z_]+\d*)(?:-scale(?P<scale>[0-9.e+-]+?))?(?P<strided>-strided)?(?P<transposed>-transposed)?"
+    + FRAGMENT_PATTERN
+    + r"-(?P<device>\w+)$"
 )
 
 
@@ -81,6 +84,9 @@ class AttentionCase:
     ``transposed=True`` makes them transposes of ``[batch, heads, head_dim, seq]`` buffers, so
     the last dimension is not contiguous (``stride(-1) == seq``; ``-transposed`` in the id),
     which fused kernels refuse. The two layouts exclude each other (``ValueError``).
+    ``layout``: how the batch's sequences are stored (``perfsuite.attention.layouts.Layout``:
+    padded, packed or paged, their lengths, split-KV, a value head dim, FP8); the default is the
+    plain dense case. With a layout, ``seq_len_q``/``seq_len_kv`` are the longest sequence's.
     """
 
     batch: int
@@ -95,6 +101,7 @@ class AttentionCase:
     scale: float | None = None
     contiguous: bool = True
     transposed: bool = False
+    layout: Layout = Layout()
 
     def __post_init__(self):
         if self.transposed and not self.contiguous:
@@ -114,6 +121,19 @@ class AttentionCase:
                 self.head_dim,
             )
         )
+        check_case_layout(
+            self.layout,
+            self.mask,
+            self.seq_len_q,
+            self.seq_len_kv,
+            self.contiguous,
+            self.transposed,
+        )
+        if self.layout.fp8 and self.dtype != "bf16":
+            raise ValueError(
+                f"dtype {self.dtype!r} with fp8: FP8 attention returns bfloat16 (FA3, SDPA's "
+                "quantized path); an fp8 case's dtype is bf16"
+            )
 
     @property
     def causal(self) -> bool:
@@ -139,7 +159,7 @@ class AttentionCase:
     def forms(self) -> frozenset[Form]:
         """The forms (``perfsuite.attention.contract.Form``) the case carries: a variant that does not
         declare one of them is not run on the case."""
-        return frozenset()
+        return self.layout.forms
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -169,7 +189,8 @@ class AttentionCase:
         scale = f"-scale{self.scale:g}" if self.scale is not None else ""
         strided = "" if self.contiguous else "-strided"
         transposed = "-transposed" if self.transposed else ""
-        return f"{self.shape_id}-{self.dtype}-{self.mask}{scale}{strided}{transposed}-{self.device}"
+        layout = self.layout.fragment
+        return f"{self.shape_id}-{self.dtype}-{self.mask}{scale}{strided}{transposed}{layout}-{self.device}"
 
     @property
     def score_shape(self) -> tuple[int, int, int, int]:
@@ -226,7 +247,7 @@ def parse_case_id(text: str) -> AttentionCase:
     match = _ID_RE.match(text.strip())
     if not match:
         raise ValueError(
-            f"case id {text!r} is not of the form b<B>h<H>[kv<Hkv>](s<S>|q<Sq>k<Skv>)d<D>-<dtype>-<mask>[-scale<x>][-strided|-transposed]-<device>"
+            f"case id {text!r} is not of the form b<B>h<H>[kv<Hkv>](s<S>|q<Sq>k<Skv>)d<D>-<dtype>-<mask>[-scale<x>][-strided|-transposed][-padded|-packed|-paged<P>-<lengths>][-split<N>][-dv<D>][-fp8]-<device>"
         )
     g = match.groupdict()
     seq_q = int(g["s"] or g["sq"])
@@ -244,6 +265,7 @@ def parse_case_id(text: str) -> AttentionCase:
         float(g["scale"]) if g["scale"] else None,
         contiguous=not g["strided"],
         transposed=bool(g["transposed"]),
+        layout=parse_fragment(g["layout"] or ""),
     )
 
 

@@ -246,6 +246,8 @@ def gather_evidence(
     cannot run the case, or the variant has no backward; any other error propagates.
     """
     no_backward = variant.backward_unsupported(case.device)
+    if mode in GRADIENT_MODES and not case.layout.is_plain:
+        raise VariantUnsupported(f"case {case.id} is a layout case: checked forward only")
     if mode in GRADIENT_MODES and no_backward:
         raise VariantUnsupported(f"{variant.name} has no backward on {case.device}: {no_backward}")
     prepared = prepared or prepare_case(variant, case, seed)

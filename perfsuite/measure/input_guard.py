@@ -19,12 +19,16 @@ _MASK_FIELDS = ("allowed", "masked_out", "additive", "sdpa_mask")
 
 
 def named_input_tensors(inputs: AttentionInputs) -> dict[str, torch.Tensor]:
-    """``query``, ``key``, ``value`` and the mask's tensors (``mask.allowed``, ...) by name."""
+    """``query``, ``key``, ``value``, the mask's tensors (``mask.allowed``, ...) and the forms'
+    tensors (``forms.block_table``, ...) by name."""
     found = {"query": inputs.query, "key": inputs.key, "value": inputs.value}
     for field in _MASK_FIELDS:
         tensor = getattr(inputs.mask, field, None)
         if isinstance(tensor, torch.Tensor):
             found[f"mask.{field}"] = tensor
+    for name, value in inputs.forms.items():
+        if isinstance(value, torch.Tensor):
+            found[f"forms.{name}"] = value
     return found
 
 
@@ -36,8 +40,9 @@ def pristine_copy(inputs: AttentionInputs) -> AttentionInputs:
         inputs.mask,
         **{name.split(".", 1)[1]: copies[name] for name in copies if name.startswith("mask.")},
     )
+    forms = {name: copies.get(f"forms.{name}", value) for name, value in inputs.forms.items()}
     return inputs.replace(
-        query=copies["query"], key=copies["key"], value=copies["value"], mask=mask
+        query=copies["query"], key=copies["key"], value=copies["value"], mask=mask, forms=forms
     )
 
 
@@ -50,6 +55,8 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Equal shapes and values, NaN equal to NaN (a changed tensor is one whose values moved)."""
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
+    if a.element_size() == 1 and a.is_floating_point():  # float8: compare the bits
+        return torch.equal(a.view(torch.uint8), b.view(torch.uint8))
     if a.is_floating_point():
         return bool(torch.where(torch.isnan(a), torch.isnan(b), a == b).all())
     return torch.equal(a, b)

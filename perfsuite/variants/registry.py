@@ -21,7 +21,9 @@ from perfsuite.attention.contract import (
     PrepareFn,
     VariantFn,
     declared_forms,
+    missing_required_reason,
     parse_form,
+    required_forms,
     undeclared_forms_reason,
 )
 from perfsuite.attention.reference import FullyMaskedRows
@@ -76,6 +78,8 @@ class Variant:
     ``forms``: the forms (``perfsuite.attention.contract.Form``) the variant handles: those its
     function's keywords declare plus ``register_variant(forms=...)``; on a case carrying another form
     its tests are not generated (``forms_unsupported`` gives the reason the run counts).
+    ``requires``: the forms whose keywords its function takes without a default
+    (``perfsuite.attention.contract.required_forms``); it is not run on a case without them.
     """
 
     name: str
@@ -95,6 +99,7 @@ class Variant:
     preload: Callable[[], object] | None = None
     devices: tuple[str, ...] | None = None
     forms: frozenset[Form] = frozenset()
+    requires: frozenset[Form] = frozenset()
 
     def device_unsupported(self, device: str) -> str | None:
         """Why the variant cannot run on ``device`` (``"cpu"``, ``"cuda"``) at all, or None."""
@@ -103,8 +108,11 @@ class Variant:
         return f"{self.name} runs on {', '.join(self.devices)} only"
 
     def forms_unsupported(self, carried: frozenset[Form]) -> str | None:
-        """Why the variant is not run on a case carrying the forms ``carried``, or None."""
-        return undeclared_forms_reason(self.name, self.forms, carried)
+        """Why the variant is not run on a case carrying the forms ``carried``, or None: it lacks one
+        of them, or it requires one (``requires``) the case does not carry."""
+        return undeclared_forms_reason(self.name, self.forms, carried) or missing_required_reason(
+            self.name, self.requires, carried
+        )
 
     def backward_unsupported(self, device: str) -> str | None:
         """Why the variant has no backward on ``device`` (``"cpu"``, ``"cuda"``), or None when it has one."""
@@ -174,13 +182,16 @@ def register_variant(
     preload: Callable[[], object] | None = None,
     devices: Sequence[str] | None = None,
     forms: Sequence[str | Form] = (),
+    requires: Sequence[str | Form] = (),
 ) -> Callable[[VariantFn], VariantFn]:
     """Decorator that registers ``fn`` under ``name`` and returns it unchanged.
 
     ``forward_only``: a reason (no backward anywhere) or ``{device: reason}`` (no backward on
     those devices only, e.g. ``{"cpu": "the CPU kernel has no backward"}``). ``devices``: the
     device types the variant runs on (``Variant.devices``), None for every one. ``forms``: forms
-    the variant handles beyond those its function's keywords declare (``Variant.forms``).
+    the variant handles beyond those its function's keywords declare (``Variant.forms``);
+    ``requires``: forms it cannot run without beyond those its keywords require (a variant with
+    ``prepare`` whose direct-call function takes ``**forms``), declared too.
 
     Raises:
         ValueError: ``name`` is already registered, ``fully_masked_rows`` is not one of
@@ -204,7 +215,8 @@ def register_variant(
                 f"variant {name!r}: devices={devices!r}; allowed: a non-empty list of {', '.join(DEVICES)}"
             )
         check_signature(name, fn)
-        handled = declared_forms(fn, (parse_form(f) for f in forms))
+        needed = required_forms(fn) | {parse_form(f) for f in requires}
+        handled = declared_forms(fn, (parse_form(f) for f in forms)) | needed
         _REGISTRY[name] = Variant(
             name=name,
             fn=fn,
@@ -223,6 +235,7 @@ def register_variant(
             preload=preload,
             devices=tuple(devices) if devices is not None else None,
             forms=handled,
+            requires=needed,
         )
         return fn
 

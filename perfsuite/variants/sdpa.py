@@ -34,7 +34,9 @@ def call_sdpa(query, key, value, mask, scale):
     )
 
 
-@register_variant("sdpa", "F.scaled_dot_product_attention, torch picks the backend")
+@register_variant(
+    "sdpa", "F.scaled_dot_product_attention, torch picks the backend", forms=("value_head_dim",)
+)
 def sdpa_attention(query, key, value, *, mask, scale):
     """SDPA with torch's own backend choice."""
     return call_sdpa(query, key, value, mask, scale)
@@ -63,4 +65,5 @@ for _name, _backend in PINNED_BACKENDS.items():
         saves_scores_for_backward=_backend == "MATH",
         fused=_backend != "MATH",
         devices=None if _backend in CPU_BACKENDS else ("cuda",),
+        forms=("value_head_dim",),
     )(_pinned(_backend))
