@@ -46,11 +46,15 @@ def test_each_layout_carries_the_forms_a_function_must_declare():
         (lambda: Layout(lengths="uniform"), "dense sequences all have the case's length"),
         (lambda: Layout(storage="ragged"), "storage 'ragged' is unknown; allowed: dense"),
         (
-            lambda: AttentionCase(2, 2, 4, 4, 8, "fp32", "cpu", "bool", layout=Layout(num_splits=2)),
+            lambda: AttentionCase(
+                2, 2, 4, 4, 8, "fp32", "cpu", "bool", layout=Layout(num_splits=2)
+            ),
             "layout cases take noncausal, causal, causal_br, window<W>",
         ),
         (
-            lambda: AttentionCase(2, 2, 8, 4, 8, "fp32", "cpu", "causal", layout=Layout(num_splits=2)),
+            lambda: AttentionCase(
+                2, 2, 8, 4, 8, "fp32", "cpu", "causal", layout=Layout(num_splits=2)
+            ),
             "seq_len_q=8 > seq_len_kv=4",
         ),
         (

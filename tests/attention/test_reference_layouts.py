@@ -16,7 +16,7 @@ from perfsuite.variants.split_kv import chunk_bounds
 SERVING = Path(__file__).parent.parent / "data" / "serving_attention.py"
 PAGED = "b3h4kv2q1k20d8-fp32-causal_br-paged4-uniform-cpu"
 PACKED = "b3h4kv2s16d8-fp32-causal-packed-uniform-cpu"
-SPLIT = "b2h4kv2q1k32d8-fp32-causal_br-split4-cpu"
+SPLIT = "b2h4kv2q1k32d8-fp32-noncausal-split4-cpu"
 
 
 def _serving():
@@ -42,21 +42,35 @@ def variant_of():
 
 def test_a_serving_engineers_paged_decode_and_varlen_prefill_match_the_reference(variant_of):
     serving = _serving()
-    assert check_matches_reference(variant_of("t_paged", serving.paged_decode), parse_case_id(PAGED), 0) is None
-    assert check_matches_reference(variant_of("t_varlen", serving.varlen_prefill), parse_case_id(PACKED), 0) is None
+    assert (
+        check_matches_reference(
+            variant_of("t_paged", serving.paged_decode), parse_case_id(PAGED), 0
+        )
+        is None
+    )
+    assert (
+        check_matches_reference(
+            variant_of("t_varlen", serving.varlen_prefill), parse_case_id(PACKED), 0
+        )
+        is None
+    )
 
 
 def test_a_wrong_block_table_lookup_fails_naming_the_sequence_and_element(variant_of):
     serving = _serving()
 
     def logical_pages(query, key, value, *, mask, scale, block_table, seq_lens_kv):
-        identity = torch.arange(block_table.shape[1], dtype=block_table.dtype)  # page p read as page p
+        identity = torch.arange(
+            block_table.shape[1], dtype=block_table.dtype
+        )  # page p read as page p
         table = identity.expand_as(block_table).contiguous()
         return serving.paged_decode(
             query, key, value, mask=mask, scale=scale, block_table=table, seq_lens_kv=seq_lens_kv
         )
 
-    failure = check_matches_reference(variant_of("t_lookup", logical_pages), parse_case_id(PAGED), 0)
+    failure = check_matches_reference(
+        variant_of("t_lookup", logical_pages), parse_case_id(PAGED), 0
+    )
     assert "sequence 0 of 3 (q_len 1, kv_len 20): not within" in failure
     assert "worst element at [head, query, dim] = [" in failure and "expected" in failure
 
@@ -80,7 +94,9 @@ def test_an_off_by_one_sequence_offset_fails_naming_the_sequence_and_packed_row(
             ).transpose(0, 1)
         return out
 
-    failure = check_matches_reference(variant_of("t_offset", one_key_too_many), parse_case_id(PACKED), 0)
+    failure = check_matches_reference(
+        variant_of("t_offset", one_key_too_many), parse_case_id(PACKED), 0
+    )
     assert "sequence 0 of 3 (q_len 16, kv_len 16): not within" in failure
     assert "worst element at [head, query, dim] = [" in failure and "(packed row " in failure
 
@@ -92,13 +108,17 @@ def test_a_split_kv_merge_without_the_max_correction_fails_naming_the_element(va
         outputs, sums = [], []
         for start, end in chunk_bounds(key.shape[2], num_splits):
             scores = torch.matmul(query, key[:, :, start:end].transpose(-2, -1)) * scale
-            weights = torch.exp(scores - scores.amax(dim=-1, keepdim=True))  # each chunk its own max
+            weights = torch.exp(
+                scores - scores.amax(dim=-1, keepdim=True)
+            )  # each chunk its own max
             sums.append(weights.sum(dim=-1, keepdim=True))
             outputs.append(torch.matmul(weights, value[:, :, start:end]) / sums[-1])
         total = sum(sums)  # the bug: sums relative to different maxima, never rescaled
         return sum(o * s / total for o, s in zip(outputs, sums))
 
-    failure = check_matches_reference(variant_of("t_split", merged_by_sums), parse_case_id(SPLIT), 0)
+    failure = check_matches_reference(
+        variant_of("t_split", merged_by_sums), parse_case_id(SPLIT), 0
+    )
     assert "sequence 0 of 2 (q_len 1, kv_len 32): not within" in failure
     assert "worst element at [head, query, dim] = [" in failure
 
