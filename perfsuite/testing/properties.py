@@ -355,39 +355,36 @@ def _owned(case: AttentionCase, inputs: AttentionInputs, index: int) -> dict[str
 
 def check_sequence_independence(variant: Variant, case: AttentionCase, seed: int) -> str | None:
     """Layout property: a sequence's output does not depend on the other sequences of its batch.
-    Every query/key/value element that does not belong to the last sequence (other sequences'
-    rows, their pages and the spare ones) is redrawn; the last sequence's output must not move."""
+    For the first and the last sequence, every query/key/value element that does not belong to it
+    (other sequences' rows, their pages and the spare ones) is redrawn; its output must not move."""
     from perfsuite.attention.reference_layouts import output_sequence, sequences
 
     inputs = make_inputs(case, seed)
-    index = case.batch - 1
     base = _guarded(variant, case, inputs)
-    owned = _owned(case, inputs, index)
     gen = _generator(seed)
 
     def redraw(tensor: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        fresh = torch.randn(tensor.shape, generator=gen).to(tensor.device)
-        fresh = (
-            (fresh * 3).to(tensor.dtype) if tensor.element_size() > 1 else fresh.to(tensor.dtype)
-        )
+        fresh = (torch.randn(tensor.shape, generator=gen) * 3).to(tensor.device)
         keep = rows.to(tensor.device).view(-1, *([1] * (tensor.dim() - 1)))
-        return torch.where(keep, tensor, fresh)
+        return torch.where(keep, tensor, fresh.to(tensor.dtype))
 
-    moved = inputs.replace(
-        **{name: redraw(getattr(inputs, name), rows) for name, rows in owned.items()}
-    )
-    after = _guarded(variant, case, moved)
-    seq = sequences(case, inputs)[index]
-    got = output_sequence(case, after, seq).detach().to(torch.float64).cpu()
-    want = output_sequence(case, base, seq).detach().to(torch.float64).cpu()
-    if diff := _difference(got, want, case.torch_dtype):
-        return _fail(
-            variant,
-            case,
-            seed,
-            f"sequence {index} (q_len {seq.q_len}, kv_len {seq.kv_len}) changed when only the other "
-            f"sequences of its batch did ({diff})",
+    for index in dict.fromkeys((0, case.batch - 1)):
+        owned = _owned(case, inputs, index)
+        moved = inputs.replace(
+            **{name: redraw(getattr(inputs, name), rows) for name, rows in owned.items()}
         )
+        after = _guarded(variant, case, moved)
+        seq = sequences(case, inputs)[index]
+        got = output_sequence(case, after, seq).detach().to(torch.float64).cpu()
+        want = output_sequence(case, base, seq).detach().to(torch.float64).cpu()
+        if diff := _difference(got, want, case.torch_dtype):
+            return _fail(
+                variant,
+                case,
+                seed,
+                f"sequence {index} (q_len {seq.q_len}, kv_len {seq.kv_len}) changed when only the "
+                f"other sequences of its batch did ({diff})",
+            )
     return None
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from perfsuite.attention.cases import parse_case_id
-from perfsuite.testing.properties import check_matches_reference
+from perfsuite.testing.properties import check_matches_reference, check_sequence_independence
 from perfsuite.variants import registry
 from perfsuite.variants.split_kv import chunk_bounds
 
