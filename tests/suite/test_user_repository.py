@@ -331,3 +331,39 @@ def test_ctrl_c_and_sigterm_end_ab_with_one_line_and_remove_the_worktrees(user_r
     assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("perfsuite ab: "), err
     assert ("interrupted (Ctrl-C)" if how == "SIGINT" else "terminated (SIGTERM)") in err
     assert "perfsuite-ab-" not in repo.git("worktree", "list")
+
+
+SERVING = Path(__file__).parent.parent / "data" / "serving_attention.py"
+SERVING_CASES = (
+    "b2h4kv2q1k12d8-fp32-causal_br-paged4-uniform-cpu b2h4kv2s8d8-fp32-causal-packed-uniform-cpu"
+)
+
+
+def test_a_serving_engineers_paged_decode_and_varlen_prefill_pass_the_check(user_repo):
+    """A paged-decode and a varlen-prefill function, each declaring its form by its keywords, pass
+    ``perfsuite run --check`` on a paged and a packed case; each is not generated on the other's case."""
+    repo, *_ = user_repo
+    serving = repo.path / "src" / "myattn" / "serving.py"
+    serving.write_text(SERVING.read_text())
+    try:
+        result = repo.perfsuite(
+            "run",
+            "--check",
+            "-v",
+            "--perfsuite-variant=myattn.serving:paged_decode",
+            "--perfsuite-variant=myattn.serving:varlen_prefill",
+            "--perfsuite-variants=paged_decode,varlen_prefill",
+            f"--perfsuite-cases={SERVING_CASES}",
+            "--perfsuite-modes=forward",
+            "--perfsuite-isolate=none",
+            "-k",
+            "matches_float64_reference or test_property",
+        )
+    finally:
+        serving.unlink()
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    for variant, case in zip(("paged_decode", "varlen_prefill"), SERVING_CASES.split()):
+        assert f"test_matches_float64_reference[{variant}-{case}-forward] PASSED" in output, output
+        assert f"test_property[{variant}-{case}-sequence_independence] PASSED" in output, output
+    assert "paged_decode does not declare varlen" in output
