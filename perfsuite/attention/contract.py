@@ -232,6 +232,14 @@ def undeclared_forms_reason(
     return f"{name} does not declare {'; '.join(parts)}"
 
 
+def forms_in(values: Mapping[str, Any]) -> frozenset[Form]:
+    """The forms with keywords whose keywords are all in ``values`` (an ``AttentionInputs.forms``):
+    what a call's keywords carry (forms without keywords, such as a value head dim, are not seen)."""
+    return frozenset(
+        f for f, spec in FORMS.items() if spec.keywords and all(k in values for k in spec.keywords)
+    )
+
+
 def form_keyword_values(carried: Iterable[Form], values: Mapping[str, Any]) -> dict[str, Any]:
     """The keyword arguments for the forms a case carries, taken from ``values``.
 

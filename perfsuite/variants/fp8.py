@@ -108,9 +108,23 @@ def flash_impl_missing(impl: str) -> str | None:
     return None
 
 
+def flash_impl_unusable(impl: str, device: str) -> str | None:
+    """Why ``impl``, though listed, cannot run here: not a CUDA device, or its activation fails
+    (its kernel package is not installed); the activation is undone. None when it can."""
+    if device != "cuda":
+        return f"{impl} is a CUDA flash implementation; this case runs on {device}"
+    try:
+        torch.nn.attention.activate_flash_attention_impl(impl)
+    except Exception as exc:  # e.g. ModuleNotFoundError: No module named 'flash_attn_interface'
+        return f"torch {torch.__version__} lists {impl} but cannot activate it: {type(exc).__name__}: {exc}"
+    finally:
+        torch.nn.attention.restore_flash_attention_impl(_raise_warn=False)
+    return None
+
+
 def _flash_impl(impl: str):
     def prepare(inputs: AttentionInputs) -> VariantFn:
-        missing = flash_impl_missing(impl)
+        missing = flash_impl_missing(impl) or flash_impl_unusable(impl, inputs.query.device.type)
         if missing:
             raise CaseUnsupported(missing)
 

@@ -88,6 +88,7 @@ def test_a_pinned_flash_implementation_is_activated_for_the_call_and_fa2_restore
         raise RuntimeError("No available kernel")
 
     monkeypatch.setattr(fp8.F, "scaled_dot_product_attention", sdpa)
+    monkeypatch.setattr(fp8, "flash_impl_unusable", lambda impl, device: None)  # as on a GPU
     inputs = make_inputs(PLAIN, 0)
     fn = get_variant("sdpa_flash_fa3").for_case(inputs)
     with pytest.raises(RuntimeError, match="No available kernel"):
@@ -102,5 +103,24 @@ def test_sdpa_fp8_names_a_missing_quantized_path_and_masks_it_cannot_take(monkey
     monkeypatch.setitem(
         sys.modules, "torch.nn.attention.experimental._scaled_dot_product_attention_quantized", None
     )
-    with pytest.raises(CaseUnsupported, match=rf"torch {re.escape(torch.__version__)} has no .*quantized"):
+    with pytest.raises(
+        CaseUnsupported, match=rf"torch {re.escape(torch.__version__)} has no .*quantized"
+    ):
         fp8.quantized_sdpa()
+
+
+def test_a_listed_flash_implementation_that_cannot_activate_names_why(monkeypatch):
+    def activate(impl):
+        raise ModuleNotFoundError("No module named 'flash_attn_interface'")
+
+    monkeypatch.setattr(torch.nn.attention, "activate_flash_attention_impl", activate)
+    monkeypatch.setattr(
+        torch.nn.attention, "restore_flash_attention_impl", lambda _raise_warn: None
+    )
+    assert fp8.flash_impl_unusable("FA3", "cuda").endswith(
+        "lists FA3 but cannot activate it: ModuleNotFoundError: No module named 'flash_attn_interface'"
+    )
+    assert (
+        fp8.flash_impl_unusable("FA4", "cpu")
+        == "FA4 is a CUDA flash implementation; this case runs on cpu"
+    )
