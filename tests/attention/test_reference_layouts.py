@@ -78,7 +78,9 @@ def test_a_wrong_block_table_lookup_fails_naming_the_sequence_and_element(varian
 def test_an_off_by_one_sequence_offset_fails_naming_the_sequence_and_packed_row(variant_of):
     serving = _serving()
 
-    def one_key_too_many(query, key, value, *, mask, scale, cu_seqlens_q, cu_seqlens_kv, **sizes):
+    def one_key_too_many(
+        query, key, value, *, mask, scale, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv
+    ):
         ends = cu_seqlens_kv.clone()
         ends[1:-1] += 1  # each sequence's keys run one into the next sequence's
         out = query.new_empty(query.shape[0], query.shape[1], value.shape[-1])
