@@ -9,6 +9,8 @@ A packed case (``perfsuite.attention.layouts``, ``Form.VARLEN``) passes query
   bytes, and the copies in and out).
 * ``flex_document``: eager flex_attention over the packed tensor as one sequence with a document
   mask (a query sees only keys of its own sequence), the block mask built once per case.
+* ``sdpa_nested``: SDPA over nested jagged tensors built from the packed batch (torch refuses
+  a causal mask on them, so noncausal cases only).
 * ``varlen_attn``: ``torch.nn.attention.varlen.varlen_attn`` (torch 2.10+, CUDA only: its
   flash kernel has no CPU implementation).
 """
@@ -189,3 +191,38 @@ register_variant(
     requires=(Form.VARLEN,),
     forward_only="checked forward only",
 )(prepared_on_every_call(prepare_varlen_attn, "torch's varlen_attn over a packed batch."))
+
+
+def prepare_sdpa_nested(inputs: AttentionInputs) -> VariantFn:
+    """Nested jagged tensors take no causal mask (torch: "Nested tensors for query / key are not
+    supported when is_causal=True"): only noncausal cases."""
+    if inputs.mask.kind != "noncausal":
+        raise CaseUnsupported(
+            f"torch {torch.__version__}: SDPA over nested jagged tensors takes no mask and no "
+            f"is_causal; mask {inputs.mask.kind!r} needs one"
+        )
+
+    def attention(
+        query, key, value, *, mask, scale, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv
+    ):
+        def jagged(t, cu):
+            return torch.nested.nested_tensor_from_jagged(t, cu.long()).transpose(1, 2)
+
+        groups = query.shape[1] // key.shape[1]  # nested SDPA has no GQA: kv heads repeated
+        out = F.scaled_dot_product_attention(
+            jagged(query, cu_seqlens_q),
+            jagged(key.repeat_interleave(groups, dim=1), cu_seqlens_kv),
+            jagged(value.repeat_interleave(groups, dim=1), cu_seqlens_kv),
+            scale=scale,
+        )
+        return out.transpose(1, 2).values()
+
+    return attention
+
+
+register_variant(
+    "sdpa_nested",
+    "SDPA over nested jagged tensors made from the packed batch (noncausal only)",
+    prepare=prepare_sdpa_nested,
+    requires=(Form.VARLEN,),
+)(prepared_on_every_call(prepare_sdpa_nested, "SDPA over nested jagged tensors."))

@@ -129,6 +129,7 @@ def test_a_split_kv_merge_without_the_max_correction_fails_naming_the_element(va
     "name, case_id",
     [
         ("varlen_padded_sdpa", "b3h4kv2s12d8-fp32-causal_br-packed-onelong-cpu"),
+        ("sdpa_nested", "b3h4kv2s12d8-fp32-noncausal-packed-uniform-cpu"),
         ("flex_document", "b3h4kv2s12d8-fp32-window4-packed-uniform-dv4-cpu"),
         ("paged_gather", "b3h4kv2q3k20d8-fp32-causal_br-paged4-onelong-cpu"),
         ("split_kv", SPLIT),
