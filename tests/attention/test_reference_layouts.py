@@ -76,7 +76,7 @@ def test_a_wrong_block_table_lookup_fails_naming_the_sequence_and_element(varian
 
 
 def test_an_off_by_one_sequence_offset_fails_naming_the_sequence_and_packed_row(variant_of):
-    serving = _serving()
+    case = parse_case_id(PACKED.replace("-causal-", "-noncausal-"))
 
     def one_key_too_many(
         query, key, value, *, mask, scale, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv
@@ -96,11 +96,12 @@ def test_an_off_by_one_sequence_offset_fails_naming_the_sequence_and_packed_row(
             ).transpose(0, 1)
         return out
 
-    failure = check_matches_reference(
-        variant_of("t_offset", one_key_too_many), parse_case_id(PACKED), 0
-    )
+    variant = variant_of("t_offset", one_key_too_many)
+    failure = check_matches_reference(variant, case, 0)
     assert "sequence 0 of 3 (q_len 16, kv_len 16): not within" in failure
     assert "worst element at [head, query, dim] = [" in failure and "(packed row " in failure
+    leak = check_sequence_independence(variant, case, 0)
+    assert "sequence 0 (q_len 16, kv_len 16) changed when only the other sequences" in leak
 
 
 def test_a_split_kv_merge_without_the_max_correction_fails_naming_the_element(variant_of):

@@ -17,7 +17,9 @@ def paged_decode(query, key, value, *, mask, scale, block_table, seq_lens_kv):
         pages = block_table[b, : (length + page_size - 1) // page_size].long()
         k = key[pages].flatten(0, 1)[:length].transpose(0, 1)  # [kv_heads, length, dim]
         v = value[pages].flatten(0, 1)[:length].transpose(0, 1)
-        scores = torch.matmul(query[b].unflatten(0, (kv_heads, -1)), k.unsqueeze(1).transpose(-2, -1))
+        scores = torch.matmul(
+            query[b].unflatten(0, (kv_heads, -1)), k.unsqueeze(1).transpose(-2, -1)
+        )
         position = torch.arange(length - q_len, length).unsqueeze(1)
         scores = scores.mul(scale).masked_fill(torch.arange(length) > position, float("-inf"))
         out[b] = torch.matmul(torch.softmax(scores, dim=-1), v.unsqueeze(1)).flatten(0, 1)
