@@ -209,12 +209,14 @@ def prepare_sdpa_nested(inputs: AttentionInputs) -> VariantFn:
             return torch.nested.nested_tensor_from_jagged(t, cu.long()).transpose(1, 2)
 
         groups = query.shape[1] // key.shape[1]  # nested SDPA has no GQA: kv heads repeated
-        out = F.scaled_dot_product_attention(
-            jagged(query, cu_seqlens_q),
-            jagged(key.repeat_interleave(groups, dim=1), cu_seqlens_kv),
-            jagged(value.repeat_interleave(groups, dim=1), cu_seqlens_kv),
-            scale=scale,
-        )
+        with warnings.catch_warnings():  # torch calls every nested tensor a prototype
+            warnings.filterwarnings("ignore", message="The PyTorch API of nested tensors")
+            out = F.scaled_dot_product_attention(
+                jagged(query, cu_seqlens_q),
+                jagged(key.repeat_interleave(groups, dim=1), cu_seqlens_kv),
+                jagged(value.repeat_interleave(groups, dim=1), cu_seqlens_kv),
+                scale=scale,
+            )
         return out.transpose(1, 2).values()
 
     return attention

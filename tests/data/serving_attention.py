@@ -21,7 +21,7 @@ def paged_decode(query, key, value, *, mask, scale, block_table, seq_lens_kv):
             query[b].unflatten(0, (kv_heads, -1)), k.unsqueeze(1).transpose(-2, -1)
         )
         position = torch.arange(length - q_len, length).unsqueeze(1)
-        scores = scores.mul(scale).masked_fill(torch.arange(length) > position, float("-inf"))
+        scores = scores.mul_(scale).masked_fill_(torch.arange(length) > position, float("-inf"))
         out[b] = torch.matmul(torch.softmax(scores, dim=-1), v.unsqueeze(1)).flatten(0, 1)
     return out
 
