@@ -96,9 +96,19 @@ def _ms(seconds: float | None) -> str:
     return f"{seconds * 1e3:.3f}" if seconds is not None else "-"
 
 
+def _kv_read(r: BenchmarkResult, bandwidth_gbps: float | None) -> str:
+    """``812 (24.1%)``: a layout case's KV-cache read rate and its share of the measured copy
+    bandwidth (``perfsuite.measure.peaks.copy_gbps``); ``-`` for plain cases or without a timing."""
+    rate = r.kv_read_gbps
+    if rate is None:
+        return "-"
+    return f"{rate:.3g} ({100 * rate / bandwidth_gbps:.1f}%)" if bandwidth_gbps else f"{rate:.3g}"
+
+
 def timing_rows(results: list[BenchmarkResult], peaks: dict[str, Any] | None) -> list[str]:
     """Markdown rows: wall, device, their difference (launch/host overhead), TFLOP/s and the share
-    of the measured matmul peak of the case's dtype (``perfsuite.measure.peaks``)."""
+    of the measured matmul peak of the case's dtype (``perfsuite.measure.peaks``), and for layout
+    cases (paged decode) the KV-cache read rate against the measured memory bandwidth."""
     from perfsuite.attention.cases import parse_case_id
 
     header = [
@@ -112,9 +122,11 @@ def timing_rows(results: list[BenchmarkResult], peaks: dict[str, Any] | None) ->
         "wall - device ms",
         "TFLOP/s",
         "% of measured matmul peak",
+        "KV read GB/s (% of measured bandwidth)",
     ]
     rows = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     matmul = (peaks or {}).get("matmul_tflops") or {}
+    bandwidth = (peaks or {}).get("memory_gbps")
     for r in results:
         peak = matmul.get(parse_case_id(r.case_id).dtype)
         share = f"{100 * r.achieved_tflops / peak:.1f}%" if r.achieved_tflops and peak else "-"
@@ -133,6 +145,7 @@ def timing_rows(results: list[BenchmarkResult], peaks: dict[str, Any] | None) ->
                     _ms(r.host_overhead_s),
                     tflops,
                     share,
+                    _kv_read(r, bandwidth),
                 ]
             )
             + " |"

@@ -52,3 +52,14 @@ def test_the_table_shows_padding_and_kv_read_rate_only_when_a_row_is_a_layout_ca
     table = markdown_table([plain, padded], [])
     assert "| padding FLOP, bytes (share) | KV read GB/s |" in table.splitlines()[0]
     assert "3 MFLOP (60%), 1.0 KiB (51%) | 1.00 |" in table  # 2 MFLOP useful; 2 MB in 2 ms
+
+
+def test_the_gpu_report_puts_the_kv_read_rate_against_the_measured_bandwidth(make_result):
+    from perfsuite.cli.verify import timing_rows
+
+    paged = make_result(
+        kv_read_bytes=2_000_000, case_id="b2h4kv2q1k16d8-fp32-causal_br-paged4-equal-cpu"
+    )
+    rows = timing_rows([paged, make_result()], {"memory_gbps": 4.0, "matmul_tflops": {}})
+    assert rows[0].endswith("| KV read GB/s (% of measured bandwidth) |")
+    assert rows[2].endswith("| 1 (25.0%) |") and rows[3].endswith("| - |")
