@@ -327,7 +327,7 @@ def kernel_families_page() -> str:
 
 _GATE_EXIT_MEANINGS = {
     "EXIT_PASS": "no regression",
-    "EXIT_REGRESSION": "a regression: a benchmark slower, or with `--fail-on-structure` a structural change that adds work",
+    "EXIT_REGRESSION": "a regression: a benchmark slower, or a structural change that adds work (unless `--no-fail-on-structure`)",
     "EXIT_UNUSABLE": "usage error, runs that cannot be compared, or nothing compared",
 }
 

@@ -146,8 +146,9 @@ SETTINGS = {
     "cuda_graphs": Setting(
         "perfsuite_cuda_graphs",
         "--perfsuite-cuda-graphs",
-        "off",
-        "on/off: time the CUDA-graph replay of each step where capture works (failures are reported)",
+        "on",
+        "on/off: time the CUDA-graph replay of each step where capture works (a failed capture is "
+        "reported and the blocked-event timer times the eager step)",
     ),
     "isolate": Setting(
         "perfsuite_isolate",
@@ -231,7 +232,7 @@ class SuiteSettings:
     traces_dir: Path
     timer: str = "host"
     l2_flush: bool = True
-    cuda_graphs: bool = False
+    cuda_graphs: bool = True
     isolate: tuple[str, ...] = ()  # variants probed in a child process before they run here
     adapter_cases: tuple[AttentionCase, ...] | None = (
         None  # None: variants that wrap a library run every case

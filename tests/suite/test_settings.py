@@ -143,11 +143,11 @@ def test_errors_name_the_source():
 
 def test_timer_flush_and_graph_settings():
     default = settings.resolve(raw(), cuda_available=False)
-    assert (default.timer, default.l2_flush, default.cuda_graphs) == ("host", True, False)
+    assert (default.timer, default.l2_flush, default.cuda_graphs) == ("host", True, True)
     chosen = settings.resolve(
-        raw(timer="kernel", l2_flush="off", cuda_graphs="on"), cuda_available=False
+        raw(timer="kernel", l2_flush="off", cuda_graphs="off"), cuda_available=False
     )
-    assert (chosen.timer, chosen.l2_flush, chosen.cuda_graphs) == ("kernel", False, True)
+    assert (chosen.timer, chosen.l2_flush, chosen.cuda_graphs) == ("kernel", False, False)
     with pytest.raises(
         ConfigError, match="option timer: timer 'cupti' is not one of host, cuda_event, kernel"
     ):

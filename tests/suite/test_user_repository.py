@@ -72,7 +72,8 @@ def blocked_attention(query, key, value, *, mask, scale):
                       use_reentrant=False)
 '''
 )
-AB = ("ab", "--cases", CASE, "--blocks", "2", "--rounds", "1", "--fail-on-structure")  # + refs
+# README's plain form: structure that adds work fails by default (--blocks 2: structure only)
+AB = ("ab", "--cases", CASE, "--blocks", "2", "--rounds", "1")  # + refs
 EXTRA_COPY = "    scores = scores.transpose(-2, -1).contiguous().transpose(-2, -1)  # one extra score-sized copy\n"
 
 
@@ -184,7 +185,7 @@ def test_the_ab_gate_on_git_refs_names_the_extra_copy_and_fails(user_repo):
     assert (
         "blocked_attention/b1h2s16d8-fp32-causal-cpu/backward" in output
     )  # every mode is gated by default
-    assert "perfsuite gate: FAIL" in output
+    assert "perfsuite gate: FAIL" in output and "decided by structure" in output
     assert not list(repo.path.glob("perfsuite-ab-*")) and "perfsuite-ab-" not in repo.git(
         "worktree", "list"
     )
@@ -305,6 +306,8 @@ def test_ctrl_c_and_sigterm_end_ab_with_one_line_and_remove_the_worktrees(user_r
         "400",
         "--rounds",
         "5",
+        "--workers-per-side",
+        "2",
         "--base-ref",
         base_sha,
         "--head-ref",
