@@ -133,6 +133,7 @@ def test_a_split_kv_merge_without_the_max_correction_fails_naming_the_element(va
         ("sdpa_nested", "b3h4kv2s12d8-fp32-noncausal-packed-uniform-cpu"),
         ("flex_document", "b3h4kv2s12d8-fp32-window4-packed-uniform-dv4-cpu"),
         ("paged_gather", "b3h4kv2q3k20d8-fp32-causal_br-paged4-onelong-cpu"),
+        ("paged_flex", "b3h4kv2q3k20d8-fp32-window5-paged4-uniform-dv4-cpu"),
         ("split_kv", SPLIT),
         ("fp8_dequant_sdpa", "b2h4kv2s12d8-bf16-causal-fp8-cpu"),
         ("sdpa", "b3h4kv2s12d8-fp32-causal-padded-uniform-cpu"),
