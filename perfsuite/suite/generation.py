@@ -71,6 +71,12 @@ class NotGenerated:
         ]
 
 
+LAYOUT_FORWARD_ONLY = (
+    "layout cases (padded, packed, paged, split-KV, value head dim, FP8) are inference forms: "
+    "checked and timed forward only"
+)
+
+
 def certain_skip(variant: Variant, case: AttentionCase, mode: str | None) -> str | None:
     """Why ``variant`` certainly cannot run ``case`` in ``mode`` (None: it may run)."""
     device = variant.device_unsupported(case.device)
@@ -79,6 +85,8 @@ def certain_skip(variant: Variant, case: AttentionCase, mode: str | None) -> str
     forms = variant.forms_unsupported(case.forms)
     if forms is not None:
         return forms
+    if mode in GRADIENT_MODES and not case.layout.is_plain:
+        return LAYOUT_FORWARD_ONLY
     no_backward = variant.backward_unsupported(case.device) if mode in GRADIENT_MODES else None
     if no_backward:
         return f"{variant.name} has no backward on {case.device}: {no_backward}"

@@ -380,6 +380,10 @@ def _resolve_cases(
             for f in ("shapes", "dtypes", "masks", "score_mods")
         ]
         sources += [_describe_source(f) for f in fields]
+        only_ids = fields[0].origin == "default" and not fields[0].value.strip()
+        if only_ids:  # a set of exact case ids (layout cases) and no shapes
+            found += _set_cases(case_set_name, device, fields)
+            continue
         shapes = _parse_items(fields[0], cases.parse_shape, "shapes")
         dtypes = _parse_items(fields[1], cases.parse_dtype, "dtypes")
         masks = [m for group in _parse_items(fields[2], cases.parse_masks, "masks") for m in group]
@@ -402,6 +406,7 @@ def _resolve_cases(
         except ValueError as exc:
             raise ConfigError(f"{fields[3].source}: {exc}") from None
         found += _transposed_cases(case_set_name, device, fields, dtypes, masks)
+        found += _set_cases(case_set_name, device, fields)
     combined = (
         "" if raw["combinations"].value.strip().lower() == "all" else ", pairwise combinations"
     )
@@ -418,6 +423,15 @@ def _transposed_cases(
         return []
     [built] = cases.build_cases([cases.parse_shape(shape)], dtypes[:1], device, masks[:1], "all")
     return [dataclasses.replace(built, transposed=True)]
+
+
+def _set_cases(case_set_name: str, device: str, fields: list[RawValue]) -> list[AttentionCase]:
+    """The case set's exact case ids on ``device`` (``DeviceCases.cases``: layout cases), when its
+    shapes, dtypes and masks all come from the set."""
+    ids = getattr(get_case_set(case_set_name), device).cases
+    if not ids or any(f.origin != "default" for f in fields):
+        return []
+    return [cases.parse_case_id(text) for text in ids.split()]
 
 
 def _resolve_isolate(

@@ -22,7 +22,9 @@ from perfsuite.attention.contract import (
     PrepareFn,
     VariantFn,
     declared_forms,
+    missing_required_reason,
     parse_form,
+    required_forms,
     undeclared_forms_reason,
 )
 from perfsuite.attention.reference import FullyMaskedRows
@@ -81,6 +83,8 @@ class Variant:
     hook for a softcap), given in place of "does not declare" on a case carrying it.
     ``needs_a_form``: the variant exists for cases with forms (``naive_mods``); on a plain case its
     tests are not generated (the plain built-ins cover those).
+    ``requires``: the forms whose keywords its function takes without a default
+    (``perfsuite.attention.contract.required_forms``); it is not run on a case without them.
     """
 
     name: str
@@ -102,6 +106,7 @@ class Variant:
     forms: frozenset[Form] = frozenset()
     forms_refused: tuple[tuple[Form, str], ...] = ()
     needs_a_form: bool = False
+    requires: frozenset[Form] = frozenset()
 
     def device_unsupported(self, device: str) -> str | None:
         """Why the variant cannot run on ``device`` (``"cpu"``, ``"cuda"``) at all, or None."""
@@ -112,14 +117,17 @@ class Variant:
     def forms_unsupported(self, carried: frozenset[Form]) -> str | None:
         """Why the variant is not run on a case carrying the forms ``carried``, or None: the
         variant's own reasons (``forms_refused``) for the forms it refuses, else the forms it does
-        not declare; for a ``needs_a_form`` variant, that a plain case is not its."""
+        not declare; for a ``needs_a_form`` variant, that a plain case is not its; the forms it
+        requires (``requires``) that the case does not carry."""
         if self.needs_a_form and not carried:
-            return f"{self.name} runs on cases with forms (score modifications) only"
+            return f"{self.name} runs on cases with forms (score modifications, layouts) only"
         refused = [f"{form.value}: {why}" for form, why in self.forms_refused if form in carried]
         if refused:
             return f"{self.name} cannot do " + "; ".join(refused)
         reason = undeclared_forms_reason(self.name, self.forms, carried)
-        return None if reason is None else reason + _near_misses(self.fn, set(carried) - self.forms)
+        if reason is not None:
+            return reason + _near_misses(self.fn, set(carried) - self.forms)
+        return missing_required_reason(self.name, self.requires, carried)
 
     def backward_unsupported(self, device: str) -> str | None:
         """Why the variant has no backward on ``device`` (``"cpu"``, ``"cuda"``), or None when it has one."""
@@ -208,6 +216,7 @@ def register_variant(
     forms: Sequence[str | Form] = (),
     forms_refused: Mapping[str | Form, str] | None = None,
     needs_a_form: bool = False,
+    requires: Sequence[str | Form] = (),
 ) -> Callable[[VariantFn], VariantFn]:
     """Decorator that registers ``fn`` under ``name`` and returns it unchanged.
 
@@ -216,7 +225,9 @@ def register_variant(
     device types the variant runs on (``Variant.devices``), None for every one. ``forms``: forms
     the variant handles beyond those its function's keywords declare (``Variant.forms``).
     ``forms_refused``: ``{form: why the variant cannot do it}`` (``Variant.forms_refused``);
-    ``needs_a_form``: not generated on plain cases (``Variant.needs_a_form``).
+    ``needs_a_form``: not generated on plain cases (``Variant.needs_a_form``);
+    ``requires``: forms it cannot run without beyond those its keywords require (a variant with
+    ``prepare`` whose direct-call function takes ``**forms``), declared too.
 
     Raises:
         ValueError: ``name`` is already registered, ``fully_masked_rows`` is not one of
@@ -240,7 +251,8 @@ def register_variant(
                 f"variant {name!r}: devices={devices!r}; allowed: a non-empty list of {', '.join(DEVICES)}"
             )
         check_signature(name, fn)
-        handled = declared_forms(fn, (parse_form(f) for f in forms))
+        needed = required_forms(fn) | {parse_form(f) for f in requires}
+        handled = declared_forms(fn, (parse_form(f) for f in forms)) | needed
         refused = tuple((parse_form(f), why) for f, why in (forms_refused or {}).items())
         _REGISTRY[name] = Variant(
             name=name,
@@ -262,6 +274,7 @@ def register_variant(
             forms=handled,
             forms_refused=refused,
             needs_a_form=needs_a_form,
+            requires=needed,
         )
         return fn
 
