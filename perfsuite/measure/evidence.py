@@ -146,7 +146,7 @@ class Evidence:
 def bind(variant: Variant, inputs: AttentionInputs) -> Callable[[], torch.Tensor]:
     """A no-argument forward of ``variant`` on ``inputs`` (prepared for them), run under ``torch.no_grad()``."""
 
-    forms = variant.forms_unsupported(forms_in(inputs.forms))
+    forms = variant.forms_unsupported(forms_in(inputs.forms), generating=False)
     if forms is not None:  # never prepared for keywords it cannot take, or without those it needs
         raise VariantUnsupported(forms)
     try:
@@ -173,7 +173,7 @@ def run_once(
     (``VariantUnsupported`` with ``Variant.forms_unsupported``'s reason). Warnings raised during the call are recorded (one line each, appended to ``seen`` when
     given) and shown once per variant and message (``announce_warnings``), not dropped.
     """
-    forms = variant.forms_unsupported(case.forms)
+    forms = variant.forms_unsupported(case.forms, generating=False)
     if forms is not None:  # a form the case carries and the variant lacks, or the reverse
         raise VariantUnsupported(forms)
     with recorded_warnings() as caught:

@@ -114,12 +114,13 @@ class Variant:
             return None
         return f"{self.name} runs on {', '.join(self.devices)} only"
 
-    def forms_unsupported(self, carried: frozenset[Form]) -> str | None:
+    def forms_unsupported(self, carried: frozenset[Form], generating: bool = True) -> str | None:
         """Why the variant is not run on a case carrying the forms ``carried``, or None: the
         variant's own reasons (``forms_refused``) for the forms it refuses, else the forms it does
         not declare; for a ``needs_a_form`` variant, that a plain case is not its; the forms it
-        requires (``requires``) that the case does not carry."""
-        if self.needs_a_form and not carried:
+        requires (``requires``) that the case does not carry. ``generating=False`` (a direct call):
+        ``needs_a_form`` does not refuse, since such a variant can run a plain case."""
+        if generating and self.needs_a_form and not carried:
             return f"{self.name} runs on cases with forms (score modifications, layouts) only"
         refused = [f"{form.value}: {why}" for form, why in self.forms_refused if form in carried]
         if refused:
