@@ -74,9 +74,13 @@ CASE_SETS: dict[str, CaseSet] = {
         DeviceCases("4x32:8x2048x128 4x32:1x2048x128", "bf16", "causal"),
     ),
     "masks": CaseSet(
-        "every mask kind on one shape, prefill with a cached prefix (seq_len_q < seq_len_kv)",
+        "every mask kind on one shape, prefill with a cached prefix (seq_len_q < seq_len_kv), and "
+        "queries that see no key (a score modification applied after the mask shows there)",
         DeviceCases(
-            "2x4x256:384x64", "fp32", "noncausal causal causal_br bool additive padding window128"
+            "2x4x256:384x64",
+            "fp32",
+            "noncausal causal causal_br bool additive padding window128",
+            cases="b2h4q48k32d64-fp32-causal_br-cpu",
         ),
         DeviceCases(
             "4x16x1024:2048x64",

@@ -142,6 +142,28 @@ FORMS: dict[Form, FormSpec] = {
 
 FORM_KEYWORDS = frozenset(k for spec in FORMS.values() for k in spec.keywords)
 
+# Names other libraries give the same arguments (FlashAttention, FlashInfer, vLLM, transformers):
+# a function using one of them is told the keyword perfsuite passes instead.
+KEYWORD_ALIASES: dict[str, str] = {
+    "attn_logit_softcapping": "softcap",  # transformers' Gemma 2 config
+    "logit_softcapping": "softcap",
+    "logits_soft_cap": "softcap",  # FlashInfer
+    "soft_cap": "softcap",
+    "s_aux": "sinks",  # vLLM's gpt-oss sinks
+    "sink": "sinks",
+    "attention_sinks": "sinks",
+    "slopes": "alibi_slopes",
+    "alibi": "alibi_slopes",
+    "positions": "query_positions",
+    "cu_seqlens_k": "cu_seqlens_kv",  # FlashAttention's varlen and KV-cache functions
+    "max_seqlen_k": "max_seqlen_kv",
+    "block_tables": "block_table",
+    "page_table": "block_table",
+    "cache_seqlens": "seq_lens_kv",
+    "seqused_k": "seq_lens_kv",
+    "seq_lens": "seq_lens_kv",
+}
+
 
 def parse_form(name: str | Form) -> Form:
     """The ``Form`` called ``name``; ``ValueError`` naming the value and the allowed forms."""

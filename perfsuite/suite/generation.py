@@ -64,7 +64,11 @@ class NotGenerated:
         shown = self.counts.most_common(most)
         rest = len(self.counts) - len(shown)
         reasons = "; ".join(f"{count} x {reason}" for reason, count in shown)
-        more = f"; and {rest} other reasons (-v lists them)" if rest > 0 else ""
+        more = (
+            f"; and {rest} other reason{'s' if rest > 1 else ''} (-v lists them)"
+            if rest > 0
+            else ""
+        )
         return [
             f"perfsuite: {self.total} combinations not generated (their skip is certain before "
             f"running): {reasons}{more}"

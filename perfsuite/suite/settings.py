@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from perfsuite.attention import cases
 from perfsuite.errors import ConfigError
 from perfsuite.attention.case_sets import get_case_set
-from perfsuite.attention.score_mods import NONE as NO_SCORE_MODS, parse_score_mods
+from perfsuite.attention.score_mods import NONE as NO_SCORE_MODS, ScoreMods, parse_score_mods
 from perfsuite.attention.cases import AttentionCase, Device
 from perfsuite.attention.modes import MODES, parse_mode
 from perfsuite.errors import DeviceTimingError
@@ -406,7 +406,7 @@ def _resolve_cases(
         except ValueError as exc:
             raise ConfigError(f"{fields[3].source}: {exc}") from None
         found += _transposed_cases(case_set_name, device, fields, dtypes, masks)
-        found += _set_cases(case_set_name, device, fields)
+        found += _set_cases(case_set_name, device, fields, list(dict.fromkeys(mods)))
     combined = (
         "" if raw["combinations"].value.strip().lower() == "all" else ", pairwise combinations"
     )
@@ -425,13 +425,23 @@ def _transposed_cases(
     return [dataclasses.replace(built, transposed=True)]
 
 
-def _set_cases(case_set_name: str, device: str, fields: list[RawValue]) -> list[AttentionCase]:
-    """The case set's exact case ids on ``device`` (``DeviceCases.cases``: layout cases), when its
-    shapes, dtypes and masks all come from the set."""
+def _set_cases(
+    case_set_name: str, device: str, fields: list[RawValue], mods: list[ScoreMods] | None = None
+) -> list[AttentionCase]:
+    """The case set's exact case ids on ``device`` (``DeviceCases.cases``: layout cases, queries that
+    see no key), when its shapes, dtypes and masks all come from the set; a dense one is built with
+    each of ``mods`` (the score modifications asked for), a layout one as it is."""
     ids = getattr(get_case_set(case_set_name), device).cases
-    if not ids or any(f.origin != "default" for f in fields):
+    if not ids or any(f.origin != "default" for f in fields[:3]):
         return []
-    return [cases.parse_case_id(text) for text in ids.split()]
+    exact = [cases.parse_case_id(text) for text in ids.split()]
+    if not mods:
+        return exact
+    return [
+        dataclasses.replace(case, score_mods=m) if case.layout.is_plain else case
+        for case in exact
+        for m in (mods if case.layout.is_plain else mods[:1])
+    ]
 
 
 def _resolve_isolate(

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from perfsuite.attention.cases import DEVICES
 from perfsuite.attention.contract import (
     FORM_KEYWORDS,
+    KEYWORD_ALIASES,
     FORMS,
     Form,
     PrepareFn,
@@ -160,11 +161,15 @@ def _near_misses(fn: VariantFn, missing: set[Form]) -> str:
         return ""
     wanted = [k for form in missing for k in FORMS[form].keywords]
     known = {*_POSITIONAL, *_KEYWORD_ONLY, *FORM_KEYWORDS}
-    hints = [
-        f"; its parameter {name} is no form keyword{hint}"
-        for name in params
-        if name not in known and (hint := did_you_mean(name, wanted))
-    ]
+    hints = []
+    for name in params:
+        if name in known:
+            continue
+        alias = KEYWORD_ALIASES.get(name)
+        if alias in wanted:
+            hints.append(f"; its parameter {name} is what perfsuite passes as {alias!r}: rename it")
+        elif hint := did_you_mean(name, wanted):
+            hints.append(f"; its parameter {name} is no form keyword{hint}")
     return "".join(hints)
 
 
