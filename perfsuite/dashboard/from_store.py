@@ -126,12 +126,12 @@ def _open_regressions(
         ]
         if same:
             old = steps[same[0]]
+            # the separate runs' step keeps its ratio; a count's step is named first in the cause
             steps[same[0]] = dataclasses.replace(
                 old,
                 open=True,
                 worse=True,
-                size=" and ".join(x for x in (old.size, size) if x),
-                cause=old.cause or cause,
+                cause="; ".join(x for x in (size, old.cause or cause) if x),
             )
             continue
         ratio = found.ratios[-1] if found.ratios and not counted else 1.0

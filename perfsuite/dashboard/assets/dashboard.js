@@ -68,7 +68,7 @@
     if (rows.length) {
       sec.append(table(["", "benchmark", "testbed", "size", "last good", "first bad", "cause"], rows.map(([s, c]) =>
         el("tr", {class: worse(c) ? "regression" : "improvement", "data-series": s.id},
-          el("td", {}, c.size ? (worse(c) ? "regression" : "improvement") : worse(c) ? "slower" : "faster"),
+          el("td", {}, c.size ? (worse(c) ? "regression" : "improvement") : c.ratio > 1 ? "slower" : "faster"),
           el("td", {}, el("a", {href: seriesHref(s)}, label(s))),
           el("td", {}, testbed(s.testbed)),
           el("td", {class: "num"}, size(c)),
