@@ -63,9 +63,11 @@ def run_dashboard(args: argparse.Namespace) -> int:
         dashboard = dashboard_from_store(store, args.title, args.repo_url, order, args.branch)
     index = write_site(dashboard, args.out)
     changes = sum(len(s.change_points) for s in dashboard.series)
+    regressions = sum(c.open and c.regression for s in dashboard.series for c in s.change_points)
     print(
         f"wrote {index}: {len(dashboard.series)} series over {len(dashboard.commits)} commits, "
-        f"{changes} change point(s); open it in a browser (file://) or publish the folder",
+        f"{changes} change point(s), {regressions} open regression(s) (as perfsuite history detect "
+        "confirms them); open it in a browser (file://) or publish the folder",
         file=sys.stderr,
     )
     return 0

@@ -305,12 +305,9 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_detect(args: argparse.Namespace) -> int:
-    from perfsuite.history.changepoints import check_newest
-    from perfsuite.trace.structure import diff_fingerprints
+    from perfsuite.history.judging import DEFAULT_MEASURES, judge
 
-    # by default the times and the score-copy counts (exact, so judged even when every time is contended)
-    measures = [args.measure] if args.measure else ["time_s", "score_copies"]
-    results, regressions = [], 0
+    measures = [args.measure] if args.measure else list(DEFAULT_MEASURES)
     with _store(args) as store:
         order = _commit_order(args, store)
         chosen = (
@@ -318,45 +315,18 @@ def run_detect(args: argparse.Namespace) -> int:
             if args.series
             else [s for measure in measures for s in store.list_series(measure=measure)]
         )
-        for series in chosen:
-            points = store.points(
-                series.key,
-                branch=args.branch,
-                commit_order=order,
-                newest=args.window + args.confirm,  # what check_newest reads
-            )
-            verdict = check_newest(
-                points,
-                series.key.measure,
-                window=args.window,
-                confirm=args.confirm,
-                k=args.k,
-                min_effect=args.min_effect,
-                pairs=store.pairs(series),
-            )
-            good, bad = verdict.last_good, verdict.first_bad
-            cause = (
-                diff_fingerprints(good.structure, bad.structure)
-                if verdict.regression and good and bad and good.structure and bad.structure
-                else []
-            )
-            regressions += verdict.regression
-            results.append(
-                {
-                    "series": series.key.id,
-                    "benchmark": series.key.benchmark,
-                    "measure": series.key.measure,
-                    "newest": points[-1].sha if points else None,
-                    "regression": verdict.regression,
-                    "judged": verdict.judged,
-                    "ratios": list(verdict.ratios),
-                    "limit": verdict.limit,
-                    "reason": verdict.reason,
-                    "last_good": good.sha if verdict.regression and good else None,
-                    "first_bad": bad.sha if verdict.regression and bad else None,
-                    "structure": cause,
-                }
-            )
+        judged_series = judge(
+            store,
+            chosen,
+            order,
+            args.branch,
+            window=args.window,
+            confirm=args.confirm,
+            k=args.k,
+            min_effect=args.min_effect,
+        )
+    results = [j.as_json() for j in judged_series]
+    regressions = sum(j.regression for j in judged_series)
     if args.json:
         print(json.dumps(results, indent=1))
     else:

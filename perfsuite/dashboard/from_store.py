@@ -9,6 +9,7 @@ the store has only when a device clock timed the rounds (so wall and device time
 from __future__ import annotations
 
 import collections
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +20,7 @@ from perfsuite.dashboard.model import (
     Dashboard,
     Epoch,
     Fastest,
+    Finding,
     Point,
     Series,
     Testbed,
@@ -59,11 +61,11 @@ def _epoch_label(changed: dict[str, tuple[Any, Any]]) -> str:
 
 def _change_points(measure: str, found: list[Any], pairs: list[Any]) -> list[ChangePoint]:
     """The store's change points of a series (``perfsuite.history.changepoints.detect``, judged by the
-    series' interleaved gates ``pairs``); the newest one of a series is open (the series is still at its
-    level), earlier ones were followed by another step."""
+    series' interleaved gates ``pairs``), all closed but the newest when it is an improvement: an open
+    regression is one ``perfsuite history detect`` confirms (``_open_regressions``), never another."""
     from perfsuite.history.changepoints import GATE, detect
 
-    steps = detect(found, measure, pairs=pairs)
+    steps = [c for c in detect(found, measure, pairs=pairs) if c.last_good.sha and c.first_bad.sha]
     return [
         ChangePoint(
             c.last_good.sha,
@@ -72,11 +74,81 @@ def _change_points(measure: str, found: list[Any], pairs: list[Any]) -> list[Cha
             c.interval[0],
             c.interval[1],
             "; ".join((["interleaved gate"] if c.evidence == GATE else []) + list(c.structure)),
-            open=i == len(steps) - 1,
+            open=i == len(steps) - 1 and not c.worse,
+            worse=c.worse,
         )
         for i, c in enumerate(steps)
-        if c.last_good.sha and c.first_bad.sha
     ]
+
+
+def _open_regressions(
+    store: Any, listed: list[Any], series: list[Series], known: set[str], order: dict[str, Any]
+) -> list[Finding]:
+    """Mark on ``series`` each regression ``perfsuite history detect`` confirms at the newest commit
+    (``history.judging.judge`` with detect's defaults, on the time and score-copy series of ``listed``):
+    the offline step with the same commits becomes open (with detect's cause), else an open change point
+    is added to the benchmark's time series. A score-copy step reads as counts (``0 -> 1 score copies``).
+    Returns a note for each regression whose commits or time series the dashboard does not show."""
+    from perfsuite.history.changepoints import count_step
+    from perfsuite.history.judging import DEFAULT_MEASURES, judge
+
+    where = {(s.id, s.testbed): s for s in series if s.measure == "time"}
+    by_key = {}
+    for s in listed:
+        if s.key.measure == "time_s":
+            by_key[(s.key.benchmark, s.key.testbed)] = where.get((s.key.id, s.key.testbed))
+    notes = []
+    chosen = [s for s in listed if s.key.measure in DEFAULT_MEASURES]
+    for found in judge(store, chosen, order["commit_order"], order["branch"]):
+        if not found.regression or not found.last_good or not found.first_bad:
+            continue
+        key = found.series.key
+        counted = found.counts is not None
+        size = count_step(*found.counts, key.measure) if counted else ""
+        cause = "; ".join(found.structure)
+        target = by_key.get((key.benchmark, key.testbed))
+        if target is None or not {found.last_good, found.first_bad} <= known:
+            notes.append(
+                Finding(
+                    "bad",
+                    f"perfsuite history detect: regression in {key.benchmark} {key.measure} "
+                    f"{found.last_good[:10]} -> {found.first_bad[:10]}"
+                    + (f" ({size})" if size else "")
+                    + (f": {cause}" if cause else ""),
+                )
+            )
+            continue
+        steps = target.change_points
+        same = [
+            i
+            for i, c in enumerate(steps)
+            if (c.last_good, c.first_bad) == (found.last_good, found.first_bad)
+        ]
+        if same:
+            old = steps[same[0]]
+            # the separate runs' step keeps its ratio; a count's step is named first in the cause
+            steps[same[0]] = dataclasses.replace(
+                old,
+                open=True,
+                worse=True,
+                cause="; ".join(x for x in (size, old.cause or cause) if x),
+            )
+            continue
+        ratio = found.ratios[-1] if found.ratios and not counted else 1.0
+        steps.append(
+            ChangePoint(
+                found.last_good,
+                found.first_bad,
+                ratio,
+                ratio,
+                ratio,
+                cause,
+                open=True,
+                size=size or f"x{ratio:.3f} (perfsuite history detect)",
+                worse=True,
+            )
+        )
+    return notes
 
 
 # (variant, case id, mode, testbed fingerprint, sha) -> (fraction of the roof, which roof), or None
@@ -163,12 +235,13 @@ def dashboard_from_store(
     for s in listed:
         if s.key.measure == "score_copies":
             for p in store.points(s.key, **order):
-                if p.sha is not None and p.median is not None:
+                if p.sha is not None and p.median is not None and not p.dirty:
                     copies_of[(s.key.benchmark, s.key.testbed)][p.sha] = p.median
     for s in listed:
         if s.key.measure not in MEASURES or s.variant is None:
             continue
-        found = store.points(s.key, **order)
+        # a point of an uncommitted tree is not a commit of the history (``history show`` lists it)
+        found = [p for p in store.points(s.key, **order) if not p.dirty]
         copies = copies_of.get((s.key.benchmark, s.key.testbed), {})
         points = [pt for pt in (_point(p, copies) for p in found) if pt is not None]
         for p in found:
@@ -210,6 +283,7 @@ def dashboard_from_store(
                 copies.get(last.sha),
                 last.structure,
             )
+    notes = _open_regressions(store, listed, series, set(commits), order)
     ordered = sorted(commits.items(), key=lambda item: (item[1][0], item[1][1]))
     return Dashboard(
         title,
@@ -221,6 +295,7 @@ def dashboard_from_store(
             (v, case, tb, torch, c, st) for (v, case, tb, torch), (c, st) in sorted(newest.items())
         ),
         repo_url,
+        notes,
     )
 
 

@@ -46,7 +46,11 @@ class Point:
 @dataclasses.dataclass(frozen=True)
 class ChangePoint:
     """A step in a series between ``last_good`` and ``first_bad`` (commit shas); ``ratio`` new/old median
-    with its interval ``ratio_low``..``ratio_high``; ``cause``: the structural diff at that commit, if any."""
+    with its interval ``ratio_low``..``ratio_high``; ``cause``: the structural diff at that commit, if any;
+    ``open``: the series is still at that level (an open regression is one ``perfsuite history detect``
+    confirms at the newest commit); ``size``: the step in words when a ratio does not say it (a count:
+    ``0 -> 1 score copies``); ``worse``: whether it is a regression, when the ratio does not say (None:
+    a ratio above 1 is one)."""
 
     last_good: str
     first_bad: str
@@ -55,10 +59,12 @@ class ChangePoint:
     ratio_high: float
     cause: str = ""
     open: bool = True
+    size: str = ""
+    worse: bool | None = None
 
     @property
     def regression(self) -> bool:
-        return self.ratio > 1.0
+        return self.ratio > 1.0 if self.worse is None else self.worse
 
 
 @dataclasses.dataclass(frozen=True)
@@ -249,6 +255,8 @@ def to_json(dashboard: Dashboard) -> dict[str, Any]:
                         "hi": round(c.ratio_high, 4),
                         "cause": c.cause,
                         "open": c.open,
+                        "size": c.size,
+                        "worse": c.regression,
                     }
                     for c in s.change_points
                 ],

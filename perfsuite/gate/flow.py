@@ -18,7 +18,7 @@ from perfsuite.gate.compare import (
     markdown,
 )
 from perfsuite.gate.stats import CONTENDED_VERDICT, GateSettings, Verdict
-from perfsuite.trace.structure import NO_WORK_PREFIX
+from perfsuite.trace.structure import NO_WORK_PREFIX, added_lines
 
 EXIT_PASS, EXIT_REGRESSION, EXIT_UNUSABLE = 0, 1, 2
 
@@ -170,7 +170,11 @@ def failure_reason(comparison: BenchmarkComparison, fail_on_structure: bool) -> 
         e = comparison.estimate
         reasons.append(f"slower x{e.ratio:.3f} [{e.low:.3f}, {e.high:.3f}]")
     if fail_on_structure and comparison.structure_adds_work:
-        work = [line for line in comparison.structure if not line.startswith(NO_WORK_PREFIX)]
+        # only what the head added: removals, moved or reshaped writes and ops that did no work are
+        # in the structural diff, not in the reason it fails
+        work = added_lines(list(comparison.structure)) or [
+            line for line in comparison.structure if not line.startswith(NO_WORK_PREFIX)
+        ]
         reasons.append("structure adds work: " + "; ".join(work))
     return ", ".join(reasons) or None
 

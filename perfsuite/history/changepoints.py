@@ -82,14 +82,21 @@ class ChangePoint:
     structure: tuple[str, ...]
     structure_adds_work: bool
     evidence: str = SEPARATE_RUNS
+    measure: str = "time_s"
+
+    def size(self) -> str:
+        """The step in words: ``x1.210 [1.150, 1.270]``; for a count (``query.COUNTED``) the counts
+        before and after, ``0 -> 1 score copies`` (a ratio of counts means nothing when one is 0)."""
+        if self.measure in COUNTED:
+            return f"{count_step(self.last_good.median, self.first_bad.median, self.measure)}"
+        return f"x{self.ratio:.3f} [{self.interval[0]:.3f}, {self.interval[1]:.3f}]"
 
     def describe(self, unit: str = "") -> str:
-        """``a1b2c3d4e5 -> f6e7d8c9b0: x1.21 [1.15, 1.27] slower; +1 copy cpu aten::clone [2x4x64x64]``."""
+        """``a1b2c3d4e5 -> f6e7d8c9b0: x1.21 [1.15, 1.27] slower; +1 copy cpu aten::clone [2x4x64x64]``;
+        a count: ``a1b2c3d4e5 -> f6e7d8c9b0: 0 -> 1 score copies worse; ...``."""
         word = "worse" if self.worse else "better"
-        text = (
-            f"{self.last_good.short_sha} -> {self.first_bad.short_sha}: x{self.ratio:.3f} "
-            f"[{self.interval[0]:.3f}, {self.interval[1]:.3f}] {word}"
-            + (" (interleaved gate)" if self.evidence == GATE else "")
+        text = f"{self.last_good.short_sha} -> {self.first_bad.short_sha}: {self.size()} {word}" + (
+            " (interleaved gate)" if self.evidence == GATE else ""
         )
         return text + (
             f"; {'; '.join(self.structure)}" if self.structure else "; structure unchanged"
@@ -113,6 +120,24 @@ class OnlineVerdict:
     # usable points after it, all beyond the limit (the gate's base and the newest when a gate decided)
     last_good: Point | None = None
     first_bad: Point | None = None
+
+
+COUNT_NAMES = {"score_copies": ("score copy", "score copies")}
+
+
+def count_words(value: float | None, measure: str) -> str:
+    """A count in words: ``1 score copy``, ``2 score copies``, ``- score copies`` when not recorded."""
+    one, many = COUNT_NAMES.get(measure, (measure, measure))
+    if value is None:
+        return f"- {many}"
+    return f"{value:g} {one if value == 1 else many}"
+
+
+def count_step(before: float | None, after: float | None, measure: str) -> str:
+    """A step of a count: ``0 -> 1 score copies`` (``-`` for a count not recorded)."""
+    many = COUNT_NAMES.get(measure, (measure, measure))[1]
+    shown = lambda v: "-" if v is None else f"{v:g}"
+    return f"{shown(before)} -> {shown(after)} {many}"
 
 
 def usable(point: Point) -> bool:
@@ -272,7 +297,14 @@ def detect(
         for local, p, ratio, interval in _detect_one_epoch(chosen, p_value, min_effect):
             found.append(
                 _change_point(
-                    points, indices[local - 1], indices[local], ratio, interval, larger_is_worse, p
+                    points,
+                    indices[local - 1],
+                    indices[local],
+                    ratio,
+                    interval,
+                    larger_is_worse,
+                    p,
+                    measure=measure,
                 )
             )
     return with_gates(points, found, pairs, larger_is_worse) if pairs else found
@@ -287,6 +319,7 @@ def _change_point(
     larger_is_worse: bool,
     p: float,
     evidence: str = SEPARATE_RUNS,
+    measure: str = "time_s",
 ) -> ChangePoint:
     """The change point between ``points[good]`` and ``points[bad]``, with the structural diff."""
     before, after = points[good], points[bad]
@@ -295,7 +328,9 @@ def _change_point(
         lines = tuple(diff_fingerprints(before.structure, after.structure))
         more = adds_work(before.structure, after.structure)
     worse = (ratio > 1) == larger_is_worse
-    return ChangePoint(bad, before, after, ratio, interval, worse, p, lines, more, evidence)
+    return ChangePoint(
+        bad, before, after, ratio, interval, worse, p, lines, more, evidence, measure
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -307,6 +342,7 @@ class _Span:
     ratio: float
     interval: tuple[float, float]
     decisive: bool
+    verdict: str = ""
 
 
 def _spans(points: Sequence[Point], pairs: Sequence[Pair]) -> list[_Span]:
@@ -321,7 +357,7 @@ def _spans(points: Sequence[Point], pairs: Sequence[Pair]) -> list[_Span]:
         ratio, (low, high) = pair.ratio, pair.interval
         if a > b:  # the gate's base is the newer commit: invert it
             a, b, ratio, low, high = b, a, 1 / ratio, 1 / high, 1 / low
-        spans[(a, b)] = _Span(a, b, ratio, (low, high), pair.decisive)
+        spans[(a, b)] = _Span(a, b, ratio, (low, high), pair.decisive, pair.verdict)
     return list(spans.values())
 
 
@@ -380,6 +416,19 @@ def _gate_verdict(points: Sequence[Point], gate: _Span, larger_is_worse: bool) -
     said = f"x{gate.ratio:.3f} [{gate.interval[0]:.3f}, {gate.interval[1]:.3f}] " + (
         "worse" if worse else "better" if gate.decisive else "not a change the gate could call"
     )
+    if not gate.decisive and gate.verdict != "no change":
+        # an inconclusive gate (contended, too few pairs, an interval that holds both a step and none)
+        # decided nothing: the newest commit is not judged, never "ok"
+        return OnlineVerdict(
+            False,
+            (gate.ratio,),
+            None,
+            1,
+            f"the interleaved gate against {base.short_sha} was {gate.verdict or 'inconclusive'}: "
+            f"{said}: not judged",
+            base,
+            judged=False,
+        )
     return OnlineVerdict(
         worse,
         (gate.ratio,),
@@ -483,12 +532,11 @@ def check_newest(
     sign = 1.0 if larger_is_worse else -1.0
     broke = [sign * math.log(r) > limit for r, limit in zip(ratios, limits)]
     limit = math.exp(max(limits))
-    text = (
-        ", ".join(f"{statistics.median(p.values):g}" for p in newest)
-        + f" against {statistics.median(statistics.median(p.values) for p in baseline):g}"
-        if counted  # a ratio of counts means nothing when the baseline is 0
-        else ", ".join(f"x{r:.3f}" for r in ratios)
-    )
+    text = ", ".join(f"x{r:.3f}" for r in ratios)
+    if counted:  # a count reads as counts: a ratio of counts means nothing when the baseline is 0
+        before = statistics.median(statistics.median(p.values) for p in baseline)
+        after = statistics.median(newest[-1].values)
+        text = count_step(before, after, measure)
     if all(broke):
         # the step: walk back from the confirming points while a point is beyond the baseline's limit
         # (the newest points of the baseline may already be after the step)
@@ -501,7 +549,9 @@ def check_newest(
             tuple(ratios),
             limit,
             len(baseline),
-            f"the newest {confirm} point(s) ({text}) are beyond x{limit:.3f} of the last {len(baseline)}",
+            f"{text}: the newest point against the median of the last {len(baseline)} point(s)"
+            if counted
+            else f"the newest {confirm} point(s) ({text}) are beyond x{limit:.3f} of the last {len(baseline)}",
             last_good=chosen[first - 1] if first > 0 else None,
             first_bad=chosen[first],
         )
@@ -510,5 +560,8 @@ def check_newest(
         tuple(ratios),
         limit,
         len(baseline),
-        f"within the limit x{limit:.3f} for at least one of the newest {confirm} point(s) ({text})",
+        f"{text}: the newest point against the median of the last {len(baseline)} point(s), "
+        "no increase beyond the limit"
+        if counted
+        else f"within the limit x{limit:.3f} for at least one of the newest {confirm} point(s) ({text})",
     )

@@ -31,6 +31,8 @@ MEASURES: dict[str, tuple[str, str, bool]] = {
     "gbps": ("gbps", "GB/s", False),
     "score_copies": ("score_copies", "copies", True),
 }
+# why a point of a tree with uncommitted changes (``Commit.dirty``) is set aside: it is not the commit's code
+UNCOMMITTED = "uncommitted changes"
 # Counted from the trace, not timed: another process's load cannot change them, so no point of theirs is
 # contended (the run's contention flags apply to its timings).
 COUNTED = frozenset({"score_copies"})
@@ -236,8 +238,10 @@ def _ordered_groups(rows: Sequence[Any], commit_order: Sequence[str] | None) -> 
     if commit_order is not None:
         rank = {sha: i for i, sha in enumerate(commit_order)}
         found = [g for g in members if g[-1].commit_sha in rank]
+        # at one commit, a point of an uncommitted tree sorts before the committed one, so the
+        # commit's clean point stays its newest (what ``check_newest`` judges)
         return sorted(
-            found, key=lambda g: (rank[g[-1].commit_sha], bool(g[-1].dirty), g[0].recorded_at)
+            found, key=lambda g: (rank[g[-1].commit_sha], not g[-1].dirty, g[0].recorded_at)
         )
     big = float("inf")
 
@@ -247,7 +251,7 @@ def _ordered_groups(rows: Sequence[Any], commit_order: Sequence[str] | None) -> 
         return (
             big if position is None else position,
             big if when is None else when,
-            bool(newest.dirty),
+            not newest.dirty,
             group[0].recorded_at,
         )
 
@@ -357,14 +361,21 @@ def _reference_ms(heavy: Any) -> float | None:
 
 
 def _point(rows: list[tuple[Any, Any]], structure: Any, software: dict[str, Any]) -> Point:
-    """A point from its (light row, heavy row) pairs, oldest recorded first."""
-    clean = [v for row, heavy in rows if not _set_aside(row) for v in _values(row, heavy)]
+    """A point from its (light row, heavy row) pairs, oldest recorded first. A point of an uncommitted
+    tree (its runs are ``dirty``) has no clean value: set aside, ``state`` ``UNCOMMITTED``."""
+    dirty = bool(rows[-1][0].dirty)
+    clean = [
+        v for row, heavy in rows if not dirty and not _set_aside(row) for v in _values(row, heavy)
+    ]
     references = [
         ms
         for ms in (_reference_ms(heavy) for row, heavy in rows if not _set_aside(row) or not clean)
         if ms
     ]
-    why = sorted({str(_set_aside(row)) for row, _ in rows if _set_aside(row)})
+    why = sorted(
+        {str(_set_aside(row)) for row, _ in rows if _set_aside(row)}
+        | ({UNCOMMITTED} if dirty else set())
+    )
     every = [v for row, heavy in rows for v in _values(row, heavy)]
     newest = rows[-1][0]
     return Point(

@@ -207,6 +207,16 @@ def _bytes_of(field: str, name: str, base: dict[str, Any], head: dict[str, Any])
     return f" ({'+' if grown > 0 else '-'}{format_bytes(abs(grown))} per step)"
 
 
+_ADDED = re.compile(r"^(\+\d|(allocated|written in place|saved for backward) \+|SDPA backend )")
+
+
+def added_lines(lines: list[str]) -> list[str]:
+    """Of ``diff_fingerprints``' lines, those that say what the head added: ``+N ...`` counts, grown
+    bytes (``allocated +4.0 MiB per step``) and a changed SDPA backend. Removals (``-1 ...``), writes
+    that only moved or were reshaped (no work changed) and the ``no work added:`` line are left out."""
+    return [line for line in lines if _ADDED.match(line)]
+
+
 def diff_fingerprints(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
     """Human lines for every structural change, ``[]`` when identical.
 

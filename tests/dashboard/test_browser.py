@@ -258,3 +258,23 @@ def test_two_testbeds_side_by_side(tmp_path, page):
         assert "Test CPU (2 threads) vs Other machine" in text and "0.500x" in text, text
     page.select_option("#filter-variant", "naive")  # the filters apply to the comparison too
     assert rows.count() == 1
+
+
+def test_a_count_step_reads_as_counts_and_compare_never_shows_null(tmp_path, page):
+    """A score-copy regression that ``history detect`` confirmed with no timing step (every time contended):
+    the findings give its size as counts; Compare says a count that was not recorded, never ``null``."""
+    import dataclasses
+
+    dashboard = planted_dashboard()
+    naive = dashboard.series[0]
+    good, bad = dashboard.commits[7].sha, dashboard.commits[8].sha
+    naive.points[7] = dataclasses.replace(naive.points[7], copies=None)
+    naive.change_points[:] = [
+        ChangePoint(good, bad, 1.0, 1.0, 1.0, CAUSE, size="0 -> 1 score copies", worse=True)
+    ]
+    open_site(page, write_site(dashboard, tmp_path / "site"))
+    text = page.locator("#changes tbody tr").first.inner_text()
+    assert "0 -> 1 score copies" in text and "regression" in text and "+0.0%" not in text
+    page.locator("#compare").scroll_into_view_if_needed()
+    first = page.locator("#compare-table tbody tr").first.inner_text()
+    assert "score copies not recorded -> 2" in first and "null" not in first

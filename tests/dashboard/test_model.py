@@ -52,7 +52,17 @@ def test_series_are_columnar_with_commit_indices_and_microseconds():
     assert s["m"] == [250.0, 250.0] and s["q1"] == [175.0, 175.0] and s["q3"] == [325.0, 325.0]
     assert s["st"] == ["x", "y"] and s["s"] == [0, 1] and s["cp"] == [0, 1]
     assert s["changes"] == [
-        {"good": 0, "bad": 2, "ratio": 1.5, "lo": 1.4, "hi": 1.6, "cause": "", "open": True}
+        {
+            "good": 0,
+            "bad": 2,
+            "ratio": 1.5,
+            "lo": 1.4,
+            "hi": 1.6,
+            "cause": "",
+            "open": True,
+            "size": "",
+            "worse": True,
+        }
     ]
 
 

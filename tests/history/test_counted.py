@@ -44,7 +44,7 @@ def test_detect_judges_a_new_copy_on_the_newest_point_alone_and_ignores_the_mach
     points = [_point(1, 0), _point(2, 0, reference_ms=1.15), _point(3, 1, reference_ms=0.87)]
     verdict = check_newest(points, "score_copies", confirm=2)
     assert verdict.regression and verdict.judged
-    assert "1 against 0" in verdict.reason and "e+" not in verdict.reason
+    assert verdict.reason.startswith("0 -> 1 score copies") and "e+" not in verdict.reason
 
 
 def test_a_contended_newest_time_point_is_not_judged_and_says_so():

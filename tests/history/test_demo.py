@@ -121,7 +121,7 @@ def test_three_commits_show_three_points_and_the_regression_with_its_cause(
     # the copies are counted exactly: the newest commit is a regression whatever the timing did (a time
     # point may be contended or the machine's speed may have moved: those say "not judged")
     assert regressed.returncode == 1, regressed.stdout + regressed.stderr
-    assert "score_copies: the newest 1 point(s) (1000 against 0)" in regressed.stdout, (
+    assert "score_copies: 0 -> 1000 score copies: the newest point" in regressed.stdout, (
         regressed.stdout
     )
     assert "copy cpu aten::clone" in regressed.stdout

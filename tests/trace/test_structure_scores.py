@@ -73,3 +73,30 @@ def test_score_writes_that_only_reshaped_are_one_line_after_the_cause():
         "-1 score write copy [8x4x4x2048] in aten::clone",
         "score write computed reshaped [8x4x4x2048] -> [8x16x1x2048] in aten::bmm",
     ]
+
+
+def test_the_adds_work_reason_lists_only_what_the_head_added():
+    """A write that only reshaped or moved, or one the head removed, is in the diff but not in
+    ``structure adds work:`` (the trial's regress gate listed the base's grouped layout there)."""
+    from perfsuite.gate.compare import BenchmarkComparison
+    from perfsuite.gate.flow import failure_reason
+
+    base = {
+        "copies": {},
+        "score_writes": {
+            "computed [2x2x2048x512] in aten::mul_": 1,
+            "computed [8x4x4x2048] in aten::masked_fill_": 1,
+            "copy [4x4] in aten::clone": 1,
+        },
+    }
+    head = {
+        "copies": {"cpu aten::clone [2x8x512x512]": 1},
+        "score_writes": {
+            "computed [2x8x512x512] in aten::mul_": 1,
+            "computed [8x4x4x2048] in aten::masked_fill > aten::masked_fill_": 1,
+        },
+    }
+    lines = diff_fingerprints(base, head)
+    assert any(" reshaped " in line for line in lines) and any(" moved: " in line for line in lines)
+    reason = failure_reason(BenchmarkComparison("k", 1.0, 1.0, None, "same", lines, "", True), True)
+    assert reason == "structure adds work: +1 copy cpu aten::clone [2x8x512x512]"

@@ -35,6 +35,10 @@
     return us.toPrecision(3) + " \u00b5s";
   }
   const pct = (r) => (r >= 1 ? "+" : "") + ((r - 1) * 100).toFixed(1) + "%";
+  // a change point: a regression when the model says so (a count's step has no ratio), else a ratio above 1
+  const worse = (c) => (c.worse === null || c.worse === undefined ? c.ratio > 1 : c.worse);
+  // its size: the words the model gives (``0 -> 1 score copies``), else the ratio with its interval
+  const size = (c) => c.size || pct(c.ratio) + " [" + pct(c.lo) + ", " + pct(c.hi) + "]";
   const fmtRatio = (r, lo, hi) => r.toFixed(3) + "x " + (lo === null || hi === null ? "(no interval: the run kept no spread)" : "[" + lo.toFixed(3) + ", " + hi.toFixed(3) + "]");
   const yTicks = (u, ticks) => ticks.map(fmtUs);
   const testbed = (id) => D.testbeds[id] || id;
@@ -55,7 +59,7 @@
     const rows = [];
     for (const s of D.series) for (const c of s.changes) if (c.open) rows.push([s, c]);
     rows.sort((a, b) => b[1].bad - a[1].bad || b[1].ratio - a[1].ratio);
-    const regressions = rows.filter(([, c]) => c.ratio > 1).length;
+    const regressions = rows.filter(([, c]) => worse(c)).length;
     const sec = el("section", {id: "findings"}, el("h2", {}, "Findings"));
     if (D.notes.length) sec.append(el("ul", {id: "notes"}, D.notes.map((n) => el("li", {class: n.level}, n.text))));
     if (D.series.length) sec.append(el("p", {class: "lead"}, rows.length
@@ -63,11 +67,11 @@
       : "No open change point in " + D.series.length + " series."));
     if (rows.length) {
       sec.append(table(["", "benchmark", "testbed", "size", "last good", "first bad", "cause"], rows.map(([s, c]) =>
-        el("tr", {class: c.ratio > 1 ? "regression" : "improvement", "data-series": s.id},
-          el("td", {}, c.ratio > 1 ? "slower" : "faster"),
+        el("tr", {class: worse(c) ? "regression" : "improvement", "data-series": s.id},
+          el("td", {}, c.size ? (worse(c) ? "regression" : "improvement") : c.ratio > 1 ? "slower" : "faster"),
           el("td", {}, el("a", {href: seriesHref(s)}, label(s))),
           el("td", {}, testbed(s.testbed)),
-          el("td", {class: "num"}, pct(c.ratio) + " [" + pct(c.lo) + ", " + pct(c.hi) + "]"),
+          el("td", {class: "num"}, size(c)),
           el("td", {}, commitLink(c.good)),
           el("td", {}, commitLink(c.bad), " ", el("span", {class: "date"}, C[c.bad][1].slice(0, 10))),
           el("td", {class: "cause"}, c.cause || "no structural change: timing only"))), {id: "changes"}));
@@ -128,7 +132,7 @@
         if (text) { ctx.fillStyle = color; ctx.font = 11 * dpr + "px system-ui"; ctx.fillText(text, px + 3 * dpr, top + 12 * dpr); }
       };
       for (const e of s.epochs) vline(e.c - 0.5, "#888", [2 * dpr, 3 * dpr], e.label);
-      for (const c of s.changes) vline(c.bad, c.ratio > 1 ? "#c62828" : "#2e7d32", [6 * dpr, 3 * dpr], pct(c.ratio));  // at the first bad commit
+      for (const c of s.changes) vline(c.bad, worse(c) ? "#c62828" : "#2e7d32", [6 * dpr, 3 * dpr], c.size || pct(c.ratio));  // at the first bad commit
       if (errorBars) {
         ctx.setLineDash([]); ctx.strokeStyle = "#1f4e79"; ctx.lineWidth = 1 * dpr;
         for (let i = 0; i < s.c.length; i++) {
@@ -184,8 +188,8 @@
     const hover = el("div", {class: "hover"}, "Hover the chart for a point's commit, date, value and rounds.");
     const box = el("div", {class: "chart"});
     const notes = el("ul", {class: "notes"},
-      s.changes.map((c) => el("li", {class: c.ratio > 1 ? "regression" : "improvement"}, "change ", pct(c.ratio),
-        " [" + pct(c.lo) + ", " + pct(c.hi) + "] between ", commitLink(c.good), " and ", commitLink(c.bad),
+      s.changes.map((c) => el("li", {class: worse(c) ? "regression" : "improvement"}, "change ", size(c),
+        " between ", commitLink(c.good), " and ", commitLink(c.bad),
         c.cause ? ": " + c.cause : "")),
       s.epochs.map((e) => el("li", {class: "epoch"}, "epoch from ", commitLink(e.c), ": " + e.label)),
       s.k.length ? el("li", {class: "contended"}, s.k.length + " point(s) set aside (" + [...new Set(s.kw || ["contended"])].join(", ") +
@@ -230,7 +234,8 @@
     const structA = a.st.length ? a.st[a.s[i]] : "", structB = b.st.length ? b.st[b.s[j]] : "";
     let diff = cause || (structA !== structB ? "structure changed" : "same structure");
     const apart = [[a, i], [b, j]].filter(([s, k]) => s.k.includes(k)).map(([s, k]) => short(s.c[k]).slice(0, 7) + " " + why(s, k));
-    if (a.cp.length && b.cp.length && a.cp[i] !== b.cp[j]) diff += "; score copies " + a.cp[i] + " -> " + b.cp[j];
+    const copies = (s, k) => (s.cp.length && s.cp[k] !== null && s.cp[k] !== undefined ? String(s.cp[k]) : "not recorded");
+    if ((a.cp.length || b.cp.length) && copies(a, i) !== copies(b, j)) diff += "; score copies " + copies(a, i) + " -> " + copies(b, j);
     return {label: label(a), testbed: a.testbed === b.testbed ? testbed(a.testbed) : testbed(a.testbed) + " vs " + testbed(b.testbed),
       a: a.m[i], b: b.m[j], r, lo: blo / Math.max(ahi, 1e-12), hi: bhi / Math.max(alo, 1e-12), diff, id: a.id, apart};
   }
@@ -268,7 +273,7 @@
         : testbeds.map((t) => [t, testbed(t)]);
       for (const s of [a, b]) s.replaceChildren(...list.map(([v, t]) => el("option", {value: v}, t)));
       if (kind.value === "commits") {
-        const open = D.series.flatMap((s) => s.changes.filter((c) => c.open && c.ratio > 1)).sort((x, y) => y.bad - x.bad)[0];
+        const open = D.series.flatMap((s) => s.changes.filter((c) => c.open && worse(c))).sort((x, y) => y.bad - x.bad)[0];
         a.value = String(open ? open.good : 0); b.value = String(open ? open.bad : C.length - 1);
       } else { a.value = testbeds[0] || ""; b.value = testbeds[1] || testbeds[0] || ""; }
     }

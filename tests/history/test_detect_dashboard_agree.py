@@ -1,0 +1,105 @@
+"""``history detect`` and the dashboard agree (one judgement, ``history.judging``), on what a new user's
+trial found: a score-copy step while every time is contended, a dirty run at the newest commit beside a
+clean rerun, counts read as counts, and an inconclusive gate that judged nothing (SQLite: the code paths
+are the store's Python, the same for PostgreSQL)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from history_records import make_run
+from perfsuite.dashboard.from_store import dashboard_from_store
+from perfsuite.history import open_store
+from perfsuite.history.changepoints import check_newest, detect
+from perfsuite.history.render import show_lines
+
+from test_gates import BENCH, TIMES_S, record_gates, sha
+
+COPY_AT = 4
+
+
+def detected(url: str, capsys) -> dict[str, dict]:
+    """``perfsuite history detect --json``'s records by measure (outside git: the stored order)."""
+    import json
+
+    from perfsuite.cli.main import main
+
+    main(["history", "--store", url, "detect", "--json"])
+    return {r["measure"]: r for r in json.loads(capsys.readouterr().out)}
+
+
+def record_copy_step(store, commits: int = 6, contended: bool = True) -> list[str]:
+    """Commits 0..commits-1, each timed under contention (no time is usable); from ``COPY_AT`` on, one
+    more score copy (the trace counts it, contended or not)."""
+    shas = [sha(p) for p in range(commits)]
+    for p, s in enumerate(shas):
+        store.record(make_run(f"r{p}", s, p, contended=contended, copies=int(p >= COPY_AT)))
+    return shas
+
+
+def test_the_dashboard_names_the_score_copy_regression_detect_confirms(tmp_path, capsys):
+    url = f"sqlite:///{tmp_path / 'h.sqlite'}"
+    with open_store(url) as store:
+        shas = record_copy_step(store)
+        model = dashboard_from_store(store)
+    found = detected(url, capsys)["score_copies"]
+    assert found["regression"] and not detected(url, capsys)["time_s"]["judged"]
+    assert (found["last_good"], found["first_bad"]) == (shas[COPY_AT - 1], shas[COPY_AT])
+    [series] = model.series
+    [change] = [c for c in series.change_points if c.open]
+    assert (change.last_good, change.first_bad) == (found["last_good"], found["first_bad"])
+    assert change.regression and change.size == "0 -> 1 score copies"
+    assert "+1 copy cpu aten::clone [2x4x64x64]" in change.cause
+
+
+def test_a_dirty_run_is_set_aside_and_the_clean_rerun_at_that_commit_is_judged(tmp_path, capsys):
+    url = f"sqlite:///{tmp_path / 'h.sqlite'}"
+    with open_store(url) as store:
+        shas = record_copy_step(store, contended=False)
+        newest = len(shas) - 1
+        # at the newest commit: a run of an uncommitted tree (the fix, not committed), then a clean rerun
+        dirty = make_run("dirty", shas[-1], newest, copies=0, dirty=True)
+        store.record(dataclasses.replace(dirty, recorded_at=1.9e9))
+        again = make_run("again", shas[-1], newest, copies=1)
+        store.record(dataclasses.replace(again, recorded_at=1.9e9 + 1))
+        (copies,) = store.list_series(measure="score_copies")
+        points = store.points(copies.key)
+        model = dashboard_from_store(store)
+    assert [p.dirty for p in points][-2:] == [True, False]
+    assert points[-2].contended and points[-2].state == "uncommitted changes"
+    assert points[-1].median == 1 and not points[-1].contended
+    found = detected(url, capsys)["score_copies"]
+    assert found["regression"] and (found["last_good"], found["first_bad"]) == (shas[3], shas[4])
+    [series] = model.series
+    assert [p.commit for p in series.points] == shas  # the dirty run is no extra commit
+    assert series.points[-1].copies == 1 and [c.sha for c in model.commits] == shas
+
+
+def test_counts_read_as_counts_in_show_and_detect(tmp_path):
+    url = f"sqlite:///{tmp_path / 'h.sqlite'}"
+    with open_store(url) as store:
+        record_copy_step(store, contended=False)
+        (series,) = store.list_series(measure="score_copies")
+        points = store.points(series.key)
+    changes = detect(points, "score_copies")
+    text = "\n".join(show_lines(series, points, [], changes))
+    assert "0 -> 1 score copies worse" in text and "x999" not in text
+    verdict = check_newest(points, "score_copies")
+    assert verdict.regression and verdict.reason.startswith("0 -> 1 score copies")
+    assert "beyond x" not in verdict.reason
+
+
+def test_an_inconclusive_gate_at_the_newest_commit_is_not_judged(tmp_path, capsys):
+    from perfsuite.cli.main import main
+
+    url = f"sqlite:///{tmp_path / 'h.sqlite'}"
+    with open_store(url) as store:
+        for p in range(1, 6):
+            store.record(make_run(f"r{p}", sha(p), p, TIMES_S * 3))
+        record_gates(store, (4, 5, 0.889, 0.135, 5.868, "inconclusive: contended"))
+        (series,) = store.list_series(benchmark=BENCH, measure="time_s")
+        verdict = check_newest(store.points(series.key), pairs=store.pairs(series))
+    assert not verdict.judged and not verdict.regression
+    assert main(["history", "--store", url, "detect", "--measure", "time_s"]) == 2
+    out = capsys.readouterr().out
+    assert out.startswith("not judged") and "0 of 1 series judged" in out
