@@ -17,6 +17,7 @@ from perfsuite.attention.reference import (
     reference_attention,
     tolerances,
 )
+from perfsuite.measure.precision_probes import precision_kind
 from perfsuite.variants import Variant
 
 
@@ -36,6 +37,9 @@ def contract_failures(output: object, case: AttentionCase, inputs: AttentionInpu
         return [f"returned {type(output).__name__}, not a torch.Tensor{hint}"]
     expected = (case.batch, case.num_heads, case.seq_len_q, case.head_dim)
     found = []
+    lazy = not_plain_dense(output)
+    if lazy:
+        return [lazy]
     if tuple(output.shape) != expected:
         found.append(
             f"returned shape {list(output.shape)}, expected [B, H, Sq, D] = {list(expected)}"
@@ -47,6 +51,34 @@ def contract_failures(output: object, case: AttentionCase, inputs: AttentionInpu
             f"returned a tensor on {output.device}, expected the inputs' device {inputs.query.device}"
         )
     return found
+
+
+def not_plain_dense(output: torch.Tensor) -> str | None:
+    """Why ``output`` is not a plain dense tensor (a subclass, a lazy view, another layout), or None.
+
+    A tensor subclass or a lazily materialized view can defer its computation until it is read
+    (compared), outside the timed call; the contract asks for the computed values."""
+    kind = type(output)
+    if kind is not torch.Tensor:
+        return (
+            f"returned a {kind.__module__}.{kind.__qualname__}, a torch.Tensor subclass, not a plain tensor "
+            "(a subclass can defer its work until the output is read, outside the timed call)"
+        )
+    if output.layout != torch.strided or output.is_nested:
+        layout = "nested" if output.is_nested else str(output.layout)
+        return f"returned a tensor of layout {layout}, not a plain dense (strided) tensor"
+    lazy = [
+        name
+        for name, flag in (
+            ("conjugate", output.is_conj()),
+            ("negative", output.is_neg()),
+            ("meta", output.is_meta),
+        )
+        if flag
+    ]
+    if lazy:
+        return f"returned a lazy {'/'.join(lazy)} view, not a materialized tensor"
+    return None
 
 
 def contract_checked(fn, variant: Variant, case: AttentionCase, inputs: AttentionInputs):
@@ -92,9 +124,12 @@ def check_output(
     """Compare ``output`` with the float64 reference, holding fully masked rows to the variant's rule."""
     rows = fully_masked_rows(inputs.mask, case.score_shape)
     expected = reference_attention(inputs)
-    return compare_with_reference(
-        output, expected, label, rows, variant.fully_masked_rows, tolerances(inputs, expected)
+    tolerance = tolerances(inputs, expected)
+    found = compare_with_reference(
+        output, expected, label, rows, variant.fully_masked_rows, tolerance
     )
+    kind = found.failure and precision_kind(inputs, expected, found.max_abs_error, tolerance[0])
+    return Comparison(found.max_abs_error, f"{found.failure}\n{kind}") if kind else found
 
 
 def compare_result(

@@ -184,6 +184,7 @@ class SuiteSession:
                         mode,
                         prepared,
                         self.settings.call_limit_s(case.device),
+                        self.settings.determinism_runs,
                     )
                 )
             found = self._evidence[key]

@@ -65,6 +65,9 @@ class Variant:
     ``preload``: imports the variant's library once per process; the suite calls it for every
     selected variant before any test runs (``preload_variants``), so a slow import is paid only by
     runs that select the variant, and never between a compile and its next call.
+    ``deterministic``: the variant promises bitwise identical outputs (and gradients) for identical
+    inputs; the suite reruns each checked step (``--perfsuite-determinism-runs``, default 10) and
+    compares bitwise, and the table says which variants were reproducible.
     """
 
     name: str
@@ -83,6 +86,7 @@ class Variant:
     wraps: str | None = None
     preload: Callable[[], object] | None = None
     devices: tuple[str, ...] | None = None
+    deterministic: bool = False
 
     def device_unsupported(self, device: str) -> str | None:
         """Why the variant cannot run on ``device`` (``"cpu"``, ``"cuda"``) at all, or None."""
@@ -156,12 +160,14 @@ def register_variant(
     wraps: str | None = None,
     preload: Callable[[], object] | None = None,
     devices: Sequence[str] | None = None,
+    deterministic: bool = False,
 ) -> Callable[[VariantFn], VariantFn]:
     """Decorator that registers ``fn`` under ``name`` and returns it unchanged.
 
     ``forward_only``: a reason (no backward anywhere) or ``{device: reason}`` (no backward on
     those devices only, e.g. ``{"cpu": "the CPU kernel has no backward"}``). ``devices``: the
-    device types the variant runs on (``Variant.devices``), None for every one.
+    device types the variant runs on (``Variant.devices``), None for every one. ``deterministic``:
+    bitwise reproducible outputs and gradients, checked by reruns (``Variant.deterministic``).
 
     Raises:
         ValueError: ``name`` is already registered, ``fully_masked_rows`` is not one of
@@ -201,6 +207,7 @@ def register_variant(
             wraps=wraps,
             preload=preload,
             devices=tuple(devices) if devices is not None else None,
+            deterministic=bool(deterministic),
         )
         return fn
 
