@@ -379,9 +379,10 @@ def gather_evidence(
 def _left_running(variant: Variant, watch: ThreadWatch, during: str) -> list[str]:
     """The failure naming threads ``during`` left running (released so they cannot block the exit)."""
     threads = watch.left_running()
+    failure = [threads_failure(variant.name, threads, during)] if threads else []
     for thread in threads:
         release_at_exit(thread)
-    return [threads_failure(variant.name, threads, during)] if threads else []
+    return failure
 
 
 def _checked_calls(

@@ -1,15 +1,15 @@
 """Precision and stability probes: inputs on which a quietly less careful kernel fails, with the kind named.
 
-* **Large scores** (``large_score_values``): query and key built so the scores are multiples of
-  ``LARGE_SCORE_STEP`` up to ``LARGE_SCORE_MAX`` (14336), rising with the key index (period 8).
-  ``exp`` of such a score overflows in every floating dtype (float32 and bfloat16 above 88.7,
-  float16 above 11.1), so a softmax without its max subtraction returns infinity or NaN ("overflow
-  in the softmax"). A key a mask hides scores up to 14336 while the keys a row sees may score 0, so a
-  mask that adds a finite negative constant smaller in size than about 1.5e4 (``-1e4``, common in
-  bfloat16 and float16 code) lets hidden keys win ("a hidden key was weighed"). The scores are
-  exact in every dtype up to the rounding of the query's one non-zero entry, ties between keys of
-  the same score stay ties, so the plain computation in the case's dtype is near exact and the
-  derived tolerance stays tight.
+* **Large scores** (``large_score_values``): query and key built so that the score of key ``j`` is
+  ``step * ((j mod 8) - 6)`` for every query: from ``-6 step`` to ``+step``, ``step`` 2048
+  (``LARGE_SCORE_STEP``; in float16 the largest power of two whose products stay in range). ``exp``
+  of a score of 2048 overflows in float32 and bfloat16 (above 88.7) and float16 (above 11.1), so a
+  softmax without its max subtraction returns infinity or NaN ("overflow in the softmax"). The first
+  key scores ``-12288``, below ``-1e4``, while keys a causal mask hides score up to ``+2048``: a mask
+  written with a finite constant of about ``-1e4`` (common in bfloat16 and float16 code), added to
+  the scores or filled in, lets hidden keys win ("a hidden key was weighed"). Multiples of a power
+  of two are exact in every dtype, ties stay ties, so the plain computation in the case's dtype is
+  near exact and the derived tolerance stays tight.
 * **Below the case's precision** (``precision_kind``): a failed comparison whose error is of the
   size a float16 or bfloat16 computation makes on the same inputs is named "computed below the case's
   precision" (float16 arithmetic inside a float32 case fails the derived tolerance: its error is
@@ -25,9 +25,22 @@ import torch
 from perfsuite.attention.inputs import AttentionInputs
 from perfsuite.attention.reference import reference_attention
 
-LARGE_SCORE_STEP = 2048.0  # exact in float16 and bfloat16, as are its multiples up to 7x
+LARGE_SCORE_STEP = 2048.0  # a power of two: its multiples are exact in every floating dtype
 LARGE_SCORE_PERIOD = 8
-LARGE_SCORE_MAX = LARGE_SCORE_STEP * (LARGE_SCORE_PERIOD - 1)
+LARGE_SCORE_SHIFT = 6  # key j scores step * ((j mod 8) - 6): from -6 step to +step
+FLOAT16_PRODUCT_LIMIT = 32768.0  # |q . k| before the scale stays below this in float16
+
+
+def large_score_step(dtype: torch.dtype, head_dim: int) -> float:
+    """``LARGE_SCORE_STEP``; in float16 the largest power of two <= it whose largest product before the
+    scale (``6 step sqrt(head_dim)``) stays below ``FLOAT16_PRODUCT_LIMIT`` (float16 ends at 65504)."""
+    if dtype != torch.float16:
+        return LARGE_SCORE_STEP
+    step = LARGE_SCORE_STEP
+    while step > 1 and LARGE_SCORE_SHIFT * step * head_dim**0.5 > FLOAT16_PRODUCT_LIMIT:
+        step /= 2
+    return step
+
 
 _LOWER = {
     torch.float64: (torch.float32, torch.float16, torch.bfloat16),
@@ -39,13 +52,14 @@ _LOWER = {
 
 def large_score_values(inputs: AttentionInputs) -> AttentionInputs:
     """``inputs`` with query and key replaced (value and mask kept) so that the score of key ``j`` is
-    ``LARGE_SCORE_STEP * (j mod 8)`` for every query: query ``[B, H, Sq, D]`` holds
-    ``LARGE_SCORE_STEP / scale`` in its first feature and zeros elsewhere, key ``[B, Hkv, Skv, D]``
-    holds ``j mod 8`` in its first feature. Shapes, dtypes and devices are those of ``inputs``."""
+    ``step * ((j mod 8) - 6)`` for every query (``large_score_step``): query ``[B, H, Sq, D]`` holds
+    ``step / scale`` in its first feature and zeros elsewhere, key ``[B, Hkv, Skv, D]`` holds
+    ``(j mod 8) - 6``. Shapes, dtypes and devices are those of ``inputs``."""
+    step = large_score_step(inputs.query.dtype, inputs.query.shape[-1])
     query = torch.zeros_like(inputs.query)
     key = torch.zeros_like(inputs.key)
-    query[..., 0] = LARGE_SCORE_STEP / inputs.scale
-    phase = torch.arange(key.shape[2], device=key.device) % LARGE_SCORE_PERIOD
+    query[..., 0] = step / inputs.scale
+    phase = torch.arange(key.shape[2], device=key.device) % LARGE_SCORE_PERIOD - LARGE_SCORE_SHIFT
     key[..., 0] = phase.to(key.dtype).view(1, 1, -1)
     return inputs.replace(query=query, key=key)
 
@@ -59,13 +73,14 @@ def large_score_failure(
     if not bool(torch.isfinite(output).all()):
         kind = (
             "overflow in the softmax: exp of a score overflowed (a softmax without its max subtraction "
-            f"overflows for scores above 88.7 in float32; these reach {LARGE_SCORE_MAX:g})"
+            "overflows for scores above 88.7 in float32 and bfloat16, 11.1 in float16; these reach "
+            f"{LARGE_SCORE_STEP:g})"
         )
     elif hides_keys:
         kind = (
             "a hidden key was weighed: the mask's value is not large enough for these scores (a finite "
-            f"negative constant such as -1e4 added to scores up to {LARGE_SCORE_MAX:g}; mask with -inf or the "
-            "dtype's lowest value)"
+            "negative constant such as -1e4, where the keys a row sees score down to "
+            f"{-LARGE_SCORE_SHIFT * LARGE_SCORE_STEP:g}; mask with -inf or the dtype's lowest value)"
         )
     else:
         kind = "wrong on large scores"

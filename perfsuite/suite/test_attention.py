@@ -300,10 +300,10 @@ def _check_timing_untouched(evidence, guard, watch, timer, benchmark) -> None:
     tampered = guard.check_and_restore(evidence.variant.name, "its timed calls")
     problems += [tampered] if tampered else []
     threads = watch.left_running()
-    for thread in threads:
-        release_at_exit(thread)
     if threads:
         problems.append(threads_failure(evidence.variant.name, threads, "its timed calls"))
+    for thread in threads:
+        release_at_exit(thread)
     if problems:
         pytest.fail(
             f"{where}: the timing is not the suite's: " + "; ".join(problems), pytrace=False

@@ -1,0 +1,84 @@
+"""Every check can fail: the corpus of adversarial variants, run through the real suite once, each
+failing with its reason named (and the honest variants passing every test)."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from perfsuite.variants import registry, user
+
+HERE = Path(__file__).resolve().parent
+SUITE = (HERE.parents[1] / "perfsuite" / "suite" / "test_attention.py").read_text()
+CASE = "b2h2s8d4-fp32-causal-cpu"
+
+
+@pytest.fixture
+def corpus(monkeypatch):
+    """The corpus module, importable by the suite's ``--perfsuite-variant``; its variants and the
+    threads it starts are gone again afterwards."""
+    monkeypatch.syspath_prepend(str(HERE))
+    before = set(registry.variant_names())
+    import adversarial_variants
+
+    yield adversarial_variants
+    adversarial_variants.STOP.set()
+    for name in set(registry.variant_names()) - before:
+        registry.unregister_variant(name)
+    user._LOADED[:] = [n for n in user._LOADED if n not in adversarial_variants.EXPECTED]
+    sys.modules.pop("adversarial_variants", None)
+
+
+def _variant_of(nodeid: str) -> str:
+    return re.search(r"\[(.+?)-" + re.escape(CASE), nodeid).group(1)
+
+
+def test_each_adversarial_variant_fails_with_its_reason_named(pytester, corpus):
+    pytester.makepyfile(test_attention=SUITE)
+    names = list(corpus.EXPECTED)
+    specs = [
+        arg for name in names for arg in ("--perfsuite-variant", f"adversarial_variants:{name}")
+    ]
+    result = pytester.runpytest_inprocess(
+        *specs,
+        "--perfsuite-variants",
+        ",".join(names),
+        "--perfsuite-cases",
+        CASE,
+        "--perfsuite-modes",
+        "forward,forward_backward",
+        "-k",
+        "not forward_backward",  # backward evidence only where a test needs it (saved scores)
+        "--perfsuite-isolate",
+        "none",
+        "--perfsuite-call-time-limit",
+        "2",
+        "--perfsuite-determinism-runs",
+        "3",
+        "--benchmark-min-rounds=1",
+        "--benchmark-max-time=0",
+        "--benchmark-warmup=off",
+        "-p",
+        "no:randomly",
+        "-p",
+        "no:cacheprovider",
+    )
+    failures: dict[str, dict[str, str]] = {name: {} for name in names}
+    for report in result.reprec.getreports("pytest_runtest_logreport"):
+        if report.failed:
+            test = report.nodeid.split("::")[-1].split("[")[0]
+            failures[_variant_of(report.nodeid)][test] = report.longreprtext
+    missed = []
+    for name, expected in corpus.EXPECTED.items():
+        if not expected and failures[name]:
+            missed.append(f"{name} should pass, failed {sorted(failures[name])}: {failures[name]}")
+        for test, words in expected:
+            text = failures[name].get(test)
+            if text is None or words not in text:
+                missed.append(f"{name}: {test} did not fail naming {words!r}: {text!r:.600}")
+    assert not missed, "\n".join(missed)
+    out = result.stdout.str()
+    assert "variant keeps_memory on" in out and "per call" in out  # the kept-memory warning
