@@ -38,6 +38,12 @@ def split_list(text: str) -> tuple[str, ...]:
     return tuple(entry.strip() for entry in text.split(",") if entry.strip())
 
 
+def names_a_device(entry: str) -> bool:
+    """Whether a visible-device entry can name a device: an index, or a GPU or MIG UUID (as the
+    driver reads ``CUDA_VISIBLE_DEVICES``; ``HIP_VISIBLE_DEVICES`` takes indices and UUIDs too)."""
+    return entry.isdigit() or entry.upper().startswith(("GPU-", "MIG-"))
+
+
 def plan(
     requested: str | None, env: Mapping[str, str], device_count: int, rocm: bool = False
 ) -> DevicePlan:
@@ -47,11 +53,19 @@ def plan(
     every visible device. ``device_count``: GPUs the driver reports (``torch.cuda.device_count()``).
 
     Raises:
-        ConfigError: a requested entry outside the caller's visible list, an entry given twice, or no
-            device at all; the message names the value, the variable and what is allowed.
+        ConfigError: a requested entry outside the caller's visible list, an entry given twice, an
+            entry (of ``--devices`` or the caller's variable) that is neither an index nor a UUID, or
+            no device at all; the message names the value, the variable and what is allowed.
     """
     variable = visible_variable(rocm, env)
     outer = split_list(env[variable]) if variable in env else None
+    unknown = [d for d in outer or () if not names_a_device(d)]
+    if unknown:
+        raise ConfigError(
+            f"the caller's {variable}={env[variable]!r} matches no device: {', '.join(unknown)} is neither "
+            "an index (0, 1, ...) nor a UUID (GPU-..., MIG-...); the driver ignores it and every entry "
+            f"after it. Fix or unset {variable}"
+        )
     allowed = outer if outer is not None else tuple(str(i) for i in range(device_count))
     if requested is None:
         if not allowed:
@@ -62,6 +76,12 @@ def plan(
             )
         return DevicePlan(allowed, variable, outer)
     devices = split_list(requested)
+    unknown = [d for d in devices if not names_a_device(d)]
+    if unknown:
+        raise ConfigError(
+            f"--devices {requested!r}: {', '.join(unknown)} names no device; give indices (0,1) or UUIDs "
+            "(GPU-..., MIG-...)"
+        )
     if not devices:
         raise ConfigError(
             f"--devices {requested!r} names no device; give a comma-separated list such as 0,1"

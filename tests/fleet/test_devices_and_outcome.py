@@ -64,3 +64,12 @@ def test_a_fleet_record_refuses_another_fleet(tmp_path):
     }
     with pytest.raises(Exception, match="is fleet 'f1' with 2 shards, not 'f2' with 4"):
         outcome.update_fleet_file(tmp_path, "f2", 4, {})
+
+
+def test_a_visible_list_that_matches_no_device_is_an_error():
+    """Before: CUDA_VISIBLE_DEVICES=bogus ran 'shard 1/1 on GPU bogus: passed' on the CPU."""
+    with pytest.raises(ConfigError, match=r"CUDA_VISIBLE_DEVICES='bogus' matches no device: bogus"):
+        devices.plan(None, {"CUDA_VISIBLE_DEVICES": "bogus"}, 0)
+    with pytest.raises(ConfigError, match="--devices 'gpu0': gpu0 names no device"):
+        devices.plan("gpu0", {}, 2)
+    assert devices.plan(None, {"CUDA_VISIBLE_DEVICES": "MIG-1,0"}, 2).devices == ("MIG-1", "0")
