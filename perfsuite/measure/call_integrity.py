@@ -2,9 +2,8 @@
 
 Checks made on a variant's checked (untimed) calls, each failing with its reason named:
 
-* ``ThreadWatch``: threads a call started and left running (a thread that fills the output after
-  the call returned, so the work escapes the timer) are named after the call; they are released
-  so they cannot keep the process alive at exit (``release_at_exit``).
+* threads a call started and left running (a thread that fills the output after the call returned,
+  so the work escapes the timer): ``perfsuite.measure.threads``.
 * ``output_settled``: the output does not change after the call returned (work left on a side
   CUDA stream or in a thread); on CUDA the current stream is waited for, then the device.
 * ``fresh_input_failures``: the same tensors given other values (another seed, written in place so
@@ -25,7 +24,6 @@ for the memory measurement; N calls for a variant declaring determinism.
 from __future__ import annotations
 
 import contextlib
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -39,94 +37,6 @@ FRESH_SEED_OFFSET = 7_919  # the fresh inputs' seed is the suite's seed plus thi
 KEPT_MEMORY_CALLS = 4  # calls over which kept memory is measured
 KEPT_MEMORY_MIN_BYTES_PER_CALL = 1 << 20  # host RSS noise stays below this; CUDA counts exactly
 DEFAULT_DETERMINISM_RUNS = 10
-
-# -- threads ------------------------------------------------------------------------------
-
-
-class ThreadWatch:
-    """Threads alive after a block that were not alive before it: ``with ThreadWatch() as w: call()``,
-    then ``w.left_running()``."""
-
-    def __enter__(self) -> ThreadWatch:
-        self._before = set(threading.enumerate())
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._after = [t for t in threading.enumerate() if t not in self._before and t.is_alive()]
-
-    def left_running(self) -> list[threading.Thread]:
-        """The new threads still alive, less library threads that only wait (``waits_for_work``)."""
-        return [t for t in self._after if t.is_alive() and not waits_for_work(t)]
-
-
-def waits_for_work(thread: threading.Thread) -> bool:
-    """A library's helper thread that holds no work of the call: tqdm's monitor (torch.compile's
-    progress bars), or a ``concurrent.futures.ThreadPoolExecutor`` worker whose pool is idle (torch.compile
-    starts such pools; a pool with work queued or running is not idle, so work handed to it is caught)."""
-    target = getattr(thread, "_target", None)
-    module = getattr(target, "__module__", "") or type(thread).__module__
-    if module.startswith("tqdm"):
-        return True
-    if module == "concurrent.futures.thread" and getattr(target, "__name__", "") == "_worker":
-        args = getattr(thread, "_args", ())
-        executor = args[0]() if args and callable(args[0]) else None
-        queue = args[1] if len(args) > 1 else None
-        if executor is None:
-            return queue is not None and queue.empty()
-        idle = getattr(getattr(executor, "_idle_semaphore", None), "_value", 0)
-        return queue is not None and queue.empty() and idle >= len(executor._threads)
-    return False
-
-
-def describe_threads(threads: list[threading.Thread]) -> str:
-    """``'Thread-3 (fill)' (not a daemon, target module.fill)``, joined with commas."""
-    parts = []
-    for thread in threads:
-        target = getattr(thread, "_target", None)
-        where = (
-            f", target {getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', '?')}"
-            if target
-            else ""
-        )
-        parts.append(f"{thread.name!r} ({'a daemon' if thread.daemon else 'not a daemon'}{where})")
-    return ", ".join(parts)
-
-
-def threads_failure(variant_name: str, threads: list[threading.Thread], during: str) -> str:
-    """The failure naming the threads ``during`` (``the first call of ...``) left running."""
-    return (
-        f"variant {variant_name} left {len(threads)} thread(s) running after {during}: "
-        f"{describe_threads(threads)}; work that runs after the call returns escapes its timing "
-        "(the threads were released so they cannot keep the process alive at exit)"
-    )
-
-
-def release_at_exit(thread: threading.Thread) -> bool:
-    """Let the interpreter exit without waiting for ``thread`` (as if it were a daemon).
-
-    Python joins every non-daemon thread at exit (``threading._shutdown``), so a variant's thread
-    that never ends would keep pytest (or an isolated probe) alive forever. This takes the thread out
-    of that join where the interpreter allows it (CPython 3.11 and 3.12: ``threading._shutdown_locks``;
-    3.13: the thread's handle). Returns True when released (or already a daemon)."""
-    if thread.daemon or not thread.is_alive():
-        return True
-    released = False
-    lock = getattr(thread, "_tstate_lock", None)
-    locks = getattr(threading, "_shutdown_locks", None)
-    guard = getattr(threading, "_shutdown_locks_lock", None)
-    if lock is not None and locks is not None and guard is not None:
-        with guard:
-            locks.discard(lock)
-        released = True
-    handles = getattr(threading, "_shutdown_handles", None)  # not in every version
-    handle = getattr(thread, "_handle", None)
-    if handles is not None and handle is not None:
-        handles.discard(handle)
-        released = True
-    if released:
-        thread._daemonic = True  # private, so threading.enumerate() reports it as a daemon
-    return released
-
 
 # -- work outside the call ------------------------------------------------------------------
 

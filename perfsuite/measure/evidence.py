@@ -24,18 +24,16 @@ from perfsuite.attention.reference import Comparison
 from perfsuite.measure.call_integrity import (
     DEFAULT_DETERMINISM_RUNS,
     FRESH_SEED_OFFSET,
-    ThreadWatch,
     changed_after_return,
     fresh_input_failures,
     fresh_values,
     kept_bytes_per_call,
-    release_at_exit,
     reproducibility_failure,
     settle,
     substituted,
-    threads_failure,
 )
 from perfsuite.measure.call_limit import time_limit
+from perfsuite.measure.threads import ThreadWatch, release_at_exit, threads_failure
 from perfsuite.measure.correctness import check_output, compare_result, contract_checked
 from perfsuite.measure.measurement_guard import MeasurementState
 from perfsuite.measure.precision_probes import large_score_failure, large_score_values

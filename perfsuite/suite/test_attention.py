@@ -19,7 +19,7 @@ from perfsuite.trace.kernel_families import (
     kernel_family,
 )
 from perfsuite.suite.record import benchmark_extra_info
-from perfsuite.measure.call_integrity import ThreadWatch, release_at_exit, threads_failure
+from perfsuite.measure.threads import ThreadWatch, release_at_exit, threads_failure
 from perfsuite.measure.call_limit import time_limit
 from perfsuite.measure.measurement_guard import MeasurementState
 from perfsuite.measure.correctness import nonfinite_after_timing

@@ -82,6 +82,8 @@ def test_each_adversarial_variant_fails_with_its_reason_named(pytester, corpus):
     assert not missed, "\n".join(missed)
     out = result.stdout.str()
     # memory kept across calls: a warning with bytes per call, and the row flagged
-    assert re.search(r"WARNING: variant keeps_memory on \S+ \(forward\) keeps 8\.\d MiB per call", out)
+    assert re.search(
+        r"WARNING: variant keeps_memory on \S+ \(forward\) keeps 8\.\d MiB per call", out
+    )
     assert re.search(r"keeps_memory .*KEPT/call", out)
     assert re.search(r"deterministic_sdpa .* yes", out)  # bitwise reproducible, in the table

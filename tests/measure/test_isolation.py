@@ -81,7 +81,8 @@ HANGS = textwrap.dedent("""
 
 @pytest.mark.slow
 def test_a_call_that_never_returns_is_killed_after_the_call_time_limit(tmp_path, monkeypatch):
-    """The probe's deadline follows the call limit (1 s here) plus start-up, not a fixed half hour."""
+    """A hang is reported at the call limit (1 s here) after the pair started, as a hang: before, the
+    child was killed after start-up (120 s) plus the limit and reported as a crash."""
     from perfsuite.measure import isolation
 
     (tmp_path / "hangs_variants.py").write_text(HANGS)
@@ -92,8 +93,9 @@ def test_a_call_that_never_returns_is_killed_after_the_call_time_limit(tmp_path,
     (outcome,) = probe(
         "hangs", [pair], seed=0, specs=["hangs_variants:hangs"], call_limit_s=lambda device: 1.0
     ).values()
-    assert outcome.status == "crashed" and outcome.detail.startswith("ran past 31 s"), outcome
-    assert time.perf_counter() - started < 120
+    assert outcome.status == "hung", outcome
+    assert outcome.detail.startswith("did not return within the call limit of 1 s"), outcome
+    assert time.perf_counter() - started < 30
 
 
 def test_the_probe_deadline_is_start_up_plus_each_pairs_call_limit():
