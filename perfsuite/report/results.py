@@ -206,8 +206,8 @@ COLUMNS = (
     Column("peak memory", "bytes", lambda r: format_bytes(r.peak_bytes)),
     Column("saved for bwd", "bytes", _saved),
     Column("max abs error", "", _error),
-    Column("output", "", lambda r: r.output_layout or "-"),
     Column("bitwise reproducible", "", _reproducible),
+    Column("output", "", lambda r: r.output_layout or "-"),
 )
 HEADER = [c.header for c in COLUMNS]
 
