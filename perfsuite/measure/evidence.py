@@ -414,17 +414,23 @@ def _checked_calls(
     del fresh_result
     if mode == "forward":
         probe = large_score_values(reference_inputs)
+        probe_step = synchronized(
+            make_step(mode, checked_fn, inputs, prepared.grad_output), case.device
+        )
         with substituted(inputs, probe):
-            output = synchronized(
-                make_step(mode, checked_fn, inputs, prepared.grad_output), case.device
-            )().output
+            output = probe_step().output
+            if not bool(torch.isfinite(output).all()) and bool(
+                torch.isfinite(probe_step().output).all()
+            ):
+                return failures + [
+                    f"variant {variant.name} returned non-finite values on some calls only: on the large-score "
+                    "probe it gave NaN or infinity, then finite values for the same inputs on the next call"
+                ]
             label = f"variant {variant.name} on case {case.id} (large-score probe)"
             try:
                 found = check_output(variant, case, probe, output, label)
-            except (
-                torch.OutOfMemoryError
-            ):  # the reference did not fit: the probe is left out, as the check is
-                found = None
+            except torch.OutOfMemoryError:
+                found = None  # the reference did not fit: the probe is left out, as the check is
         failure = found and large_score_failure(
             variant.name, found.failure, output, case.hides_keys
         )
