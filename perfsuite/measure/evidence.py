@@ -24,6 +24,7 @@ from perfsuite.attention.reference import Comparison
 from perfsuite.measure.call_integrity import (
     DEFAULT_DETERMINISM_RUNS,
     FRESH_SEED_OFFSET,
+    KEPT_MEMORY_CALLS,
     changed_after_return,
     fresh_input_failures,
     fresh_values,
@@ -307,10 +308,14 @@ def gather_evidence(
     deceptions += [escaped] if escaped else []
     output_finite = bool(torch.isfinite(result.output).all())
     output_stride, output_layout = tuple(result.output.stride()), describe_layout(result.output)
+    checked_calls = CHECKED_CALLS + (determinism_runs if variant.deterministic else 0)
+    each = f" (at most {call_limit_s:g} s each)" if call_limit_s else ""
     with (
         announced_once(variant),  # the checked calls repeat the first call's warnings
         time_limit(
-            call_limit_s and call_limit_s * (6 + determinism_runs), f"the checks of {in_mode}"
+            call_limit_s and call_limit_s * checked_calls,
+            f"the {checked_calls} checked calls (fresh inputs, large-score probe, kept memory"
+            f"{', determinism reruns' if variant.deterministic else ''}) of {in_mode}{each}",
         ),
     ):
         deceptions += _checked_calls(prepared, mode, result, seed, determinism_runs)
@@ -375,6 +380,11 @@ def gather_evidence(
         kept_bytes_per_call=kept,
         bitwise_reproducible=None if reproducible is None else reproducible is True,
     )
+
+
+# Calls the checks after the first call make at most: fresh inputs 1, large-score probe 2, kept memory
+# 1 + KEPT_MEMORY_CALLS (determinism reruns come on top, for variants that declare determinism).
+CHECKED_CALLS = 4 + KEPT_MEMORY_CALLS
 
 
 def _left_running(variant: Variant, watch: ThreadWatch, during: str) -> list[str]:
