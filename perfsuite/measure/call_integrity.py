@@ -16,9 +16,9 @@ Checks made on a variant's checked (untimed) calls, each failing with its reason
 * ``reproducibility_failure``: for a variant that declares itself deterministic, N reruns of the
   step compared bitwise with the first.
 
-Cost (outside every timed interval): one more call of the step and one more float64 reference
-(and its plain computation in the case's dtype) for the fresh inputs; ``KEPT_MEMORY_CALLS`` calls
-for the memory measurement; N calls for a variant declaring determinism.
+Cost (outside every timed interval): one more call of the step and one more float64 reference of
+the output (and its plain computation in the case's dtype, for the tolerance) for the fresh inputs;
+``1 + KEPT_MEMORY_CALLS`` calls for the memory measurement; N calls for a variant declaring determinism.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from perfsuite.attention.modes import StepResult
 from perfsuite.units import format_bytes
 
 FRESH_SEED_OFFSET = 7_919  # the fresh inputs' seed is the suite's seed plus this
-KEPT_MEMORY_CALLS = 4  # calls over which kept memory is measured
+KEPT_MEMORY_CALLS = 3  # calls over which kept memory is measured (after one more that may allocate)
 KEPT_MEMORY_MIN_BYTES_PER_CALL = 1 << 20  # host RSS noise stays below this; CUDA counts exactly
 DEFAULT_DETERMINISM_RUNS = 10
 
@@ -120,7 +120,9 @@ def fresh_input_failures(
 
     ``first``: the first call's result on the case's inputs, ``first_copy`` a copy of its output
     taken then; ``fresh_result``: a later call on the same tensors holding other values (seed
-    ``fresh_seed``); ``fresh_comparison_failure``: its comparison with the reference for those values.
+    ``fresh_seed``); ``fresh_comparison_failure``: its output's comparison with the reference for those
+    values. Gradients (in gradient modes) are compared with the first call's, not with a reference: one
+    that did not change is stale.
     """
     failures = []
     where = f"inputs of the same case drawn from seed {fresh_seed} (same tensors, new values)"
@@ -128,6 +130,14 @@ def fresh_input_failures(
         failures.append(
             f"variant {variant_name}: the output did not change with the inputs: on {where} it returned "
             "exactly the first call's output (a cached or stale answer)"
+        )
+    elif any(
+        _bitwise_equal(a.detach(), b.detach())
+        for a, b in zip(fresh_result.gradients or (), first.gradients or ())
+    ):
+        failures.append(
+            f"variant {variant_name}: the gradients did not change with the inputs: on {where} a gradient "
+            "was exactly the first call's (a cached or stale answer)"
         )
     elif fresh_comparison_failure:
         failures.append(

@@ -134,3 +134,31 @@ def test_a_thread_that_never_ends_cannot_keep_the_process_alive():
     assert done.returncode == 0
     with pytest.raises(subprocess.TimeoutExpired):  # the check can fail: unreleased, it never exits
         subprocess.run([sys.executable, "-c", RELEASE, "keep"], timeout=1)
+
+
+class _CachedGradients(torch.autograd.Function):
+    """SDPA forward; backward returns the gradients of its first call again."""
+
+    cache: list = []
+
+    @staticmethod
+    def forward(ctx, query, key, value):
+        ctx.shapes = query, key, value
+        return F.scaled_dot_product_attention(query, key, value, is_causal=True)
+
+    @staticmethod
+    def backward(ctx, grad):
+        if not _CachedGradients.cache:
+            _CachedGradients.cache.extend(torch.randn_like(t) for t in ctx.shapes)
+        return tuple(_CachedGradients.cache)
+
+
+def cached_gradients(query, key, value, *, mask, scale):
+    return _CachedGradients.apply(query, key, value)
+
+
+def test_gradients_that_do_not_follow_fresh_inputs_are_named(tmp_path):
+    case = AttentionCase(1, 2, 8, 8, 4, "fp32", "cpu", "causal")
+    variant = Variant(name="cached_gradients", fn=cached_gradients, description="t")
+    evidence = gather_evidence(variant, case, 0, tmp_path, "forward_backward")
+    assert any("the gradients did not change with the inputs" in d for d in evidence.deceptions)
