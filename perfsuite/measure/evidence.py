@@ -441,8 +441,8 @@ def _checked_calls(
                     "probe it gave NaN or infinity, then finite values for the same inputs on the next call"
                 ]
             label = f"variant {variant.name} on case {case.id} (large-score probe)"
-            try:
-                found = check_output(variant, case, probe, output, label)
+            try:  # the plain computation is near exact on these scores: the dtype's floor is the tolerance
+                found = check_output(variant, case, probe, output, label, derived=False)
             except torch.OutOfMemoryError:
                 found = None  # the reference did not fit: the probe is left out, as the check is
         failure = found and large_score_failure(
