@@ -9,15 +9,32 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite.variants import registry, user
+from perfsuite.attention.cases import parse_case_id
+from perfsuite.measure.evidence import gather_evidence
+from perfsuite.variants import get_variant, registry, user
 
 HERE = Path(__file__).resolve().parent
 SUITE = (HERE.parents[1] / "perfsuite" / "suite" / "test_attention.py").read_text()
 CASE = "b2h2s8d4-fp32-causal-cpu"
 
 
+@pytest.fixture(scope="module")
+def torch_imported(tmp_path_factory):
+    """pytester restores ``sys.modules`` at its teardown to what it held at its setup, so torch modules
+    first imported during the test (torch._dynamo, the profiler, torch.distributed.tensor by
+    ``assert_close``) would be imported again by later tests, which torch's operator registrations
+    refuse. One evidence gathered before pytester is set up (a wider scope) imports them first."""
+    gather_evidence(
+        get_variant("sdpa"),
+        parse_case_id(CASE),
+        0,
+        tmp_path_factory.mktemp("warm"),
+        "forward_backward",
+    )
+
+
 @pytest.fixture
-def corpus(monkeypatch):
+def corpus(torch_imported, monkeypatch):
     """The corpus module, importable by the suite's ``--perfsuite-variant``; its variants and the
     threads it starts are gone again afterwards."""
     monkeypatch.syspath_prepend(str(HERE))
@@ -36,7 +53,7 @@ def _variant_of(nodeid: str) -> str:
     return re.search(r"\[(.+?)-" + re.escape(CASE), nodeid).group(1)
 
 
-def test_each_adversarial_variant_fails_with_its_reason_named(pytester, corpus):
+def test_each_adversarial_variant_fails_with_its_reason_named(torch_imported, pytester, corpus):
     pytester.makepyfile(test_attention=SUITE)
     names = list(corpus.EXPECTED)
     specs = [
