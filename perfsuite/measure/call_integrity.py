@@ -115,14 +115,15 @@ def fresh_input_failures(
     fresh_result: StepResult,
     fresh_comparison_failure: str | None,
     fresh_seed: int,
+    stale_gradients: list[str] | tuple[str, ...] = (),
 ) -> list[str]:
     """What the call on fresh inputs showed: a stale answer, an overwritten earlier output, a wrong answer.
 
     ``first``: the first call's result on the case's inputs, ``first_copy`` a copy of its output
     taken then; ``fresh_result``: a later call on the same tensors holding other values (seed
     ``fresh_seed``); ``fresh_comparison_failure``: its output's comparison with the reference for those
-    values. Gradients (in gradient modes) are compared with the first call's, not with a reference: one
-    that did not change is stale.
+    values. ``stale_gradients``: names of the gradients (``grad_key``) that were bitwise the first call's
+    although the reference's changed (``stale_gradient_names``).
     """
     failures = []
     where = f"inputs of the same case drawn from seed {fresh_seed} (same tensors, new values)"
@@ -131,13 +132,11 @@ def fresh_input_failures(
             f"variant {variant_name}: the output did not change with the inputs: on {where} it returned "
             "exactly the first call's output (a cached or stale answer)"
         )
-    elif any(
-        _bitwise_equal(a.detach(), b.detach())
-        for a, b in zip(fresh_result.gradients or (), first.gradients or ())
-    ):
+    elif stale_gradients:
         failures.append(
-            f"variant {variant_name}: the gradients did not change with the inputs: on {where} a gradient "
-            "was exactly the first call's (a cached or stale answer)"
+            f"variant {variant_name}: the gradients did not change with the inputs: on {where} its "
+            f"{', '.join(stale_gradients)} were exactly the first call's, though the reference's changed "
+            "(a cached or stale answer)"
         )
     elif fresh_comparison_failure:
         failures.append(
@@ -150,6 +149,26 @@ def fresh_input_failures(
             "storage the variant keeps and reuses); every call must return its own tensor"
         )
     return failures
+
+
+def stale_gradient_names(
+    first: StepResult,
+    fresh: StepResult,
+    reference_changed: Callable[[int], bool],
+) -> list[str]:
+    """Gradients of ``fresh`` bitwise equal to ``first``'s whose reference changed with the inputs.
+
+    A gradient may legitimately stay the same for other inputs (a query that sees one key has a zero
+    query gradient whatever the values), so an equal one is stale only when ``reference_changed(i)``
+    (the float64 reference's gradient ``i`` differs between the two inputs) says it had to change;
+    that reference is computed only for gradients that did not change."""
+    names = ("grad_query", "grad_key", "grad_value")
+    same = [
+        i
+        for i, (a, b) in enumerate(zip(fresh.gradients or (), first.gradients or ()))
+        if _bitwise_equal(a.detach(), b.detach()) and bool(torch.isfinite(a).all())
+    ]  # a NaN gradient (a variant whose fully masked rows are NaN) is not compared, as in the check
+    return [names[i] for i in same if reference_changed(i)]
 
 
 # -- memory kept across calls ---------------------------------------------------------------
