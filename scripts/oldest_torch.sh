@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The oldest torch that pyproject.toml claims (the floor of its "torch>=X" requirement), tested in a second
 # virtualenv (.venv-oldest-torch): the tests of the parts that call torch's API directly (cases, masks,
-# modes, the float64 reference, evidence and profiling, trace reading, the gate's statistics) and the
+# modes, the float64 reference, evidence and profiling, trace reading; not the gate's statistics, numpy only) and the
 # attention suite itself on the test run's small cases, with the eager, SDPA and compiled flex variants (a few minutes on 2 cores, plus the download).
 # On Linux x86-64, PyPI's torch is the CUDA build (about 2.6 GB with its nvidia-* wheels); it runs on the CPU.
 # --torch-only installs torch and stops. PERFSUITE_OLDEST_TORCH overrides the requirement (pip arguments, e.g. "torch==2.11.0 --index-url URL").
@@ -27,6 +27,6 @@ flock build/.perfsuite-build.lock "$venv/bin/python" -m pip --quiet --disable-pi
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-PASSIVE}"
 exec "$venv/bin/python" -m pytest -n "${PERFSUITE_TEST_WORKERS:-auto}" --dist loadgroup -m "not slow" -q \
     -p no:cacheprovider --perfsuite-results=perfsuite-results/oldest-torch \
-    tests/attention tests/trace tests/measure tests/gate/test_stats.py tests/variants/test_numerics_findings.py \
+    tests/attention tests/trace tests/measure tests/variants/test_numerics_findings.py \
     perfsuite/suite/test_attention.py \
     --perfsuite-variants naive,naive_inplace,sdpa,sdpa_math,sdpa_flash,flex_compiled "$@"

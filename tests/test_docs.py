@@ -80,3 +80,70 @@ def test_the_readme_states_the_test_command_and_stays_short():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "bash scripts/test.sh" in readme
     assert len(readme.splitlines()) <= 250
+
+
+def test_the_committed_reference_pages_are_current():
+    """README and the tutorials link ``docs/reference/*.md``: committed, and equal to what the code generates."""
+    spec = importlib.util.spec_from_file_location(
+        "perfsuite_docs_reference", DOCS / "gen" / "reference.py"
+    )
+    reference = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reference)
+    stale = [
+        path
+        for path, text in reference.generated().items()
+        if not (DOCS / path).exists() or (DOCS / path).read_text(encoding="utf-8") != text
+    ]
+    assert not stale, (
+        f"{', '.join(stale)}: not current; run python docs/gen/reference.py and commit"
+    )
+
+
+def test_links_to_reference_pages_resolve_in_the_repository():
+    """Every relative link to a ``reference/*.md`` page, from README and the docs, names a committed file."""
+    broken = []
+    for page in [ROOT / "README.md", *DOCS.rglob("*.md")]:
+        for target in re.findall(
+            r"\]\(([^)#\s]*reference/[\w-]+\.md)", page.read_text(encoding="utf-8")
+        ):
+            if not (page.parent / target).resolve().is_file():
+                broken.append(f"{page.relative_to(ROOT)} -> {target}")
+    assert not broken, broken
+
+
+def score_mod_examples() -> dict[str, object]:
+    """The Python examples of add-your-attention.md's score-modification section, by function name."""
+    page = (DOCS / "how-to" / "add-your-attention.md").read_text()
+    section = page.split("## Score modifications", 1)[1]
+    functions: dict[str, object] = {}
+    for block in re.findall(r"```python\n(.*?)```", section, re.S):
+        namespace: dict[str, object] = {}
+        exec(compile(block, "add-your-attention.md", "exec"), namespace)
+        functions.update({k: v for k, v in namespace.items() if k.endswith("_attention")})
+    return functions
+
+
+def test_the_alibi_softcap_and_sink_examples_pass_on_modified_gqa_decode_and_prefill_cases():
+    from perfsuite.attention.cases import AttentionCase
+    from perfsuite.attention.score_mods import ScoreMods
+    from perfsuite.testing.properties import ALL_CHECKS, applicable, check_matches_reference
+    from perfsuite.variants.registry import Variant, declared_forms
+
+    examples = score_mod_examples()
+    assert set(examples) == {"alibi_attention", "softcap_attention", "sink_attention"}
+    for name, mods in (
+        ("alibi_attention", ScoreMods(alibi=True)),
+        ("softcap_attention", ScoreMods(softcap=1.0)),
+        ("sink_attention", ScoreMods(sinks=True)),
+    ):
+        fn = examples[name]
+        variant = Variant(name=name, fn=fn, description="", forms=declared_forms(fn))
+        assert mods.forms <= variant.forms
+        for sq, mask in ((1, "causal_br"), (4, "window3")):
+            case = AttentionCase(2, 4, sq, 9, 8, "fp32", "cpu", mask, 2, score_mods=mods)
+            assert check_matches_reference(variant, case, 0) is None
+        # every property perfsuite run --check applies, score copies (the profiler) included
+        case = AttentionCase(1, 4, 3, 9, 8, "fp32", "cpu", "causal_br", 2, score_mods=mods)
+        for check, run in ALL_CHECKS.items():
+            if applicable(check, variant, case) is None:
+                assert run(variant, case, 0) is None, check

@@ -34,7 +34,7 @@ from perfsuite.gate.stats import wilcoxon_interval
 from perfsuite.measure.contention import others_fill_every_cpu
 from perfsuite.suite.settings import split_list
 
-from validation.calibrate_gate import REAL_CHANGES, lost_inplace_tree
+from validation.calibrate_gate import REAL_CHANGES, changed_tree
 from validation.contend import busy_processes, load_average
 
 CLOCKS = {"wall": "times", "cpu": "cpu_times"}
@@ -114,7 +114,7 @@ def main() -> int:
     print("| --- " * 9 + "|")
     with busy_processes(args.busy), tempfile.TemporaryDirectory() as tmp:
         head_tree = (
-            lost_inplace_tree(Path(tmp), REAL_CHANGES["real change"])
+            changed_tree(Path(tmp), REAL_CHANGES["real change"])
             if args.scenario == "real change"
             else ROOT
         )

@@ -10,13 +10,27 @@ Repeats the gate (``perfsuite ab`` on a case set) in these scenarios:
   scores.masked_fill(...)``: one extra score-sized copy per forward, the Hugging Face post's
   finding); every other variant is identical code in the same gate;
 * ``real change x2``: the same, and ``mul_`` lost too (``scores = scores * scale``: a second
-  score-sized tensor allocated and written per forward).
+  score-sized tensor allocated and written per forward);
+* ``output round trip``: a small real change, ``naive_inplace``'s output round-tripped through
+  float32 (two elementwise passes over the output in bf16/fp16 cases; nothing in fp32);
+* ``slower backward``: ``naive_inplace`` checkpoints its softmax (backward recomputes it);
+* ``score copies x8``: ``naive_inplace`` copies its score matrix eight times per forward (about a
+  2x change on the smoke case: the change beside two busy processes);
+* ``gqa materialized``: ``sdpa`` and its pinned backends expand K/V to every query head
+  (``repeat_interleave``) instead of ``enable_gqa``: the issue's decoder change, for a GQA or decode
+  case set (``--case-set llm-decode``); on a case without GQA the edit changes nothing.
 
-``--busy N`` runs N busy processes beside every gate (``validation/contend.py``). Reports, per
-scenario: gates with any "slower", how often the changed variant was caught, false "slower"
-on unchanged variants, how many benchmarks ended decisive / "no change" / contended, and
-seconds per gate; with the load average. Rates over repetitions are what count: this is a
-measurement, not a test.
+Every eager built-in is gated by default (``naive``, ``naive_inplace``, ``sdpa``, ``sdpa_math``,
+``flex_eager``, ``mha``); a benchmark the scenario does not change counts as unchanged.
+``--busy N`` runs N busy processes beside every gate (``validation/contend.py``; ``--busy-kind``:
+``spin`` CPU loops, or ``memory`` loops streaming a 256 MiB array, which also take the caches and
+memory bandwidth). Reports, per scenario: gates with any "slower", how often the changed variant was
+caught, false "slower" and "faster" on unchanged benchmarks, how many benchmarks ended decisive /
+"no change" / contended, and seconds per gate; with the load average. A second table, "contended
+pairs", checks the contended rule's margin (``stats.CONTENDED_MIN_EFFECT``): for each unchanged
+benchmark with enough contended pairs, the lower bound of its wait-adjusted interval, which must stay
+below ``1 + CONTENDED_MIN_EFFECT`` (then identical code is never called slower from contended pairs).
+Rates over repetitions are what count: this is a measurement, not a test.
 
     .venv/bin/python -m validation.calibrate_gate --reps 20 --out docs/gate-calibration.json
 """
@@ -24,7 +38,9 @@ measurement, not a test.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
+import math
 import json
 import shutil
 import tempfile
@@ -34,15 +50,23 @@ from pathlib import Path
 import torch
 
 from perfsuite.gate.ab import Side, run_ab
+import numpy as np
+
 from perfsuite.gate.stats import (
     BLOCK_ROUNDS,
+    CONTENDED_MIN_EFFECT,
     CONTENDED_VERDICT,
+    CONTENDED_WAIT_CAP,
+    MIN_UNITS,
     DECISIVE,
     DEFAULT_CONTENDED_PAIRS,
     ContendedPairs,
     GateSettings,
     SequentialPlan,
     WORKERS_PER_SIDE,
+    pair_log_ratios,
+    wait_adjusted,
+    wilcoxon_interval,
 )
 from perfsuite.measure.contention import snapshot
 from perfsuite.storage import write_text_atomic
@@ -68,42 +92,112 @@ RECOMPUTED_SOFTMAX = (
     "weights = torch.softmax(scores, dim=-1)",
     "weights = torch.utils.checkpoint.checkpoint(torch.softmax, scores, -1, use_reentrant=False)",
 )
-# The source edits of each real-change scenario, applied to naive_inplace.py in the head's tree.
+# A small real change: the output round-tripped through float32, two elementwise passes over the
+# output (in bf16/fp16 cases; a no-op in fp32 ones): on the post's case in bf16, 96 MiB of memory
+# traffic beside naive_inplace's ~1 ms forward, a few percent.
+OUTPUT_ROUND_TRIP = (
+    "    return torch.matmul(weights, value)\n",
+    "    return torch.matmul(weights, value).float().to(value.dtype)\n",
+)
+SCORE_COPIES_X8 = (
+    "weights = torch.softmax(scores, dim=-1)",
+    "weights = torch.softmax(" + "".join([".clone()"] * 8).join(["scores", ""]) + ", dim=-1)",
+)
+GQA_MATERIALIZED = (
+    """        key,
+        value,
+        attn_mask=mask.sdpa_mask,
+        is_causal=mask.is_causal,
+        scale=scale,
+        enable_gqa=key.shape[1] != query.shape[1],""",
+    """        key.repeat_interleave(query.shape[1] // key.shape[1], dim=1),
+        value.repeat_interleave(query.shape[1] // value.shape[1], dim=1),
+        attn_mask=mask.sdpa_mask,
+        is_causal=mask.is_causal,
+        scale=scale,""",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class RealChange:
+    """A head tree: ``edits`` (``(old, new)`` pairs) applied to ``module`` (under ``perfsuite/``),
+    which changes ``variants`` in ``modes``; their other modes run the same work on both sides."""
+
+    module: str
+    edits: tuple[tuple[str, str], ...]
+    variants: tuple[str, ...]
+    modes: tuple[str, ...] = ("forward",)
+
+
+NAIVE_INPLACE = "variants/naive_inplace.py"
+# The real-change scenarios (source edits in the head's tree).
 REAL_CHANGES = {
-    "real change": (LOST_MASKED_FILL_,),
-    "real change x2": (LOST_MASKED_FILL_, LOST_MUL_),
-    "slower backward": (RECOMPUTED_SOFTMAX,),
+    "real change": RealChange(NAIVE_INPLACE, (LOST_MASKED_FILL_,), ("naive_inplace",)),
+    "output round trip": RealChange(NAIVE_INPLACE, (OUTPUT_ROUND_TRIP,), ("naive_inplace",)),
+    "real change x2": RealChange(NAIVE_INPLACE, (LOST_MASKED_FILL_, LOST_MUL_), ("naive_inplace",)),
+    "slower backward": RealChange(
+        NAIVE_INPLACE, (RECOMPUTED_SOFTMAX,), ("naive_inplace",), ("backward",)
+    ),
+    "score copies x8": RealChange(NAIVE_INPLACE, (SCORE_COPIES_X8,), ("naive_inplace",)),
+    "gqa materialized": RealChange(
+        "variants/sdpa.py", (GQA_MATERIALIZED,), ("sdpa", "sdpa_math"), ("forward", "backward")
+    ),
 }
-# The modes whose work each scenario changes; its other benchmarks run the same work on both sides
-# (a lost in-place op in the forward leaves backward's kernels as they were) and count as unchanged.
-CHANGED_MODES = {"slower backward": ("backward",)}
 
 
-def changed_keys(scenario: str, changed_variant: str, modes) -> set[str]:
-    """``variant/mode`` keys the head of ``scenario`` changes (none for A/A)."""
+def changed_keys(scenario: str, slow_variant: str, modes) -> set[str]:
+    """``variant/mode`` keys the head of ``scenario`` changes (none for A/A; ``slow_variant``
+    forward for the injected slowdowns)."""
     if scenario == "A/A":
         return set()
-    return {
-        f"{changed_variant}/{m}" for m in CHANGED_MODES.get(scenario, ("forward",)) if m in modes
-    }
+    if scenario in REAL_CHANGES:
+        change = REAL_CHANGES[scenario]
+        return {f"{v}/{m}" for v in change.variants for m in change.modes if m in modes}
+    return {f"{slow_variant}/forward"} if "forward" in modes else set()
 
 
-def lost_inplace_tree(root: Path, edits) -> Path:
-    """A copy of this source tree's ``perfsuite/`` under ``root`` whose ``naive_inplace.py`` has each
-    ``(old, new)`` of ``edits`` applied; ``RuntimeError`` if a line to change is no longer there."""
+def changed_tree(root: Path, change: RealChange) -> Path:
+    """A copy of this source tree's ``perfsuite/`` under ``root`` with ``change``'s edits applied to
+    its module; ``RuntimeError`` if a line to change is no longer there."""
     shutil.copytree(
         Path(__file__).resolve().parent.parent / "perfsuite",
         root / "perfsuite",
         ignore=shutil.ignore_patterns("__pycache__"),
     )
-    module = root / "perfsuite" / "variants" / "naive_inplace.py"
+    module = root / "perfsuite" / change.module
     source = module.read_text()
-    for old, new in edits:
+    for old, new in change.edits:
         if old not in source:
             raise RuntimeError(f"{module}: {old!r} not found; update REAL_CHANGES")
         source = source.replace(old, new)
     module.write_text(source)
     return root
+
+
+def contended_check(result, alpha_look: float) -> dict | None:
+    """The contended rule on one benchmark's contended pairs (``stats.contended_verdict``'s
+    statistic): the wait-adjusted interval's estimate and lower bound (ratios), the median head wait
+    share, and how many pairs; None with fewer than ``MIN_UNITS`` contended pairs with a wait."""
+    judged = [
+        i
+        for i, (c, w) in enumerate(zip(result.contended, result.wait_shares))
+        if c and w[1] is not None
+    ]
+    if len(judged) < MIN_UNITS:
+        return None
+    raw = pair_log_ratios(
+        [result.base_blocks[i] for i in judged], [result.head_blocks[i] for i in judged]
+    )
+    shares = [result.wait_shares[i] for i in judged]
+    adjusted = wait_adjusted(raw, [w[0] for w in shares], [w[1] for w in shares])
+    waits = np.array([min(max(w[1], 0.0), CONTENDED_WAIT_CAP) for w in shares])
+    centre, low, _ = wilcoxon_interval(adjusted, alpha_look)
+    return {
+        "pairs": len(judged),
+        "adjusted_ratio": math.exp(centre),
+        "adjusted_low": math.exp(low),
+        "median_wait_share": float(np.median(waits)),
+    }
 
 
 def _variant_mode(key: str) -> str:
@@ -133,18 +227,17 @@ def gate_once(scenario: str, args, variants: list[str], cases: list[str]) -> dic
         workers_per_side=args.workers_per_side,
     )
     if scenario in REAL_CHANGES:
-        changed = "naive_inplace"
         with tempfile.TemporaryDirectory(prefix="perfsuite-head-") as head:
-            head_tree = lost_inplace_tree(Path(head), REAL_CHANGES[scenario])
+            head_tree = changed_tree(Path(head), REAL_CHANGES[scenario])
             results = gate(Side(Path(__file__).resolve().parent.parent), Side(head_tree))[0]
     else:
-        changed = args.slow_variant
         slowdown = {"A/A": 0.0, "10% injected": 0.10, "5% injected": 0.05}[scenario]
         head = Side(Path("."), slowdown=slowdown, slow_variant=args.slow_variant)
         results = gate(Side(Path(".")), head)[0]
     after = snapshot()
     verdicts = {_variant_mode(r.key): r.comparison.verdict for r in results}
-    changed = changed_keys(scenario, changed, modes)
+    changed = changed_keys(scenario, args.slow_variant, modes)
+    alpha_look = plan.alpha_per_look(settings.alpha)
     gate = {
         "seconds": time.perf_counter() - start,
         "load_before": load_before,
@@ -155,6 +248,12 @@ def gate_once(scenario: str, args, variants: list[str], cases: list[str]) -> dic
         "ratios": {_variant_mode(r.key): r.comparison.estimate.ratio for r in results},
         "pairs": {_variant_mode(r.key): len(r.contended) for r in results},
         "contended_pairs": {_variant_mode(r.key): sum(r.contended) for r in results},
+        "contended_check": {_variant_mode(r.key): contended_check(r, alpha_look) for r in results},
+        "clusters": {
+            _variant_mode(r.key): r.comparison.estimate.clusters
+            for r in results
+            if r.comparison.estimate
+        },
     }
     gate["changed"] = sorted(changed)
     gate |= counts(verdicts, changed)
@@ -227,9 +326,15 @@ def main() -> None:
     parser.add_argument("--scenarios", default="A/A,10% injected,5% injected,real change")
     parser.add_argument("--case-set", default="smoke")
     parser.add_argument(
+        "--cases",
+        default="",
+        help="comma-separated case ids instead of --case-set (b8h16s1024d64-bf16-causal-cuda: the "
+        "post's case on a GPU, where the workers time on the device clock)",
+    )
+    parser.add_argument(
         "--variants",
-        default="naive,naive_inplace,sdpa,sdpa_math,flex_eager",
-        help="variants per gate (eager ones by default: compiled variants compile per process)",
+        default="naive,naive_inplace,sdpa,sdpa_math,flex_eager,mha",
+        help="variants per gate (every eager built-in by default: compiled variants compile per process)",
     )
     parser.add_argument("--slow-variant", default="sdpa")
     parser.add_argument(
@@ -269,6 +374,13 @@ def main() -> None:
         default=0,
         help="busy processes beside every gate (validation/contend.py)",
     )
+    parser.add_argument(
+        "--busy-kind",
+        choices=("spin", "memory"),
+        default="spin",
+        help="what each busy process does: spin on a CPU, or stream a 256 MiB array (caches and "
+        "memory bandwidth too)",
+    )
     parser.add_argument("--out", default="perfsuite-results/calibration.json")
     parser.add_argument(
         "--summarize", metavar="JSON", help="only print the tables of a saved calibration"
@@ -284,11 +396,11 @@ def main() -> None:
         saved = json.loads(Path(args.summarize).read_text())
         print_summaries(recount(saved), saved["args"]["busy"], args.quiet_steal)
         return
-    cases = smoke_cases(args.case_set)
+    cases = split_list(args.cases) if args.cases else smoke_cases(args.case_set)
     variants = variant_names() if args.variants == "all" else split_list(args.variants)
     scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
     runs: dict[str, list[dict]] = {name: [] for name in scenarios}
-    with busy_processes(args.busy):
+    with busy_processes(args.busy, args.busy_kind):
         for rep in range(args.reps):
             for name in scenarios:
                 runs[name].append(gate_once(name, args, variants, cases))
@@ -312,12 +424,11 @@ def recount(saved: dict) -> dict[str, list[dict]]:
     args = saved["args"]
     runs = {}
     for name, gates in saved["runs"].items():
-        variant = "naive_inplace" if name in REAL_CHANGES else args["slow_variant"]
         recounted = []
         for gate in gates:
             verdicts = gate["verdicts"]
             modes = sorted({k.split("/")[1] for k in verdicts})
-            changed = changed_keys(name, variant, modes)
+            changed = changed_keys(name, args["slow_variant"], modes)
             by_mode = {
                 m: counts(
                     {k: v for k, v in verdicts.items() if k.endswith(f"/{m}")},
@@ -333,10 +444,47 @@ def recount(saved: dict) -> dict[str, list[dict]]:
     return runs
 
 
+def contended_summary(runs: dict[str, list[dict]], busy: int) -> str:
+    """Per scenario, the contended rule on unchanged benchmarks with enough contended pairs: how many,
+    the largest lower bound of their wait-adjusted interval against the floor, the largest
+    wait-adjusted estimate and the median wait share; and the changed benchmarks it decided."""
+    floor = 1 + CONTENDED_MIN_EFFECT
+    rows = [
+        f"| scenario (busy processes: {busy}) | unchanged judged on contended pairs | largest wait-adjusted "
+        f"lower bound (must stay below x{floor:.2f}) | largest wait-adjusted estimate | median head wait "
+        "share | changed: wait-adjusted lower bound (min, median, max) |",
+        "| --- " * 6 + "|",
+    ]
+    for name, gates in runs.items():
+        unchanged, changed = [], []
+        for g in gates:
+            for key, found in (g.get("contended_check") or {}).items():
+                if found:
+                    (changed if key in g.get("changed", ()) else unchanged).append(found)
+        if not unchanged and not changed:
+            continue
+        lows = sorted(c["adjusted_low"] for c in changed)
+        rows.append(
+            f"| {name} | {len(unchanged)} | "
+            + (
+                f"{max(c['adjusted_low'] for c in unchanged):.3f} | "
+                f"{max(c['adjusted_ratio'] for c in unchanged):.3f} | "
+                f"{float(np.median([c['median_wait_share'] for c in unchanged])):.0%} | "
+                if unchanged
+                else "- | - | - | "
+            )
+            + (f"{lows[0]:.2f}, {lows[len(lows) // 2]:.2f}, {lows[-1]:.2f} |" if lows else "- |")
+        )
+    return "\n".join(rows)
+
+
 def print_summaries(runs: dict[str, list[dict]], busy: int, quiet_steal: float) -> None:
-    """Every gate, then only the gates the hypervisor left alone (steal below ``quiet_steal``)."""
+    """Every gate, then only the gates the hypervisor left alone (steal below ``quiet_steal``),
+    then the contended rule's check."""
     print()
     print(summary(runs, busy))
+    print("\nContended pairs (the rule of stats.contended_verdict):\n")
+    print(contended_summary(runs, busy))
     quiet = {
         name: [g for g in gates if g.get("steal", 1.0) < quiet_steal]
         for name, gates in runs.items()

@@ -34,13 +34,26 @@ def load_average() -> str:
         return "?"
 
 
+# A busy process that streams memory: 256 MiB read and written per pass, so it takes caches and
+# memory bandwidth from the gate as well as a CPU.
+MEMORY_HOG = "import numpy as np\na = np.ones(1 << 25)\nwhile True:\n    a += 1.0\n"
+
+
 @contextlib.contextmanager
-def busy_processes(count: int):
-    """``count`` processes spinning on a CPU (``yes``, else a Python loop) for the duration of the block."""
+def busy_processes(count: int, kind: str = "spin"):
+    """``count`` busy processes for the duration of the block: ``kind`` ``spin`` (``yes``, else a
+    Python loop: one CPU each) or ``memory`` (``MEMORY_HOG``: a CPU, caches and memory bandwidth).
+    ``ValueError`` on a negative count or another kind."""
     if count < 0:
         raise ValueError(f"--busy must be >= 0, got {count}")
+    if kind not in ("spin", "memory"):
+        raise ValueError(f"busy kind must be 'spin' or 'memory', got {kind!r}")
     command = (
-        [shutil.which("yes")] if shutil.which("yes") else [sys.executable, "-c", "while True: pass"]
+        [sys.executable, "-c", MEMORY_HOG]
+        if kind == "memory"
+        else [shutil.which("yes")]
+        if shutil.which("yes")
+        else [sys.executable, "-c", "while True: pass"]
     )
     started = [
         subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -211,6 +211,7 @@ def case_sets_page() -> str:
                     _code(cases.shapes),
                     cases.dtypes,
                     cases.masks,
+                    cases.score_mods,
                     _cell(case_set.description) if device == "cpu" else "",
                 ]
             )
@@ -219,8 +220,11 @@ def case_sets_page() -> str:
         "# Case sets",
         "Chosen with `--perfsuite-case-set NAME` or `perfsuite_case_set`; the shape, dtype and mask "
         "settings refine a set ([configuration](configuration.md)). Shapes are "
-        "`B x H[:Hkv] x S[:Skv] x D`; the suite runs the product of shapes, dtypes and masks.",
-        _table(["set", "device", "shapes", "dtypes", "masks", "what it is for"], rows),
+        "`B x H[:Hkv] x S[:Skv] x D`; the suite runs the product of shapes, dtypes, masks and score "
+        "modifications (ALiBi, softcap, sinks, query positions: `--perfsuite-score-mods`).",
+        _table(
+            ["set", "device", "shapes", "dtypes", "masks", "score mods", "what it is for"], rows
+        ),
         _notes("case-sets"),
     )
 
@@ -254,6 +258,10 @@ def variants_page() -> str:
             declared.append(f"wraps {v.wraps}")
         if v.devices:
             declared.append(f"runs on {', '.join(map(shown, v.devices))} only")
+        if v.forms:
+            declared.append(f"forms: {', '.join(sorted(map(shown, v.forms)))}")
+        if v.needs_a_form:
+            declared.append("cases with forms only")
         rows.append(
             [
                 f"`{name}`",
@@ -319,7 +327,7 @@ def kernel_families_page() -> str:
 
 _GATE_EXIT_MEANINGS = {
     "EXIT_PASS": "no regression",
-    "EXIT_REGRESSION": "a regression: a benchmark slower, or with `--fail-on-structure` a structural change that adds work",
+    "EXIT_REGRESSION": "a regression: a benchmark slower, or a structural change that adds work (unless `--no-fail-on-structure`)",
     "EXIT_UNUSABLE": "usage error, runs that cannot be compared, or nothing compared",
 }
 
@@ -454,3 +462,38 @@ PAGES: dict[str, Callable[[], str]] = {
     "reference/schemas.md": schemas_page,
     "reference/api.md": api_page,
 }
+
+
+def portable(text: str) -> str:
+    """``text`` without the facts of the machine that generated it: the interpreter's path (a default of
+    ``perfsuite ab``) reads ``python``, the installed torch's version ``X.Y.Z``."""
+    import sys
+    from importlib import metadata
+
+    text = text.replace(f"`{sys.executable}`", "`python`")
+    try:
+        torch = metadata.version("torch").split("+")[0]
+    except metadata.PackageNotFoundError:
+        return text
+    return text.replace(f"torch=={torch} ", "torch==X.Y.Z ")
+
+
+def generated() -> dict[str, str]:
+    """Every reference page, as committed under ``docs/`` (README and tutorials link them there)."""
+    return {path: portable(make_page()) for path, make_page in PAGES.items()}
+
+
+def write(docs: Path = HERE.parent) -> list[Path]:
+    """Write every page of ``generated()`` under ``docs``; the paths written."""
+    written = []
+    for path, text in generated().items():
+        target = docs / path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+        written.append(target)
+    return written
+
+
+if __name__ == "__main__":  # python docs/gen/reference.py: the committed pages made current
+    for found in write():
+        print(found)

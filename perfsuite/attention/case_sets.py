@@ -18,13 +18,16 @@ class DeviceCases:
 
     ``transposed``: a shape also run with query/key/value whose last dimension is not contiguous
     (``-transposed`` case ids), in the set's first dtype and mask, so the skip reason of the kernels
-    that refuse that layout is seen without asking for it; "" for none.
+    that refuse that layout is seen without asking for it; "" for none. ``score_mods``: the score
+    modifications every case is built with (``perfsuite.attention.score_mods.parse_score_mods``:
+    ``none``, ``alibi``, ``softcap50-sinks``, ...), space-separated.
     """
 
     shapes: str
     dtypes: str
     masks: str
     transposed: str = ""
+    score_mods: str = "none"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +89,9 @@ class ModelShape:
 
     ``num_heads``/``num_kv_heads``/``head_dim``: one attention layer of the model (every layer
     has the same). ``sliding_window``: keys a query sees in its sliding-window layers, or None.
-    ``source``: the model's config the numbers are read from.
+    ``source``: the model's config the numbers are read from. ``score_mods``: how the model
+    modifies its attention scores (``perfsuite.attention.score_mods.parse_score_mods``), ``none``
+    for plain attention. ``alternating``: sliding-window layers alternate with full (causal) ones.
     """
 
     model: str
@@ -95,6 +100,8 @@ class ModelShape:
     head_dim: int
     source: str
     sliding_window: int | None = None
+    score_mods: str = "none"
+    alternating: bool = False
 
     def shape(self, batch: int, seq_len_q: int, seq_len_kv: int) -> str:
         """``B x H:Hkv x Sq:Skv x D`` as the shapes setting writes it."""
@@ -127,6 +134,39 @@ MODEL_SHAPES: dict[str, ModelShape] = {
         "head_dim 256, sliding_window 512, query_pre_attn_scalar 256 (scale 256**-0.5)",
         sliding_window=512,
     ),
+    "gemma-2-2b": ModelShape(
+        "Gemma-2-2B (logit softcapping, sliding-window layers alternating with global ones)",
+        8,
+        4,
+        256,
+        "google/gemma-2-2b config.json: num_attention_heads 8, num_key_value_heads 4, head_dim 256, "
+        "attn_logit_softcapping 50.0, sliding_window 4096 (every other layer), query_pre_attn_scalar "
+        "256 (scale 256**-0.5)",
+        sliding_window=4096,
+        score_mods="softcap50",
+        alternating=True,
+    ),
+    "gpt-oss-20b": ModelShape(
+        "gpt-oss-20b (attention sinks, sliding-window layers alternating with full ones)",
+        64,
+        8,
+        64,
+        "openai/gpt-oss-20b config.json: num_attention_heads 64, num_key_value_heads 8, head_dim 64, "
+        "sliding_window 128, layer_types alternating sliding_attention / full_attention; a learned "
+        "sink logit per head (the model card's attention sinks)",
+        sliding_window=128,
+        score_mods="sinks",
+        alternating=True,
+    ),
+    "bloom-7b1": ModelShape(
+        "BLOOM-7b1 (ALiBi position bias, causal)",
+        32,
+        32,
+        128,
+        "bigscience/bloom-7b1 config.json: n_head 32, hidden_size 4096 (head_dim 128); ALiBi slopes "
+        "of transformers' build_alibi_tensor (the geometric slopes) in place of position embeddings",
+        score_mods="alibi",
+    ),
     "bert-base": ModelShape(
         "BERT-base (bidirectional encoder)",
         12,
@@ -142,10 +182,13 @@ def _model_set(
     key: str, what: str, cpu: tuple[str, str, str], cuda: tuple[str, str, str]
 ) -> CaseSet:
     model = MODEL_SHAPES[key]
+    mods = (
+        "" if model.score_mods == "none" else f" and its score modifications ({model.score_mods})"
+    )
     return CaseSet(
-        f"{model.model}: {what} with its heads and head_dim; source: {model.source}",
-        DeviceCases(*cpu),
-        DeviceCases(*cuda),
+        f"{model.model}: {what} with its heads and head_dim{mods}; source: {model.source}",
+        DeviceCases(*cpu, score_mods=model.score_mods),
+        DeviceCases(*cuda, score_mods=model.score_mods),
     )
 
 
@@ -153,6 +196,11 @@ _LLAMA, _GEMMA, _BERT = (
     MODEL_SHAPES["llama-3-8b"],
     MODEL_SHAPES["gemma-3-1b"],
     MODEL_SHAPES["bert-base"],
+)
+_GEMMA2, _GPT_OSS, _BLOOM = (
+    MODEL_SHAPES["gemma-2-2b"],
+    MODEL_SHAPES["gpt-oss-20b"],
+    MODEL_SHAPES["bloom-7b1"],
 )
 CASE_SETS.update(
     {
@@ -178,6 +226,42 @@ CASE_SETS.update(
                 "bf16",
                 f"window{_GEMMA.sliding_window}",
             ),
+        ),
+        # a chunk of 64 queries at the end of 4160 keys (chunked prefill: the 4096 window hides the first
+        # 64 keys, on the CPU too) and decode; both layer kinds: the sliding window and the global causal layers
+        "model-gemma-2-2b": _model_set(
+            "gemma-2-2b",
+            "chunked prefill and decode, local (window) and global layers",
+            (
+                f"{_GEMMA2.shape(1, 64, 4160)} {_GEMMA2.shape(2, 1, 4160)}",
+                "fp32",
+                f"window{_GEMMA2.sliding_window} causal_br",
+            ),
+            (
+                f"{_GEMMA2.shape(4, 8192, 8192)} {_GEMMA2.shape(32, 1, 8192)}",
+                "bf16",
+                f"window{_GEMMA2.sliding_window} causal_br",
+            ),
+        ),
+        "model-gpt-oss-20b": _model_set(
+            "gpt-oss-20b",
+            "prefill and decode, sliding-window and full layers",
+            (
+                f"{_GPT_OSS.shape(1, 256, 256)} {_GPT_OSS.shape(2, 1, 1024)}",
+                "fp32",
+                f"window{_GPT_OSS.sliding_window} causal_br",
+            ),
+            (
+                f"{_GPT_OSS.shape(4, 4096, 4096)} {_GPT_OSS.shape(64, 1, 8192)}",
+                "bf16",
+                f"window{_GPT_OSS.sliding_window} causal_br",
+            ),
+        ),
+        "model-bloom-7b1": _model_set(
+            "bloom-7b1",
+            "prefill and decode",
+            (f"{_BLOOM.shape(1, 256, 256)} {_BLOOM.shape(2, 1, 1024)}", "fp32", "causal_br"),
+            (f"{_BLOOM.shape(4, 2048, 2048)} {_BLOOM.shape(32, 1, 2048)}", "bf16", "causal_br"),
         ),
         # a batch of 128-token sentences, right-padded per row
         "model-bert-base": _model_set(

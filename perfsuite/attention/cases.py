@@ -17,7 +17,10 @@ import re
 
 import torch
 
+from perfsuite.attention.contract import Form
 from perfsuite.attention.masks import mask_kind, parse_mask_kind
+from perfsuite.attention import score_mods as mods_
+from perfsuite.attention.score_mods import ScoreMods
 
 DTYPES: dict[str, torch.dtype] = {
     "fp64": torch.float64,
@@ -49,7 +52,9 @@ MASK_ALIASES = {"both": ("causal", "noncausal")}
 _SHAPE_RE = re.compile(r"^(\d+)x(\d+)(?::(\d+))?x(\d+)(?::(\d+))?x(\d+)$")
 _ID_RE = re.compile(
     r"^b(?P<b>\d+)h(?P<h>\d+)(?:kv(?P<hkv>\d+))?(?:s(?P<s>\d+)|q(?P<sq>\d+)k(?P<skv>\d+))d(?P<d>\d+)"
-    r"-(?P<dtype>\w+?)-(?P<mask>[a-z_]+\d*)(?:-scale(?P<scale>[0-9.e+-]+?))?(?P<strided>-strided)?(?P<transposed>-transposed)?-(?P<device>\w+)$"
+    r"-(?P<dtype>\w+?)-(?P<mask>[a-z_]+\d*)(?:-scale(?P<scale>[0-9.e+-]+?))?"
+    + mods_.ID_PATTERN
+    + r"(?P<strided>-strided)?(?P<transposed>-transposed)?-(?P<device>\w+)$"
 )
 
 
@@ -80,6 +85,10 @@ class AttentionCase:
     ``transposed=True`` makes them transposes of ``[batch, heads, head_dim, seq]`` buffers, so
     the last dimension is not contiguous (``stride(-1) == seq``; ``-transposed`` in the id),
     which fused kernels refuse. The two layouts exclude each other (``ValueError``).
+    ``score_mods``: ALiBi, softcapping, sinks and query positions (``perfsuite.attention.score_mods``;
+    ``-alibi-softcap50-sinks-qoff96`` in the id); an explicit query offset must keep the queries
+    inside the key sequence and cannot be combined with ``causal_br`` (write ``causal`` with the
+    offset: causal kinds are then aligned by the positions) (``ValueError``).
     """
 
     batch: int
@@ -94,6 +103,7 @@ class AttentionCase:
     scale: float | None = None
     contiguous: bool = True
     transposed: bool = False
+    score_mods: ScoreMods = mods_.NONE
 
     def __post_init__(self):
         if self.transposed and not self.contiguous:
@@ -112,6 +122,29 @@ class AttentionCase:
                 self.seq_len_kv,
                 self.head_dim,
             )
+        )
+        offset = self.score_mods.query_offset
+        if offset is not None:
+            if offset + self.seq_len_q > self.seq_len_kv:
+                raise ValueError(
+                    f"query_offset={offset} puts the last of {self.seq_len_q} queries at key position "
+                    f"{offset + self.seq_len_q - 1}, past the {self.seq_len_kv} keys; allowed: 0 to "
+                    f"{self.seq_len_kv - self.seq_len_q}"
+                )
+            if self.mask == "causal_br":
+                raise ValueError(
+                    "causal_br aligns the queries bottom-right; with an explicit query offset write "
+                    "causal (causal kinds are then aligned by the query positions)"
+                )
+
+    @property
+    def query_offset(self) -> int:
+        """The key position of query row 0 (``perfsuite.attention.score_mods``): the explicit offset,
+        else 0 for top-left ``causal`` and ``seq_len_kv - seq_len_q`` (bottom-right) for every other kind."""
+        kind = mask_kind(self.mask)
+        top_left = kind.causal and not kind.bottom_right
+        return mods_.query_offset_for(
+            self.score_mods, not top_left, self.seq_len_q, self.seq_len_kv
         )
 
     @property
@@ -132,7 +165,16 @@ class AttentionCase:
         kind = mask_kind(self.mask)
         if not kind.hides_keys or not kind.causal:
             return kind.hides_keys
-        return kind.keys_seen(0, self.seq_len_q, self.seq_len_kv) < self.seq_len_kv
+        return (
+            kind.keys_seen(0, self.seq_len_q, self.seq_len_kv, self.score_mods.query_offset)
+            < self.seq_len_kv
+        )
+
+    @property
+    def forms(self) -> frozenset[Form]:
+        """The forms (``perfsuite.attention.contract.Form``) the case carries: a variant that does not
+        declare one of them is not run on the case."""
+        return self.score_mods.forms
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -162,7 +204,8 @@ class AttentionCase:
         scale = f"-scale{self.scale:g}" if self.scale is not None else ""
         strided = "" if self.contiguous else "-strided"
         transposed = "-transposed" if self.transposed else ""
-        return f"{self.shape_id}-{self.dtype}-{self.mask}{scale}{strided}{transposed}-{self.device}"
+        mods = self.score_mods.id_suffix
+        return f"{self.shape_id}-{self.dtype}-{self.mask}{scale}{mods}{strided}{transposed}-{self.device}"
 
     @property
     def score_shape(self) -> tuple[int, int, int, int]:
@@ -219,7 +262,8 @@ def parse_case_id(text: str) -> AttentionCase:
     match = _ID_RE.match(text.strip())
     if not match:
         raise ValueError(
-            f"case id {text!r} is not of the form b<B>h<H>[kv<Hkv>](s<S>|q<Sq>k<Skv>)d<D>-<dtype>-<mask>[-scale<x>][-strided|-transposed]-<device>"
+            f"case id {text!r} is not of the form b<B>h<H>[kv<Hkv>](s<S>|q<Sq>k<Skv>)d<D>-<dtype>-<mask>[-scale<x>]"
+            "[-alibi][-softcap<cap>][-sinks][-qoff<offset>][-strided|-transposed]-<device>"
         )
     g = match.groupdict()
     seq_q = int(g["s"] or g["sq"])
@@ -237,6 +281,7 @@ def parse_case_id(text: str) -> AttentionCase:
         float(g["scale"]) if g["scale"] else None,
         contiguous=not g["strided"],
         transposed=bool(g["transposed"]),
+        score_mods=mods_.from_id_groups(g),
     )
 
 
@@ -272,19 +317,26 @@ COMBINATIONS = ("all", "pairwise")
 
 
 def build_cases(
-    shapes: list[Shape], dtypes: list[str], device: str, masks: list[str], combinations: str = "all"
+    shapes: list[Shape],
+    dtypes: list[str],
+    device: str,
+    masks: list[str],
+    combinations: str = "all",
+    score_mods: list[ScoreMods] | None = None,
 ) -> list[AttentionCase]:
-    """Cases of shapes x dtypes x masks on one device, in that order.
+    """Cases of shapes x dtypes x masks x score modifications on one device, in that order.
 
     ``combinations``: ``all`` gives every combination; ``pairwise`` gives ``covering_pairs`` of
     them (every shape with every dtype and every mask, every dtype with every mask). ``ValueError``
-    names any other value.
+    names any other value, and a combination ``AttentionCase`` refuses (an explicit query offset
+    past the keys of a shape). ``score_mods``: None for plain cases only.
     """
     if combinations not in COMBINATIONS:
         raise ValueError(
             f"combinations {combinations!r}: expected one of {', '.join(COMBINATIONS)}"
         )
-    product = list(itertools.product(shapes, dtypes, masks))
+    factors = [shapes, dtypes, masks] + ([score_mods] if score_mods is not None else [])
+    product = list(itertools.product(*factors))
     chosen = product if combinations == "all" else covering_pairs(product)
     return [
         AttentionCase(
@@ -297,8 +349,10 @@ def build_cases(
             device,
             mask,
             s.num_kv_heads,
+            score_mods=mods,
         )
-        for s, dtype, mask in chosen
+        for s, dtype, mask, *more in chosen
+        for mods in more or [mods_.NONE]
     ]
 
 

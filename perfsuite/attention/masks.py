@@ -75,16 +75,24 @@ class MaskKind:
         """The key index aligned with query 0: 0 top-left, ``seq_len_kv - seq_len_q`` bottom-right."""
         return seq_len_kv - seq_len_q if self.bottom_right else 0
 
-    def sees(self, q_idx, kv_idx, seq_len_q: int, seq_len_kv: int):
-        """For causal kinds, whether query ``q_idx`` sees key ``kv_idx`` (ints or broadcasting tensors)."""
-        distance = q_idx + self.offset(seq_len_q, seq_len_kv) - kv_idx
+    def sees(self, q_idx, kv_idx, seq_len_q: int, seq_len_kv: int, offset: int | None = None):
+        """For causal kinds, whether query ``q_idx`` sees key ``kv_idx`` (ints or broadcasting tensors).
+
+        ``offset``: the key position of query 0 when the case gives query positions
+        (``perfsuite.attention.score_mods``), else None for the kind's own alignment (``offset``)."""
+        offset = self.offset(seq_len_q, seq_len_kv) if offset is None else offset
+        distance = q_idx + offset - kv_idx
         return distance >= 0 if self.window is None else (distance >= 0) & (distance < self.window)
 
-    def keys_seen(self, q_idx: int, seq_len_q: int, seq_len_kv: int) -> int:
-        """How many keys query ``q_idx`` sees under a causal kind (``seq_len_kv`` for the others)."""
+    def keys_seen(
+        self, q_idx: int, seq_len_q: int, seq_len_kv: int, offset: int | None = None
+    ) -> int:
+        """How many keys query ``q_idx`` sees under a causal kind (``seq_len_kv`` for the others);
+        ``offset`` as in ``sees``."""
         if not self.causal:
             return seq_len_kv
-        last = min(q_idx + self.offset(seq_len_q, seq_len_kv), seq_len_kv - 1)
+        offset = self.offset(seq_len_q, seq_len_kv) if offset is None else offset
+        last = min(q_idx + offset, seq_len_kv - 1)
         first = 0 if self.window is None else max(last - self.window + 1, 0)
         return max(last - first + 1, 0)
 
@@ -175,10 +183,12 @@ def window_allowed(seq_len_q: int, seq_len_kv: int, window: int, device: str) ->
     return _index_grid(mask_kind(f"window{window}"), seq_len_q, seq_len_kv, device)
 
 
-def _index_grid(kind: MaskKind, seq_len_q: int, seq_len_kv: int, device: str) -> torch.Tensor:
+def _index_grid(
+    kind: MaskKind, seq_len_q: int, seq_len_kv: int, device: str, offset: int | None = None
+) -> torch.Tensor:
     q_idx = torch.arange(seq_len_q, device=device).unsqueeze(1)
     kv_idx = torch.arange(seq_len_kv, device=device).unsqueeze(0)
-    return kind.sees(q_idx, kv_idx, seq_len_q, seq_len_kv)
+    return kind.sees(q_idx, kv_idx, seq_len_q, seq_len_kv, offset)
 
 
 def build_mask(
@@ -187,12 +197,18 @@ def build_mask(
     dtype: torch.dtype,
     device: str,
     generator: torch.Generator,
+    query_offset: int | None = None,
 ) -> AttentionMask:
     """The mask of ``kind`` for scores of ``shape = (batch, num_heads, seq_len_q, seq_len_kv)``.
 
     Random masks draw from ``generator`` on the CPU, so every device sees the same mask.
+    ``query_offset``: the key position of query 0 for a case with explicit query positions
+    (``perfsuite.attention.score_mods``): causal kinds are then aligned by it, not by their kind.
     """
     batch, num_heads, seq_len_q, seq_len_kv = shape
+    if query_offset is not None and mask_kind(kind).causal:
+        grid = _index_grid(mask_kind(kind), seq_len_q, seq_len_kv, device, query_offset)
+        return compose(kind, grid, None)
     if kind == "noncausal":
         return compose(kind, None, None)
     if kind == "causal":

@@ -83,7 +83,7 @@ def make_step(mode: str, fn: VariantFn, inputs: AttentionInputs, grad_output: to
     Raises ``ValueError`` for an unknown mode.
     """
     parse_mode(mode)
-    call = lambda q, k, v: fn(q, k, v, mask=inputs.mask, scale=inputs.scale)
+    call = lambda q, k, v: fn(q, k, v, **inputs.keywords())
     if mode == Mode.FORWARD:
 
         def forward() -> StepResult:

@@ -24,6 +24,13 @@ kernel rounds weights and output to the dtype (a few ``u`` each).
 Measured on CPU with seed 0 over shapes up to 1x8x1024x64: largest errors fp32 1.1e-6,
 fp16 1.6e-3, bf16 1.25e-2, so the floors leave a 4x or larger margin there.
 
+**Score modifications** (``perfsuite.attention.score_mods``: ALiBi, softcap, sinks, query
+positions) are part of both computations, applied in one order: scale, softcap, bias (ALiBi, then
+an additive mask), mask, sink, softmax (the formulas and their sources are in that module). With a
+softcap the factor is 3, not 2 (``ERROR_FACTORS``): ``tanh`` in low precision adds its own
+rounding, and FlashAttention's tests allow the same (``rtol = 2 if softcap == 0.0 else 3`` in
+``hopper/test_flash_attn.py`` of Dao-AILab/flash-attention).
+
 The reference is computed in blocks of query rows (softmax is per row, so this is exact), each
 block's ``[B, H, rows, Skv]`` float64 scores at most ``REFERENCE_BLOCK_BYTES``: a long case on a
 GPU needs a few score blocks of memory, not several full float64 score matrices.
@@ -33,14 +40,20 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from collections.abc import Callable
 
 import torch
 
 from perfsuite.attention.inputs import AttentionInputs
+from perfsuite.attention.score_mods import alibi_bias, describe_at
 
 # Bytes of one block of scores of the reference (float64: 16 Mi elements). The softmax and the
 # masking make about three temporaries of this size, so a block needs ~0.5 GiB at most.
 REFERENCE_BLOCK_BYTES = 128 * 2**20
+
+# How many times the plain computation's error a variant may make (module docstring): 2 as
+# FlashAttention's tests, 3 with a softcap as theirs.
+ERROR_FACTORS = {"plain": 2.0, "softcap": 3.0}
 
 TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
     torch.float64: (1e-10, 1e-10),
@@ -70,7 +83,11 @@ def reference_attention(
     """Attention in float64 from the same inputs, ``[batch, num_heads, seq_len_q, head_dim]``.
 
     ``softmax(q @ k^T * scale + additive, hidden keys at -inf) @ v``, key/value heads
-    repeated for grouped-query attention (``repeat_interleave``, as SDPA's ``enable_gqa``).
+    repeated for grouped-query attention (``repeat_interleave``, as SDPA's ``enable_gqa``), with
+    the case's score modifications (``inputs.forms``) in this order: scale, softcap
+    (``softcap * tanh(s / softcap)``), bias (ALiBi ``-alibi_slopes[h] * (query_positions[b, i] - j)``,
+    then the additive mask), mask (hidden keys at ``-inf``), sink (``sinks[h]`` joins the softmax
+    denominator: softmax over the scores and the sink, the sink's column dropped), softmax.
     **A query that sees no key returns zeros**: that is SDPA's behaviour (its
     ``_safe_softmax``, and every CPU backend measured), and the only finite answer. Variants
     registered with ``fully_masked_rows="nan"`` (a plain softmax of ``-inf`` everywhere) are
@@ -118,12 +135,22 @@ def _attention(
     groups = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
     scores = torch.matmul(q, k.transpose(-2, -1)) * inputs.scale
-    mask = inputs.mask
+    forms, mask = inputs.forms, inputs.mask
+    if "softcap" in forms:
+        scores = torch.tanh(scores / forms["softcap"]) * forms["softcap"]
+    if "alibi_slopes" in forms:
+        positions = forms["query_positions"][:, start:end].to(q.device)
+        scores = scores + alibi_bias(forms["alibi_slopes"], positions, k.shape[2], q.dtype)
     if mask.additive is not None:
         scores = scores + _query_rows(mask.additive, start, end).to(q.dtype)
     if mask.masked_out is not None:
         scores = scores.masked_fill(_query_rows(mask.masked_out, start, end), float("-inf"))
-    weights = torch.softmax(scores, dim=-1).nan_to_num(nan=0.0)  # all -inf rows -> zeros
+    if "sinks" in forms:
+        sink = forms["sinks"].to(device=q.device, dtype=q.dtype)[None, :, None, None]
+        scores = torch.cat([scores, sink.expand(*scores.shape[:-1], 1)], dim=-1)
+        weights = torch.softmax(scores, dim=-1)[..., :-1]
+    else:
+        weights = torch.softmax(scores, dim=-1).nan_to_num(nan=0.0)  # all -inf rows -> zeros
     return torch.matmul(weights, v)
 
 
@@ -172,15 +199,22 @@ def compare_gradients(
     expected = reference_gradients(inputs, grad_output)
     plain = reference_gradients(inputs, grad_output, inputs.query.dtype)
     floor_atol, rtol = TOLERANCES[inputs.query.dtype]
+    factor = error_factor(inputs)
     worst = 0.0
     for name, got, want, low in zip(GRADIENT_NAMES, actual, expected, plain):
         plain_error = float((low.to(torch.float64) - want).abs().max()) if want.numel() else 0.0
-        tolerance = (max(floor_atol, 2 * plain_error), rtol)
+        tolerance = (max(floor_atol, factor * plain_error), rtol)
         found = compare_with_reference(got, want, f"{name} of {label}", tolerance=tolerance)
         if found.failure:
             return found
         worst = max(worst, found.max_abs_error)
     return Comparison(worst, None)
+
+
+def error_factor(inputs: AttentionInputs) -> float:
+    """How many times the plain computation's error a variant may make: ``ERROR_FACTORS``
+    (3 with a softcap, else 2; module docstring)."""
+    return ERROR_FACTORS["softcap" if "softcap" in inputs.forms else "plain"]
 
 
 def tolerances(inputs: AttentionInputs, expected: torch.Tensor) -> tuple[float, float]:
@@ -191,7 +225,46 @@ def tolerances(inputs: AttentionInputs, expected: torch.Tensor) -> tuple[float, 
     plain_error = (
         float((plain - expected).abs().nan_to_num(nan=0.0).max()) if plain.numel() else 0.0
     )
-    return max(floor_atol, 2 * plain_error), rtol
+    return max(floor_atol, error_factor(inputs) * plain_error), rtol
+
+
+# The modifications a failure is checked against one by one: keyword -> what leaving it out means.
+_LEFT_OUT = {
+    "alibi_slopes": "without the ALiBi bias",
+    "softcap": "without the softcap",
+    "sinks": "without the sinks",
+}
+
+
+def explain_modifications(
+    inputs: AttentionInputs,
+    actual: torch.Tensor,
+    index: tuple[int, ...],
+    tolerance: tuple[float, float],
+) -> str:
+    """For a failed comparison on a case with score modifications: what they are at the worst
+    element ``index`` (``[batch, head, query, dim]``: the head's ALiBi slope and sink logit, the
+    query's position, the cap), and which one the output matches the reference without, if any
+    (``actual`` within ``tolerance`` of the reference computed with that modification left out).
+    Empty for a case without modifications."""
+    if not inputs.forms:
+        return ""
+    batch, head, query = index[0], index[1], index[2]
+    lines = [
+        "score modifications at that element: " + describe_at(inputs.forms, head, query, batch)
+    ]
+    atol, rtol = tolerance
+    actual64 = actual.detach().to(torch.float64)
+    for keyword, what in _LEFT_OUT.items():
+        if keyword not in inputs.forms:
+            continue
+        forms = {k: v for k, v in inputs.forms.items() if k != keyword}
+        if keyword == "alibi_slopes" and "query_positions" in forms:
+            forms.pop("query_positions")
+        without = reference_attention(inputs.replace(forms=forms))
+        if bool(torch.isclose(actual64, without, atol=atol, rtol=rtol, equal_nan=True).all()):
+            lines.append(f"the output matches the reference {what}: is it applied?")
+    return "\n".join(lines)
 
 
 def _describe(index: tuple[int, ...], actual: torch.Tensor, expected: torch.Tensor) -> str:
@@ -240,6 +313,7 @@ def compare_with_reference(
     fully_masked: torch.Tensor | None = None,
     fully_masked_result: str = FullyMaskedRows.ZEROS,
     tolerance: tuple[float, float] | None = None,
+    explain: Callable[[tuple[int, ...], tuple[float, float]], str] | None = None,
 ) -> Comparison:
     """Compare a variant's output with the float64 reference.
 
@@ -248,7 +322,8 @@ def compare_with_reference(
     ``fully_masked_result="nan"`` those rows must be NaN, with ``"finite"`` finite (any value), with
     ``"any"`` anything, and in these cases are left out of the numeric comparison; otherwise they must equal the
     reference's zeros. Any other non-finite
-    output fails.
+    output fails. ``explain(worst_index, (atol, rtol))``: more lines for a failure's message (the
+    score modifications at the worst element: ``explain_modifications``), or None.
     """
     if actual.shape != expected.shape:
         return Comparison(
@@ -274,9 +349,12 @@ def compare_with_reference(
     if non_finite.any():
         index = tuple(int(i) for i in non_finite.nonzero()[0])
         count = int(non_finite.sum())
+        more = explain(index, tolerance or TOLERANCES[actual.dtype]) if explain else ""
         return Comparison(
             float("inf"),
-            f"{label}: {count} non-finite outputs; first " + _describe(index, actual64, expected),
+            f"{label}: {count} non-finite outputs; first "
+            + _describe(index, actual64, expected)
+            + ("\n" + more if more else ""),
         )
     error = (actual64 - expected).abs()
     worst = tuple(int(i) for i in torch.unravel_index(error.argmax(), error.shape))
@@ -289,5 +367,7 @@ def compare_with_reference(
             f"{label}: not within atol={atol:.3g}, rtol={rtol} of the float64 reference; "
             + _describe(worst, actual64, expected)
         )
-        return Comparison(float(error.max()), message + "\n" + "\n".join(summary))
+        more = explain(worst, (atol, rtol)) if explain is not None else ""
+        more = "\n" + more if more else ""
+        return Comparison(float(error.max()), message + more + "\n" + "\n".join(summary))
     return Comparison(float(error.max()), None)

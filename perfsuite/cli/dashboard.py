@@ -32,6 +32,15 @@ def add_command(commands) -> None:
         "perfsuite ab --json file flags (for a job summary)",
     )
     dash.add_argument("--site-url", help="where the dashboard is published (with --links)")
+    dash.add_argument(
+        "--rev",
+        help="follow this git revision's first-parent history (default: the default branch's, "
+        "origin/HEAD or main or master: a pull request's commits and A/B heads are left out)",
+    )
+    dash.add_argument(
+        "--branch",
+        help="only runs recorded on this branch, in their recorded first-parent positions",
+    )
 
 
 def run_dashboard(args: argparse.Namespace) -> int:
@@ -47,8 +56,11 @@ def run_dashboard(args: argparse.Namespace) -> int:
     from perfsuite.dashboard.site import write_site
     from perfsuite.history import open_store
 
+    from perfsuite.cli.history import commit_order
+
     with open_store(args.store, create=False) as store:  # HistoryError names the file or URL
-        dashboard = dashboard_from_store(store, args.title, args.repo_url)
+        order = commit_order(store, args.rev, args.branch, "dashboard")
+        dashboard = dashboard_from_store(store, args.title, args.repo_url, order, args.branch)
     index = write_site(dashboard, args.out)
     changes = sum(len(s.change_points) for s in dashboard.series)
     print(

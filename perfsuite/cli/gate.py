@@ -1,7 +1,7 @@
 """``perfsuite compare`` and ``perfsuite ab``: the regression gate on the command line.
 
-Exit codes: 0 no regression; 1 a regression (``slower``, or a structural change with
-``--fail-on-structure``); 2 a usage error or a run that cannot be compared.
+Exit codes: 0 no regression; 1 a regression (``slower``, or a structural change that adds work,
+unless ``--no-fail-on-structure``); 2 a usage error or a run that cannot be compared.
 """
 
 from __future__ import annotations
@@ -72,11 +72,12 @@ def add_gate_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--fail-on-structure",
-        action="store_true",
-        help="a structural change that adds work (more copies or casts, device "
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="on by default: a structural change that adds work (more copies or casts, device "
         "kernels, Memcpy, score writes, bytes allocated/written/saved, or another SDPA backend) "
-        "fails the gate; one that only removes work, or adds ops that do none (views, a "
-        "same-dtype .to), does not",
+        "fails the gate whatever the timing says; one that only removes work, or adds ops that do "
+        "none (views, a same-dtype .to), does not. --no-fail-on-structure: timing alone decides",
     )
     parser.add_argument(
         "--force", action="store_true", help="compare runs from different hardware/software anyway"
@@ -192,8 +193,10 @@ def add_commands(commands) -> None:
         "--workers-per-side",
         type=at_least(1),
         default=WORKERS_PER_SIDE,
-        help=f"worker processes per side; pairs rotate through them, so where one process landed "
-        f"does not decide the ratio (default {WORKERS_PER_SIDE})",
+        help=f"worker processes per side; base worker i is paired with head worker i and the "
+        f"interval is taken across these worker pairs, so where one process landed widens the "
+        f"interval instead of deciding it (default {WORKERS_PER_SIDE}; 1: pairs taken as "
+        f"independent, a process's bias not covered)",
     )
     ab.add_argument("--json", help="write raw blocks and verdicts here")
     add_gate_options(ab)
@@ -286,7 +289,15 @@ def run_ab_command(args: argparse.Namespace) -> int:
 
 
 def _run_ab(args: argparse.Namespace) -> int:
-    from perfsuite.gate.ab import Side, ab_method, ab_payload, ab_title, run_ab, write_json
+    from perfsuite.gate.ab import (
+        Side,
+        ab_method,
+        ab_payload,
+        ab_title,
+        run_ab,
+        workers_needed,
+        write_json,
+    )
     from perfsuite.gate.flow import judge
     from perfsuite.gate.worktrees import git_worktrees, ref_commits
     from perfsuite.history.recording import AbSide, record_ab
@@ -296,6 +307,7 @@ def _run_ab(args: argparse.Namespace) -> int:
     plan, note = sequential_plan(args.blocks, args.budget_s, settings, args.fail_on_structure)
     if note:
         print(f"perfsuite: note: {note}", file=sys.stderr)
+    workers = workers_needed(plan, settings, args.workers_per_side)
     refs = {"base": args.base_ref, "head": args.head_ref}
     commits, notes = ref_commits(refs)
     for note in notes:
@@ -320,9 +332,9 @@ def _run_ab(args: argparse.Namespace) -> int:
             specs=config.variant_specs,
             timing_threads=args.timing_threads,
             contended_pairs=contended_pairs,
-            workers_per_side=args.workers_per_side,
+            workers_per_side=workers,
         )
-    payload = ab_payload(results, info, settings, plan, contended_pairs, args.workers_per_side)
+    payload = ab_payload(results, info, settings, plan, contended_pairs, workers)
     sides = {
         name: AbSide(ref, side.tree, side.python, bool(variant))
         for name, ref, side, variant in (
@@ -339,6 +351,6 @@ def _run_ab(args: argparse.Namespace) -> int:
         print(recorded, file=sys.stderr)
     notes = [*notes, f"configuration: {config.describe()}"]  # below the heading
     title = ab_title(base, head, refs, commits, info, notes)
-    method = ab_method(plan, settings, args.workers_per_side, contended_pairs, args.timing_threads)
+    method = ab_method(plan, settings, workers, contended_pairs, args.timing_threads)
     comparisons = [r.comparison for r in results]
     return _finish(judge(comparisons, settings, title, method, args.fail_on_structure), args)

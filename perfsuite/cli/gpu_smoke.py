@@ -50,9 +50,7 @@ def _profile(variant_name: str, case_id: str, scratch: Path):
     fn = get_variant(variant_name).for_case(inputs)
     with torch.no_grad():
         windows = profile_steps(
-            lambda: fn(
-                inputs.query, inputs.key, inputs.value, mask=inputs.mask, scale=inputs.scale
-            ),
+            lambda: fn(inputs.query, inputs.key, inputs.value, **inputs.keywords()),
             case.device,
             scratch / f"{variant_name}.json.gz",
         )

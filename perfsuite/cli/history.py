@@ -17,6 +17,7 @@ import argparse
 import csv
 import io
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -54,21 +55,27 @@ def add_command(commands) -> None:
         "series", nargs="*", help="series ids or benchmarks (default: every series)"
     )
     detect.add_argument(
-        "--window", type=int, default=20, help="baseline points before the newest (default 20)"
+        "--window",
+        type=_at_least(1, int),
+        default=20,
+        help="baseline points before the newest (default 20)",
     )
     detect.add_argument(
         "--confirm",
-        type=int,
+        type=_at_least(1, int),
         default=2,
         help="newest points that must all break the limit (default 2; 1 judges the newest alone; "
         "score copies are exact counts, judged on the newest alone)",
     )
     detect.add_argument(
-        "--k", type=float, default=4.0, help="the limit in robust noise deviations (default 4)"
+        "--k",
+        type=_at_least(0, float),
+        default=4.0,
+        help="the limit in robust noise deviations (default 4)",
     )
     detect.add_argument(
         "--min-effect",
-        type=float,
+        type=_at_least(0, float),
         default=0.05,
         help="the smallest step reported (default 0.05: 5%%)",
     )
@@ -81,11 +88,16 @@ def add_command(commands) -> None:
             help="time_s (default for show; detect judges time_s and score_copies), wall_s, device_s, "
             "tflops, gbps, score_copies",
         )
-        sub.add_argument("--branch", help="only runs recorded on this branch")
+        sub.add_argument(
+            "--branch",
+            help="only runs recorded on this branch, in their recorded first-parent positions "
+            "(default: the default branch's first-parent history, see --rev)",
+        )
         sub.add_argument(
             "--rev",
             help="only commits on this git revision's first-parent history (git rev-list --first-parent, "
-            "in the current repository), in that order: a sibling branch's commits are left out",
+            "in the current repository), in that order (default: the default branch, origin/HEAD "
+            "or main or master: a pull request's commits and A/B heads are left out)",
         )
     for sub in (listed, export):
         for name in ("variant", "case", "mode", "testbed"):
@@ -98,18 +110,62 @@ def add_command(commands) -> None:
         sub.add_argument("--json", action="store_true", help="print JSON instead of text")
 
 
-def _commit_order(args: argparse.Namespace) -> list[str] | None:
-    """``--rev``'s first-parent shas, oldest first (None without it); ``SystemExit`` naming a bad revision."""
-    if not getattr(args, "rev", None):
-        return None
-    from perfsuite.history.capture import first_parent_order
+def _at_least(low: float, kind: type):
+    """An argparse type: a finite ``kind`` (int or float) of at least ``low``."""
 
-    order = first_parent_order(Path.cwd(), args.rev)
-    if not order:
-        raise SystemExit(
-            f"perfsuite history: --rev {args.rev!r}: not a revision of a git repository here"
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r}: not {'an integer' if kind is int else 'a number'}"
+            ) from None
+        if not math.isfinite(value) or value < low:
+            raise argparse.ArgumentTypeError(f"{text!r}: give a finite number of at least {low}")
+        return value
+
+    return parse
+
+
+def commit_order(store, rev: str | None, branch: str | None, command: str) -> list[str] | None:
+    """The commits a history command follows, oldest first (``query.points(commit_order=...)``).
+
+    ``rev``: its first-parent history (``UsageError`` naming a revision git does not know here);
+    ``branch``: None (the runs recorded on that branch, in their stored first-parent positions); else
+    the first-parent history of the default branch here (``capture.main_line``), so a pull request's
+    commits and A/B heads never sit among the main line's points. Outside git, or when none of the
+    store's commits is on that line (a store of another repository), None with a note on stderr."""
+    from perfsuite.history.capture import first_parent_order, main_line
+
+    if rev:
+        order = first_parent_order(Path.cwd(), rev)
+        if not order:
+            raise UsageError(
+                f"--rev {rev!r}: not a revision of a git repository here ({Path.cwd()})"
+            )
+        return order
+    if branch:
+        return None
+    found = main_line(Path.cwd())
+    stored = store.commit_shas()
+    if found is not None and stored & set(found[1]):
+        return found[1]
+    if stored:
+        where = (
+            f"none of the store's commits is on {found[0]}'s first-parent history here"
+            if found
+            else "not in a git repository"
         )
-    return order
+        print(
+            f"perfsuite {command}: {where}: every recorded commit is shown in its stored "
+            "first-parent position (branch commits included); give --rev REV or --branch NAME",
+            file=sys.stderr,
+        )
+    return None
+
+
+def _commit_order(args: argparse.Namespace, store) -> list[str] | None:
+    return commit_order(store, getattr(args, "rev", None), getattr(args, "branch", None), "history")
 
 
 def _store(args: argparse.Namespace, create: bool = False):
@@ -136,6 +192,7 @@ def _json_files(paths: list[Path]) -> list[Path]:
 def _record_files(args: argparse.Namespace, files: list[Path]) -> int:
     from perfsuite.errors import HistoryError
     from perfsuite.history.importing import runs_from_file
+    from perfsuite.history.store import shown
 
     added = present = refused = 0
     with _store(args, create=True) as store:
@@ -153,15 +210,16 @@ def _record_files(args: argparse.Namespace, files: list[Path]) -> int:
                     present += 1
     print(
         f"perfsuite history: {added} run(s) added, {present} already in the store, {refused} file(s) skipped "
-        f"({store.url.removeprefix('sqlite:///')})"
+        f"({shown(store.url).removeprefix('sqlite:///')})"
+        + (" (exit 2: a skipped file is a run not recorded)" if refused else "")
     )
-    return 0
+    return 2 if refused else 0
 
 
 def _series(args: argparse.Namespace, store, name: str):
     from perfsuite.history import query
 
-    found = store.transaction(lambda c: query.find_series(c, name))
+    found = store.read(lambda c: query.find_series(c, name))
     if not any(s.key.id.startswith(name) for s in found):
         found = [s for s in found if s.key.measure == (args.measure or "time_s")]
     if not found:
@@ -191,8 +249,8 @@ def _filtered_series(store, args: argparse.Namespace) -> list:
 def run_list(args: argparse.Namespace) -> int:
     from perfsuite.history.render import format_value, series_heading, sparkline
 
-    order = _commit_order(args)
     with _store(args) as store:
+        order = _commit_order(args, store)
         found = _filtered_series(store, args)
         rows = []
         for series in found:
@@ -234,8 +292,8 @@ def run_show(args: argparse.Namespace) -> int:
     from perfsuite.history.render import show_json, show_lines
 
     documents, texts = [], []
-    order = _commit_order(args)
     with _store(args) as store:
+        order = _commit_order(args, store)
         for series in _series(args, store, args.series):
             points = store.points(series.key, branch=args.branch, commit_order=order)
             changes = detect(points, series.key.measure, pairs=store.pairs(series))
@@ -247,14 +305,14 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_detect(args: argparse.Namespace) -> int:
-    from perfsuite.history.changepoints import check_newest, usable
+    from perfsuite.history.changepoints import check_newest
     from perfsuite.trace.structure import diff_fingerprints
 
     # by default the times and the score-copy counts (exact, so judged even when every time is contended)
     measures = [args.measure] if args.measure else ["time_s", "score_copies"]
     results, regressions = [], 0
-    order = _commit_order(args)
     with _store(args) as store:
+        order = _commit_order(args, store)
         chosen = (
             [s for name in args.series for s in _series(args, store, name)]
             if args.series
@@ -276,14 +334,10 @@ def run_detect(args: argparse.Namespace) -> int:
                 min_effect=args.min_effect,
                 pairs=store.pairs(series),
             )
-            good = (
-                [verdict.gate_base]
-                if verdict.gate_base
-                else [p for p in points[: -args.confirm] if usable(p)]
-            )
+            good, bad = verdict.last_good, verdict.first_bad
             cause = (
-                diff_fingerprints(good[-1].structure, points[-1].structure)
-                if verdict.regression and good and good[-1].structure and points[-1].structure
+                diff_fingerprints(good.structure, bad.structure)
+                if verdict.regression and good and bad and good.structure and bad.structure
                 else []
             )
             regressions += verdict.regression
@@ -298,7 +352,8 @@ def run_detect(args: argparse.Namespace) -> int:
                     "ratios": list(verdict.ratios),
                     "limit": verdict.limit,
                     "reason": verdict.reason,
-                    "last_good": good[-1].sha if verdict.regression and good else None,
+                    "last_good": good.sha if verdict.regression and good else None,
+                    "first_bad": bad.sha if verdict.regression and bad else None,
                     "structure": cause,
                 }
             )
@@ -312,21 +367,24 @@ def run_detect(args: argparse.Namespace) -> int:
             line = f"{word:<10} {found['series']}  {found['benchmark']} {found['measure']}: {found['reason']}"
             if found["regression"]:
                 line += (
-                    f"\n           last good {(found['last_good'] or '-')[:10]}, newest {(found['newest'] or '-')[:10]}; "
+                    f"\n           last good {(found['last_good'] or '-')[:10]}, first bad "
+                    f"{(found['first_bad'] or '-')[:10]}, newest {(found['newest'] or '-')[:10]}; "
                     + ("; ".join(found["structure"]) or "structure unchanged")
                 )
             print(line)
-        unjudged = sum(not found["judged"] for found in results)
-        print(
-            f"perfsuite history detect: {regressions} confirmed regression(s) at the newest commit "
-            f"in {len(results)} series" + (f" ({unjudged} not judged)" if unjudged else "")
-        )
-    return 1 if regressions else 0
+    judged = sum(found["judged"] for found in results)
+    print(
+        f"perfsuite history detect: {regressions} confirmed regression(s) at the newest commit; "
+        f"{judged} of {len(results)} series judged"
+        + ("" if judged else ": nothing judged (exit 2)"),
+        file=sys.stderr if args.json else sys.stdout,
+    )
+    return 1 if regressions else 0 if judged else 2
 
 
 def run_export(args: argparse.Namespace) -> int:
-    order = _commit_order(args)
     with _store(args) as store:
+        order = _commit_order(args, store)
         found = _filtered_series(store, args)
         rows = [
             (s, p)
@@ -344,6 +402,7 @@ def run_export(args: argparse.Namespace) -> int:
         "branch",
         "dirty",
         "contended",
+        "state",
         "median",
         "software_fingerprint",
         "values",
@@ -360,6 +419,7 @@ def run_export(args: argparse.Namespace) -> int:
             "branch": p.branch,
             "dirty": p.dirty,
             "contended": p.contended,
+            "state": p.state,
             "median": p.median,
             "software_fingerprint": p.software_fingerprint,
             "values": list(p.all_values),
@@ -388,7 +448,8 @@ def run_export(args: argparse.Namespace) -> int:
 
 
 def run_history(args: argparse.Namespace) -> int:
-    """Dispatch ``perfsuite history ACTION``; exit 1 only from ``detect`` (a confirmed regression)."""
+    """Dispatch ``perfsuite history ACTION``; exit 1 only from ``detect`` (a confirmed regression);
+    exit 2 from ``detect`` when it judged no series, from ``record``/``import`` when a file was skipped."""
     if args.action == "record":
         files = (
             args.files or sorted(SAVED_RUNS.rglob("*.json"), key=lambda p: p.stat().st_mtime)[-1:]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -35,6 +36,8 @@ from perfsuite.cli.verify import add_command as add_verify_command, run_verify
 from perfsuite.trace.kernel_families import rules_markdown
 from perfsuite.trace.render import describe, describe_diff, diff
 from perfsuite.trace.summary import TraceError, TraceIndex, WindowSummary, load_trace
+
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell shows for a command whose reader went away
 
 
 def trace_files(target: Path) -> list[Path]:
@@ -227,6 +230,10 @@ def main(argv: list[str] | None = None) -> int:
     except PerfsuiteError as exc:
         print(f"perfsuite {args.command}: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # the reader of the output is gone (``| head``): stop quietly, as a process ended by SIGPIPE
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """``perfsuite verify``: the GPU verification report (Markdown) that ``scripts/gpu_suite.sh`` writes.
 
 It reads what the suite left in a results folder: pytest's JUnit XML (one check per test:
-passed, failed, error or skipped, with the message), ``run.json`` (the table: wall and device
-time per step, TFLOP/s) and the measured peaks stored with it. On a machine where torch sees no
+passed, failed, error or skipped, with the message), ``run.json`` (the table: device, kernel and
+dispatch time per step, TFLOP/s) and the measured peaks stored with it. On a machine where torch sees no
 CUDA device it writes a report that says so, with the torch build (``torch.version.cuda``,
 ``torch.version.hip``) and the GPU driver, and how to install a CUDA or ROCm build.
 
@@ -97,28 +97,43 @@ def _ms(seconds: float | None) -> str:
 
 
 def timing_rows(results: list[BenchmarkResult], peaks: dict[str, Any] | None) -> list[str]:
-    """Markdown rows: wall, device, their difference (launch/host overhead), TFLOP/s and the share
-    of the measured matmul peak of the case's dtype (``perfsuite.measure.peaks``)."""
+    """Markdown rows: the row's clock and median, the graph (or blocked-event) time, the kernel time
+    and the host dispatch per call (each measured apart), TFLOP/s from the median's device time and
+    from the kernel time, the share of the measured matmul peak of the case's dtype, GB/s of the
+    mode's minimum bytes and the share of the measured copy bandwidth (``perfsuite.measure.peaks``),
+    and the row's timing notes (not converged, throttled, ...)."""
     from perfsuite.attention.cases import parse_case_id
 
     header = [
         "variant",
         "mode",
         "case",
-        "timer",
+        "clock",
         "median ms",
-        "wall ms",
-        "device ms",
-        "wall - device ms",
+        "± median",
+        "graph/event ms",
+        "kernel ms",
+        "dispatch ms",
         "TFLOP/s",
+        "TFLOP/s (kernel time)",
         "% of measured matmul peak",
+        "GB/s (minimum bytes)",
+        "% of measured copy bandwidth",
+        "timing notes",
     ]
     rows = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     matmul = (peaks or {}).get("matmul_tflops") or {}
+    copy_gbps = (peaks or {}).get("memory_gbps")
     for r in results:
         peak = matmul.get(parse_case_id(r.case_id).dtype)
         share = f"{100 * r.achieved_tflops / peak:.1f}%" if r.achieved_tflops and peak else "-"
         tflops = f"{r.achieved_tflops:.3g}" if r.achieved_tflops else "-"
+        kernel_tflops = f"{r.flop / r.kernel_median_s / 1e12:.3g}" if r.kernel_median_s else "-"
+        spread = f"{100 * r.rel_spread:.1f}%" if r.rel_spread is not None else "-"
+        gbps = f"{r.achieved_gbps:.4g}" if r.achieved_gbps else "-"
+        bandwidth = (
+            f"{100 * r.achieved_gbps / copy_gbps:.1f}%" if r.achieved_gbps and copy_gbps else "-"
+        )
         rows.append(
             "| "
             + " | ".join(
@@ -126,13 +141,18 @@ def timing_rows(results: list[BenchmarkResult], peaks: dict[str, Any] | None) ->
                     r.variant,
                     r.mode,
                     r.case_id,
-                    r.timer,
+                    r.clock or r.timer,
                     _ms(r.median_s),
-                    _ms(r.wall_median_s),
-                    _ms(r.device_median_s),
-                    _ms(r.host_overhead_s),
+                    spread,
+                    _ms(r.event_median_s),
+                    _ms(r.kernel_median_s),
+                    _ms(r.dispatch_median_s),
                     tflops,
+                    kernel_tflops,
                     share,
+                    gbps,
+                    bandwidth,
+                    "; ".join(r.timing_notes) or "-",
                 ]
             )
             + " |"
@@ -204,7 +224,7 @@ def verification_report(
     for c in sorted(checks, key=lambda c: (order[c.outcome], c.test, c.param)):
         mark = c.outcome.upper() if c.outcome in ("failed", "error") else c.outcome
         lines.append(f"| {c.test} | {_cell(c.param, 120)} | {mark} | {_cell(c.detail)} |")
-    lines += ["", "## Time per step: wall, device and their difference", ""]
+    lines += ["", "## Time per step: device clock, kernel time, host dispatch", ""]
     lines += (
         timing_rows(results, peaks) if results else ["no timed results (run.json missing or empty)"]
     )

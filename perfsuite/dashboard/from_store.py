@@ -46,6 +46,7 @@ def _point(p: Any, copies: dict[str, float]) -> Point | None:
         bool(p.contended),
         p.structure_hash or "",
         None if copy is None else int(round(copy)),
+        (p.state or "contended") if p.contended else "",
     )
 
 
@@ -141,9 +142,18 @@ def _roof_of(store: Any) -> RoofOf:
 
 
 def dashboard_from_store(
-    store: Any, title: str = "perfsuite dashboard", repo_url: str = ""
+    store: Any,
+    title: str = "perfsuite dashboard",
+    repo_url: str = "",
+    commit_order: list[str] | None = None,
+    branch: str | None = None,
 ) -> Dashboard:
-    """Read every series of ``store`` (a ``perfsuite.history.Store``) into a ``Dashboard``."""
+    """Read every series of ``store`` (a ``perfsuite.history.Store``) into a ``Dashboard``.
+
+    ``commit_order``: shas oldest first (a first-parent history, ``cli.history.commit_order``) that the
+    series follow, points of other commits left out; ``branch``: only runs recorded on that branch
+    (``query.points``)."""
+    order = {"commit_order": commit_order, "branch": branch}
     commits: dict[str, tuple] = {}
     series: list[Series] = []
     testbeds: dict[str, str] = {}
@@ -152,13 +162,13 @@ def dashboard_from_store(
     listed = store.list_series()
     for s in listed:
         if s.key.measure == "score_copies":
-            for p in store.points(s.key):
+            for p in store.points(s.key, **order):
                 if p.sha is not None and p.median is not None:
                     copies_of[(s.key.benchmark, s.key.testbed)][p.sha] = p.median
     for s in listed:
         if s.key.measure not in MEASURES or s.variant is None:
             continue
-        found = store.points(s.key)
+        found = store.points(s.key, **order)
         copies = copies_of.get((s.key.benchmark, s.key.testbed), {})
         points = [pt for pt in (_point(p, copies) for p in found) if pt is not None]
         for p in found:

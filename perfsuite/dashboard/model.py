@@ -27,8 +27,10 @@ class Commit:
 @dataclasses.dataclass(frozen=True)
 class Point:
     """One commit's pooled runs of a series: median and quartiles (seconds) of the raw rounds,
-    ``rounds`` the number of rounds, ``contended`` when another process took the CPU in its window
-    (shown, not used); ``structure``: the structural fingerprint's id, ``copies``: score-sized copies."""
+    ``rounds`` the number of rounds, ``contended`` when the point is set aside (shown apart, not used,
+    never the fastest): another process took the CPU in its window, or ``state`` says why
+    (``partial run``, ``failed correctness``, ``single A/B pair``, ...); ``structure``: the
+    structural fingerprint's id, ``copies``: score-sized copies."""
 
     commit: str
     median_s: float
@@ -38,6 +40,7 @@ class Point:
     contended: bool = False
     structure: str = ""
     copies: int | None = None
+    state: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,6 +233,8 @@ def to_json(dashboard: Dashboard) -> dict[str, Any]:
                 "q3": [_us(p.q3_s) for p in s.points],
                 "n": [p.rounds for p in s.points],
                 "k": [i for i, p in enumerate(s.points) if p.contended],
+                # why each point of ``k`` is set aside
+                "kw": [p.state or "contended" for p in s.points if p.contended],
                 "st": structures if len(structures) > 1 else [],
                 "s": [structures.index(p.structure) for p in s.points]
                 if len(structures) > 1

@@ -38,10 +38,16 @@ def split_list(text: str) -> tuple[str, ...]:
     return tuple(entry.strip() for entry in text.split(",") if entry.strip())
 
 
-def names_a_device(entry: str) -> bool:
-    """Whether a visible-device entry can name a device: an index, or a GPU or MIG UUID (as the
-    driver reads ``CUDA_VISIBLE_DEVICES``; ``HIP_VISIBLE_DEVICES`` takes indices and UUIDs too)."""
-    return entry.isdigit() or entry.upper().startswith(("GPU-", "MIG-"))
+UUID_PREFIXES = ("GPU-", "MIG-")  # how nvidia-smi and rocm-smi spell a device's UUID
+
+
+def _unmatched(entries: tuple[str, ...]) -> list[str]:
+    """Entries that cannot name a device: neither an index (``0``) nor a UUID (``GPU-...``, ``MIG-...``)."""
+    return [
+        e
+        for e in entries
+        if not e.isdigit() and not (e.startswith(UUID_PREFIXES) and len(e) > len("GPU-"))
+    ]
 
 
 def plan(
@@ -53,18 +59,27 @@ def plan(
     every visible device. ``device_count``: GPUs the driver reports (``torch.cuda.device_count()``).
 
     Raises:
-        ConfigError: a requested entry outside the caller's visible list, an entry given twice, an
-            entry (of ``--devices`` or the caller's variable) that is neither an index nor a UUID, or
-            no device at all; the message names the value, the variable and what is allowed.
+        ConfigError: a requested entry outside the caller's visible list, an entry given twice, no
+            device at all, or a list that matches no device (an entry that is neither an index nor a
+            UUID, or more entries than the driver finds with them); the message names the value,
+            the variable and what is allowed.
     """
     variable = visible_variable(rocm, env)
     outer = split_list(env[variable]) if variable in env else None
-    unknown = [d for d in outer or () if not names_a_device(d)]
-    if unknown:
+    for where, entries in (
+        (f"{variable}={env.get(variable)!r}", outer or ()),
+        (f"--devices {requested!r}", split_list(requested or "")),
+    ):
+        wrong = _unmatched(entries)
+        if wrong:
+            raise ConfigError(
+                f"{where}: {', '.join(map(repr, wrong))} matches no device; give indices (0,1) or "
+                f"UUIDs ({' or '.join(p + '...' for p in UUID_PREFIXES)}, as nvidia-smi -L lists them)"
+            )
+    if outer and 0 < device_count < len(outer):
         raise ConfigError(
-            f"the caller's {variable}={env[variable]!r} matches no device: {', '.join(unknown)} is neither "
-            "an index (0, 1, ...) nor a UUID (GPU-..., MIG-...); the driver ignores it and every entry "
-            f"after it. Fix or unset {variable}"
+            f"{variable}={env[variable]!r}: the driver finds {device_count} device(s) with it, so "
+            f"{len(outer) - device_count} of its entries match no device"
         )
     allowed = outer if outer is not None else tuple(str(i) for i in range(device_count))
     if requested is None:
@@ -76,12 +91,6 @@ def plan(
             )
         return DevicePlan(allowed, variable, outer)
     devices = split_list(requested)
-    unknown = [d for d in devices if not names_a_device(d)]
-    if unknown:
-        raise ConfigError(
-            f"--devices {requested!r}: {', '.join(unknown)} names no device; give indices (0,1) or UUIDs "
-            "(GPU-..., MIG-...)"
-        )
     if not devices:
         raise ConfigError(
             f"--devices {requested!r} names no device; give a comma-separated list such as 0,1"

@@ -22,6 +22,8 @@ import platform
 import shutil
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +32,12 @@ from perfsuite.attention.modes import Mode
 from perfsuite.errors import IncomparableRuns, UsageError, WorkerError
 from perfsuite.gate.compare import BenchmarkComparison, BenchmarkKey
 from perfsuite.measure.conditions import required_env
-from perfsuite.measure.contention import brief_reason, others_fill_every_cpu, overload_reason
+from perfsuite.measure.contention import (
+    brief_reason,
+    others_fill_every_cpu,
+    overload_reason,
+    wait_share,
+)
 from perfsuite.measure.machine import MUST_MATCH, machine_differences
 from perfsuite.trace.structure import adds_work, diff_fingerprints
 from perfsuite.gate.worktrees import describe_tree
@@ -40,9 +47,11 @@ from perfsuite.gate.stats import (
     WORKERS_PER_SIDE,
     ContendedPairs,
     GateSettings,
+    PairSample,
     SequentialPlan,
     Verdict,
     below_min_effect,
+    min_pairs,
     sequential_paired,
 )
 
@@ -168,7 +177,9 @@ class WorkerProcess:
 class AbBenchmark:
     """Samples and outcome of one benchmark: blocks of round times (seconds) per side, which
     pairs were set aside as contended, how many kept pairs had both blocks contended
-    (``shared_load``, ``ContendedPairs``), and the sequential gate's outcome."""
+    (``shared_load``, ``ContendedPairs``), the sequential gate's outcome, and per pair the head
+    block's and the base block's wait shares (``wait_shares``: ``[base, head]`` per pair,
+    ``contention.wait_share``; None where unknown)."""
 
     key: str
     base_blocks: list[list[float]]
@@ -183,30 +194,36 @@ class AbBenchmark:
         None,
     )  # base's and head's structural fingerprints
     shared_load: int = 0
+    clock: str = "host"  # the workers' clock: host, cuda_graph or blocked_event (ab_worker)
+    wait_shares: list = dataclasses.field(default_factory=list)
 
 
 def pair_schedule(count: int, workers_per_side: int) -> tuple[int, int, bool]:
     """Which workers time pair number ``count`` (0-based): ``(base index, head index, base first)``.
 
-    Orders alternate AB, BA and each pair starts with the worker that ended the pair before it
-    (B0 H0, H0 B1, B1 H1, H1 B0, ... for two per side); the worker that changes alternates between
-    the sides. A worker that just ran starts warm (its caches hold its buffers), so the warm first
-    block falls on the base in half the pairs and on the head in the other half: the cycle of
-    ``2 * workers_per_side`` pairs gives every worker equally many blocks, first and second, and
-    no side a warm-start advantage. (Cycling all base x head combinations instead would give one
-    side every warm start: measured as a false ``faster`` in identical code.)
+    Base worker ``i`` is always paired with head worker ``i``: each worker pair is one cluster of
+    the interval (``stats.clustered_interval``), and clusters share no process, so they are
+    independent. The pairs visit the worker pairs in turn, two pairs per visit in alternating
+    order (AB then BA, so the second pair starts warm: with the worker that ended the first);
+    with several worker pairs, the order of a visit flips every round of visits (BA then AB), so
+    over ``4 * workers_per_side`` pairs each worker pair starts cold and warm equally often on each
+    side. With one worker per side it is plain alternation (AB, BA, AB, ...): every pair starts
+    with the worker that ended the one before, on each side in turn.
     """
-    turn = count // 2
-    if count % 2 == 0:
-        return turn % workers_per_side, turn % workers_per_side, True
-    return (turn + 1) % workers_per_side, turn % workers_per_side, False
+    visit, second = divmod(count, 2)
+    cluster = visit % workers_per_side
+    flipped = workers_per_side > 1 and (visit // workers_per_side) % 2 == 1
+    return cluster, cluster, (not second) != flipped
 
 
 def workers_phrase(workers_per_side: int) -> str:
     """How the pairs were spread over processes, for the report's method line."""
     if workers_per_side == 1:
-        return "one worker process per side"
-    return f"{workers_per_side} worker processes per side, pairs rotated through them"
+        return "one worker process per side (pairs taken as independent: a process's bias is not covered)"
+    return (
+        f"{workers_per_side} worker processes per side, base worker i paired with head worker i: "
+        f"{workers_per_side} clusters"
+    )
 
 
 def pair_sampler(
@@ -216,12 +233,13 @@ def pair_sampler(
     contended_pairs: ContendedPairs = DEFAULT_CONTENDED_PAIRS,
 ):
     """``next_pair()`` for ``sequential_paired``: one block per side, from the workers that
-    ``pair_schedule`` picks out of ``bases`` and ``heads`` (equally many); returns both blocks'
-    round times (seconds) and whether the pair is set aside, by ``contended_pairs``.
-    A pair timed beside other threads that filled every CPU (``others_fill_every_cpu``) is set
-    aside whatever the policy. ``next_pair.reasons`` collects each contended block's
-    reasons in one short line, for the report; ``next_pair.shared`` counts the kept pairs whose
-    two blocks were contended."""
+    ``pair_schedule`` picks out of ``bases`` and ``heads`` (equally many); returns a ``PairSample``:
+    both blocks' round times (seconds), whether the pair is set aside (by ``contended_pairs``), its
+    worker pair as the cluster (None with one worker per side) and both blocks' wait shares
+    (``contention.wait_share``). A pair timed beside other threads that filled every CPU
+    (``others_fill_every_cpu``) is set aside whatever the policy. ``next_pair.reasons`` collects
+    each contended block's reasons in one short line, for the report; ``next_pair.shared`` counts
+    the kept pairs whose two blocks were contended."""
     if not bases or len(bases) != len(heads):
         raise ValueError(
             f"need equally many base and head workers, got {len(bases)} and {len(heads)}"
@@ -229,7 +247,7 @@ def pair_sampler(
     count = [0]
     reasons: list[str] = []
 
-    def next_pair() -> tuple[list[float], list[float], bool]:
+    def next_pair() -> PairSample:
         b_index, h_index, base_first = pair_schedule(count[0], len(bases))
         base, head = bases[b_index], heads[h_index]
         count[0] += 1
@@ -243,7 +261,14 @@ def pair_sampler(
         reasons.extend([overload_reason(found)] if overloaded else [])
         shared = len(flagged) == 2 and contended_pairs == ContendedPairs.SHARED and not overloaded
         next_pair.shared += shared
-        return b["times"], h["times"], bool(flagged or overloaded) and not shared
+        return PairSample(
+            b["times"],
+            h["times"],
+            bool(flagged or overloaded) and not shared,
+            b_index if len(bases) > 1 else None,
+            wait_share(found[1]),
+            wait_share(found[0]),
+        )
 
     next_pair.reasons = reasons
     next_pair.shared = 0
@@ -268,11 +293,12 @@ def run_benchmark(
     mode: str = Mode.FORWARD,
     specs: tuple[str, ...] = (),
     contended_pairs: ContendedPairs = DEFAULT_CONTENDED_PAIRS,
+    clock: Callable[[], float] = time.monotonic,
 ) -> AbBenchmark | None:
-    """A/B one variant on one case in one mode, sequentially (``stats.sequential_paired``) over the
-    workers of each side (``pair_sampler``), contended pairs kept or set aside by
-    ``contended_pairs``; None when either side cannot run it. The first worker of each side
-    records the structural fingerprint; the others only set up."""
+    """A/B one variant on one case in one mode, sequentially (``stats.sequential_paired``, its
+    budget read on ``clock``) over the workers of each side (``pair_sampler``), contended pairs kept
+    or set aside by ``contended_pairs``; None when either side cannot run it. The first worker of
+    each side records the structural fingerprint; the others only set up."""
     setups = []
     for workers in (bases, heads):
         for index, worker in enumerate(workers):
@@ -306,7 +332,7 @@ def run_benchmark(
     if any("unsupported" in s for s in setups):
         return None
     sampler = pair_sampler(bases, heads, rounds, contended_pairs)
-    outcome = sequential_paired(sampler, settings, plan)
+    outcome = sequential_paired(sampler, settings, plan, clock)
     clean = [i for i, c in enumerate(outcome.contended) if not c]
     note = (
         f"{len(clean)} pairs"
@@ -317,6 +343,8 @@ def run_benchmark(
             else ""
         )
     )
+    if outcome.contended_note:
+        note += f"; {outcome.contended_note}"
     if small := below_min_effect(outcome.estimate, outcome.verdict, settings):
         note += f"; {small}"
     if sampler.reasons:
@@ -344,6 +372,8 @@ def run_benchmark(
         outcome.seconds,
         (setups[0].get("fingerprint"), setups[1].get("fingerprint")),
         sampler.shared,
+        " / ".join(dict.fromkeys(s.get("clock", "host") for s in setups)),
+        outcome.wait_shares,
     )
 
 
@@ -368,6 +398,14 @@ def check_same_machine(
             "base and head run different software or hardware: " + "; ".join(problems)
         )
     return dict(infos[1], base_machine=infos[0])
+
+
+def workers_needed(plan: SequentialPlan, settings: GateSettings, workers_per_side: int) -> int:
+    """``workers_per_side``, or 1 when ``plan`` can never reach a finite interval (a structure-only
+    gate: ``--blocks`` below ``min_pairs``), where more workers would only cost start-up time."""
+    if plan.looks[-1] < min_pairs(plan.alpha_per_look(settings.alpha)):
+        return 1
+    return workers_per_side
 
 
 def run_ab(
@@ -443,8 +481,9 @@ def ab_payload(
     workers_per_side: int = WORKERS_PER_SIDE,
 ) -> dict:
     """The raw blocks, fingerprints and verdicts of an A/B run (``--json``; the history store reads it).
-    Per benchmark, ``contended_pairs`` lists which pairs were set aside; block pair ``k`` was timed
-    by the workers ``pair_schedule(k, workers_per_side)`` names."""
+    Per benchmark, ``contended_pairs`` lists which pairs were set aside and ``wait_shares`` the base
+    and head blocks' wait shares per pair; block pair ``k`` was timed by the workers
+    ``pair_schedule(k, workers_per_side)`` names (worker pair ``k // 2 % workers_per_side``)."""
     return {
         "schema_version": 2,
         "contended_pair_policy": str(contended_pairs),
@@ -461,6 +500,8 @@ def ab_payload(
                 "head_blocks_s": r.head_blocks,
                 "contended_pairs": r.contended,
                 "shared_load_pairs": r.shared_load,
+                "wait_shares": r.wait_shares,
+                "clock": r.clock,
                 "looks": r.looks,
                 "stopped": r.stopped,
                 "seconds": r.seconds,
@@ -521,7 +562,10 @@ def ab_method(
 ) -> str:
     """The report's method line: the paired statistic, the sequential plan, the workers, the
     contended-pair policy and, when set, the torch threads each side timed with."""
-    method = f"{PAIRED_METHOD}; {plan.describe(settings.alpha)}; {workers_phrase(workers_per_side)}"
+    method = (
+        f"{PAIRED_METHOD}; {plan.describe(settings.alpha, clustered=workers_per_side > 1)}; "
+        f"{workers_phrase(workers_per_side)}"
+    )
     method += (
         "; pairs with both blocks contended kept, pairs with one contended block set aside"
         if contended_pairs == ContendedPairs.SHARED

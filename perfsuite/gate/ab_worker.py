@@ -12,10 +12,14 @@ per line on stdin and answers one JSON line on stdout:
   ``perfsuite.variants`` group always are). ``slowdown`` (0.1 = 10%) adds busy CPU work after
   each step, lasting that fraction of the step's median measured at setup (calibration of
   the gate: a real slowdown, not a sleep);
-* ``{"time": rounds, "warmup": n}`` -> ``{"times": [seconds, ...], "cpu_times": [...], "contention": {...}}``,
-  ``n`` untimed steps (default 0), then one synchronized step per round: its wall seconds (what the gate judges), this process's CPU seconds
+* ``{"time": rounds, "warmup": n}`` -> ``{"times": [seconds, ...], "cpu_times": [...], "contention": {...}, "clock": ...}``,
+  ``n`` untimed steps (default 0), then one step per round: its seconds on the worker's clock (what the gate judges), this process's CPU seconds
   over all threads (``validation.block_noise`` compares the two clocks), and the block's contention evidence (``perfsuite.measure.contention``, read before
-  and after the block, never between rounds);
+  and after the block, never between rounds). The clock (also in the setup's reply): on the CPU ``host`` (the
+  wall time of the call); on CUDA the device clock of ``perfsuite.measure.device_timing`` (``DeviceSampler``):
+  ``cuda_graph`` (graph replay between blocked events) where the step can be captured, else ``blocked_event``,
+  the L2 flushed before every round outside the interval. ``slowdown`` is host work, which a device clock
+  does not see: it is refused on CUDA;
 * ``{"info": true}`` -> torch version and device names; ``{"quit": true}`` ends the worker.
 """
 
@@ -41,6 +45,8 @@ class Worker:
     def __init__(self):
         self.forward = None
         self.loaded = False
+        self.device_sampler = None  # a DeviceSampler on CUDA: rounds on the device clock
+        self.clock = "host"
 
     def setup(self, request: dict) -> dict:
         from perfsuite.attention.cases import parse_case_id
@@ -68,9 +74,8 @@ class Worker:
             }
         try:
             prepared = prepare_case(variant, case, request["seed"])
-            step = synchronized(
-                make_step(mode, prepared.fn, prepared.inputs, prepared.grad_output), case.device
-            )
+            raw_step = make_step(mode, prepared.fn, prepared.inputs, prepared.grad_output)
+            step = synchronized(raw_step, case.device)
             run_once(variant, case, step)
         except VariantUnsupported as exc:
             return {"unsupported": str(exc)}
@@ -88,10 +93,31 @@ class Worker:
                 else None
             )
             found = {"fingerprint": fingerprint(summary, case.device, scores, saved)}
+        if case.device == "cuda":
+            from perfsuite.measure.device_timing import DeviceSampler
+
+            if request.get("slowdown", 0.0):
+                raise ValueError(
+                    "slowdown adds host work, which the device clock of a CUDA gate does not see"
+                )
+            self.device_sampler = DeviceSampler(raw_step)
+            self.clock = self.device_sampler.clock
+            self.forward = self.device_sampler.timer.run
+            self.device_sampler.warm_up()  # by device time: clocks up before the first block
+            return {**found, "clock": self.clock, "cuda_graph": self.device_sampler.cuda_graph}
         extra_s = request.get("slowdown", 0.0) * statistics.median(self._times(step, 7))
         self.forward = step if not extra_s else (lambda: (step(), _spin(extra_s)))
         self._times(self.forward, 5)  # warm-up
-        return found
+        return {**found, "clock": self.clock}
+
+    def _device_times(self, rounds: int) -> tuple[list[float], list[float]]:
+        """Per round: device seconds (``DeviceSampler``) and this process's CPU seconds."""
+        times, cpu = [], []
+        for _ in range(rounds):
+            start_cpu = time.process_time()
+            times.extend(self.device_sampler.samples(1))
+            cpu.append(time.process_time() - start_cpu)
+        return times, cpu
 
     def load_variants(self, specs: list[str]) -> None:
         """Register installed entry points and users' ``module:function`` specs (once each)."""
@@ -102,6 +128,9 @@ class Worker:
             self.loaded = True
         for spec in specs:
             load_variant_spec(spec)
+
+    def _host_times(self, rounds: int) -> tuple[list[float], list[float]]:
+        return self._clocked(self.forward, rounds)
 
     @staticmethod
     def _times(forward, rounds: int) -> list[float]:
@@ -125,14 +154,15 @@ class Worker:
         if "time" in request:
             from perfsuite.measure.contention import Probe
 
+            clocked = self._device_times if self.device_sampler else self._host_times
             with Probe() as probe:
-                for _ in range(int(request.get("warmup", 0))):  # untimed calls first
-                    self.forward()
-                times, cpu_times = self._clocked(self.forward, int(request["time"]))
+                clocked(int(request.get("warmup", 0)))  # untimed rounds first
+                times, cpu_times = clocked(int(request["time"]))
             return {
                 "times": times,
                 "cpu_times": cpu_times,
                 "contention": probe.evidence(times).as_dict(),
+                "clock": self.clock,
             }
         if "info" in request:
             from perfsuite.measure.machine import torch_machine_info

@@ -63,6 +63,16 @@ def compare_value_error(value: str) -> str:
     )
 
 
+def check_compare_value(value: str | bool | None) -> None:
+    """Refuse a ``--benchmark-compare`` value that is a test path (``compare_value_error``).
+
+    Raises:
+        BaselineError: ``value`` is a node id, a ``.py`` file or a folder of tests.
+    """
+    if isinstance(value, str) and looks_like_test_path(value):
+        raise BaselineError(compare_value_error(value))
+
+
 def check_baseline_file(path: str | Path, data: dict[str, Any] | None = None) -> dict[str, Any]:
     """Load ``path`` (unless ``data`` is given) and refuse it when corrupt, truncated or incomplete.
 
@@ -106,8 +116,7 @@ def resolve_baseline(storage: Any, compare: str | bool) -> tuple[Path, dict[str,
             or the newest matching file is corrupt, truncated or incomplete (pytest-benchmark
             would skip it for an older one).
     """
-    if isinstance(compare, str) and looks_like_test_path(compare):
-        raise BaselineError(compare_value_error(compare))
+    check_compare_value(compare)
     pattern = NEWEST if compare is True else str(compare)
     try:
         files = storage.query(pattern)

@@ -150,9 +150,17 @@ def _compare_one(
     key: str, base: dict[str, Any] | None, head: dict[str, Any] | None, settings: GateSettings
 ) -> BenchmarkComparison:
     if base is None or head is None:
-        side = "base" if head is None else "head"
+        side, present = ("base", base) if head is None else ("head", head)
+        info = present.get("extra_info") if isinstance(present, dict) else None
+        unkeyed = [f for f in ("variant", "case") if not isinstance(info, dict) or f not in info]
+        why = (
+            f" (its extra_info lacks {', '.join(unkeyed)}: it is keyed by its test name, which "
+            "matches no benchmark of the other run)"
+            if unkeyed
+            else ""
+        )
         return BenchmarkComparison(
-            key, None, None, None, Verdict.MISSING, [], f"only in the {side} run"
+            key, None, None, None, Verdict.MISSING, [], f"only in the {side} run{why}"
         )
     medians = (base["stats"]["median"], head["stats"]["median"])
     lacking = [

@@ -52,7 +52,8 @@ class GateOutcome:
 
     @property
     def verdict_line(self) -> str:
-        """The last line a reviewer reads: PASS/FAIL and the count behind it."""
+        """The last line a reviewer reads: PASS/FAIL, the count behind it, and which half decided
+        (``decided by timing``, ``by structure``, ``by timing and structure``)."""
         total = len(self.comparisons)
         if self.judged_nothing:
             return f"perfsuite gate: NOT JUDGED: no benchmark is in both runs ({total} seen)"
@@ -67,18 +68,47 @@ class GateOutcome:
                 f"({slower} slower, {len(structural)} with structure that adds work"
                 + (f"; {both} of them both" if both else "")
                 + ")"
-                + ("; no timing was judged, structure only" if not self._timed() else "")
+                + f"; {self.decided_by()}"
                 + "".join(f"; {note}" for note in self._timing_notes(self._counts()))
             )
         counts = self._counts()
         shown = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
-        notes = self._structure_notes() + self._timing_notes(counts)
-        if not self._timed():  # a PASS that timing did not decide says so, as FAIL lines do
-            notes.insert(0, "no timing was judged, structure only")
+        notes = [self.decided_by()] + self._structure_notes() + self._timing_notes(counts)
         return (
             f"perfsuite gate: PASS: no regression found in {plural(total, 'benchmark')} ({shown})"
             + "".join(f"; {note}" for note in notes)
         )
+
+    def decided_by(self) -> str:
+        """Which half of the gate decided the verdict, in words.
+
+        A FAIL is decided by the half (or halves) that named a failure: ``timing`` (a benchmark
+        ``slower``), ``structure`` (structure that adds work). A PASS is decided by the halves that
+        judged: timing when a timing verdict was reached (``slower``, ``faster``, ``no change``),
+        structure when it was judged (``fail_on_structure``); a PASS that judged no timing says so.
+        """
+        if self.failures:
+            slower = any(c.verdict == Verdict.SLOWER for c in self.comparisons)
+            structural = self.fail_on_structure and any(
+                c.structure_adds_work for c in self.comparisons
+            )
+            halves = [
+                name for name, found in (("timing", slower), ("structure", structural)) if found
+            ]
+            return (
+                "decided by "
+                + " and ".join(halves)
+                + ("" if self._timed() else " (no timing was judged)")
+            )
+        if self._timed():
+            return (
+                "decided by timing and structure"
+                if self.fail_on_structure
+                else "decided by timing only (structure not judged)"
+            )
+        if self.fail_on_structure:
+            return "decided by structure only: no timing was judged"
+        return "nothing decided it: no timing was judged, and structure was not"
 
     def _timed(self) -> int:
         """Benchmarks whose timing was judged (slower, faster or no change)."""
@@ -118,8 +148,9 @@ class GateOutcome:
             return []
         if not self.fail_on_structure:
             return [
-                f"{len(changed)} with structural changes (a change that adds work fails the gate only with "
-                "--fail-on-structure, or --perfsuite-fail-on-structure in perfsuite run / pytest)"
+                f"{len(changed)} with structural changes, not judged (perfsuite ab and compare fail on "
+                "structure that adds work unless --no-fail-on-structure; perfsuite run and pytest with "
+                "--perfsuite-fail-on-structure)"
             ]
         return [f"{len(changed)} with structural changes that add no work (not a failure)"]
 

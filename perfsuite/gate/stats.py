@@ -24,9 +24,20 @@ entirely above 1 with probability at most ``alpha / 2``, and the effect-size flo
 lowers it, so each benchmark cries wolf with probability <= ``alpha / 2``; a gate over
 ``k`` benchmarks, by the union bound, <= ``k * alpha / 2``.
 
+Worker processes as a random effect (``clustered_interval``, what ``perfsuite ab`` runs): the pairs
+one pair of worker processes times share that pair's bias (where its memory and threads landed), so
+they are not independent units. The A/B gate labels each pair with its worker pair (a cluster;
+``WORKERS_PER_SIDE`` clusters) and takes its interval across the clusters: Student's t over the
+clusters' Hodges-Lehmann estimates (Ibragimov & Mueller 2010). The units of the bound above are then
+the worker pairs, independent processes: a bias of one worker pair widens the interval instead of
+deciding it, and the bound holds whatever the size of that bias, provided the worker pairs' biases
+are independent draws of one distribution with median 0 on both sides (the sides run the same
+conditions) and each cluster's estimate is near normal.
+
 Sequential A/B (``sequential_paired``, what ``perfsuite ab`` runs): block pairs are added until
 the verdict is decisive (``slower``, ``faster``, ``no change``), the last planned look is
-reached, or a time budget runs out. At each look the interval is the distribution-free
+reached, or a time budget runs out. At each look the interval is the clustered one above when
+the pairs carry worker pairs (more than one worker per side), else the distribution-free
 **Wilcoxon signed-rank** interval of the pair log-ratios' centre (exact up to
 ``EXACT_SIGNED_RANK_MAX_N`` pairs, the normal approximation of its critical value above), around the Hodges-Lehmann
 estimate (Hollander & Wolfe, "Nonparametric Statistical Methods", 2nd ed. 1999, section 3.3;
@@ -39,6 +50,9 @@ unchanged. Assumptions: the pairs are independent and each pair's log-ratio is s
 about the true one (exchangeable sides, alternating order). Pairs timed under contention
 (``perfsuite.measure.contention``) are kept or set aside by ``ContendedPairs`` before the
 statistic; whether a pair is contended is decided by the scheduler's counters, not by its ratio.
+When too few pairs were kept (at least half contended, nothing decided), ``contended_verdict``
+judges the contended pairs once, as one of the K looks, against a minimum effect that grows with
+the measured wait: a 10x slowdown is ``slower`` under any load, identical code is not.
 """
 
 from __future__ import annotations
@@ -90,6 +104,15 @@ DEFAULT_CONTENDED_PAIRS = ContendedPairs.SHARED
 
 
 MIN_UNITS = 6
+# Contended pairs (``contended_verdict``): what contention alone may add to a head block's time
+# beyond its threads' measured run-queue wait (caches and memory bandwidth shared with the load,
+# CPU steal the wait does not count). Provisional: validation/calibrate_gate.py reports the largest
+# wait-adjusted ratio of identical code beside busy processes ("contended A/A"); this floor must stay
+# above it (docs/validation.md, "Contended pairs").
+CONTENDED_MIN_EFFECT = 0.25
+# A block whose threads waited this share of its wall time or more gives no bound (its floor would
+# be infinite): the wait share is capped here, so the floor is at most (1 + 0.25) / (1 - 0.9) = x12.5.
+CONTENDED_WAIT_CAP = 0.9
 SEPARATE_RUNS_MIN_EFFECT = 0.15
 BOOTSTRAP_SAMPLES = 4000
 BOOTSTRAP_SEED = 20261130
@@ -98,13 +121,16 @@ BOOTSTRAP_SEED = 20261130
 @dataclasses.dataclass(frozen=True)
 class RatioEstimate:
     """``ratio`` (HEAD / BASE typical time) with its ``low``/``high`` confidence bounds,
-    from ``units`` independent units (block pairs, or the smaller run's rounds)."""
+    from ``units`` units (block pairs, or the smaller run's rounds); ``clusters``: the worker
+    pairs the interval was taken across (``clustered_interval``), 0 when the units were taken
+    as independent."""
 
     ratio: float
     low: float
     high: float
     units: int
     method: str
+    clusters: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,6 +141,9 @@ class GateSettings:
     copy) cost 3-8% in the calibration's gates on the 2-core machine, quiet and beside a CPU hog (docs/validation.md, "Gate
     error rates"); a 5% floor left a third of those gates ``inconclusive``.
 
+    ``contended_min_effect``: the margin of ``contended_verdict`` (``CONTENDED_MIN_EFFECT``); None
+    leaves contended pairs undecided (``inconclusive: contended``), as before that rule.
+
     ``SEPARATE_RUNS_MIN_EFFECT`` is the default for comparing two separate runs: identical code
     measured 8-14% apart between separate smoke runs on the 2-core machine (drift the data of
     the two runs cannot show), so smaller changes are left to the interleaved A/B gate.
@@ -122,6 +151,8 @@ class GateSettings:
 
     alpha: float = 0.01
     min_effect: float = 0.03
+    # ``contended_verdict``'s floor beyond the measured wait; None: contended pairs decide nothing
+    contended_min_effect: float | None = CONTENDED_MIN_EFFECT
 
     def false_alarm_rate(self, benchmarks: int = 1) -> float:
         """Upper bound of the probability that identical code is flagged (see module docstring)."""
@@ -187,10 +218,16 @@ SEQUENTIAL_LOOKS = (12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 10
 # "Block length and clock").
 BLOCK_ROUNDS = 1
 # Worker processes per side. Where a process's buffers and threads land sets how fast it runs
-# (and how much a change costs in it); rotating the pairs through several processes per side
-# (``ab.pair_schedule``) averages that placement instead of leaving it a bias of one pair
-# (docs/validation.md, "Gate error rates").
-WORKERS_PER_SIDE = 2
+# (and how much a change costs in it): a bias of the process, shared by every pair it times. The
+# gate pairs base worker i with head worker i (``ab.pair_schedule``), one cluster per worker pair,
+# and takes its interval across the clusters (``clustered_interval``), so that bias is a random
+# effect that widens the interval instead of deciding it. Six pairs of processes give the t
+# interval 5 degrees of freedom; fewer leave it too wide to decide a few percent (at 2 clusters,
+# 1 degree of freedom, the critical value at the gate's per-look level is in the hundreds).
+WORKERS_PER_SIDE = 6
+# A cluster (worker pair) counts at a look once it holds this many kept pairs: its estimate is then
+# a Hodges-Lehmann centre of at least 3 log ratios, not one pair's ratio.
+MIN_CLUSTER_PAIRS = 3
 # No verdict before this much sampling: beside a busy process, where the scheduler places each
 # worker's threads biases a run of consecutive pairs for a fraction of a second, so the pairs of
 # the first half second are not independent (false verdicts at 16 and 24 pairs were measured:
@@ -289,6 +326,182 @@ def pair_log_ratios(base_blocks: list[list[float]], head_blocks: list[list[float
     )
 
 
+def student_t_tail(t: float, df: int) -> float:
+    """``P(|T| > t)`` for Student's t with ``df`` (a whole number >= 1) degrees of freedom.
+
+    Closed forms for whole ``df`` (Abramowitz & Stegun, "Handbook of Mathematical Functions",
+    1964, 26.7.3 odd / 26.7.4 even): with ``theta = atan(t / sqrt(df))``, ``P(|T| <= t)`` is
+    ``2/pi (theta + sin cos (1 + 2/3 cos^2 + 2*4/(3*5) cos^4 + ...))`` for odd ``df`` and
+    ``sin (1 + 1/2 cos^2 + 1*3/(2*4) cos^4 + ...)`` for even ``df``. ``ValueError`` on ``df < 1``.
+    """
+    if df < 1 or int(df) != df:
+        raise ValueError(f"df must be a whole number >= 1, got {df!r}")
+    if t <= 0:
+        return 1.0
+    theta = math.atan(t / math.sqrt(df))
+    sin, cos2 = math.sin(theta), math.cos(theta) ** 2
+    if df % 2:
+        total, term = 0.0, 1.0
+        if df > 1:
+            total = 1.0
+            for k in range(1, (df - 3) // 2 + 1):
+                term *= cos2 * (2 * k) / (2 * k + 1)
+                total += term
+        inside = 2 / math.pi * (theta + sin * math.cos(theta) * total)
+    else:
+        total, term = 1.0, 1.0
+        for k in range(1, (df - 2) // 2 + 1):
+            term *= cos2 * (2 * k - 1) / (2 * k)
+            total += term
+        inside = sin * total
+    return max(0.0, 1.0 - inside)
+
+
+def student_t_critical(df: int, alpha: float) -> float:
+    """The ``t`` with ``P(|T| > t) = alpha`` (two-sided) for ``df`` degrees of freedom, by bisection
+    on ``student_t_tail`` to 1e-9 relative. ``ValueError`` on ``alpha`` outside (0, 1)."""
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must lie in (0, 1), got {alpha!r}")
+    low, high = 0.0, 1.0
+    while student_t_tail(high, df) > alpha:
+        high *= 2
+    while high - low > 1e-9 * high:
+        middle = (low + high) / 2
+        low, high = (middle, high) if student_t_tail(middle, df) > alpha else (low, middle)
+    return high
+
+
+def cluster_estimates(
+    values, clusters, min_pairs_per_cluster: int = MIN_CLUSTER_PAIRS
+) -> np.ndarray:
+    """The Hodges-Lehmann centre of each cluster's ``values`` (clusters in first-seen order), for
+    clusters holding at least ``min_pairs_per_cluster`` values; ``ValueError`` on unequal lengths."""
+    if len(values) != len(clusters):
+        raise ValueError(f"{len(values)} values but {len(clusters)} cluster labels")
+    grouped: dict = {}
+    for value, cluster in zip(values, clusters):
+        grouped.setdefault(cluster, []).append(value)
+    return np.array(
+        [
+            wilcoxon_interval(group, 0.5)[0]
+            for group in grouped.values()
+            if len(group) >= min_pairs_per_cluster
+        ]
+    )
+
+
+def clustered_interval(values, clusters, alpha: float) -> tuple[float, float, float, int]:
+    """Estimate and ``1 - alpha`` interval of the centre of ``values`` whose clusters are independent
+    but whose values within a cluster share a cluster effect (a worker process's bias).
+
+    Each cluster with at least ``MIN_CLUSTER_PAIRS`` values gives one estimate (its Hodges-Lehmann
+    centre, ``cluster_estimates``); the interval is Student's t across the ``q`` cluster estimates
+    with ``q - 1`` degrees of freedom: ``mean +- t(q-1, alpha) * sd / sqrt(q)``. Source: Ibragimov &
+    Mueller, "t-Statistic Based Correlation and Heterogeneity Robust Inference", Journal of Business
+    & Economic Statistics 28(4), 2010: with independent, approximately normal group estimates the
+    t test keeps its level for any ``q >= 2`` even when the groups' variances differ (conservative
+    for two-sided levels up to 8.3%); how many values a cluster holds, and how they are correlated
+    inside it, does not matter. So a bias of one worker pair widens the interval (it shows as a
+    spread between cluster estimates) instead of deciding it.
+
+    Returns ``(estimate, low, high, q)``; ``low``/``high`` are infinite below 2 clusters.
+    """
+    estimates = cluster_estimates(values, clusters)
+    q = len(estimates)
+    if q == 0:
+        return 0.0, -math.inf, math.inf, 0
+    centre = float(estimates.mean())
+    if q < 2:
+        return centre, -math.inf, math.inf, q
+    half = student_t_critical(q - 1, alpha) * float(estimates.std(ddof=1)) / math.sqrt(q)
+    return centre, centre - half, centre + half, q
+
+
+@dataclasses.dataclass(frozen=True)
+class PairSample:
+    """One block pair as ``next_pair()`` gives it to ``sequential_paired``.
+
+    ``base_s``/``head_s``: the blocks' round times (seconds); ``contended``: set aside from the kept
+    pairs; ``cluster``: the worker pair that timed it (None: pairs taken as independent);
+    ``head_wait``/``base_wait``: the share of the head's / base's block's runnable thread time spent
+    waiting for a CPU (``contention.wait_share``), None where unknown.
+    """
+
+    base_s: list[float]
+    head_s: list[float]
+    contended: bool
+    cluster: object = None
+    head_wait: float | None = None
+    base_wait: float | None = None
+
+
+def as_pair_sample(found) -> PairSample:
+    """A ``PairSample`` as is, or one from a ``(base_s, head_s, contended)`` tuple."""
+    if isinstance(found, PairSample):
+        return found
+    base, head, contended = found
+    return PairSample(base, head, bool(contended))
+
+
+def contended_verdict(
+    samples: list[PairSample], settings: GateSettings, alpha: float
+) -> tuple[RatioEstimate, str] | None:
+    """Judge the contended pairs when too few pairs were kept: only a slowdown larger than contention
+    could make is decided (``slower``); returns its estimate (the raw contended ratios) and a note
+    saying how it was decided, or None when nothing is decided.
+
+    Rule (``wait_adjusted``): a block whose threads spent a share ``w`` of their runnable time waiting
+    for a CPU ran ``1 / (1 - w)`` slower for it when the CPUs are shared fairly (a thread runnable for
+    ``T`` got ``(1 - w) T`` of CPU), so each contended pair's log ratio is corrected by
+    ``log(1 - w_head) - log(1 - w_base)``; beyond that model, caches, memory bandwidth and steal
+    shared with the load, and waits the model places wrongly, may move identical code's ratio by up to
+    ``settings.contended_min_effect`` (``CONTENDED_MIN_EFFECT``: the margin the contended A/A of
+    validation/calibrate_gate.py checks). The benchmark is ``slower`` when the signed-rank interval
+    (``alpha``) of the corrected log ratios lies above ``log(1 + contended_min_effect)``, from at
+    least ``MIN_UNITS`` pairs with a measured head wait. On the raw ratio the minimum effect is then
+    ``(1 + m) (1 - w_base) / (1 - w_head)``: it grows with the head's measured contention. ``faster``
+    is never decided here. The interval pools the pairs (no clusters): a worker pair's bias, a few
+    percent, lies far inside the margin.
+    """
+    if settings.contended_min_effect is None:
+        return None
+    judged = [s for s in samples if s.contended and s.head_wait is not None]
+    if len(judged) < MIN_UNITS:
+        return None
+    raw = pair_log_ratios([s.base_s for s in judged], [s.head_s for s in judged])
+    adjusted = wait_adjusted(raw, [s.base_wait for s in judged], [s.head_wait for s in judged])
+    waits = np.array([min(max(s.head_wait, 0.0), CONTENDED_WAIT_CAP) for s in judged])
+    _, low, _ = wilcoxon_interval(adjusted, alpha)
+    floor = math.log1p(settings.contended_min_effect)
+    if not low > floor:
+        return None
+    centre, raw_low, raw_high = wilcoxon_interval(raw, alpha)
+    estimate = RatioEstimate(
+        math.exp(centre), math.exp(raw_low), math.exp(raw_high), len(judged), "contended pairs"
+    )
+    return estimate, (
+        f"decided on {len(judged)} contended pairs: wait-adjusted interval above the "
+        f"x{1 + settings.contended_min_effect:.2f} floor (head threads waited {np.median(waits):.0%} "
+        f"of their runnable time, median)"
+    )
+
+
+def wait_adjusted(log_ratios, base_waits, head_waits) -> np.ndarray:
+    """Pair log ratios corrected for the run-queue wait of each block (``contended_verdict``):
+    ``log r + log(1 - w_head) - log(1 - w_base)``, each wait share capped at ``CONTENDED_WAIT_CAP``
+    (a block that waited more gives no finite correction); an unknown wait (None) counts as 0.
+    ``ValueError`` on unequal lengths."""
+    if not len(log_ratios) == len(base_waits) == len(head_waits):
+        raise ValueError(
+            f"{len(log_ratios)} ratios, {len(base_waits)} base and {len(head_waits)} head waits"
+        )
+
+    def share(waits):
+        return np.array([min(max(w or 0.0, 0.0), CONTENDED_WAIT_CAP) for w in waits])
+
+    return np.asarray(log_ratios) + np.log1p(-share(head_waits)) - np.log1p(-share(base_waits))
+
+
 @dataclasses.dataclass(frozen=True)
 class SequentialPlan:
     """When the sequential gate looks, and how long it may sample one benchmark.
@@ -318,10 +531,18 @@ class SequentialPlan:
         """Bonferroni: ``alpha / len(looks)`` (see the module docstring)."""
         return alpha / len(self.looks)
 
-    def describe(self, alpha: float) -> str:
+    def describe(self, alpha: float, clustered: bool = False) -> str:
+        """The plan in one line for the report's method; ``clustered``: the interval is taken
+        across worker pairs (``clustered_interval``)."""
+        interval = (
+            "t interval across worker pairs (Ibragimov & Mueller 2010) of each pair's Hodges-Lehmann "
+            "estimate (Hollander & Wolfe 1999)"
+            if clustered
+            else f"Wilcoxon signed-rank interval (Hollander & Wolfe 1999; exact up to "
+            f"{EXACT_SIGNED_RANK_MAX_N} pairs, its normal approximation above)"
+        )
         return (
-            f"sequential: Wilcoxon signed-rank interval (Hollander & Wolfe 1999; exact up to "
-            f"{EXACT_SIGNED_RANK_MAX_N} pairs, its normal approximation above) of per-block-pair log "
+            f"sequential: {interval} of per-block-pair log "
             f"ratios at up to {len(self.looks)} looks ({', '.join(map(str, self.looks))} pairs), each at level "
             f"{self.alpha_per_look(alpha):.2g} (Bonferroni over looks: overall {alpha:g}, valid whatever the "
             f"stopping rule), none before {self.min_s:g} s (a look passed by then, or cut short by the "
@@ -334,7 +555,10 @@ class SequentialOutcome:
     """What the sequential gate sampled and decided for one benchmark.
 
     ``contended``: per pair, whether either block was timed under contention (set aside);
-    ``looks``: interval computations taken; ``stopped``: ``decisive``, ``last look`` or ``budget``.
+    ``looks``: interval computations taken; ``stopped``: ``decisive``, ``last look`` or ``budget``;
+    ``clusters``: per pair, the worker pair that timed it (None: no clusters);
+    ``contended_note``: how the contended pairs decided (``contended_verdict``), "" when they did not;
+    ``wait_shares``: per pair, ``[base, head]`` blocks' wait shares (``PairSample``).
     """
 
     base_blocks: list[list[float]]
@@ -345,13 +569,23 @@ class SequentialOutcome:
     looks: int
     stopped: str
     seconds: float
+    clusters: list = dataclasses.field(default_factory=list)
+    contended_note: str = ""
+    wait_shares: list = dataclasses.field(default_factory=list)
 
 
-def _estimate(base_blocks, head_blocks, contended, alpha_look: float) -> RatioEstimate:
-    clean = [(b, h) for b, h, c in zip(base_blocks, head_blocks, contended) if not c]
+def _estimate(samples: list[PairSample], alpha_look: float) -> RatioEstimate:
+    """The kept pairs' estimate: across clusters (``clustered_interval``) when the pairs carry
+    clusters, else the signed-rank interval of the pairs taken as independent."""
+    clean = [s for s in samples if not s.contended]
     if not clean:
         return RatioEstimate(1.0, 0.0, math.inf, 0, "paired sequential")
-    logs = pair_log_ratios([b for b, _ in clean], [h for _, h in clean])
+    logs = pair_log_ratios([s.base_s for s in clean], [s.head_s for s in clean])
+    if any(s.cluster is not None for s in clean):
+        centre, low, high, q = clustered_interval(logs, [s.cluster for s in clean], alpha_look)
+        return RatioEstimate(
+            math.exp(centre), math.exp(low), math.exp(high), len(logs), "clustered sequential", q
+        )
     centre, low, high = wilcoxon_interval(logs, alpha_look)
     return RatioEstimate(
         math.exp(centre), math.exp(low), math.exp(high), len(logs), "paired sequential"
@@ -359,30 +593,33 @@ def _estimate(base_blocks, head_blocks, contended, alpha_look: float) -> RatioEs
 
 
 def sequential_paired(
-    next_pair: Callable[[], tuple[list[float], list[float], bool]],
+    next_pair: Callable[[], PairSample | tuple[list[float], list[float], bool]],
     settings: GateSettings,
     plan: SequentialPlan = SequentialPlan(),
     clock: Callable[[], float] = time.monotonic,
 ) -> SequentialOutcome:
-    """Sample block pairs with ``next_pair()`` -> ``(base_block_s, head_block_s, contended)`` until decisive.
+    """Sample block pairs with ``next_pair()`` (a ``PairSample``, or ``(base_block_s, head_block_s,
+    contended)``) until decisive.
 
     Stops at the first look whose verdict is ``slower``, ``faster`` or ``no change``, after the
-    last planned look, or when ``plan.budget_s`` (by ``clock``) is spent. The verdict is
-    ``inconclusive: contended`` when it is not decisive and at least half the pairs were contended.
+    last planned look, or when ``plan.budget_s`` (by ``clock``) is spent. When it is not decisive and
+    at least half the pairs were contended, the contended pairs are judged once more, as one of the
+    plan's looks not taken (``contended_verdict``: only a change beyond what contention could make);
+    when they decide nothing the verdict is ``inconclusive: contended``.
     """
     alpha_look = plan.alpha_per_look(settings.alpha)
-    base_blocks, head_blocks, contended = [], [], []
+    samples: list[PairSample] = []
     start, looks_taken, next_look, last_n = clock(), 0, 0, -1
     estimate, result, stopped = None, Verdict.INCONCLUSIVE, "last look"
     while True:
-        clean = contended.count(False)
+        clean = sum(not s.contended for s in samples)
         elapsed = clock() - start
         out_of_time = elapsed >= plan.budget_s
         if next_look < len(plan.looks) and (
             (clean >= plan.looks[next_look] and (elapsed >= plan.min_s or clean >= plan.looks[-1]))
             or (out_of_time and clean > last_n)
         ):
-            estimate = _estimate(base_blocks, head_blocks, contended, alpha_look)
+            estimate = _estimate(samples, alpha_look)
             result = verdict(estimate, settings)
             looks_taken, last_n = looks_taken + 1, clean
             while next_look < len(plan.looks) and plan.looks[next_look] <= clean:
@@ -395,15 +632,29 @@ def sequential_paired(
         if out_of_time:
             stopped = "budget"
             break
-        base, head, was_contended = next_pair()
-        base_blocks.append(base)
-        head_blocks.append(head)
-        contended.append(bool(was_contended))
+        samples.append(as_pair_sample(next_pair()))
     if estimate is None:
-        estimate = _estimate(base_blocks, head_blocks, contended, alpha_look)
+        estimate = _estimate(samples, alpha_look)
         result = verdict(estimate, settings)
+    contended = [s.contended for s in samples]
+    note = ""
     if result not in DECISIVE and contended and 2 * sum(contended) >= len(contended):
         result = CONTENDED_VERDICT
+        if looks_taken < len(plan.looks):  # the contended look is one of the plan's K looks
+            judged = contended_verdict(samples, settings, alpha_look)
+            looks_taken += 1
+            if judged:
+                (estimate, note), result = judged, Verdict.SLOWER
     return SequentialOutcome(
-        base_blocks, head_blocks, contended, estimate, result, looks_taken, stopped, clock() - start
+        [s.base_s for s in samples],
+        [s.head_s for s in samples],
+        contended,
+        estimate,
+        result,
+        looks_taken,
+        stopped,
+        clock() - start,
+        [s.cluster for s in samples],
+        note,
+        [[s.base_wait, s.head_wait] for s in samples],
     )

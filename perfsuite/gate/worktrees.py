@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import difflib
 import subprocess
 import tempfile
 from pathlib import Path
@@ -70,12 +71,35 @@ def _has_uncommitted(tree: Path) -> bool:
 
 
 def _resolve(name: str, ref: str, repo: Path) -> str:
+    """The full sha ``ref`` names in ``repo``; ``UsageError`` saying the repository has no commit
+    yet, or naming the closest branches and tags (``--base-ref 'mian' ... did you mean main?``)."""
     try:
         return _git("rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", cwd=repo)
     except UsageError:
+        pass
+    option = f"--{name}-ref"
+    try:
+        _git("rev-parse", "--verify", "--quiet", "HEAD^{commit}", cwd=repo)
+    except UsageError:
         raise UsageError(
-            f"--{name}-ref {ref!r}: no such commit, branch or tag in {repo}", f"--{name}-ref"
+            f"{option} {ref!r}: the repository {repo} has no commit yet; commit your code first "
+            "(an A/B gate times commits: git add -A && git commit)",
+            option,
         ) from None
+    names = _git(
+        "for-each-ref",
+        "--format=%(refname:short)",
+        "refs/heads",
+        "refs/tags",
+        "refs/remotes",
+        cwd=repo,
+    ).split()
+    close = difflib.get_close_matches(ref, names, n=3, cutoff=0.6)
+    raise UsageError(
+        f"{option} {ref!r}: no such commit, branch or tag in {repo}"
+        + (f"; did you mean {' or '.join(close)}?" if close else ""),
+        option,
+    ) from None
 
 
 @contextlib.contextmanager

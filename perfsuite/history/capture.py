@@ -62,6 +62,32 @@ def first_parent_order(folder: Path, rev: str = "HEAD") -> list[str]:
     return listed.split() if listed else []
 
 
+# Where the default branch is looked for, in order, after ``origin/HEAD``.
+DEFAULT_BRANCHES = ("main", "master", "origin/main", "origin/master")
+
+
+def default_branch(folder: Path) -> str | None:
+    """The default branch of the repository holding ``folder``: what ``origin/HEAD`` points at, else
+    the first of ``DEFAULT_BRANCHES`` that exists, else ``HEAD``; None outside git (or with no commit)."""
+    folder = Path(folder)
+    remote = _git(folder, "symbolic-ref", "--quiet", "--short", "refs/remotes/origin/HEAD")
+    for name in ((remote,) if remote else ()) + DEFAULT_BRANCHES + ("HEAD",):
+        if _git(folder, "rev-parse", "--verify", "--quiet", f"{name}^{{commit}}"):
+            return name
+    return None
+
+
+def main_line(folder: Path) -> tuple[str, list[str]] | None:
+    """(branch, shas oldest first) of the first-parent history of ``default_branch(folder)``: the
+    commits a history follows by default (a pull request's commits and A/B heads are not on it);
+    None outside git."""
+    branch = default_branch(folder)
+    if branch is None:
+        return None
+    order = first_parent_order(folder, branch)
+    return (branch, order) if order else None
+
+
 def memory_bytes() -> int | None:
     """MemTotal from ``/proc/meminfo`` (Linux), else None."""
     try:

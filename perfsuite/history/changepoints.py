@@ -109,6 +109,10 @@ class OnlineVerdict:
     gate_base: Point | None = None  # the base of the interleaved gate that decided, if one did
     # False: the newest point could not be judged (contended, too few points, the machine's speed)
     judged: bool = True
+    # a regression's step: the newest usable point still at the baseline's level, and the oldest of the
+    # usable points after it, all beyond the limit (the gate's base and the newest when a gate decided)
+    last_good: Point | None = None
+    first_bad: Point | None = None
 
 
 def usable(point: Point) -> bool:
@@ -383,6 +387,8 @@ def _gate_verdict(points: Sequence[Point], gate: _Span, larger_is_worse: bool) -
         1,
         f"the interleaved gate against {base.short_sha} says {said}",
         base,
+        last_good=base if worse else None,
+        first_bad=points[gate.bad] if worse else None,
     )
 
 
@@ -412,14 +418,17 @@ def check_newest(
     last_epoch = epochs(points)[-1] if points else None
     chosen = [p for p in points[last_epoch.start :] if usable(p)] if last_epoch else []
     if not points or not usable(points[-1]):
-        return OnlineVerdict(
-            False,
-            (),
-            None,
-            0,
-            "the newest point is contended, dirty or empty: not judged",
-            judged=False,
+        newest = points[-1] if points else None
+        why = (
+            "there is no point"
+            if newest is None
+            else f"the newest point is set aside ({newest.state or 'contended'})"
+            if newest.contended
+            else "the newest point is from a tree with uncommitted changes"
+            if newest.dirty
+            else "the newest point has no values"
         )
+        return OnlineVerdict(False, (), None, 0, f"{why}: not judged", judged=False)
     counted = measure in COUNTED
     confirm = 1 if counted else confirm  # a count is exact: one point confirms it
     newest, baseline = chosen[-confirm:], chosen[:-confirm][-window:]
@@ -481,12 +490,20 @@ def check_newest(
         else ", ".join(f"x{r:.3f}" for r in ratios)
     )
     if all(broke):
+        # the step: walk back from the confirming points while a point is beyond the baseline's limit
+        # (the newest points of the baseline may already be after the step)
+        floor = max(math.log1p(min_effect), k * noise)
+        first = len(chosen) - confirm
+        while first > 0 and sign * (point_value(chosen[first - 1]) - center) > floor:
+            first -= 1
         return OnlineVerdict(
             True,
             tuple(ratios),
             limit,
             len(baseline),
             f"the newest {confirm} point(s) ({text}) are beyond x{limit:.3f} of the last {len(baseline)}",
+            last_good=chosen[first - 1] if first > 0 else None,
+            first_bad=chosen[first],
         )
     return OnlineVerdict(
         False,

@@ -27,7 +27,9 @@ from perfsuite.history.records import (
     TESTBED_KEY,
     BenchmarkRecord,
     Commit,
+    ResultState,
     RunRecord,
+    ab_state,
     Software,
     Testbed,
     stable_hash,
@@ -118,6 +120,14 @@ def benchmark_from_json(bench: Mapping[str, Any]) -> BenchmarkRecord:
         else (statistics.median(rounds) if rounds else None)
     )
     contention = info.get("contention") or None
+    contended = contention.get("contended") if contention else None
+    state = (
+        ResultState.INCORRECT
+        if info.get("correct") is False
+        else ResultState.CONTENDED
+        if contended
+        else None
+    )
     extra = {
         k: info.get(k)
         for k in ("correct", "max_abs_error", "sdpa_backend", "schema_version")
@@ -130,6 +140,7 @@ def benchmark_from_json(bench: Mapping[str, Any]) -> BenchmarkRecord:
             rounds_s=rounds,
             median_s=median,
             extra=extra,
+            state=state,
         )
     flop, moved = info.get("flop"), info.get("bytes_read", 0) + info.get("bytes_written", 0)
     scores = info.get("score_accounting") or {}
@@ -153,10 +164,11 @@ def benchmark_from_json(bench: Mapping[str, Any]) -> BenchmarkRecord:
         bytes_moved=moved or None,
         score_copies=scores.get("copies", info.get("score_copies_per_step")),
         structure=info.get("fingerprint"),
-        contended=contention.get("contended") if contention else None,
+        contended=contended,
         contention=contention,
         speed_reference=info.get("speed_reference"),
         extra=extra,
+        state=state,
     )
 
 
@@ -194,15 +206,21 @@ def run_from_benchmark_json(
             [(b.get("fullname"), b.get("stats")) for b in data["benchmarks"]],
         ],
     )
+    benchmarks = tuple(benchmark_from_json(b) for b in data["benchmarks"])
     if data.get(INCOMPLETE_KEY):
         labels = {**(labels or {}), "partial": data[INCOMPLETE_KEY]}
+        # a run cut short: every benchmark in it is kept apart (the one interrupted may hold a part of
+        # its rounds, and the file cannot say which)
+        benchmarks = tuple(
+            dataclasses.replace(b, state=b.state or ResultState.PARTIAL) for b in benchmarks
+        )
     return RunRecord(
         uid=uid,
         source=source,
         commit=commit,
         testbed=testbed or testbed_from_json(data),
         software=software or software_from_json(data),
-        benchmarks=tuple(benchmark_from_json(b) for b in data["benchmarks"]),
+        benchmarks=benchmarks,
         recorded_at=recorded_at
         if recorded_at is not None
         else (_timestamp(data.get("datetime")) or 0.0),
@@ -240,6 +258,7 @@ def _ab_benchmarks(payload: Mapping[str, Any], side: str) -> Iterable[BenchmarkR
             median_s=statistics.median(clean or every),
             structure=structure,
             contended=not clean,
+            state=ab_state(bench.get("verdict"), sum(not c for c in contended[: len(blocks)])),
             extra={"ab_verdict": bench.get("verdict"), "ab_blocks": len(blocks)}
             | (
                 {"ab_ratio": _finite_only(bench["ratio"])}

@@ -2,10 +2,11 @@
 
 A series is (benchmark, measure, testbed fingerprint). A point is one commit of a series: the
 runs of that commit with the same software pooled (their raw rounds together), ordered by the
-commit's first-parent position (``Commit.position``), then commit time. Contended runs are kept
-on the point (``all_values``) but left out of ``values``, the sample the statistics use; a point
-with only contended runs is ``contended``. An epoch is a stretch of points with one software
-fingerprint.
+commit's first-parent position (``Commit.position``), then commit time. Runs that are not clean
+(contended, or in a ``records.ResultState``: a partial run, a failed correctness check, a single
+or undecided A/B pair) are kept on the point (``all_values``) but left out of ``values``, the
+sample the statistics use; a point with no clean run is ``contended`` (set aside), ``state`` says
+why. An epoch is a stretch of points with one software fingerprint.
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ import statistics
 from typing import Any
 from collections.abc import Sequence
 
-from sqlalchemy import Boolean, Connection, func, literal, select
+from sqlalchemy import Boolean, Connection, func, literal, or_, select
 
 import perfsuite.history.schema as schema
-from perfsuite.history.records import EPOCH_FIELDS, stable_hash
+from perfsuite.history.records import EPOCH_FIELDS, ResultState, stable_hash
 
 # measure -> (results column, unit, larger is worse). ``time_s`` uses every round (``rounds_s``).
 MEASURES: dict[str, tuple[str, str, bool]] = {
@@ -66,9 +67,10 @@ class Series:
 @dataclasses.dataclass(frozen=True)
 class Point:
     """One commit of a series (runs with the same software pooled). ``values``: the raw values of
-    its uncontended runs (every round for ``time_s``, one per run otherwise); ``all_values`` with
-    contended runs too; ``contended``: no uncontended run; ``median`` of ``values`` (of
-    ``all_values`` when contended). ``structure``/``structure_hash``: the newest run's structural
+    its clean runs (every round for ``time_s``, one per run otherwise); ``all_values`` with the
+    others too; ``contended``: no clean run, the point is set aside (``state``: why, e.g.
+    ``contended``, ``partial run``, ``failed correctness``); ``median`` of ``values`` (of
+    ``all_values`` when set aside). ``structure``/``structure_hash``: the newest run's structural
     fingerprint. ``software``: versions, ``software_fingerprint`` the epoch it belongs to.
     ``speed_reference_ms``: the reference matmul's time beside the runs (``perfsuite.measure.speed_reference``)."""
 
@@ -91,6 +93,7 @@ class Point:
     speed_reference_ms: float | None = (
         None  # median over its used runs of the reference beside each (CPU)
     )
+    state: str | None = None  # why the point is set aside (``ResultState`` values); None when used
 
     @property
     def short_sha(self) -> str:
@@ -207,6 +210,7 @@ def _light_query(key: SeriesKey, branch: str | None, include_dirty: bool):
             run.c.subject,
             run.c.recorded_at,
             sw.c.fingerprint.label("software_fingerprint"),
+            r.c.state,
         )
         .join(run, run.c.id == r.c.run_id)
         .join(tb, tb.c.id == run.c.testbed_id)
@@ -260,7 +264,7 @@ def _newest_groups(groups: list[list[Any]], newest: int) -> list[list[Any]]:
     while start > 0 and usable < newest and groups[start - 1][-1].software_fingerprint == epoch:
         start -= 1
         group = groups[start]
-        usable += not group[-1].dirty and any(not x.contended for x in group)
+        usable += not group[-1].dirty and any(not _set_aside(x) for x in group)
     return groups[start:]
 
 
@@ -322,6 +326,15 @@ def points(
     return built
 
 
+def _set_aside(row: Any) -> str | None:
+    """Why a light row is not a clean sample, or None. A counted measure (``COUNTED``) reads
+    ``contended`` as False: another process's load cannot change a count."""
+    state = row.state
+    if row.contended:
+        return state or ResultState.CONTENDED
+    return state if state and state != ResultState.CONTENDED else None
+
+
 def _values(row: Any, heavy: Any) -> list[float]:
     """A row's raw values: every round for ``time_s`` (``heavy.rounds_s``), else the one value."""
     rounds = getattr(heavy, "rounds_s", None)
@@ -345,12 +358,13 @@ def _reference_ms(heavy: Any) -> float | None:
 
 def _point(rows: list[tuple[Any, Any]], structure: Any, software: dict[str, Any]) -> Point:
     """A point from its (light row, heavy row) pairs, oldest recorded first."""
-    clean = [v for row, heavy in rows if not row.contended for v in _values(row, heavy)]
+    clean = [v for row, heavy in rows if not _set_aside(row) for v in _values(row, heavy)]
     references = [
         ms
-        for ms in (_reference_ms(heavy) for row, heavy in rows if not row.contended or not clean)
+        for ms in (_reference_ms(heavy) for row, heavy in rows if not _set_aside(row) or not clean)
         if ms
     ]
+    why = sorted({str(_set_aside(row)) for row, _ in rows if _set_aside(row)})
     every = [v for row, heavy in rows for v in _values(row, heavy)]
     newest = rows[-1][0]
     return Point(
@@ -371,6 +385,7 @@ def _point(rows: list[tuple[Any, Any]], structure: Any, software: dict[str, Any]
         structure_hash=structure.structure_hash,
         recorded_at=min(row.recorded_at for row, _ in rows),
         speed_reference_ms=statistics.median(references) if references else None,
+        state=None if clean else ", ".join(why),
     )
 
 
@@ -426,6 +441,13 @@ def runs(
     if limit:
         query = query.limit(limit)
     return [dict(row._mapping) for row in connection.execute(query)]
+
+
+def commit_shas(connection: Connection) -> set[str]:
+    """The shas of every stored run's commit."""
+    run = schema.runs
+    query = select(run.c.commit_sha).where(run.c.commit_sha.is_not(None)).distinct()
+    return {row.commit_sha for row in connection.execute(query)}
 
 
 def _series_rows(key: SeriesKey, *columns: Any):
@@ -496,8 +518,8 @@ class Pair:
 
 def pairs(connection: Connection, key: SeriesKey) -> list[Pair]:
     """The ``Pair`` of every stored ``perfsuite ab`` run of ``key``'s benchmark on ``key``'s testbed
-    whose two sides are commits of committed trees with a paired ratio (``time_s`` only; empty for
-    other measures), oldest recorded first."""
+    whose two sides are commits of committed trees with a paired ratio from two or more clean block
+    pairs (``time_s`` only; empty for other measures), oldest recorded first."""
     if key.measure != "time_s":
         return []
     r, run = schema.results, schema.runs
@@ -507,6 +529,11 @@ def pairs(connection: Connection, key: SeriesKey) -> list[Pair]:
             run.c.source == "ab-head",
             run.c.dirty.is_(False),
             run.c.commit_sha.is_not(None),
+            # a gate with every pair contended or a single clean pair has no paired estimate
+            or_(
+                r.c.state.is_(None),
+                r.c.state.not_in([ResultState.CONTENDED, ResultState.SINGLE_PAIR]),
+            ),
         )
         .order_by(run.c.recorded_at, run.c.id)
     ).all()

@@ -8,6 +8,7 @@ software fingerprint inside a series is an epoch boundary (``EPOCH_FIELDS``).
 from __future__ import annotations
 
 import dataclasses
+import enum
 import hashlib
 import json
 from typing import Any
@@ -96,6 +97,33 @@ class Software:
         return stable_hash({k: self.versions.get(k) for k in EPOCH_FIELDS})
 
 
+class ResultState(enum.StrEnum):
+    """Why a stored benchmark is not a clean point (stored in ``perfsuite_results.state``; None: clean).
+    A result in one of these states is kept and shown apart, never used by the statistics, never the
+    fastest."""
+
+    CONTENDED = "contended"  # every timing (or every A/B pair) was disturbed by another process
+    PARTIAL = "partial run"  # its run was interrupted or stopped early (the saved file's marker)
+    INCORRECT = "failed correctness"  # its variant's output failed the float64 reference check
+    SINGLE_PAIR = "single A/B pair"  # an A/B side with fewer than two clean block pairs
+    UNDECIDED = "undecided A/B"  # an A/B gate that could not call its comparison (inconclusive)
+
+
+MIN_AB_PAIRS = 2  # clean block pairs an A/B side needs to be a point
+
+
+def ab_state(verdict: Any, clean_pairs: int) -> ResultState | None:
+    """The state of one side of an A/B gate's benchmark: ``verdict`` the gate's word, ``clean_pairs``
+    the block pairs kept (not contended)."""
+    if clean_pairs == 0:
+        return ResultState.CONTENDED
+    if clean_pairs < MIN_AB_PAIRS:
+        return ResultState.SINGLE_PAIR
+    if str(verdict or "").startswith("inconclusive"):
+        return ResultState.UNDECIDED
+    return None
+
+
 @dataclasses.dataclass(frozen=True)
 class BenchmarkRecord:
     """One benchmark of a run. ``name``: ``variant/case_id/mode`` for perfsuite's benchmarks
@@ -105,7 +133,8 @@ class BenchmarkRecord:
     ``score_copies`` score-sized copies per step; ``structure`` the structural fingerprint
     (``perfsuite.trace.structure.fingerprint``); ``contended`` the timing was disturbed
     (``perfsuite.measure.contention``; None when not measured); ``speed_reference`` the reference
-    matmul's record (``perfsuite.measure.speed_reference``); ``extra`` anything else kept."""
+    matmul's record (``perfsuite.measure.speed_reference``); ``extra`` anything else kept; ``state``
+    why it is not a clean point (``ResultState``; None when it is one)."""
 
     name: str
     variant: str | None = None
@@ -127,6 +156,7 @@ class BenchmarkRecord:
     contention: Mapping[str, Any] | None = None
     speed_reference: Mapping[str, Any] | None = None
     extra: Mapping[str, Any] | None = None
+    state: str | None = None
 
     @property
     def structure_hash(self) -> str | None:

@@ -71,7 +71,8 @@ def show_lines(
     change_points: Sequence[ChangePoint],
 ) -> list[str]:
     """The ``perfsuite history show`` text: heading, sparkline, one line per point (``>>`` at a change
-    point, ``(contended)``/``(dirty)`` for points not used), epochs, then each change point with its cause."""
+    point, why a point is not used (``(contended: ...)``, ``(partial run: ...)``, ``(failed correctness: ...)``,
+    ``(uncommitted changes: ...)``), epochs, then each change point with its cause."""
     measure = series.key.measure
     marks = {c.index for c in change_points}
     lines = [
@@ -92,7 +93,7 @@ def show_lines(
             ""
             if usable(point)
             else (
-                " (contended: shown, not used)"
+                f" ({point.state or 'contended'}: shown, not used)"
                 if point.contended
                 else " (uncommitted changes: shown, not used)"
                 if point.dirty

@@ -27,10 +27,11 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    select,
     text,
 )
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 PREFIX = "perfsuite_"
 
 metadata = MetaData()
@@ -112,16 +113,21 @@ results = Table(
     Column("contention", JSON),
     Column("speed_reference", JSON),
     Column("extra", JSON),
+    # why it is not a clean point (records.ResultState: contended, partial run, failed correctness,
+    # single A/B pair, undecided A/B); NULL: clean (version 3)
+    Column("state", String(64)),
     UniqueConstraint("run_id", "benchmark", name=f"{PREFIX}results_run_benchmark"),
 )
 Index(f"{PREFIX}results_benchmark", results.c.benchmark)
 Index(f"{PREFIX}results_run", results.c.run_id)
-# covers the first pass of ``query.points`` (a series' rows without their JSON): version 2
+# covers the first pass of ``query.points`` (a series' rows without their JSON): version 2, with
+# ``state`` from version 3
 SERIES_INDEX = Index(
-    f"{PREFIX}results_series",
+    f"{PREFIX}results_series_v3",
     results.c.benchmark,
     results.c.run_id,
     results.c.contended,
+    results.c.state,
     results.c.median_s,
 )
 
@@ -129,11 +135,44 @@ TABLES = tuple(t.name for t in metadata.sorted_tables)
 
 
 def _to_version_2(connection: Connection) -> None:
-    """Version 1 -> 2: the runs' measured peaks, and the covering index of a series' rows."""
+    """Version 1 -> 2: the runs' measured peaks (the covering index of a series' rows comes with 3)."""
     peaks = runs.c.peaks.type.compile(dialect=connection.dialect)
     connection.execute(text(f"ALTER TABLE {runs.name} ADD COLUMN peaks {peaks}"))
+
+
+def _to_version_3(connection: Connection) -> None:
+    """Version 2 -> 3: each result's ``state``, set from what the older rows kept: their run's
+    ``partial`` label, their ``correct`` flag, an A/B side's verdict and kept pairs (an older A/B row
+    does not say how many pairs were clean: one with a single block is a single pair); the covering
+    index of a series' rows with it."""
+    from perfsuite.history.records import ResultState, ab_state
+
+    state = results.c.state.type.compile(dialect=connection.dialect)
+    connection.execute(text(f"ALTER TABLE {results.name} ADD COLUMN state {state}"))
+    connection.execute(text(f"DROP INDEX IF EXISTS {PREFIX}results_series"))
+    found = connection.execute(
+        select(
+            results.c.id, results.c.extra, results.c.contended, runs.c.labels, runs.c.source
+        ).join(runs, runs.c.id == results.c.run_id)
+    ).all()
+    for row in found:
+        extra, labels = row.extra or {}, row.labels or {}
+        if extra.get("correct") is False:
+            value = ResultState.INCORRECT
+        elif labels.get("partial"):
+            value = ResultState.PARTIAL
+        elif row.contended:
+            value = ResultState.CONTENDED
+        elif str(row.source).startswith("ab-"):
+            value = ab_state(extra.get("ab_verdict"), int(extra.get("ab_blocks") or 0))
+        else:
+            value = None
+        if value:
+            connection.execute(
+                results.update().where(results.c.id == row.id).values(state=str(value))
+            )
     SERIES_INDEX.create(connection, checkfirst=True)
 
 
 # MIGRATIONS[i] takes a store from version i + 1 to i + 2, inside the opening transaction.
-MIGRATIONS: list[Callable[[Connection], None]] = [_to_version_2]
+MIGRATIONS: list[Callable[[Connection], None]] = [_to_version_2, _to_version_3]

@@ -1,17 +1,23 @@
 """Opening a store (SQLite file or PostgreSQL URL), checking and migrating its schema, and writing
 one run per transaction, idempotently by the run's uid.
 
-SQLite: WAL journal, a 30 s busy timeout, ``BEGIN IMMEDIATE`` transactions (a writer takes the
-lock at the start, so two writers queue instead of failing on a lock upgrade) and retries on
-``database is locked``. A file that is not SQLite, or an SQLite database without perfsuite's
-tables, is refused with its name and never written. PostgreSQL: schema creation and migration
-hold a transaction-level advisory lock, so concurrent first opens do not race.
+SQLite: WAL journal, a 30 s busy timeout, ``BEGIN IMMEDIATE`` write transactions (a writer takes
+the lock at the start, so two writers queue instead of failing on a lock upgrade) and retries on
+``database is locked``; reads (``Store.read``) are deferred transactions that never wait for a
+writer, and a store that cannot be written (a read-only mount, another user's file) is read
+read-only. A file that is not SQLite, or an SQLite database without perfsuite's tables, is refused
+with its name and never written. PostgreSQL: connect and statement timeouts (``CONNECT_TIMEOUT_S``,
+``STATEMENT_TIMEOUT_S``; a URL's own ``connect_timeout`` or ``options`` win), so a server that
+never answers costs seconds; reads are ``READ ONLY`` transactions; schema creation and migration
+hold a transaction-level advisory lock, so concurrent first opens do not race. No password is
+printed: every URL shown goes through ``shown``.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import re
 import time
 from pathlib import Path
 from typing import Any, TypeVar
@@ -22,6 +28,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
 
 from perfsuite.errors import HistoryError
+from perfsuite.storage import write_text_atomic
 import perfsuite.history.schema as schema
 from perfsuite.history.records import RunRecord
 
@@ -33,6 +40,11 @@ DEFAULT_PATH = (
 SQLITE_MAGIC = b"SQLite format 3\x00"
 BUSY_TIMEOUT_MS = 30_000
 WRITE_ATTEMPTS = 8
+CONNECT_TIMEOUT_S = 10  # PostgreSQL: a server that accepts and never answers
+STATEMENT_TIMEOUT_S = 120  # PostgreSQL: one statement (a run's batch insert is one)
+# a scheme and a colon ("postgresql+psycopg:"): what a URL without its "//" looks like
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:(?![\\/]{2})")
+_PASSWORD = re.compile(r"(?P<user>[^:/@\s]*):(?P<password>[^@/\s]*)@")
 _ADVISORY_KEY = 0x70657266  # "perf": PostgreSQL advisory lock for schema changes
 
 T = TypeVar("T")
@@ -57,12 +69,24 @@ def resolve_url(
     if not chosen:
         return f"sqlite:///{repository_root(root) / DEFAULT_PATH}"
     if "://" not in chosen:
+        if _SCHEME.match(chosen) and not re.match(r"^[A-Za-z]:[\\/]", chosen):  # not C:\...
+            raise HistoryError(
+                f"{hide_password(chosen)!r}: looks like a database URL without '//' after its "
+                "scheme (e.g. postgresql+psycopg://user@host/db, sqlite:///path/history.sqlite); "
+                "a SQLite file is a path or a sqlite:/// URL",
+                hide_password(chosen),
+            )
         return f"sqlite:///{Path(chosen).expanduser().resolve()}"
     return chosen
 
 
+def hide_password(text: str) -> str:
+    """``text`` with the password of every ``user:password@`` in it replaced by ``***``."""
+    return _PASSWORD.sub(lambda m: f"{m['user']}:***@", text)
+
+
 def shown(url: str | URL) -> str:
-    """The URL as it may be printed: the password hidden."""
+    """The URL as it may be printed: the password hidden (also in a string that is no valid URL)."""
     try:
         return (
             make_url(url).render_as_string(hide_password=True)
@@ -70,7 +94,7 @@ def shown(url: str | URL) -> str:
             else url.render_as_string(hide_password=True)
         )
     except ArgumentError:
-        return str(url)
+        return hide_password(str(url))
 
 
 def _sqlite_file(url: URL) -> Path | None:
@@ -98,20 +122,41 @@ def _check_sqlite_file(path: Path) -> None:
         )
 
 
-def _sqlite_events(engine: Engine) -> None:
+READ = "perfsuite_read"  # the execution option of a read-only transaction (Store.read)
+
+
+def _sqlite_events(engine: Engine, read_only: bool = False) -> None:
     @event.listens_for(engine, "connect")
     def _connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None  # SQLAlchemy emits BEGIN itself (below)
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        cursor.execute("PRAGMA journal_mode = WAL")
+        if not read_only:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute("PRAGMA synchronous = NORMAL")  # WAL: durable across process crashes
         cursor.execute("PRAGMA foreign_keys = ON")
-        cursor.execute("PRAGMA synchronous = NORMAL")  # WAL: durable across process crashes
         cursor.close()
 
     @event.listens_for(engine, "begin")
     def _begin(connection: Connection) -> None:
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+        # a read takes no lock up front: in WAL mode it never waits for a writer
+        read = connection.get_execution_options().get(READ)
+        connection.exec_driver_sql("BEGIN" if read else "BEGIN IMMEDIATE")
+
+
+def _postgresql_arguments(url: URL) -> dict[str, Any]:
+    """libpq connection parameters: the connect and statement timeouts, unless the URL sets them."""
+    found: dict[str, Any] = {}
+    if "connect_timeout" not in url.query:
+        found["connect_timeout"] = CONNECT_TIMEOUT_S
+    if "options" not in url.query:
+        found["options"] = f"-c statement_timeout={STATEMENT_TIMEOUT_S * 1000}"
+    return found
+
+
+def _writable(path: Path) -> bool:
+    """Whether SQLite can write ``path`` and create its journal files beside it."""
+    return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK)
 
 
 def _locked(exc: BaseException) -> bool:
@@ -140,12 +185,20 @@ class Store:
     def dialect(self) -> str:
         return self.engine.dialect.name
 
-    def transaction(self, work: Callable[[Connection], T], attempts: int = WRITE_ATTEMPTS) -> T:
-        """Run ``work(connection)`` in one transaction, retried with backoff while the store is locked."""
+    def transaction(
+        self, work: Callable[[Connection], T], attempts: int = WRITE_ATTEMPTS, read: bool = False
+    ) -> T:
+        """Run ``work(connection)`` in one transaction, retried with backoff while the store is locked;
+        ``read``: a read-only transaction (``read``)."""
         for attempt in range(attempts):
             try:
-                with self.engine.begin() as connection:
-                    return work(connection)
+                with self.engine.connect() as connection:
+                    if read:
+                        connection.execution_options(**{READ: True})
+                    with connection.begin():
+                        if read and self.dialect == "postgresql":
+                            connection.exec_driver_sql("SET TRANSACTION READ ONLY")
+                        return work(connection)
             except OperationalError as exc:
                 if not _locked(exc) or attempt == attempts - 1:
                     raise HistoryError(f"{shown(self.url)}: {exc.orig}", shown(self.url)) from exc
@@ -162,9 +215,14 @@ class Store:
 
         return self.transaction(lambda connection: insert_run(connection, run))
 
+    def read(self, work: Callable[[Connection], T]) -> T:
+        """Run ``work(connection)`` in a read-only transaction: on SQLite a deferred one that takes no
+        write lock (it neither waits for a writer nor needs a writable file), on PostgreSQL ``READ ONLY``."""
+        return self.transaction(work, read=True)
+
     def has_run(self, uid: str) -> bool:
         """Whether a run with ``uid`` is stored."""
-        return self.transaction(
+        return self.read(
             lambda c: (
                 c.execute(select(schema.runs.c.id).where(schema.runs.c.uid == uid)).first()
                 is not None
@@ -175,20 +233,20 @@ class Store:
         """``query.list_series`` on this store."""
         import perfsuite.history.query as query
 
-        return self.transaction(lambda c: query.list_series(c, **filters))
+        return self.read(lambda c: query.list_series(c, **filters))
 
     def points(self, series, **options: Any):
         """``query.points`` on this store."""
         import perfsuite.history.query as query
 
-        return self.transaction(lambda c: query.points(c, series, **options))
+        return self.read(lambda c: query.points(c, series, **options))
 
     def pairs(self, series):
         """``query.pairs`` on this store: its interleaved A/B gates of ``series``."""
         import perfsuite.history.query as query
 
         key = getattr(series, "key", series)
-        return self.transaction(lambda c: query.pairs(c, key))
+        return self.read(lambda c: query.pairs(c, key))
 
     def epochs(self, series, **options: Any):
         """``query.epochs`` over ``points(series)``."""
@@ -201,13 +259,19 @@ class Store:
         import perfsuite.history.query as query
 
         key = getattr(series, "key", series)
-        return self.transaction(lambda c: query.roofline_facts(c, key, sha))
+        return self.read(lambda c: query.roofline_facts(c, key, sha))
+
+    def commit_shas(self) -> set[str]:
+        """``query.commit_shas`` on this store: the commits of every stored run."""
+        import perfsuite.history.query as query
+
+        return self.read(query.commit_shas)
 
     def runs(self, **filters: Any):
         """``query.runs`` on this store."""
         import perfsuite.history.query as query
 
-        return self.transaction(lambda c: query.runs(c, **filters))
+        return self.read(lambda c: query.runs(c, **filters))
 
 
 def _schema_version(connection: Connection, source: str) -> int | None:
@@ -234,6 +298,14 @@ def _schema_version(connection: Connection, source: str) -> int | None:
     return int(row[0])
 
 
+def _newer(source: str, found: int, version: int) -> HistoryError:
+    return HistoryError(
+        f"{source}: the store has schema version {found}, newer than this perfsuite's "
+        f"{version}; upgrade perfsuite to read it (the store is left untouched)",
+        source,
+    )
+
+
 def prepare_schema(
     connection: Connection,
     source: str,
@@ -251,11 +323,7 @@ def prepare_schema(
         connection.execute(schema.meta.insert(), [{"key": "schema_version", "value": str(version)}])
         return 0
     if found > version:
-        raise HistoryError(
-            f"{source}: the store has schema version {found}, newer than this perfsuite's "
-            f"{version}; upgrade perfsuite to read it (the store is left untouched)",
-            source,
-        )
+        raise _newer(source, found, version)
     for step in range(found, version):
         migrations[step - 1](connection)
     if found < version:
@@ -275,20 +343,25 @@ def open_store(
 ) -> Store:
     """Open (and create or migrate) the store at ``resolve_url(url, ini_value, root)``.
 
-    ``create=False`` refuses a store that does not exist yet (for read-only commands). Raises
-    ``HistoryError`` naming the file or URL: not an SQLite file, a foreign database, a newer schema,
-    a missing driver (``pip install 'perfsuite[postgresql]'``), an unreachable server."""
+    ``create=False`` refuses a store that does not exist yet (for read-only commands), and opens an
+    SQLite file it cannot write read-only (a store of the current schema is then only read).
+    Raises ``HistoryError`` naming the file or URL (never its password): a URL without ``//``, not
+    an SQLite file, a foreign database, a newer schema, a missing driver (``pip install
+    'perfsuite[postgresql]'``), an unreachable server or one that does not answer within
+    ``CONNECT_TIMEOUT_S``."""
     resolved = resolve_url(url, ini_value, root)
     try:
         parsed = make_url(resolved)
     except ArgumentError:
         raise HistoryError(
-            f"{resolved!r}: not a database URL (e.g. sqlite:///path/history.sqlite or "
+            f"{hide_password(resolved)!r}: not a database URL (e.g. sqlite:///path/history.sqlite or "
             f"postgresql+psycopg://user@host/db)",
-            resolved,
+            hide_password(resolved),
         ) from None
     source = shown(parsed)
     path = _sqlite_file(parsed)
+    read_only = False
+    arguments: dict[str, Any] = {}
     if path is not None:
         source = str(path)
         _check_sqlite_file(path)
@@ -298,9 +371,21 @@ def open_store(
                     f"{path}: no history store yet (record a timed run first)", str(path)
                 )
             path.parent.mkdir(parents=True, exist_ok=True)
+        if path.parent.name == DEFAULT_PATH.parent.name:
             _ignore_store_folder(path)
+        if not create and not _writable(path):
+            # read-only: no journal files can be made beside it (a read-only mount), so SQLite reads
+            # it as immutable
+            read_only = True
+            parsed = make_url(f"sqlite:///file:{path}?mode=ro&immutable=1&uri=true")
+    elif parsed.get_backend_name() == "postgresql":
+        arguments = _postgresql_arguments(parsed)
     try:
-        engine = create_engine(parsed, pool_pre_ping=parsed.get_backend_name() != "sqlite")
+        engine = create_engine(
+            parsed,
+            pool_pre_ping=parsed.get_backend_name() != "sqlite",
+            connect_args=arguments,
+        )
     except (NoSuchModuleError, ModuleNotFoundError) as exc:
         raise HistoryError(
             f"{source}: no database driver for this URL ({exc}); for PostgreSQL install "
@@ -308,14 +393,24 @@ def open_store(
             source,
         ) from None
     if engine.dialect.name == "sqlite":
-        _sqlite_events(engine)
+        _sqlite_events(engine, read_only)
     store = Store(engine, resolved)
     try:
-        store.transaction(lambda connection: prepare_schema(connection, source))
+        found = store.read(lambda connection: _schema_version(connection, source))
+        if found is None or found < schema.SCHEMA_VERSION:
+            if read_only:
+                raise HistoryError(
+                    f"{source}: a store of schema version {found}, which needs writing to be read "
+                    f"by this perfsuite ({schema.SCHEMA_VERSION}); open it once where it can be written",
+                    source,
+                )
+            store.transaction(lambda connection: prepare_schema(connection, source))
+        elif found > schema.SCHEMA_VERSION:
+            raise _newer(source, found, schema.SCHEMA_VERSION)
     except HistoryError as exc:
         engine.dispose()
         if exc.source != source:
-            raise HistoryError(f"{source}: {exc}", source) from exc
+            raise HistoryError(f"{source}: {hide_password(str(exc))}", source) from exc
         raise
     except DBAPIError as exc:  # "file is not a database" and the like
         engine.dispose()
@@ -326,10 +421,12 @@ def open_store(
 
 
 def _ignore_store_folder(path: Path) -> None:
-    """A new ``.perfsuite/`` folder gets a ``.gitignore`` of ``*``, so git ignores the store without setup."""
+    """A ``.perfsuite/`` folder gets a ``.gitignore`` of ``*``, so git ignores the store without setup;
+    written whole or not at all (an empty one, left by a full disk, is written again)."""
     ignore = path.parent / ".gitignore"
-    if path.parent.name == DEFAULT_PATH.parent.name and not ignore.exists():
-        try:
-            ignore.write_text("# perfsuite's history store: not versioned\n*\n")
-        except OSError:
-            pass
+    try:
+        if ignore.exists() and ignore.stat().st_size > 0:
+            return
+        write_text_atomic(ignore, "# perfsuite's history store: not versioned\n*\n")
+    except OSError:
+        pass

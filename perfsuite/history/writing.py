@@ -64,6 +64,7 @@ def _result_row(run_id: int, bench: BenchmarkRecord) -> dict[str, Any]:
         "contention": dict(bench.contention) if bench.contention else None,
         "speed_reference": dict(bench.speed_reference) if bench.speed_reference else None,
         "extra": dict(bench.extra) if bench.extra else None,
+        "state": str(bench.state) if bench.state else None,
     }
 
 

@@ -317,6 +317,20 @@ def overload_reason(windows: Sequence[dict[str, Any]], cpus: int | None = None) 
     return f"other processes filled every CPU ({others} runnable threads on {cpus} CPUs)"
 
 
+def wait_share(contention: dict[str, Any]) -> float | None:
+    """The share of a window's runnable thread time spent waiting for a CPU: ``wait / (wait + cpu)``
+    from ``ContentionEvidence.as_dict()`` (``wait_fraction`` and ``cpu_per_wall``, both per wall
+    second, summed over threads), in [0, 1]; None where either is missing.
+
+    A thread that shares its CPU fairly with the load and waited this share of its runnable time ran
+    ``1 / (1 - share)`` times slower for it (the A/B gate's contended rule, ``stats.contended_verdict``).
+    """
+    wait, cpu = contention.get("wait_fraction"), contention.get("cpu_per_wall")
+    if wait is None or cpu is None:
+        return None
+    return wait / (wait + cpu) if wait + cpu > 0 else 0.0
+
+
 def brief_reason(contention: dict[str, Any]) -> str:
     """One short line for a saved ``extra_info['contention']``: its ``brief``, or for runs saved
     before there was one, its first reason."""

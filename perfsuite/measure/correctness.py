@@ -15,6 +15,7 @@ from perfsuite.attention.reference import (
     Comparison,
     compare_gradients,
     compare_with_reference,
+    explain_modifications,
     reference_attention,
     tolerances,
 )
@@ -127,15 +128,26 @@ def check_output(
     label: str,
     derived: bool = True,
 ) -> Comparison:
-    """Compare ``output`` with the float64 reference, holding fully masked rows to the variant's rule.
+    """Compare ``output`` with the float64 reference, holding fully masked rows to the variant's rule;
+    a failure on a case with score modifications names them at the worst element
+    (``explain_modifications``), and one whose error is that of a lower precision says so
+    (``precision_kind``).
 
     ``derived``: the tolerance derived from the plain computation's error (``tolerances``); False: the
     dtype's floor (``TOLERANCES``), for inputs built so the plain computation is near exact (a probe)."""
     rows = fully_masked_rows(inputs.mask, case.score_shape)
+    if "sinks" in inputs.forms:
+        rows = torch.zeros_like(rows)  # the sink is always seen: such a row's output is zero
     expected = reference_attention(inputs)
     tolerance = tolerances(inputs, expected) if derived else TOLERANCES[inputs.query.dtype]
     found = compare_with_reference(
-        output, expected, label, rows, variant.fully_masked_rows, tolerance
+        output,
+        expected,
+        label,
+        rows,
+        variant.fully_masked_rows,
+        tolerance,
+        explain=lambda index, tolerance: explain_modifications(inputs, output, index, tolerance),
     )
     kind = found.failure and precision_kind(inputs, expected, found.max_abs_error, tolerance[0])
     return Comparison(found.max_abs_error, f"{found.failure}\n{kind}") if kind else found
@@ -180,7 +192,12 @@ def _compare_with_reference(
     output = check_output(variant, case, inputs, result.output, label)
     if result.gradients is None or output.failure:
         return output, None
-    rows = int(fully_masked_rows(inputs.mask, case.score_shape).sum())
+    # with sinks no row is fully masked: the sink is always seen (its output is zero there)
+    rows = (
+        0
+        if "sinks" in inputs.forms
+        else int(fully_masked_rows(inputs.mask, case.score_shape).sum())
+    )
     if variant.fully_masked_rows == "nan" and rows:
         return None, (
             f"{variant.name} returns NaN for the {rows} query rows of this case that see no key, so its "

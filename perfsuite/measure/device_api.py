@@ -1,8 +1,9 @@
 """The CUDA calls device timing makes, behind one small interface so tests can fake them.
 
-``DeviceApi`` is the contract; ``TorchCuda`` implements it with ``torch.cuda`` (events, the
-profiler's kernel time, the device's L2 size, synchronization); ``L2Flush`` and ``GraphCapture``
-are the two pieces of device work a timed round may need besides the step itself.
+``DeviceApi`` is the contract; ``TorchCuda`` implements it with ``torch.cuda`` (events and their
+queries, the spin kernel ``torch.cuda._sleep``, the profiler's kernel records, the device's L2
+size, CUDA-graph capture, the GPU's clocks); ``L2Flush`` and ``GraphCapture`` are the two pieces
+of device work a timed sample may need besides the step itself.
 """
 
 from __future__ import annotations
@@ -16,6 +17,24 @@ from perfsuite.errors import DeviceTimingError
 # L2 flush buffer = this many times the device's L2 (an LRU-like cache holds none of the step's
 # data after this many bytes are written; Triton uses 256 MB, larger than every L2 so far).
 L2_FLUSH_FACTOR = 2
+
+
+# The kernel torch.cuda._sleep launches (aten/src/ATen/cuda/Sleep.cu): the separator between the
+# iterations of a kernel-time block.
+SPIN_KERNEL = "spin_kernel"
+# Kineto activity types (``_KinetoEvent.activity_type()``) that are device work.
+DEVICE_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelRecord:
+    """One piece of device work the profiler saw: a kernel, memcpy or memset, its start and end
+    (device seconds, one clock for the session) and its stream."""
+
+    name: str
+    start_s: float
+    end_s: float
+    stream: int = 0
 
 
 class DeviceApi(Protocol):
@@ -32,10 +51,18 @@ class DeviceApi(Protocol):
     def elapsed_s(self, start: Any, end: Any) -> float:
         """Seconds of device time between two recorded events (both completed)."""
 
-    def start_kernel_trace(self) -> None: ...
+    def event_done(self, event: Any) -> bool:
+        """Whether the device has reached ``event`` (``cudaEventQuery``; never waits)."""
 
-    def stop_kernel_trace(self) -> float:
-        """Stop the kernel trace started last; the summed device seconds of the kernels in it."""
+    def spin(self, cycles: int) -> None:
+        """Queue a kernel that spins for ``cycles`` SM clock cycles (``torch.cuda._sleep``)."""
+
+    def trace_kernels(self, run: Callable[[], None]) -> list[KernelRecord]:
+        """Run ``run`` inside one profiler session (device activity only) and return the device
+        work it recorded, in start order; the profiler is stopped before this returns."""
+
+    def read_state(self) -> dict[str, object]:
+        """The GPU's clocks, power and throttle reasons (``perfsuite.measure.gpu_state.read_clocks``)."""
 
     def l2_cache_bytes(self) -> int: ...
 
@@ -57,7 +84,6 @@ class TorchCuda:
         import torch
 
         self._torch = torch
-        self._profiler = None
 
     def synchronize(self) -> None:
         self._torch.cuda.synchronize()
@@ -73,24 +99,32 @@ class TorchCuda:
     def elapsed_s(self, start: Any, end: Any) -> float:
         return start.elapsed_time(end) / 1e3  # elapsed_time is in milliseconds
 
-    def start_kernel_trace(self) -> None:
+    def event_done(self, event: Any) -> bool:
+        return bool(event.query())
+
+    def spin(self, cycles: int) -> None:
+        self._torch.cuda._sleep(int(cycles))
+
+    def trace_kernels(self, run: Callable[[], None]) -> list[KernelRecord]:
+        from torch.autograd import DeviceType
         from torch.profiler import ProfilerActivity, profile
 
-        self._profiler = profile(activities=[ProfilerActivity.CUDA])
-        self._profiler.start()
+        with profile(activities=[ProfilerActivity.CUDA]) as profiler:
+            run()
+            self._torch.cuda.synchronize()
+        # Kineto's raw records, in nanoseconds: kernels, memcpy and memset on the device; not the
+        # synchronization records ("cuda_sync": Context Sync, Stream Wait Event), which span waits.
+        records = [
+            KernelRecord(e.name(), e.start_ns() / 1e9, e.end_ns() / 1e9, e.device_resource_id())
+            for e in profiler.profiler.kineto_results.events()
+            if e.device_type() == DeviceType.CUDA and e.activity_type() in DEVICE_WORK
+        ]
+        return sorted(records, key=lambda r: (r.start_s, r.end_s))
 
-    def stop_kernel_trace(self) -> float:
-        from torch.autograd import DeviceType
+    def read_state(self) -> dict[str, object]:
+        from perfsuite.measure.gpu_state import read_clocks
 
-        profiler, self._profiler = self._profiler, None
-        profiler.stop()
-        # Device events are kernels, memcpy and memset; self time, in microseconds (as nvFuser sums them).
-        total_us = sum(
-            getattr(e, "self_device_time_total", 0.0)
-            for e in profiler.key_averages()
-            if e.device_type == DeviceType.CUDA
-        )
-        return total_us / 1e6
+        return read_clocks()
 
     def l2_cache_bytes(self) -> int:
         return int(

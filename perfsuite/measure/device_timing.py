@@ -1,30 +1,43 @@
 """Device-side timing on CUDA, plugged into pytest-benchmark beside its host timer.
 
 pytest-benchmark times a synchronized call with the host clock: launch overhead included,
-L2 warm between rounds, no device-side time. This module adds, selectable per run
-(``perfsuite_timer``):
+L2 warm between rounds, no device-side time. This module times the device (``perfsuite_timer``):
 
-- ``cuda_event``: CUDA events recorded around each round (device time between the two
-  records, as Triton's ``do_bench`` measures);
-- ``kernel``: the summed duration of the kernels the profiler saw in each round (CUPTI time,
-  as nvFuser's pytest-benchmark integration measures; gaps between kernels excluded);
-- an L2 flush before every round, kept out of the measured interval (a buffer of twice the
-  device's L2 is written; Triton's ``do_bench`` writes a fixed 256 MB buffer, nvFuser one of the
-  L2's size);
-- CUDA-graph replay of the step where capture works; a failed capture is reported with torch's
-  error and the step runs eagerly.
+- ``cuda_event``: each sample is the device time between two CUDA events around the step, with
+  the start event recorded **behind queued GPU work**: the L2 flush, then a spin kernel
+  (``torch.cuda._sleep``) sized from the step's measured host dispatch time, then the start
+  event, the step and the end event. The GPU is still spinning while the host dispatches the
+  step, so Python, dispatch, context managers and guards stay outside the interval (nvbench's
+  blocking kernel). Each sample checks that the start event had not completed by the time the
+  step was dispatched (``cudaEventQuery``); if it had, the GPU ran dry inside the interval: the
+  sample is set aside and the spin doubled. The step is replayed from a **CUDA graph** where
+  capture works (the default), the blocked-event eager step otherwise, with the capture
+  failure recorded;
+- ``kernel``: the kernels' own time, from one profiler session per block of samples: the
+  kernels of each iteration, split at the spin kernels, with the L2 flush's kernels left out
+  and the intervals merged (concurrent streams are not counted twice); the first iteration of
+  a session is dropped (Kineto can miss kernels at session start) and every iteration must run
+  the same kernel set (a different set is a named finding).
 
-The timer replaces the fixture's clock (``benchmark._timer``; a monotonic "device clock" whose
-differences are device seconds) and runs under ``benchmark.pedantic``, which never calibrates,
-with its precision preset as nvFuser does (``benchmarks/python/core.py``, ``NVFBenchmark``),
-so pytest-benchmark's statistics, storage and comparison hold device time. Each round's host
-wall time is recorded too, so the table can show wall, device and their difference (launch and
-host overhead). Every CUDA call goes through ``DeviceApi``; ``TorchCuda`` implements it and the
-unit tests fake it.
+Both timers measure both clocks: the row carries the graph (or blocked-event) time, the kernel
+time and the host dispatch per call as separate columns; the timer chooses which one is the
+row's median. Event timing runs before profiling, so CUPTI is not attached by this benchmark's
+kernel block while events are timed (``scripts/gpu_suite.sh`` also sets ``TEARDOWN_CUPTI=1``).
+
+Sampling follows ``perfsuite.measure.sampling``: warm-up by device time, then samples until the
+median's confidence interval is within the target (1%) or stops improving, within limits; a
+benchmark that did not converge says so. The spin kernel's duration gives each sample's SM clock
+(cycles / seconds): samples below ``THROTTLE_FRACTION`` of the maximum SM clock are flagged and
+left out; the GPU's clocks, power and throttle reasons are read before and after each benchmark.
+
+pytest-benchmark stores the kept samples: ``benchmark.pedantic`` runs with a clock that replays
+them (``ReplayClock``), so its statistics, storage and comparison hold device time. Every CUDA
+call goes through ``DeviceApi``; ``TorchCuda`` implements it and the unit tests fake it.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import statistics
 import time
@@ -34,16 +47,37 @@ from collections.abc import Callable
 from perfsuite.attention.cases import Device
 from perfsuite.errors import DeviceTimingError
 from perfsuite.measure.device_api import (
+    SPIN_KERNEL,
     DeviceApi,
+    KernelRecord,
     L2Flush,
     TorchCuda,
     capture_step,
 )
+from perfsuite.measure.gpu_state import slowing_reasons
+from perfsuite.measure.sampling import Estimate, Sampler, SamplingRule
 from perfsuite.measure.timing import synchronized
 
 TIMERS = ("host", "cuda_event", "kernel")
 # Resolution handed to pytest-benchmark so it never calibrates the device clock (nvFuser's value).
 DEVICE_CLOCK_PRECISION_S = 1e-6
+# A sample whose SM clock is below this fraction of the maximum is throttled (nvbench's 75%).
+THROTTLE_FRACTION = 0.75
+MIN_SPIN_S = 20e-6  # the spin covers at least this, and twice the measured dispatch time
+MAX_SPIN_S = 20e-3  # a step still ahead of its spin at this length waits on the host itself
+DISPATCH_PROBES = 3  # calls whose host dispatch time sizes the spin
+DEFAULT_RULE = SamplingRule()
+KERNEL_BLOCK = 20  # iterations per profiler session (one more is dropped at its start)
+FALLBACK_SM_CLOCK_HZ = 2.0e9  # sizes the first spin when the GPU's maximum clock is unknown
+
+
+class Clock:
+    """What a row's median measures (stored as ``clock``)."""
+
+    GRAPH = "cuda_graph"  # graph replay between blocked events
+    BLOCKED_EVENT = "blocked_event"  # the eager step between blocked events
+    KERNEL = "kernel"  # merged kernel intervals from the profiler
+    HOST = "host"  # pytest-benchmark's synchronized wall clock
 
 
 def parse_timer(text: str) -> str:
@@ -57,182 +91,537 @@ def parse_timer(text: str) -> str:
     return timer
 
 
-@dataclasses.dataclass
-class _Interval:
-    wall_s: float
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Sample:
+    """One blocked-event sample: device seconds between the events, host seconds to dispatch the
+    step, the SM clock during the spin (Hz; None when the spin did not start behind queued work),
+    and whether the GPU ran dry (the start event had completed when the step was dispatched)."""
+
     device_s: float
-    gap: bool
+    dispatch_s: float
+    sm_clock_hz: float | None
+    ran_dry: bool
 
 
-class DeviceClock:
-    """A monotonic clock in device seconds for pytest-benchmark's runner.
+class BlockedEventTimer:
+    """Samples ``run`` between two events recorded behind a spin kernel (see the module's text).
 
-    pytest-benchmark calls the timer before and after each round and stores the difference.
-    Each call closes the interval opened by the previous call (synchronizing the device),
-    adds its device time to the clock, and opens a new one; the host wall time of each
-    interval is kept beside it. Intervals during which ``mark_gap`` was called (the setup
-    between rounds: the L2 flush) are gaps, not rounds. ``kind``: ``"cuda_event"`` or ``"kernel"``.
+    ``flush``: the L2 flush queued before the spin (None: a short spin takes its place, so the
+    spin still starts behind queued work); ``spin_s``: the spin's initial length, in seconds at
+    ``sm_clock_hz`` (the GPU's maximum SM clock); ``host_clock``: host seconds.
     """
 
     def __init__(
-        self, api: DeviceApi, kind: str, host_clock: Callable[[], float] = time.perf_counter
+        self,
+        api: DeviceApi,
+        run: Callable[[], object],
+        *,
+        flush: L2Flush | None,
+        sm_clock_hz: float,
+        spin_s: float = MIN_SPIN_S,
+        host_clock: Callable[[], float] = time.perf_counter,
     ):
-        if kind not in ("cuda_event", "kernel"):
-            raise DeviceTimingError(f"device clock kind {kind!r} is not cuda_event or kernel")
-        self.api, self.kind, self._host = api, kind, host_clock
-        self.__name__ = f"perfsuite_{kind}_clock"  # pytest-benchmark stores the timer's __name__
-        self.total_s = 0.0
-        self.intervals: list[_Interval] = []
-        self._open: tuple[Any, float] | None = None
-        self._gap = False
+        if sm_clock_hz <= 0:
+            raise DeviceTimingError(f"SM clock of {sm_clock_hz!r} Hz; must be > 0")
+        self.api, self.run, self.flush, self.host = api, run, flush, host_clock
+        self.sm_clock_hz = sm_clock_hz
+        self.spin_s = min(max(spin_s, MIN_SPIN_S), MAX_SPIN_S)
 
-    def mark_gap(self) -> None:
-        """Say that the open interval holds work between rounds (called by the round's setup)."""
-        self._gap = True
+    @property
+    def at_max_spin(self) -> bool:
+        return self.spin_s >= MAX_SPIN_S
 
-    def __call__(self) -> float:
-        if not self._open:
-            self._gap = False  # the setup before the first round opened no interval
-        if self.kind == "cuda_event":
-            end = self.api.record_event() if self._open else None
-            self.api.synchronize()
-            now = self._host()
-            if self._open:
-                start, opened = self._open
-                self._close(now - opened, self.api.elapsed_s(start, end))
-            self._open = (self.api.record_event(), self._host())
+    def lengthen(self) -> None:
+        """Double the spin (at most ``MAX_SPIN_S``) after a sample in which the GPU ran dry."""
+        self.spin_s = min(2 * self.spin_s, MAX_SPIN_S)
+
+    def sample(self) -> Sample:
+        api = self.api
+        if self.flush is not None:
+            self.flush()
         else:
-            self.api.synchronize()
-            now = self._host()
-            if self._open:
-                self._close(now - self._open[1], self.api.stop_kernel_trace())
-            self.api.start_kernel_trace()
-            self._open = (None, self._host())
-        return self.total_s
-
-    def _close(self, wall_s: float, device_s: float) -> None:
+            api.spin(int(MIN_SPIN_S * self.sm_clock_hz))
+        before_spin = api.record_event()
+        cycles = int(self.spin_s * self.sm_clock_hz)
+        api.spin(cycles)
+        clock_known = not api.event_done(before_spin)  # else the spin did not start behind work
+        start = api.record_event()
+        began = self.host()
+        self.run()
+        dispatch_s = self.host() - began
+        end = api.record_event()
+        ran_dry = api.event_done(start)
+        api.synchronize()
+        spin_elapsed = api.elapsed_s(before_spin, start)
+        device_s = api.elapsed_s(start, end)
         if device_s < 0:
             raise DeviceTimingError(
                 f"the device reported {device_s} s for an interval; a clock cannot run backwards"
             )
-        self.total_s += device_s
-        self.intervals.append(_Interval(wall_s, device_s, self._gap))
-        self._gap = False
-
-    def finish(self) -> None:
-        """Close the interval left open after the last round (stops a running kernel trace)."""
-        if self._open and self.kind == "kernel":
-            self.api.synchronize()
-            self.api.stop_kernel_trace()
-        self._open = None
-
-    def rounds(self) -> list[_Interval]:
-        """The intervals that were rounds (warm-up rounds first), in order."""
-        return [i for i in self.intervals if not i.gap]
+        return Sample(
+            device_s=device_s,
+            dispatch_s=dispatch_s,
+            sm_clock_hz=cycles / spin_elapsed if clock_known and spin_elapsed > 0 else None,
+            ran_dry=ran_dry,
+        )
 
 
-@dataclasses.dataclass(frozen=True)
+def measure_dispatch_s(
+    api: DeviceApi,
+    step: Callable[[], object],
+    sm_clock_hz: float,
+    host_clock: Callable[[], float] = time.perf_counter,
+) -> float:
+    """Median host seconds to dispatch ``step`` (the call returning, no synchronize), over
+    ``DISPATCH_PROBES`` calls queued behind a ``MAX_SPIN_S`` spin, so the GPU never starves."""
+    times = []
+    for _ in range(DISPATCH_PROBES):
+        api.spin(int(MAX_SPIN_S * sm_clock_hz))
+        began = host_clock()
+        step()
+        times.append(host_clock() - began)
+        api.synchronize()
+    return statistics.median(times)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class KernelIteration:
+    """The step's device work in one iteration of a kernel block: merged busy seconds (union of
+    the kernels' intervals), summed kernel seconds, and the kernel names in order."""
+
+    merged_s: float
+    summed_s: float
+    names: tuple[str, ...]
+
+
+def merged_seconds(records: list[KernelRecord]) -> float:
+    """Length of the union of the records' ``[start_s, end_s]`` intervals (seconds): time with at
+    least one kernel running, so overlapping streams count once (tritonbench's profiler mode)."""
+    total, reach = 0.0, None
+    for record in sorted(records, key=lambda r: r.start_s):
+        if reach is None or record.start_s > reach:
+            total += record.end_s - record.start_s
+            reach = record.end_s
+        elif record.end_s > reach:
+            total += record.end_s - reach
+            reach = record.end_s
+    return total
+
+
+def split_iterations(records: list[KernelRecord]) -> list[KernelIteration]:
+    """A kernel block's records as one ``KernelIteration`` per step, the flush's kernels left out
+    and the spins dropped.
+
+    The block ran ``flush, spin`` once, then ``flush, spin, step`` per iteration (``KernelTimer``),
+    so the records between the first two spins are one flush, whatever the profiler missed at the
+    session's start: its kernels are stripped from the end of every iteration followed by another
+    spin. Raises ``DeviceTimingError`` when a stripped tail is not the flush (the iterations cannot
+    be told apart) or fewer than two spins were recorded.
+    """
+    segments: list[list[KernelRecord]] = [[]]
+    for record in records:
+        if SPIN_KERNEL in record.name:
+            segments.append([])
+        else:
+            segments[-1].append(record)
+    if len(segments) < 3:
+        raise DeviceTimingError(
+            f"{len(segments) - 1} {SPIN_KERNEL!r} in the kernel block's {len(records)} records, "
+            "at least 2 expected: cannot split it"
+        )
+    flush = [r.name for r in segments[1]]
+    iterations = []
+    for index, segment in enumerate(segments[2:], 1):
+        if index < len(segments) - 2 and flush:
+            tail = [r.name for r in segment[-len(flush) :]]
+            if tail != flush:
+                raise DeviceTimingError(
+                    f"iteration {index} of the kernel block does not end with the L2 flush's "
+                    f"kernels {flush}: {tail}"
+                )
+            segment = segment[: -len(flush)]
+        iterations.append(
+            KernelIteration(
+                merged_s=merged_seconds(segment),
+                summed_s=sum(r.end_s - r.start_s for r in segment),
+                names=tuple(r.name for r in segment),
+            )
+        )
+    return iterations
+
+
+def kernel_set_findings(iterations: list[KernelIteration]) -> list[str]:
+    """A line per iteration whose kernels (as a multiset of names) differ from the most common
+    set: ``iteration 3 of 20 ran another kernel set: +1 x foo; -1 x bar``. [] when all agree."""
+    sets = [collections.Counter(i.names) for i in iterations]
+    common = collections.Counter(tuple(sorted(s.items())) for s in sets).most_common(1)
+    if not common:
+        return []
+    usual = collections.Counter(dict(common[0][0]))
+    findings = []
+    for index, found in enumerate(sets, 1):
+        if found == usual:
+            continue
+        extra, missing = found - usual, usual - found
+        parts = [f"+{n} x {name}" for name, n in sorted(extra.items())]
+        parts += [f"-{n} x {name}" for name, n in sorted(missing.items())]
+        findings.append(
+            f"iteration {index} of {len(sets)} ran another kernel set: {'; '.join(parts)}"
+        )
+    return findings
+
+
+class KernelTimer:
+    """Kernel time of ``step``: blocks of iterations, one profiler session each."""
+
+    def __init__(self, api: DeviceApi, step: Callable[[], object], flush: L2Flush | None):
+        self.api, self.step, self.flush = api, step, flush
+
+    def block(self, count: int = KERNEL_BLOCK) -> list[KernelIteration]:
+        """``count`` iterations from one session (its first, extra, iteration dropped: Kineto can
+        miss kernels at a session's start, pytorch #192021)."""
+        api = self.api
+
+        def flush_and_spin() -> None:
+            if self.flush is not None:
+                self.flush()
+            api.spin(int(MIN_SPIN_S * FALLBACK_SM_CLOCK_HZ))
+
+        def run() -> None:
+            flush_and_spin()  # a lone flush between the first two spins: its kernels, to strip
+            for _ in range(count + 1):
+                flush_and_spin()
+                self.step()
+
+        return split_iterations(api.trace_kernels(run))[1:]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class DeviceTiming:
-    """Per-round wall and device seconds of one timed step, and how they were measured.
+    """One benchmark's device timing: the row's clock and estimate, the other clocks beside it.
 
-    ``timer``: ``"cuda_event"`` or ``"kernel"``; ``wall_s``: host seconds per round (synchronized),
-    ``device_s``: device seconds per round; ``l2_flush_bytes``: the buffer written before each
-    round (0: no flush); ``cuda_graph``: ``"off"``, ``"replayed"`` or ``"capture failed: ..."``.
+    ``timer``: the setting (``cuda_event`` or ``kernel``); ``clock``: what ``samples_s`` and
+    ``estimate`` measure (``Clock``); ``event_median_s``: graph-replay or blocked-event median
+    (seconds); ``kernel_median_s``: merged kernel time per step; ``dispatch_median_s``: host
+    seconds to dispatch one eager call; ``kernel_findings``: iterations that ran another kernel
+    set; ``dry_samples``: samples set aside because the GPU ran dry; ``host_bound``: the GPU still
+    ran dry at the longest spin (the step waits on the host itself); ``throttled_samples``:
+    samples below ``THROTTLE_FRACTION`` of the max SM clock, left out (``all_set_aside``: every
+    event sample was dry or throttled, so the event median is of them all); ``gpu_before``/``gpu_after``:
+    the GPU's state (``gpu_state.read_clocks``); ``l2_flush_bytes``: 0 without a flush;
+    ``cuda_graph``: ``"off"``, ``"replayed"`` or ``"capture failed: ..."``.
     """
 
     timer: str
-    wall_s: tuple[float, ...]
-    device_s: tuple[float, ...]
-    l2_flush_bytes: int
-    cuda_graph: str
-
-    @property
-    def wall_median_s(self) -> float:
-        return statistics.median(self.wall_s)
+    clock: str
+    samples_s: tuple[float, ...]
+    estimate: Estimate
+    event_median_s: float | None
+    kernel_median_s: float | None
+    dispatch_median_s: float
+    kernel_findings: tuple[str, ...] = ()
+    all_set_aside: bool = False
+    dry_samples: int = 0
+    host_bound: bool = False
+    throttled_samples: int = 0
+    max_sm_clock_hz: float | None = None
+    gpu_before: dict = dataclasses.field(default_factory=dict)
+    gpu_after: dict = dataclasses.field(default_factory=dict)
+    l2_flush_bytes: int = 0
+    cuda_graph: str = "off"
 
     @property
     def device_median_s(self) -> float:
-        return statistics.median(self.device_s)
+        return self.estimate.median_s
 
-    @property
-    def overhead_median_s(self) -> float:
-        """Median over rounds of wall minus device time: launch and host overhead."""
-        return statistics.median(w - d for w, d in zip(self.wall_s, self.device_s))
+    def throttle(self) -> str:
+        """``""``, or why this benchmark ran throttled: throttle reasons before/after, samples
+        below the clock threshold."""
+        reasons = sorted(set(slowing_reasons(self.gpu_before) + slowing_reasons(self.gpu_after)))
+        parts = [", ".join(reasons)] if reasons else []
+        if self.throttled_samples:
+            parts.append(
+                f"{self.throttled_samples} samples below {THROTTLE_FRACTION:.0%} of the max SM "
+                "clock left out"
+            )
+        return "; ".join(parts)
+
+    def notes(self) -> list[str]:
+        """Everything the row must say about this timing, one line each."""
+        notes = [self.estimate.note()] if self.estimate.note() else []
+        if self.all_set_aside:
+            notes.append(
+                "every event sample was set aside (throttled or GPU idle): the median is of them all"
+            )
+        if self.throttle():
+            notes.append(f"throttled: {self.throttle()}")
+        if self.host_bound:
+            notes.append(
+                f"GPU idle inside the interval: the step waits on the host even behind a "
+                f"{MAX_SPIN_S * 1e3:g} ms spin"
+            )
+        notes.extend(self.kernel_findings)
+        return notes
 
     def extra_info(self) -> dict[str, object]:
         """Keys for ``benchmark.extra_info`` (units in the names)."""
         return {
             "timer": self.timer,
-            "wall_median_s": self.wall_median_s,
+            "clock": self.clock,
             "device_median_s": self.device_median_s,
-            "host_overhead_median_s": self.overhead_median_s,
+            "event_median_s": self.event_median_s,
+            "kernel_median_s": self.kernel_median_s,
+            "dispatch_median_s": self.dispatch_median_s,
+            "sampling": self.estimate.as_dict(),
+            "dry_samples": self.dry_samples,
+            "host_bound": self.host_bound,
+            "throttled_samples": self.throttled_samples,
+            "throttle": self.throttle(),
+            "kernel_findings": list(self.kernel_findings),
+            "timing_notes": self.notes(),
+            "max_sm_clock_hz": self.max_sm_clock_hz,
+            "gpu_before": self.gpu_before,
+            "gpu_after": self.gpu_after,
             "l2_flush_bytes": self.l2_flush_bytes,
             "cuda_graph": self.cuda_graph,
         }
+
+
+def _max_clock_hz(state: dict[str, object]) -> float | None:
+    mhz = state.get("max_sm_clock_mhz")
+    return float(mhz) * 1e6 if isinstance(mhz, int | float) and mhz > 0 else None
+
+
+@dataclasses.dataclass
+class _EventRun:
+    samples: list[float]
+    dispatch: list[float]
+    estimate: Estimate
+    dry: int
+    host_bound: bool
+    throttled: int
+    all_set_aside: bool
+
+
+def _sample_events(
+    timer: BlockedEventTimer,
+    rule: SamplingRule,
+    max_clock_hz: float | None,
+    host_clock: Callable[[], float],
+) -> _EventRun:
+    """Warm-up by device time, then samples by ``rule`` (dry and throttled samples left out)."""
+    warm_s = 0.0
+    warm_began = host_clock()
+    while warm_s < rule.warmup_s and host_clock() - warm_began < rule.max_wall_s:
+        found = timer.sample()
+        if found.ran_dry:
+            timer.lengthen()
+        warm_s += found.device_s
+    sampler = Sampler(rule)
+    all_samples: list[Sample] = []
+    dry = throttled = 0
+    host_bound = False
+    seen_max = 0.0  # the highest SM clock a sample ran at, when the GPU's maximum is unknown
+    began = host_clock()
+    while True:
+        found = timer.sample()
+        all_samples.append(found)
+        seen_max = max(seen_max, found.sm_clock_hz or 0.0)
+        threshold = THROTTLE_FRACTION * (max_clock_hz or seen_max)
+        if found.ran_dry and not timer.at_max_spin:
+            dry += 1
+            timer.lengthen()
+        elif found.sm_clock_hz is not None and found.sm_clock_hz < threshold:
+            throttled += 1
+        else:
+            host_bound = host_bound or found.ran_dry
+            sampler.add(found.device_s)
+        if sampler.done(host_clock() - began):
+            break
+    all_set_aside = not sampler.samples
+    if all_set_aside:  # every sample set aside: estimate from them all, and say so
+        for found in all_samples:
+            sampler.add(found.device_s)
+    return _EventRun(
+        all_set_aside=all_set_aside,
+        samples=list(sampler.samples),
+        dispatch=[s.dispatch_s for s in all_samples],
+        estimate=sampler.estimate(),
+        dry=dry,
+        host_bound=host_bound,
+        throttled=throttled,
+    )
+
+
+def _sample_kernels(
+    kernels: KernelTimer, rule: SamplingRule, host_clock: Callable[[], float]
+) -> tuple[list[float], Estimate, list[str]]:
+    """Kernel blocks until ``rule`` stops; the merged times, the estimate and kernel-set findings."""
+    sampler = Sampler(rule)
+    findings: list[str] = []
+    began = host_clock()
+    while True:
+        block = kernels.block()
+        findings.extend(kernel_set_findings(block))
+        for iteration in block:
+            sampler.add(iteration.merged_s)
+        if sampler.done(host_clock() - began):
+            return sampler.samples, sampler.estimate(), findings
+
+
+class ReplayClock:
+    """A clock for pytest-benchmark that replays measured samples: its two readings around
+    round ``i`` differ by ``samples[i]``, so ``benchmark.pedantic`` stores exactly these samples."""
+
+    def __init__(self, samples: list[float], name: str):
+        self.samples, self.__name__ = list(samples), name  # pytest-benchmark stores __name__
+        self.total_s, self._calls = 0.0, 0
+
+    def __call__(self) -> float:
+        if self._calls % 2 == 1:
+            self.total_s += self.samples[self._calls // 2]
+        self._calls += 1
+        return self.total_s
+
+
+class DeviceSampler:
+    """The blocked-event timer of one step, set up once: the GPU's state read, the L2 flush
+    buffer allocated, the step captured in a CUDA graph where capture works (``cuda_graph``),
+    its host dispatch measured and the spin sized from it. ``samples(n)`` gives device seconds on
+    request (A/B workers ask block by block); ``time_on_device`` samples it by a ``SamplingRule``.
+
+    ``clock``: ``Clock.GRAPH`` when the replay is timed, else ``Clock.BLOCKED_EVENT``;
+    ``cuda_graph``: ``"off"``, ``"replayed"`` or ``"capture failed: ..."``.
+    """
+
+    def __init__(
+        self,
+        step: Callable[[], object],
+        *,
+        api: DeviceApi | None = None,
+        cuda_graph: bool = True,
+        flush_l2: bool = True,
+        host_clock: Callable[[], float] = time.perf_counter,
+    ):
+        self.api = api = api or TorchCuda()
+        self.step, self.host_clock = step, host_clock
+        self.gpu_before = api.read_state()
+        self.flush = L2Flush(api) if flush_l2 else None
+        self.capture = capture_step(api, step) if cuda_graph else None
+        self.max_clock_hz = _max_clock_hz(self.gpu_before)
+        sm_hz = self.max_clock_hz or FALLBACK_SM_CLOCK_HZ
+        self.dispatch_s = measure_dispatch_s(api, step, sm_hz, host_clock)
+        self.timer = BlockedEventTimer(
+            api,
+            self.capture.step if self.capture else step,
+            flush=self.flush,
+            sm_clock_hz=sm_hz,
+            spin_s=2 * self.dispatch_s,
+            host_clock=host_clock,
+        )
+        self.clock = Clock.GRAPH if self.capture and self.capture.replayed else Clock.BLOCKED_EVENT
+        self.cuda_graph = self.capture.description if self.capture else "off"
+        self.dry_samples = 0
+
+    def samples(self, count: int) -> list[float]:
+        """``count`` device samples (seconds); a sample in which the GPU ran dry is taken again
+        with a longer spin (kept once the spin is at ``MAX_SPIN_S``)."""
+        found: list[float] = []
+        while len(found) < count:
+            sample = self.timer.sample()
+            if sample.ran_dry and not self.timer.at_max_spin:
+                self.dry_samples += 1
+                self.timer.lengthen()
+                continue
+            found.append(sample.device_s)
+        return found
+
+    def warm_up(self, device_s: float = DEFAULT_RULE.warmup_s, max_samples: int = 10_000) -> None:
+        """Untimed samples until ``device_s`` seconds of device time ran (clocks up), at most
+        ``max_samples``."""
+        spent = 0.0
+        for _ in range(max_samples):
+            if spent >= device_s:
+                return
+            spent += sum(self.samples(1))
+
+    def kernel_block(self) -> list[KernelIteration]:
+        """One profiler session of the eager step (``KernelTimer.block``)."""
+        return KernelTimer(self.api, self.step, self.flush).block()
 
 
 def time_on_device(
     benchmark: Any,
     step: Callable[[], object],
     timer: str,
-    rounds: int,
-    warmup_rounds: int = 1,
+    rule: SamplingRule = DEFAULT_RULE,
     flush_l2: bool = True,
-    cuda_graph: bool = False,
+    cuda_graph: bool = True,
     api: DeviceApi | None = None,
+    host_clock: Callable[[], float] = time.perf_counter,
 ) -> DeviceTiming | None:
-    """Time ``step`` with pytest-benchmark's ``benchmark`` fixture on the device clock ``timer``.
+    """Time ``step`` on the device and store the samples of ``timer``'s clock in pytest-benchmark.
 
-    Runs ``benchmark.pedantic`` (``rounds`` measured rounds after ``warmup_rounds``, one call
-    each) with the fixture's timer replaced by a ``DeviceClock``; the L2 flush (``flush_l2``)
-    runs in each round's setup, outside the measured interval. With ``cuda_graph`` the step is
-    captured first and its replay timed; a failed capture is reported in ``cuda_graph``.
-    Returns None when pytest-benchmark is disabled (``--benchmark-disable``: the step runs once,
-    untimed). Raises ``DeviceTimingError`` for ``timer="host"`` (use the fixture directly) or bad counts.
+    ``step``: the unsynchronized step; with ``cuda_graph`` its CUDA-graph replay is timed where
+    capture works. ``timer`` ``cuda_event``: the row's median is the graph/blocked-event time,
+    sampled by ``rule``, and one kernel block gives the kernel column; ``kernel``: kernel blocks
+    are sampled by ``rule``, and events give the event column. Events are always timed first
+    (no profiler session of this benchmark is open while they are). Returns None when
+    pytest-benchmark is disabled (``--benchmark-disable``: the step runs once, untimed).
+    Raises ``DeviceTimingError`` for ``timer="host"`` (use the fixture directly).
     """
     if parse_timer(timer) == "host":
         raise DeviceTimingError(
             "timer 'host' is pytest-benchmark's own; call benchmark(step) instead"
         )
-    if rounds < 1 or warmup_rounds < 0:
-        raise DeviceTimingError(
-            f"rounds must be >= 1 and warmup_rounds >= 0, got {rounds} and {warmup_rounds}"
-        )
     if benchmark.disabled:
         benchmark.pedantic(step, rounds=1)
         return None
-    api = api or TorchCuda()
-    clock = DeviceClock(api, timer)
-    flush = L2Flush(api) if flush_l2 else None
-    capture = capture_step(api, step) if cuda_graph else None
-
-    def setup() -> None:
-        clock.mark_gap()
-        if flush is not None:
-            flush()
-
-    benchmark._timer = (
-        clock  # private: pytest-benchmark has no public timer hook (nvFuser does the same)
+    sampler = DeviceSampler(
+        step, api=api, cuda_graph=cuda_graph, flush_l2=flush_l2, host_clock=host_clock
     )
-    benchmark._precisions[clock] = DEVICE_CLOCK_PRECISION_S
-    try:
-        benchmark.pedantic(
-            capture.step if capture else step,
-            setup=setup,
-            rounds=rounds,
-            warmup_rounds=warmup_rounds,
-            iterations=1,
+    events, max_clock_hz = sampler.timer, sampler.max_clock_hz
+    if timer == "cuda_event":
+        event_run = _sample_events(events, rule, max_clock_hz, host_clock)
+        block = sampler.kernel_block()
+        findings = kernel_set_findings(block)
+        kernel_samples = [i.merged_s for i in block]
+        samples, estimate, clock = event_run.samples, event_run.estimate, sampler.clock
+    else:
+        short = dataclasses.replace(rule, max_wall_s=min(rule.max_wall_s, 0.5))
+        event_run = _sample_events(events, short, max_clock_hz, host_clock)
+        kernel_samples, estimate, findings = _sample_kernels(
+            KernelTimer(sampler.api, step, sampler.flush), rule, host_clock
         )
+        samples, clock = kernel_samples, Clock.KERNEL
+    after = sampler.api.read_state()
+    replay = ReplayClock(samples, f"perfsuite_{clock}_clock")
+    benchmark._timer = (
+        replay  # private: pytest-benchmark has no public timer hook (nvFuser does the same)
+    )
+    benchmark._precisions[replay] = DEVICE_CLOCK_PRECISION_S
+    try:
+        benchmark.pedantic(lambda: None, rounds=len(samples), iterations=1, warmup_rounds=0)
     finally:
-        clock.finish()
-        benchmark._precisions.pop(clock, None)
-    measured = clock.rounds()[-rounds:]
+        benchmark._precisions.pop(replay, None)
     return DeviceTiming(
-        timer,
-        tuple(i.wall_s for i in measured),
-        tuple(i.device_s for i in measured),
-        flush.size_bytes if flush else 0,
-        capture.description if capture else "off",
+        timer=timer,
+        clock=clock,
+        samples_s=tuple(samples),
+        estimate=estimate,
+        event_median_s=statistics.median(event_run.samples),
+        kernel_median_s=statistics.median(kernel_samples) if kernel_samples else None,
+        dispatch_median_s=sampler.dispatch_s,
+        kernel_findings=tuple(findings),
+        all_set_aside=event_run.all_set_aside,
+        dry_samples=event_run.dry,
+        host_bound=event_run.host_bound,
+        throttled_samples=event_run.throttled,
+        max_sm_clock_hz=max_clock_hz,
+        gpu_before=sampler.gpu_before,
+        gpu_after=after,
+        l2_flush_bytes=sampler.flush.size_bytes if sampler.flush else 0,
+        cuda_graph=sampler.cuda_graph,
     )
 
 
@@ -241,9 +630,9 @@ def benchmark_step(
     step: Callable[[], object],
     device: str,
     timer: str = "host",
-    rounds: int = 5,
+    rule: SamplingRule = DEFAULT_RULE,
     flush_l2: bool = True,
-    cuda_graph: bool = False,
+    cuda_graph: bool = True,
     api: DeviceApi | None = None,
 ) -> tuple[DeviceTiming | None, dict[str, object]]:
     """Time ``step`` on ``device`` as the run's settings say; returns the device timing (None with
@@ -255,9 +644,13 @@ def benchmark_step(
     """
     if device == Device.CUDA and parse_timer(timer) != "host":
         timing = time_on_device(
-            benchmark, step, timer, rounds, flush_l2=flush_l2, cuda_graph=cuda_graph, api=api
+            benchmark, step, timer, rule, flush_l2=flush_l2, cuda_graph=cuda_graph, api=api
         )
         return timing, (timing.extra_info() if timing else {"timer": timer})
     graph = capture_step(api or TorchCuda(), step) if device == Device.CUDA and cuda_graph else None
     benchmark(synchronized(graph.step if graph else step, device))
-    return None, {"timer": "host", "cuda_graph": graph.description if graph else "off"}
+    return None, {
+        "timer": "host",
+        "clock": Clock.HOST,
+        "cuda_graph": graph.description if graph else "off",
+    }

@@ -145,6 +145,15 @@ class Evidence:
     kept_bytes_per_call: int | None = None
     bitwise_reproducible: bool | None = None
 
+    def __repr__(self) -> str:
+        """What a traceback shows of it: the variant, case, mode and outcome, never its tensors (whose
+        repr can fail: a ``CausalBias`` copy has no ``variant``) or their values."""
+        failure = self.comparison.failure if self.comparison else self.not_compared
+        return (
+            f"Evidence(variant={self.variant.name!r}, case={self.case.id!r}, mode={self.mode!r}, "
+            f"{'failure=' + repr(failure) if failure else 'correct'}, trace={str(self.trace_path)!r})"
+        )
+
     @property
     def layout_record(self) -> tuple[str, str, str, str]:
         """``(variant, case_id, mode, output_layout)``: what ``layout_differences`` compares (no tensors)."""
@@ -169,7 +178,7 @@ def bind(variant: Variant, inputs: AttentionInputs) -> Callable[[], torch.Tensor
 
     def forward() -> torch.Tensor:
         with torch.no_grad():
-            return fn(inputs.query, inputs.key, inputs.value, mask=inputs.mask, scale=inputs.scale)
+            return fn(inputs.query, inputs.key, inputs.value, **inputs.keywords())
 
     return forward
 

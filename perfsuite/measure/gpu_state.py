@@ -11,7 +11,9 @@ where no nvidia-smi answers (ROCm, containers without it), the reading is ``{"pr
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -167,3 +169,140 @@ def gpu_state(devices: list[str]) -> dict[str, object]:
         else {"present": False, "reason": "no CUDA device in this run"}
     )
     return {"visible_devices": visible_devices(), **state}
+
+
+# Throttle reasons that slow a benchmark down (NVML's power and thermal reasons); gpu_idle,
+# applications_clocks_setting (locked clocks), sync_boost and display_clock_setting do not.
+SLOWING_REASONS = (
+    "sw_power_cap",
+    "hw_slowdown",
+    "sw_thermal_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+)
+_NVML: dict[str, object] = {}  # the initialized module and device handle, per process
+
+
+def _read_nvml(pynvml) -> dict[str, object]:
+    """Clocks, power and throttle reasons of device 0 through NVML (``nvidia-ml-py``); raises
+    ``pynvml.NVMLError`` (or ``AttributeError`` on an old binding) when NVML cannot answer."""
+    if "handle" not in _NVML:
+        pynvml.nvmlInit()
+        uuid = torch_uuid()
+        _NVML["handle"] = (
+            pynvml.nvmlDeviceGetHandleByUUID(uuid) if uuid else pynvml.nvmlDeviceGetHandleByIndex(0)
+        )
+    handle = _NVML["handle"]
+    reasons = getattr(
+        pynvml,
+        "nvmlDeviceGetCurrentClocksEventReasons",
+        getattr(pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None),
+    )
+    mask = int(reasons(handle)) if reasons else None
+    return {
+        "present": True,
+        "source": "nvml",
+        "sm_clock_mhz": float(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)),
+        "memory_clock_mhz": float(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_MEM)),
+        "max_sm_clock_mhz": float(pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM)),
+        "power_draw_w": pynvml.nvmlDeviceGetPowerUsage(handle) / 1e3,  # milliwatts
+        "power_limit_w": pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1e3,
+        "temperature_c": float(
+            pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU)
+        ),
+        "throttle_reasons_mask": None if mask is None else hex(mask),
+        "throttle_reasons": throttle_reasons(mask) if mask is not None else None,
+    }
+
+
+_ROCM_CLOCK = re.compile(r"(\d+(?:\.\d+)?)\s*mhz", re.IGNORECASE)
+
+
+def _read_rocm(run: Callable = subprocess.run) -> dict[str, object]:
+    """SM (``sclk``/GFX) and memory clocks of an AMD GPU: ``amdsmi`` where importable, else
+    ``rocm-smi --showclocks --json``, else absent with the reason. ROCm reports no throttle
+    reasons in the NVML sense (``throttle_reasons`` is None)."""
+    try:
+        import amdsmi
+    except ImportError:
+        amdsmi = None
+    if amdsmi is not None:
+        try:
+            amdsmi.amdsmi_init()
+            handle = amdsmi.amdsmi_get_processor_handles()[0]
+            gfx = amdsmi.amdsmi_get_clock_info(handle, amdsmi.AmdSmiClkType.GFX)
+            mem = amdsmi.amdsmi_get_clock_info(handle, amdsmi.AmdSmiClkType.MEM)
+            return {
+                "present": True,
+                "source": "amdsmi",
+                "sm_clock_mhz": float(gfx["clk"]),
+                "max_sm_clock_mhz": float(gfx["max_clk"]),
+                "memory_clock_mhz": float(mem["clk"]),
+                "throttle_reasons": None,
+            }
+        except Exception as exc:  # reported as absent, with amdsmi's words
+            return {"present": False, "reason": f"amdsmi did not answer: {exc}"}
+    tool = shutil.which("rocm-smi")
+    if tool is None:
+        return {"present": False, "reason": "ROCm GPU: neither amdsmi nor rocm-smi is installed"}
+    try:
+        done = run(
+            [tool, "--showclocks", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=QUERY_TIMEOUT_S,
+            check=False,
+        )
+        card = next(iter(json.loads(done.stdout).values()))
+    except (OSError, subprocess.TimeoutExpired, ValueError, StopIteration, AttributeError) as exc:
+        return {"present": False, "reason": f"rocm-smi --showclocks --json failed: {exc}"}
+
+    def clock(prefix: str) -> float | None:
+        for key, value in card.items():
+            found = _ROCM_CLOCK.search(str(value))
+            if key.lower().startswith(prefix) and found:
+                return float(found.group(1))
+        return None
+
+    return {
+        "present": True,
+        "source": "rocm-smi",
+        "sm_clock_mhz": clock("sclk"),
+        "memory_clock_mhz": clock("mclk"),
+        "max_sm_clock_mhz": None,
+        "throttle_reasons": None,
+    }
+
+
+def read_clocks(hip: bool | None = None) -> dict[str, object]:
+    """The GPU's clocks, power and throttle reasons, read before and after each benchmark:
+    NVML through ``nvidia-ml-py`` (``import pynvml``) when installed (microseconds a read),
+    else ``nvidia-smi`` (``read_gpu_state``, tens of milliseconds); on ROCm (``hip``, default:
+    ``torch.version.hip`` is set) ``amdsmi`` or ``rocm-smi``. ``{"present": False, "reason": ...}``
+    when none answers. ``source`` says which tool read it."""
+    if hip is None:
+        import torch
+
+        hip = bool(getattr(torch.version, "hip", None))
+    if hip:
+        return _read_rocm()
+    try:
+        import pynvml
+    except ImportError:
+        pynvml = None
+    if pynvml is not None:
+        try:
+            return _read_nvml(pynvml)
+        except Exception as exc:  # NVML absent or refusing: nvidia-smi below, and say why
+            fallback = read_gpu_state()
+            return {
+                **fallback,
+                "source": "nvidia-smi",
+                "nvml_error": f"{type(exc).__name__}: {exc}",
+            }
+    return {**read_gpu_state(), "source": "nvidia-smi"}
+
+
+def slowing_reasons(state: dict[str, object]) -> list[str]:
+    """The power and thermal throttle reasons (``SLOWING_REASONS``) active in one reading."""
+    return [r for r in (state.get("throttle_reasons") or []) if r in SLOWING_REASONS]

@@ -19,12 +19,16 @@ _MASK_FIELDS = ("allowed", "masked_out", "additive", "sdpa_mask")
 
 
 def named_input_tensors(inputs: AttentionInputs) -> dict[str, torch.Tensor]:
-    """``query``, ``key``, ``value`` and the mask's tensors (``mask.allowed``, ...) by name."""
+    """``query``, ``key``, ``value``, the mask's tensors (``mask.allowed``, ...) and the forms'
+    (``alibi_slopes``, ``sinks``, ``query_positions``: ``AttentionInputs.forms``) by name."""
     found = {"query": inputs.query, "key": inputs.key, "value": inputs.value}
     for field in _MASK_FIELDS:
         tensor = getattr(inputs.mask, field, None)
         if isinstance(tensor, torch.Tensor):
             found[f"mask.{field}"] = tensor
+    for name, value in inputs.forms.items():
+        if isinstance(value, torch.Tensor):
+            found[name] = value
     return found
 
 
@@ -36,8 +40,9 @@ def pristine_copy(inputs: AttentionInputs) -> AttentionInputs:
         inputs.mask,
         **{name.split(".", 1)[1]: copies[name] for name in copies if name.startswith("mask.")},
     )
+    forms = {name: copies.get(name, value) for name, value in inputs.forms.items()}
     return inputs.replace(
-        query=copies["query"], key=copies["key"], value=copies["value"], mask=mask
+        query=copies["query"], key=copies["key"], value=copies["value"], mask=mask, forms=forms
     )
 
 

@@ -37,9 +37,15 @@ class BenchmarkResult:
     written per step, and of them copies, casts and mask expansions (``measure.score_accounting``;
     floats, chunks count their fraction), None for runs saved before they were recorded.
     ``output_layout``: the output's layout (``contiguous``, ``dense as [B, Sq, H, D]``), None when unknown.
-    ``timer``: the clock of ``median_s`` (``host``, ``cuda_event``, ``kernel``); with a device clock
-    ``wall_median_s``/``device_median_s`` are the medians of each round's synchronized host time and
-    device time (``perfsuite.measure.device_timing``), else None.
+    ``timer``: the setting behind ``median_s`` (``host``, ``cuda_event``, ``kernel``); ``clock``: what
+    ``median_s`` measures (``cuda_graph``, ``blocked_event``, ``kernel``, ``host``; None in runs saved
+    before it was recorded). With a device timer (``perfsuite.measure.device_timing``):
+    ``device_median_s`` the row's device median; ``event_median_s`` the graph-replay or blocked-event
+    median, ``kernel_median_s`` the merged kernel time, ``dispatch_median_s`` the host seconds to
+    dispatch one eager call, each measured on its own; ``rel_spread`` the half-width of the median's
+    95% interval / median; ``timing_notes`` what the row must say (not converged, throttled, a
+    different kernel set, the GPU idle in the interval). ``wall_median_s``: synchronized host time per
+    round, in runs saved before the blocked-event timer (None since).
     ``contended``: other processes took the CPU while this benchmark was timed, so its timing is
     not trustworthy (``perfsuite.measure.contention``); None when not timed or not measured (older
     runs). ``contention_reasons``: why, in words; ``contention_brief``: the same in one short line
@@ -76,6 +82,12 @@ class BenchmarkResult:
     timer: str = "host"
     wall_median_s: float | None = None
     device_median_s: float | None = None
+    clock: str | None = None
+    event_median_s: float | None = None
+    kernel_median_s: float | None = None
+    dispatch_median_s: float | None = None
+    rel_spread: float | None = None
+    timing_notes: tuple[str, ...] = ()
     contended: bool | None = None
     contention_reasons: tuple[str, ...] = ()
     contention_brief: str = ""
@@ -91,7 +103,7 @@ class BenchmarkResult:
 
     @property
     def achieved_tflops(self) -> float | None:
-        """FLOP / median seconds / 1e12; None without a timing."""
+        """FLOP / median seconds / 1e12 (device seconds with a device timer); None without a timing."""
         return self.flop / self.median_s / 1e12 if self.median_s else None
 
     @property
@@ -267,6 +279,12 @@ def result_from_benchmark(
         timer=info.get("timer", "host"),
         wall_median_s=info.get("wall_median_s"),
         device_median_s=info.get("device_median_s"),
+        clock=info.get("clock"),
+        event_median_s=info.get("event_median_s"),
+        kernel_median_s=info.get("kernel_median_s"),
+        dispatch_median_s=info.get("dispatch_median_s"),
+        rel_spread=(info.get("sampling") or {}).get("rel_spread"),
+        timing_notes=tuple(info.get("timing_notes") or ()),
         contended=contention.get("contended"),
         contention_reasons=tuple(contention.get("reasons", ())),
         contention_brief=contention.get("brief") or next(iter(contention.get("reasons") or ()), ""),
@@ -279,13 +297,20 @@ def _ms(seconds: float | None) -> str:
     return f"{seconds * 1e3:.3f}" if seconds is not None else "-"
 
 
-# Shown when some row was timed on a device clock: the timer, wall and device medians and their
-# difference (launch and host overhead), in ms; ``-`` when not measured.
+def _pct(value: float | None) -> str:
+    return f"{100 * value:.1f}%" if value is not None else "-"
+
+
+# Shown when some row was timed on a device clock: what the median measures, its interval's
+# relative half-width, the graph (or blocked-event) time, the kernel time and the host dispatch per
+# call, each measured apart, in ms; what the row must say; ``-`` when not measured.
 DEVICE_COLUMNS = (
-    Column("timer", "", lambda r: r.timer),
-    Column("wall ms", "ms", lambda r: _ms(r.wall_median_s)),
-    Column("device ms", "ms", lambda r: _ms(r.device_median_s)),
-    Column("wall - device ms", "ms", lambda r: _ms(r.host_overhead_s)),
+    Column("clock", "", lambda r: r.clock or r.timer),
+    Column("± median", "%", lambda r: _pct(r.rel_spread)),
+    Column("graph/event ms", "ms", lambda r: _ms(r.event_median_s)),
+    Column("kernel ms", "ms", lambda r: _ms(r.kernel_median_s)),
+    Column("dispatch ms", "ms", lambda r: _ms(r.dispatch_median_s)),
+    Column("timing notes", "", lambda r: "; ".join(r.timing_notes) or "-"),
 )
 DEVICE_HEADER = [c.header for c in DEVICE_COLUMNS]
 

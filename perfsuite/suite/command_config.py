@@ -346,7 +346,7 @@ def sequential_plan(
 
     Raises:
         UsageError: ``blocks`` is too few for a finite interval at ``settings.alpha`` and the gate
-            does not judge structure (``fail_on_structure``).
+            does not judge structure (``fail_on_structure`` false: ``--no-fail-on-structure``).
     """
     plan = SequentialPlan(tuple(n for n in SEQUENTIAL_LOOKS if n < blocks) + (blocks,), budget_s)
     needed = min_pairs(plan.alpha_per_look(settings.alpha))
@@ -358,10 +358,11 @@ def sequential_plan(
     )
     if not fail_on_structure:
         raise UsageError(
-            f"{why}; use --blocks {needed} or more, or add --fail-on-structure to gate on structure only",
+            f"{why}; use --blocks {needed} or more, or drop --no-fail-on-structure to gate on "
+            "structure only",
             "--blocks",
         )
-    return plan, f"{why}; this gate judges structure only (--fail-on-structure)"
+    return plan, f"{why}; this gate judges structure only"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -76,6 +76,9 @@ def certain_skip(variant: Variant, case: AttentionCase, mode: str | None) -> str
     device = variant.device_unsupported(case.device)
     if device is not None:
         return device
+    forms = variant.forms_unsupported(case.forms)
+    if forms is not None:
+        return forms
     no_backward = variant.backward_unsupported(case.device) if mode in GRADIENT_MODES else None
     if no_backward:
         return f"{variant.name} has no backward on {case.device}: {no_backward}"

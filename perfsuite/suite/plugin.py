@@ -20,6 +20,7 @@ import pytest
 from pytest_benchmark.session import BenchmarkSession, PerformanceRegression
 
 from perfsuite.errors import PerfsuiteError
+from perfsuite.gate.baseline import check_compare_value
 from perfsuite.measure import conditions
 from perfsuite.measure.evidence import Evidence
 from perfsuite.suite import collection, options, terminal
@@ -53,9 +54,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Declare the markers; make the run's session (``SuiteSession.from_config``)."""
+    """Declare the markers; refuse a test path taken as ``--benchmark-compare``'s value before
+    pytest-benchmark loads it (its warning is an INTERNALERROR where warnings are errors); make the
+    run's session (``SuiteSession.from_config``)."""
     options.add_markers(config)
     with _usage_errors():
+        check_compare_value(config.getoption("benchmark_compare", None))
         config.stash[SESSION_KEY] = SuiteSession.from_config(config)
 
 

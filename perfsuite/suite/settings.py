@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from perfsuite.attention import cases
 from perfsuite.errors import ConfigError
 from perfsuite.attention.case_sets import get_case_set
+from perfsuite.attention.score_mods import NONE as NO_SCORE_MODS, parse_score_mods
 from perfsuite.attention.cases import AttentionCase, Device
 from perfsuite.attention.modes import MODES, parse_mode
 from perfsuite.errors import DeviceTimingError
@@ -77,6 +78,15 @@ SETTINGS = {
     ),
     "cpu_masks": Setting("perfsuite_cpu_masks", None, "", "CPU masks"),
     "cuda_masks": Setting("perfsuite_cuda_masks", None, "", "CUDA masks"),
+    "score_mods": Setting(
+        "perfsuite_score_mods",
+        "--perfsuite-score-mods",
+        "",
+        "score modifications for every device, each 'none' or alibi, softcap<cap>, sinks, qoff<offset> "
+        "joined by '-' (alibi-softcap50-sinks); every case is built with each",
+    ),
+    "cpu_score_mods": Setting("perfsuite_cpu_score_mods", None, "", "CPU score modifications"),
+    "cuda_score_mods": Setting("perfsuite_cuda_score_mods", None, "", "CUDA score modifications"),
     "combinations": Setting(
         "perfsuite_combinations",
         "--perfsuite-combinations",
@@ -146,8 +156,9 @@ SETTINGS = {
     "cuda_graphs": Setting(
         "perfsuite_cuda_graphs",
         "--perfsuite-cuda-graphs",
-        "off",
-        "on/off: time the CUDA-graph replay of each step where capture works (failures are reported)",
+        "on",
+        "on/off: time the CUDA-graph replay of each step where capture works (a failed capture is "
+        "reported and the blocked-event timer times the eager step)",
     ),
     "isolate": Setting(
         "perfsuite_isolate",
@@ -238,7 +249,7 @@ class SuiteSettings:
     traces_dir: Path
     timer: str = "host"
     l2_flush: bool = True
-    cuda_graphs: bool = False
+    cuda_graphs: bool = True
     isolate: tuple[str, ...] = ()  # variants probed in a child process before they run here
     adapter_cases: tuple[AttentionCase, ...] | None = (
         None  # None: variants that wrap a library run every case
@@ -294,7 +305,7 @@ def _resolve_modes(raw: RawSettings) -> tuple[str, ...]:
     return tuple(dict.fromkeys(_parse_items(raw["modes"], parse_mode, "modes, or 'all'")))
 
 
-_CASE_SELECTORS = ("cases", "extra_cases", "case_set", "shapes", "dtypes", "masks")
+_CASE_SELECTORS = ("cases", "extra_cases", "case_set", "shapes", "dtypes", "masks", "score_mods")
 
 
 def _resolve_compiled_cases(
@@ -373,22 +384,31 @@ def _resolve_cases(
     sources: list[str] = []
     for device in devices:
         fields = [
-            _device_field(raw, case_set_name, device, f) for f in ("shapes", "dtypes", "masks")
+            _device_field(raw, case_set_name, device, f)
+            for f in ("shapes", "dtypes", "masks", "score_mods")
         ]
         sources += [_describe_source(f) for f in fields]
         shapes = _parse_items(fields[0], cases.parse_shape, "shapes")
         dtypes = _parse_items(fields[1], cases.parse_dtype, "dtypes")
         masks = [m for group in _parse_items(fields[2], cases.parse_masks, "masks") for m in group]
+        mods = _parse_items(fields[3], parse_score_mods, "score modifications, or none")
+        combinations = raw["combinations"].value.strip().lower()
+        if combinations not in cases.COMBINATIONS:
+            raise ConfigError(
+                f"{raw['combinations'].source}: combinations {combinations!r}: expected one of "
+                f"{', '.join(cases.COMBINATIONS)}"
+            )
         try:
             found += cases.build_cases(
                 list(dict.fromkeys(shapes)),
                 list(dict.fromkeys(dtypes)),
                 device,
                 list(dict.fromkeys(masks)),
-                raw["combinations"].value.strip().lower(),
+                combinations,
+                None if mods == [NO_SCORE_MODS] else list(dict.fromkeys(mods)),
             )
         except ValueError as exc:
-            raise ConfigError(f"{raw['combinations'].source}: {exc}") from None
+            raise ConfigError(f"{fields[3].source}: {exc}") from None
         found += _transposed_cases(case_set_name, device, fields, dtypes, masks)
     combined = (
         "" if raw["combinations"].value.strip().lower() == "all" else ", pairwise combinations"

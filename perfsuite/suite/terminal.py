@@ -39,6 +39,29 @@ def collection_notes(session: pytest.Session, suite: SuiteSession) -> None:
     suite_items = [item for item in session.items if "variant" in getattr(item, "fixturenames", ())]
     if not suite_items and options.asked_for_perfsuite(session.config):
         reporter.write_line(NO_SUITE_COLLECTED, yellow=True)
+    # a shard holds some variants' tests only, and -k / -m deselect on purpose
+    chosen = bool(
+        suite.shard_note or session.config.option.keyword or session.config.option.markexpr
+    )
+    for name in [] if chosen else idle_user_variants(suite_items, suite.settings.variants):
+        reporter.write_line(
+            f"perfsuite: your variant {name} has no test on these cases: each combination's skip is "
+            "certain (the reasons are above; a form it does not declare is the usual one)",
+            yellow=True,
+        )
+
+
+def idle_user_variants(items, selected) -> list[str]:
+    """The selected users' variants (``--perfsuite-variant``, ``perfsuite_user_variants``, entry points)
+    that no collected suite test runs: a run of theirs that is all skips would otherwise read as a pass."""
+    from perfsuite.variants.user import loaded_user_variants
+
+    ran = set()
+    for item in items:
+        variant = getattr(getattr(item, "callspec", None), "params", {}).get("variant")
+        if variant is not None:
+            ran.add(variant.name)
+    return [v for v in selected if v in loaded_user_variants() and v not in ran]
 
 
 def regressed(terminalreporter) -> None:

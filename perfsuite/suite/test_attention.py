@@ -24,7 +24,8 @@ from perfsuite.measure.call_limit import time_limit
 from perfsuite.measure.measurement_guard import MeasurementState
 from perfsuite.measure.correctness import nonfinite_after_timing
 from perfsuite.measure.profiling import ACTIVE_STEPS
-from perfsuite.measure.device_timing import benchmark_step
+from perfsuite.measure.device_timing import DISPATCH_PROBES, KERNEL_BLOCK, benchmark_step
+from perfsuite.measure.sampling import SamplingRule
 
 UNFUSED_OPS = (
     "aten::bmm",
@@ -263,7 +264,7 @@ def test_benchmark(mode_evidence, benchmark, perfsuite_run, request):
             evidence.step,
             case.device,
             run.timer,
-            rounds=rounds,
+            rule=sampling_rule(request.config),
             flush_l2=run.l2_flush,
             cuda_graph=run.cuda_graphs,
         )
@@ -310,13 +311,27 @@ def _check_timing_untouched(evidence, guard, watch, timer, benchmark) -> None:
         )
 
 
+def sampling_rule(config) -> SamplingRule:
+    """The device timer's stopping rule from pytest-benchmark's options: ``--benchmark-min-rounds``
+    is the minimum number of samples, ``--benchmark-max-time`` the sampling's time limit (seconds);
+    the target spread of the median is the rule's default (1%)."""
+    default = SamplingRule()
+    min_rounds = int(config.getoption("benchmark_min_rounds", 0) or default.min_samples)
+    max_time = float(config.getoption("benchmark_max_time", 0) or default.max_wall_s)
+    return SamplingRule(
+        min_samples=max(min_rounds, 3), max_wall_s=max_time, max_samples=max(min_rounds, 5000)
+    )
+
+
 def _timing_limit_s(call_limit_s: float | None, rounds: int, request) -> float | None:
     """The timing's limit: the per-call limit for each round and warm-up call, plus pytest-benchmark's
     ``--benchmark-max-time`` (its rounds may run that long in all). None: no limit."""
     if not call_limit_s:
         return None
     warmup = request.config.getoption("benchmark_warmup_iterations", 0) or 0
-    return call_limit_s * (rounds + warmup + 2) + float(
+    # a device timer also probes dispatch, warms up (within the time limit) and runs a kernel block
+    extra_calls = DISPATCH_PROBES + KERNEL_BLOCK + 1
+    return call_limit_s * (rounds + warmup + 2 + extra_calls) + 2 * float(
         request.config.getoption("benchmark_max_time", 0) or 0
     )
 

@@ -24,7 +24,14 @@ from perfsuite.measure.input_guard import check_and_restore, pristine_copy
 from perfsuite.attention.inputs import AttentionInputs, make_inputs
 from perfsuite.attention.masks import AttentionMask, fully_masked_rows, mask_kind
 from perfsuite.measure.profiling import profile_steps
-from perfsuite.attention.reference import TOLERANCES, UNDEFINED_ROW_RESULTS
+from perfsuite.attention.contract import Form
+from perfsuite.attention.reference import (
+    TOLERANCES,
+    UNDEFINED_ROW_RESULTS,
+    compare_with_reference,
+    reference_attention,
+    tolerances,
+)
 from perfsuite.variants import Variant
 
 
@@ -111,11 +118,26 @@ def _permute_mask(mask: AttentionMask, dim: int, order: torch.Tensor) -> Attenti
     )
 
 
+# Keyword values of the forms with a per-head ([num_heads]) or per-batch-row ([batch, ...]) axis.
+_PER_HEAD_FORMS = ("alibi_slopes", "sinks")
+_PER_BATCH_FORMS = ("query_positions",)
+
+
+def _permute_forms(forms, dim: int, order: torch.Tensor) -> dict:
+    """The forms' keyword values with their per-head (``dim=1``) or per-batch-row (``dim=0``) values
+    permuted by ``order``, so per-head parameters (ALiBi slopes, sinks) move with their heads."""
+    names = _PER_HEAD_FORMS if dim == 1 else _PER_BATCH_FORMS
+    return {
+        name: value.index_select(0, order.to(value.device)) if name in names else value
+        for name, value in forms.items()
+    }
+
+
 def check_batch_and_head_independence(
     variant: Variant, case: AttentionCase, seed: int
 ) -> str | None:
-    """Property 2: permuting batch rows, or kv heads together with their query-head groups,
-    permutes the output the same way."""
+    """Property 2: permuting batch rows, or kv heads together with their query-head groups (and the
+    per-head ALiBi slopes and sinks with the query heads), permutes the output the same way."""
     inputs = make_inputs(case, seed)
     base = _run(variant, case, inputs)
     gen = _generator(seed)
@@ -132,6 +154,7 @@ def check_batch_and_head_independence(
             key=inputs.key.index_select(dim, kv_perm.to(inputs.key.device)),
             value=inputs.value.index_select(dim, kv_perm.to(inputs.value.device)),
             mask=_permute_mask(inputs.mask, dim, q_perm),
+            forms=_permute_forms(inputs.forms, dim, q_perm),
         )
         if diff := _difference(
             _run(variant, case, moved), base.index_select(dim, q_perm), case.torch_dtype
@@ -146,10 +169,9 @@ def check_batch_and_head_independence(
 
 
 def _last_visible_key(case: AttentionCase) -> torch.Tensor:
-    """Per query row, the last key index a causal-like mask lets it see (may be negative)."""
-    return torch.arange(case.seq_len_q) + mask_kind(case.mask).offset(
-        case.seq_len_q, case.seq_len_kv
-    )
+    """Per query row, the last key index a causal-like mask lets it see (may be negative): its
+    position (``AttentionCase.query_offset``: the kind's alignment, or the case's query positions)."""
+    return torch.arange(case.seq_len_q) + case.query_offset
 
 
 def check_causality(variant: Variant, case: AttentionCase, seed: int) -> str | None:
@@ -330,6 +352,79 @@ def check_score_copies(variant: Variant, case: AttentionCase, seed: int) -> str 
     return None
 
 
+def _against_reference(
+    variant: Variant,
+    case: AttentionCase,
+    seed: int,
+    given: AttentionInputs,
+    expected_from: AttentionInputs,
+    what: str,
+) -> str | None:
+    """Run ``variant`` on ``given`` and hold its output, in the rows that see some key, to the float64
+    reference of ``expected_from`` with the suite's tolerance rule; the failure says ``what``."""
+    output = _guarded(variant, case, given)
+    expected = reference_attention(expected_from)
+    sees_some = ~fully_masked_rows(given.mask, case.score_shape).to(expected.device)
+    keep = sees_some.unsqueeze(-1).expand_as(expected)
+    found = compare_with_reference(
+        torch.where(keep.to(output.device), output, torch.zeros_like(output)),
+        expected.masked_fill(~keep, 0.0),
+        what,
+        tolerance=tolerances(expected_from, expected),
+    )
+    return None if found.failure is None else _fail(variant, case, seed, found.failure)
+
+
+def check_alibi_position_shift(variant: Variant, case: AttentionCase, seed: int) -> str | None:
+    """Property 7 (ALiBi over a mask that does not depend on positions): adding a constant to every
+    query position leaves the output unchanged, since ``-slope * (pos_i + c - j)`` differs from the
+    unshifted bias by a constant per row, which softmax ignores (Press et al. 2022, section 3)."""
+    inputs = make_inputs(case, seed)
+    shift = int(torch.randint(1, 64, (1,), generator=_generator(seed)))
+    base = _run(variant, case, inputs)
+    forms = dict(inputs.forms, query_positions=inputs.forms["query_positions"] + shift)
+    output = _run(variant, case, inputs.replace(forms=forms))
+    if diff := _difference(output, base, case.torch_dtype):
+        return _fail(
+            variant,
+            case,
+            seed,
+            f"adding {shift} to every query position changed an ALiBi output ({diff}); the bias "
+            "-slope * (position - key) changes by a constant per row, which softmax ignores",
+        )
+    return None
+
+
+def check_huge_softcap_changes_nothing(
+    variant: Variant, case: AttentionCase, seed: int
+) -> str | None:
+    """Property 8 (softcap): a cap 10^4 times the largest score leaves the scores as they are
+    (``cap * tanh(s / cap) = s (1 - (s/cap)^2 / 3 + ...)``), so the output is the reference's without
+    any cap, within the suite's tolerance."""
+    inputs = make_inputs(case, seed)
+    q, k = inputs.query.to(torch.float64), inputs.key.to(torch.float64)
+    groups = case.num_heads // case.num_kv_heads
+    largest = float((q @ k.repeat_interleave(groups, dim=1).transpose(-2, -1)).abs().max())
+    cap = 1e4 * max(largest * inputs.scale, 1.0)
+    huge = inputs.replace(forms=dict(inputs.forms, softcap=cap))
+    without = inputs.replace(forms={k: v for k, v in inputs.forms.items() if k != "softcap"})
+    return _against_reference(
+        variant, case, seed, huge, without, f"with softcap {cap:.3g} (above every score)"
+    )
+
+
+def check_minus_infinity_sink_is_no_sink(
+    variant: Variant, case: AttentionCase, seed: int
+) -> str | None:
+    """Property 9 (sinks): a sink logit of ``-inf`` adds ``e^-inf = 0`` to the denominator, so the
+    output is the reference's without sinks (rows that see some key; a row that sees none is 0/0)."""
+    inputs = make_inputs(case, seed)
+    sinks = torch.full_like(inputs.forms["sinks"], float("-inf"))
+    given = inputs.replace(forms=dict(inputs.forms, sinks=sinks))
+    without = inputs.replace(forms={k: v for k, v in inputs.forms.items() if k != "sinks"})
+    return _against_reference(variant, case, seed, given, without, "with every sink at -inf")
+
+
 ALL_CHECKS = {
     "matches_reference": check_matches_reference,
     "batch_and_head_independence": check_batch_and_head_independence,
@@ -341,6 +436,16 @@ ALL_CHECKS = {
     "nan_masked_key_for_masked_fill": check_nan_masked_key,
     "shift_invariance": check_shift_invariance,
     "score_copies": check_score_copies,
+    "alibi_position_shift": check_alibi_position_shift,
+    "huge_softcap_changes_nothing": check_huge_softcap_changes_nothing,
+    "minus_infinity_sink_is_no_sink": check_minus_infinity_sink_is_no_sink,
+}
+
+# The checks that need a form of the case (``AttentionCase.forms``), and the form.
+_NEEDS_FORM = {
+    "alibi_position_shift": Form.ALIBI,
+    "huge_softcap_changes_nothing": Form.SOFTCAP,
+    "minus_infinity_sink_is_no_sink": Form.SINKS,
 }
 
 
@@ -353,6 +458,14 @@ def applicable(name: str, variant: Variant, case: AttentionCase) -> str | None:
             "compiled variants are checked against float64 by the suite; here every transformed input "
             "would compile anew (seconds each); declare property_tests=True to run them anyway"
         )
+    if name in _NEEDS_FORM and _NEEDS_FORM[name] not in case.forms:
+        return f"the case has no {_NEEDS_FORM[name].value}"
+    if name == "alibi_position_shift" and (case.causal or mask_kind(case.mask).bottom_right):
+        return (
+            f"{case.mask} hides keys by query position, so shifting positions changes what is seen"
+        )
+    if name in ("shift_invariance", "alibi_position_shift") and Form.SINKS in case.forms:
+        return "with sinks, a constant added to every score of a row changes its weight against the sink"
     if name == "causality" and not case.causal:
         return f"{case.mask} is not a causal mask"
     if name == "causality" and not case.hides_a_key_here:

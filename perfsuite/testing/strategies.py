@@ -16,13 +16,17 @@ Profiles, chosen with the environment variable ``PERFSUITE_HYPOTHESIS_PROFILE``
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
+import math
+
 from perfsuite.attention.cases import AttentionCase, Device
 from perfsuite.attention.masks import PLAIN_KINDS, mask_kind
+from perfsuite.attention.score_mods import ScoreMods
 
 PROFILE_ENV = "PERFSUITE_HYPOTHESIS_PROFILE"
 # head_dim values fused kernels dislike (not multiples of 8) next to usual and large ones.
@@ -32,6 +36,8 @@ HEAD_DIMS = (1, 3, 8, 12, 20, 64, 256)
 # CUDA cases test numerics, not dispatch refusals, and no Triton kernel outgrows shared memory.
 CUDA_HEAD_DIMS = (8, 24, 64, 128)
 SCALES = (None, 0.05, 0.3, 1.0, 2.5)
+# Caps below, at and above the O(1) scores of standard-normal inputs, and Gemma 2's 50.
+SOFTCAPS = (0.5, 1.0, 2.5, 20.0, 50.0)
 # mask kinds that hide some key from some query ("window" draws its size), from MaskKind
 MASKS_HIDING_KEYS = tuple(k for k in PLAIN_KINDS if mask_kind(k).hides_keys) + ("window",)
 
@@ -79,6 +85,43 @@ def mask_kinds(draw, kinds: tuple[str, ...] = PLAIN_KINDS + ("window",)) -> str:
     return f"window{draw(st.integers(1, 8))}" if kind == "window" else kind
 
 
+def softcaps() -> st.SearchStrategy[float]:
+    """Softcap values (``SOFTCAPS``): caps that bite on O(1) scores, and Gemma 2's 50."""
+    return st.sampled_from(SOFTCAPS)
+
+
+def sink_logits(num_heads: int) -> st.SearchStrategy[list[float]]:
+    """Per-head sink logits for your own tests: ``num_heads`` finite floats in ``[-20, 20]`` or ``-inf``
+    (no sink). The suite's cases draw theirs from the seed (``score_mods.draw_sinks``)."""
+    logit = st.one_of(
+        st.floats(-20.0, 20.0, allow_nan=False, allow_infinity=False), st.just(-math.inf)
+    )
+    return st.lists(logit, min_size=num_heads, max_size=num_heads)
+
+
+@st.composite
+def score_mods(
+    draw,
+    alibi: bool | None = None,
+    softcap: bool | None = None,
+    sinks: bool | None = None,
+    query_offset: bool = False,
+) -> ScoreMods:
+    """``ScoreMods``: each of ALiBi, a softcap (``softcaps``) and sinks drawn (None) or forced (True /
+    False). ``query_offset=True`` asks ``attention_cases`` for an explicit query offset (drawn there,
+    where the lengths are known; here 0)."""
+    if softcap is None:
+        cap = draw(st.one_of(st.none(), softcaps()))
+    else:
+        cap = draw(softcaps()) if softcap else None
+    return ScoreMods(
+        alibi=draw(st.booleans()) if alibi is None else alibi,
+        softcap=cap,
+        sinks=draw(st.booleans()) if sinks is None else sinks,
+        query_offset=0 if query_offset else None,
+    )
+
+
 @st.composite
 def attention_cases(
     draw,
@@ -87,17 +130,28 @@ def attention_cases(
     masks: tuple[str, ...] = PLAIN_KINDS + ("window",),
     max_seq_len: int = 24,
     contiguous: bool | None = None,
+    mods: st.SearchStrategy[ScoreMods] | None = None,
 ) -> AttentionCase:
     """Small attention cases: GQA/MQA heads, differing and decode lengths, odd head_dim,
     custom scale, strided layouts, every mask kind (``window`` draws its size).
 
     ``head_dim`` is drawn from ``HEAD_DIMS`` on the CPU and from ``CUDA_HEAD_DIMS`` on CUDA.
+    ``mods``: a strategy of score modifications (``score_mods()``), None for plain cases; an explicit
+    query offset is drawn in ``[0, seq_len_kv - seq_len_q]`` (``seq_len_q <= seq_len_kv`` then), and
+    ``causal_br`` becomes ``causal`` with it (the positions align causal kinds).
     """
     device = draw(st.sampled_from(devices))
     num_kv_heads = draw(st.sampled_from((1, 2)))
     groups = draw(st.sampled_from((1, 2, 3)))
     seq_len_q = draw(st.integers(1, max_seq_len))
     seq_len_kv = draw(st.one_of(st.just(seq_len_q), st.integers(1, max_seq_len)))
+    drawn_mods = draw(mods) if mods is not None else ScoreMods()
+    mask = draw(mask_kinds(masks))
+    if drawn_mods.query_offset is not None:
+        seq_len_q, seq_len_kv = min(seq_len_q, seq_len_kv), max(seq_len_q, seq_len_kv)
+        offset = draw(st.integers(0, seq_len_kv - seq_len_q))
+        drawn_mods = dataclasses.replace(drawn_mods, query_offset=offset)
+        mask = "causal" if mask == "causal_br" else mask
     return AttentionCase(
         batch=draw(st.integers(1, 2)),
         num_heads=num_kv_heads * groups,
@@ -106,8 +160,9 @@ def attention_cases(
         head_dim=draw(st.sampled_from(CUDA_HEAD_DIMS if device == Device.CUDA else HEAD_DIMS)),
         dtype=draw(st.sampled_from(dtypes)),
         device=device,
-        mask=draw(mask_kinds(masks)),
+        mask=mask,
         num_kv_heads=num_kv_heads,
         scale=draw(st.sampled_from(SCALES)),
         contiguous=draw(st.booleans()) if contiguous is None else contiguous,
+        score_mods=drawn_mods,
     )

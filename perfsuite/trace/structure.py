@@ -9,6 +9,8 @@ not change between runs, so any difference is a real change in what the code doe
 from __future__ import annotations
 
 import collections
+import math
+import re
 from typing import Any
 from collections.abc import Mapping
 
@@ -130,11 +132,23 @@ def adds_work(base: dict[str, Any], head: dict[str, Any]) -> bool:
     return bool(added_work(base, head))
 
 
-def _score_write_lines(changes: list[tuple[str, int, int]]) -> list[str]:
-    """Score-write count changes as lines; a write of one kind and shape that left one op stack for
-    another as often as it came (``computed [2x8x256x256] in A`` -1, ``... in B`` +1) is one line,
-    ``score write computed [2x8x256x256] moved: A -> B``."""
-    lines, moved = [], set()
+_SHAPED = re.compile(r"^(?P<kind>.*?) \[(?P<shape>\d+(?:x\d+)*)\](?P<rest>.*)$")
+
+
+def _elements(shape: str) -> int:
+    return math.prod(int(n) for n in shape.split("x"))
+
+
+def _score_write_lines(changes: list[tuple[str, int, int]]) -> tuple[list[str], list[str]]:
+    """Score-write count changes as lines, and the lines of writes that only changed their view.
+
+    A write of one kind and shape that left one op stack for another as often as it came
+    (``computed [2x8x256x256] in A`` -1, ``... in B`` +1) is one line, ``score write computed
+    [2x8x256x256] moved: A -> B``. A write of one kind and op stack whose shape changed to another
+    of as many elements as often (``[8x4x4x2048]`` -1, ``[8x16x1x2048]`` +1: the same bytes viewed
+    another way, as grouped-query heads are) is one line of the second list, ``score write copy
+    reshaped [8x4x4x2048] -> [8x16x1x2048] in A``: no work changed, so it is listed after the causes."""
+    lines, moved, reshaped = [], set(), []
     for gone, before, after in changes:
         if after - before >= 0 or gone in moved:
             continue
@@ -144,11 +158,29 @@ def _score_write_lines(changes: list[tuple[str, int, int]]) -> list[str]:
                 lines.append(f"score write {what} moved: {source} -> {came.partition(' in ')[2]}")
                 moved |= {gone, came}
                 break
+        if gone in moved or not (old := _SHAPED.match(gone)):
+            continue
+        for came, b2, a2 in changes:
+            new = _SHAPED.match(came)
+            if (
+                came not in moved
+                and new
+                and a2 - b2 == before - after
+                and (new["kind"], new["rest"]) == (old["kind"], old["rest"])
+                and new["shape"] != old["shape"]
+                and _elements(new["shape"]) == _elements(old["shape"])
+            ):
+                reshaped.append(
+                    f"score write {old['kind']} reshaped [{old['shape']}] -> [{new['shape']}]"
+                    f"{old['rest'][:160]}"
+                )
+                moved |= {gone, came}
+                break
     return [
         f"{after - before:+d} score write {name[:160]}"
         for name, before, after in changes
         if name not in moved
-    ] + lines
+    ] + lines, reshaped
 
 
 def diff_fingerprints(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
@@ -160,7 +192,7 @@ def diff_fingerprints(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
     Score writes are compared only when both fingerprints have them (older runs do not), and ops
     by work only when both split them.
     """
-    lines = []
+    lines, reshaped = [], []
     split = _knows_work(base) and _knows_work(head)
     fields = [
         ("work_ops" if split else "cpu_ops", ""),
@@ -173,7 +205,8 @@ def diff_fingerprints(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
     for field, label in fields:
         changes = count_changes(base.get(field, {}), head.get(field, {}))
         if field == "score_writes":
-            lines += _score_write_lines(changes)
+            changed, reshaped = _score_write_lines(changes)
+            lines += changed
             continue
         for name, before, after in changes:
             lines.append(f"{after - before:+d} {label}{name[:160]}")
@@ -190,6 +223,7 @@ def diff_fingerprints(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
             lines.append(f"{label} {'+' if grown > 0 else '-'}{format_bytes(abs(grown))}")
     if base.get("sdpa_backends") != head.get("sdpa_backends"):
         lines.append(f"SDPA backend {base.get('sdpa_backends')} -> {head.get('sdpa_backends')}")
+    lines += reshaped  # the same writes viewed another way: after what changed the work
     if split:
         idle = count_changes(base["no_work_ops"], head["no_work_ops"])
         if idle:

@@ -1,6 +1,6 @@
 """Attention variants; importing this package registers the built-in ones (in table order)."""
 
-from perfsuite.variants import naive, naive_inplace, compiled, sdpa, flex  # noqa: F401  (registers, in order)
+from perfsuite.variants import naive, naive_inplace, compiled, sdpa, flex, score_mods  # noqa: F401  (registers, in order)
 from perfsuite.variants import transformers_attn, multihead, external  # noqa: F401  (optional packages: skips)
 from perfsuite.variants.registry import Variant, get_variant, register_variant, variant_names
 

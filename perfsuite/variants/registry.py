@@ -15,7 +15,16 @@ from collections.abc import Callable, Mapping, Sequence
 
 
 from perfsuite.attention.cases import DEVICES
-from perfsuite.attention.contract import PrepareFn, VariantFn
+from perfsuite.attention.contract import (
+    FORM_KEYWORDS,
+    FORMS,
+    Form,
+    PrepareFn,
+    VariantFn,
+    declared_forms,
+    parse_form,
+    undeclared_forms_reason,
+)
 from perfsuite.attention.reference import FullyMaskedRows
 from perfsuite.errors import did_you_mean
 
@@ -68,6 +77,13 @@ class Variant:
     ``deterministic``: the variant promises bitwise identical outputs (and gradients) for identical
     inputs; the suite reruns each checked step (``--perfsuite-determinism-runs``, default 10) and
     compares bitwise, and the table says which variants were reproducible.
+    ``forms``: the forms (``perfsuite.attention.contract.Form``) the variant handles: those its
+    function's keywords declare plus ``register_variant(forms=...)``; on a case carrying another form
+    its tests are not generated (``forms_unsupported`` gives the reason the run counts).
+    ``forms_refused``: ``(form, reason)`` pairs saying why the variant cannot do a form (SDPA has no
+    hook for a softcap), given in place of "does not declare" on a case carrying it.
+    ``needs_a_form``: the variant exists for cases with forms (``naive_mods``); on a plain case its
+    tests are not generated (the plain built-ins cover those).
     """
 
     name: str
@@ -87,12 +103,27 @@ class Variant:
     preload: Callable[[], object] | None = None
     devices: tuple[str, ...] | None = None
     deterministic: bool = False
+    forms: frozenset[Form] = frozenset()
+    forms_refused: tuple[tuple[Form, str], ...] = ()
+    needs_a_form: bool = False
 
     def device_unsupported(self, device: str) -> str | None:
         """Why the variant cannot run on ``device`` (``"cpu"``, ``"cuda"``) at all, or None."""
         if self.devices is None or device in self.devices:
             return None
         return f"{self.name} runs on {', '.join(self.devices)} only"
+
+    def forms_unsupported(self, carried: frozenset[Form]) -> str | None:
+        """Why the variant is not run on a case carrying the forms ``carried``, or None: the
+        variant's own reasons (``forms_refused``) for the forms it refuses, else the forms it does
+        not declare; for a ``needs_a_form`` variant, that a plain case is not its."""
+        if self.needs_a_form and not carried:
+            return f"{self.name} runs on cases with forms (score modifications) only"
+        refused = [f"{form.value}: {why}" for form, why in self.forms_refused if form in carried]
+        if refused:
+            return f"{self.name} cannot do " + "; ".join(refused)
+        reason = undeclared_forms_reason(self.name, self.forms, carried)
+        return None if reason is None else reason + _near_misses(self.fn, set(carried) - self.forms)
 
     def backward_unsupported(self, device: str) -> str | None:
         """Why the variant has no backward on ``device`` (``"cpu"``, ``"cuda"``), or None when it has one."""
@@ -115,16 +146,34 @@ class Variant:
 _REGISTRY: dict[str, Variant] = {}
 
 
+def _near_misses(fn: VariantFn, missing: set[Form]) -> str:
+    """``; its parameter logit_softcap is no form keyword (did you mean 'softcap'?)`` for each
+    parameter of ``fn`` whose name is close to a keyword of the ``missing`` forms, else ``""``."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return ""
+    wanted = [k for form in missing for k in FORMS[form].keywords]
+    known = {*_POSITIONAL, *_KEYWORD_ONLY, *FORM_KEYWORDS}
+    hints = [
+        f"; its parameter {name} is no form keyword{hint}"
+        for name in params
+        if name not in known and (hint := did_you_mean(name, wanted))
+    ]
+    return "".join(hints)
+
+
 def check_signature(name: str, fn: VariantFn) -> None:
     """Raise ``TypeError`` unless ``fn`` takes (query, key, value, *, mask, scale); further parameters
-    with defaults (``chunk=32``, keyword-only or after ``value``) are accepted and left at their defaults."""
+    with defaults (``chunk=32``, keyword-only or after ``value``) are accepted and left at their defaults,
+    and the keywords of forms (``FORM_KEYWORDS``: ``softcap``, ``alibi_slopes``, ...) need none."""
     params = inspect.signature(fn).parameters.values()
     extra_without_default = [
         p.name
         for p in params
         if p.default is p.empty
         and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-        and p.name not in (*_POSITIONAL, *_KEYWORD_ONLY)
+        and p.name not in (*_POSITIONAL, *_KEYWORD_ONLY, *FORM_KEYWORDS)
     ]
     positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     keyword = {p.name for p in params if p.kind is p.KEYWORD_ONLY}
@@ -161,18 +210,25 @@ def register_variant(
     preload: Callable[[], object] | None = None,
     devices: Sequence[str] | None = None,
     deterministic: bool = False,
+    forms: Sequence[str | Form] = (),
+    forms_refused: Mapping[str | Form, str] | None = None,
+    needs_a_form: bool = False,
 ) -> Callable[[VariantFn], VariantFn]:
     """Decorator that registers ``fn`` under ``name`` and returns it unchanged.
 
     ``forward_only``: a reason (no backward anywhere) or ``{device: reason}`` (no backward on
     those devices only, e.g. ``{"cpu": "the CPU kernel has no backward"}``). ``devices``: the
     device types the variant runs on (``Variant.devices``), None for every one. ``deterministic``:
-    bitwise reproducible outputs and gradients, checked by reruns (``Variant.deterministic``).
+    bitwise reproducible outputs and gradients, checked by reruns (``Variant.deterministic``). ``forms``: forms
+    the variant handles beyond those its function's keywords declare (``Variant.forms``).
+    ``forms_refused``: ``{form: why the variant cannot do it}`` (``Variant.forms_refused``);
+    ``needs_a_form``: not generated on plain cases (``Variant.needs_a_form``).
 
     Raises:
         ValueError: ``name`` is already registered, ``fully_masked_rows`` is not one of
             ``FULLY_MASKED_ROW_RESULTS``, ``forward_only`` names a device not in ``DEVICES``
-            or gives an empty reason, or ``devices`` is empty or names a device not in ``DEVICES``.
+            or gives an empty reason, ``devices`` is empty or names a device not in ``DEVICES``,
+            or ``forms`` or ``forms_refused`` names an unknown form.
         TypeError: ``fn`` does not have the variant signature.
     """
 
@@ -190,6 +246,8 @@ def register_variant(
                 f"variant {name!r}: devices={devices!r}; allowed: a non-empty list of {', '.join(DEVICES)}"
             )
         check_signature(name, fn)
+        handled = declared_forms(fn, (parse_form(f) for f in forms))
+        refused = tuple((parse_form(f), why) for f, why in (forms_refused or {}).items())
         _REGISTRY[name] = Variant(
             name=name,
             fn=fn,
@@ -208,6 +266,9 @@ def register_variant(
             preload=preload,
             devices=tuple(devices) if devices is not None else None,
             deterministic=bool(deterministic),
+            forms=handled,
+            forms_refused=refused,
+            needs_a_form=needs_a_form,
         )
         return fn
 
@@ -284,9 +345,9 @@ def prepared_on_every_call(prepare: PrepareFn, doc: str) -> VariantFn:
     """
     from perfsuite.attention.inputs import AttentionInputs
 
-    def attention(query, key, value, *, mask, scale):
-        return prepare(AttentionInputs(query, key, value, mask, scale))(
-            query, key, value, mask=mask, scale=scale
+    def attention(query, key, value, *, mask, scale, **forms):
+        return prepare(AttentionInputs(query, key, value, mask, scale, forms))(
+            query, key, value, mask=mask, scale=scale, **forms
         )
 
     attention.__doc__ = doc

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from perfsuite.attention.contract import Form
 from perfsuite.variants.registry import register_variant
 
 # Variant name -> SDPBackend member name, as torch spells the backends.
@@ -18,6 +19,17 @@ PINNED_BACKENDS = {
     "sdpa_flash": "FLASH_ATTENTION",
     "sdpa_efficient": "EFFICIENT_ATTENTION",
     "sdpa_cudnn": "CUDNN_ATTENTION",
+}
+
+
+# Why SDPA cannot do a score modification (``register_variant(forms_refused=...)``): the skip reason.
+SDPA_REFUSES = {
+    Form.ALIBI: "these SDPA variants pass the case's mask only; sdpa_alibi passes the ALiBi bias "
+    "as a float attn_mask",
+    Form.SOFTCAP: "SDPA applies nothing between its score matmul and its softmax, so it cannot cap "
+    "the scores (a float attn_mask is only added); see naive_mods or flex_mods_*",
+    Form.SINKS: "SDPA's softmax has no extra denominator term, and its fused kernels return no "
+    "log-sum-exp to correct the output with; see flex_mods_*",
 }
 
 
@@ -34,7 +46,9 @@ def call_sdpa(query, key, value, mask, scale):
     )
 
 
-@register_variant("sdpa", "F.scaled_dot_product_attention, torch picks the backend")
+@register_variant(
+    "sdpa", "F.scaled_dot_product_attention, torch picks the backend", forms_refused=SDPA_REFUSES
+)
 def sdpa_attention(query, key, value, *, mask, scale):
     """SDPA with torch's own backend choice."""
     return call_sdpa(query, key, value, mask, scale)
@@ -63,4 +77,5 @@ for _name, _backend in PINNED_BACKENDS.items():
         saves_scores_for_backward=_backend == "MATH",
         fused=_backend != "MATH",
         devices=None if _backend in CPU_BACKENDS else ("cuda",),
+        forms_refused=SDPA_REFUSES,
     )(_pinned(_backend))

@@ -14,9 +14,12 @@ function decorated with ``@register_variant`` keeps what its decorator declared.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.metadata
+import importlib.util
 import inspect
+import pkgutil
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -65,10 +68,23 @@ def _register_function(name: str, fn, source: str) -> str:
 
 def _install_hint(exc: ImportError) -> str:
     """When the missing module is a package in a source folder here or above (``src/myattn`` or
-    ``myattn``), the install the user forgot; else nothing."""
-    top = (getattr(exc, "name", None) or "").partition(".")[0]
+    ``myattn``), the install the user forgot; when its package is installed and only a module in
+    it is missing (a typo), that, with the closest module name; else nothing."""
+    missing = getattr(exc, "name", None) or ""
+    top = missing.partition(".")[0]
     if not top or not isinstance(exc, ModuleNotFoundError):
         return ""
+    if missing != top and importlib.util.find_spec(top) is not None:
+        parent_name, _, leaf = missing.rpartition(".")
+        try:
+            parent = importlib.import_module(parent_name)
+        except ImportError:
+            return ""
+        names = [m.name for m in pkgutil.iter_modules(getattr(parent, "__path__", []))]
+        close = difflib.get_close_matches(leaf, names, n=1)
+        return f"; {parent_name} is installed, but has no module {leaf!r}" + (
+            f": did you mean {parent_name}.{close[0]}?" if close else ""
+        )
     here = Path.cwd().resolve()
     for folder in (here, *here.parents):
         if (folder / "src" / top).is_dir() or (folder / top / "__init__.py").is_file():

@@ -20,8 +20,11 @@ def test_model_sets_use_the_models_heads_head_dim_and_window(key):
                 model.num_kv_heads,
                 model.head_dim,
             )
+        windows = {window_size(m) for m in device.masks.split()}
         if model.sliding_window:
-            assert {window_size(m) for m in device.masks.split()} == {model.sliding_window}
+            assert windows - {None} == {model.sliding_window}
+            assert (None in windows) == model.alternating  # the full layers beside the windowed
+        assert device.score_mods == model.score_mods
 
 
 def test_bert_base_is_transformers_bert_config_default():

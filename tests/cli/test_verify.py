@@ -43,8 +43,12 @@ def result(**changes):
         max_abs_error=1e-3,
         correct=True,
         timer="cuda_event",
-        wall_median_s=0.012,
+        clock="cuda_graph",
         device_median_s=0.010,
+        event_median_s=0.010,
+        kernel_median_s=0.008,
+        dispatch_median_s=0.002,
+        rel_spread=0.004,
     )
     return dataclasses.replace(base, **changes)
 
@@ -65,7 +69,7 @@ def test_a_failed_check_fails_the_report_and_is_listed_first(tmp_path):
     checks = verify.read_junit(tmp_path / "junit.xml")
     assert [c.outcome for c in checks] == ["passed", "failed", "skipped"]
     report, passed = verify.verification_report(
-        ENV, checks, [result()], {"matmul_tflops": {"bf16": 400.0}}, 1, 420
+        ENV, checks, [result()], {"matmul_tflops": {"bf16": 400.0}, "memory_gbps": 4000.0}, 1, 420
     )
     assert not passed and "**Result: FAIL: 1 check(s) failed**" in report
     rows = [line for line in report.splitlines() if line.startswith("| test_")]
@@ -75,8 +79,11 @@ def test_a_failed_check_fails_the_report_and_is_listed_first(tmp_path):
     )
     assert "no kernel \\| here" in rows[2]  # a pipe in a message cannot break the table
     timing = next(line for line in report.splitlines() if line.startswith("| sdpa_flash"))
-    # 2e12 FLOP in 10 ms = 200 TFLOP/s = 50% of the 400 TFLOP/s measured bf16 peak; wall - device = 2 ms
-    assert timing.endswith("| cuda_event | 10.000 | 12.000 | 10.000 | 2.000 | 200 | 50.0% |")
+    # 2e12 FLOP in 10 ms = 200 TFLOP/s = 50% of the 400 TFLOP/s measured bf16 peak; 250 in 8 ms of kernels;
+    # 1e9 bytes in 10 ms = 100 GB/s = 2.5% of the 4000 GB/s measured copy bandwidth
+    assert timing.endswith(
+        "| cuda_graph | 10.000 | 0.4% | 10.000 | 8.000 | 2.000 | 200 | 250 | 50.0% | 100 | 2.5% | - |"
+    )
 
 
 def test_all_checks_passing_passes_and_a_timeout_fails(tmp_path):

@@ -82,7 +82,7 @@ def test_site_from_a_store_charts_filters_and_links(history_store, tmp_path, pag
     page.select_option("#filter-variant", "naive_inplace")
     assert cards.count() == 1 and "1 of 1 matching" in page.inner_text("#series-count")
     assert "variant=naive_inplace" in page.url
-    assert "contended point(s) drawn apart" in cards.first.inner_text()
+    assert "point(s) set aside (contended) drawn apart" in cards.first.inner_text()
     # the post's checks and the fastest implementation
     # the live checks: naive now makes 2 score copies where the post says 1 (the planted one); the others hold
     assert (

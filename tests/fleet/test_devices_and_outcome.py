@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from perfsuite.errors import ConfigError
@@ -66,10 +68,19 @@ def test_a_fleet_record_refuses_another_fleet(tmp_path):
         outcome.update_fleet_file(tmp_path, "f2", 4, {})
 
 
-def test_a_visible_list_that_matches_no_device_is_an_error():
-    """Before: CUDA_VISIBLE_DEVICES=bogus ran 'shard 1/1 on GPU bogus: passed' on the CPU."""
-    with pytest.raises(ConfigError, match=r"CUDA_VISIBLE_DEVICES='bogus' matches no device: bogus"):
-        devices.plan(None, {"CUDA_VISIBLE_DEVICES": "bogus"}, 0)
-    with pytest.raises(ConfigError, match="--devices 'gpu0': gpu0 names no device"):
-        devices.plan("gpu0", {}, 2)
-    assert devices.plan(None, {"CUDA_VISIBLE_DEVICES": "MIG-1,0"}, 2).devices == ("MIG-1", "0")
+@pytest.mark.parametrize(
+    ("env", "requested", "said"),
+    [
+        (
+            {"CUDA_VISIBLE_DEVICES": "bogus"},
+            None,
+            "CUDA_VISIBLE_DEVICES='bogus': 'bogus' matches no device",
+        ),
+        ({}, "0,gpu1", "--devices '0,gpu1': 'gpu1' matches no device"),
+        ({"CUDA_VISIBLE_DEVICES": "0,1,7"}, None, "the driver finds 2 device(s) with it, so 1 of"),
+    ],
+)
+def test_a_device_list_that_matches_no_device_is_an_error(env, requested, said):
+    """Before: CUDA_VISIBLE_DEVICES=bogus ran a shard 'on GPU bogus' that timed CPU cases and passed."""
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        devices.plan(requested, env, device_count=2)

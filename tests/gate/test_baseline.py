@@ -122,7 +122,8 @@ def test_perfsuite_compare_refuses_a_partial_base_run_naming_it(tmp_path, capsys
 
 @pytest.mark.slow
 def test_a_node_id_after_benchmark_compare_is_a_usage_error_not_an_internal_error(tmp_path):
-    """pytest-benchmark takes the node id as the run to compare with (its value is optional); exit 4, not 3."""
+    """pytest-benchmark takes the node id as the run to compare with (its value is optional); exit 4, not 3,
+    also where warnings are errors (pytest-benchmark's own warning about it was an INTERNALERROR there)."""
     import subprocess
     import sys
 
@@ -134,6 +135,8 @@ def test_a_node_id_after_benchmark_compare_is_a_usage_error_not_an_internal_erro
             "pytest",
             "-p",
             "no:cacheprovider",
+            "-W",
+            "error",
             "--benchmark-compare",
             "test_small.py::test_a",
         ],

@@ -58,6 +58,17 @@ def test_fields_a_comparison_lacks_are_named_in_the_verdict():
     )
 
 
+def test_a_base_entry_without_variant_and_case_names_the_fields_it_lacks():
+    """Before: it read 'missing (only in the base run)', naming nothing."""
+    base = run([1.0] * 5, variant=None, case=None)
+    found = {c.key: c for c in compare_runs(base, run([1.0] * 5), SETTINGS)}
+    assert found["test_benchmark[x]"].note == (
+        "only in the base run (its extra_info lacks variant, case: it is keyed by its test name, "
+        "which matches no benchmark of the other run)"
+    )
+    assert found["naive/b1h2s16d8-fp32-causal-cpu"].note == "only in the head run"
+
+
 def test_an_unreadable_fingerprint_is_not_compared_and_never_fails_the_structure_gate():
     """Before: a fingerprint in an unknown form failed 4 of 4 with --fail-on-structure."""
     rng = np.random.default_rng(0)

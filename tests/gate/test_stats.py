@@ -1,6 +1,7 @@
 """The sequential A/B statistics on synthetic data: exact intervals, and the stated error rates
 checked by simulation (seeded, so the counts are reproducible; no timings anywhere)."""
 
+import functools
 import itertools
 import math
 
@@ -235,3 +236,135 @@ def test_an_inconclusive_change_below_the_minimum_effect_says_its_size():
     )
     straddling = stats.RatioEstimate(1.02, 0.99, 1.06, 547, "paired sequential")
     assert stats.below_min_effect(straddling, "inconclusive", GateSettings()) == ""
+
+
+@pytest.mark.parametrize(
+    "df, alpha, published",
+    # Student's t, two-sided critical values (Abramowitz & Stegun 1964, table 26.10)
+    [(1, 0.05, 12.706), (4, 0.01, 4.604), (5, 0.05, 2.571), (10, 0.01, 3.169), (30, 0.05, 2.042)],
+)
+def test_student_t_critical_values_match_the_published_table(df, alpha, published):
+    assert stats.student_t_critical(df, alpha) == pytest.approx(published, abs=6e-4)
+    with pytest.raises(ValueError, match="df must be a whole number"):
+        stats.student_t_tail(1.0, 0)
+
+
+def biased_workers_source(rng, log_ratio: float, bias_sd: float, clusters: int, labelled: bool):
+    """``next_pair`` where each of ``clusters`` worker pairs carries its own bias: each base and each
+    head worker draws a log-normal speed factor once per gate (sd ``bias_sd``), shared by every pair
+    it times. ``labelled``: pairs carry their worker pair (the clustered interval), else not (the
+    pooled signed-rank interval every pair was judged with before)."""
+    bias = rng.normal(0, bias_sd, (clusters, 2))
+    counter = itertools.count()
+
+    def next_pair():
+        i = next(counter)
+        cluster = (i // 2) % clusters
+        level = math.exp(0.3 * rng.standard_t(3))
+        base = [level * math.exp(bias[cluster, 0] + rng.normal(0, 0.01))]
+        head = [level * math.exp(log_ratio + bias[cluster, 1] + rng.normal(0, 0.01))]
+        return stats.PairSample(base, head, False, cluster if labelled else None)
+
+    return next_pair
+
+
+def gates_with_worker_bias(labelled: bool, log_ratio: float, bias_sd: float, n: int, seed: int):
+    rng = np.random.default_rng(seed)
+    settings = GateSettings(alpha=0.1, min_effect=0.0)
+    plan = SequentialPlan(looks=(12, 24, 48), budget_s=NO_BUDGET, min_s=0)
+    return [
+        sequential_paired(
+            biased_workers_source(rng, log_ratio, bias_sd, 6, labelled),
+            settings,
+            plan,
+            clock=pair_clock(),
+        )
+        for _ in range(n)
+    ]
+
+
+def test_the_clustered_interval_keeps_its_level_when_each_worker_pair_carries_a_bias():
+    """Identical code, 6 worker pairs, each process 2% faster or slower than another at random
+    (sd), per-pair noise 1%, alpha 0.1: the interval across worker pairs gives a verdict (either
+    direction) in at most alpha of gates; the pooled interval, which takes the pairs as independent,
+    gives one in more than three times as many (the worker pairs' biases decide it)."""
+    clustered = gates_with_worker_bias(True, 0.0, 0.02, 300, 21)
+    pooled = gates_with_worker_bias(False, 0.0, 0.02, 300, 21)
+    false_clustered = sum(o.verdict in ("slower", "faster") for o in clustered)
+    false_pooled = sum(o.verdict in ("slower", "faster") for o in pooled)
+    assert false_clustered <= binomial_upper(300, 0.1)
+    assert false_pooled > 3 * 0.1 * 300  # measured: 131 of 300 pooled, 18 clustered
+    assert {o.estimate.clusters for o in clustered} == {6}
+    assert {o.estimate.clusters for o in pooled} == {0}
+    # ... and a real 20% slowdown is still caught across the same biased worker pairs
+    regressed = gates_with_worker_bias(True, math.log(1.2), 0.02, 50, 22)
+    assert sum(o.verdict == "slower" for o in regressed) >= 45
+
+
+def test_clustered_interval_needs_two_clusters_of_three_pairs():
+    values = [0.1, 0.2, 0.3, 0.1, 0.2, 0.3, 0.5]
+    assert stats.clustered_interval(values, [0] * 7, 0.1)[1:] == (-math.inf, math.inf, 1)
+    centre, low, high, q = stats.clustered_interval(values, [0, 0, 0, 1, 1, 1, 2], 0.1)
+    assert q == 2 and centre == pytest.approx(0.2) and (low, high) == (0.2, 0.2)
+    with pytest.raises(ValueError, match="7 values but 2 cluster labels"):
+        stats.clustered_interval(values, [0, 1], 0.1)
+
+
+def contended_source(rng, slowdown: float, head_waits, base_waits, extra: float):
+    """Every pair contended: each block's threads waited a share ``w`` (uniform in ``head_waits``
+    or ``base_waits``, ``(low, high)``) of their runnable time, which stretched the block by ``1 / (1 - w)``
+    give or take 10% (the fair-sharing model's error), and the load's caches slowed it by up to
+    ``extra`` more, at random; per-round noise 2%."""
+
+    def block(factor, waits):
+        w = rng.uniform(*waits)
+        model = rng.uniform(0.9, 1.1) / (1 - w)
+        stretch = factor * model * rng.uniform(1, 1 + extra) * math.exp(rng.normal(0, 0.02))
+        return [stretch], w
+
+    def next_pair():
+        base, base_wait = block(1.0, base_waits)
+        head, head_wait = block(slowdown, head_waits)
+        return stats.PairSample(base, head, True, None, head_wait, base_wait)
+
+    return next_pair
+
+
+def test_an_eleven_times_slower_head_with_every_pair_contended_is_decided_slower():
+    """The new user's gate beside a load: every pair contended and set aside. Before, the gate
+    passed it as ``inconclusive: contended`` (reproduced with the contended rule off); now the
+    contended pairs decide it against the floor their wait sets."""
+    plan = SequentialPlan(budget_s=40, min_s=0)
+    before = GateSettings(contended_min_effect=None)
+    now = GateSettings()
+    for settings, expected in ((before, CONTENDED_VERDICT), (now, "slower")):
+        outcome = sequential_paired(
+            contended_source(np.random.default_rng(30), 11.5, (0.3, 0.7), (0.3, 0.7), 0.1),
+            settings,
+            plan,
+            clock=pair_clock(),
+        )
+        assert outcome.verdict == expected and sum(outcome.contended) == len(outcome.contended)
+    assert outcome.estimate.ratio == pytest.approx(11.5, rel=0.2)
+    assert "contended pairs" in outcome.contended_note and "x1.25 floor" in outcome.contended_note
+
+
+def test_identical_code_is_never_slower_from_contended_pairs_and_a_2x_change_is():
+    """Beside a heavy, uneven load that hits the head harder (head waits 30-85% of runnable time, the
+    base's 0-30%; the model off by up to 10%, caches up to +10%): identical code, whose raw ratio is
+    about x2 here, is never ``slower`` in 150 gates; a 2x change beside an even load (0-85%) is in 20
+    of 20."""
+    plan = SequentialPlan(looks=(12, 24), budget_s=30, min_s=0)
+    rng = np.random.default_rng(31)
+
+    def gates(slowdown, head_waits, base_waits, n):
+        source = functools.partial(contended_source, rng, slowdown, head_waits, base_waits, 0.1)
+        return [sequential_paired(source(), GateSettings(), plan, pair_clock()) for _ in range(n)]
+
+    same = gates(1.0, (0.3, 0.85), (0.0, 0.3), 150)
+    assert all(o.verdict == CONTENDED_VERDICT for o in same)
+    raw = np.median([o.head_blocks[0][0] / o.base_blocks[0][0] for o in same])
+    assert raw > 1.6  # what the pairs' plain ratios say: the correction is what keeps it unjudged
+    assert all(o.verdict == "slower" for o in gates(2.0, (0.0, 0.85), (0.0, 0.85), 20))
+    with pytest.raises(ValueError, match="2 ratios, 1 base and 2 head waits"):
+        stats.wait_adjusted([0.0, 0.0], [0.1], [0.1, None])

@@ -41,6 +41,8 @@ def test_a_committed_change_needs_no_note_and_a_bad_ref_is_a_usage_error(repo):
     assert ref_commits({"base": "main", "head": "HEAD"})[1] == []
     with pytest.raises(UsageError, match="--head-ref 'HAED': no such commit, branch or tag"):
         ref_commits({"base": "main", "head": "HAED"})
+    with pytest.raises(UsageError, match="--base-ref 'mian': no such .*; did you mean main\\?"):
+        ref_commits({"base": "mian", "head": "HEAD"})
     with git_worktrees({"base": "main", "head": None}) as trees:
         assert (trees["base"] / "attention.py").read_text() == "scores.masked_fill_(mask, 0)\n"
 
@@ -55,3 +57,10 @@ def test_a_tree_side_is_named_with_its_commit_and_uncommitted_changes(repo, tmp_
     )
     outside = tmp_path_factory.mktemp("plain")  # not a git repository: named as given
     assert describe_tree(outside) == str(outside)
+
+
+def test_a_repository_without_commits_is_told_so(tmp_path, monkeypatch):
+    UserRepo.init(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError, match="--base-ref 'main': the repository .* has no commit yet"):
+        ref_commits({"base": "main", "head": "HEAD"})

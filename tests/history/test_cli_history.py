@@ -37,7 +37,7 @@ def test_detect_exits_1_on_a_confirmed_regression_and_names_its_cause(store_url,
     assert main(["history", "--store", store_url, "detect"]) == 1
     out = capsys.readouterr().out
     assert "REGRESSION" in out and "+1 copy cpu aten::clone [2x4x64x64]" in out
-    assert "last good 6666666666, newest 8888888888" in out
+    assert "last good 6666666666, first bad 7777777777, newest 8888888888" in out
     assert main(["history", "--store", store_url, "show", BENCH]) == 0
     shown = capsys.readouterr().out
     assert ">> 7777777777" in shown and "6666666666 -> 7777777777: x1.5" in shown
@@ -107,8 +107,10 @@ def test_import_is_idempotent_and_skips_files_that_are_not_runs(tmp_path, capsys
     (tmp_path / "runs" / "0001_run.json").write_text(json.dumps(saved))
     (tmp_path / "runs" / "notes.json").write_text("[1, 2]")
     store = str(tmp_path / "h.sqlite")
-    assert main(["history", "--store", store, "import", str(tmp_path / "runs")]) == 0
+    # a skipped file is a run not recorded: exit 2, what was recorded stays
+    assert main(["history", "--store", store, "import", str(tmp_path / "runs")]) == 2
     assert "1 run(s) added, 0 already in the store, 1 file(s) skipped" in capsys.readouterr().out
+    (tmp_path / "runs" / "notes.json").unlink()
     assert main(["history", "--store", store, "import", str(tmp_path / "runs")]) == 0
     assert "0 run(s) added, 1 already in the store" in capsys.readouterr().out
     with open_store(store) as opened:
@@ -145,10 +147,11 @@ def test_record_takes_the_newest_saved_run(tmp_path, monkeypatch, capsys):
         assert [r["commit_sha"] for r in opened.runs()] == ["2" * 40]
 
 
-def test_rev_keeps_one_first_parent_line_and_leaves_a_sibling_branch_out(
+def test_the_default_branch_first_parent_line_leaves_a_sibling_branch_out(
     tmp_path, monkeypatch, capsys
 ):
-    """Without --rev a sibling branch's commit (same position) sits among main's; with it, only main's."""
+    """By default (and with --rev main) only main's first-parent commits, in order; --branch reads the runs
+    recorded on a branch in their stored positions (the sibling's commit among them); a bad --rev exits 2."""
     repo = UserRepo.init(tmp_path)
     shas = [repo.commit(f"main {n}", allow_empty=True) for n in range(3)]
     repo.git("checkout", "-q", "-b", "feature", shas[0])
@@ -163,13 +166,10 @@ def test_rev_keeps_one_first_parent_line_and_leaves_a_sibling_branch_out(
         ):
             store.record(make_run(uid, sha, position))
     monkeypatch.chdir(tmp_path)
-    assert main(["history", "--store", store_url, "show", BENCH, "--json"]) == 0
+    for extra in ([], ["--rev", "main"]):
+        assert main(["history", "--store", store_url, "show", BENCH, "--json", *extra]) == 0
+        assert [p["sha"] for p in json.loads(capsys.readouterr().out)[0]["points"]] == shas
+    assert main(["history", "--store", store_url, "show", BENCH, "--json", "--branch", "main"]) == 0
     assert sibling in [p["sha"] for p in json.loads(capsys.readouterr().out)[0]["points"]]
-    assert main(["history", "--store", store_url, "show", BENCH, "--json", "--rev", "main"]) == 0
-    assert [p["sha"] for p in json.loads(capsys.readouterr().out)[0]["points"]] == shas
-    try:
-        main(["history", "--store", store_url, "show", BENCH, "--rev", "nosuch"])
-    except SystemExit as exc:
-        assert "--rev 'nosuch'" in str(exc)
-    else:
-        raise AssertionError("an unknown --rev was accepted")
+    assert main(["history", "--store", store_url, "show", BENCH, "--rev", "nosuch"]) == 2
+    assert "--rev 'nosuch': not a revision" in capsys.readouterr().err

@@ -127,20 +127,34 @@ def test_an_older_store_is_migrated_forward_on_open(store_url):
     assert ran == [1]
 
 
-def test_a_version_1_store_gains_the_series_index_and_keeps_its_runs(store_url):
-    """The real migration 1 -> 2: a store written before the covering index of a series' rows."""
+def test_a_version_1_store_gains_the_series_index_and_states_and_keeps_its_runs(store_url):
+    """The real migrations 1 -> 3: a store written before the covering index of a series' rows and the
+    results' states; a partial run's and a failed check's rows get their state, and are set aside."""
     from sqlalchemy import create_engine, inspect
 
+    clean = make_run("r1", "a" * 40, 1, (1e-3, 2e-3))
+    partial = dataclasses.replace(
+        make_run("r3", "c" * 40, 3), labels={"partial": {"interrupted": "KeyboardInterrupt"}}
+    )
+    wrong = make_run("r4", "d" * 40, 4)
+    wrong = dataclasses.replace(
+        wrong,
+        benchmarks=tuple(
+            dataclasses.replace(b, extra={"correct": False}) for b in wrong.benchmarks
+        ),
+    )
     with open_store(store_url) as store:
-        store.record(make_run("r1", "a" * 40, 1, (1e-3, 2e-3)))
+        for run in (clean, partial, wrong):
+            store.record(run)
     engine = create_engine(store_url)
-    with engine.begin() as connection:  # what version 1 wrote: no peaks, no such index
+    with engine.begin() as connection:  # what version 1 wrote: no peaks, no states, no such index
         schema.SERIES_INDEX.drop(connection)
         connection.execute(text("ALTER TABLE perfsuite_runs DROP COLUMN peaks"))
+        connection.execute(text("ALTER TABLE perfsuite_results DROP COLUMN state"))
         connection.execute(schema.meta.update().values(value="1"))
     engine.dispose()
     with open_store(store_url) as store:
-        (point,) = store.points(store.list_series(measure="time_s")[0].key)
+        found = store.points(store.list_series(measure="time_s")[0].key)
         indexes = {i["name"] for i in inspect(store.engine).get_indexes("perfsuite_results")}
         store.record(dataclasses.replace(make_run("r2", "b" * 40, 2), peaks={"memory_gbps": 9.0}))
         peaks = store.transaction(
@@ -148,11 +162,22 @@ def test_a_version_1_store_gains_the_series_index_and_keeps_its_runs(store_url):
                 c.execute(select(schema.runs.c.peaks).order_by(schema.runs.c.id)).scalars().all()
             )
         )
-    assert point.values == (1e-3, 2e-3)
+    assert found[0].values == (1e-3, 2e-3) and found[0].state is None
+    assert [(p.contended, p.state) for p in found[1:]] == [
+        (True, "partial run"),
+        (True, "failed correctness"),
+    ]
     assert schema.SERIES_INDEX.name in indexes
-    assert peaks == [None, {"memory_gbps": 9.0}]  # the new column, written and read back
+    assert peaks == [
+        None,
+        None,
+        None,
+        {"memory_gbps": 9.0},
+    ]  # the new column, written and read back
     with create_engine(store_url).connect() as connection:
-        assert connection.execute(text("SELECT value FROM perfsuite_meta")).scalar() == "2"
+        assert connection.execute(text("SELECT value FROM perfsuite_meta")).scalar() == str(
+            schema.SCHEMA_VERSION
+        )
 
 
 def test_a_file_that_is_not_sqlite_is_refused_and_kept(tmp_path):

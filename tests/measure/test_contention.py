@@ -159,3 +159,12 @@ def test_others_fill_every_cpu_when_every_reading_holds_that_many_besides_the_re
     assert not contention.others_fill_every_cpu([{"procs_running_before": None}], cpus=2)
     monkeypatch.setenv(contention.CHECK_ENV, "off")
     assert not contention.others_fill_every_cpu([window(3, 3)], cpus=2)
+
+
+def test_wait_share_is_the_waiting_part_of_runnable_thread_time():
+    """``wait / (wait + cpu)``, both per wall second: 0.5 waited beside 1.5 run is a quarter."""
+    from perfsuite.measure.contention import wait_share
+
+    assert wait_share({"wait_fraction": 0.5, "cpu_per_wall": 1.5}) == 0.25
+    assert wait_share({"wait_fraction": 0.0, "cpu_per_wall": 0.0}) == 0.0
+    assert wait_share({"wait_fraction": 0.5}) is None and wait_share({}) is None

@@ -1,90 +1,35 @@
-"""Device timing on a fake device: the CUDA calls behind ``DeviceApi`` are replaced by a clock
-this test drives, so what pytest-benchmark stores can be checked exactly on a CPU."""
+"""Device timing on a simulated GPU (``fake_gpu.FakeGpu``): a host clock and a device queue in
+simulated seconds behind ``DeviceApi``, so the blocked start, the idle-GPU check, throttled
+samples, kernel sets and the stopping rule are checked exactly on a CPU (seeded, no timing)."""
 
 import types
 
 import pytest
+from fake_gpu import FLUSH_KERNEL, MAX_CLOCK_HZ, FakeGpu
 from pytest_benchmark.fixture import BenchmarkFixture
 from pytest_benchmark.utils import NameWrapper
 
-from perfsuite.measure.device_api import L2_FLUSH_FACTOR
+from perfsuite.measure.device_api import L2_FLUSH_FACTOR, KernelRecord
 from perfsuite.measure.device_timing import (
-    DeviceClock,
+    MAX_SPIN_S,
+    BlockedEventTimer,
     DeviceTimingError,
+    KernelTimer,
     L2Flush,
+    ReplayClock,
+    benchmark_step,
     capture_step,
+    kernel_set_findings,
+    measure_dispatch_s,
+    merged_seconds,
     parse_timer,
+    split_iterations,
     time_on_device,
 )
+from perfsuite.measure.sampling import SamplingRule
 
-STEP_DEVICE_S, STEP_HOST_S, FLUSH_DEVICE_S, L2_BYTES = 0.003, 0.004, 0.005, 50 * 2**20
-
-
-class FakeDevice:
-    """A device whose clock advances only when work runs on it; events read that clock."""
-
-    def __init__(self, capture_error=None):
-        self.device_now = self.host_now = 0.0
-        self.calls = {
-            "sync": 0,
-            "flush": 0,
-            "step": 0,
-            "replay": 0,
-            "trace_start": 0,
-            "trace_stop": 0,
-        }
-        self.buffers = []
-        self.capture_error = capture_error
-        self._trace_from = None
-
-    def run_step(self):
-        self.calls["step"] += 1
-        self.device_now += STEP_DEVICE_S
-        self.host_now += STEP_HOST_S
-
-    def host_clock(self):
-        return self.host_now
-
-    # DeviceApi
-    def synchronize(self):
-        self.calls["sync"] += 1
-
-    def record_event(self):
-        return self.device_now
-
-    def elapsed_s(self, start, end):
-        return end - start
-
-    def start_kernel_trace(self):
-        assert self._trace_from is None, "a kernel trace is already running"
-        self.calls["trace_start"] += 1
-        self._trace_from = self.device_now
-
-    def stop_kernel_trace(self):
-        self.calls["trace_stop"] += 1
-        elapsed, self._trace_from = self.device_now - self._trace_from, None
-        return elapsed
-
-    def l2_cache_bytes(self):
-        return L2_BYTES
-
-    def flush_buffer(self, size_bytes):
-        self.buffers.append(size_bytes)
-        return size_bytes
-
-    def write(self, buffer):
-        self.calls["flush"] += 1
-        self.device_now += FLUSH_DEVICE_S
-
-    def capture_graph(self, step):
-        if self.capture_error:
-            raise self.capture_error
-
-        def replay():
-            self.calls["replay"] += 1
-            step()
-
-        return replay
+STEP_S = 100e-6  # the fake step's one kernel
+QUICK = SamplingRule(warmup_s=0.002, min_sample_s=0.001, max_wall_s=0.5)
 
 
 def make_fixture(disabled=False):
@@ -116,98 +61,173 @@ def make_fixture(disabled=False):
     return fixture, stats
 
 
-def with_host_clock(device, monkeypatch):
-    original = DeviceClock.__init__
-
-    def init(self, api, kind, host_clock=None):
-        original(self, api, kind, device.host_clock)
-
-    monkeypatch.setattr(DeviceClock, "__init__", init)
-
-
-@pytest.mark.parametrize("timer", ["cuda_event", "kernel"])
-def test_pytest_benchmark_stores_device_time_with_the_flush_left_out(timer, monkeypatch):
-    device = FakeDevice()
-    with_host_clock(device, monkeypatch)
-    fixture, stats = make_fixture()
-    timing = time_on_device(fixture, device.run_step, timer, rounds=5, warmup_rounds=2, api=device)
-    assert (
-        device.calls["step"] == 7 and device.calls["flush"] == 7
-    )  # every round, warm-up included, flushed first
-    assert stats[0].stats.rounds == 5
-    assert stats[0].stats.median == pytest.approx(STEP_DEVICE_S)  # the 5 ms flush is not in it
-    assert timing.device_s == pytest.approx((STEP_DEVICE_S,) * 5)
-    assert timing.wall_s == pytest.approx((STEP_HOST_S,) * 5)
-    assert timing.overhead_median_s == pytest.approx(STEP_HOST_S - STEP_DEVICE_S)
-    assert timing.l2_flush_bytes == L2_FLUSH_FACTOR * L2_BYTES == device.buffers[0]
-    assert stats[0].as_dict()["options"]["timer"] == f"perfsuite_{timer}_clock"
-    assert (
-        fixture._timer.__name__ not in fixture._precisions
-    )  # the preset precision is removed afterwards
-    if timer == "kernel":
-        assert (
-            device.calls["trace_start"] == device.calls["trace_stop"] > 0
-        )  # no trace left running
+def old_event_sample(gpu):
+    """The event timer as it was: synchronize, record the start on the idle GPU, step, record."""
+    gpu.synchronize()
+    start = gpu.record_event()
+    gpu.step()
+    end = gpu.record_event()
+    gpu.synchronize()
+    return gpu.elapsed_s(start, end)
 
 
-def test_without_flush_nothing_is_written():
-    device = FakeDevice()
+def blocked_timer(gpu, spin_s=None):
+    dispatch = measure_dispatch_s(gpu, gpu.step, MAX_CLOCK_HZ, gpu.host_clock)
+    return BlockedEventTimer(
+        gpu,
+        gpu.step,
+        flush=L2Flush(gpu),
+        sm_clock_hz=MAX_CLOCK_HZ,
+        spin_s=2 * dispatch if spin_s is None else spin_s,
+        host_clock=gpu.host_clock,
+    )
+
+
+def test_the_blocked_start_removes_the_host_gap_the_old_timer_measured():
+    gpu = FakeGpu(host_gap_s=50e-6)
+    assert old_event_sample(gpu) >= STEP_S + 50e-6  # Python and dispatch inside the interval
+    sample = blocked_timer(gpu).sample()
+    assert sample.device_s == pytest.approx(STEP_S, rel=1e-9) and not sample.ran_dry
+    assert sample.dispatch_s == pytest.approx(50e-6 + gpu.launch_s)  # measured apart, on the host
+    assert sample.sm_clock_hz == pytest.approx(MAX_CLOCK_HZ)  # the spin's cycles / its seconds
+
+
+def test_the_idle_gpu_check_fires_and_the_spin_grows_until_the_gap_is_covered():
+    gpu = FakeGpu(host_gap_s=200e-6)
+    timer = blocked_timer(gpu, spin_s=20e-6)
+    first = timer.sample()
+    assert first.ran_dry and first.device_s > STEP_S + 150e-6  # the GPU waited inside the interval
+    timer.lengthen()
+    spins = [timer.spin_s]
+    while (sample := timer.sample()).ran_dry:
+        timer.lengthen()
+        spins.append(timer.spin_s)
+    assert spins == pytest.approx([40e-6, 80e-6, 160e-6, 320e-6])  # doubled until it covers 202 us
+    assert sample.device_s == pytest.approx(STEP_S, rel=1e-9)
+
+
+def test_a_step_that_waits_on_the_host_is_named_in_the_row():
+    gpu = FakeGpu(host_gap_s=10e-6, step_syncs=True)  # the step synchronizes: no spin can cover it
+    fixture, _ = make_fixture()
+    rule = SamplingRule(warmup_s=0.0, min_sample_s=0.0, min_samples=5, max_wall_s=0.5)
+    timing = time_on_device(
+        fixture, gpu.step, "cuda_event", rule, cuda_graph=False, api=gpu, host_clock=gpu.host_clock
+    )
+    assert timing.host_bound  # dry at the longest spin: kept, and the row says why
+    assert any(f"{MAX_SPIN_S * 1e3:g} ms spin" in note for note in timing.notes())
+
+
+def test_throttled_samples_are_flagged_left_out_and_the_benchmark_named():
+    slow = lambda n: 0.6 * MAX_CLOCK_HZ if n % 4 == 3 else MAX_CLOCK_HZ  # 60% < 75% of max
+    state = {"present": True, "max_sm_clock_mhz": 2000.0, "throttle_reasons": ["sw_power_cap"]}
+    gpu = FakeGpu(clock_for_call=slow, state=state, noise=0.002, seed=1)
     fixture, stats = make_fixture()
     timing = time_on_device(
-        fixture,
-        device.run_step,
-        "cuda_event",
-        rounds=3,
-        warmup_rounds=0,
-        flush_l2=False,
-        api=device,
+        fixture, gpu.step, "cuda_event", QUICK, api=gpu, host_clock=gpu.host_clock
     )
-    assert device.calls["flush"] == 0 and device.buffers == []
-    assert timing.l2_flush_bytes == 0 and timing.device_s == pytest.approx((STEP_DEVICE_S,) * 3)
+    assert timing.throttled_samples >= timing.estimate.samples // 4
+    assert max(timing.samples_s) < STEP_S * 1.1  # the slow samples (x1.67) are not among the kept
+    assert timing.device_median_s == pytest.approx(STEP_S, rel=0.01)
+    assert timing.throttle().startswith("sw_power_cap; ") and "below 75% of the max SM clock" in (
+        timing.throttle()
+    )
+    assert timing.extra_info()["throttle"] == timing.throttle()
 
 
-def test_cuda_graph_replay_is_timed_when_capture_works():
-    device = FakeDevice()
+def test_kernel_intervals_are_merged_and_the_flush_left_out():
+    records = [KernelRecord("a", 0.0, 10.0, 1), KernelRecord("b", 5.0, 12.0, 2)]
+    assert merged_seconds(records + [KernelRecord("c", 20.0, 25.0)]) == 17.0  # not 10 + 7 + 5
+    kernels = (("qk_gemm", 40e-6), ("softmax", 20e-6), ("pv_gemm", 40e-6))
+    gpu = FakeGpu(kernels=kernels)
+    block = KernelTimer(gpu, gpu.step, L2Flush(gpu)).block(count=5)
+    assert len(block) == 5 and all(i.merged_s == pytest.approx(STEP_S) for i in block)
+    assert all(i.names == ("qk_gemm", "softmax", "pv_gemm") for i in block)  # no flush, no spin
+    assert FLUSH_KERNEL not in {n for i in block for n in i.names}
+    assert kernel_set_findings(block) == []
+    records, trace = [], gpu.trace_kernels
+    gpu.trace_kernels = lambda run: records.extend(trace(run)) or list(records)
+    KernelTimer(gpu, gpu.step, L2Flush(gpu)).block(count=3)
+    assert records[0].name == FLUSH_KERNEL
+    # a session that missed its first records (Kineto at session start) still splits by the lone flush
+    assert [i.names for i in split_iterations(records[1:])] == [
+        ("qk_gemm", "softmax", "pv_gemm")
+    ] * 4
+    spins = [n for n, r in enumerate(records) if r.name == "spin_kernel"]
+    del records[spins[2] - 1]  # iteration 1 no longer ends with the flush
+    with pytest.raises(DeviceTimingError, match="iteration 1 of the kernel block does not end"):
+        split_iterations(records)
+
+
+def test_another_kernel_set_on_one_iteration_is_a_named_finding():
+    profiled = []
+
+    def odd(n):  # the sixth profiled step (the first of a session is dropped) copies once more
+        profiled.extend([n] if gpu.recording is not None else [])
+        usual = (("attn_fwd", STEP_S),)
+        return usual + (("copy_", 5e-6),) if len(profiled) == 6 else usual
+
+    gpu = FakeGpu(kernels_for_call=odd)
+    fixture, _ = make_fixture()
+    rule = SamplingRule(warmup_s=0.0, min_sample_s=0.0, max_wall_s=0.01)
+    timing = time_on_device(
+        fixture, gpu.step, "kernel", rule, cuda_graph=False, api=gpu, host_clock=gpu.host_clock
+    )
+    findings = [n for n in timing.notes() if "another kernel set" in n]
+    assert findings == ["iteration 5 of 20 ran another kernel set: +1 x copy_"]
+    assert timing.clock == "kernel" and timing.kernel_median_s == pytest.approx(STEP_S)
+
+
+def test_graph_replay_is_the_default_clock_and_a_failed_capture_is_recorded():
+    gpu = FakeGpu()
+    fixture, stats = make_fixture()
+    timing = time_on_device(
+        fixture, gpu.step, "cuda_event", QUICK, api=gpu, host_clock=gpu.host_clock
+    )
+    assert timing.clock == "cuda_graph" and timing.cuda_graph == "replayed" and gpu.replays > 0
+    assert timing.device_median_s == pytest.approx(STEP_S) and timing.estimate.converged
+    # pytest-benchmark holds exactly the kept samples (ReplayClock), in device seconds
+    assert stats[0].stats.rounds == len(timing.samples_s) == timing.estimate.samples
+    assert stats[0].stats.median == pytest.approx(timing.device_median_s)
+    assert stats[0].as_dict()["options"]["timer"] == "perfsuite_cuda_graph_clock"
+    assert timing.l2_flush_bytes == L2_FLUSH_FACTOR * gpu.l2_cache_bytes() == gpu.buffers[0]
+    assert timing.kernel_median_s == pytest.approx(STEP_S) and timing.dispatch_median_s > 0
+    failing = FakeGpu(
+        capture_error=RuntimeError("operation not permitted when stream is capturing\nmore")
+    )
     fixture, _ = make_fixture()
     timing = time_on_device(
-        fixture,
-        device.run_step,
-        "cuda_event",
-        rounds=3,
-        warmup_rounds=1,
-        cuda_graph=True,
-        api=device,
+        fixture, failing.step, "cuda_event", QUICK, api=failing, host_clock=failing.host_clock
     )
-    assert timing.cuda_graph == "replayed" and device.calls["replay"] == 4
+    assert timing.clock == "blocked_event" and failing.replays == 0
+    assert timing.cuda_graph == (
+        "capture failed: RuntimeError: operation not permitted when stream is capturing"
+    )
+    assert timing.device_median_s == pytest.approx(STEP_S)  # blocked events: no host gap inside
 
 
-def test_a_failed_capture_is_reported_and_the_eager_step_timed():
-    device = FakeDevice(
-        capture_error=RuntimeError("operation not permitted when stream is capturing\ndetails")
-    )
+def test_noise_that_does_not_shrink_stops_and_says_not_converged():
+    gpu = FakeGpu(noise=0.3, seed=3)
     fixture, _ = make_fixture()
+    rule = SamplingRule(warmup_s=0.0, min_sample_s=0.0, max_wall_s=0.01)
     timing = time_on_device(
-        fixture,
-        device.run_step,
-        "cuda_event",
-        rounds=2,
-        warmup_rounds=0,
-        cuda_graph=True,
-        api=device,
+        fixture, gpu.step, "cuda_event", rule, api=gpu, host_clock=gpu.host_clock
     )
-    assert (
-        timing.cuda_graph
-        == "capture failed: RuntimeError: operation not permitted when stream is capturing"
-    )
-    assert device.calls["replay"] == 0 and device.calls["step"] == 2
-    assert timing.extra_info()["cuda_graph"] == timing.cuda_graph
+    assert not timing.estimate.converged and timing.estimate.rel_spread > 0.01
+    assert timing.notes()[0].startswith("not converged: time limit at ")
+    assert timing.extra_info()["sampling"]["converged"] is False
+
+
+def test_replay_clock_differences_are_the_samples():
+    clock = ReplayClock([0.5, 0.25], "c")
+    readings = [clock() for _ in range(4)]
+    assert [readings[1] - readings[0], readings[3] - readings[2]] == [0.5, 0.25]
 
 
 def test_disabled_benchmark_runs_the_step_once_untimed():
-    device = FakeDevice()
+    gpu = FakeGpu()
     fixture, stats = make_fixture(disabled=True)
-    assert time_on_device(fixture, device.run_step, "kernel", rounds=5, api=device) is None
-    assert device.calls["step"] == 1 and stats == [] and device.calls["trace_start"] == 0
+    assert time_on_device(fixture, gpu.step, "kernel", api=gpu) is None
+    assert gpu.calls == 1 and stats == []
 
 
 def test_bad_settings_and_device_answers_name_the_value():
@@ -216,23 +236,20 @@ def test_bad_settings_and_device_answers_name_the_value():
     assert parse_timer(" CUDA_EVENT ") == "cuda_event"
     fixture, _ = make_fixture()
     with pytest.raises(DeviceTimingError, match="benchmark\\(step\\)"):
-        time_on_device(fixture, lambda: None, "host", rounds=3, api=FakeDevice())
-    with pytest.raises(DeviceTimingError, match="rounds must be >= 1"):
-        time_on_device(fixture, lambda: None, "kernel", rounds=0, api=FakeDevice())
-    broken = FakeDevice()
+        time_on_device(fixture, lambda: None, "host", api=FakeGpu())
+    broken = FakeGpu()
     broken.l2_cache_bytes = lambda: 0
     with pytest.raises(DeviceTimingError, match="L2 cache of 0 bytes"):
         L2Flush(broken)
-    with pytest.raises(DeviceTimingError, match="'wall'"):
-        DeviceClock(FakeDevice(), "wall")
+    with pytest.raises(DeviceTimingError, match="SM clock of 0"):
+        BlockedEventTimer(FakeGpu(), lambda: None, flush=None, sm_clock_hz=0)
 
 
 def test_capture_step_keeps_the_step_on_failure():
     def step():
         return "eager"
 
-    device = FakeDevice(capture_error=ValueError("bad"))
-    captured = capture_step(device, step)
+    captured = capture_step(FakeGpu(capture_error=ValueError("bad")), step)
     assert captured.step is step and not captured.replayed and captured.failure == "ValueError: bad"
 
 
@@ -249,34 +266,93 @@ def test_torch_cuda_backend_times_a_matmul_on_the_gpu(timer):
     a = torch.randn(1024, 1024, device="cuda")
     fixture, stats = make_fixture()
     api = TorchCuda()
-    timing = time_on_device(
-        fixture, lambda: a @ a, timer, rounds=5, warmup_rounds=1, cuda_graph=True, api=api
-    )
-    assert all(d > 0 for d in timing.device_s) and len(timing.wall_s) == 5
+    timing = time_on_device(fixture, lambda: a @ a, timer, api=api)
+    assert all(d > 0 for d in timing.samples_s) and timing.kernel_median_s > 0
     assert timing.l2_flush_bytes == 2 * api.l2_cache_bytes() > 0
-    assert timing.cuda_graph == "replayed"
+    assert timing.cuda_graph == "replayed" and timing.dispatch_median_s > 0
 
 
 def test_benchmark_step_uses_the_device_clock_only_for_cuda_cases():
-    from perfsuite.measure.device_timing import benchmark_step
-
-    device = FakeDevice()
+    gpu = FakeGpu()
     fixture, stats = make_fixture()
-    timing, info = benchmark_step(fixture, device.run_step, "cuda", "kernel", rounds=4, api=device)
-    assert timing.device_s == pytest.approx((STEP_DEVICE_S,) * 4) and info["timer"] == "kernel"
-    assert stats[0].stats.median == pytest.approx(STEP_DEVICE_S)
+    timing, info = benchmark_step(fixture, gpu.step, "cuda", "kernel", QUICK, api=gpu)
+    assert info["timer"] == "kernel" and info["clock"] == "kernel"
+    assert stats[0].stats.median == pytest.approx(STEP_S)
 
 
 def test_benchmark_step_on_the_cpu_is_host_timed_whatever_the_setting():
     import time
 
-    from perfsuite.measure.device_timing import benchmark_step
-
     calls = []
     fixture, stats = make_fixture()
     fixture._timer = time.perf_counter  # a real clock: pytest-benchmark calibrates its own timer
     timing, info = benchmark_step(
-        fixture, lambda: calls.append(1), "cpu", "cuda_event", rounds=4, api=FakeDevice()
+        fixture, lambda: calls.append(1), "cpu", "cuda_event", api=FakeGpu()
     )
-    assert timing is None and info == {"timer": "host", "cuda_graph": "off"}
+    assert timing is None and info == {"timer": "host", "clock": "host", "cuda_graph": "off"}
     assert calls and stats[0].stats.rounds >= 1
+
+
+def test_the_ab_worker_times_rounds_on_the_device_clock_and_says_which():
+    from perfsuite.gate.ab_worker import Worker
+    from perfsuite.measure.device_timing import DeviceSampler
+
+    gpu = FakeGpu(host_gap_s=300e-6)  # a host gap longer than the step: host wall would be 3x
+    worker = Worker()
+    worker.device_sampler = DeviceSampler(gpu.step, api=gpu, host_clock=gpu.host_clock)
+    worker.clock = worker.device_sampler.clock
+    worker.device_sampler.warm_up(0.01)
+    assert gpu.replays >= 100  # 10 ms of 0.1 ms replays
+    reply = worker.handle({"time": 6, "warmup": 2})
+    assert reply["clock"] == "cuda_graph" and len(reply["times"]) == 6
+    assert reply["times"] == pytest.approx([STEP_S] * 6)
+    eager = DeviceSampler(gpu.step, api=gpu, cuda_graph=False, host_clock=gpu.host_clock)
+    assert eager.clock == "blocked_event" and eager.samples(3) == pytest.approx([STEP_S] * 3)
+
+
+def test_the_ab_json_says_which_clock_each_benchmark_was_timed_on():
+    from perfsuite.gate.ab import AbBenchmark, GateSettings, ab_payload
+    from perfsuite.gate.compare import BenchmarkComparison
+    from perfsuite.gate.stats import Verdict
+
+    comparison = BenchmarkComparison("sdpa/8x16x1024x64", None, None, None, Verdict.MISSING, [], "")
+    found = AbBenchmark("sdpa/8x16x1024x64", [[1e-4]], [[1e-4]], comparison, clock="cuda_graph")
+    payload = ab_payload([found], {}, GateSettings())
+    assert payload["benchmarks"][0]["clock"] == "cuda_graph"
+
+
+def test_the_gpu_timers_script_refuses_a_machine_without_cuda_and_tabulates_ratios(
+    capsys, monkeypatch
+):
+    import torch
+
+    from validation import gpu_timers
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit) as stopped:
+        gpu_timers.main(["--samples", "200"])
+    assert stopped.value.code == 2
+    assert "needs a CUDA device: torch.cuda.is_available() is False" in capsys.readouterr().err
+    result = {
+        "step": "sdpa:forward:b8h16s1024d64-bf16-causal-cuda",
+        "samples_s": {"old event": [2e-4] * 10, gpu_timers.REFERENCE: [1e-4] * 10},
+        "notes": {"triton do_bench": "failed: RuntimeError: no"},
+        "gpu_before": {"sm_clock_mhz": 1980.0},
+        "gpu_after": {"sm_clock_mhz": 1980.0},
+    }
+    lines = gpu_timers.table(result)
+    assert "| old event | 10 | 200.0 | 0.0% | 2.000 |  |" in lines
+    assert "| triton do_bench | 0 | - | - | - | failed: RuntimeError: no |" in lines
+
+
+def test_a_gpu_throttled_throughout_is_timed_from_every_sample_and_says_so():
+    state = {"present": True, "max_sm_clock_mhz": 2000.0, "throttle_reasons": ["hw_slowdown"]}
+    gpu = FakeGpu(clock_for_call=lambda n: 0.5 * MAX_CLOCK_HZ, state=state)
+    fixture, _ = make_fixture()
+    rule = SamplingRule(warmup_s=0.0, min_sample_s=0.0, max_wall_s=0.01)
+    timing = time_on_device(
+        fixture, gpu.step, "cuda_event", rule, api=gpu, host_clock=gpu.host_clock
+    )
+    assert timing.all_set_aside and timing.device_median_s == pytest.approx(2 * STEP_S)
+    assert "every event sample was set aside" in " ".join(timing.notes())
+    assert timing.throttle().startswith("hw_slowdown; ")

@@ -293,3 +293,24 @@ def test_an_undeclared_score_copy_fails_naming_the_op_and_what_to_do(tmp_path):
     assert "score-sized copies in the first step: aten::clone [1x2x32x32]" in message
     assert "masked_fill_" in message and "copies_scores_when_masked=True" in message
     assert "CopyRecord" not in message
+
+
+def test_the_repr_of_evidence_names_it_on_a_bottom_right_causal_case():
+    """A traceback shows an ``Evidence`` argument: its repr names variant, case and mode, and does not fail
+    on the prepared case's ``CausalBias`` mask copies (which have no ``variant``)."""
+    import dataclasses
+    from pathlib import Path
+
+    from perfsuite.measure.evidence import Evidence, prepare_case
+
+    case = AttentionCase(1, 2, 8, 8, 4, "fp32", "cpu", "causal_br")
+    sdpa = get_variant("sdpa")
+    fields = {f.name: None for f in dataclasses.fields(Evidence)}
+    evidence = Evidence(
+        **fields
+        | {"variant": sdpa, "case": case, "mode": "forward", "trace_path": Path("t.json.gz")}
+        | {"prepared": prepare_case(sdpa, case, 0)}
+    )
+    assert repr(evidence).startswith(
+        f"Evidence(variant='sdpa', case='{case.id}', mode='forward', correct"
+    )

@@ -71,3 +71,62 @@ def test_a_failing_nvidia_smi_is_absent_with_its_message(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     reading = gpu_state.read_gpu_state("0")
     assert reading == {"present": False, "reason": "nvidia-smi -i 0 failed: No devices were found"}
+
+
+class FakeNvml:
+    """``pynvml`` (nvidia-ml-py) as a module answering one throttled H100's readings."""
+
+    NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU = 1, 2, 0
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return f"handle {index}"
+
+    nvmlDeviceGetHandleByUUID = nvmlDeviceGetHandleByIndex
+
+    def nvmlDeviceGetClockInfo(self, handle, kind):
+        return {1: 1410, 2: 2619}[kind]
+
+    def nvmlDeviceGetMaxClockInfo(self, handle, kind):
+        return 1980
+
+    def nvmlDeviceGetPowerUsage(self, handle):
+        return 498_000  # milliwatts
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle):
+        return 500_000
+
+    def nvmlDeviceGetTemperature(self, handle, sensor):
+        return 81
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle):
+        return 0x4 | 0x1
+
+
+def test_nvml_is_read_when_installed_and_power_capping_counts_as_throttling(monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "pynvml", FakeNvml())
+    monkeypatch.setattr(gpu_state, "_NVML", {})
+    reading = gpu_state.read_clocks(hip=False)
+    assert reading["source"] == "nvml" and reading["sm_clock_mhz"] == 1410.0
+    assert reading["max_sm_clock_mhz"] == 1980.0 and reading["power_draw_w"] == 498.0
+    assert reading["throttle_reasons"] == ["gpu_idle", "sw_power_cap"]
+    assert gpu_state.slowing_reasons(reading) == ["sw_power_cap"]  # idle does not slow a step
+
+
+def test_rocm_without_amdsmi_or_rocm_smi_is_said_absent(tmp_path, monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "amdsmi", None)  # import fails
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert gpu_state.read_clocks(hip=True) == {
+        "present": False,
+        "reason": "ROCm GPU: neither amdsmi nor rocm-smi is installed",
+    }
+    tool = tmp_path / "rocm-smi"
+    tool.write_text(
+        '#!/bin/sh\necho \'{"card0": {"sclk clock speed:": "(1700Mhz)", "mclk clock speed:": "(1600Mhz)"}}\'\n'
+    )
+    tool.chmod(0o755)
+    reading = gpu_state.read_clocks(hip=True)
+    assert reading["source"] == "rocm-smi" and reading["sm_clock_mhz"] == 1700.0
+    assert reading["memory_clock_mhz"] == 1600.0 and reading["throttle_reasons"] is None

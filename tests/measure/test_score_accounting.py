@@ -249,3 +249,32 @@ def test_the_posts_findings_restated_naive_one_copy_in_place_and_sdpa_none(name,
     assert [a.copies for a in new] == [copies, copies]
     if name == "sdpa":
         assert new[0].written == 0  # the fused CPU kernel writes no score matrix
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "mods, added, gone",
+    [
+        ("alibi", ["aten::mul", "aten::add"], []),  # the bias materialized, then added
+        ("softcap2", ["aten::div", "aten::tanh", "aten::mul"], []),
+        ("sinks", ["aten::sub", "aten::exp", "aten::div"], ["aten::_softmax"]),
+    ],
+)
+def test_naive_mods_shows_the_score_sized_writes_each_modification_adds(
+    mods, added, gone, tmp_path
+):
+    from collections import Counter
+
+    from perfsuite.attention.score_mods import parse_score_mods
+
+    plain = AttentionCase(1, 2, 32, 32, 8, "fp32", "cpu", "causal")
+    modified = AttentionCase(
+        1, 2, 32, 32, 8, "fp32", "cpu", "causal", score_mods=parse_score_mods(mods)
+    )
+    _, base = profiled(get_variant("naive"), plain, tmp_path)
+    _, new = profiled(get_variant("naive_mods"), modified, tmp_path)
+    full = lambda a: Counter(w.op for w in a.writes if w.kind == "computed")
+    difference = full(new[0]) - full(base[0])
+    assert all(difference[op] >= 1 for op in added), difference
+    assert all(op not in full(new[0]) for op in gone)
+    assert new[0].written >= base[0].written + len(added) - len(gone)

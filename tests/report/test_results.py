@@ -61,15 +61,27 @@ def test_rates_and_bytes(make_result):
     assert format_bytes(512) == "512 B" and format_bytes(3 * 1024**3) == "3.0 GiB"
 
 
-def test_table_shows_wall_device_and_their_difference_for_device_timed_rows(make_result):
+def test_table_shows_each_device_clock_apart_for_device_timed_rows(make_result):
     import dataclasses
 
     timed = dataclasses.replace(
-        make_result(0.002), timer="cuda_event", wall_median_s=0.0025, device_median_s=0.002
+        make_result(0.002),
+        timer="cuda_event",
+        clock="cuda_graph",
+        device_median_s=0.002,
+        event_median_s=0.002,
+        kernel_median_s=0.0018,
+        dispatch_median_s=0.00004,
+        rel_spread=0.006,
+        timing_notes=("throttled: sw_power_cap",),
     )
     host_only = markdown_table([make_result(0.002)], []).splitlines()
-    assert "device ms" not in host_only[0]
+    assert "kernel ms" not in host_only[0]
     lines = markdown_table([timed, make_result(0.003)], []).splitlines()
-    assert lines[0].endswith("| timer | wall ms | device ms | wall - device ms |")
-    assert lines[2].endswith("| cuda_event | 2.500 | 2.000 | 0.500 |")
-    assert lines[3].endswith("| host | - | - | - |")
+    assert lines[0].endswith(
+        "| clock | ± median | graph/event ms | kernel ms | dispatch ms | timing notes |"
+    )
+    assert lines[2].endswith(
+        "| cuda_graph | 0.6% | 2.000 | 1.800 | 0.040 | throttled: sw_power_cap |"
+    )
+    assert lines[3].endswith("| host | - | - | - | - | - |")

@@ -143,11 +143,11 @@ def test_errors_name_the_source():
 
 def test_timer_flush_and_graph_settings():
     default = settings.resolve(raw(), cuda_available=False)
-    assert (default.timer, default.l2_flush, default.cuda_graphs) == ("host", True, False)
+    assert (default.timer, default.l2_flush, default.cuda_graphs) == ("host", True, True)
     chosen = settings.resolve(
-        raw(timer="kernel", l2_flush="off", cuda_graphs="on"), cuda_available=False
+        raw(timer="kernel", l2_flush="off", cuda_graphs="off"), cuda_available=False
     )
-    assert (chosen.timer, chosen.l2_flush, chosen.cuda_graphs) == ("kernel", False, True)
+    assert (chosen.timer, chosen.l2_flush, chosen.cuda_graphs) == ("kernel", False, False)
     with pytest.raises(
         ConfigError, match="option timer: timer 'cupti' is not one of host, cuda_event, kernel"
     ):
@@ -206,3 +206,17 @@ def test_each_resolved_value_keeps_the_option_or_key_that_set_it():
     assert resolved.sources["variants"] == "--perfsuite-variants"
     assert resolved.sources["modes"] == "perfsuite_modes"
     assert resolved.sources["seed"] == "default"
+
+
+def test_score_modifications_come_from_the_model_set_the_option_or_the_ini_and_errors_name_it():
+    bloom = settings.resolve(raw(case_set="model-bloom-7b1"), cuda_available=False)
+    assert {c.id.split("-", 3)[-1] for c in bloom.cases} == {"alibi-cpu"}
+    decode = settings.resolve(
+        raw(case_set="llm-decode", dtypes="fp32", score_mods="none softcap50-sinks"),
+        cuda_available=False,
+    )
+    assert [c.score_mods.spec for c in decode.cases] == ["none", "softcap50-sinks"] * 2
+    on_cpu = settings.resolve(raw({"cpu_score_mods": "alibi"}), cuda_available=False)
+    assert all(c.score_mods.alibi for c in on_cpu.cases)
+    with pytest.raises(ConfigError, match=r"^option score_mods: query_offset=5000 puts"):
+        settings.resolve(raw(case_set="llm-decode", score_mods="qoff5000"), cuda_available=False)

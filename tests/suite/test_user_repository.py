@@ -72,7 +72,8 @@ def blocked_attention(query, key, value, *, mask, scale):
                       use_reentrant=False)
 '''
 )
-AB = ("ab", "--cases", CASE, "--blocks", "2", "--rounds", "1", "--fail-on-structure")  # + refs
+# README's plain form: structure that adds work fails by default (--blocks 2: structure only)
+AB = ("ab", "--cases", CASE, "--blocks", "2", "--rounds", "1")  # + refs
 EXTRA_COPY = "    scores = scores.transpose(-2, -1).contiguous().transpose(-2, -1)  # one extra score-sized copy\n"
 
 
@@ -184,7 +185,7 @@ def test_the_ab_gate_on_git_refs_names_the_extra_copy_and_fails(user_repo):
     assert (
         "blocked_attention/b1h2s16d8-fp32-causal-cpu/backward" in output
     )  # every mode is gated by default
-    assert "perfsuite gate: FAIL" in output
+    assert "perfsuite gate: FAIL" in output and "decided by structure" in output
     assert not list(repo.path.glob("perfsuite-ab-*")) and "perfsuite-ab-" not in repo.git(
         "worktree", "list"
     )
@@ -305,6 +306,8 @@ def test_ctrl_c_and_sigterm_end_ab_with_one_line_and_remove_the_worktrees(user_r
         "400",
         "--rounds",
         "5",
+        "--workers-per-side",
+        "2",
         "--base-ref",
         base_sha,
         "--head-ref",
@@ -331,3 +334,40 @@ def test_ctrl_c_and_sigterm_end_ab_with_one_line_and_remove_the_worktrees(user_r
     assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("perfsuite ab: "), err
     assert ("interrupted (Ctrl-C)" if how == "SIGINT" else "terminated (SIGTERM)") in err
     assert "perfsuite-ab-" not in repo.git("worktree", "list")
+
+
+def test_an_alibi_attention_passes_every_check_and_an_old_signature_is_not_generated(user_repo):
+    """The ALiBi example of add-your-attention.md (per-head slopes, causality from the query positions)
+    on GQA decode and chunked-prefill cases passes `perfsuite run --check` (reference in forward and
+    backward, properties); the repository's old-signature blocked_attention is not generated there,
+    and the run says why."""
+    from tests.test_docs import DOCS
+
+    repo, *_ = user_repo
+    page = (DOCS / "how-to" / "add-your-attention.md").read_text()
+    example = page.split("## Score modifications", 1)[1].split("```python\n", 1)[1].split("```")[0]
+    alibi_py = repo.path / "src" / "myattn" / "alibi.py"
+    alibi_py.write_text(example)
+    cases = "b1h4kv2q1k16d8-fp32-causal_br-alibi-cpu,b2h4kv1q3k12d8-fp32-causal_br-alibi-cpu"
+    try:
+        result = repo.perfsuite(
+            "run",
+            "--check",
+            "--perfsuite-variant",
+            "myattn.alibi:alibi_attention",
+            "--perfsuite-variants",
+            "alibi_attention,blocked_attention",
+            "--perfsuite-cases",
+            cases,
+            "--perfsuite-isolate",
+            "none",  # the crash probe's child process is not a check (5 s)
+        )
+    finally:
+        alibi_py.unlink()
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    summary = output.strip().splitlines()[-1]
+    assert " passed" in summary and "failed" not in summary and "error" not in summary, output
+    assert "blocked_attention does not declare alibi (" in output, output
+    assert "your variant blocked_attention has no test on these cases" in output
+    assert "your variant alibi_attention" not in output

@@ -33,8 +33,8 @@ def variants(perfsuite_variants):
     chosen = [
         v.name
         for v in perfsuite_variants
-        if v.runs_property_tests and v.name not in PER_CASE_COMPILE
-    ]
+        if v.runs_property_tests and v.name not in PER_CASE_COMPILE and not v.needs_a_form
+    ]  # variants for score modifications only: tests/testing/test_score_mod_properties.py
     for device in DEVICES:
         for dtype in LOW_PRECISION:
             case = AttentionCase(1, 2, 4, 4, 8, dtype, device, "causal")

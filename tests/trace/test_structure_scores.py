@@ -46,3 +46,30 @@ def test_a_score_write_that_only_moved_to_another_op_stack_is_one_moved_line():
     ]
     # a write that went away without a counterpart stays a -1
     assert diff_fingerprints(head, {"score_writes": {}})[0].startswith("-1 score write computed")
+
+
+def test_score_writes_that_only_reshaped_are_one_line_after_the_cause():
+    """Grouped-query heads viewed another way (``[8x4x4x2048]`` -> ``[8x16x1x2048]``, as many elements): one
+    ``reshaped`` line listed after the change that added work, not a +1/-1 pair before it."""
+    base = {
+        "cpu_ops": {"aten::bmm": 2},
+        "copies": {},
+        "score_writes": {
+            "computed [8x4x4x2048] in aten::bmm": 1,
+            "copy [8x4x4x2048] in aten::clone": 1,
+        },
+    }
+    head = {
+        "cpu_ops": {"aten::bmm": 2},
+        "copies": {"cpu aten::clone [8x16x1x2048]": 1},
+        "score_writes": {
+            "computed [8x16x1x2048] in aten::bmm": 1,
+            "copy [8x16x1x2048] in aten::clone": 2,
+        },
+    }
+    assert diff_fingerprints(base, head) == [
+        "+1 copy cpu aten::clone [8x16x1x2048]",
+        "+2 score write copy [8x16x1x2048] in aten::clone",  # not as often: not only a view
+        "-1 score write copy [8x4x4x2048] in aten::clone",
+        "score write computed reshaped [8x4x4x2048] -> [8x16x1x2048] in aten::bmm",
+    ]

@@ -116,3 +116,24 @@ def test_a_user_who_forgot_to_install_their_package_is_told_to(tmp_path, monkeyp
     with pytest.raises(ValueError) as other:  # a module that is nowhere here: no such hint
         load_variant_spec("no_such_module_anywhere:attention")
     assert "pip install -e" not in str(other.value)
+
+
+def test_a_typo_in_the_module_of_an_installed_package_is_named_as_one(tmp_path, monkeypatch):
+    """The package is installed (importable) and in the repository: a misspelt module in it is a typo,
+    not a package left uninstalled."""
+    package = tmp_path / "src" / "myattn_typo"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "kernels.py").write_text(
+        "def attention(query, key, value, *, mask, scale):\n    return query\n"
+    )
+    (tmp_path / ".git").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path / "src"))
+    with pytest.raises(ValueError) as typo:
+        load_variant_spec("myattn_typo.kernals:attention")
+    assert (
+        "myattn_typo is installed, but has no module 'kernals': did you mean myattn_typo.kernels?"
+        in str(typo.value)
+    )
+    assert "not installed" not in str(typo.value)

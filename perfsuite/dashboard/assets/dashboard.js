@@ -128,7 +128,7 @@
         if (text) { ctx.fillStyle = color; ctx.font = 11 * dpr + "px system-ui"; ctx.fillText(text, px + 3 * dpr, top + 12 * dpr); }
       };
       for (const e of s.epochs) vline(e.c - 0.5, "#888", [2 * dpr, 3 * dpr], e.label);
-      for (const c of s.changes) vline((c.good + c.bad) / 2, c.ratio > 1 ? "#c62828" : "#2e7d32", [6 * dpr, 3 * dpr], pct(c.ratio));
+      for (const c of s.changes) vline(c.bad, c.ratio > 1 ? "#c62828" : "#2e7d32", [6 * dpr, 3 * dpr], pct(c.ratio));  // at the first bad commit
       if (errorBars) {
         ctx.setLineDash([]); ctx.strokeStyle = "#1f4e79"; ctx.lineWidth = 1 * dpr;
         for (let i = 0; i < s.c.length; i++) {
@@ -143,10 +143,11 @@
     };
   }
 
+  function why(s, i) { const at = s.k.indexOf(i); return at < 0 ? "" : ((s.kw || [])[at] || "contended"); }
   function hoverText(s, i) {
     const c = s.c[i], parts = [short(c), C[c][1].slice(0, 16).replace("T", " "), fmtUs(s.m[i]) + " median",
       "IQR " + fmtUs(s.q1[i]) + " - " + fmtUs(s.q3[i]), s.n[i] + " rounds"];
-    if (s.k.includes(i)) parts.push("contended (not used)");
+    if (s.k.includes(i)) parts.push("set aside: " + why(s, i) + " (not used)");
     if (s.cp.length && s.cp[i] !== null) parts.push(s.cp[i] + " score copies");
     if (C[c][2]) parts.push(C[c][2]);
     return parts.join(" \u00b7 ");
@@ -167,7 +168,7 @@
         {label: "median", stroke: "#1f4e79", width: 2, spanGaps: true, points: {show: s.c.length <= 120, size: 4}},
         {label: "q1", stroke: "rgba(31,78,121,0.25)", width: 1, points: {show: false}},
         {label: "q3", stroke: "rgba(31,78,121,0.25)", width: 1, points: {show: false}},
-        {label: "contended", stroke: "#e65100", fill: "#fff", paths: () => null, points: {show: true, size: 8, width: 2}}],
+        {label: "set aside", stroke: "#e65100", fill: "#fff", paths: () => null, points: {show: true, size: 8, width: 2}}],
       bands: [{series: [3, 2], fill: "rgba(31,78,121,0.15)"}],
       hooks: {
         draw: [drawMarks(s, errorBars)],
@@ -187,7 +188,8 @@
         " [" + pct(c.lo) + ", " + pct(c.hi) + "] between ", commitLink(c.good), " and ", commitLink(c.bad),
         c.cause ? ": " + c.cause : "")),
       s.epochs.map((e) => el("li", {class: "epoch"}, "epoch from ", commitLink(e.c), ": " + e.label)),
-      s.k.length ? el("li", {class: "contended"}, s.k.length + " contended point(s) drawn apart (orange), not used") : null);
+      s.k.length ? el("li", {class: "contended"}, s.k.length + " point(s) set aside (" + [...new Set(s.kw || ["contended"])].join(", ") +
+        ") drawn apart (orange), not used") : null);
     const card = el("article", {class: "series", id: "s-" + s.id, "data-series": s.id, "data-points": s.c.length},
       el("h3", {}, el("a", {href: seriesHref(s)}, label(s))),
       el("p", {class: "meta"}, s.dtype + " \u00b7 " + testbed(s.testbed) + " \u00b7 " + s.c.length + " commits"),
@@ -227,9 +229,10 @@
     const [alo, ahi] = interval(a, i), [blo, bhi] = interval(b, j), r = b.m[j] / a.m[i];
     const structA = a.st.length ? a.st[a.s[i]] : "", structB = b.st.length ? b.st[b.s[j]] : "";
     let diff = cause || (structA !== structB ? "structure changed" : "same structure");
+    const apart = [[a, i], [b, j]].filter(([s, k]) => s.k.includes(k)).map(([s, k]) => short(s.c[k]).slice(0, 7) + " " + why(s, k));
     if (a.cp.length && b.cp.length && a.cp[i] !== b.cp[j]) diff += "; score copies " + a.cp[i] + " -> " + b.cp[j];
     return {label: label(a), testbed: a.testbed === b.testbed ? testbed(a.testbed) : testbed(a.testbed) + " vs " + testbed(b.testbed),
-      a: a.m[i], b: b.m[j], r, lo: blo / Math.max(ahi, 1e-12), hi: bhi / Math.max(alo, 1e-12), diff, id: a.id};
+      a: a.m[i], b: b.m[j], r, lo: blo / Math.max(ahi, 1e-12), hi: bhi / Math.max(alo, 1e-12), diff, id: a.id, apart};
   }
   function compareCommits(ca, cb, picked) {
     const rows = [];
@@ -274,9 +277,10 @@
       const rows = kind.value === "commits" ? compareCommits(Number(a.value), Number(b.value), picked) : compareTestbeds(a.value, b.value, picked);
       rows.sort((x, y) => y.r - x.r);
       out.replaceChildren(rows.length ? table(["benchmark", "testbed", "A", "B", "B / A [95% interval]", "structure"],
-        rows.slice(0, 200).map((r) => el("tr", {class: r.lo > 1 ? "regression" : r.hi < 1 ? "improvement" : "", "data-series": r.id},
+        rows.slice(0, 200).map((r) => el("tr", {class: r.apart.length ? "set-aside" : r.lo > 1 ? "regression" : r.hi < 1 ? "improvement" : "", "data-series": r.id},
           el("td", {}, r.label), el("td", {}, r.testbed), el("td", {class: "num"}, fmtUs(r.a)), el("td", {class: "num"}, fmtUs(r.b)),
-          el("td", {class: "num"}, fmtRatio(r.r, r.lo, r.hi)), el("td", {class: "cause"}, r.diff)))) :
+          el("td", {class: "num"}, fmtRatio(r.r, r.lo, r.hi), r.apart.length ? el("span", {class: "apart"}, " set aside: " + r.apart.join("; ")) : null),
+          el("td", {class: "cause"}, r.diff)))) :
         el("p", {}, "No benchmark of the filtered series has points on both sides."));
       if (rows.length > 200) out.append(el("p", {}, "the 200 largest ratios of " + rows.length));
     }

@@ -1,0 +1,177 @@
+"""Modified attention held to the reference and its properties: the score-modification built-ins pass
+on drawn cases; the mistakes real implementations make (a wrong ALiBi slope, a missing softcap, a sink
+added to the numerator, slopes that do not follow their heads) each fail, naming the element and the
+modification; a function with the old signature is not generated on modified cases, with the reason."""
+
+import re
+
+import pytest
+import torch
+from hypothesis import given, settings
+
+from perfsuite.attention.cases import AttentionCase
+from perfsuite.attention.score_mods import ScoreMods
+from perfsuite.suite.generation import certain_skip
+from perfsuite.testing import properties
+from perfsuite.testing.strategies import attention_cases, score_mods, seeds
+from perfsuite.variants import get_variant
+from perfsuite.variants.naive import expand_kv_heads
+from perfsuite.variants.registry import Variant, declared_forms
+
+# every mask kind but the random bool one (a row of it may see no key; covered by the suite's cases)
+MASKS = ("noncausal", "causal", "causal_br", "additive", "padding", "window")
+CHECKS = (
+    "matches_reference",
+    "batch_and_head_independence",
+    "causality",
+    "alibi_position_shift",
+    "huge_softcap_changes_nothing",
+    "minus_infinity_sink_is_no_sink",
+)
+
+
+@settings(max_examples=12)
+@given(attention_cases(masks=MASKS, max_seq_len=12, mods=score_mods()), seeds())
+def test_naive_mods_has_every_property_on_drawn_modified_cases(case, seed):
+    variant = get_variant("naive_mods")
+    for name in CHECKS:
+        if properties.applicable(name, variant, case) is None:
+            assert properties.ALL_CHECKS[name](variant, case, seed) is None
+
+
+@settings(max_examples=6)
+@given(
+    attention_cases(
+        masks=MASKS,
+        max_seq_len=12,
+        mods=score_mods(alibi=True, softcap=False, sinks=False, query_offset=True),
+    ),
+    seeds(),
+)
+def test_sdpa_alibi_matches_the_reference_at_any_query_offset(case, seed):
+    variant = get_variant("sdpa_alibi")
+    assert certain_skip(variant, case, "forward") is None
+    assert properties.check_matches_reference(variant, case, seed) is None
+
+
+def user_variant(fn):
+    return Variant(name=fn.__name__, fn=fn, description="", forms=declared_forms(fn))
+
+
+def scores_of(query, key, scale):
+    key = expand_kv_heads(key, query.shape[1])
+    return torch.matmul(query, key.transpose(-2, -1)) * scale
+
+
+def finish(scores, mask, value, query):
+    if mask.masked_out is not None:
+        scores = scores.masked_fill(mask.masked_out, float("-inf"))
+    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    return torch.matmul(weights, expand_kv_heads(value, query.shape[1]))
+
+
+def alibi(scores, slopes, positions):
+    distance = positions[:, None, :, None] - torch.arange(scores.shape[-1])
+    return scores - slopes[None, :, None, None] * distance
+
+
+def wrong_slope(query, key, value, *, mask, scale, alibi_slopes, query_positions):
+    """ALiBi with the slopes in reverse head order (a head-order mistake)."""
+    scores = alibi(scores_of(query, key, scale), alibi_slopes.flip(0), query_positions)
+    return finish(scores, mask, value, query)
+
+
+def missing_cap(query, key, value, *, mask, scale, softcap):
+    """Declares the softcap and forgets to apply it."""
+    return finish(scores_of(query, key, scale), mask, value, query)
+
+
+def sink_in_numerator(query, key, value, *, mask, scale, sinks):
+    """The sink's exp added to the numerator of every weight as well as to the denominator."""
+    scores = scores_of(query, key, scale)
+    if mask.masked_out is not None:
+        scores = scores.masked_fill(mask.masked_out, float("-inf"))
+    exp, sink = torch.exp(scores), torch.exp(sinks)[None, :, None, None]
+    weights = (exp + sink / scores.shape[-1]) / (exp.sum(-1, keepdim=True) + sink)
+    return torch.matmul(weights, expand_kv_heads(value, query.shape[1]))
+
+
+def own_slopes(query, key, value, *, mask, scale, alibi_slopes, query_positions):
+    """Computes its own geometric slopes instead of using the ones passed."""
+    slopes = 2.0 ** (-8.0 * torch.arange(1, query.shape[1] + 1) / query.shape[1])
+    return finish(alibi(scores_of(query, key, scale), slopes, query_positions), mask, value, query)
+
+
+DECODE = {
+    "batch": 1,
+    "num_heads": 4,
+    "seq_len_q": 1,
+    "seq_len_kv": 16,
+    "head_dim": 8,
+    "dtype": "fp32",
+}
+
+
+@pytest.mark.parametrize(
+    "fn, mods, named",
+    [
+        (wrong_slope, ScoreMods(alibi=True), r"ALiBi slope of head \d = "),
+        (
+            missing_cap,
+            ScoreMods(softcap=1.0),
+            "the output matches the reference without the softcap",
+        ),
+        (sink_in_numerator, ScoreMods(sinks=True), r"sink logit of head \d = "),
+    ],
+    ids=["wrong slope", "missing cap", "sink in the numerator"],
+)
+def test_a_mistake_fails_naming_the_element_and_the_modification(fn, mods, named):
+    case = AttentionCase(**DECODE, device="cpu", mask="causal_br", num_kv_heads=2, score_mods=mods)
+    failure = properties.check_matches_reference(user_variant(fn), case, 0)
+    assert failure is not None
+    assert "worst element at [batch, head, query, dim] = [0, " in failure
+    assert "score modifications at that element: " in failure
+    assert re.search(named, failure), failure
+
+
+def test_slopes_that_do_not_follow_their_heads_fail_the_head_permutation():
+    case = AttentionCase(
+        **DECODE, device="cpu", mask="noncausal", num_kv_heads=4, score_mods=ScoreMods(alibi=True)
+    )
+    variant = user_variant(own_slopes)
+    assert properties.check_matches_reference(variant, case, 0) is None  # right on the case itself
+    failure = properties.check_batch_and_head_independence(variant, case, 0)
+    assert failure is not None and "permuting heads" in failure
+
+
+def test_an_old_signature_is_not_generated_on_a_modified_case_and_says_why():
+    def old(query, key, value, *, mask, scale):
+        return finish(scores_of(query, key, scale), mask, value, query)
+
+    plain = AttentionCase(**DECODE, device="cpu", mask="causal_br")
+    modified = AttentionCase(
+        **DECODE, device="cpu", mask="causal_br", score_mods=ScoreMods(alibi=True, softcap=50)
+    )
+    variant = user_variant(old)
+    assert certain_skip(variant, plain, "forward") is None
+    reason = certain_skip(variant, modified, "forward")
+    assert (
+        reason.startswith("old does not declare alibi (")
+        and "declare with keywords alibi_slopes, query_positions" in reason
+    )
+    assert "softcap (" in reason
+    sdpa = certain_skip(get_variant("sdpa"), modified, "forward")
+    assert "sdpa cannot do" in sdpa and "softcap: SDPA applies nothing between" in sdpa
+
+
+def test_a_near_miss_of_a_form_keyword_is_named_in_the_reason():
+    def gemma(query, key, value, *, mask, scale, logit_softcap=50.0):
+        return finish(scores_of(query, key, scale), mask, value, query)
+
+    capped = AttentionCase(
+        **DECODE, device="cpu", mask="causal_br", score_mods=ScoreMods(softcap=50)
+    )
+    reason = certain_skip(user_variant(gemma), capped, "forward")
+    assert reason.endswith(
+        "its parameter logit_softcap is no form keyword (did you mean 'softcap'?)"
+    )
