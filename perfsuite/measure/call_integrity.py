@@ -11,21 +11,20 @@ Checks made on a variant's checked (untimed) calls, each failing with its reason
   answer (keyed on shapes or data pointers) fails with "the output did not change with the inputs",
   a computation on a subset of the inputs with the element named, and an output that a later
   call overwrites (it aliases the variant's own storage) with that said.
-* ``kept_bytes_per_call``: memory a variant keeps across calls (host RSS on the CPU,
-  ``torch.cuda.memory_allocated`` on CUDA), measured over a few calls.
+* ``kept_bytes_per_call``: memory a variant keeps across calls, read from the allocator's running
+  total at the start of each profiled step (no extra call).
 * ``reproducibility_failure``: for a variant that declares itself deterministic, N reruns of the
   step compared bitwise with the first.
 
 Cost (outside every timed interval): one more call of the step and one more float64 reference of
 the output (and its plain computation in the case's dtype, for the tolerance) for the fresh inputs;
-``1 + KEPT_MEMORY_CALLS`` calls for the memory measurement; N calls for a variant declaring determinism.
+N calls for a variant declaring determinism.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import torch
 
@@ -34,8 +33,7 @@ from perfsuite.attention.modes import StepResult
 from perfsuite.units import format_bytes
 
 FRESH_SEED_OFFSET = 7_919  # the fresh inputs' seed is the suite's seed plus this
-KEPT_MEMORY_CALLS = 3  # calls over which kept memory is measured (after one more that may allocate)
-KEPT_MEMORY_MIN_BYTES_PER_CALL = 1 << 20  # host RSS noise stays below this; CUDA counts exactly
+KEPT_MEMORY_MIN_BYTES_PER_CALL = 1 << 10  # kept memory below this per call is not reported
 DEFAULT_DETERMINISM_RUNS = 10
 
 # -- work outside the call ------------------------------------------------------------------
@@ -174,43 +172,18 @@ def stale_gradient_names(
 # -- memory kept across calls ---------------------------------------------------------------
 
 
-def _rss_bytes() -> int | None:
-    try:
-        pages = int(Path("/proc/self/statm").read_text().split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-    import os
-
-    return pages * os.sysconf("SC_PAGE_SIZE")
-
-
-def _memory_now(device: str) -> int | None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-        return int(torch.cuda.memory_allocated())
-    return _rss_bytes()
-
-
 def kept_bytes_per_call(
-    step: Callable[[], object],
-    device: str,
-    calls: int = KEPT_MEMORY_CALLS,
-    memory: Callable[[str], int | None] = _memory_now,
+    levels: list[int | None], least: int = KEPT_MEMORY_MIN_BYTES_PER_CALL
 ) -> int | None:
-    """Bytes a step keeps per call: the memory after each of ``calls`` calls (results dropped),
-    reported when it grew after every call by at least ``KEPT_MEMORY_MIN_BYTES_PER_CALL`` on the CPU
-    (host RSS; allocator noise stays below it) or by any amount on CUDA (live tensor bytes).
-    Returns the mean growth per call in bytes, or None when nothing was kept (or not measurable)."""
-    step()  # a first call may allocate what every later call reuses
-    readings = [memory(device)]
-    for _ in range(calls):
-        step()
-        readings.append(memory(device))
-    if any(r is None for r in readings):
+    """Bytes a step keeps per call, from the bytes live at the start of consecutive profiled steps
+    (``WindowSummary.allocated_level_bytes``: the allocator's own running total, exact on the CPU and
+    on CUDA; the outputs of earlier steps are freed by then). Reported when the level grew before every
+    step, by ``least`` bytes at least on average: the mean growth; None when it did not, or fewer than
+    two levels were read."""
+    if len(levels) < 2 or any(level is None for level in levels):
         return None
-    growth = [b - a for a, b in zip(readings, readings[1:])]
-    least = 1 if device == "cuda" else KEPT_MEMORY_MIN_BYTES_PER_CALL
-    if all(g >= least for g in growth):
+    growth = [b - a for a, b in zip(levels, levels[1:])]
+    if all(g > 0 for g in growth) and sum(growth) >= least * len(growth):
         return sum(growth) // len(growth)
     return None
 

@@ -24,7 +24,6 @@ from perfsuite.attention.reference import TOLERANCES, Comparison, reference_grad
 from perfsuite.measure.call_integrity import (
     DEFAULT_DETERMINISM_RUNS,
     FRESH_SEED_OFFSET,
-    KEPT_MEMORY_CALLS,
     changed_after_return,
     fresh_input_failures,
     fresh_values,
@@ -324,13 +323,12 @@ def gather_evidence(
         announced_once(variant),  # the checked calls repeat the first call's warnings
         time_limit(
             call_limit_s and call_limit_s * checked_calls,
-            f"the {checked_calls} checked calls (fresh inputs, large-score probe, kept memory"
+            f"the {checked_calls} checked calls (fresh inputs, large-score probe"
             f"{', determinism reruns' if variant.deterministic else ''}) of {in_mode}{each}",
         ),
     ):
         deceptions += _checked_calls(prepared, mode, result, seed, determinism_runs)
         reproducible = _reproducible(prepared, checked_step, result, determinism_runs)
-        kept = kept_bytes_per_call(synchronized(step, case.device), case.device)
     if isinstance(reproducible, str):
         deceptions.append(reproducible)
     tampered = guard.check_and_restore(variant.name, f"its calls on case {case.id} in mode {mode}")
@@ -365,6 +363,7 @@ def gather_evidence(
         modified = later
         comparison, not_compared = _modified_failure(comparison, modified), None
     steps = summarize_windows(trace, annotation)
+    kept = kept_bytes_per_call([s.allocated_level_bytes.get(case.device) for s in steps])
     accounting = account_windows(trace, annotation, case.score_shape, case.head_dim)
     return Evidence(
         variant=variant,
@@ -392,9 +391,9 @@ def gather_evidence(
     )
 
 
-# Calls the checks after the first call make at most: fresh inputs 1, large-score probe 2, kept memory
-# 1 + KEPT_MEMORY_CALLS (determinism reruns come on top, for variants that declare determinism).
-CHECKED_CALLS = 4 + KEPT_MEMORY_CALLS
+# Calls the checks after the first call make at most: fresh inputs 1, large-score probe 2 (determinism
+# reruns come on top, for variants that declare determinism).
+CHECKED_CALLS = 3
 
 
 def _left_running(variant: Variant, watch: ThreadWatch, during: str) -> list[str]:

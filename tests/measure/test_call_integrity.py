@@ -48,13 +48,12 @@ def test_lazy_views_are_not_plain_dense_tensors():
     assert not_plain_dense(torch.ones(3)) is None
 
 
-def test_kept_memory_is_reported_only_when_every_call_grew_it():
-    readings = iter([100, 100 + 8 * 2**20, 100 + 16 * 2**20, 100 + 24 * 2**20, 100 + 32 * 2**20])
-    assert kept_bytes_per_call(lambda: None, "cpu", 4, lambda device: next(readings)) == 8 * 2**20
-    noisy = iter([100, 100 + 2**21, 100 + 2**21, 100 + 2**22, 100 + 2**22])
-    assert kept_bytes_per_call(lambda: None, "cpu", 4, lambda device: next(noisy)) is None
-    exact = iter([0, 64, 128, 192, 256])  # CUDA counts live tensor bytes exactly: any growth counts
-    assert kept_bytes_per_call(lambda: None, "cuda", 4, lambda device: next(exact)) == 64
+def test_kept_memory_is_reported_only_when_every_step_grew_it():
+    mib = 2**20
+    assert kept_bytes_per_call([100, 100 + 8 * mib, 100 + 16 * mib]) == 8 * mib
+    assert kept_bytes_per_call([100, 100 + 8 * mib, 100 + 8 * mib]) is None  # grew once: a cache
+    assert kept_bytes_per_call([100, 164, 228]) is None  # 64 bytes per call: below the floor
+    assert kept_bytes_per_call([100, None, 228]) is None and kept_bytes_per_call([100]) is None
 
 
 def test_a_changed_setting_or_timer_is_named_and_restored():
