@@ -208,7 +208,14 @@ def case_sets_page() -> str:
                 [
                     f"`{name}`",
                     device,
-                    _code(cases.shapes),
+                    " ".join(
+                        part
+                        for part in (
+                            _code(cases.shapes),
+                            f"case ids {_code(cases.cases)}" if cases.cases else "",
+                        )
+                        if part
+                    ),
                     cases.dtypes,
                     cases.masks,
                     cases.score_mods,
@@ -221,7 +228,8 @@ def case_sets_page() -> str:
         "Chosen with `--perfsuite-case-set NAME` or `perfsuite_case_set`; the shape, dtype and mask "
         "settings refine a set ([configuration](configuration.md)). Shapes are "
         "`B x H[:Hkv] x S[:Skv] x D`; the suite runs the product of shapes, dtypes, masks and score "
-        "modifications (ALiBi, softcap, sinks, query positions: `--perfsuite-score-mods`).",
+        "modifications (ALiBi, softcap, sinks, query positions: `--perfsuite-score-mods`), and a "
+        "set's exact case ids (layout cases: [serving shapes](../how-to/serving-shapes.md)).",
         _table(
             ["set", "device", "shapes", "dtypes", "masks", "score mods", "what it is for"], rows
         ),

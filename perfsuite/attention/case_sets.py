@@ -21,6 +21,9 @@ class DeviceCases:
     that refuse that layout is seen without asking for it; "" for none. ``score_mods``: the score
     modifications every case is built with (``perfsuite.attention.score_mods.parse_score_mods``:
     ``none``, ``alibi``, ``softcap50-sinks``, ...), space-separated.
+    ``cases``: exact case ids added to the product, for cases a shape cannot say (layouts:
+    ``-packed-uniform``, ``-paged16-onelong``, ``-dv128``; ``perfsuite.attention.layouts``);
+    "" for none. Like ``transposed``, they are added when the set's shapes, dtypes and masks are used.
     """
 
     shapes: str
@@ -28,6 +31,7 @@ class DeviceCases:
     masks: str
     transposed: str = ""
     score_mods: str = "none"
+    cases: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,9 +74,13 @@ CASE_SETS: dict[str, CaseSet] = {
         DeviceCases("4x32:8x2048x128 4x32:1x2048x128", "bf16", "causal"),
     ),
     "masks": CaseSet(
-        "every mask kind on one shape, prefill with a cached prefix (seq_len_q < seq_len_kv)",
+        "every mask kind on one shape, prefill with a cached prefix (seq_len_q < seq_len_kv), and "
+        "queries that see no key (a score modification applied after the mask shows there)",
         DeviceCases(
-            "2x4x256:384x64", "fp32", "noncausal causal causal_br bool additive padding window128"
+            "2x4x256:384x64",
+            "fp32",
+            "noncausal causal causal_br bool additive padding window128",
+            cases="b2h4q48k32d64-fp32-causal_br-cpu",
         ),
         DeviceCases(
             "4x16x1024:2048x64",
@@ -269,6 +277,112 @@ CASE_SETS.update(
             "encoder self-attention over padded sentences",
             (f"{_BERT.shape(8, 128, 128)}", "fp32", "padding noncausal"),
             (f"{_BERT.shape(64, 512, 512)}", "bf16 fp16", "padding noncausal"),
+        ),
+    }
+)
+
+
+# Serving workloads (layout cases, perfsuite.attention.layouts). Each names its source; CPU cases
+# keep the heads and head dims and scale batch and lengths down to what a 2-core CPU runs in seconds.
+SERVING_SOURCES = {
+    "llama-4-decode": (
+        "tritonbench operators/decoding_attention (Llama-4 decode: 40 query heads over 8 KV heads, "
+        "head_dim 128, q_len 1 and 4, batch 16-128, cache 1k-32k)"
+    ),
+    "deepseek-v3-mla": (
+        "deepseek-ai/DeepSeek-V3 config.json: num_attention_heads 128, qk_nope_head_dim 128 + "
+        "qk_rope_head_dim 64 = query/key head dim 192, v_head_dim 128"
+    ),
+    "ragged-prefill": (
+        "FlashInfer's ragged prefill benchmark and serving batches: sequences of mixed lengths "
+        "packed together, against the same batch padded"
+    ),
+}
+
+
+def _ids(text: str) -> str:
+    return " ".join(text.split())
+
+
+CASE_SETS.update(
+    {
+        "llama-4-decode": CaseSet(
+            "decode of 1 and 4 tokens over a paged KV cache (page 16, mixed lengths), and split-KV; "
+            f"source: {SERVING_SOURCES['llama-4-decode']}",
+            DeviceCases(
+                "",
+                "fp32",
+                "causal_br",
+                cases=_ids(
+                    """b4h40kv8q1k256d128-fp32-causal_br-paged16-uniform-cpu
+                    b4h40kv8q4k256d128-fp32-causal_br-paged16-onelong-cpu
+                    b4h40kv8q1k256d128-fp32-causal_br-split4-cpu"""
+                ),
+            ),
+            DeviceCases(
+                "",
+                "bf16",
+                "causal_br",
+                cases=_ids(
+                    """b16h40kv8q1k8192d128-bf16-causal_br-paged256-uniform-cuda
+                    b64h40kv8q4k4096d128-bf16-causal_br-paged256-uniform-cuda
+                    b128h40kv8q1k1024d128-bf16-causal_br-paged256-onelong-cuda
+                    b16h40kv8q1k32768d128-bf16-causal_br-split8-cuda"""
+                ),
+            ),
+        ),
+        "deepseek-v3-mla": CaseSet(
+            "MLA prefill and decode: query/key head dim 192, value head dim 128 (and the reverse, "
+            f"64/128, for variants that take any value head dim); source: {SERVING_SOURCES['deepseek-v3-mla']}",
+            DeviceCases(
+                "",
+                "fp32",
+                "causal_br",
+                cases=_ids(
+                    """b1h16s128d192-fp32-causal_br-dv128-cpu
+                    b4h16q1k256d192-fp32-causal_br-dv128-cpu
+                    b4h16q1k256d192-fp32-causal_br-paged16-uniform-dv128-cpu
+                    b1h8s128d64-fp32-causal_br-dv128-cpu"""
+                ),
+            ),
+            DeviceCases(
+                "",
+                "bf16",
+                "causal_br",
+                cases=_ids(
+                    """b1h128s4096d192-bf16-causal_br-dv128-cuda
+                    b32h128q1k4096d192-bf16-causal_br-dv128-cuda
+                    b32h128q1k4096d192-bf16-causal_br-paged256-uniform-dv128-cuda
+                    b2h16s2048d64-bf16-causal_br-dv128-cuda"""
+                ),
+            ),
+        ),
+        "ragged-prefill": CaseSet(
+            "causal prefill of sequences of mixed lengths (uniform; one long and many short), packed "
+            f"and padded, so padding's cost shows; source: {SERVING_SOURCES['ragged-prefill']}",
+            DeviceCases(
+                "",
+                "fp32",
+                "causal",
+                cases=_ids(
+                    """b8h8kv2s128d64-fp32-causal-packed-uniform-cpu
+                    b8h8kv2s128d64-fp32-causal-padded-uniform-cpu
+                    b8h8kv2s256d64-fp32-causal-packed-onelong-cpu
+                    b8h8kv2s256d64-fp32-causal-padded-onelong-cpu"""
+                ),
+            ),
+            DeviceCases(
+                "",
+                "bf16",
+                "causal",
+                cases=_ids(
+                    """b32h32kv8s2048d128-bf16-causal-packed-uniform-cuda
+                    b32h32kv8s2048d128-bf16-causal-padded-uniform-cuda
+                    b32h32kv8s8192d128-bf16-causal-packed-onelong-cuda
+                    b32h32kv8s8192d128-bf16-causal-padded-onelong-cuda
+                    b8h32kv8s2048d128-bf16-causal-fp8-cuda"""
+                ),
+            ),
         ),
     }
 )

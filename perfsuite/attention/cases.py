@@ -18,6 +18,7 @@ import re
 import torch
 
 from perfsuite.attention.contract import Form
+from perfsuite.attention.layouts import FRAGMENT_PATTERN, Layout, check_case_layout, parse_fragment
 from perfsuite.attention.masks import mask_kind, parse_mask_kind
 from perfsuite.attention import score_mods as mods_
 from perfsuite.attention.score_mods import ScoreMods
@@ -54,7 +55,9 @@ _ID_RE = re.compile(
     r"^b(?P<b>\d+)h(?P<h>\d+)(?:kv(?P<hkv>\d+))?(?:s(?P<s>\d+)|q(?P<sq>\d+)k(?P<skv>\d+))d(?P<d>\d+)"
     r"-(?P<dtype>\w+?)-(?P<mask>[a-z_]+\d*)(?:-scale(?P<scale>[0-9.e+-]+?))?"
     + mods_.ID_PATTERN
-    + r"(?P<strided>-strided)?(?P<transposed>-transposed)?-(?P<device>\w+)$"
+    + r"(?P<strided>-strided)?(?P<transposed>-transposed)?"
+    + FRAGMENT_PATTERN
+    + r"-(?P<device>\w+)$"
 )
 
 
@@ -89,6 +92,9 @@ class AttentionCase:
     ``-alibi-softcap50-sinks-qoff96`` in the id); an explicit query offset must keep the queries
     inside the key sequence and cannot be combined with ``causal_br`` (write ``causal`` with the
     offset: causal kinds are then aligned by the positions) (``ValueError``).
+    ``layout``: how the batch's sequences are stored (``perfsuite.attention.layouts.Layout``:
+    padded, packed or paged, their lengths, split-KV, a value head dim, FP8); the default is the
+    plain dense case. With a layout, ``seq_len_q``/``seq_len_kv`` are the longest sequence's.
     """
 
     batch: int
@@ -104,6 +110,7 @@ class AttentionCase:
     contiguous: bool = True
     transposed: bool = False
     score_mods: ScoreMods = mods_.NONE
+    layout: Layout = Layout()
 
     def __post_init__(self):
         if self.transposed and not self.contiguous:
@@ -123,6 +130,24 @@ class AttentionCase:
                 self.head_dim,
             )
         )
+        check_case_layout(
+            self.layout,
+            self.mask,
+            self.seq_len_q,
+            self.seq_len_kv,
+            self.contiguous,
+            self.transposed,
+        )
+        if self.layout.fp8 and self.dtype != "bf16":
+            raise ValueError(
+                f"dtype {self.dtype!r} with fp8: FP8 attention returns bfloat16 (FA3, SDPA's "
+                "quantized path); an fp8 case's dtype is bf16"
+            )
+        if self.score_mods.forms and not self.layout.is_plain:
+            raise ValueError(
+                f"score modifications ({self.score_mods.id_suffix}) with the layout "
+                f"{self.layout.fragment!r}: not supported together; allowed: either one alone"
+            )
         offset = self.score_mods.query_offset
         if offset is not None:
             if offset + self.seq_len_q > self.seq_len_kv:
@@ -174,7 +199,7 @@ class AttentionCase:
     def forms(self) -> frozenset[Form]:
         """The forms (``perfsuite.attention.contract.Form``) the case carries: a variant that does not
         declare one of them is not run on the case."""
-        return self.score_mods.forms
+        return self.score_mods.forms | self.layout.forms
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -205,7 +230,8 @@ class AttentionCase:
         strided = "" if self.contiguous else "-strided"
         transposed = "-transposed" if self.transposed else ""
         mods = self.score_mods.id_suffix
-        return f"{self.shape_id}-{self.dtype}-{self.mask}{scale}{mods}{strided}{transposed}-{self.device}"
+        layout = self.layout.fragment
+        return f"{self.shape_id}-{self.dtype}-{self.mask}{scale}{mods}{strided}{transposed}{layout}-{self.device}"
 
     @property
     def score_shape(self) -> tuple[int, int, int, int]:
@@ -263,7 +289,8 @@ def parse_case_id(text: str) -> AttentionCase:
     if not match:
         raise ValueError(
             f"case id {text!r} is not of the form b<B>h<H>[kv<Hkv>](s<S>|q<Sq>k<Skv>)d<D>-<dtype>-<mask>[-scale<x>]"
-            "[-alibi][-softcap<cap>][-sinks][-qoff<offset>][-strided|-transposed]-<device>"
+            "[-alibi][-softcap<cap>][-sinks][-qoff<offset>][-strided|-transposed]"
+            "[-padded|-packed|-paged<P>-<lengths>][-split<N>][-dv<D>][-fp8]-<device>"
         )
     g = match.groupdict()
     seq_q = int(g["s"] or g["sq"])
@@ -282,6 +309,7 @@ def parse_case_id(text: str) -> AttentionCase:
         contiguous=not g["strided"],
         transposed=bool(g["transposed"]),
         score_mods=mods_.from_id_groups(g),
+        layout=parse_fragment(g["layout"] or ""),
     )
 
 

@@ -18,6 +18,11 @@ softcap)``), or, for a form with no keyword, with ``@handles(Form.VALUE_HEAD_DIM
 carries, and only those; a function that does not declare one of them is not run on the case,
 and the run names the form it lacks (``undeclared_forms_reason``). A function with the plain
 signature therefore keeps working, unchanged, on every case without forms.
+
+A function **requires** a form when it names the form's keywords without defaults
+(``def paged(query, key_cache, value_cache, *, mask, scale, block_table, seq_lens_kv)``): it is
+not run on a case that does not carry the form (``required_forms``, ``missing_required_reason``).
+Giving the keywords defaults (``block_table=None``) declares the form without requiring it.
 """
 
 from __future__ import annotations
@@ -137,6 +142,28 @@ FORMS: dict[Form, FormSpec] = {
 
 FORM_KEYWORDS = frozenset(k for spec in FORMS.values() for k in spec.keywords)
 
+# Names other libraries give the same arguments (FlashAttention, FlashInfer, vLLM, transformers):
+# a function using one of them is told the keyword perfsuite passes instead.
+KEYWORD_ALIASES: dict[str, str] = {
+    "attn_logit_softcapping": "softcap",  # transformers' Gemma 2 config
+    "logit_softcapping": "softcap",
+    "logits_soft_cap": "softcap",  # FlashInfer
+    "soft_cap": "softcap",
+    "s_aux": "sinks",  # vLLM's gpt-oss sinks
+    "sink": "sinks",
+    "attention_sinks": "sinks",
+    "slopes": "alibi_slopes",
+    "alibi": "alibi_slopes",
+    "positions": "query_positions",
+    "cu_seqlens_k": "cu_seqlens_kv",  # FlashAttention's varlen and KV-cache functions
+    "max_seqlen_k": "max_seqlen_kv",
+    "block_tables": "block_table",
+    "page_table": "block_table",
+    "cache_seqlens": "seq_lens_kv",
+    "seqused_k": "seq_lens_kv",
+    "seq_lens": "seq_lens_kv",
+}
+
 
 def parse_form(name: str | Form) -> Form:
     """The ``Form`` called ``name``; ``ValueError`` naming the value and the allowed forms."""
@@ -173,6 +200,40 @@ def declared_forms(fn: Callable, extra: Iterable[Form] = ()) -> frozenset[Form]:
     return frozenset(by_keywords) | frozenset(getattr(fn, "__perfsuite_forms__", ())) | set(extra)
 
 
+def required_forms(fn: Callable) -> frozenset[Form]:
+    """The declared forms ``fn`` cannot run without: those with keywords, all of which are
+    parameters of ``fn`` without a default. A function with no signature requires none."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return frozenset()
+    names = {
+        p.name
+        for p in params
+        if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty
+    }
+    return frozenset(
+        f for f, spec in FORMS.items() if spec.keywords and set(spec.keywords) <= names
+    )
+
+
+def missing_required_reason(
+    name: str, required: frozenset[Form], carried: Iterable[Form]
+) -> str | None:
+    """Why the function ``name``, which requires ``required`` forms, is not run on a case carrying
+    ``carried``, or None. A required form is met when the carried forms pass all its keywords (an
+    ALiBi case passes ``query_positions`` too). The reason names each form the case lacks."""
+    passed = {k for form in carried for k in FORMS[form].keywords}
+    missing = sorted(f for f in required if not set(FORMS[f].keywords) <= passed)
+    if not missing:
+        return None
+    return (
+        f"{name} requires {', '.join(f.value for f in missing)} (its keywords "
+        f"{', '.join(k for f in missing for k in FORMS[f].keywords)} have no default), "
+        "which this case does not carry"
+    )
+
+
 def undeclared_forms_reason(
     name: str, declared: frozenset[Form], carried: Iterable[Form]
 ) -> str | None:
@@ -193,6 +254,14 @@ def undeclared_forms_reason(
         )
         parts.append(f"{form.value} ({spec.meaning}; declare with {how})")
     return f"{name} does not declare {'; '.join(parts)}"
+
+
+def forms_in(values: Mapping[str, Any]) -> frozenset[Form]:
+    """The forms with keywords whose keywords are all in ``values`` (an ``AttentionInputs.forms``):
+    what a call's keywords carry (forms without keywords, such as a value head dim, are not seen)."""
+    return frozenset(
+        f for f, spec in FORMS.items() if spec.keywords and all(k in values for k in spec.keywords)
+    )
 
 
 def form_keyword_values(carried: Iterable[Form], values: Mapping[str, Any]) -> dict[str, Any]:

@@ -96,12 +96,22 @@ def _ms(seconds: float | None) -> str:
     return f"{seconds * 1e3:.3f}" if seconds is not None else "-"
 
 
+def _kv_read(r: BenchmarkResult, bandwidth_gbps: float | None) -> str:
+    """``812 (24.1%)``: a layout case's KV-cache read rate and its share of the measured copy
+    bandwidth (``perfsuite.measure.peaks.copy_gbps``); ``-`` for plain cases or without a timing."""
+    rate = r.kv_read_gbps
+    if rate is None:
+        return "-"
+    return f"{rate:.3g} ({100 * rate / bandwidth_gbps:.1f}%)" if bandwidth_gbps else f"{rate:.3g}"
+
+
 def timing_rows(results: list[BenchmarkResult], peaks: dict[str, Any] | None) -> list[str]:
     """Markdown rows: the row's clock and median, the graph (or blocked-event) time, the kernel time
     and the host dispatch per call (each measured apart), TFLOP/s from the median's device time and
     from the kernel time, the share of the measured matmul peak of the case's dtype, GB/s of the
     mode's minimum bytes and the share of the measured copy bandwidth (``perfsuite.measure.peaks``),
-    and the row's timing notes (not converged, throttled, ...)."""
+    the row's timing notes (not converged, throttled, ...), and for layout cases (paged decode) the
+    KV-cache read rate against the measured copy bandwidth."""
     from perfsuite.attention.cases import parse_case_id
 
     header = [
@@ -119,6 +129,7 @@ def timing_rows(results: list[BenchmarkResult], peaks: dict[str, Any] | None) ->
         "% of measured matmul peak",
         "GB/s (minimum bytes)",
         "% of measured copy bandwidth",
+        "KV read GB/s (% of measured bandwidth)",
         "timing notes",
     ]
     rows = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
@@ -152,6 +163,7 @@ def timing_rows(results: list[BenchmarkResult], peaks: dict[str, Any] | None) ->
                     share,
                     gbps,
                     bandwidth,
+                    _kv_read(r, copy_gbps),
                     "; ".join(r.timing_notes) or "-",
                 ]
             )

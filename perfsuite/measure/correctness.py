@@ -6,8 +6,10 @@ import torch
 
 from perfsuite.attention.cases import AttentionCase
 from perfsuite.attention.inputs import AttentionInputs
+from perfsuite.attention.layouts import Storage, output_shape
 from perfsuite.attention.masks import fully_masked_rows
 from perfsuite.attention.modes import StepResult
+from perfsuite.attention.reference_layouts import compare_sequences, lengths_of
 from perfsuite.attention.reference import (
     REFERENCE_BLOCK_BYTES,
     TOLERANCES,
@@ -29,7 +31,9 @@ class ContractViolation(AssertionError):
 
 def contract_failures(output: object, case: AttentionCase, inputs: AttentionInputs) -> list[str]:
     """One line per way ``output`` breaks the contract: a ``torch.Tensor`` shaped ``[B, H, Sq, D]``
-    in the query's dtype and on its device. Empty when it keeps it."""
+    in the query's dtype and on its device. Empty when it keeps it. A layout case's output is
+    ``[total_q, H, Dv]`` packed, else ``[B, H, Sq, Dv]`` (``layouts.output_shape``), in the case's
+    dtype (for FP8 inputs, the dtype of the output)."""
     if not isinstance(output, torch.Tensor):
         hint = (
             " (return the attention output alone, not a tuple such as (output, weights))"
@@ -37,17 +41,26 @@ def contract_failures(output: object, case: AttentionCase, inputs: AttentionInpu
             else ""
         )
         return [f"returned {type(output).__name__}, not a torch.Tensor{hint}"]
-    expected = (case.batch, case.num_heads, case.seq_len_q, case.head_dim)
+    layout = case.layout
+    total_q = sum(lengths_of(case)[0]) if layout.storage == Storage.PACKED else 0
+    expected = output_shape(
+        layout, case.batch, case.num_heads, case.seq_len_q, case.head_dim, total_q
+    )
+    named = (
+        "[total_q, H, Dv]"
+        if layout.storage == Storage.PACKED
+        else ("[B, H, Sq, Dv]" if layout.head_dim_v else "[B, H, Sq, D]")
+    )
     found = []
     lazy = not_plain_dense(output)
     if lazy:
         return [lazy]
     if tuple(output.shape) != expected:
-        found.append(
-            f"returned shape {list(output.shape)}, expected [B, H, Sq, D] = {list(expected)}"
-        )
-    if output.dtype != inputs.query.dtype:
-        found.append(f"returned dtype {output.dtype}, expected the inputs' {inputs.query.dtype}")
+        found.append(f"returned shape {list(output.shape)}, expected {named} = {list(expected)}")
+    want_dtype = case.torch_dtype if layout.fp8 else inputs.query.dtype
+    if output.dtype != want_dtype:
+        whose = "case's output dtype" if layout.fp8 else "inputs'"
+        found.append(f"returned dtype {output.dtype}, expected the {whose} {want_dtype}")
     if output.device != inputs.query.device:
         found.append(
             f"returned a tensor on {output.device}, expected the inputs' device {inputs.query.device}"
@@ -131,10 +144,13 @@ def check_output(
     """Compare ``output`` with the float64 reference, holding fully masked rows to the variant's rule;
     a failure on a case with score modifications names them at the worst element
     (``explain_modifications``), and one whose error is that of a lower precision says so
-    (``precision_kind``).
+    (``precision_kind``); a layout case is compared sequence by sequence
+    (``perfsuite.attention.reference_layouts``).
 
     ``derived``: the tolerance derived from the plain computation's error (``tolerances``); False: the
     dtype's floor (``TOLERANCES``), for inputs built so the plain computation is near exact (a probe)."""
+    if not case.layout.is_plain:
+        return compare_sequences(case, inputs, output, label)
     rows = fully_masked_rows(inputs.mask, case.score_shape)
     if "sinks" in inputs.forms:
         rows = torch.zeros_like(rows)  # the sink is always seen: such a row's output is zero

@@ -18,6 +18,7 @@ import torch
 from perfsuite.measure import compile_stats
 from perfsuite.attention.cases import AttentionCase
 from perfsuite.measure.compile_stats import CompileActivity
+from perfsuite.attention.contract import forms_in
 from perfsuite.attention.inputs import AttentionInputs, make_grad_output, make_inputs
 from perfsuite.attention.modes import GRADIENT_MODES, Step, make_step
 from perfsuite.attention.reference import TOLERANCES, Comparison, reference_gradients
@@ -170,6 +171,9 @@ class Evidence:
 def bind(variant: Variant, inputs: AttentionInputs) -> Callable[[], torch.Tensor]:
     """A no-argument forward of ``variant`` on ``inputs`` (prepared for them), run under ``torch.no_grad()``."""
 
+    forms = variant.forms_unsupported(forms_in(inputs.forms), generating=False)
+    if forms is not None:  # never prepared for keywords it cannot take, or without those it needs
+        raise VariantUnsupported(forms)
     try:
         fn = variant.for_case(inputs)
     except CaseUnsupported as exc:  # the variant's own named limitation, found by its prepare
@@ -190,9 +194,13 @@ def run_once(
 ) -> object:
     """First call of the forward; a refusal by torch becomes ``VariantUnsupported`` with its reasons.
 
-    Warnings raised during the call are recorded (one line each, appended to ``seen`` when
+    A variant lacking a form the case carries, or requiring one it does not, is not called
+    (``VariantUnsupported`` with ``Variant.forms_unsupported``'s reason). Warnings raised during the call are recorded (one line each, appended to ``seen`` when
     given) and shown once per variant and message (``announce_warnings``), not dropped.
     """
+    forms = variant.forms_unsupported(case.forms, generating=False)
+    if forms is not None:  # a form the case carries and the variant lacks, or the reverse
+        raise VariantUnsupported(forms)
     with recorded_warnings() as caught:
         try:
             result = forward()
@@ -283,6 +291,8 @@ def gather_evidence(
     cannot run the case, or the variant has no backward; any other error propagates.
     """
     no_backward = variant.backward_unsupported(case.device)
+    if mode in GRADIENT_MODES and not case.layout.is_plain:
+        raise VariantUnsupported(f"case {case.id} is a layout case: checked forward only")
     if mode in GRADIENT_MODES and no_backward:
         raise VariantUnsupported(f"{variant.name} has no backward on {case.device}: {no_backward}")
     prepared = prepared or prepare_case(variant, case, seed)
@@ -445,7 +455,9 @@ def _checked_calls(
         stale_gradient_names(first, fresh_result, reference_changed),
     )
     del fresh_result
-    if mode == "forward":
+    if (
+        mode == "forward" and case.layout.is_plain
+    ):  # packed sequences: the probe's layout is [B, H, S, D]
         probe = large_score_values(reference_inputs)
         probe_step = synchronized(
             make_step(mode, checked_fn, inputs, prepared.grad_output), case.device

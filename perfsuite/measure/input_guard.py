@@ -20,7 +20,7 @@ _MASK_FIELDS = ("allowed", "masked_out", "additive", "sdpa_mask")
 
 def named_input_tensors(inputs: AttentionInputs) -> dict[str, torch.Tensor]:
     """``query``, ``key``, ``value``, the mask's tensors (``mask.allowed``, ...) and the forms'
-    (``alibi_slopes``, ``sinks``, ``query_positions``: ``AttentionInputs.forms``) by name."""
+    tensors (``alibi_slopes``, ``sinks``, ``block_table``, ...: ``AttentionInputs.forms``) by name."""
     found = {"query": inputs.query, "key": inputs.key, "value": inputs.value}
     for field in _MASK_FIELDS:
         tensor = getattr(inputs.mask, field, None)
@@ -55,6 +55,8 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Equal shapes and values, NaN equal to NaN (a changed tensor is one whose values moved)."""
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
+    if a.element_size() == 1 and a.is_floating_point():  # float8: compare the bits
+        return torch.equal(a.view(torch.uint8), b.view(torch.uint8))
     if a.is_floating_point():
         return bool(torch.where(torch.isnan(a), torch.isnan(b), a == b).all())
     return torch.equal(a, b)

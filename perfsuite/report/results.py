@@ -46,6 +46,9 @@ class BenchmarkResult:
     95% interval / median; ``timing_notes`` what the row must say (not converged, throttled, a
     different kernel set, the GPU idle in the interval). ``wall_median_s``: synchronized host time per
     round, in runs saved before the blocked-event timer (None since).
+    ``padding_flop``/``padding_bytes``: what a padded batch spends on its padding beyond ``flop``
+    and ``bytes_moved`` (the sequences' own), ``kv_read_bytes``: key/value bytes its sequences hold
+    (``perfsuite.attention.cost_model``); None for plain cases.
     ``contended``: other processes took the CPU while this benchmark was timed, so its timing is
     not trustworthy (``perfsuite.measure.contention``); None when not timed or not measured (older
     runs). ``contention_reasons``: why, in words; ``contention_brief``: the same in one short line
@@ -93,6 +96,17 @@ class BenchmarkResult:
     contention_brief: str = ""
     kept_bytes_per_call: int | None = None
     bitwise_reproducible: bool | None = None
+    padding_flop: int | None = None
+    padding_bytes: int | None = None
+    kv_read_bytes: int | None = None
+
+    @property
+    def kv_read_gbps(self) -> float | None:
+        """Key/value bytes the sequences hold (``cost_model.kv_read_bytes``) / median seconds / 1e9:
+        a decode step's KV-cache read rate; None without a timing or for plain cases."""
+        if not self.median_s or self.kv_read_bytes is None:
+            return None
+        return self.kv_read_bytes / self.median_s / 1e9
 
     @property
     def host_overhead_s(self) -> float | None:
@@ -290,6 +304,9 @@ def result_from_benchmark(
         contention_brief=contention.get("brief") or next(iter(contention.get("reasons") or ()), ""),
         kept_bytes_per_call=info.get("kept_bytes_per_call"),
         bitwise_reproducible=info.get("bitwise_reproducible"),
+        padding_flop=(info.get("layout") or {}).get("padding_flop"),
+        padding_bytes=(info.get("layout") or {}).get("padding_bytes"),
+        kv_read_bytes=(info.get("layout") or {}).get("kv_read_bytes"),
     )
 
 
@@ -315,16 +332,55 @@ DEVICE_COLUMNS = (
 DEVICE_HEADER = [c.header for c in DEVICE_COLUMNS]
 
 
+def _flop(value: int) -> str:
+    """``1.5 GFLOP``, ``153 kFLOP``: FLOP with an SI prefix."""
+    for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.3g} {prefix}FLOP"
+    return f"{value} FLOP"
+
+
+def _padding(r: BenchmarkResult) -> str:
+    """``1.2 GFLOP (38%), 2.0 MiB (25%)``: padding's FLOP and bytes and their share of what the padded batch computes and moves."""
+    if not r.padding_flop:
+        return "-"
+    flop_share = r.padding_flop / (r.padding_flop + r.flop)
+    byte_share = (r.padding_bytes or 0) / ((r.padding_bytes or 0) + r.bytes_moved)
+    return (
+        f"{_flop(r.padding_flop)} ({flop_share:.0%}), "
+        f"{format_bytes(r.padding_bytes or 0)} ({byte_share:.0%})"
+    )
+
+
+# Shown when some row is a layout case (perfsuite.attention.layouts): what padding costs beside the
+# useful work (FLOP and bytes), and the KV-cache read rate (decode throughput against bandwidth).
+LAYOUT_COLUMNS = (
+    Column("padding FLOP, bytes (share)", "FLOP, bytes", _padding),
+    Column(
+        "KV read GB/s",
+        "GB/s",
+        lambda r: f"{r.kv_read_gbps:.2f}" if r.kv_read_gbps is not None else "-",
+    ),
+)
+LAYOUT_HEADER = [c.header for c in LAYOUT_COLUMNS]
+
+
 def device_columns(result: BenchmarkResult) -> list[str]:
     """The ``DEVICE_COLUMNS`` cells of one result."""
     return [column.render(result) for column in DEVICE_COLUMNS]
 
 
 def _rows(results: list[BenchmarkResult]) -> tuple[list[str], list[list[str]]]:
-    """Header and rows; the device-time columns only when some row was timed on a device clock."""
+    """Header and rows; the device-time columns only when some row was timed on a device clock, the
+    layout columns (``LAYOUT_COLUMNS``) only when some row is a layout case."""
+    header, cells = HEADER, [table_row(r) for r in results]
     if any(r.device_median_s is not None for r in results):
-        return HEADER + DEVICE_HEADER, [table_row(r) + device_columns(r) for r in results]
-    return HEADER, [table_row(r) for r in results]
+        header = header + DEVICE_HEADER
+        cells = [row + device_columns(r) for row, r in zip(cells, results)]
+    if any(r.kv_read_bytes is not None for r in results):
+        header = header + LAYOUT_HEADER
+        cells = [row + [c.render(r) for c in LAYOUT_COLUMNS] for row, r in zip(cells, results)]
+    return header, cells
 
 
 def markdown_table(

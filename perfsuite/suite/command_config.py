@@ -43,6 +43,10 @@ GATE_KEYS = (
     "perfsuite_user_variants",
     "perfsuite_case_set",
     "perfsuite_cases",
+    "perfsuite_shapes",
+    "perfsuite_dtypes",
+    "perfsuite_masks",
+    "perfsuite_score_mods",
     "perfsuite_modes",
 )  # what decides which benchmarks ab gates
 # ab's values: the suite's settings it reads (settings.SETTINGS: ini key and default), and the
@@ -59,6 +63,8 @@ PLUGIN_KEYS = {
     "history": "perfsuite_history",
     "history_url": "perfsuite_history_url",
 }
+# the configuration's refinements of the case set, read from the file as perfsuite run reads them
+REFINING_VALUES = ("shapes", "dtypes", "masks", "score_mods")
 UNREAD_KEYS = ("devices",)  # ab takes --devices only, not perfsuite_devices
 
 
@@ -229,6 +235,11 @@ def ab_values(options: AbOptions, project: Project, file_label: str) -> dict[str
                 default_source,
             )
         )
+    for name in REFINING_VALUES:
+        spec = SETTINGS[name]
+        found[name] = _from_file_or_default(
+            project.config, file_label, spec.ini_key, spec.default, spec.default_value().source
+        )
     for name, key in PLUGIN_KEYS.items():
         found[name] = _from_file_or_default(
             project.config, file_label, key, "", f"built-in default {key}=''"
@@ -283,7 +294,7 @@ def resolve_ab(
         else []
     )
     raw = {name: spec.default_value() for name, spec in settings.SETTINGS.items()} | {
-        name: values[name].raw for name in SUITE_VALUES
+        name: values[name].raw for name in (*SUITE_VALUES, *REFINING_VALUES)
     }
     specs = tuple(values["user_variants"].text.split())
     try:

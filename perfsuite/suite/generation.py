@@ -64,11 +64,21 @@ class NotGenerated:
         shown = self.counts.most_common(most)
         rest = len(self.counts) - len(shown)
         reasons = "; ".join(f"{count} x {reason}" for reason, count in shown)
-        more = f"; and {rest} other reasons (-v lists them)" if rest > 0 else ""
+        more = (
+            f"; and {rest} other reason{'s' if rest > 1 else ''} (-v lists them)"
+            if rest > 0
+            else ""
+        )
         return [
             f"perfsuite: {self.total} combinations not generated (their skip is certain before "
             f"running): {reasons}{more}"
         ]
+
+
+LAYOUT_FORWARD_ONLY = (
+    "layout cases (padded, packed, paged, split-KV, value head dim, FP8) are inference forms: "
+    "checked and timed forward only"
+)
 
 
 def certain_skip(variant: Variant, case: AttentionCase, mode: str | None) -> str | None:
@@ -79,6 +89,8 @@ def certain_skip(variant: Variant, case: AttentionCase, mode: str | None) -> str
     forms = variant.forms_unsupported(case.forms)
     if forms is not None:
         return forms
+    if mode in GRADIENT_MODES and not case.layout.is_plain:
+        return LAYOUT_FORWARD_ONLY
     no_backward = variant.backward_unsupported(case.device) if mode in GRADIENT_MODES else None
     if no_backward:
         return f"{variant.name} has no backward on {case.device}: {no_backward}"

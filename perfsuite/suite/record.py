@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from perfsuite.attention.cost_model import mode_bytes, mode_flop
+from perfsuite.attention.cost_model import (
+    kv_read_bytes,
+    mode_bytes,
+    mode_flop,
+    padding_bytes,
+    padding_flop,
+)
 from perfsuite.trace.structure import fingerprint
 from perfsuite.measure.evidence import Evidence
 from perfsuite.storage import EXTRA_INFO_SCHEMA_VERSION
@@ -42,6 +48,13 @@ def benchmark_extra_info(evidence: Evidence) -> dict[str, object]:
         "flop": mode_flop(case, evidence.mode),
         "bytes_read": read,
         "bytes_written": written,
+        "layout": None
+        if case.layout.is_plain
+        else {
+            "padding_flop": padding_flop(case),
+            "padding_bytes": padding_bytes(case),
+            "kv_read_bytes": kv_read_bytes(case),
+        },
         "cpu_ops_per_step": first.cpu_op_count,
         "kernels_per_step": first.kernel_count,
         "score_copies_per_step": evidence.score_copies(lane)[0],

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from perfsuite.attention import cases
 from perfsuite.errors import ConfigError
 from perfsuite.attention.case_sets import get_case_set
-from perfsuite.attention.score_mods import NONE as NO_SCORE_MODS, parse_score_mods
+from perfsuite.attention.score_mods import NONE as NO_SCORE_MODS, ScoreMods, parse_score_mods
 from perfsuite.attention.cases import AttentionCase, Device
 from perfsuite.attention.modes import MODES, parse_mode
 from perfsuite.errors import DeviceTimingError
@@ -388,6 +388,10 @@ def _resolve_cases(
             for f in ("shapes", "dtypes", "masks", "score_mods")
         ]
         sources += [_describe_source(f) for f in fields]
+        only_ids = fields[0].origin == "default" and not fields[0].value.strip()
+        if only_ids:  # a set of exact case ids (layout cases) and no shapes
+            found += _set_cases(case_set_name, device, fields)
+            continue
         shapes = _parse_items(fields[0], cases.parse_shape, "shapes")
         dtypes = _parse_items(fields[1], cases.parse_dtype, "dtypes")
         masks = [m for group in _parse_items(fields[2], cases.parse_masks, "masks") for m in group]
@@ -410,6 +414,7 @@ def _resolve_cases(
         except ValueError as exc:
             raise ConfigError(f"{fields[3].source}: {exc}") from None
         found += _transposed_cases(case_set_name, device, fields, dtypes, masks)
+        found += _set_cases(case_set_name, device, fields, list(dict.fromkeys(mods)))
     combined = (
         "" if raw["combinations"].value.strip().lower() == "all" else ", pairwise combinations"
     )
@@ -426,6 +431,25 @@ def _transposed_cases(
         return []
     [built] = cases.build_cases([cases.parse_shape(shape)], dtypes[:1], device, masks[:1], "all")
     return [dataclasses.replace(built, transposed=True)]
+
+
+def _set_cases(
+    case_set_name: str, device: str, fields: list[RawValue], mods: list[ScoreMods] | None = None
+) -> list[AttentionCase]:
+    """The case set's exact case ids on ``device`` (``DeviceCases.cases``: layout cases, queries that
+    see no key), when its shapes, dtypes and masks all come from the set; a dense one is built with
+    each of ``mods`` (the score modifications asked for), a layout one as it is."""
+    ids = getattr(get_case_set(case_set_name), device).cases
+    if not ids or any(f.origin != "default" for f in fields[:3]):
+        return []
+    exact = [cases.parse_case_id(text) for text in ids.split()]
+    if not mods:
+        return exact
+    return [
+        dataclasses.replace(case, score_mods=m) if case.layout.is_plain else case
+        for case in exact
+        for m in (mods if case.layout.is_plain else mods[:1])
+    ]
 
 
 def _resolve_isolate(

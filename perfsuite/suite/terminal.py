@@ -11,6 +11,7 @@ import pytest
 from perfsuite.errors import PerfsuiteError
 from perfsuite.suite import options
 from perfsuite.suite.session import SuiteSession
+from perfsuite.variants.user import loaded_user_variants
 
 NO_SUITE_COLLECTED = (
     "perfsuite: no test of the attention suite was collected here. The suite ships with "
@@ -43,19 +44,25 @@ def collection_notes(session: pytest.Session, suite: SuiteSession) -> None:
     chosen = bool(
         suite.shard_note or session.config.option.keyword or session.config.option.markexpr
     )
-    for name in [] if chosen else idle_user_variants(suite_items, suite.settings.variants):
+    idle = [] if chosen else idle_user_variants(suite_items, suite.settings.variants)
+    for name in idle:
         reporter.write_line(
             f"perfsuite: your variant {name} has no test on these cases: each combination's skip is "
             "certain (the reasons are above; a form it does not declare is the usual one)",
             yellow=True,
+        )
+    users = [v for v in suite.settings.variants if v in loaded_user_variants()]
+    if idle and len(idle) == len(users):
+        raise pytest.UsageError(
+            f"none of your variants ({', '.join(idle)}) has a test on these cases, so this run would "
+            "check nothing of yours; declare the forms the cases carry (the reasons are above) or "
+            "choose cases your variants run (perfsuite_case_set, --perfsuite-cases)"
         )
 
 
 def idle_user_variants(items, selected) -> list[str]:
     """The selected users' variants (``--perfsuite-variant``, ``perfsuite_user_variants``, entry points)
     that no collected suite test runs: a run of theirs that is all skips would otherwise read as a pass."""
-    from perfsuite.variants.user import loaded_user_variants
-
     ran = set()
     for item in items:
         variant = getattr(getattr(item, "callspec", None), "params", {}).get("variant")

@@ -425,6 +425,99 @@ def check_minus_infinity_sink_is_no_sink(
     return _against_reference(variant, case, seed, given, without, "with every sink at -inf")
 
 
+def _owned(case: AttentionCase, inputs: AttentionInputs, index: int) -> dict[str, torch.Tensor]:
+    """Bool masks over the first dimension of query, key and value: True where the element belongs
+    to sequence ``index`` (a packed row range, a batch row, the pages its block table names)."""
+    from perfsuite.attention.layouts import Storage, pages_needed
+    from perfsuite.attention.reference_layouts import lengths_of
+
+    layout = case.layout
+    q_lens, kv_lens = lengths_of(case)
+    owned = {}
+    for name, tensor in (("query", inputs.query), ("key", inputs.key), ("value", inputs.value)):
+        rows = torch.zeros(tensor.shape[0], dtype=torch.bool)
+        if layout.storage == Storage.PACKED:
+            cu = inputs.forms["cu_seqlens_q" if name == "query" else "cu_seqlens_kv"].tolist()
+            rows[cu[index] : cu[index + 1]] = True
+        elif layout.storage == Storage.PAGED and name != "query":
+            needed = pages_needed(kv_lens, layout.page_size)[index]
+            rows[inputs.forms["block_table"][index, :needed].long().cpu()] = True
+        else:
+            rows[index] = True
+        owned[name] = rows
+    return owned
+
+
+def check_sequence_independence(variant: Variant, case: AttentionCase, seed: int) -> str | None:
+    """Layout property: a sequence's output does not depend on the other sequences of its batch.
+    For the first and the last sequence, every query/key/value element that does not belong to it
+    (other sequences' rows, their pages and the spare ones) is redrawn; its output must not move."""
+    from perfsuite.attention.reference_layouts import output_sequence, sequences
+
+    inputs = make_inputs(case, seed)
+    base = _guarded(variant, case, inputs)
+    gen = _generator(seed)
+
+    def redraw(tensor: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        fresh = (torch.randn(tensor.shape, generator=gen) * 3).to(tensor.device)
+        keep = rows.to(tensor.device).view(-1, *([1] * (tensor.dim() - 1)))
+        return torch.where(keep, tensor, fresh.to(tensor.dtype))
+
+    for index in dict.fromkeys((0, case.batch - 1)):
+        owned = _owned(case, inputs, index)
+        moved = inputs.replace(
+            **{name: redraw(getattr(inputs, name), rows) for name, rows in owned.items()}
+        )
+        after = _guarded(variant, case, moved)
+        seq = sequences(case, inputs)[index]
+        got = output_sequence(case, after, seq).detach().to(torch.float64).cpu()
+        want = output_sequence(case, base, seq).detach().to(torch.float64).cpu()
+        if diff := _difference(got, want, case.torch_dtype):
+            return _fail(
+                variant,
+                case,
+                seed,
+                f"sequence {index} (q_len {seq.q_len}, kv_len {seq.kv_len}) changed when only the "
+                f"other sequences of its batch did ({diff})",
+            )
+    return None
+
+
+def check_page_permutation(variant: Variant, case: AttentionCase, seed: int) -> str | None:
+    """Paged property: moving the cache's pages (and the block table with them) changes nothing."""
+    inputs = make_inputs(case, seed)
+    base = _run(variant, case, inputs)
+    num_pages = inputs.key.shape[0]
+    order = torch.randperm(num_pages, generator=_generator(seed))  # new page i holds old order[i]
+    where = torch.empty_like(order)
+    where[order] = torch.arange(num_pages)
+    table = inputs.forms["block_table"]
+    moved = inputs.replace(
+        key=inputs.key[order.to(inputs.key.device)],
+        value=inputs.value[order.to(inputs.value.device)],
+        forms={**inputs.forms, "block_table": where.to(table.device)[table.long()].to(table.dtype)},
+    )
+    if diff := _difference(_run(variant, case, moved), base, case.torch_dtype):
+        return _fail(
+            variant,
+            case,
+            seed,
+            f"moving the cache's pages by {order.tolist()} with the block table changed the output ({diff})",
+        )
+    return None
+
+
+# checks that read dense [B, H, S, D] tensors and the case's dense mask
+DENSE_CHECKS = (
+    "batch_and_head_independence",
+    "causality",
+    "masked_keys_do_not_matter",
+    "nan_in_masked_keys_or_values",
+    "nan_masked_key_for_masked_fill",
+    "shift_invariance",
+)
+LAYOUT_CHECKS = ("sequence_independence", "page_permutation")
+
 ALL_CHECKS = {
     "matches_reference": check_matches_reference,
     "batch_and_head_independence": check_batch_and_head_independence,
@@ -439,6 +532,8 @@ ALL_CHECKS = {
     "alibi_position_shift": check_alibi_position_shift,
     "huge_softcap_changes_nothing": check_huge_softcap_changes_nothing,
     "minus_infinity_sink_is_no_sink": check_minus_infinity_sink_is_no_sink,
+    "sequence_independence": check_sequence_independence,
+    "page_permutation": check_page_permutation,
 }
 
 # The checks that need a form of the case (``AttentionCase.forms``), and the form.
@@ -458,6 +553,18 @@ def applicable(name: str, variant: Variant, case: AttentionCase) -> str | None:
             "compiled variants are checked against float64 by the suite; here every transformed input "
             "would compile anew (seconds each); declare property_tests=True to run them anyway"
         )
+    from perfsuite.attention.layouts import Storage
+
+    storage = case.layout.storage
+    if name in DENSE_CHECKS and not case.layout.is_plain:
+        return (
+            "a layout case: the check transforms dense [B, H, S, D] inputs and the case's mask; "
+            "layout cases have sequence_independence and page_permutation"
+        )
+    if name == "sequence_independence" and (storage == Storage.DENSE or case.batch < 2):
+        return "one length per batch of dense sequences: batch_and_head_independence covers it"
+    if name == "page_permutation" and storage != Storage.PAGED:
+        return "not a paged case"
     if name in _NEEDS_FORM and _NEEDS_FORM[name] not in case.forms:
         return f"the case has no {_NEEDS_FORM[name].value}"
     if name == "alibi_position_shift" and (case.causal or mask_kind(case.mask).bottom_right):

@@ -166,3 +166,80 @@ def attention_cases(
         contiguous=draw(st.booleans()) if contiguous is None else contiguous,
         score_mods=drawn_mods,
     )
+
+
+LAYOUT_MASKS = ("noncausal", "causal", "causal_br", "window")
+
+
+def sequence_lengths(
+    max_batch: int = 4, max_len: int = 24, min_len: int = 1
+) -> st.SearchStrategy[list[int]]:
+    """Lengths of a batch of sequences (1 to ``max_batch`` of them, each ``min_len``..``max_len``),
+    for ``perfsuite.attention.layouts.pack``/``paginate``."""
+    return st.lists(st.integers(min_len, max_len), min_size=1, max_size=max_batch)
+
+
+@st.composite
+def page_layouts(draw, max_batch: int = 4, max_len: int = 24) -> tuple[list[int], int, int]:
+    """``(lengths, page_size, page_seed)``: a batch's lengths, a page size (1 to 8: a page can be
+    larger than a sequence) and the seed of the page order ``paginate`` hands out."""
+    return (
+        draw(sequence_lengths(max_batch, max_len)),
+        draw(st.integers(1, 8)),
+        draw(seeds()),
+    )
+
+
+@st.composite
+def block_tables(draw, max_batch: int = 4, max_len: int = 24) -> tuple[list[int], int, object]:
+    """``(lengths, page_size, block_table)``: a block table (int32 ``[batch, max_pages]``) whose
+    rows name distinct pages of a cache of ``sum(pages) + 1`` pages in a drawn order."""
+    import torch
+
+    from perfsuite.attention.layouts import pages_needed
+
+    lengths, page_size, seed = draw(page_layouts(max_batch, max_len))
+    needed = pages_needed(lengths, page_size)
+    order = torch.randperm(sum(needed) + 1, generator=torch.Generator().manual_seed(seed))
+    table = torch.zeros(len(lengths), max(needed), dtype=torch.int32)
+    taken = 0
+    for b, pages in enumerate(needed):
+        table[b, :pages] = order[taken : taken + pages]
+        taken += pages
+    return lengths, page_size, table
+
+
+@st.composite
+def layout_cases(
+    draw,
+    storages: tuple[str, ...] = ("padded", "packed", "paged"),
+    masks: tuple[str, ...] = LAYOUT_MASKS,
+    max_seq_len: int = 24,
+) -> AttentionCase:
+    """Small layout cases (``perfsuite.attention.layouts``) on the CPU in fp32: padded, packed or
+    paged storage with a drawn length distribution, GQA heads, prefill or (paged) decode/chunked
+    prefill, sometimes a value head dim of its own."""
+    from perfsuite.attention.layouts import Layout, Lengths, Storage
+
+    storage = Storage(draw(st.sampled_from(storages)))
+    seq_len_kv = draw(st.integers(2, max_seq_len))
+    seq_len_q = draw(st.integers(1, min(4, seq_len_kv))) if storage == Storage.PAGED else seq_len_kv
+    num_kv_heads = draw(st.sampled_from((1, 2)))
+    head_dim = draw(st.sampled_from((3, 8, 12)))
+    return AttentionCase(
+        batch=draw(st.integers(2, 4)),
+        num_heads=num_kv_heads * draw(st.sampled_from((1, 2))),
+        seq_len_q=seq_len_q,
+        seq_len_kv=seq_len_kv,
+        head_dim=head_dim,
+        dtype="fp32",
+        device=Device.CPU,
+        mask=draw(mask_kinds(masks)),
+        num_kv_heads=num_kv_heads,
+        layout=Layout(
+            storage=storage,
+            lengths=draw(st.sampled_from(tuple(Lengths))),
+            page_size=draw(st.integers(1, 8)) if storage == Storage.PAGED else None,
+            head_dim_v=draw(st.sampled_from((None, 4))),
+        ),
+    )

@@ -1,6 +1,8 @@
 """Structural fingerprint of a forward: deterministic facts that gate without noise.
 
-ATen ops and device kernels by name with counts, copies by kind and shape, ``Memcpy`` by
+ATen ops and device kernels by name with counts, copies by kind and shape (with the bytes they
+write, ``copy_bytes``: a gathered KV cache shows as ``+2 copy cpu aten::clone [4x2x64x8] (+16.0 KiB
+per step)``), ``Memcpy`` by
 kind, bytes allocated, the SDPA backend that ran, and (when given) the score accounting:
 score-sized writes labelled ``kind [shape] in op > op`` (``perfsuite.measure.score_accounting``). For one torch build and case these do
 not change between runs, so any difference is a real change in what the code does.
@@ -26,6 +28,17 @@ def copy_counts(summary: WindowSummary) -> dict[str, int]:
         shape = "x".join(map(str, copy.shape)) if copy.shape else "?"
         copies[f"{copy.lane} {kind} [{shape}]"] += 1
     return dict(copies)
+
+
+def copy_bytes(summary: WindowSummary) -> dict[str, int]:
+    """Bytes written by the copies of each ``copy_counts`` key, per step (a copy whose size the
+    trace does not record counts 0): what a copy of a KV cache or a score matrix costs."""
+    written: dict[str, int] = collections.Counter()
+    for copy in summary.copies:
+        kind = f"{copy.kind} (dtype conversion)" if copy.dtype_conversion else copy.kind
+        shape = "x".join(map(str, copy.shape)) if copy.shape else "?"
+        written[f"{copy.lane} {kind} [{shape}]"] += copy.size_bytes or 0
+    return dict(written)
 
 
 def count_changes(
@@ -58,6 +71,7 @@ def fingerprint(
         "no_work_ops": dict(sorted(summary.no_work_ops.items())),
         "kernels": dict(sorted(summary.kernels.items())),
         "copies": dict(sorted(copies.items())),
+        "copy_bytes": dict(sorted(copy_bytes(summary).items())),
         "memcpy": dict(sorted(summary.memcpy_counts.items())),
         "allocated_bytes": summary.allocated_bytes.get(device, 0),
         "written_in_place_bytes": summary.written_in_place_bytes,
@@ -183,6 +197,16 @@ def _score_write_lines(changes: list[tuple[str, int, int]]) -> tuple[list[str], 
     ] + lines, reshaped
 
 
+def _bytes_of(field: str, name: str, base: dict[str, Any], head: dict[str, Any]) -> str:
+    """`` (+16.0 KiB per step)`` for a copy line when both fingerprints record copy bytes."""
+    if field != "copies" or "copy_bytes" not in base or "copy_bytes" not in head:
+        return ""
+    grown = head["copy_bytes"].get(name, 0) - base["copy_bytes"].get(name, 0)
+    if not grown:
+        return ""
+    return f" ({'+' if grown > 0 else '-'}{format_bytes(abs(grown))} per step)"
+
+
 def diff_fingerprints(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
     """Human lines for every structural change, ``[]`` when identical.
 
@@ -209,7 +233,9 @@ def diff_fingerprints(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
             lines += changed
             continue
         for name, before, after in changes:
-            lines.append(f"{after - before:+d} {label}{name[:160]}")
+            lines.append(
+                f"{after - before:+d} {label}{name[:160]}{_bytes_of(field, name, base, head)}"
+            )
     grown = head.get("allocated_bytes", 0) - base.get("allocated_bytes", 0)
     if grown:
         sign = "+" if grown > 0 else "-"

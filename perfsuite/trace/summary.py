@@ -204,7 +204,7 @@ class TraceIndex:
                     e["name"],
                     e["name"],
                     _first_dims(e),
-                    None,
+                    op_output_bytes(e),
                     _converts_dtype(e),
                     _tensor_types(e),
                 )

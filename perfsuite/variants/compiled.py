@@ -49,6 +49,7 @@ def compile_for_case(fn: types.FunctionType) -> VariantFn:
     fully_masked_rows="nan",
     prepare=lambda inputs: compile_for_case(naive_attention),
     compiled=True,
+    forms=("value_head_dim",),
 )
 def naive_compiled_attention(query, key, value, *, mask, scale):
     """``naive_attention`` compiled once per case by ``prepare``; called directly it runs eager."""

@@ -145,6 +145,7 @@ def _shared_compiled_flex() -> Callable:
     "flex_eager",
     "flex_attention without torch.compile: unfused reference, materializes the scores",
     prepare=prepare_eager,
+    forms=("value_head_dim",),
 )
 def flex_eager_attention(query, key, value, *, mask, scale):
     """Eager flex_attention; called directly it builds the block mask on every call."""
@@ -160,6 +161,7 @@ def flex_eager_attention(query, key, value, *, mask, scale):
     compiled=True,
     saves_scores_for_backward=False,
     fused=True,
+    forms=("value_head_dim",),
 )
 def flex_compiled_attention(query, key, value, *, mask, scale):
     """Compiled flex_attention; called directly it builds the block mask on every call."""

@@ -24,6 +24,7 @@ def expand_kv_heads(tensor: torch.Tensor, num_heads: int) -> torch.Tensor:
     copies_scores_when_masked=True,
     fully_masked_rows="nan",
     saves_scores_for_backward=True,
+    forms=("value_head_dim",),
 )
 def naive_attention(query, key, value, *, mask, scale):
     """Attention written op by op; ``masked_fill`` clones the ``[B, H, Sq, Skv]`` scores."""

@@ -18,6 +18,7 @@ from perfsuite.variants.registry import register_variant
     "naive with mul_, add_ and masked_fill_ (no score copy)",
     fully_masked_rows="nan",
     saves_scores_for_backward=True,
+    forms=("value_head_dim",),
 )
 def naive_inplace_attention(query, key, value, *, mask, scale):
     """Like ``naive`` but scales, biases and masks the fresh score tensor in place."""

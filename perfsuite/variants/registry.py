@@ -17,12 +17,15 @@ from collections.abc import Callable, Mapping, Sequence
 from perfsuite.attention.cases import DEVICES
 from perfsuite.attention.contract import (
     FORM_KEYWORDS,
+    KEYWORD_ALIASES,
     FORMS,
     Form,
     PrepareFn,
     VariantFn,
     declared_forms,
+    missing_required_reason,
     parse_form,
+    required_forms,
     undeclared_forms_reason,
 )
 from perfsuite.attention.reference import FullyMaskedRows
@@ -84,6 +87,8 @@ class Variant:
     hook for a softcap), given in place of "does not declare" on a case carrying it.
     ``needs_a_form``: the variant exists for cases with forms (``naive_mods``); on a plain case its
     tests are not generated (the plain built-ins cover those).
+    ``requires``: the forms whose keywords its function takes without a default
+    (``perfsuite.attention.contract.required_forms``); it is not run on a case without them.
     """
 
     name: str
@@ -106,6 +111,7 @@ class Variant:
     forms: frozenset[Form] = frozenset()
     forms_refused: tuple[tuple[Form, str], ...] = ()
     needs_a_form: bool = False
+    requires: frozenset[Form] = frozenset()
 
     def device_unsupported(self, device: str) -> str | None:
         """Why the variant cannot run on ``device`` (``"cpu"``, ``"cuda"``) at all, or None."""
@@ -113,17 +119,21 @@ class Variant:
             return None
         return f"{self.name} runs on {', '.join(self.devices)} only"
 
-    def forms_unsupported(self, carried: frozenset[Form]) -> str | None:
+    def forms_unsupported(self, carried: frozenset[Form], generating: bool = True) -> str | None:
         """Why the variant is not run on a case carrying the forms ``carried``, or None: the
         variant's own reasons (``forms_refused``) for the forms it refuses, else the forms it does
-        not declare; for a ``needs_a_form`` variant, that a plain case is not its."""
-        if self.needs_a_form and not carried:
-            return f"{self.name} runs on cases with forms (score modifications) only"
+        not declare; for a ``needs_a_form`` variant, that a plain case is not its; the forms it
+        requires (``requires``) that the case does not carry. ``generating=False`` (a direct call):
+        ``needs_a_form`` does not refuse, since such a variant can run a plain case."""
+        if generating and self.needs_a_form and not carried:
+            return f"{self.name} runs on cases with forms (score modifications, layouts) only"
         refused = [f"{form.value}: {why}" for form, why in self.forms_refused if form in carried]
         if refused:
             return f"{self.name} cannot do " + "; ".join(refused)
         reason = undeclared_forms_reason(self.name, self.forms, carried)
-        return None if reason is None else reason + _near_misses(self.fn, set(carried) - self.forms)
+        if reason is not None:
+            return reason + _near_misses(self.fn, set(carried) - self.forms)
+        return missing_required_reason(self.name, self.requires, carried)
 
     def backward_unsupported(self, device: str) -> str | None:
         """Why the variant has no backward on ``device`` (``"cpu"``, ``"cuda"``), or None when it has one."""
@@ -155,11 +165,15 @@ def _near_misses(fn: VariantFn, missing: set[Form]) -> str:
         return ""
     wanted = [k for form in missing for k in FORMS[form].keywords]
     known = {*_POSITIONAL, *_KEYWORD_ONLY, *FORM_KEYWORDS}
-    hints = [
-        f"; its parameter {name} is no form keyword{hint}"
-        for name in params
-        if name not in known and (hint := did_you_mean(name, wanted))
-    ]
+    hints = []
+    for name in params:
+        if name in known:
+            continue
+        alias = KEYWORD_ALIASES.get(name)
+        if alias in wanted:
+            hints.append(f"; its parameter {name} is what perfsuite passes as {alias!r}: rename it")
+        elif hint := did_you_mean(name, wanted):
+            hints.append(f"; its parameter {name} is no form keyword{hint}")
     return "".join(hints)
 
 
@@ -213,6 +227,7 @@ def register_variant(
     forms: Sequence[str | Form] = (),
     forms_refused: Mapping[str | Form, str] | None = None,
     needs_a_form: bool = False,
+    requires: Sequence[str | Form] = (),
 ) -> Callable[[VariantFn], VariantFn]:
     """Decorator that registers ``fn`` under ``name`` and returns it unchanged.
 
@@ -222,7 +237,9 @@ def register_variant(
     bitwise reproducible outputs and gradients, checked by reruns (``Variant.deterministic``). ``forms``: forms
     the variant handles beyond those its function's keywords declare (``Variant.forms``).
     ``forms_refused``: ``{form: why the variant cannot do it}`` (``Variant.forms_refused``);
-    ``needs_a_form``: not generated on plain cases (``Variant.needs_a_form``).
+    ``needs_a_form``: not generated on plain cases (``Variant.needs_a_form``);
+    ``requires``: forms it cannot run without beyond those its keywords require (a variant with
+    ``prepare`` whose direct-call function takes ``**forms``), declared too.
 
     Raises:
         ValueError: ``name`` is already registered, ``fully_masked_rows`` is not one of
@@ -246,7 +263,8 @@ def register_variant(
                 f"variant {name!r}: devices={devices!r}; allowed: a non-empty list of {', '.join(DEVICES)}"
             )
         check_signature(name, fn)
-        handled = declared_forms(fn, (parse_form(f) for f in forms))
+        needed = required_forms(fn) | {parse_form(f) for f in requires}
+        handled = declared_forms(fn, (parse_form(f) for f in forms)) | needed
         refused = tuple((parse_form(f), why) for f, why in (forms_refused or {}).items())
         _REGISTRY[name] = Variant(
             name=name,
@@ -269,6 +287,7 @@ def register_variant(
             forms=handled,
             forms_refused=refused,
             needs_a_form=needs_a_form,
+            requires=needed,
         )
         return fn
 

@@ -47,7 +47,10 @@ def call_sdpa(query, key, value, mask, scale):
 
 
 @register_variant(
-    "sdpa", "F.scaled_dot_product_attention, torch picks the backend", forms_refused=SDPA_REFUSES
+    "sdpa",
+    "F.scaled_dot_product_attention, torch picks the backend",
+    forms_refused=SDPA_REFUSES,
+    forms=("value_head_dim",),
 )
 def sdpa_attention(query, key, value, *, mask, scale):
     """SDPA with torch's own backend choice."""
@@ -78,4 +81,5 @@ for _name, _backend in PINNED_BACKENDS.items():
         fused=_backend != "MATH",
         devices=None if _backend in CPU_BACKENDS else ("cuda",),
         forms_refused=SDPA_REFUSES,
+        forms=("value_head_dim",),
     )(_pinned(_backend))

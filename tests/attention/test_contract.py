@@ -66,3 +66,16 @@ def test_only_the_keywords_of_carried_forms_are_passed():
     with pytest.raises(KeyError, match="lack num_splits"):
         form_keyword_values({Form.SPLIT_KV}, values)
     assert all(spec.meaning for spec in FORMS.values())
+
+
+def test_a_parameter_named_as_another_library_names_a_form_is_told_the_keyword():
+    from perfsuite.variants.registry import register_variant, unregister_variant
+
+    def gemma(query, key, value, *, mask, scale, attn_logit_softcapping=None, s_aux=None):
+        return query
+
+    register_variant("gemma_aliases", "test")(gemma)
+    variant = unregister_variant("gemma_aliases")
+    reason = variant.forms_unsupported(frozenset({Form.SOFTCAP, Form.SINKS}))
+    assert "its parameter attn_logit_softcapping is what perfsuite passes as 'softcap'" in reason
+    assert "its parameter s_aux is what perfsuite passes as 'sinks'" in reason

@@ -86,7 +86,7 @@ def test_init_ci_pins_the_installed_release_and_refuses_a_local_folder(tmp_path)
         env=env,
     )
     assert done.returncode == 0, done.stderr
-    assert f"python -m pip install perfsuite=={version('perfsuite')}\n" in out.read_text()
+    assert f"python -m pip install 'perfsuite=={version('perfsuite')}'\n" in out.read_text()
 
     folder = borrowing_venv(
         tmp_path / "folder"

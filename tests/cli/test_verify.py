@@ -80,9 +80,9 @@ def test_a_failed_check_fails_the_report_and_is_listed_first(tmp_path):
     assert "no kernel \\| here" in rows[2]  # a pipe in a message cannot break the table
     timing = next(line for line in report.splitlines() if line.startswith("| sdpa_flash"))
     # 2e12 FLOP in 10 ms = 200 TFLOP/s = 50% of the 400 TFLOP/s measured bf16 peak; 250 in 8 ms of kernels;
-    # 1e9 bytes in 10 ms = 100 GB/s = 2.5% of the 4000 GB/s measured copy bandwidth
+    # 1e9 bytes in 10 ms = 100 GB/s = 2.5% of the 4000 GB/s measured copy bandwidth; no KV read (a plain case)
     assert timing.endswith(
-        "| cuda_graph | 10.000 | 0.4% | 10.000 | 8.000 | 2.000 | 200 | 250 | 50.0% | 100 | 2.5% | - |"
+        "| cuda_graph | 10.000 | 0.4% | 10.000 | 8.000 | 2.000 | 200 | 250 | 50.0% | 100 | 2.5% | - | - |"
     )
 
 

@@ -286,3 +286,18 @@ def test_compare_resolves_its_minimum_effect_and_saved_runs_once(tmp_path, monke
         UsageError, match="saved run '0009': none in .*saved runs there: 0001, 0002"
     ):
         saved_run_paths(["0009"], cwd=tmp_path)
+
+
+def test_the_configured_dtypes_and_masks_refine_abs_case_set_as_they_refine_run(tmp_path):
+    """``perfsuite_dtypes = fp32`` in the user's configuration: ab gates the fp32 cases of its case
+    set only, as perfsuite run times them (it gated bf16 too, twice the time, silently)."""
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.pytest.ini_options]\nperfsuite_case_set = "gqa"\nperfsuite_dtypes = "fp32"\n'
+    )
+    config = resolve(tmp_path)
+    assert config.case_ids and all("-fp32-" in case for case in config.case_ids), config.case_ids
+    assert config.values["dtypes"].via == "perfsuite_dtypes"
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "pyproject.toml").write_text('[tool.pytest.ini_options]\nperfsuite_case_set = "gqa"\n')
+    assert any("-fp32-" not in case for case in resolve(plain).case_ids)  # the set has other dtypes

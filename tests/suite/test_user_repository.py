@@ -371,3 +371,38 @@ def test_an_alibi_attention_passes_every_check_and_an_old_signature_is_not_gener
     assert "blocked_attention does not declare alibi (" in output, output
     assert "your variant blocked_attention has no test on these cases" in output
     assert "your variant alibi_attention" not in output
+
+
+SERVING = Path(__file__).parent.parent / "data" / "serving_attention.py"
+SERVING_CASES = (
+    "b2h4kv2q1k12d8-fp32-causal_br-paged4-uniform-cpu b2h4kv2s12d8-fp32-causal-packed-uniform-cpu"
+)
+
+
+def test_a_serving_engineers_paged_decode_and_varlen_prefill_pass_the_check(user_repo):
+    """A paged-decode and a varlen-prefill function, each declaring its form by its keywords, pass
+    ``perfsuite run --check`` on a paged and a packed case; each is not generated on the other's case."""
+    repo, *_ = user_repo
+    serving = repo.path / "src" / "myattn" / "serving.py"
+    serving.write_text(SERVING.read_text())
+    try:
+        result = repo.perfsuite(
+            "run",
+            "--check",
+            "-v",
+            "--perfsuite-variant=myattn.serving:paged_decode",
+            "--perfsuite-variant=myattn.serving:varlen_prefill",
+            "--perfsuite-variants=paged_decode,varlen_prefill",
+            f"--perfsuite-cases={SERVING_CASES}",
+            "--perfsuite-modes=forward",
+            "--perfsuite-isolate=none",
+        )
+    finally:
+        serving.unlink()
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    for variant, case in zip(("paged_decode", "varlen_prefill"), SERVING_CASES.split()):
+        assert f"test_matches_float64_reference[{variant}-{case}-forward] PASSED" in output, output
+        assert f"test_property[{variant}-{case}-sequence_independence] PASSED" in output, output
+        assert f"test_score_accounting_per_step[{variant}-{case}] PASSED" in output, output
+    assert "paged_decode does not declare varlen" in output

@@ -3,13 +3,15 @@ on drawn cases; the mistakes real implementations make (a wrong ALiBi slope, a m
 added to the numerator, slopes that do not follow their heads) each fail, naming the element and the
 modification; a function with the old signature is not generated on modified cases, with the reason."""
 
+import dataclasses
 import re
 
 import pytest
 import torch
 from hypothesis import given, settings
 
-from perfsuite.attention.cases import AttentionCase
+from perfsuite.attention.case_sets import get_case_set
+from perfsuite.attention.cases import AttentionCase, parse_case_id
 from perfsuite.attention.score_mods import ScoreMods
 from perfsuite.suite.generation import certain_skip
 from perfsuite.testing import properties
@@ -132,6 +134,25 @@ def test_a_mistake_fails_naming_the_element_and_the_modification(fn, mods, named
     assert "worst element at [batch, head, query, dim] = [0, " in failure
     assert "score modifications at that element: " in failure
     assert re.search(named, failure), failure
+
+
+def cap_after_mask(query, key, value, *, mask, scale, softcap):
+    """Masks with -inf first and caps after: a hidden key scores -softcap instead of -inf."""
+    scores = scores_of(query, key, scale).masked_fill(mask.masked_out, float("-inf"))
+    return torch.matmul(
+        torch.softmax(softcap * torch.tanh(scores / softcap), dim=-1),
+        expand_kv_heads(value, query.shape[1]),
+    )
+
+
+def test_a_cap_after_the_mask_fails_where_a_query_sees_no_key():
+    """The masks case set's case with queries that see no key (the only place a hidden key at
+    -softcap instead of -inf shows: elsewhere its weight is below the tolerance)."""
+    [exact] = get_case_set("masks").cpu.cases.split()
+    case = dataclasses.replace(parse_case_id(exact), score_mods=ScoreMods(softcap=50.0))
+    assert case.seq_len_q > case.seq_len_kv and case.mask == "causal_br"
+    failure = properties.check_matches_reference(user_variant(cap_after_mask), case, 0)
+    assert failure is not None and "worst element at [batch, head, query, dim] = [" in failure
 
 
 def test_slopes_that_do_not_follow_their_heads_fail_the_head_permutation():

@@ -109,7 +109,9 @@ def test_changes_that_add_work_fail_and_say_what_work(base, tmp_path, change, wo
 
 def test_a_cast_is_a_copy_marked_as_a_dtype_conversion(base, tmp_path):
     head = profiled(tmp_path, "head", cast_scores=torch.float64)
-    assert "+2 copy cpu aten::copy_ (dtype conversion) [1x2x16x16]" in diff_fingerprints(base, head)
+    assert "+2 copy cpu aten::copy_ (dtype conversion) [1x2x16x16] (+6.0 KiB per step)" in (
+        diff_fingerprints(base, head)
+    )
 
 
 def test_every_op_record_is_work_or_no_work(base):

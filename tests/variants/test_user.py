@@ -96,6 +96,19 @@ def test_the_example_runs_through_every_check_of_the_suite(pytester, monkeypatch
     bad = pytester.runpytest_subprocess("--perfsuite-variant", "chunked_attention.variant:nothing")
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
     assert "has no function 'nothing'" in bad.stderr.str()
+    idle = pytester.runpytest_subprocess(
+        "--co",
+        "--perfsuite-variant",
+        "chunked_attention.variant:chunked_attention",
+        "--perfsuite-variants",
+        "chunked_attention",
+        "--perfsuite-cases",
+        "b1h2s8d4-fp32-causal-softcap50-cpu",
+    )  # the only user variant cannot run the only case: the run would check nothing of theirs
+    assert idle.ret == pytest.ExitCode.USAGE_ERROR, idle.stdout.str()
+    assert (
+        "none of your variants (chunked_attention) has a test on these cases" in idle.stderr.str()
+    )
 
 
 def test_a_user_who_forgot_to_install_their_package_is_told_to(tmp_path, monkeypatch):

@@ -1,0 +1,160 @@
+"""FP8 attention and the flash implementations torch can switch to (CUDA).
+
+* ``fp8_dequant_sdpa``: FP8 inputs dequantized with their descales to bfloat16, then SDPA: the
+  plain computation an FP8 kernel is held against (runs on every device).
+* ``sdpa_fp8``: SDPA's experimental quantized path,
+  ``torch.nn.attention.experimental._scaled_dot_product_attention_quantized`` (e4m3 with per-head
+  descales, forward only, bfloat16 output; needs the FA3 flash implementation, so CUDA on Hopper).
+* ``sdpa_flash_fa3``, ``sdpa_flash_fa4``: SDPA pinned to the flash backend with the named flash
+  implementation activated (``torch.nn.attention.activate_flash_attention_impl``) for the call and
+  FA2 restored after it. They run where ``list_flash_attention_impls()`` offers the implementation
+  and it registered (CUDA builds); elsewhere the skip names what is missing.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from perfsuite.attention.contract import Form
+from perfsuite.attention.inputs import AttentionInputs
+from perfsuite.attention.layouts import dequantize_fp8
+from perfsuite.variants.registry import VariantFn, prepared_on_every_call, register_variant
+from perfsuite.variants.unsupported import CaseUnsupported
+
+FP8_OUTPUT_DTYPE = torch.bfloat16
+
+
+@register_variant(
+    "fp8_dequant_sdpa",
+    "FP8 inputs dequantized to bfloat16 with their descales, then SDPA (the plain computation)",
+    forms=(Form.VALUE_HEAD_DIM,),
+)
+def fp8_dequant_sdpa(query, key, value, *, mask, scale, q_descale, k_descale, v_descale):
+    """``[B, H, S, D]`` float8 tensors times their ``[B, Hkv]`` descales, SDPA in bfloat16."""
+    q = dequantize_fp8(query, q_descale, FP8_OUTPUT_DTYPE)
+    k = dequantize_fp8(key, k_descale, FP8_OUTPUT_DTYPE)
+    v = dequantize_fp8(value, v_descale, FP8_OUTPUT_DTYPE)
+    return F.scaled_dot_product_attention(
+        q,
+        k,
+        v,
+        attn_mask=mask.sdpa_mask,
+        is_causal=mask.is_causal,
+        scale=scale,
+        enable_gqa=k.shape[1] != q.shape[1],
+    )
+
+
+def quantized_sdpa():
+    """SDPA's quantized entry point, or ``CaseUnsupported`` naming the torch version."""
+    try:
+        from torch.nn.attention.experimental._scaled_dot_product_attention_quantized import (
+            _scaled_dot_product_attention_quantized,
+        )
+    except ImportError:
+        raise CaseUnsupported(
+            f"torch {torch.__version__} has no torch.nn.attention.experimental."
+            "_scaled_dot_product_attention_quantized"
+        ) from None
+    return _scaled_dot_product_attention_quantized
+
+
+def prepare_sdpa_fp8(inputs: AttentionInputs) -> VariantFn:
+    """Checks torch has the quantized path and the mask is plain or top-left causal."""
+    attention_fp8 = quantized_sdpa()
+    if inputs.mask.kind not in ("noncausal", "causal"):
+        raise CaseUnsupported(
+            f"SDPA's quantized path takes is_causal only; mask {inputs.mask.kind!r} needs a tensor"
+        )
+    groups = inputs.query.shape[1] // inputs.key.shape[1]
+
+    def attention(query, key, value, *, mask, scale, q_descale, k_descale, v_descale):
+        return attention_fp8(
+            query,
+            key,
+            value,
+            is_causal=mask.is_causal,
+            scale=scale,
+            q_descale=q_descale.repeat_interleave(groups, dim=1),
+            k_descale=k_descale,
+            v_descale=v_descale,
+        )
+
+    return attention
+
+
+register_variant(
+    "sdpa_fp8",
+    "SDPA's experimental FP8 path (_scaled_dot_product_attention_quantized; FA3, CUDA)",
+    prepare=prepare_sdpa_fp8,
+    devices=("cuda",),
+    requires=(Form.FP8,),
+    forward_only="forward only (torch's quantized path has no backward)",
+)(prepared_on_every_call(prepare_sdpa_fp8, "SDPA's experimental FP8 path."))
+
+FLASH_IMPLS = ("FA3", "FA4")
+
+
+def flash_impl_missing(impl: str) -> str | None:
+    """Why the flash implementation ``impl`` cannot be activated by this torch, or None."""
+    attention = torch.nn.attention
+    if not hasattr(attention, "list_flash_attention_impls"):
+        return f"torch {torch.__version__} has no torch.nn.attention.list_flash_attention_impls"
+    offered = attention.list_flash_attention_impls()
+    if impl not in offered:
+        return f"torch {torch.__version__} offers flash implementations {offered or 'none'}, not {impl}"
+    return None
+
+
+def flash_impl_unusable(impl: str, device: str) -> str | None:
+    """Why ``impl``, though listed, cannot run here: not a CUDA device, or its activation fails
+    (its kernel package is not installed); the activation is undone. None when it can."""
+    if device != "cuda":
+        return f"{impl} is a CUDA flash implementation; this case runs on {device}"
+    try:
+        torch.nn.attention.activate_flash_attention_impl(impl)
+    except Exception as exc:  # e.g. ModuleNotFoundError: No module named 'flash_attn_interface'
+        return f"torch {torch.__version__} lists {impl} but cannot activate it: {type(exc).__name__}: {exc}"
+    finally:
+        torch.nn.attention.restore_flash_attention_impl(_raise_warn=False)
+    return None
+
+
+def _flash_impl(impl: str):
+    def prepare(inputs: AttentionInputs) -> VariantFn:
+        missing = flash_impl_missing(impl) or flash_impl_unusable(impl, inputs.query.device.type)
+        if missing:
+            raise CaseUnsupported(missing)
+
+        def attention(query, key, value, *, mask, scale):
+            torch.nn.attention.activate_flash_attention_impl(impl)
+            try:
+                with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+                    return F.scaled_dot_product_attention(
+                        query,
+                        key,
+                        value,
+                        attn_mask=mask.sdpa_mask,
+                        is_causal=mask.is_causal,
+                        scale=scale,
+                        enable_gqa=key.shape[1] != query.shape[1],
+                    )
+            finally:
+                torch.nn.attention.restore_flash_attention_impl(_raise_warn=False)
+
+        return attention
+
+    return prepare
+
+
+for _impl in FLASH_IMPLS:
+    register_variant(
+        f"sdpa_flash_{_impl.lower()}",
+        f"SDPA pinned to the flash backend with the {_impl} implementation activated (CUDA)",
+        prepare=_flash_impl(_impl),
+        sdpa_backend="FLASH_ATTENTION",
+        fused=True,
+        devices=("cuda",),
+    )(prepared_on_every_call(_flash_impl(_impl), f"SDPA flash with {_impl} activated."))

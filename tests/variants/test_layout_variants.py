@@ -1,0 +1,126 @@
+"""Layout built-ins: who runs where, and why not elsewhere (CUDA-only variants name what is missing)."""
+
+import re
+import sys
+
+import pytest
+import torch
+
+from perfsuite.attention.cases import parse_case_id
+from perfsuite.attention.inputs import make_inputs
+from perfsuite.suite.generation import certain_skip
+from perfsuite.variants import fp8, get_variant, varlen
+from perfsuite.variants.unsupported import CaseUnsupported
+
+PACKED = parse_case_id("b2h2s8d4-fp32-causal_br-packed-uniform-cpu")
+DV = parse_case_id("b1h2s8d8-fp32-causal-dv4-cpu")
+PLAIN = parse_case_id("b1h2s8d4-fp32-causal-cpu")
+
+
+def test_a_variant_without_a_layouts_form_is_not_generated_and_the_form_is_named():
+    assert "mha does not declare value_head_dim" in certain_skip(get_variant("mha"), DV, "forward")
+    assert "sdpa does not declare varlen" in certain_skip(get_variant("sdpa"), PACKED, "forward")
+    assert certain_skip(get_variant("sdpa"), DV, "forward") is None
+    assert "inference forms: checked and timed forward only" in certain_skip(
+        get_variant("sdpa"), DV, "backward"
+    )
+
+
+def test_a_variant_that_requires_a_form_is_not_generated_on_cases_without_it():
+    reason = certain_skip(get_variant("paged_gather"), PLAIN, "forward")
+    assert reason.startswith("paged_gather requires paged (its keywords block_table, seq_lens_kv")
+    assert "flex_document requires varlen" in certain_skip(
+        get_variant("flex_document"), PLAIN, "forward"
+    )
+
+
+@pytest.mark.parametrize("name", ["varlen_attn", "varlen_attn_paged", "sdpa_fp8", "sdpa_flash_fa3"])
+def test_cuda_only_variants_are_not_generated_on_the_cpu(name):
+    case = {
+        "varlen_attn": PACKED,
+        "varlen_attn_paged": parse_case_id("b2h2q1k8d4-fp32-causal_br-paged4-uniform-cpu"),
+        "sdpa_fp8": parse_case_id("b1h2s8d4-bf16-causal-fp8-cpu"),
+    }.get(name, PLAIN)
+    assert certain_skip(get_variant(name), case, "forward") == f"{name} runs on cuda only"
+
+
+def test_a_torch_without_varlen_attn_is_named_with_its_version(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch.nn.attention.varlen", None)
+    with pytest.raises(
+        CaseUnsupported,
+        match=rf"torch {re.escape(torch.__version__)} has no .*varlen_attn \(added in torch 2.10\)",
+    ):
+        get_variant("varlen_attn").for_case(make_inputs(PACKED, 0))
+
+
+def test_varlen_attn_refuses_top_left_causal_naming_the_alignment():
+    with pytest.raises(CaseUnsupported, match="aligns causal masks bottom-right"):
+        varlen.varlen_window("causal")
+    assert varlen.varlen_window("window4") == (3, 0) and varlen.varlen_window("noncausal") == (
+        -1,
+        -1,
+    )
+
+
+def test_a_flash_implementation_torch_does_not_offer_is_named(monkeypatch):
+    monkeypatch.setattr(torch.nn.attention, "list_flash_attention_impls", lambda: ["FA3"])
+    assert (
+        fp8.flash_impl_missing("FA4")
+        == f"torch {torch.__version__} offers flash implementations ['FA3'], not FA4"
+    )
+    monkeypatch.delattr(torch.nn.attention, "list_flash_attention_impls")
+    assert "has no torch.nn.attention.list_flash_attention_impls" in fp8.flash_impl_missing("FA3")
+
+
+def test_a_pinned_flash_implementation_is_activated_for_the_call_and_fa2_restored(monkeypatch):
+    """The CUDA path with a fake activation API: FA3 is active inside the call only, even when it raises."""
+    calls = []
+    monkeypatch.setattr(torch.nn.attention, "list_flash_attention_impls", lambda: ["FA3", "FA4"])
+    monkeypatch.setattr(
+        torch.nn.attention, "activate_flash_attention_impl", lambda impl: calls.append(impl)
+    )
+    monkeypatch.setattr(
+        torch.nn.attention, "restore_flash_attention_impl", lambda _raise_warn: calls.append("FA2")
+    )
+
+    def sdpa(*args, **kwargs):
+        calls.append("sdpa")
+        raise RuntimeError("No available kernel")
+
+    monkeypatch.setattr(fp8.F, "scaled_dot_product_attention", sdpa)
+    monkeypatch.setattr(fp8, "flash_impl_unusable", lambda impl, device: None)  # as on a GPU
+    inputs = make_inputs(PLAIN, 0)
+    fn = get_variant("sdpa_flash_fa3").for_case(inputs)
+    with pytest.raises(RuntimeError, match="No available kernel"):
+        fn(inputs.query, inputs.key, inputs.value, **inputs.keywords())
+    assert calls == ["FA3", "sdpa", "FA2"]
+
+
+def test_sdpa_fp8_names_a_missing_quantized_path_and_masks_it_cannot_take(monkeypatch):
+    case = parse_case_id("b1h2s8d4-bf16-window4-fp8-cpu")
+    with pytest.raises(CaseUnsupported, match="takes is_causal only; mask 'window4'"):
+        get_variant("sdpa_fp8").for_case(make_inputs(case, 0))
+    monkeypatch.setitem(
+        sys.modules, "torch.nn.attention.experimental._scaled_dot_product_attention_quantized", None
+    )
+    with pytest.raises(
+        CaseUnsupported, match=rf"torch {re.escape(torch.__version__)} has no .*quantized"
+    ):
+        fp8.quantized_sdpa()
+
+
+def test_a_listed_flash_implementation_that_cannot_activate_names_why(monkeypatch):
+    def activate(impl):
+        raise ModuleNotFoundError("No module named 'flash_attn_interface'")
+
+    monkeypatch.setattr(torch.nn.attention, "activate_flash_attention_impl", activate)
+    monkeypatch.setattr(
+        torch.nn.attention, "restore_flash_attention_impl", lambda _raise_warn: None
+    )
+    assert fp8.flash_impl_unusable("FA3", "cuda").endswith(
+        "lists FA3 but cannot activate it: ModuleNotFoundError: No module named 'flash_attn_interface'"
+    )
+    assert (
+        fp8.flash_impl_unusable("FA4", "cpu")
+        == "FA4 is a CUDA flash implementation; this case runs on cpu"
+    )
