@@ -42,6 +42,9 @@ class DeviceApi(Protocol):
 
     def synchronize(self) -> None: ...
 
+    def synchronize_stream(self) -> None:
+        """Wait for the current stream only (what CUDA events recorded on it see)."""
+
     def record_event(self) -> Any:
         """Record a timing-enabled event on the current stream and return it."""
 
@@ -84,6 +87,9 @@ class TorchCuda:
 
     def synchronize(self) -> None:
         self._torch.cuda.synchronize()
+
+    def synchronize_stream(self) -> None:
+        self._torch.cuda.current_stream().synchronize()
 
     def record_event(self) -> Any:
         event = self._torch.cuda.Event(enable_timing=True)

@@ -21,9 +21,24 @@ from perfsuite.measure.compile_stats import CompileActivity
 from perfsuite.attention.contract import forms_in
 from perfsuite.attention.inputs import AttentionInputs, make_grad_output, make_inputs
 from perfsuite.attention.modes import GRADIENT_MODES, Step, make_step
-from perfsuite.attention.reference import Comparison
+from perfsuite.attention.reference import TOLERANCES, Comparison, reference_gradients
+from perfsuite.measure.call_integrity import (
+    DEFAULT_DETERMINISM_RUNS,
+    FRESH_SEED_OFFSET,
+    changed_after_return,
+    fresh_input_failures,
+    fresh_values,
+    kept_bytes_per_call,
+    reproducibility_failure,
+    settle,
+    stale_gradient_names,
+    substituted,
+)
 from perfsuite.measure.call_limit import time_limit
-from perfsuite.measure.correctness import compare_result, contract_checked
+from perfsuite.measure.threads import ThreadWatch, release_at_exit, threads_failure
+from perfsuite.measure.correctness import check_output, compare_result, contract_checked
+from perfsuite.measure.measurement_guard import MeasurementState
+from perfsuite.measure.precision_probes import large_score_failure, large_score_values
 from perfsuite.measure.input_guard import check_and_restore, named_input_tensors, pristine_copy
 from perfsuite.measure.layout import describe_layout
 from perfsuite.measure.memory_budget import does_not_fit_reason
@@ -98,6 +113,13 @@ class Evidence:
     ``modified_inputs``: the failure naming the inputs the variant changed in place during the
     checked or profiled calls (restored since), else None. ``output_finite``: the first call's
     output held no NaN or infinity. ``prepared``: the preparation the step runs on.
+    ``deceptions``: each way the variant's calls misled the measurement, named
+    (``perfsuite.measure.call_integrity``, ``measurement_guard``, ``precision_probes``): threads left
+    running, an output that changed after the call, an answer that did not follow fresh inputs, a
+    replaced timer or changed torch setting (restored), a failed large-score probe, reruns that differ
+    bitwise for a variant declaring determinism. ``kept_bytes_per_call``: memory the step keeps
+    across calls (None: none measured). ``bitwise_reproducible``: for a variant declaring
+    determinism, whether its reruns matched bitwise; None when not checked.
     """
 
     variant: Variant
@@ -119,6 +141,9 @@ class Evidence:
     modified_inputs: str | None = None
     output_finite: bool = True
     prepared: PreparedCase | None = None
+    deceptions: tuple[str, ...] = ()
+    kept_bytes_per_call: int | None = None
+    bitwise_reproducible: bool | None = None
 
     def __repr__(self) -> str:
         """What a traceback shows of it: the variant, case, mode and outcome, never its tensors (whose
@@ -253,12 +278,15 @@ def gather_evidence(
     mode: str = "forward",
     prepared: PreparedCase | None = None,
     call_limit_s: float | None = None,
+    determinism_runs: int = DEFAULT_DETERMINISM_RUNS,
 ) -> Evidence:
     """Check support, compare with the float64 reference, and profile the variant on ``case`` in ``mode``.
 
     ``prepared`` (from ``prepare_case``) is reused when given, so modes share one preparation.
     ``call_limit_s``: seconds the first call may take, and each profiled call on average
     (``perfsuite.measure.call_limit``); None: no limit. Past it, ``CallTimeLimitExceeded``.
+    ``determinism_runs``: reruns compared bitwise for a variant declaring ``deterministic``.
+    Besides the reference check, the calls are checked for deceptions (``Evidence.deceptions``).
     Raises ``VariantUnsupported`` (a skip, with the reason) when the device or the backend
     cannot run the case, or the variant has no backward; any other error propagates.
     """
@@ -274,13 +302,20 @@ def gather_evidence(
         mode, contract_checked(fn, variant, case, inputs), inputs, prepared.grad_output
     )
     step = make_step(mode, fn, inputs, prepared.grad_output)  # timed: no check inside
+    guard = MeasurementState.capture()
     before, started = compile_stats.snapshot(), time.perf_counter()
     seen: list[str] = []
     in_mode = f"variant {variant.name} on case {case.id} in mode {mode}"
-    with time_limit(call_limit_s, f"the first call of {in_mode}"):
-        result = run_once(variant, case, synchronized(checked_step, case.device), seen)
+
+    def first_call():
+        result = checked_step()
+        return result, settle(result.output, case.device)
+
+    with time_limit(call_limit_s, f"the first call of {in_mode}"), ThreadWatch() as watch:
+        result, settled = run_once(variant, case, first_call, seen)
     first_call_s = time.perf_counter() - started
     compiled = compile_stats.since(before)
+    deceptions = _left_running(variant, watch, f"the first call of case {case.id} in mode {mode}")
     modified = prepared.check_inputs() or modified
     reference_inputs = prepared.pristine or inputs
     comparison, not_compared = compare_result(
@@ -288,9 +323,27 @@ def gather_evidence(
     )
     if modified:
         comparison, not_compared = _modified_failure(comparison, modified), None
+    escaped = changed_after_return(result.output, settled, variant.name, "its first call")
+    deceptions += [escaped] if escaped else []
     output_finite = bool(torch.isfinite(result.output).all())
     output_stride, output_layout = tuple(result.output.stride()), describe_layout(result.output)
-    del result  # not held while profiling
+    checked_calls = CHECKED_CALLS + (determinism_runs if variant.deterministic else 0)
+    each = f" (at most {call_limit_s:g} s each)" if call_limit_s else ""
+    with (
+        announced_once(variant),  # the checked calls repeat the first call's warnings
+        time_limit(
+            call_limit_s and call_limit_s * checked_calls,
+            f"the {checked_calls} checked calls (fresh inputs, large-score probe"
+            f"{', determinism reruns' if variant.deterministic else ''}) of {in_mode}{each}",
+        ),
+    ):
+        deceptions += _checked_calls(prepared, mode, result, seed, determinism_runs)
+        reproducible = _reproducible(prepared, checked_step, result, determinism_runs)
+    if isinstance(reproducible, str):
+        deceptions.append(reproducible)
+    tampered = guard.check_and_restore(variant.name, f"its calls on case {case.id} in mode {mode}")
+    deceptions += [tampered] if tampered else []
+    del result, settled  # not held while profiling
     suffix = "" if mode == "forward" else f"-{mode}"
     trace_path = trace_dir / f"{variant.name}-{case.id}{suffix}.pt.trace.json.gz"
     before = compile_stats.snapshot()
@@ -308,12 +361,19 @@ def gather_evidence(
             if mode == "forward_backward"
             else None
         )
-        trace = record_trace(step, case.device, trace_path, annotation)
+        with ThreadWatch() as watch:
+            trace = record_trace(step, case.device, trace_path, annotation)
+    deceptions += _left_running(
+        variant, watch, f"its profiled calls on case {case.id} in mode {mode}"
+    )
+    tampered = guard.check_and_restore(variant.name, f"its profiled calls on case {case.id}")
+    deceptions += [tampered] if tampered else []
     later = prepared.check_inputs()  # restores what the profiled calls changed
     if later and not modified:  # a variant that changes its inputs only in later calls
         modified = later
         comparison, not_compared = _modified_failure(comparison, modified), None
     steps = summarize_windows(trace, annotation)
+    kept = kept_bytes_per_call([s.allocated_level_bytes.get(case.device) for s in steps])
     accounting = account_windows(trace, annotation, case.score_shape, case.head_dim)
     return Evidence(
         variant=variant,
@@ -335,4 +395,102 @@ def gather_evidence(
         modified_inputs=modified,
         output_finite=output_finite,
         prepared=prepared,
+        deceptions=tuple(deceptions),
+        kept_bytes_per_call=kept,
+        bitwise_reproducible=None if reproducible is None else reproducible is True,
     )
+
+
+# Calls the checks after the first call make at most: fresh inputs 1, large-score probe 2 (determinism
+# reruns come on top, for variants that declare determinism).
+CHECKED_CALLS = 3
+
+
+def _left_running(variant: Variant, watch: ThreadWatch, during: str) -> list[str]:
+    """The failure naming threads ``during`` left running (released so they cannot block the exit)."""
+    threads = watch.left_running()
+    failure = [threads_failure(variant.name, threads, during)] if threads else []
+    for thread in threads:
+        release_at_exit(thread)
+    return failure
+
+
+def _checked_calls(
+    prepared: PreparedCase, mode: str, first, seed: int, determinism_runs: int
+) -> list[str]:
+    """Fresh inputs (every mode) and the large-score probe (forward): the named failures."""
+    variant, case, inputs = prepared.variant, prepared.case, prepared.inputs
+    reference_inputs = prepared.pristine or inputs
+    checked_fn = contract_checked(prepared.fn, variant, case, inputs)
+    first_copy = first.output.detach().clone()
+    fresh = fresh_values(case, seed, reference_inputs)
+    failures: list[str] = []
+    with substituted(inputs, fresh), ThreadWatch() as watch:
+        fresh_step = make_step(mode, checked_fn, inputs, prepared.grad_output)
+        fresh_result = synchronized(fresh_step, case.device)()
+        label = f"variant {variant.name} on case {case.id} (seed {seed + FRESH_SEED_OFFSET})"
+        try:  # the output against the reference; gradients are checked for staleness only (cost)
+            fresh_comparison = check_output(variant, case, fresh, fresh_result.output, label)
+        except torch.OutOfMemoryError:
+            fresh_comparison = (
+                None  # the reference did not fit: as for the first call, not compared
+            )
+    failures += _left_running(variant, watch, f"a call on fresh inputs of case {case.id}")
+    references: dict = {}
+
+    def reference_changed(index: int) -> bool:
+        if not references:
+            references["first"] = reference_gradients(reference_inputs, prepared.grad_output)
+            references["fresh"] = reference_gradients(fresh, prepared.grad_output)
+        a, b = references["first"][index], references["fresh"][index]
+        return bool((a - b).abs().max() > TOLERANCES[inputs.query.dtype][0]) if a.numel() else False
+
+    failures += fresh_input_failures(
+        variant.name,
+        first,
+        first_copy,
+        fresh_result,
+        fresh_comparison.failure if fresh_comparison else None,
+        seed + FRESH_SEED_OFFSET,
+        stale_gradient_names(first, fresh_result, reference_changed),
+    )
+    del fresh_result
+    if (
+        mode == "forward" and case.layout.is_plain
+    ):  # packed sequences: the probe's layout is [B, H, S, D]
+        probe = large_score_values(reference_inputs)
+        probe_step = synchronized(
+            make_step(mode, checked_fn, inputs, prepared.grad_output), case.device
+        )
+        with substituted(inputs, probe):
+            output = probe_step().output
+            if not bool(torch.isfinite(output).all()) and bool(
+                torch.isfinite(probe_step().output).all()
+            ):
+                return failures + [
+                    f"variant {variant.name} returned non-finite values on some calls only: on the large-score "
+                    "probe it gave NaN or infinity, then finite values for the same inputs on the next call"
+                ]
+            label = f"variant {variant.name} on case {case.id} (large-score probe)"
+            try:  # near exact in the plain computation, unless a bias is added to the large scores
+                derived = probe.mask.additive is not None
+                found = check_output(variant, case, probe, output, label, derived=derived)
+            except torch.OutOfMemoryError:
+                found = None  # the reference did not fit: the probe is left out, as the check is
+        failure = found and large_score_failure(
+            variant.name, found.failure, output, case.hides_keys
+        )
+        failures += [failure] if failure else []
+    return failures
+
+
+def _reproducible(
+    prepared: PreparedCase, checked_step: Step, first, runs: int
+) -> bool | str | None:
+    """None (not declared or no reruns), True (bitwise reproducible) or the failure naming the first difference."""
+    if not prepared.variant.deterministic or runs < 1:
+        return None
+    failure = reproducibility_failure(
+        synchronized(checked_step, prepared.case.device), first, runs, prepared.variant.name
+    )
+    return failure or True

@@ -24,8 +24,11 @@ import dataclasses
 import json
 import os
 import signal
+import queue
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterable
 
 from perfsuite.measure.call_limit import default_limit_s
@@ -34,7 +37,7 @@ from perfsuite.measure.call_limit import default_limit_s
 # of the call time limit of each pair it runs.
 PROBE_STARTUP_S = 120.0
 
-STATUSES = ("ok", "unsupported", "error", "crashed")
+STATUSES = ("ok", "unsupported", "error", "crashed", "hung")
 _STDERR_TAIL_LINES = 12
 
 
@@ -44,8 +47,9 @@ class ProbeOutcome:
 
     ``status``: ``"ok"``; ``"unsupported"`` (torch refused it: the suite skips it in-process);
     ``"error"`` (a Python exception: the suite reports it in-process); ``"crashed"`` (the child
-    died). ``detail``: the exception, or for a crash the signal / exit code and the last lines
-    of the child's stderr.
+    died); ``"hung"`` (the call ran past its call limit: the child was killed). ``detail``: the
+    exception, or for a crash or hang the signal / exit code or the limit, and the last lines of
+    the child's stderr.
     """
 
     case_id: str
@@ -97,8 +101,10 @@ def probe(
     inherits ``sys.path`` through ``PYTHONPATH``. Returns an outcome for every pair.
 
     ``call_limit_s(device)``: seconds one call may take on that device (``--perfsuite-call-time-limit``;
-    None: no limit). A child gets ``PROBE_STARTUP_S`` plus that limit for each pair it has left;
-    past it, it is killed and its running pair reported ``crashed`` (a call that never returns).
+    None: no limit). The child's output is read as it comes: it gets ``PROBE_STARTUP_S`` to start
+    (and between pairs), and each pair its call limit from the moment it starts; a pair that runs
+    past it is reported ``hung`` (the child killed, a fresh one continues with the pairs left), at
+    the call limit, not after the child's whole budget. A child that dies is reported ``crashed``.
     """
     remaining = list(dict.fromkeys(pairs))
     outcomes: dict[tuple[str, str], ProbeOutcome] = {}
@@ -106,45 +112,101 @@ def probe(
     specs = list(specs)
     while remaining:
         command = _child_command(variant, specs, remaining, seed)
-        timeout_s = probe_timeout_s(remaining, call_limit_s)
-        running: tuple[str, str] | None = None
-        try:
-            done = subprocess.run(
-                command, capture_output=True, text=True, env=env, timeout=timeout_s
-            )
-            stdout, stderr, returncode = done.stdout, done.stderr, done.returncode
-        except subprocess.TimeoutExpired as exc:
-            stdout = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
-            stderr = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
-            returncode = None
-        for line in stdout.splitlines():
-            kind, _, payload = line.partition(" ")
-            if kind == "perfsuite-start":
-                running = tuple(json.loads(payload))
-            elif kind == "perfsuite-done":
-                record = json.loads(payload)
-                pair = (record["case_id"], record["mode"])
-                outcomes[pair] = ProbeOutcome(pair[0], pair[1], record["status"], record["detail"])
-                running = None
+        run = _ChildRun(command, env, remaining, call_limit_s)
+        for pair, outcome in run.outcomes.items():
+            outcomes[pair] = outcome
         remaining = [pair for pair in remaining if pair not in outcomes]
         if not remaining:
             break
-        how = f"ran past {timeout_s:g} s" if returncode is None else _exit_description(returncode)
-        tail = "\n".join(stderr.strip().splitlines()[-_STDERR_TAIL_LINES:])
-        if running is None:  # died before its first pair, or after the last it reported
+        tail = "\n".join(run.stderr.strip().splitlines()[-_STDERR_TAIL_LINES:])
+        if (
+            run.running is None
+        ):  # died (or ran past its start-up time) before its first pair, or after the last
             for pair in remaining:
                 outcomes[pair] = ProbeOutcome(
                     pair[0],
                     pair[1],
                     "crashed",
-                    f"the probe process for {variant} ended ({how}) before running it:\n{tail}",
+                    f"the probe process for {variant} ended ({run.how}) before running it:\n{tail}",
                 )
             break
-        outcomes[running] = ProbeOutcome(
-            running[0], running[1], "crashed", f"{how}; the child's stderr ends:\n{tail}"
+        status = "hung" if run.hung else "crashed"
+        outcomes[run.running] = ProbeOutcome(
+            run.running[0], run.running[1], status, f"{run.how}; the child's stderr ends:\n{tail}"
         )
-        remaining.remove(running)
+        remaining.remove(run.running)
     return outcomes
+
+
+class _ChildRun:
+    """One probe child, its output read line by line with a deadline per pair (see ``probe``)."""
+
+    def __init__(self, command, env, pairs, call_limit_s):
+        from perfsuite.attention.cases import parse_case_id
+
+        limits = {pair: call_limit_s(parse_case_id(pair[0]).device) for pair in pairs}
+        bounded = all(limits.values())  # a pair without a limit: no deadline anywhere (as asked)
+        self.outcomes: dict[tuple[str, str], ProbeOutcome] = {}
+        self.running: tuple[str, str] | None = None
+        self.hung, self.how = False, ""
+        child = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+        )
+        lines: queue.Queue[str | None] = queue.Queue()
+        errors: list[str] = []
+        readers = [
+            threading.Thread(target=_pump, args=(child.stdout, lines.put), daemon=True),
+            threading.Thread(target=lambda: errors.append(child.stderr.read()), daemon=True),
+        ]
+        for reader in readers:
+            reader.start()
+        allowed = PROBE_STARTUP_S
+        deadline = time.monotonic() + allowed if bounded else None
+        while True:
+            try:
+                line = lines.get(
+                    timeout=None if deadline is None else max(deadline - time.monotonic(), 0)
+                )
+            except queue.Empty:
+                child.kill()
+                if self.running is not None:
+                    self.hung = True
+                    self.how = (
+                        f"did not return within the call limit of {allowed:g} s (--perfsuite-call-time-limit): "
+                        "a hang; the child was killed"
+                    )
+                else:
+                    self.how = f"ran past {allowed:g} s without starting a pair"
+                break
+            if line is None:
+                break
+            kind, _, payload = line.rstrip("\n").partition(" ")
+            if kind == "perfsuite-start":
+                self.running = tuple(json.loads(payload))
+                allowed = limits.get(self.running) or PROBE_STARTUP_S
+            elif kind == "perfsuite-done":
+                record = json.loads(payload)
+                pair = (record["case_id"], record["mode"])
+                self.outcomes[pair] = ProbeOutcome(
+                    pair[0], pair[1], record["status"], record["detail"]
+                )
+                self.running, allowed = None, PROBE_STARTUP_S
+            else:
+                continue
+            deadline = time.monotonic() + allowed if bounded else None
+        returncode = child.wait()
+        for reader in readers:
+            reader.join(timeout=5)
+        self.stderr = "".join(errors)
+        if not self.how:
+            self.how = _exit_description(returncode)
+
+
+def _pump(stream, put) -> None:
+    """Each line of ``stream`` to ``put``, then None at its end."""
+    for line in stream:
+        put(line)
+    put(None)
 
 
 def probe_timeout_s(
@@ -213,4 +275,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # every pair is reported: a thread a variant left running (not a daemon) must not keep the child
+    # alive until the parent's deadline, which would report a finished probe as hung
+    os._exit(code)

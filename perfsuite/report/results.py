@@ -53,6 +53,9 @@ class BenchmarkResult:
     not trustworthy (``perfsuite.measure.contention``); None when not timed or not measured (older
     runs). ``contention_reasons``: why, in words; ``contention_brief``: the same in one short line
     (``ContentionEvidence.brief``; the first reason for runs saved before it).
+    ``kept_bytes_per_call``: memory the variant kept across calls, per call (``measure.call_integrity``),
+    None when it kept none. ``bitwise_reproducible``: for a variant declaring determinism, whether its
+    reruns matched bitwise on this device; None when not declared.
     """
 
     variant: str
@@ -91,6 +94,8 @@ class BenchmarkResult:
     contended: bool | None = None
     contention_reasons: tuple[str, ...] = ()
     contention_brief: str = ""
+    kept_bytes_per_call: int | None = None
+    bitwise_reproducible: bool | None = None
     padding_flop: int | None = None
     padding_bytes: int | None = None
     kv_read_bytes: int | None = None
@@ -197,6 +202,18 @@ def _scores(r: BenchmarkResult) -> str:
     return f"{_count(r.score_written)} ({', '.join(parts)})"
 
 
+def _allocated(r: BenchmarkResult) -> str:
+    """Bytes allocated per step, and memory kept across calls when any (``+8.0 MiB KEPT/call``)."""
+    kept = f" +{format_bytes(r.kept_bytes_per_call)} KEPT/call" if r.kept_bytes_per_call else ""
+    return format_bytes(r.allocated_bytes) + kept
+
+
+def _reproducible(r: BenchmarkResult) -> str:
+    if r.bitwise_reproducible is None:
+        return "-"
+    return "yes" if r.bitwise_reproducible else "NO"
+
+
 # The table, declared once: the terminal table, table.md and the HTML report derive from it.
 COLUMNS = (
     Column("variant", "", lambda r: r.variant),
@@ -211,10 +228,11 @@ COLUMNS = (
     ),
     Column("ops or kernels / step", "count", lambda r: f"{r.work_per_step} {r.work_unit}"),
     Column("score writes / step (of which)", "score matrices", _scores),
-    Column("allocated / step", "bytes", lambda r: format_bytes(r.allocated_bytes)),
+    Column("allocated / step", "bytes", _allocated),
     Column("peak memory", "bytes", lambda r: format_bytes(r.peak_bytes)),
     Column("saved for bwd", "bytes", _saved),
     Column("max abs error", "", _error),
+    Column("bitwise reproducible", "", _reproducible),
     Column("output", "", lambda r: r.output_layout or "-"),
 )
 HEADER = [c.header for c in COLUMNS]
@@ -284,6 +302,8 @@ def result_from_benchmark(
         contended=contention.get("contended"),
         contention_reasons=tuple(contention.get("reasons", ())),
         contention_brief=contention.get("brief") or next(iter(contention.get("reasons") or ()), ""),
+        kept_bytes_per_call=info.get("kept_bytes_per_call"),
+        bitwise_reproducible=info.get("bitwise_reproducible"),
         padding_flop=(info.get("layout") or {}).get("padding_flop"),
         padding_bytes=(info.get("layout") or {}).get("padding_bytes"),
         kv_read_bytes=(info.get("layout") or {}).get("kv_read_bytes"),

@@ -62,7 +62,12 @@ def benchmark_extra_info(evidence: Evidence) -> dict[str, object]:
         "allocated_bytes_per_step": first.allocated_bytes.get(case.device, 0),
         "peak_memory_bytes": first.peak_bytes.get(case.device, 0),
         "max_abs_error": evidence.comparison.max_abs_error if evidence.comparison else None,
-        "correct": evidence.comparison.failure is None if evidence.comparison else None,
+        "correct": (evidence.comparison.failure is None and not evidence.deceptions)
+        if evidence.comparison
+        else (False if evidence.deceptions else None),
+        "deceptions": list(evidence.deceptions),
+        "kept_bytes_per_call": evidence.kept_bytes_per_call,
+        "bitwise_reproducible": evidence.bitwise_reproducible,
         "not_compared": evidence.not_compared,
         "compile": compile_info(evidence),
         "saved_for_backward": dataclasses.asdict(evidence.saved_for_backward)

@@ -98,7 +98,7 @@ class CrashProbes:
                 variant, wanted, self.seed, self.specs, call_limit_s=self.call_limit_s
             )
         outcome = self._outcomes[variant].get((case_id, mode))
-        return outcome if outcome is not None and outcome.status == "crashed" else None
+        return outcome if outcome is not None and outcome.status in ("crashed", "hung") else None
 
     def crashes(self) -> list[tuple[str, ProbeOutcome]]:
         """``(variant, outcome)`` of every crashed pair so far."""
@@ -106,12 +106,17 @@ class CrashProbes:
             (variant, o)
             for variant, found in self._outcomes.items()
             for o in found.values()
-            if o.status == "crashed"
+            if o.status in ("crashed", "hung")
         ]
 
 
 def crash_message(variant: str, outcome: ProbeOutcome) -> str:
     """``variant X crashed the process on case C in mode M (signal SIGSEGV) ...``: the failure of its tests."""
+    if outcome.status == "hung":
+        return (
+            f"variant {variant} hung on case {outcome.case_id} in mode {outcome.mode}, in an isolated child "
+            f"(--perfsuite-isolate); it is not run here, the other variants' results are kept. {outcome.detail}"
+        )
     return (
         f"variant {variant} crashed the process on case {outcome.case_id} in mode {outcome.mode}, in an isolated "
         f"child (--perfsuite-isolate); it is not run here, the other variants' results are kept. {outcome.detail}"

@@ -27,6 +27,7 @@ import perfsuite.history.importing as history_importing
 import perfsuite.history.recording as history_recording
 from perfsuite.measure.speed_reference import reference_of, run_spread
 from perfsuite.measure import conditions, gpu_state, machine
+from perfsuite.measure.call_integrity import kept_memory_warning
 from perfsuite.measure.cleanup import release_device_memory, release_exception_frames
 from perfsuite.measure.evidence import Evidence, PreparedCase, gather_evidence, prepare_case
 from perfsuite.measure.layout import layout_differences
@@ -184,6 +185,7 @@ class SuiteSession:
                         mode,
                         prepared,
                         self.settings.call_limit_s(case.device),
+                        self.settings.determinism_runs,
                     )
                 )
             found = self._evidence[key]
@@ -562,6 +564,7 @@ class SuiteSession:
                 "(in perfsuite's own checkout: pytest -c benchmarks.ini)"
             )
         lines += contention_warning(results)
+        lines += kept_memory_warnings(results)
         spread = run_spread(list(self.speed_references.values()))
         lines += [f"perfsuite: note: {spread}"] if spread else []
         return lines
@@ -579,6 +582,16 @@ def contention_warning(results: list[BenchmarkResult]) -> list[str]:
         "trustworthy: other processes, or the hypervisor (CPU steal), took the CPU while they ran (timing column "
         "CONTENDED; why, in short, follows; in full in run.json and the report):"
     ] + flagged
+
+
+def kept_memory_warnings(results: list[BenchmarkResult]) -> list[str]:
+    """One warning line per benchmark whose variant kept memory across calls, with bytes per call."""
+    return [
+        "perfsuite: WARNING: "
+        + kept_memory_warning(r.variant, r.case_id, r.mode, r.kept_bytes_per_call)
+        for r in results
+        if r.kept_bytes_per_call
+    ]
 
 
 def group_skips(skipped: list[SkippedResult]) -> dict[tuple[str, str], tuple[list[str], list[str]]]:

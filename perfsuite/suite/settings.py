@@ -175,6 +175,13 @@ SETTINGS = {
         "(the first and profiled calls; the timing gets it per round; isolated probes per "
         "pair): auto (600 on the CPU, 120 on CUDA), a number, or 0 for none",
     ),
+    "determinism_runs": Setting(
+        "perfsuite_determinism_runs",
+        "--perfsuite-determinism-runs",
+        "10",
+        "reruns of each checked step, compared bitwise with the first, for variants that declare "
+        "deterministic=True (0: none)",
+    ),
 }
 ISOLATE_WORDS = ("user", "all", "none")
 
@@ -250,6 +257,7 @@ class SuiteSettings:
     call_time_limit_s: float | None = (
         None  # None: measure.call_limit's default per device; 0: no limit
     )
+    determinism_runs: int = 10  # reruns compared bitwise, for variants declaring determinism
     # setting name -> where its value came from: the option, the ini key, or "default" (``source_label``)
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
@@ -502,6 +510,7 @@ def resolve(
         cuda_graphs=_parse_switch(raw, "cuda_graphs"),
         isolate=_resolve_isolate(raw, variants, user_variants),
         call_time_limit_s=_parse_call_time_limit(raw),
+        determinism_runs=_parse_determinism_runs(raw),
         sources={name: source_label(name, value) for name, value in raw.items()},
     )
 
@@ -530,3 +539,16 @@ def _parse_call_time_limit(raw: RawSettings) -> float | None:
             "(0 for no limit)"
         )
     return seconds
+
+
+def _parse_determinism_runs(raw: RawSettings) -> int:
+    """A whole number of reruns >= 0; ``ConfigError`` naming the value and its source otherwise."""
+    value = raw.get("determinism_runs")
+    if value is None:
+        return 10
+    text = value.value.strip()
+    if not text.isdigit():
+        raise ConfigError(
+            f"{value.source}: {text!r} is not a number of reruns; allowed: a whole number >= 0"
+        )
+    return int(text)

@@ -19,7 +19,9 @@ from perfsuite.trace.kernel_families import (
     kernel_family,
 )
 from perfsuite.suite.record import benchmark_extra_info
+from perfsuite.measure.threads import ThreadWatch, release_at_exit, threads_failure
 from perfsuite.measure.call_limit import time_limit
+from perfsuite.measure.measurement_guard import MeasurementState
 from perfsuite.measure.correctness import nonfinite_after_timing
 from perfsuite.measure.profiling import ACTIVE_STEPS
 from perfsuite.measure.device_timing import DISPATCH_PROBES, KERNEL_BLOCK, benchmark_step
@@ -41,6 +43,15 @@ def test_matches_float64_reference(mode_evidence):
         pytest.skip(mode_evidence.not_compared)
     failure = mode_evidence.comparison.failure
     assert failure is None, failure
+
+
+def test_calls_cannot_fool_the_measurement(mode_evidence):
+    """The calls depend on this call's inputs (fresh inputs), finish inside the call (no thread left
+    running, no output changing afterwards), leave the timers and torch's settings alone, hold on the
+    large-score probe, and rerun bitwise when the variant declares determinism
+    (``perfsuite.measure.call_integrity``, ``measurement_guard``, ``precision_probes``)."""
+    deceptions = mode_evidence.deceptions
+    assert not deceptions, "\n".join(deceptions)
 
 
 def output_is_score_sized(variant, case, mode=None) -> str | None:
@@ -231,13 +242,17 @@ def test_benchmark(mode_evidence, benchmark, perfsuite_run, request):
     benchmark.group = case.id
     if evidence.modified_inputs:
         pytest.fail(f"not timed: {evidence.modified_inputs}", pytrace=False)
+    if evidence.deceptions:
+        pytest.fail(f"not timed: {evidence.deceptions[0]}", pytrace=False)
     benchmark.extra_info.update(benchmark_extra_info(evidence))
     before = compile_stats.snapshot()
     # the machine's speed beside the rounds, on the CPU, when they are timed (not in a check run)
     on_cpu = case.device == Device.CPU and not benchmark.disabled
     speed_before = speed_reference.reference_ms() if on_cpu else None
     rounds = request.config.getoption("benchmark_min_rounds")
+    guard, timer = MeasurementState.capture(), benchmark._timer
     with (
+        ThreadWatch() as watch,
         contention.Probe() as probe,
         time_limit(
             _timing_limit_s(run.call_limit_s(case.device), rounds, request),
@@ -254,6 +269,7 @@ def test_benchmark(mode_evidence, benchmark, perfsuite_run, request):
             cuda_graph=run.cuda_graphs,
         )
     benchmark.extra_info.update(info)
+    _check_timing_untouched(evidence, guard, watch, timer, benchmark)
     if on_cpu:
         benchmark.extra_info["speed_reference"] = speed_reference.record(
             speed_before, speed_reference.reference_ms()
@@ -273,6 +289,26 @@ def test_benchmark(mode_evidence, benchmark, perfsuite_run, request):
         f"{evidence.variant.name} on {case.id} ({evidence.mode}): {recompiled} graph(s) compiled while timed"
     )
     _check_after_timing(evidence, timed=stats is not None)
+
+
+def _check_timing_untouched(evidence, guard, watch, timer, benchmark) -> None:
+    """After the timed rounds: no timer replaced, no torch setting changed (restored), no thread left
+    running; else the timing fails, naming what the variant did."""
+    where = f"{evidence.variant.name} on {evidence.case.id} ({evidence.mode})"
+    problems = []
+    if evidence.case.device == Device.CPU and benchmark._timer is not timer:
+        problems.append(f"replaced pytest-benchmark's timer with {benchmark._timer!r}")
+    tampered = guard.check_and_restore(evidence.variant.name, "its timed calls")
+    problems += [tampered] if tampered else []
+    threads = watch.left_running()
+    if threads:
+        problems.append(threads_failure(evidence.variant.name, threads, "its timed calls"))
+    for thread in threads:
+        release_at_exit(thread)
+    if problems:
+        pytest.fail(
+            f"{where}: the timing is not the suite's: " + "; ".join(problems), pytrace=False
+        )
 
 
 def sampling_rule(config) -> SamplingRule:

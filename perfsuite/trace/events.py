@@ -83,6 +83,8 @@ class WindowSummary:
     ``memcpy_routes`` by kind and memory (``HtoD Pinned -> Device``);
     ``allocated_bytes`` sums allocations by device (``"cpu"``, ``"cuda"``);
     ``peak_bytes`` is the highest live allocation above the level at the window's start;
+    ``allocated_level_bytes``: that level, by device (the allocator's running ``Total Allocated`` before
+    the window's first memory event; bytes live when the window began), empty without memory events;
     ``compiled_graph_calls`` counts Inductor graphs run (``## Call CompiledFxGraph`` ranges).
 
     A window holds the device work whose launch call lies in it (linked by ``correlation``);
@@ -120,6 +122,7 @@ class WindowSummary:
     work_ops: dict[str, int] = dataclasses.field(default_factory=dict)
     no_work_ops: dict[str, int] = dataclasses.field(default_factory=dict)
     written_in_place_bytes: int = 0
+    allocated_level_bytes: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def cpu_op_count(self) -> int:

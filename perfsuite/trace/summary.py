@@ -147,7 +147,7 @@ class TraceIndex:
         for e in kernels:
             kernel_time[e["name"]] += float(e.get("dur", 0))
         unattributed = self.unattributed if whole else []
-        allocated, peak = self._memory(start, end, pid, whole)
+        allocated, peak, level = self._memory(start, end, pid, whole)
         memory = [e for e in self.memory if inside(e)]
         work = op_work(ops, memory, launches)
         return WindowSummary(
@@ -168,6 +168,7 @@ class TraceIndex:
             copies=tuple(self._cpu_copies(ops) + self._device_copies(kernels + memcpys)),
             allocated_bytes=allocated,
             peak_bytes=peak,
+            allocated_level_bytes=level,
             compiled_graph_calls=sum(
                 1
                 for e in self.host_ranges()
@@ -250,7 +251,7 @@ class TraceIndex:
 
     def _memory(
         self, start: float, end: float, pid: Any, whole: bool = False
-    ) -> tuple[dict[str, int], dict[str, int]]:
+    ) -> tuple[dict[str, int], dict[str, int], dict[str, int]]:
         allocated: dict[str, int] = collections.Counter()
         peak: dict[str, int] = {}
         level_at_start: dict[str, int] = {}
@@ -266,7 +267,7 @@ class TraceIndex:
             if size > 0:
                 allocated[device] += size
             peak[device] = max(peak.get(device, 0), total - level_at_start[device])
-        return dict(allocated), peak
+        return dict(allocated), peak, level_at_start
 
 
 def summarize_windows(trace: dict[str, Any], annotation: str) -> list[WindowSummary]:

@@ -77,6 +77,9 @@ class Variant:
     ``preload``: imports the variant's library once per process; the suite calls it for every
     selected variant before any test runs (``preload_variants``), so a slow import is paid only by
     runs that select the variant, and never between a compile and its next call.
+    ``deterministic``: the variant promises bitwise identical outputs (and gradients) for identical
+    inputs; the suite reruns each checked step (``--perfsuite-determinism-runs``, default 10) and
+    compares bitwise, and the table says which variants were reproducible.
     ``forms``: the forms (``perfsuite.attention.contract.Form``) the variant handles: those its
     function's keywords declare plus ``register_variant(forms=...)``; on a case carrying another form
     its tests are not generated (``forms_unsupported`` gives the reason the run counts).
@@ -104,6 +107,7 @@ class Variant:
     wraps: str | None = None
     preload: Callable[[], object] | None = None
     devices: tuple[str, ...] | None = None
+    deterministic: bool = False
     forms: frozenset[Form] = frozenset()
     forms_refused: tuple[tuple[Form, str], ...] = ()
     needs_a_form: bool = False
@@ -219,6 +223,7 @@ def register_variant(
     wraps: str | None = None,
     preload: Callable[[], object] | None = None,
     devices: Sequence[str] | None = None,
+    deterministic: bool = False,
     forms: Sequence[str | Form] = (),
     forms_refused: Mapping[str | Form, str] | None = None,
     needs_a_form: bool = False,
@@ -228,7 +233,8 @@ def register_variant(
 
     ``forward_only``: a reason (no backward anywhere) or ``{device: reason}`` (no backward on
     those devices only, e.g. ``{"cpu": "the CPU kernel has no backward"}``). ``devices``: the
-    device types the variant runs on (``Variant.devices``), None for every one. ``forms``: forms
+    device types the variant runs on (``Variant.devices``), None for every one. ``deterministic``:
+    bitwise reproducible outputs and gradients, checked by reruns (``Variant.deterministic``). ``forms``: forms
     the variant handles beyond those its function's keywords declare (``Variant.forms``).
     ``forms_refused``: ``{form: why the variant cannot do it}`` (``Variant.forms_refused``);
     ``needs_a_form``: not generated on plain cases (``Variant.needs_a_form``);
@@ -277,6 +283,7 @@ def register_variant(
             wraps=wraps,
             preload=preload,
             devices=tuple(devices) if devices is not None else None,
+            deterministic=bool(deterministic),
             forms=handled,
             forms_refused=refused,
             needs_a_form=needs_a_form,

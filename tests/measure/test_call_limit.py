@@ -40,7 +40,7 @@ HANGS = textwrap.dedent("""
 
     def hangs_later(query, key, value, *, mask, scale):
         calls.append(1)
-        if len(calls) > 1:
+        if len(calls) > 3:  # the first call and the 2 checked calls after it (evidence.CHECKED_CALLS) return
             time.sleep(3600)  # never returns, in the profiled calls
         return torch.nn.functional.scaled_dot_product_attention(query, key, value, is_causal=mask.is_causal, scale=scale)
 """)

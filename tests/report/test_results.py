@@ -15,9 +15,9 @@ def test_markdown_table_rows_and_skips(make_result):
     # a row read from a run saved before score accounting: its old copy count, the writes unknown
     assert (
         lines[2]
-        == "| naive | forward | b1h1s8d8-fp32-causal-cpu | 2.000 | - | - | - | 0.001 | 45 ops | ? (1 copy) | 4.0 MiB | 3.0 KiB | - | 1.5e-07 | - |"
+        == "| naive | forward | b1h1s8d8-fp32-causal-cpu | 2.000 | - | - | - | 0.001 | 45 ops | ? (1 copy) | 4.0 MiB | 3.0 KiB | - | 1.5e-07 | - | - |"
     )
-    assert lines[3].split(" | ")[3] == "not timed" and lines[3].endswith("FAIL | - |")
+    assert lines[3].split(" | ")[3] == "not timed" and lines[3].endswith("FAIL | - | - |")
     assert lines[-1] == "- `sdpa_cudnn` on `c` (forward): no kernel"
 
 

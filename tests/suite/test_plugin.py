@@ -84,11 +84,12 @@ def test_timed_run_saves_a_baseline_with_extra_info_and_a_table(project):
     result = project.runpytest_subprocess(TINY, eager, "-v")
     outcomes = result.parseoutcomes()
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
-    # 5 variants run: 3 modes x (equivalence + benchmark) + copies + score accounting + saved-for-backward (not
-    # sdpa: it declares nothing), plus sdpa_flash's fused check. Not generated, their skip being certain:
+    # 5 variants run: 3 modes x (equivalence + no deception + benchmark) + copies + score accounting +
+    # saved-for-backward (not sdpa: it declares nothing), plus sdpa_flash's fused check. Not generated, their skip
+    # being certain:
     # efficient/cudnn on the CPU (Variant.devices) and the pinned backends' kernel-family check (a device lane
     # check), which is one skip naming why; no compiled variant is selected (two skips).
-    assert outcomes["passed"] == 5 * 9 - 1 + 1 and outcomes["skipped"] == 1 + 2
+    assert outcomes["passed"] == 5 * 12 - 1 + 1 and outcomes["skipped"] == 1 + 2
     result.stdout.fnmatch_lines(
         [
             "*perfsuite: attention at a glance*",

@@ -87,10 +87,11 @@ def test_the_example_runs_through_every_check_of_the_suite(pytester, monkeypatch
         "out",
         "--benchmark-disable",
     )  # each benchmark runs once, untimed, as in the test run
-    # 7 mask cases: 3 modes x (equivalence + benchmark) + copies + score accounting pass; a user variant declares
-    # nothing about what it saves for backward, and is neither compiled nor fused: those three tests have no variant.
+    # 7 mask cases: 3 modes x (equivalence + no deception + benchmark) + copies + score accounting pass; a user
+    # variant declares nothing about what it saves for backward, and is neither compiled nor fused: those three tests
+    # have no variant.
     result.assert_outcomes(
-        passed=8 * 7, skipped=5
+        passed=11 * 7, skipped=5
     )  # 3 not applicable + 2 CUDA-only kernel-family checks
     bad = pytester.runpytest_subprocess("--perfsuite-variant", "chunked_attention.variant:nothing")
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
