@@ -61,12 +61,13 @@ def module_masks(
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """``(attn_mask, key_padding_mask)`` for ``nn.MultiheadAttention`` from the suite's mask.
 
-    Bool masks are inverted (the module's True hides). A padding mask becomes ``key_padding_mask``
-    ``[B, Skv]``; other selections and biases become ``attn_mask`` ``[Sq, Skv]`` when shared by
+    Bool masks are inverted (the module's True hides). A padding mask of one row per batch element
+    becomes ``key_padding_mask`` ``[B, Skv]`` (a padded layout's per-query mask does not); other selections and biases become ``attn_mask`` ``[Sq, Skv]`` when shared by
     every batch row and head, else ``[B * H, Sq, Skv]``.
     """
     kind = mask_kind(mask.kind)
-    if kind.name == "padding" and mask.additive is None:
+    per_key = mask.masked_out is not None and mask.masked_out.shape[-2] == 1
+    if kind.name == "padding" and mask.additive is None and per_key:
         return None, mask.masked_out.reshape(batch, seq_len_kv)
     if mask.additive is not None:
         form = mask.sdpa_mask  # the bias with -inf at hidden keys

@@ -76,7 +76,7 @@ def test_the_note_counts_every_reason_or_the_most_frequent():
             left_out.add(reason)
     assert left_out.lines(most=2) == [
         "perfsuite: 6 combinations not generated (their skip is certain before running): "
-        "3 x a; 2 x b; and 1 other reasons (-v lists them)"
+        "3 x a; 2 x b; and 1 other reason (-v lists them)"
     ]
     assert left_out.lines(most=None)[0].endswith("3 x a; 2 x b; 1 x c")
 

@@ -217,7 +217,7 @@ def test_the_workflow_template_is_written_once_and_lints(user_repo, tmp_path):
     assert "pull_request_target" not in code and "permissions:\n  contents: read" in text
     assert (
         '--base-ref "$BASE_SHA" --head-ref "$HEAD_SHA"' in text
-        and f"pip install {requirement}" in text
+        and f"pip install '{requirement}'" in text
     )
     import torch  # the runner installs the torch the user has, and gates the user's configured case set
 
