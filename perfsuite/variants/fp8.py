@@ -21,6 +21,7 @@ from perfsuite.attention.contract import Form
 from perfsuite.attention.inputs import AttentionInputs
 from perfsuite.attention.layouts import dequantize_fp8
 from perfsuite.variants.registry import VariantFn, prepared_on_every_call, register_variant
+from perfsuite.variants.sdpa import call_sdpa
 from perfsuite.variants.unsupported import CaseUnsupported
 
 FP8_OUTPUT_DTYPE = torch.bfloat16
@@ -132,15 +133,7 @@ def _flash_impl(impl: str):
             torch.nn.attention.activate_flash_attention_impl(impl)
             try:
                 with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
-                    return F.scaled_dot_product_attention(
-                        query,
-                        key,
-                        value,
-                        attn_mask=mask.sdpa_mask,
-                        is_causal=mask.is_causal,
-                        scale=scale,
-                        enable_gqa=key.shape[1] != query.shape[1],
-                    )
+                    return call_sdpa(query, key, value, mask, scale)
             finally:
                 torch.nn.attention.restore_flash_attention_impl(_raise_warn=False)
 

@@ -37,7 +37,7 @@ from perfsuite.attention.inputs import AttentionInputs
 from perfsuite.attention.masks import mask_kind
 from perfsuite.attention.score_mods import alibi_bias
 from perfsuite.variants.compiled import compile_for_case
-from perfsuite.variants.flex import _EAGER_WARNING, block_mask_for, score_mod_for
+from perfsuite.variants.flex import _EAGER_WARNING, block_mask_for, call_flex, score_mod_for
 from perfsuite.variants.naive import expand_kv_heads
 from perfsuite.variants.registry import VariantFn, register_variant
 from perfsuite.variants.sdpa import SDPA_REFUSES
@@ -182,15 +182,7 @@ def call_flex_mods(query, key, value, block_mask, score_mod, scale, sinks):
     times ``sigmoid(lse - sink)``: the sink joins the softmax denominator."""
     gqa = key.shape[1] != query.shape[1]
     if sinks is None:
-        return flex_attention(
-            query,
-            key,
-            value,
-            score_mod=score_mod,
-            block_mask=block_mask,
-            scale=scale,
-            enable_gqa=gqa,
-        )
+        return call_flex(query, key, value, block_mask, score_mod, scale)
     output, lse = flex_with_lse(
         query, key, value, score_mod=score_mod, block_mask=block_mask, scale=scale, enable_gqa=gqa
     )
