@@ -39,6 +39,7 @@ GPU needs a few score blocks of memory, not several full float64 score matrices.
 from __future__ import annotations
 
 import dataclasses
+import math
 import enum
 from collections.abc import Callable
 
@@ -246,15 +247,17 @@ def explain_modifications(
     element ``index`` (``[batch, head, query, dim]``: the head's ALiBi slope and sink logit, the
     query's position, the cap), and which one the output matches the reference without, if any
     (``actual`` within ``tolerance`` of the reference computed with that modification left out).
-    Empty for a case without modifications."""
-    if not inputs.forms:
-        return ""
+    Then which wrong softmax scale the output matches, if any (``_SCALE_MISTAKES``): a scale
+    ignored, the default ``head_dim ** -0.5`` used in place of the case's, the scale applied twice."""
     batch, head, query = index[0], index[1], index[2]
-    lines = [
-        "score modifications at that element: " + describe_at(inputs.forms, head, query, batch)
-    ]
     atol, rtol = tolerance
     actual64 = actual.detach().to(torch.float64)
+    lines = _scale_mistakes(inputs, actual64, atol, rtol)
+    if not inputs.forms:
+        return "\n".join(lines)
+    lines.insert(
+        0, "score modifications at that element: " + describe_at(inputs.forms, head, query, batch)
+    )
     for keyword, what in _LEFT_OUT.items():
         if keyword not in inputs.forms:
             continue
@@ -265,6 +268,33 @@ def explain_modifications(
         if bool(torch.isclose(actual64, without, atol=atol, rtol=rtol, equal_nan=True).all()):
             lines.append(f"the output matches the reference {what}: is it applied?")
     return "\n".join(lines)
+
+
+# wrong softmax scales a failure is checked against: (scale the mistake uses, what it means)
+_SCALE_MISTAKES = (
+    (lambda scale, head_dim: 1.0, "with scale 1: is `scale` applied?"),
+    (
+        lambda scale, head_dim: head_dim**-0.5,
+        "with the default scale head_dim ** -0.5, not the case's {scale:g}: is the `scale` passed used?",
+    ),
+    (lambda scale, head_dim: scale * scale, "with the scale applied twice"),
+)
+
+
+def _scale_mistakes(
+    inputs: AttentionInputs, actual64: torch.Tensor, atol: float, rtol: float
+) -> list[str]:
+    """``the output matches the reference with ...`` for each wrong scale of ``_SCALE_MISTAKES`` it
+    matches (one that equals the case's own scale is not tried)."""
+    found = []
+    for wrong, what in _SCALE_MISTAKES:
+        scale = wrong(inputs.scale, inputs.query.shape[-1])
+        if math.isclose(scale, inputs.scale, rel_tol=1e-9):
+            continue
+        other = reference_attention(inputs.replace(scale=scale))
+        if bool(torch.isclose(actual64, other, atol=atol, rtol=rtol, equal_nan=True).all()):
+            found.append("the output matches the reference " + what.format(scale=inputs.scale))
+    return found
 
 
 def _describe(index: tuple[int, ...], actual: torch.Tensor, expected: torch.Tensor) -> str:

@@ -155,6 +155,36 @@ def test_a_cap_after_the_mask_fails_where_a_query_sees_no_key():
     assert failure is not None and "worst element at [batch, head, query, dim] = [" in failure
 
 
+def scale_ignored(query, key, value, *, mask, scale, softcap):
+    """Caps the unscaled scores: the case's ``scale`` is never used."""
+    scores = scores_of(query, key, 1.0)
+    return finish(softcap * torch.tanh(scores / softcap), mask, value, query)
+
+
+def default_scale(query, key, value, *, mask, scale):
+    """Uses head_dim ** -0.5 where the case passes another scale."""
+    return finish(scores_of(query, key, query.shape[-1] ** -0.5), mask, value, query)
+
+
+@pytest.mark.parametrize(
+    "fn, mods, scale, named",
+    [
+        (scale_ignored, ScoreMods(softcap=50.0), None, "with scale 1: is `scale` applied?"),
+        (
+            default_scale,
+            ScoreMods(),
+            0.3,
+            "with the default scale head_dim ** -0.5, not the case's 0.3",
+        ),
+    ],
+    ids=["scale ignored", "default scale"],
+)
+def test_a_scale_mistake_is_named(fn, mods, scale, named):
+    case = AttentionCase(**DECODE, device="cpu", mask="causal_br", score_mods=mods, scale=scale)
+    failure = properties.check_matches_reference(user_variant(fn), case, 0)
+    assert failure is not None and named in failure, failure
+
+
 def test_slopes_that_do_not_follow_their_heads_fail_the_head_permutation():
     case = AttentionCase(
         **DECODE, device="cpu", mask="noncausal", num_kv_heads=4, score_mods=ScoreMods(alibi=True)
