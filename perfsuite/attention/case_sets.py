@@ -359,7 +359,8 @@ CASE_SETS.update(
         ),
         "ragged-prefill": CaseSet(
             "causal prefill of sequences of mixed lengths (uniform; one long and many short), packed "
-            f"and padded, so padding's cost shows; source: {SERVING_SOURCES['ragged-prefill']}",
+            "and padded, so padding's cost shows, and a chunked prefill over cached prefixes (queries "
+            f"aligned bottom-right); source: {SERVING_SOURCES['ragged-prefill']}",
             DeviceCases(
                 "",
                 "fp32",
@@ -368,7 +369,8 @@ CASE_SETS.update(
                     """b8h8kv2s128d64-fp32-causal-packed-uniform-cpu
                     b8h8kv2s128d64-fp32-causal-padded-uniform-cpu
                     b8h8kv2s256d64-fp32-causal-packed-onelong-cpu
-                    b8h8kv2s256d64-fp32-causal-padded-onelong-cpu"""
+                    b8h8kv2s256d64-fp32-causal-padded-onelong-cpu
+                    b8h8kv2q64k192d64-fp32-causal_br-packed-uniform-cpu"""
                 ),
             ),
             DeviceCases(

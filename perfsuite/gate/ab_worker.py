@@ -50,7 +50,7 @@ class Worker:
 
     def setup(self, request: dict) -> dict:
         from perfsuite.attention.cases import parse_case_id
-        from perfsuite.attention.modes import GRADIENT_MODES, Mode, make_step
+        from perfsuite.attention.modes import Mode, make_step
         from perfsuite.measure.refusals import VariantUnsupported
         from perfsuite.measure.evidence import prepare_case, run_once
         from perfsuite.measure.evidence import input_tensors
@@ -61,17 +61,16 @@ class Worker:
         from perfsuite.measure.timing import synchronized
         from perfsuite.trace.structure import fingerprint
         from perfsuite.variants import get_variant, variant_names
+        from perfsuite.variants.registry import certain_skip
 
         self.load_variants(request.get("specs", []))
         case, mode = parse_case_id(request["case"]), request.get("mode", Mode.FORWARD)
         if request["variant"] not in variant_names():  # renamed or removed on this side
             return {"missing": f"no variant {request['variant']!r} in this tree"}
         variant = get_variant(request["variant"])
-        no_backward = variant.backward_unsupported(case.device)
-        if mode in GRADIENT_MODES and no_backward:
-            return {
-                "unsupported": f"{variant.name} has no backward on {case.device}: {no_backward}"
-            }
+        skip = certain_skip(variant, case, mode)  # what the suite would not generate
+        if skip is not None:
+            return {"unsupported": skip}
         try:
             prepared = prepare_case(variant, case, request["seed"])
             raw_step = make_step(mode, prepared.fn, prepared.inputs, prepared.grad_output)

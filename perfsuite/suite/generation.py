@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterable, Sequence
 import pytest
 
 from perfsuite.attention.cases import AttentionCase
-from perfsuite.attention.modes import GRADIENT_MODES
 from perfsuite.variants import Variant
+from perfsuite.variants.registry import certain_skip
 
 APPLIES_MARKER = "perfsuite_applies"
 EACH_MARKER = "perfsuite_each"
@@ -73,28 +73,6 @@ class NotGenerated:
             f"perfsuite: {self.total} combinations not generated (their skip is certain before "
             f"running): {reasons}{more}"
         ]
-
-
-LAYOUT_FORWARD_ONLY = (
-    "layout cases (padded, packed, paged, split-KV, value head dim, FP8) are inference forms: "
-    "checked and timed forward only"
-)
-
-
-def certain_skip(variant: Variant, case: AttentionCase, mode: str | None) -> str | None:
-    """Why ``variant`` certainly cannot run ``case`` in ``mode`` (None: it may run)."""
-    device = variant.device_unsupported(case.device)
-    if device is not None:
-        return device
-    forms = variant.forms_unsupported(case.forms)
-    if forms is not None:
-        return forms
-    if mode in GRADIENT_MODES and not case.layout.is_plain:
-        return LAYOUT_FORWARD_ONLY
-    no_backward = variant.backward_unsupported(case.device) if mode in GRADIENT_MODES else None
-    if no_backward:
-        return f"{variant.name} has no backward on {case.device}: {no_backward}"
-    return None
 
 
 def _test_condition(definition: pytest.Function) -> Callable | None:

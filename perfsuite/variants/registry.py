@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 
 from perfsuite.attention.cases import DEVICES
+from perfsuite.attention.modes import GRADIENT_MODES
 from perfsuite.attention.contract import (
     FORM_KEYWORDS,
     KEYWORD_ALIASES,
@@ -371,3 +372,26 @@ def prepared_on_every_call(prepare: PrepareFn, doc: str) -> VariantFn:
 
     attention.__doc__ = doc
     return attention
+
+
+LAYOUT_FORWARD_ONLY = (
+    "layout cases (padded, packed, paged, split-KV, value head dim, FP8) are inference forms: "
+    "checked and timed forward only"
+)
+
+
+def certain_skip(variant: Variant, case: Any, mode: str | None) -> str | None:
+    """Why ``variant`` certainly cannot run ``case`` (an ``AttentionCase``) in ``mode`` (None: it may
+    run): the suite does not generate such a test, and ``perfsuite ab``'s workers do not run it."""
+    device = variant.device_unsupported(case.device)
+    if device is not None:
+        return device
+    forms = variant.forms_unsupported(case.forms)
+    if forms is not None:
+        return forms
+    if mode in GRADIENT_MODES and not case.layout.is_plain:
+        return LAYOUT_FORWARD_ONLY
+    no_backward = variant.backward_unsupported(case.device) if mode in GRADIENT_MODES else None
+    if no_backward:
+        return f"{variant.name} has no backward on {case.device}: {no_backward}"
+    return None
