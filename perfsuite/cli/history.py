@@ -278,10 +278,15 @@ def run_list(args: argparse.Namespace) -> int:
     if not rows:
         print("perfsuite history: no series (record a timed run, or import .benchmarks/)")
     for series, points in rows:
-        last = format_value(points[-1].median, series.key.measure) if points else "-"
+        clean = [
+            p for p in points if not p.dirty
+        ]  # a run of uncommitted changes is no commit's point
+        last = format_value(clean[-1].median, series.key.measure) if clean else "-"
+        dirty = len(points) - len(clean)
+        aside = f" ({dirty} from uncommitted trees, not counted)" if dirty else ""
         print(
-            f"{series_heading(series)}\n    {sparkline([p.median for p in points][-40:])}  {len(points)} point(s), "
-            f"last {last}"
+            f"{series_heading(series)}\n    {sparkline([p.median for p in clean][-40:])}  {len(clean)} point(s), "
+            f"last {last}{aside}"
         )
     return 0
 

@@ -18,13 +18,15 @@ DISABLE_VALUES = ("off", "false", "0", "no")
 @dataclasses.dataclass(frozen=True)
 class Recorded:
     """How recording went: ``added`` runs (0 when already stored), ``benchmarks`` written, the store
-    (as it may be printed), ``seconds`` spent, ``error`` (None on success)."""
+    (as it may be printed), ``seconds`` spent, ``error`` (None on success), ``dirty``: a run from a
+    tree with uncommitted changes (stored, never used as a point)."""
 
     added: int
     benchmarks: int
     store: str
     seconds: float
     error: str | None = None
+    dirty: bool = False
 
     def line(self) -> str:
         """One line for the end of a run."""
@@ -35,7 +37,15 @@ class Recorded:
             )
         if not self.added:
             return f"perfsuite: history: this run is already in {self.store}"
-        return f"perfsuite: history: recorded {self.benchmarks} benchmark(s) in {self.store} ({self.seconds:.2f} s)"
+        dirty = (
+            " from a tree with uncommitted changes: shown, never used by history detect or the dashboard"
+            if self.dirty
+            else ""
+        )
+        return (
+            f"perfsuite: history: recorded {self.benchmarks} benchmark(s) in {self.store} "
+            f"({self.seconds:.2f} s){dirty}"
+        )
 
 
 def record_runs(
@@ -64,7 +74,8 @@ def record_runs(
     except Exception as exc:  # the store never fails a run: any failure becomes a warning
         return Recorded(0, 0, name, time.perf_counter() - started, f"{type(exc).__name__}: {exc}")
     count = sum(len(run.benchmarks) for run in runs) if added else 0
-    return Recorded(added, count, name, time.perf_counter() - started)
+    dirty = any(run.commit.dirty for run in runs)
+    return Recorded(added, count, name, time.perf_counter() - started, dirty=dirty)
 
 
 def disabled(value: str | None) -> bool:

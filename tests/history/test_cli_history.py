@@ -173,3 +173,19 @@ def test_the_default_branch_first_parent_line_leaves_a_sibling_branch_out(
     assert sibling in [p["sha"] for p in json.loads(capsys.readouterr().out)[0]["points"]]
     assert main(["history", "--store", store_url, "show", BENCH, "--rev", "nosuch"]) == 2
     assert "--rev 'nosuch': not a revision" in capsys.readouterr().err
+
+
+def test_a_run_of_uncommitted_changes_is_said_so_when_recorded_and_not_counted_by_list(
+    store_url, capsys, tmp_path
+):
+    """A new user's dirty run was recorded like a clean one and ``history list`` counted it as a 7th point
+    of 6 commits (and drew its value into the sparkline)."""
+    from perfsuite.history.recording import record_runs
+
+    _series(store_url, (1.0e-3,) * 5)
+    dirty = make_run("r9", "8" * 40, 8, (5.0e-3,) * 5, dirty=True)
+    line = record_runs([dirty], url=store_url, root=tmp_path).line()
+    assert "from a tree with uncommitted changes: shown, never used" in line, line
+    assert main(["history", "--store", store_url, "list", "--measure", "time_s"]) == 0
+    out = capsys.readouterr().out
+    assert "8 point(s)" in out and "(1 from uncommitted trees, not counted)" in out, out
