@@ -162,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=__doc__,
     )
+    parser.add_argument("--version", action="version", version=f"perfsuite {_installed_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     trace = commands.add_parser("trace", help="summarise Kineto/Chrome trace files, or diff two")
     trace.add_argument(
@@ -238,3 +239,15 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _installed_version() -> str:
+    """The installed distribution's version (``importlib.metadata``), else the package's own."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("perfsuite")
+    except PackageNotFoundError:
+        from perfsuite import __version__
+
+        return __version__

@@ -140,3 +140,12 @@ def test_perfsuite_run_starts_pytest_under_the_process_conditions(monkeypatch, t
     assert seen["env"]["OMP_WAIT_POLICY"] == "PASSIVE"
     assert seen["env"]["OMP_NUM_THREADS"] == "1"
     assert seen["env"]["MALLOC_MMAP_THRESHOLD_"] == str(32 * 2**20)
+
+
+def test_version_prints_the_installed_version(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.strip() == f"perfsuite {version('perfsuite')}"
