@@ -43,8 +43,16 @@ def test_conditions_applied_after_start_are_said_so():
     )
 
 
-def test_the_wait_policy_is_never_applied_after_start():
-    assert "OMP_WAIT_POLICY" not in conditions.apply_in_process({})
+def test_the_wait_policy_is_never_applied_after_start(monkeypatch):
+    # the test process itself is left as it is: a thread count changed mid-run made a later test's
+    # compiled (Inductor) CPU kernel abort the worker, whose thread count it was compiled for
+    import torch
+
+    threads = []
+    monkeypatch.setattr(torch, "set_num_threads", threads.append)
+    monkeypatch.setattr(conditions, "_mallopt", lambda parameter, value: True)
+    applied = conditions.apply_in_process({})
+    assert "OMP_WAIT_POLICY" not in applied and "OMP_NUM_THREADS" in applied and threads
 
 
 def test_bench_sh_exports_the_same_list():
