@@ -155,6 +155,18 @@ def positive_int(text: str) -> int:
     return value
 
 
+def _installed_version() -> str:
+    """The installed distribution's version (``importlib.metadata``), else the package's own."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("perfsuite")
+    except PackageNotFoundError:
+        from perfsuite import __version__
+
+        return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="perfsuite",
@@ -239,15 +251,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-
-
-def _installed_version() -> str:
-    """The installed distribution's version (``importlib.metadata``), else the package's own."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("perfsuite")
-    except PackageNotFoundError:
-        from perfsuite import __version__
-
-        return __version__
