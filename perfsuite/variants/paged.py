@@ -46,6 +46,12 @@ from perfsuite.variants.unsupported import CaseUnsupported
 from perfsuite.variants.varlen import _torch_varlen, varlen_window
 
 
+def cache_as_sequence(cache: torch.Tensor) -> torch.Tensor:
+    """``[num_pages, page_size, kv_heads, dim]`` -> ``[1, kv_heads, num_pages * page_size, dim]``,
+    a view (no copy): the cache as one sequence of slots, as flex_attention over pages reads it."""
+    return cache.flatten(0, 1).unsqueeze(0).transpose(1, 2)
+
+
 def gather_dense(cache: torch.Tensor, block_table: torch.Tensor) -> torch.Tensor:
     """``[num_pages, page_size, kv_heads, dim]`` pages -> dense ``[batch, kv_heads, max_pages *
     page_size, dim]`` (one ``index_select`` gather of every page the table names, then a copy into
@@ -364,7 +370,6 @@ def prepare_torch_paged(
     from torch.nn.attention.flex_attention import flex_attention
 
     from perfsuite.variants.compiled import compile_for_case
-    from perfsuite.variants.paged_prefill import cache_as_sequence
 
     block_mask = torch_paged_block_mask(inputs)
 

@@ -31,7 +31,7 @@ from perfsuite.attention.contract import Form
 from perfsuite.attention.inputs import AttentionInputs
 from perfsuite.attention.layouts import padded_allowed, unpack
 from perfsuite.attention.masks import mask_kind
-from perfsuite.variants.paged import gather_dense
+from perfsuite.variants.paged import cache_as_sequence, gather_dense
 from perfsuite.variants.registry import VariantFn, prepared_on_every_call, register_variant
 from perfsuite.variants.varlen import repack
 
@@ -105,12 +105,6 @@ def paged_mask_mod(
         return visible
 
     return mask_mod
-
-
-def cache_as_sequence(cache: torch.Tensor) -> torch.Tensor:
-    """``[num_pages, page_size, kv_heads, dim]`` -> ``[1, kv_heads, num_pages * page_size, dim]``,
-    a view (no copy)."""
-    return cache.flatten(0, 1).unsqueeze(0).transpose(1, 2)
 
 
 def prepare_paged_prefill_flex(inputs: AttentionInputs) -> VariantFn:
