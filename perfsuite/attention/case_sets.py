@@ -391,7 +391,7 @@ CASE_SETS.update(
                     b32h32kv8s8192d128-bf16-causal-packed-onelong-cuda
                     b32h32kv8s8192d128-bf16-causal-padded-onelong-cuda
                     b8h32kv8s2048d128-bf16-causal-fp8-cuda
-                    b16h32kv8q512k4096d128-bf16-causal_br-packedpaged256-uniform-cuda"""
+                    b8h32kv8q256k2048d128-bf16-causal_br-packedpaged256-uniform-cuda"""
                 ),
             ),
         ),

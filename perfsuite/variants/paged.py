@@ -243,8 +243,8 @@ def paged_split_kv_attention(
             visible = visible & (distance >= 0)
             if info.window is not None:
                 visible = visible & (distance < info.window)
-        scores = torch.matmul(query, k.transpose(-2, -1)) * scale
-        scores = scores.masked_fill(~visible, float("-inf"))
+        scores = torch.matmul(query, k.transpose(-2, -1)).mul_(scale)
+        scores = scores.masked_fill_(~visible, float("-inf"))  # in place: no copy of the scores
         top = scores.amax(dim=-1, keepdim=True)
         top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
         weights = torch.exp(scores - top)
