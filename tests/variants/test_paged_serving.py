@@ -174,7 +174,7 @@ def test_the_paged_mask_sees_what_each_sequence_sees_on_its_own(batch, kind):
         assert int(mine.sum()) == int(sequence_allowed(kind, q, n).sum())  # nothing else seen
 
 
-def test_split_kv_over_pages_matches_the_reference_with_and_without_the_split_form():
+def test_split_kv_over_pages_matches_the_reference_with_and_without_the_split_form(variant_of):
     variant = get_variant("paged_split_kv")
     assert variant.requires == {Form.PAGED} and Form.SPLIT_KV in variant.forms
     for case in (PAGED, PAGED_SPLIT):
@@ -183,6 +183,16 @@ def test_split_kv_over_pages_matches_the_reference_with_and_without_the_split_fo
     assert "paged_gather does not declare split_kv" in certain_skip(
         get_variant("paged_gather"), PAGED_SPLIT, "forward"
     )
+
+    def users_split(query, key, value, *, mask, scale, block_table, seq_lens_kv, num_splits):
+        return paged.paged_split_kv_attention(
+            query, key, value, mask=mask, scale=scale, block_table=block_table,
+            seq_lens_kv=seq_lens_kv, num_splits=num_splits,
+        )  # fmt: skip
+
+    mine = variant_of("t_split", users_split)
+    assert check_matches_reference(mine, PAGED_SPLIT, 0) is None
+    assert "t_split requires split_kv" in certain_skip(mine, PAGED, "forward")
     assert paged.page_splits(5, 3) == [(0, 2), (2, 4), (4, 5)] and paged.page_splits(2, 8) == [
         (0, 1),
         (1, 2),
