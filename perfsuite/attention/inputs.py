@@ -139,6 +139,8 @@ def layout_inputs(case: AttentionCase, seed: int) -> AttentionInputs:
     ``cu_seqlens_q/kv`` (int32 ``[batch + 1]``) and ``max_seqlen_q/kv``; paged: key/value as page
     caches ``[num_pages, page_size, num_kv_heads, head_dim]`` in a seeded page order, with
     ``block_table`` (int32 ``[batch, max_pages]``) and ``seq_lens_kv`` (int32 ``[batch]``);
+    packedpaged: queries packed as for packed (``cu_seqlens_q/kv``, ``max_seqlen_q/kv``; the
+    key offsets are those the keys would have packed), key/value paged as for paged;
     split-KV: ``num_splits``; FP8: float8_e4m3fn query/key/value with ``q/k/v_descale``
     (float32 ``[batch, num_kv_heads]``).
     """
@@ -152,6 +154,14 @@ def layout_inputs(case: AttentionCase, seed: int) -> AttentionInputs:
     value = draw_tensor(generator, case.batch, case.num_kv_heads, case.seq_len_kv, dim_v, case)
     q_lens, kv_lens = layouts.sequence_lengths(layout, case.batch, case.seq_len_q, case.seq_len_kv)
     forms: dict[str, object] = {}
+    if layout.storage == Storage.PACKED_PAGED:  # packed queries over a paged cache
+        query = layouts.pack(query, q_lens)
+        forms.update(
+            cu_seqlens_q=layouts.cu_seqlens(q_lens, device),
+            cu_seqlens_kv=layouts.cu_seqlens(kv_lens, device),
+            max_seqlen_q=max(q_lens),
+            max_seqlen_kv=max(kv_lens),
+        )
     if layout.storage == Storage.PACKED:
         query, key, value = (
             layouts.pack(query, q_lens),
@@ -164,7 +174,7 @@ def layout_inputs(case: AttentionCase, seed: int) -> AttentionInputs:
             max_seqlen_q=max(q_lens),
             max_seqlen_kv=max(kv_lens),
         )
-    elif layout.storage == Storage.PAGED:
+    elif layout.keys_paged:
         pages = torch.Generator().manual_seed(seed + PAGE_ORDER_SEED_OFFSET)
         key, block_table = layouts.paginate(key, kv_lens, layout.page_size, pages)
         value, _ = layouts.paginate(

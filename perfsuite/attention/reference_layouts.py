@@ -62,7 +62,11 @@ def sequences(
     kv_starts = [int(x) for x in layouts.cu_seqlens(kv_lens)[:-1]]
     found = []
     for b, (q_len, kv_len) in enumerate(zip(q_lens, kv_lens)):
-        if layout.storage == Storage.PACKED:
+        if layout.storage == Storage.PACKED_PAGED:  # packed queries over a paged cache
+            qs = q[q_starts[b] : q_starts[b] + q_len].transpose(0, 1)
+            ks = layouts.gather_pages(k, forms["block_table"], b, kv_len)
+            vs = layouts.gather_pages(v, forms["block_table"], b, kv_len)
+        elif layout.storage == Storage.PACKED:
             qs = q[q_starts[b] : q_starts[b] + q_len].transpose(0, 1)
             ks = k[kv_starts[b] : kv_starts[b] + kv_len].transpose(0, 1)
             vs = v[kv_starts[b] : kv_starts[b] + kv_len].transpose(0, 1)
@@ -76,7 +80,7 @@ def sequences(
         allowed = sequence_allowed(case.mask, q_len, kv_len, str(q.device))
         mask = compose(case.mask, None if case.mask == "noncausal" else allowed, None)
         one = AttentionInputs(*(t.unsqueeze(0).to(dtype) for t in (qs, ks, vs)), mask, inputs.scale)
-        first = q_starts[b] if layout.storage == Storage.PACKED else None
+        first = q_starts[b] if layout.queries_packed else None
         found.append(Sequence(b, q_len, kv_len, first, one))
     return found
 

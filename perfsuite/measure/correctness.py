@@ -6,7 +6,7 @@ import torch
 
 from perfsuite.attention.cases import AttentionCase
 from perfsuite.attention.inputs import AttentionInputs
-from perfsuite.attention.layouts import Storage, output_shape
+from perfsuite.attention.layouts import output_shape
 from perfsuite.attention.masks import fully_masked_rows
 from perfsuite.attention.modes import StepResult
 from perfsuite.attention.reference_layouts import compare_sequences, lengths_of
@@ -42,13 +42,13 @@ def contract_failures(output: object, case: AttentionCase, inputs: AttentionInpu
         )
         return [f"returned {type(output).__name__}, not a torch.Tensor{hint}"]
     layout = case.layout
-    total_q = sum(lengths_of(case)[0]) if layout.storage == Storage.PACKED else 0
+    total_q = sum(lengths_of(case)[0]) if layout.queries_packed else 0
     expected = output_shape(
         layout, case.batch, case.num_heads, case.seq_len_q, case.head_dim, total_q
     )
     named = (
         "[total_q, H, Dv]"
-        if layout.storage == Storage.PACKED
+        if layout.queries_packed
         else ("[B, H, Sq, Dv]" if layout.head_dim_v else "[B, H, Sq, D]")
     )
     found = []

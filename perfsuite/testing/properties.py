@@ -428,7 +428,7 @@ def check_minus_infinity_sink_is_no_sink(
 def _owned(case: AttentionCase, inputs: AttentionInputs, index: int) -> dict[str, torch.Tensor]:
     """Bool masks over the first dimension of query, key and value: True where the element belongs
     to sequence ``index`` (a packed row range, a batch row, the pages its block table names)."""
-    from perfsuite.attention.layouts import Storage, pages_needed
+    from perfsuite.attention.layouts import pages_needed
     from perfsuite.attention.reference_layouts import lengths_of
 
     layout = case.layout
@@ -436,10 +436,10 @@ def _owned(case: AttentionCase, inputs: AttentionInputs, index: int) -> dict[str
     owned = {}
     for name, tensor in (("query", inputs.query), ("key", inputs.key), ("value", inputs.value)):
         rows = torch.zeros(tensor.shape[0], dtype=torch.bool)
-        if layout.storage == Storage.PACKED:
+        if layout.queries_packed and (name == "query" or not layout.keys_paged):
             cu = inputs.forms["cu_seqlens_q" if name == "query" else "cu_seqlens_kv"].tolist()
             rows[cu[index] : cu[index + 1]] = True
-        elif layout.storage == Storage.PAGED and name != "query":
+        elif layout.keys_paged and name != "query":
             needed = pages_needed(kv_lens, layout.page_size)[index]
             rows[inputs.forms["block_table"][index, :needed].long().cpu()] = True
         else:
@@ -563,7 +563,7 @@ def applicable(name: str, variant: Variant, case: AttentionCase) -> str | None:
         )
     if name == "sequence_independence" and (storage == Storage.DENSE or case.batch < 2):
         return "one length per batch of dense sequences: batch_and_head_independence covers it"
-    if name == "page_permutation" and storage != Storage.PAGED:
+    if name == "page_permutation" and not case.layout.keys_paged:
         return "not a paged case"
     if name in _NEEDS_FORM and _NEEDS_FORM[name] not in case.forms:
         return f"the case has no {_NEEDS_FORM[name].value}"
