@@ -255,7 +255,8 @@ def check_sequence_causality(variant: Variant, case: AttentionCase, seed: int) -
             close = torch.isclose(got, want, atol=atol, rtol=rtol, equal_nan=True)
             moved = (~close).any(dim=3).any(dim=1).any(dim=0) & rows
             what = (
-                f"its rows {moved.nonzero().flatten().tolist()}, whose last visible key is < {position}"
+                f"its query rows {moved.nonzero().flatten().tolist()} (counted within the sequence), "
+                f"whose last visible key is < {position}"
                 if other.index == index
                 else f"sequence {other.index} (q_len {other.q_len}, kv_len {other.kv_len}), another "
                 f"sequence, rows {moved.nonzero().flatten().tolist()}"
