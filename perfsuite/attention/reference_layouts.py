@@ -22,6 +22,10 @@ packed tensors, ``[total, heads, dim]``). The gradient of a padding position (a 
 a key/value position past the sequence's ``kv_len``) is zero: no output depends on it, so a
 variant must return zeros there (within the gradient's ``atol``). Tolerances follow
 ``perfsuite.attention.reference.compare_gradients`` per sequence and per gradient.
+
+A split-KV case's failure is followed by what the same function gives with ``num_splits=1``
+(``perfsuite.measure.correctness.split_kv_hint``): right there means the merge across splits is
+what is wrong.
 """
 
 from __future__ import annotations

@@ -14,8 +14,12 @@ import torch.nn.functional as F
 from perfsuite.attention.cases import parse_case_id
 from perfsuite.attention.inputs import make_grad_output, make_inputs
 from perfsuite.attention.modes import make_step
-from perfsuite.attention.reference_layouts import compare_sequence_gradients
+from perfsuite.attention.reference_layouts import (
+    compare_sequence_gradients,
+    reference_gradients_in_layout,
+)
 from perfsuite.measure.correctness import compare_result
+from perfsuite.measure.evidence import gather_evidence
 from perfsuite.suite.generation import certain_skip
 from perfsuite.testing.properties import applicable, check_causality, check_matches_reference
 from perfsuite.variants import get_variant, registry
@@ -75,6 +79,13 @@ def test_built_ins_backward_on_padded_packed_and_value_head_dim_cases_match_the_
     assert comparison.failure is None and 0 < comparison.max_abs_error < 1e-5
 
 
+def test_the_suite_checks_a_packed_case_in_backward(tmp_path):
+    evidence = gather_evidence(
+        get_variant("varlen_padded_sdpa"), parse_case_id(PACKED), 0, tmp_path, "backward"
+    )
+    assert evidence.comparison.failure is None and evidence.comparison.max_abs_error > 0
+
+
 def test_a_users_varlen_prefill_gets_backward_and_a_gradient_wrong_for_one_sequence_is_named(
     variant_of,
 ):
@@ -113,6 +124,10 @@ def test_a_padded_cases_padding_positions_must_have_zero_gradients():
     assert (
         compare_sequence_gradients(case, inputs, grad_output, result.gradients, "x").failure is None
     )
+    for want, got in zip(
+        reference_gradients_in_layout(case, inputs, grad_output), result.gradients
+    ):
+        torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=1e-5)  # padding: zeros both
     grad_key = result.gradients[1].clone()
     grad_key[1, 0, 11, 2] = 0.5  # sequence 1 has 10 keys: position 11 is padding
     gradients = (result.gradients[0], grad_key, result.gradients[2])
