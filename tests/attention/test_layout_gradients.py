@@ -170,6 +170,9 @@ def test_causality_runs_per_sequence_on_packed_cases_and_names_what_moved(varian
         "causality", correct, parse_case_id(PACKED.replace("-causal-", "-noncausal-"))
     )
     assert check_causality(correct, causal, 0) is None
+    assert check_causality(get_variant("sdpa"), parse_case_id(PADDED), 0) is None
+    dense_dv = parse_case_id("b2h4kv2s8d12-fp32-causal-dv8-cpu")
+    assert "a layout case" in applicable("causality", get_variant("sdpa"), dense_dv)
 
     def no_causal_mask(
         query, key, value, *, mask, scale, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv
