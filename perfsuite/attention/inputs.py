@@ -206,9 +206,19 @@ GRAD_OUTPUT_SEED_OFFSET = 1_000_003  # a stream of its own, so inputs do not cha
 
 
 def make_grad_output(case: AttentionCase, seed: int) -> torch.Tensor:
-    """Standard normal ``[batch, num_heads, seq_len_q, head_dim]`` that seeds backward, from ``seed``."""
+    """Standard normal, shaped as the case's output, that seeds backward, from ``seed``:
+    ``[batch, num_heads, seq_len_q, head_dim]`` (``head_dim_v`` for a value head dim of its own);
+    a packed case's ``[total_q, num_heads, head_dim_v]`` (the dense draw packed); a padded case's
+    padded query rows hold zeros (they are not part of the answer, so no gradient flows from them)."""
     generator = torch.Generator().manual_seed(seed + GRAD_OUTPUT_SEED_OFFSET)
-    sample = torch.randn(
-        case.batch, case.num_heads, case.seq_len_q, case.head_dim, generator=generator
-    )
+    layout = case.layout
+    dim = layout.head_dim_v or case.head_dim
+    sample = torch.randn(case.batch, case.num_heads, case.seq_len_q, dim, generator=generator)
+    if layout.storage in (Storage.PACKED, Storage.PADDED):
+        q_lens, _ = layouts.sequence_lengths(layout, case.batch, case.seq_len_q, case.seq_len_kv)
+        if layout.storage == Storage.PACKED:
+            sample = layouts.pack(sample, q_lens)
+        else:
+            for b, q_len in enumerate(q_lens):
+                sample[b, :, q_len:] = 0
     return sample.to(device=case.device, dtype=case.torch_dtype)

@@ -876,17 +876,17 @@ def test_every_calibration_change_still_finds_the_lines_it_edits():
 
 
 def test_an_ab_worker_does_not_run_what_the_suite_does_not_generate():
-    """A layout case is forward only in the suite; ab's worker answers its backward as unsupported with
-    the same reason instead of running it (a serving trial's worker crashed on a backward the suite
-    never runs, and the whole gate ended with exit 2)."""
+    """An inference-only layout case (paged, split-KV, FP8) is forward only in the suite; ab's worker
+    answers its backward as unsupported with the same reason instead of running it (a serving trial's
+    worker crashed on a backward the suite never runs, and the whole gate ended with exit 2)."""
     from perfsuite.gate.ab_worker import Worker
     from perfsuite.variants.registry import LAYOUT_FORWARD_ONLY
 
     request = {
-        "variant": "sdpa",
-        "case": "b2h2kv2s8d4-fp32-causal-padded-uniform-cpu",
+        "variant": "split_kv",
+        "case": "b2h2kv2q1k8d4-fp32-causal_br-split2-cpu",
         "mode": "backward",
         "seed": 0,
         "fingerprint": False,
     }
-    assert Worker().setup(request) == {"unsupported": LAYOUT_FORWARD_ONLY}
+    assert Worker().setup(request) == {"unsupported": LAYOUT_FORWARD_ONLY["split_kv"]}
