@@ -395,9 +395,9 @@ LAYOUT_FORWARD_ONLY = {
 
 def layout_forward_only(layout: Any) -> str | None:
     """Why a case of ``layout`` (a ``perfsuite.attention.layouts.Layout``) has no gradient modes
-    (``LAYOUT_FORWARD_ONLY``: paged, split-KV, FP8), or None: plain, padded, packed and value-head-dim
+    (``LAYOUT_FORWARD_ONLY``: paged, chunked prefill over pages, split-KV, FP8), or None: plain, padded, packed and value-head-dim
     cases run backward and forward_backward, each variant by its own declaration."""
-    if layout.storage == "paged":
+    if layout.storage in ("paged", "packedpaged"):
         return LAYOUT_FORWARD_ONLY["paged"]
     if layout.num_splits is not None:
         return LAYOUT_FORWARD_ONLY["split_kv"]
