@@ -142,13 +142,22 @@ class WorkerProcess:
         )
 
     def ask(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Send ``request`` and wait for the worker's reply (``WorkerError`` when it exited or failed)."""
+        self.send(request)
+        return self.receive()
+
+    def send(self, request: dict[str, Any]) -> None:
+        """Send ``request`` without waiting; ``receive`` reads the reply (a worker answers in order)."""
         try:
             self.process.stdin.write(json.dumps(request) + "\n")
             self.process.stdin.flush()
         except BrokenPipeError:
-            line = ""
-        else:
-            line = self.process.stdout.readline()
+            self._broken = True
+
+    def receive(self) -> dict[str, Any]:
+        """The reply to the oldest request not yet received; ``WorkerError`` when the worker exited
+        or answered with an error."""
+        line = "" if getattr(self, "_broken", False) else self.process.stdout.readline()
         if not line:
             raise WorkerError(
                 f"A/B worker for {self.side.label()} exited (exit code {self.process.poll()}); "
@@ -282,6 +291,47 @@ def median_of_rounds(blocks: list[list[float]]) -> float | None:
     return rounds[len(rounds) // 2] if rounds else None
 
 
+def setup_side(
+    workers: list[WorkerProcess],
+    variant: str,
+    case_id: str,
+    seed: int,
+    mode: str,
+    specs: tuple[str, ...],
+) -> dict:
+    """Set up one side's workers for a benchmark and return the first worker's reply (its structural
+    fingerprint, or ``missing``/``unsupported``). The first worker answers before the others are asked
+    (a side that cannot run the benchmark costs one setup); the others set up at the same time, their
+    replies read after all were sent (setup is not timed; with an injected slowdown, sized from the step's
+    time at setup, one at a time)."""
+
+    def request(index: int, worker: WorkerProcess) -> dict:
+        return {
+            "setup": {
+                "variant": worker.side.variant or variant,
+                "case": case_id,
+                "seed": seed,
+                "mode": mode,
+                "specs": list(specs),
+                "slowdown": worker.side.slowdown_for(variant),
+                "fingerprint": index == 0,
+            }
+        }
+
+    first = workers[0].ask(request(0, workers[0]))
+    if "missing" in first or "unsupported" in first:
+        return first
+    if workers[0].side.slowdown_for(variant):  # sized from the step's time at setup: one at a time
+        for index, worker in enumerate(workers[1:], start=1):
+            worker.ask(request(index, worker))
+        return first
+    for index, worker in enumerate(workers[1:], start=1):
+        worker.send(request(index, worker))
+    for worker in workers[1:]:
+        worker.receive()
+    return first
+
+
 def run_benchmark(
     bases: list[WorkerProcess],
     heads: list[WorkerProcess],
@@ -300,23 +350,9 @@ def run_benchmark(
     budget read on ``clock``) over the workers of each side (``pair_sampler``), contended pairs kept
     or set aside by ``contended_pairs``; None when either side cannot run it. The first worker of
     each side records the structural fingerprint; the others only set up."""
-    setups = []
-    for workers in (bases, heads):
-        for index, worker in enumerate(workers):
-            request = {
-                "variant": worker.side.variant or variant,
-                "case": case_id,
-                "seed": seed,
-                "mode": mode,
-                "specs": list(specs),
-                "slowdown": worker.side.slowdown_for(variant),
-                "fingerprint": index == 0,
-            }
-            reply = worker.ask({"setup": request})
-            if index == 0:
-                setups.append(reply)
-            if "missing" in setups[-1] or "unsupported" in setups[-1]:
-                break
+    setups = [
+        setup_side(workers, variant, case_id, seed, mode, specs) for workers in (bases, heads)
+    ]
     key = str(BenchmarkKey(variant, case_id, mode))
     missing = {side: s["missing"] for side, s in zip(("base", "head"), setups) if "missing" in s}
     for side, worker in (("base", bases[0]), ("head", heads[0])):

@@ -173,10 +173,10 @@ class Worker:
 def main() -> None:
     # Ctrl-C reaches the whole process group: the coordinator alone handles it and ends this worker
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    import torch  # at start: a gate's workers import at once, not one by one at their first setup
+
     threads = os.environ.get("PERFSUITE_AB_TIMING_THREADS")  # perfsuite.gate.ab.TIMING_THREADS_ENV
     if threads:
-        import torch
-
         torch.set_num_threads(int(threads))
     replies = sys.stdout
     sys.stdout = sys.stderr  # nothing but replies on the reply channel
