@@ -52,6 +52,7 @@ _ELEMENT_BYTES = {
     "c10::BFloat16": 2,
     "bool": 1,
     "long int": 8,
+    "long": 8,  # older torch (the A100 trace)
     "int": 4,
     "short int": 2,
     "signed char": 1,
@@ -150,9 +151,10 @@ def gather_output_shape(
     if name == "aten::index":
         for callee in callees:
             args = callee.get("args", {})
-            if callee.get("name") == "aten::as_strided" and _int_list(
-                (args.get("Input Dims") or [None])[0]
-            ) == source:
+            if (
+                callee.get("name") == "aten::as_strided"
+                and _int_list((args.get("Input Dims") or [None])[0]) == source
+            ):
                 return _int_list((args.get("Concrete Inputs") or [None, None])[1])
     return None
 
