@@ -13,7 +13,9 @@ Timestamps and durations are microseconds.
 
 from __future__ import annotations
 
+import bisect
 import collections
+import math
 import re
 from typing import Any
 
@@ -264,23 +266,13 @@ class TraceIndex:
     ) -> CopyRecord:
         shape = gather_output_shape(op, callees)
         element = gather_element_bytes(op)
+        size = None
         if shape is not None and element is not None:
-            size: int | None = element
-            for dim in shape:
-                size *= dim
+            size = element * math.prod(shape)
         else:
-            result_ops = [op] + [
-                c
-                for c in callees
-                if c["name"] in CPU_GATHER_OPS
-                or str(c["name"]).startswith(("aten::empty", "aten::resize_"))
-            ]
-            size = 0
-            for ts, nbytes in allocations:
-                holders = [c for c in [op] + callees if float(c.get("ts", 0)) <= ts <= _end(c)]
-                if holders and max(holders, key=lambda c: float(c.get("ts", 0))) in result_ops:
-                    size += nbytes
-            size = size or None
+            size = _result_allocation(op, callees, allocations)
+            if shape is not None and size:
+                size = _bytes_of_shape(math.prod(shape), size)
         return CopyRecord("cpu", op["name"], op["name"], shape, size, False, _tensor_types(op))
 
     def _device_gathers(
@@ -373,6 +365,45 @@ class TraceIndex:
 
 def _end(event: dict[str, Any]) -> float:
     return float(event.get("ts", 0)) + float(event.get("dur", 0))
+
+
+def _result_allocation(
+    op: dict[str, Any], callees: list[dict[str, Any]], allocations: list[tuple[float, int]]
+) -> int | None:
+    """Bytes allocated for a gather's result (``allocations``: ``(ts, bytes)`` of its thread, in
+    time order): by the gather itself, a gather inside it, or an ``empty*``/``resize_`` either calls."""
+    result_ops = [op] + [
+        c
+        for c in callees
+        if c["name"] in CPU_GATHER_OPS
+        or str(c["name"]).startswith(("aten::empty", "aten::resize_"))
+    ]
+    first = bisect.bisect_left(allocations, (float(op.get("ts", 0)), -1))
+    size = 0
+    for ts, nbytes in allocations[first:]:
+        if ts > _end(op):
+            break
+        holders = [c for c in [op] + callees if float(c.get("ts", 0)) <= ts <= _end(c)]
+        if max(holders, key=lambda c: float(c.get("ts", 0))) in result_ops:
+            size += nbytes
+    return size or None
+
+
+# The CUDA caching allocator reports blocks rounded up to 512-byte multiples (at least 512).
+_BLOCK = 512
+
+
+def _bytes_of_shape(elements: int, allocated: int) -> int:
+    """A result of ``elements`` elements that allocated ``allocated`` bytes: ``elements`` times the
+    one element size (8, 4, 2, 1) the allocation fits exactly or as a rounded CUDA block; the
+    allocation itself when none or several fit."""
+    fits = [
+        size
+        for size in (8, 4, 2, 1)
+        if elements * size == allocated
+        or max(_BLOCK, -(-elements * size // _BLOCK) * _BLOCK) == allocated
+    ]
+    return elements * fits[0] if len(fits) == 1 else allocated
 
 
 def summarize_windows(trace: dict[str, Any], annotation: str) -> list[WindowSummary]:

@@ -10,7 +10,7 @@ import torch
 from perfsuite.measure.profiling import profile_steps
 from perfsuite.trace.events import gather_output_shape
 from perfsuite.trace.structure import adds_work, diff_fingerprints, fingerprint
-from perfsuite.trace.summary import TraceIndex, load_trace
+from perfsuite.trace.summary import TraceIndex, _bytes_of_shape, load_trace
 
 TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
 CACHE = torch.randn(6, 4, 2, 8)  # [num_pages, page_size, kv_heads, head_dim]
@@ -74,6 +74,10 @@ def test_rules_read_records_without_memory_or_with_negative_dims():
     assert gather_output_shape(stack) == (2, 2, 3)  # no Concrete Inputs: dim 0
     index = {"name": "aten::index", "args": {"Input Dims": [[6, 4], []]}}
     assert gather_output_shape(index) is None  # its index dims are not recorded
+    # cat/stack record no dtype: their bytes come from the allocation, which CUDA rounds to 512
+    assert _bytes_of_shape(192, 768) == 768  # [12x2x8] float32 on the CPU
+    assert _bytes_of_shape(192, 1024) == 768  # the same, a CUDA block (bf16 would be 384 -> 512)
+    assert _bytes_of_shape(64, 512) == 512  # 8 bytes exactly, or smaller ones rounded: as allocated
 
 
 def test_recorded_gpu_gathers_come_with_the_shape_of_the_op_that_launched_them():
