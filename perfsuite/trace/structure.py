@@ -132,6 +132,14 @@ def _total(fp: dict[str, Any], field: str) -> int:
     return sum((fp.get(field) or {}).values())
 
 
+def _gathered_growth(base: dict[str, Any], head: dict[str, Any]) -> int:
+    """Bytes the head's gathers write per step beyond the base's (0 when either has no record):
+    a gather of the whole pool where the base gathered one sequence's pages is more work."""
+    if "gather_bytes" not in base or "gather_bytes" not in head:
+        return 0
+    return _total(head, "gather_bytes") - _total(base, "gather_bytes")
+
+
 def _knows_work(fp: dict[str, Any]) -> bool:
     return "no_work_ops" in fp
 
@@ -139,7 +147,8 @@ def _knows_work(fp: dict[str, Any]) -> bool:
 def added_work(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
     """What the head does that the base does not, one phrase per kind of work; [] when it adds none.
 
-    More copies or casts (any tensor), gathers (``cat``, ``index``, ...: a paged cache made dense),
+    More copies or casts (any tensor), gathers (``cat``, ``index``, ...: a paged cache made dense)
+    or more bytes gathered,
     Memcpy, device kernels or score-sized writes (each counted
     whole, so a copy that only moved adds none), more bytes allocated, written in place or saved
     for backward, or another SDPA backend (either way: a backend change needs a reviewer).
@@ -154,6 +163,9 @@ def added_work(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
         grown = (head.get(field) or 0) - (base.get(field) or 0)
         if field in base and field in head and grown > 0:
             found.append(f"+{format_bytes(grown)} {label}")
+    grown = _gathered_growth(base, head)
+    if grown > 0:
+        found.append(f"+{format_bytes(grown)} gathered")
     if not (_knows_work(base) and _knows_work(head)) and _total(head, "cpu_ops") > _total(
         base, "cpu_ops"
     ):
@@ -237,7 +249,9 @@ def _bytes_of(field: str, name: str, base: dict[str, Any], head: dict[str, Any])
     return f" ({'+' if grown > 0 else '-'}{format_bytes(abs(grown))} per step)"
 
 
-_ADDED = re.compile(r"^(\+\d|(allocated|written in place|saved for backward) \+|SDPA backend )")
+_ADDED = re.compile(
+    r"^(\+\d|(allocated|gathered|written in place|saved for backward) \+|SDPA backend )"
+)
 
 
 def added_lines(lines: list[str]) -> list[str]:
@@ -282,6 +296,9 @@ def diff_fingerprints(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
     if grown:
         sign = "+" if grown > 0 else "-"
         lines.append(f"allocated {sign}{format_bytes(abs(grown))} per step")
+    grown = _gathered_growth(base, head)
+    if grown:
+        lines.append(f"gathered {'+' if grown > 0 else '-'}{format_bytes(abs(grown))} per step")
     for field, label in (
         ("written_in_place_bytes", "written in place"),
         ("saved_for_backward_bytes", "saved for backward"),

@@ -9,7 +9,13 @@ import torch
 
 from perfsuite.measure.profiling import profile_steps
 from perfsuite.trace.events import gather_output_shape
-from perfsuite.trace.structure import adds_work, diff_fingerprints, fingerprint
+from perfsuite.trace.structure import (
+    added_lines,
+    added_work,
+    adds_work,
+    diff_fingerprints,
+    fingerprint,
+)
 from perfsuite.trace.summary import TraceIndex, _bytes_of_shape, load_trace
 
 TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
@@ -102,3 +108,17 @@ def test_recorded_gpu_gathers_come_with_the_shape_of_the_op_that_launched_them()
         if e.get("cat") == "cpu_op" and e["name"] == "aten::gather"
     ]
     assert sorted(g.shape for g in gathers) == sorted(index_dims)
+
+
+def test_a_wider_gather_in_place_of_one_is_more_work_by_its_bytes():
+    """As many gathers, more bytes (the whole pool where the base gathered a sequence's pages)."""
+    base = {"gathers": {"cpu aten::index [2x4]": 1}, "gather_bytes": {"cpu aten::index [2x4]": 32}}
+    head = {"gathers": {"cpu aten::index [8x4]": 1}, "gather_bytes": {"cpu aten::index [8x4]": 128}}
+    assert added_work(base, head) == ["+96 B gathered"] and not added_work(head, base)
+    lines = diff_fingerprints(base, head)
+    assert lines == [
+        "-1 gather cpu aten::index [2x4] (-32 B per step)",
+        "+1 gather cpu aten::index [8x4] (+128 B per step)",
+        "gathered +96 B per step",
+    ]
+    assert added_lines(lines) == lines[1:]
