@@ -1,3 +1,4 @@
+import functools
 import gzip
 import json
 from pathlib import Path
@@ -26,6 +27,7 @@ from perfsuite.variants import get_variant
 TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
 
 
+@functools.cache  # read once per process: each parametrized case used to reload every trace
 def kernel_names():
     names = set()
     for path in TRACES.glob("*.json.gz"):
@@ -33,7 +35,7 @@ def kernel_names():
             names |= {
                 e["name"] for e in json.load(handle)["traceEvents"] if e.get("cat") == "kernel"
             }
-    return sorted(names)
+    return tuple(sorted(names))
 
 
 @pytest.mark.parametrize(
