@@ -287,7 +287,8 @@ CASE_SETS.update(
 SERVING_SOURCES = {
     "llama-4-decode": (
         "tritonbench operators/decoding_attention (Llama-4 decode: 40 query heads over 8 KV heads, "
-        "head_dim 128, q_len 1 and 4, batch 16-128, cache 1k-32k)"
+        "head_dim 128, q_len 1 and 4, batch 16-128, cache 1k-32k); split-KV over pages: "
+        "Dao et al., Flash-Decoding for long-context inference (2023)"
     ),
     "deepseek-v3-mla": (
         "deepseek-ai/DeepSeek-V3 config.json: num_attention_heads 128, qk_nope_head_dim 128 + "
@@ -295,7 +296,9 @@ SERVING_SOURCES = {
     ),
     "ragged-prefill": (
         "FlashInfer's ragged prefill benchmark and serving batches: sequences of mixed lengths "
-        "packed together, against the same batch padded"
+        "packed together, against the same batch padded; chunked prefill over a paged cache: "
+        "vLLM's chunked prefill and FlashInfer's BatchPrefillWithPagedKVCacheWrapper (packed new "
+        "tokens per sequence behind a block table)"
     ),
 }
 
@@ -307,7 +310,8 @@ def _ids(text: str) -> str:
 CASE_SETS.update(
     {
         "llama-4-decode": CaseSet(
-            "decode of 1 and 4 tokens over a paged KV cache (page 16, mixed lengths), and split-KV; "
+            "decode of 1 and 4 tokens over a paged KV cache (page 16, mixed lengths), split-KV, "
+            "and split-KV over the pages; "
             f"source: {SERVING_SOURCES['llama-4-decode']}",
             DeviceCases(
                 "",
@@ -316,7 +320,8 @@ CASE_SETS.update(
                 cases=_ids(
                     """b4h40kv8q1k256d128-fp32-causal_br-paged16-uniform-cpu
                     b4h40kv8q4k256d128-fp32-causal_br-paged16-onelong-cpu
-                    b4h40kv8q1k256d128-fp32-causal_br-split4-cpu"""
+                    b4h40kv8q1k256d128-fp32-causal_br-split4-cpu
+                    b4h40kv8q1k256d128-fp32-causal_br-paged16-uniform-split4-cpu"""
                 ),
             ),
             DeviceCases(
@@ -327,7 +332,8 @@ CASE_SETS.update(
                     """b16h40kv8q1k8192d128-bf16-causal_br-paged256-uniform-cuda
                     b64h40kv8q4k4096d128-bf16-causal_br-paged256-uniform-cuda
                     b128h40kv8q1k1024d128-bf16-causal_br-paged256-onelong-cuda
-                    b16h40kv8q1k32768d128-bf16-causal_br-split8-cuda"""
+                    b16h40kv8q1k32768d128-bf16-causal_br-split8-cuda
+                    b16h40kv8q1k32768d128-bf16-causal_br-paged256-uniform-split8-cuda"""
                 ),
             ),
         ),
@@ -359,8 +365,9 @@ CASE_SETS.update(
         ),
         "ragged-prefill": CaseSet(
             "causal prefill of sequences of mixed lengths (uniform; one long and many short), packed "
-            "and padded, so padding's cost shows, and a chunked prefill over cached prefixes (queries "
-            f"aligned bottom-right); source: {SERVING_SOURCES['ragged-prefill']}",
+            "and padded, so padding's cost shows, a chunked prefill over cached prefixes (queries "
+            "aligned bottom-right), and chunked prefill over a paged cache (packed chunks of their own "
+            f"lengths behind a block table); source: {SERVING_SOURCES['ragged-prefill']}",
             DeviceCases(
                 "",
                 "fp32",
@@ -370,7 +377,8 @@ CASE_SETS.update(
                     b8h8kv2s128d64-fp32-causal-padded-uniform-cpu
                     b8h8kv2s256d64-fp32-causal-packed-onelong-cpu
                     b8h8kv2s256d64-fp32-causal-padded-onelong-cpu
-                    b8h8kv2q64k192d64-fp32-causal_br-packed-uniform-cpu"""
+                    b8h8kv2q64k192d64-fp32-causal_br-packed-uniform-cpu
+                    b4h8kv2q32k128d64-fp32-causal_br-packedpaged16-uniform-cpu"""
                 ),
             ),
             DeviceCases(
@@ -382,7 +390,8 @@ CASE_SETS.update(
                     b32h32kv8s2048d128-bf16-causal-padded-uniform-cuda
                     b32h32kv8s8192d128-bf16-causal-packed-onelong-cuda
                     b32h32kv8s8192d128-bf16-causal-padded-onelong-cuda
-                    b8h32kv8s2048d128-bf16-causal-fp8-cuda"""
+                    b8h32kv8s2048d128-bf16-causal-fp8-cuda
+                    b8h32kv8q256k2048d128-bf16-causal_br-packedpaged256-uniform-cuda"""
                 ),
             ),
         ),

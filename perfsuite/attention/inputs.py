@@ -139,6 +139,8 @@ def layout_inputs(case: AttentionCase, seed: int) -> AttentionInputs:
     ``cu_seqlens_q/kv`` (int32 ``[batch + 1]``) and ``max_seqlen_q/kv``; paged: key/value as page
     caches ``[num_pages, page_size, num_kv_heads, head_dim]`` in a seeded page order, with
     ``block_table`` (int32 ``[batch, max_pages]``) and ``seq_lens_kv`` (int32 ``[batch]``);
+    packedpaged: queries packed as for packed (``cu_seqlens_q/kv``, ``max_seqlen_q/kv``; the
+    key offsets are those the keys would have packed), key/value paged as for paged;
     split-KV: ``num_splits``; FP8: float8_e4m3fn query/key/value with ``q/k/v_descale``
     (float32 ``[batch, num_kv_heads]``).
     """
@@ -152,6 +154,14 @@ def layout_inputs(case: AttentionCase, seed: int) -> AttentionInputs:
     value = draw_tensor(generator, case.batch, case.num_kv_heads, case.seq_len_kv, dim_v, case)
     q_lens, kv_lens = layouts.sequence_lengths(layout, case.batch, case.seq_len_q, case.seq_len_kv)
     forms: dict[str, object] = {}
+    if layout.storage == Storage.PACKED_PAGED:  # packed queries over a paged cache
+        query = layouts.pack(query, q_lens)
+        forms.update(
+            cu_seqlens_q=layouts.cu_seqlens(q_lens, device),
+            cu_seqlens_kv=layouts.cu_seqlens(kv_lens, device),
+            max_seqlen_q=max(q_lens),
+            max_seqlen_kv=max(kv_lens),
+        )
     if layout.storage == Storage.PACKED:
         query, key, value = (
             layouts.pack(query, q_lens),
@@ -164,7 +174,7 @@ def layout_inputs(case: AttentionCase, seed: int) -> AttentionInputs:
             max_seqlen_q=max(q_lens),
             max_seqlen_kv=max(kv_lens),
         )
-    elif layout.storage == Storage.PAGED:
+    elif layout.keys_paged:
         pages = torch.Generator().manual_seed(seed + PAGE_ORDER_SEED_OFFSET)
         key, block_table = layouts.paginate(key, kv_lens, layout.page_size, pages)
         value, _ = layouts.paginate(
@@ -196,9 +206,19 @@ GRAD_OUTPUT_SEED_OFFSET = 1_000_003  # a stream of its own, so inputs do not cha
 
 
 def make_grad_output(case: AttentionCase, seed: int) -> torch.Tensor:
-    """Standard normal ``[batch, num_heads, seq_len_q, head_dim]`` that seeds backward, from ``seed``."""
+    """Standard normal, shaped as the case's output, that seeds backward, from ``seed``:
+    ``[batch, num_heads, seq_len_q, head_dim]`` (``head_dim_v`` for a value head dim of its own);
+    a packed case's ``[total_q, num_heads, head_dim_v]`` (the dense draw packed); a padded case's
+    padded query rows hold zeros (they are not part of the answer, so no gradient flows from them)."""
     generator = torch.Generator().manual_seed(seed + GRAD_OUTPUT_SEED_OFFSET)
-    sample = torch.randn(
-        case.batch, case.num_heads, case.seq_len_q, case.head_dim, generator=generator
-    )
+    layout = case.layout
+    dim = layout.head_dim_v or case.head_dim
+    sample = torch.randn(case.batch, case.num_heads, case.seq_len_q, dim, generator=generator)
+    if layout.storage in (Storage.PACKED, Storage.PADDED):
+        q_lens, _ = layouts.sequence_lengths(layout, case.batch, case.seq_len_q, case.seq_len_kv)
+        if layout.storage == Storage.PACKED:
+            sample = layouts.pack(sample, q_lens)
+        else:
+            for b, q_len in enumerate(q_lens):
+                sample[b, :, q_len:] = 0
     return sample.to(device=case.device, dtype=case.torch_dtype)

@@ -7,7 +7,10 @@ A ``Layout`` departs from the dense ``[batch, heads, seq_len, head_dim]`` block 
   ``packed`` (sequences concatenated into ``[total_tokens, heads, head_dim]`` with cumulative
   offsets ``cu_seqlens``: the varlen form), ``paged`` (key/value in a cache of
   ``[num_pages, page_size, num_kv_heads, head_dim]`` pages behind a block table; query dense
-  ``[batch, heads, seq_len_q, head_dim]``: decode or chunked prefill).
+  ``[batch, heads, seq_len_q, head_dim]``: decode or chunked prefill), ``packedpaged``
+  (key/value paged as for ``paged``, queries packed into ``[total_q, heads, head_dim]`` with
+  ``cu_seqlens_q``: chunked prefill over a paged cache, each sequence with its own number of
+  new tokens, as vLLM's and FlashInfer's batch prefill kernels take it).
 * ``lengths``: how the sequence lengths are distributed (``LENGTHS``): ``equal`` (all at the
   case's length), ``uniform`` (uniform between the shortest allowed and the case's length),
   ``onelong`` (one sequence at the case's length, the others at most an eighth of it). Lengths
@@ -22,12 +25,16 @@ A ``Layout`` departs from the dense ``[batch, heads, seq_len, head_dim]`` block 
 
 Lengths: with ``seq_len_q == seq_len_kv`` (prefill) each sequence has as many queries as keys;
 with ``seq_len_q < seq_len_kv`` (decode, chunked prefill) every sequence has ``seq_len_q``
-queries, the last ones of its own ``kv_len`` keys, and ``kv_len >= seq_len_q``. The case's mask
+queries, the last ones of its own ``kv_len`` keys, and ``kv_len >= seq_len_q``; with
+``packedpaged`` storage and lengths other than ``equal`` the query counts differ too (drawn
+between 1 and ``seq_len_q``, the first sequence at ``seq_len_q``): a batch mixing decode steps
+and prefill chunks. The case's mask
 kind applies to each sequence on its own lengths (``causal_br``: the last query sees the last key
 of its sequence). Layout cases take the masks ``LAYOUT_MASKS`` only.
 
 Ids: ``Layout.fragment`` is appended to a case id before the device, e.g.
 ``b4h8kv2q1k64d16-fp32-causal_br-paged16-uniform-cpu``, ``...-packed-onelong-...``,
+``...-packedpaged16-uniform-...``,
 ``...-split4-...``, ``...-dv8-...``, ``...-fp8-...``; ``parse_fragment`` reads it back.
 """
 
@@ -51,6 +58,7 @@ class Storage(enum.StrEnum):
     PADDED = "padded"
     PACKED = "packed"
     PAGED = "paged"
+    PACKED_PAGED = "packedpaged"
 
 
 class Lengths(enum.StrEnum):
@@ -64,13 +72,14 @@ class Lengths(enum.StrEnum):
 LENGTHS_SEED = 20260  # lengths are part of the case, not of the run's seed
 LAYOUT_MASKS = ("noncausal", "causal", "causal_br", "window<W>")
 
-# -padded-uniform | -packed-equal | -paged16-onelong, then -split4, -dv128, -fp8 (each optional)
+# -padded-uniform | -packed-equal | -paged16-onelong | -packedpaged16-uniform, then -split4,
+# -dv128, -fp8 (each optional)
 FRAGMENT_PATTERN = (
-    r"(?P<layout>(?:-(?:padded|packed|paged\d+)-(?:equal|uniform|onelong))?"
+    r"(?P<layout>(?:-(?:padded|packed|paged\d+|packedpaged\d+)-(?:equal|uniform|onelong))?"
     r"(?:-split\d+)?(?:-dv\d+)?(?:-fp8)?)"
 )
 _FRAGMENT_RE = re.compile(
-    r"^(?:-(?P<storage>padded|packed|paged)(?P<page>\d+)?-(?P<lengths>equal|uniform|onelong))?"
+    r"^(?:-(?P<storage>padded|packedpaged|packed|paged)(?P<page>\d+)?-(?P<lengths>equal|uniform|onelong))?"
     r"(?:-split(?P<splits>\d+))?(?:-dv(?P<dv>\d+))?(?P<fp8>-fp8)?$"
 )
 
@@ -94,7 +103,7 @@ class Layout:
     def __post_init__(self):
         object.__setattr__(self, "storage", _parse(Storage, self.storage, "storage"))
         object.__setattr__(self, "lengths", _parse(Lengths, self.lengths, "lengths"))
-        if (self.storage == Storage.PAGED) != (self.page_size is not None):
+        if self.keys_paged != (self.page_size is not None):
             raise ValueError(
                 f"page_size={self.page_size!r} with storage {self.storage}: a page size goes with "
                 "paged storage, and paged storage needs one"
@@ -112,6 +121,16 @@ class Layout:
             raise ValueError(f"fp8 with {self.storage} storage: FP8 cases are dense")
 
     @property
+    def queries_packed(self) -> bool:
+        """Queries (and the output) packed ``[total_q, heads, dim]`` with ``cu_seqlens_q``."""
+        return self.storage in (Storage.PACKED, Storage.PACKED_PAGED)
+
+    @property
+    def keys_paged(self) -> bool:
+        """Key/value in a page cache behind a block table."""
+        return self.storage in (Storage.PAGED, Storage.PACKED_PAGED)
+
+    @property
     def is_plain(self) -> bool:
         """The plain dense case: nothing departs from it."""
         return self == Layout()
@@ -120,9 +139,9 @@ class Layout:
     def forms(self) -> frozenset[Form]:
         """The contract forms a function needs for this layout (padded needs none: a mask)."""
         found = set()
-        if self.storage == Storage.PACKED:
+        if self.queries_packed:
             found.add(Form.VARLEN)
-        if self.storage == Storage.PAGED:
+        if self.keys_paged:
             found.add(Form.PAGED)
         if self.num_splits is not None:
             found.add(Form.SPLIT_KV)
@@ -137,7 +156,7 @@ class Layout:
         """The case-id fragment, ``""`` for the plain layout (``-paged16-uniform-split4``)."""
         parts = []
         if self.storage != Storage.DENSE:
-            page = str(self.page_size) if self.storage == Storage.PAGED else ""
+            page = str(self.page_size) if self.keys_paged else ""
             parts.append(f"-{self.storage}{page}-{self.lengths}")
         if self.num_splits is not None:
             parts.append(f"-split{self.num_splits}")
@@ -160,7 +179,7 @@ def parse_fragment(text: str) -> Layout:
     match = _FRAGMENT_RE.match(text)
     if not match:
         raise ValueError(
-            f"layout {text!r} is not of the form [-padded|-packed|-paged<P>-<lengths>][-split<N>]"
+            f"layout {text!r} is not of the form [-padded|-packed|-paged<P>|-packedpaged<P>-<lengths>][-split<N>]"
             f"[-dv<D>][-fp8] with lengths one of {', '.join(Lengths)}"
         )
     g = match.groupdict()
@@ -204,7 +223,9 @@ def sequence_lengths(
     """``(q_lens, kv_lens)``, one per sequence, for ``layout`` (module docstring's rules).
 
     The first sequence has ``seq_len_kv`` keys; with ``seq_len_q == seq_len_kv`` each sequence
-    has as many queries as keys, else ``seq_len_q`` queries and at least as many keys.
+    has as many queries as keys, else ``seq_len_q`` queries and at least as many keys (for
+    ``packedpaged`` storage with drawn lengths: 1 to ``seq_len_q`` queries, drawn after the keys,
+    so the key lengths are those of the ``paged`` layout with the same lengths).
     """
     low = seq_len_q if seq_len_q < seq_len_kv else 1
     generator = torch.Generator().manual_seed(LENGTHS_SEED)
@@ -214,7 +235,13 @@ def sequence_lengths(
         high = seq_len_kv if layout.lengths == Lengths.UNIFORM else max(low, seq_len_kv // 8)
         kv = torch.randint(low, high + 1, (batch,), generator=generator).tolist()
         kv[0] = seq_len_kv
-    q = list(kv) if seq_len_q == seq_len_kv else [seq_len_q] * batch
+    if seq_len_q == seq_len_kv:
+        q = list(kv)
+    elif layout.storage == Storage.PACKED_PAGED and layout.lengths != Lengths.EQUAL:
+        q = torch.randint(1, seq_len_q + 1, (batch,), generator=generator).tolist()
+        q[0] = seq_len_q
+    else:
+        q = [seq_len_q] * batch
     return tuple(q), tuple(kv)
 
 
@@ -320,10 +347,10 @@ def padded_allowed(
 def output_shape(
     layout: Layout, batch: int, num_heads: int, seq_len_q: int, head_dim: int, total_q: int
 ) -> tuple[int, ...]:
-    """The contract's output shape: ``[total_q, heads, head_dim_v]`` packed, else
-    ``[batch, heads, seq_len_q, head_dim_v]``."""
+    """The contract's output shape: ``[total_q, heads, head_dim_v]`` with packed queries
+    (``packed``, ``packedpaged``), else ``[batch, heads, seq_len_q, head_dim_v]``."""
     dim = layout.head_dim_v or head_dim
-    if layout.storage == Storage.PACKED:
+    if layout.queries_packed:
         return (total_q, num_heads, dim)
     return (batch, num_heads, seq_len_q, dim)
 

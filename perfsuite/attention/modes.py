@@ -48,8 +48,9 @@ def parse_mode(text: str) -> Mode:
 
 @dataclasses.dataclass(frozen=True)
 class StepResult:
-    """One call of a step: the attention output ``[B, H, Sq, D]`` and, in gradient modes,
-    ``(grad_query, grad_key, grad_value)`` shaped like query, key and value (else None)."""
+    """One call of a step: the attention output ``[B, H, Sq, D]`` (a layout case's: packed
+    ``[total_q, H, Dv]``) and, in gradient modes, ``(grad_query, grad_key, grad_value)`` shaped like
+    query, key and value (else None)."""
 
     output: torch.Tensor
     gradients: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None
@@ -78,7 +79,8 @@ def allow_graph_replay() -> None:
 
 
 def make_step(mode: str, fn: VariantFn, inputs: AttentionInputs, grad_output: torch.Tensor) -> Step:
-    """The step of ``mode`` for ``fn`` on ``inputs``; ``grad_output`` ``[B, H, Sq, D]`` seeds backward.
+    """The step of ``mode`` for ``fn`` on ``inputs``; ``grad_output``, shaped as the output
+    (``[B, H, Sq, D]``; packed ``[total_q, H, Dv]``), seeds backward.
 
     Raises ``ValueError`` for an unknown mode.
     """

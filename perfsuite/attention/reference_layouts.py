@@ -12,6 +12,20 @@ Tolerances follow ``perfsuite.attention.reference``: ``atol = max(floor, 2 * err
 computation in the case's dtype)`` per sequence, the plain computation run on the same (for FP8:
 dequantized) values; only rows a sequence owns are compared (the padded rows of a padded batch
 are not part of the answer).
+
+Gradients (padded and packed cases, and a value head dim of its own; paged, split-KV and FP8 cases
+are inference only): ``backward`` is seeded with a ``grad_output`` shaped as the output
+(``perfsuite.attention.inputs.make_grad_output``: packed ``[total_q, H, Dv]``; padded with zeros in
+the padded query rows). Each sequence's ``grad_query``/``grad_key``/``grad_value`` are the float64
+reference's gradients of that sequence alone, in the layout of the inputs (packed: the rows of the
+packed tensors, ``[total, heads, dim]``). The gradient of a padding position (a padded query row,
+a key/value position past the sequence's ``kv_len``) is zero: no output depends on it, so a
+variant must return zeros there (within the gradient's ``atol``). Tolerances follow
+``perfsuite.attention.reference.compare_gradients`` per sequence and per gradient.
+
+A split-KV case's failure is followed by what the same function gives with ``num_splits=1``
+(``perfsuite.measure.correctness.split_kv_hint``): right there means the merge across splits is
+what is wrong.
 """
 
 from __future__ import annotations
@@ -25,7 +39,14 @@ from perfsuite.attention.cases import AttentionCase
 from perfsuite.attention.inputs import AttentionInputs, sequence_allowed
 from perfsuite.attention.layouts import Storage
 from perfsuite.attention.masks import compose
-from perfsuite.attention.reference import TOLERANCES, Comparison, reference_attention
+from perfsuite.attention.reference import (
+    ERROR_FACTORS,
+    GRADIENT_NAMES,
+    TOLERANCES,
+    Comparison,
+    reference_attention,
+    reference_gradients,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,13 +54,15 @@ class Sequence:
     """One sequence of a layout case: ``index`` in the batch, its lengths, and its inputs as a
     dense batch of one (``[1, heads, q_len, head_dim]``, key/value ``[1, kv_heads, kv_len, dim]``)
     in float64 (FP8 dequantized) with its own mask. ``first_row``: where its queries start in a
-    packed output (None for the other storages)."""
+    packed output (None for the other storages); ``first_kv_row``: where its keys/values start in
+    packed key/value (None for the other storages)."""
 
     index: int
     q_len: int
     kv_len: int
     first_row: int | None
     inputs: AttentionInputs
+    first_kv_row: int | None = None
 
 
 def lengths_of(case: AttentionCase) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -62,7 +85,11 @@ def sequences(
     kv_starts = [int(x) for x in layouts.cu_seqlens(kv_lens)[:-1]]
     found = []
     for b, (q_len, kv_len) in enumerate(zip(q_lens, kv_lens)):
-        if layout.storage == Storage.PACKED:
+        if layout.storage == Storage.PACKED_PAGED:  # packed queries over a paged cache
+            qs = q[q_starts[b] : q_starts[b] + q_len].transpose(0, 1)
+            ks = layouts.gather_pages(k, forms["block_table"], b, kv_len)
+            vs = layouts.gather_pages(v, forms["block_table"], b, kv_len)
+        elif layout.storage == Storage.PACKED:
             qs = q[q_starts[b] : q_starts[b] + q_len].transpose(0, 1)
             ks = k[kv_starts[b] : kv_starts[b] + kv_len].transpose(0, 1)
             vs = v[kv_starts[b] : kv_starts[b] + kv_len].transpose(0, 1)
@@ -76,8 +103,9 @@ def sequences(
         allowed = sequence_allowed(case.mask, q_len, kv_len, str(q.device))
         mask = compose(case.mask, None if case.mask == "noncausal" else allowed, None)
         one = AttentionInputs(*(t.unsqueeze(0).to(dtype) for t in (qs, ks, vs)), mask, inputs.scale)
-        first = q_starts[b] if layout.storage == Storage.PACKED else None
-        found.append(Sequence(b, q_len, kv_len, first, one))
+        first = q_starts[b] if layout.queries_packed else None
+        first_kv = kv_starts[b] if layout.storage == Storage.PACKED else None
+        found.append(Sequence(b, q_len, kv_len, first, one, first_kv))
     return found
 
 
@@ -144,3 +172,147 @@ def compare_sequences(
 def _row(seq: Sequence, index: list[int]) -> str:
     """`` (packed row R)`` for a packed sequence's query, else nothing."""
     return f" (packed row {seq.first_row + index[1]})" if seq.first_row is not None else ""
+
+
+def input_sequence(
+    case: AttentionCase, tensor: torch.Tensor, seq: Sequence, name: str
+) -> torch.Tensor:
+    """Sequence ``seq``'s part of a padded or packed ``tensor`` shaped as ``name``'s input (``query``,
+    ``key``, ``value``) or its gradient, as ``[1, heads, length, dim]``. ``ValueError`` for paged or
+    FP8 storage (inference only: no gradients)."""
+    is_query = name in ("query", "grad_query")
+    length = seq.q_len if is_query else seq.kv_len
+    if case.layout.storage == Storage.PACKED:
+        first = seq.first_row if is_query else seq.first_kv_row
+        return tensor[first : first + length].transpose(0, 1).unsqueeze(0)
+    if case.layout.storage == Storage.PAGED:
+        raise ValueError(f"case {case.id} is paged: its key/value are pages, not sequences")
+    return tensor[seq.index : seq.index + 1, :, :length]
+
+
+def _sequence_gradients(
+    case: AttentionCase, seq: Sequence, grad_output: torch.Tensor, dtype: torch.dtype
+) -> tuple[torch.Tensor, ...]:
+    """``seq``'s reference gradients ``[1, H, q_len, D]``, ``[1, Hkv, kv_len, D]`` x2 in ``dtype``."""
+    seed = output_sequence(case, grad_output, seq)
+    return reference_gradients(seq.inputs, seed.to(dtype), dtype)
+
+
+def reference_gradients_in_layout(
+    case: AttentionCase,
+    inputs: AttentionInputs,
+    grad_output: torch.Tensor,
+    dtype: torch.dtype = torch.float64,
+) -> tuple[torch.Tensor, ...]:
+    """The reference's ``(grad_query, grad_key, grad_value)`` of a padded or packed case, each
+    shaped as its input (``[total, heads, dim]`` packed, ``[B, heads, S, dim]`` padded) in ``dtype``:
+    per sequence (module docstring), zeros at padding positions. ``grad_output``: shaped as the output."""
+    found = [
+        torch.zeros(t.shape, dtype=dtype, device=t.device)
+        for t in (inputs.query, inputs.key, inputs.value)
+    ]
+    for seq in sequences(case, inputs, dtype):
+        grads = _sequence_gradients(case, seq, grad_output, dtype)
+        for name, total, grad in zip(("query", "key", "value"), found, grads):
+            input_sequence(case, total, seq, name).copy_(grad)
+    return tuple(found)
+
+
+def compare_sequence_gradients(
+    case: AttentionCase,
+    inputs: AttentionInputs,
+    grad_output: torch.Tensor,
+    gradients: tuple[torch.Tensor, ...],
+    label: str,
+) -> Comparison:
+    """Compare a variant's ``(grad_query, grad_key, grad_value)`` (shaped as query/key/value) with
+    the per-sequence float64 reference (module docstring). The first failure names the gradient, the
+    sequence with its lengths and the worst element ``[head, position, dim]`` (position within the
+    sequence; for packed tensors also the row); a padded case's padding positions must hold zeros."""
+    dtype = case.torch_dtype
+    floor_atol, rtol = TOLERANCES[dtype]
+    worst_error = 0.0
+    batch = case.batch
+    plain_sequences = sequences(case, inputs, dtype)
+    for seq, low in zip(sequences(case, inputs), plain_sequences):
+        want = _sequence_gradients(case, seq, grad_output, torch.float64)
+        plain = _sequence_gradients(case, low, grad_output, dtype)
+        where = f"sequence {seq.index} of {batch} (q_len {seq.q_len}, kv_len {seq.kv_len})"
+        for name, actual, expected, rough in zip(GRADIENT_NAMES, gradients, want, plain):
+            got = input_sequence(case, actual, seq, name).detach().to(torch.float64)
+            error_of_plain = (
+                float((rough.to(torch.float64) - expected).abs().max()) if expected.numel() else 0.0
+            )
+            atol = max(floor_atol, ERROR_FACTORS["plain"] * error_of_plain)
+            failure = _element_failure(
+                got, expected, atol, rtol, f"{label}: {name} of {where}", seq, name
+            )
+            if failure:
+                return failure
+            if got.numel():
+                worst_error = max(worst_error, float((got - expected).abs().max()))
+    if case.layout.storage == Storage.PADDED:
+        failure = _padding_failure(case, plain_sequences, gradients, label)
+        if failure:
+            return failure
+    return Comparison(worst_error, None)
+
+
+def _element_failure(
+    got: torch.Tensor,
+    want: torch.Tensor,
+    atol: float,
+    rtol: float,
+    where: str,
+    seq: Sequence,
+    name: str,
+) -> Comparison | None:
+    """The failure of one sequence's ``got`` against ``want`` (``[1, heads, length, dim]``), or None."""
+    row = seq.first_row if name == "grad_query" else seq.first_kv_row
+    bad = ~torch.isfinite(got)
+    if bad.any():
+        index = [int(i) for i in bad.nonzero()[0][1:]]
+        packed = f" (packed row {row + index[1]})" if row is not None else ""
+        return Comparison(
+            float("inf"),
+            f"{where}: {int(bad.sum())} non-finite values; first at [head, position, dim] = {index}{packed}",
+        )
+    excess = (got - want).abs() - (atol + rtol * want.abs())
+    if not excess.numel() or float(excess.max()) <= 0:
+        return None
+    index = [int(i) for i in torch.unravel_index(excess.argmax(), excess.shape)][1:]
+    element = (0, *index)
+    packed = f" (packed row {row + index[1]})" if row is not None else ""
+    return Comparison(
+        float((got - want).abs().max()),
+        f"{where}: not within atol={atol:.3g}, rtol={rtol} of the float64 reference; worst element "
+        f"at [head, position, dim] = {index}{packed}: got {got[element].item()!r}, expected "
+        f"{want[element].item()!r}",
+    )
+
+
+def _padding_failure(
+    case: AttentionCase,
+    seqs: list[Sequence],
+    gradients: tuple[torch.Tensor, ...],
+    label: str,
+) -> Comparison | None:
+    """A padded case's gradients at padding positions (query rows past ``q_len``, key/value positions
+    past ``kv_len``) must be zero within the dtype's floor ``atol``: no output depends on them."""
+    atol = TOLERANCES[case.torch_dtype][0]
+    for seq in seqs:
+        for name, grad in zip(GRADIENT_NAMES, gradients):
+            start = seq.q_len if name == "grad_query" else seq.kv_len
+            pad = grad[seq.index, :, start:].detach().to(torch.float64)
+            wrong = ~(pad.abs() <= atol)  # NaN counts as wrong
+            if wrong.any():
+                head, position, dim = (int(i) for i in wrong.nonzero()[0])
+                return Comparison(
+                    float("inf"),
+                    f"{label}: {name} of sequence {seq.index} of {case.batch} (q_len {seq.q_len}, kv_len "
+                    f"{seq.kv_len}) is not zero at padding position {start + position} (element [head, "
+                    f"position, dim] = [{head}, {start + position}, {dim}]: "
+                    f"{pad[head, position, dim].item()!r}); padding positions feed no output, so their "
+                    "gradient is zero",
+                )
+    return None

@@ -203,17 +203,18 @@ def pair_schedule(count: int, workers_per_side: int) -> tuple[int, int, bool]:
 
     Base worker ``i`` is always paired with head worker ``i``: each worker pair is one cluster of
     the interval (``stats.clustered_interval``), and clusters share no process, so they are
-    independent. The pairs visit the worker pairs in turn, two pairs per visit in alternating
-    order (AB then BA, so the second pair starts warm: with the worker that ended the first);
-    with several worker pairs, the order of a visit flips every round of visits (BA then AB), so
-    over ``4 * workers_per_side`` pairs each worker pair starts cold and warm equally often on each
-    side. With one worker per side it is plain alternation (AB, BA, AB, ...): every pair starts
-    with the worker that ended the one before, on each side in turn.
+    independent. With several worker pairs, the pairs visit the worker pairs in turn, one pair per
+    visit, so no block ever follows a block of its own worker (a worker timing twice in a row ran
+    several percent apart from its other blocks, and on whichever side got those repeats that
+    decided verdicts). Which side goes first is a checkerboard: worker pair ``c`` in round of visits
+    ``r`` has base first when ``c + r`` is even, so every round has both orders (in equal numbers for
+    an even count of worker pairs) and each worker pair alternates its order from round to round.
+    With one worker per side it is plain alternation (AB, BA, AB, ...).
     """
-    visit, second = divmod(count, 2)
-    cluster = visit % workers_per_side
-    flipped = workers_per_side > 1 and (visit // workers_per_side) % 2 == 1
-    return cluster, cluster, (not second) != flipped
+    if workers_per_side == 1:
+        return 0, 0, count % 2 == 0
+    visit_round, cluster = divmod(count, workers_per_side)
+    return cluster, cluster, (cluster + visit_round) % 2 == 0
 
 
 def workers_phrase(workers_per_side: int) -> str:
@@ -483,7 +484,7 @@ def ab_payload(
     """The raw blocks, fingerprints and verdicts of an A/B run (``--json``; the history store reads it).
     Per benchmark, ``contended_pairs`` lists which pairs were set aside and ``wait_shares`` the base
     and head blocks' wait shares per pair; block pair ``k`` was timed by the workers
-    ``pair_schedule(k, workers_per_side)`` names (worker pair ``k // 2 % workers_per_side``)."""
+    ``pair_schedule(k, workers_per_side)`` names (worker pair ``k % workers_per_side``)."""
     return {
         "schema_version": 2,
         "contended_pair_policy": str(contended_pairs),

@@ -6,10 +6,14 @@ import torch
 
 from perfsuite.attention.cases import AttentionCase
 from perfsuite.attention.inputs import AttentionInputs
-from perfsuite.attention.layouts import Storage, output_shape
+from perfsuite.attention.layouts import output_shape
 from perfsuite.attention.masks import fully_masked_rows
 from perfsuite.attention.modes import StepResult
-from perfsuite.attention.reference_layouts import compare_sequences, lengths_of
+from perfsuite.attention.reference_layouts import (
+    compare_sequence_gradients,
+    compare_sequences,
+    lengths_of,
+)
 from perfsuite.attention.reference import (
     REFERENCE_BLOCK_BYTES,
     TOLERANCES,
@@ -42,13 +46,13 @@ def contract_failures(output: object, case: AttentionCase, inputs: AttentionInpu
         )
         return [f"returned {type(output).__name__}, not a torch.Tensor{hint}"]
     layout = case.layout
-    total_q = sum(lengths_of(case)[0]) if layout.storage == Storage.PACKED else 0
+    total_q = sum(lengths_of(case)[0]) if layout.queries_packed else 0
     expected = output_shape(
         layout, case.batch, case.num_heads, case.seq_len_q, case.head_dim, total_q
     )
     named = (
         "[total_q, H, Dv]"
-        if layout.storage == Storage.PACKED
+        if layout.queries_packed
         else ("[B, H, Sq, Dv]" if layout.head_dim_v else "[B, H, Sq, D]")
     )
     found = []
@@ -150,7 +154,9 @@ def check_output(
     ``derived``: the tolerance derived from the plain computation's error (``tolerances``); False: the
     dtype's floor (``TOLERANCES``), for inputs built so the plain computation is near exact (a probe)."""
     if not case.layout.is_plain:
-        return compare_sequences(case, inputs, output, label)
+        found = compare_sequences(case, inputs, output, label)
+        hint = found.failure and split_kv_hint(variant, case, inputs)
+        return Comparison(found.max_abs_error, f"{found.failure}\n{hint}") if hint else found
     rows = fully_masked_rows(inputs.mask, case.score_shape)
     if "sinks" in inputs.forms:
         rows = torch.zeros_like(rows)  # the sink is always seen: such a row's output is zero
@@ -169,6 +175,34 @@ def check_output(
     return Comparison(found.max_abs_error, f"{found.failure}\n{kind}") if kind else found
 
 
+def split_kv_hint(variant: Variant, case: AttentionCase, inputs: AttentionInputs) -> str | None:
+    """For a failed split-KV case (``num_splits`` > 1): the variant rerun on copies of ``inputs``
+    with ``num_splits=1``, and what that says. Its output matching the reference there means the
+    merge of the splits is wrong; failing there too means the error is elsewhere. None for other
+    cases, or when the rerun raises (its message is given instead)."""
+    splits = case.layout.num_splits
+    if splits is None or splits < 2:
+        return None
+    copies = {name: getattr(inputs, name).clone() for name in ("query", "key", "value")}
+    one = inputs.replace(**copies, forms={**inputs.forms, "num_splits": 1})
+    try:
+        with torch.no_grad():
+            output = variant.for_case(one)(one.query, one.key, one.value, **one.keywords())
+        again = compare_sequences(case, inputs, output, "with num_splits=1")
+    except Exception as exc:  # the hint is advice: a function that cannot take 1 split says so
+        return f"with num_splits=1 the variant raised {type(exc).__name__}: {exc}"
+    if again.failure is None:
+        return (
+            f"with num_splits=1 the output matches the reference, with num_splits={splits} it does not: "
+            "the merge across splits is wrong (is the max / log-sum-exp correction applied? each split's "
+            "partial output weighs exp(lse_i - lse), lse the log-sum-exp of the splits' lse_i)"
+        )
+    return (
+        f"with num_splits=1 the output is wrong too: the error is not (only) in the merge across the "
+        f"{splits} splits"
+    )
+
+
 def compare_result(
     variant: Variant,
     case: AttentionCase,
@@ -180,8 +214,9 @@ def compare_result(
 ) -> tuple[Comparison | None, str | None]:
     """The comparison with the float64 reference, or None and why not (NaN rows, out of memory).
 
-    ``inputs`` are the values the reference is computed from; ``grad_output`` ``[B, H, Sq, D]``
-    seeded backward in gradient modes.
+    ``inputs`` are the values the reference is computed from; ``grad_output`` (shaped as the
+    output: ``[B, H, Sq, D]``, packed ``[total_q, H, Dv]``) seeded backward in gradient modes; a
+    layout case's gradients are compared per sequence (``compare_sequence_gradients``).
     """
     try:
         return _compare_with_reference(variant, case, inputs, grad_output, mode, result, seed)
@@ -208,6 +243,11 @@ def _compare_with_reference(
     output = check_output(variant, case, inputs, result.output, label)
     if result.gradients is None or output.failure:
         return output, None
+    if not case.layout.is_plain:  # padded or packed (inference-only layouts have no gradients)
+        gradients = compare_sequence_gradients(case, inputs, grad_output, result.gradients, label)
+        return Comparison(
+            max(output.max_abs_error, gradients.max_abs_error), gradients.failure
+        ), None
     # with sinks no row is fully masked: the sink is always seen (its output is zero there)
     rows = (
         0

@@ -36,6 +36,7 @@ from perfsuite.measure.call_integrity import (
 )
 from perfsuite.measure.call_limit import time_limit
 from perfsuite.measure.threads import ThreadWatch, release_at_exit, threads_failure
+from perfsuite.attention.reference_layouts import reference_gradients_in_layout
 from perfsuite.measure.correctness import check_output, compare_result, contract_checked
 from perfsuite.measure.measurement_guard import MeasurementState
 from perfsuite.measure.precision_probes import large_score_failure, large_score_values
@@ -68,7 +69,7 @@ from perfsuite.measure.warnings_capture import (
 )
 from perfsuite.trace.summary import WindowSummary, summarize_windows
 from perfsuite.variants import Variant
-from perfsuite.variants.registry import VariantFn
+from perfsuite.variants.registry import VariantFn, layout_forward_only
 from perfsuite.variants.unsupported import CaseUnsupported
 
 
@@ -298,8 +299,9 @@ def gather_evidence(
     cannot run the case, or the variant has no backward; any other error propagates.
     """
     no_backward = variant.backward_unsupported(case.device)
-    if mode in GRADIENT_MODES and not case.layout.is_plain:
-        raise VariantUnsupported(f"case {case.id} is a layout case: checked forward only")
+    layout_reason = layout_forward_only(case.layout) if mode in GRADIENT_MODES else None
+    if layout_reason:
+        raise VariantUnsupported(f"case {case.id}: {layout_reason}")
     if mode in GRADIENT_MODES and no_backward:
         raise VariantUnsupported(f"{variant.name} has no backward on {case.device}: {no_backward}")
     prepared = prepared or prepare_case(variant, case, seed)
@@ -435,6 +437,15 @@ def _wrong_on_its_own(
     return found.failure is not None
 
 
+def _reference_gradients(
+    case: AttentionCase, inputs: AttentionInputs, grad_output: torch.Tensor
+) -> tuple[torch.Tensor, ...]:
+    """The float64 reference's gradients, shaped as query/key/value (a layout case: per sequence)."""
+    if case.layout.is_plain:
+        return reference_gradients(inputs, grad_output)
+    return reference_gradients_in_layout(case, inputs, grad_output)
+
+
 def _checked_calls(
     prepared: PreparedCase, mode: str, first, seed: int, determinism_runs: int
 ) -> list[str]:
@@ -460,8 +471,8 @@ def _checked_calls(
 
     def reference_changed(index: int) -> bool:
         if not references:
-            references["first"] = reference_gradients(reference_inputs, prepared.grad_output)
-            references["fresh"] = reference_gradients(fresh, prepared.grad_output)
+            references["first"] = _reference_gradients(case, reference_inputs, prepared.grad_output)
+            references["fresh"] = _reference_gradients(case, fresh, prepared.grad_output)
         a, b = references["first"][index], references["fresh"][index]
         return bool((a - b).abs().max() > TOLERANCES[inputs.query.dtype][0]) if a.numel() else False
 

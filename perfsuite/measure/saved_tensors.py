@@ -46,7 +46,12 @@ def measure_saved(
     storages: dict[tuple[str, int], tuple[int, int]] = {}
     copies: set[tuple[str, int]] = set()
 
-    def pack(tensor: torch.Tensor) -> torch.Tensor:
+    def pack(saved: torch.Tensor) -> torch.Tensor:
+        # a nested jagged tensor's own storage is a placeholder: its values buffer is what it holds;
+        # a strided-layout nested tensor (torch's C++ one) has no storage Python can read: not counted
+        tensor = getattr(saved, "_values", None) if saved.is_nested else saved
+        if not isinstance(tensor, torch.Tensor):
+            return saved
         storage = tensor.untyped_storage()
         key = (str(tensor.device), storage.data_ptr())
         storages[key] = (storage.nbytes(), storage.nbytes() // tensor.element_size())
@@ -56,7 +61,7 @@ def measure_saved(
             and _copies_an_input(tensor, inputs)
         ):
             copies.add(key)
-        return tensor
+        return saved
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
         forward_with_grad()

@@ -176,7 +176,10 @@ def _last_visible_key(case: AttentionCase) -> torch.Tensor:
 
 def check_causality(variant: Variant, case: AttentionCase, seed: int) -> str | None:
     """Property 3 (causal, causal_br, window masks): changing keys/values at positions >= p
-    leaves every query row whose last visible key is < p unchanged (the case's alignment)."""
+    leaves every query row whose last visible key is < p unchanged (the case's alignment).
+    Padded and packed cases: ``check_sequence_causality``."""
+    if case.layout.storage in _SEQUENCE_STORAGES:
+        return check_sequence_causality(variant, case, seed)
     inputs = make_inputs(case, seed)
     base = _run(variant, case, inputs)
     gen = _generator(seed)
@@ -199,6 +202,72 @@ def check_causality(variant: Variant, case: AttentionCase, seed: int) -> str | N
             seed,
             f"rows {rows.nonzero().flatten().tolist()} changed when keys >= {position} changed ({diff})",
         )
+    return None
+
+
+_SEQUENCE_STORAGES = ("padded", "packed")
+
+
+def check_sequence_causality(variant: Variant, case: AttentionCase, seed: int) -> str | None:
+    """Causality per sequence (padded and packed causal cases): for the first and the last sequence,
+    a later token (its keys and values at positions >= p of that sequence, and the queries that see
+    one of them) is redrawn; no earlier output of that sequence (a query row whose last visible key
+    is < p, under the case's mask on the sequence's own lengths) and nothing of another sequence may
+    change. The failure names the sequence, its lengths, p and the rows that moved."""
+    from perfsuite.attention.inputs import sequence_allowed
+    from perfsuite.attention.reference_layouts import input_sequence, output_sequence, sequences
+
+    inputs = make_inputs(case, seed)
+    base = _guarded(variant, case, inputs)
+    gen = _generator(seed)
+    seqs = sequences(case, inputs)
+    for index in dict.fromkeys((0, case.batch - 1)):
+        seq = seqs[index]
+        position = int(torch.randint(0, seq.kv_len, (1,), generator=gen))
+        allowed = sequence_allowed(case.mask, seq.q_len, seq.kv_len)
+        last = torch.where(
+            allowed.any(dim=1),
+            (allowed * torch.arange(seq.kv_len)).amax(dim=1),
+            torch.full((seq.q_len,), -1),
+        )
+        earlier = last < position
+        if variant.fully_masked_rows in UNDEFINED_ROW_RESULTS:
+            earlier &= last >= 0  # rows that see no key may hold any finite value
+        changed = {name: getattr(inputs, name).clone() for name in ("query", "key", "value")}
+        for name, rows in (
+            ("query", ~earlier),
+            ("key", torch.arange(seq.kv_len) >= position),
+            ("value", torch.arange(seq.kv_len) >= position),
+        ):
+            part = input_sequence(case, changed[name], seq, name)  # a view into changed[name]
+            noise = torch.randn(part.shape, generator=gen).to(part.device, part.dtype)
+            keep = rows.to(part.device).view(1, 1, -1, 1)
+            part.copy_(torch.where(keep, part + noise, part))
+        after = _guarded(variant, case, inputs.replace(**changed))
+        for other in seqs:
+            got = output_sequence(case, after, other).detach().to(torch.float64).cpu()
+            want = output_sequence(case, base, other).detach().to(torch.float64).cpu()
+            rows = earlier if other.index == index else torch.ones(other.q_len, dtype=torch.bool)
+            diff = _difference(got[:, :, rows], want[:, :, rows], case.torch_dtype)
+            if not diff:
+                continue
+            atol, rtol = TOLERANCES[case.torch_dtype]
+            close = torch.isclose(got, want, atol=atol, rtol=rtol, equal_nan=True)
+            moved = (~close).any(dim=3).any(dim=1).any(dim=0) & rows
+            what = (
+                f"its query rows {moved.nonzero().flatten().tolist()} (counted within the sequence), "
+                f"whose last visible key is < {position}"
+                if other.index == index
+                else f"sequence {other.index} (q_len {other.q_len}, kv_len {other.kv_len}), another "
+                f"sequence, rows {moved.nonzero().flatten().tolist()}"
+            )
+            return _fail(
+                variant,
+                case,
+                seed,
+                f"changing the tokens at positions >= {position} of sequence {index} of {case.batch} "
+                f"(q_len {seq.q_len}, kv_len {seq.kv_len}) changed {what} ({diff})",
+            )
     return None
 
 
@@ -428,7 +497,7 @@ def check_minus_infinity_sink_is_no_sink(
 def _owned(case: AttentionCase, inputs: AttentionInputs, index: int) -> dict[str, torch.Tensor]:
     """Bool masks over the first dimension of query, key and value: True where the element belongs
     to sequence ``index`` (a packed row range, a batch row, the pages its block table names)."""
-    from perfsuite.attention.layouts import Storage, pages_needed
+    from perfsuite.attention.layouts import pages_needed
     from perfsuite.attention.reference_layouts import lengths_of
 
     layout = case.layout
@@ -436,10 +505,10 @@ def _owned(case: AttentionCase, inputs: AttentionInputs, index: int) -> dict[str
     owned = {}
     for name, tensor in (("query", inputs.query), ("key", inputs.key), ("value", inputs.value)):
         rows = torch.zeros(tensor.shape[0], dtype=torch.bool)
-        if layout.storage == Storage.PACKED:
+        if layout.queries_packed and (name == "query" or not layout.keys_paged):
             cu = inputs.forms["cu_seqlens_q" if name == "query" else "cu_seqlens_kv"].tolist()
             rows[cu[index] : cu[index + 1]] = True
-        elif layout.storage == Storage.PAGED and name != "query":
+        elif layout.keys_paged and name != "query":
             needed = pages_needed(kv_lens, layout.page_size)[index]
             rows[inputs.forms["block_table"][index, :needed].long().cpu()] = True
         else:
@@ -556,14 +625,16 @@ def applicable(name: str, variant: Variant, case: AttentionCase) -> str | None:
     from perfsuite.attention.layouts import Storage
 
     storage = case.layout.storage
+    if name == "causality" and storage in _SEQUENCE_STORAGES:
+        return None if case.causal else f"{case.mask} is not a causal mask"
     if name in DENSE_CHECKS and not case.layout.is_plain:
         return (
             "a layout case: the check transforms dense [B, H, S, D] inputs and the case's mask; "
-            "layout cases have sequence_independence and page_permutation"
+            "layout cases have sequence_independence, page_permutation and (padded, packed) causality"
         )
     if name == "sequence_independence" and (storage == Storage.DENSE or case.batch < 2):
         return "one length per batch of dense sequences: batch_and_head_independence covers it"
-    if name == "page_permutation" and storage != Storage.PAGED:
+    if name == "page_permutation" and not case.layout.keys_paged:
         return "not a paged case"
     if name in _NEEDS_FORM and _NEEDS_FORM[name] not in case.forms:
         return f"the case has no {_NEEDS_FORM[name].value}"

@@ -217,13 +217,15 @@ def layout_cases(
     max_seq_len: int = 24,
 ) -> AttentionCase:
     """Small layout cases (``perfsuite.attention.layouts``) on the CPU in fp32: padded, packed or
-    paged storage with a drawn length distribution, GQA heads, prefill or (paged) decode/chunked
-    prefill, sometimes a value head dim of its own."""
+    paged storage (or ``packedpaged``: packed chunks over a paged cache, when ``storages`` names it)
+    with a drawn length distribution, GQA heads, prefill or (paged) decode/chunked prefill,
+    sometimes a value head dim of its own."""
     from perfsuite.attention.layouts import Layout, Lengths, Storage
 
     storage = Storage(draw(st.sampled_from(storages)))
     seq_len_kv = draw(st.integers(2, max_seq_len))
-    seq_len_q = draw(st.integers(1, min(4, seq_len_kv))) if storage == Storage.PAGED else seq_len_kv
+    paged = storage in (Storage.PAGED, Storage.PACKED_PAGED)
+    seq_len_q = draw(st.integers(1, min(4, seq_len_kv))) if paged else seq_len_kv
     num_kv_heads = draw(st.sampled_from((1, 2)))
     head_dim = draw(st.sampled_from((3, 8, 12)))
     return AttentionCase(
@@ -239,7 +241,32 @@ def layout_cases(
         layout=Layout(
             storage=storage,
             lengths=draw(st.sampled_from(tuple(Lengths))),
-            page_size=draw(st.integers(1, 8)) if storage == Storage.PAGED else None,
+            page_size=draw(st.integers(1, 8)) if paged else None,
             head_dim_v=draw(st.sampled_from((None, 4))),
         ),
     )
+
+
+@st.composite
+def chunked_prefill_batches(
+    draw, max_batch: int = 4, max_len: int = 24, max_chunk: int = 6
+) -> tuple[list[int], list[int], int, object]:
+    """``(q_lens, kv_lens, page_size, block_table)``: a batch for chunked prefill over a paged cache
+    (``packedpaged`` storage): each sequence's context ``kv_len`` (1..``max_len``) with its own number
+    of new tokens ``1 <= q_len <= min(kv_len, max_chunk)`` (decode steps and prefill chunks mixed),
+    and a block table over a cache in a drawn page order (as ``block_tables``)."""
+    import torch
+
+    from perfsuite.attention.layouts import pages_needed
+
+    kv_lens = draw(sequence_lengths(max_batch, max_len))
+    q_lens = [draw(st.integers(1, min(n, max_chunk))) for n in kv_lens]
+    page_size = draw(st.integers(1, 8))
+    needed = pages_needed(kv_lens, page_size)
+    order = torch.randperm(sum(needed) + 1, generator=torch.Generator().manual_seed(draw(seeds())))
+    table = torch.zeros(len(kv_lens), max(needed), dtype=torch.int32)
+    taken = 0
+    for b, pages in enumerate(needed):
+        table[b, :pages] = order[taken : taken + pages]
+        taken += pages
+    return q_lens, kv_lens, page_size, table

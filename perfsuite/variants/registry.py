@@ -400,10 +400,36 @@ def prepared_on_every_call(prepare: PrepareFn, doc: str) -> VariantFn:
     return attention
 
 
-LAYOUT_FORWARD_ONLY = (
-    "layout cases (padded, packed, paged, split-KV, value head dim, FP8) are inference forms: "
-    "checked and timed forward only"
-)
+# Layout forms that are inference only: their gradient modes are skipped with the reason. Padded
+# and packed (varlen) batches and a value head dim of its own are trained through (varlen_attn, flex
+# with a document mask and SDPA with a padding mask have a backward) and run in every mode.
+LAYOUT_FORWARD_ONLY = {
+    "paged": (
+        "paged KV-cache cases are inference only (decode and chunked prefill read a cache that "
+        "training never builds): checked and timed forward only"
+    ),
+    "split_kv": (
+        "split-KV cases are inference only (flash-decoding splits one decode step over the keys): "
+        "checked and timed forward only"
+    ),
+    "fp8": (
+        "FP8 cases are inference only (torch's FP8 attention, SDPA's quantized path and cuDNN FP8, "
+        "has no backward): checked and timed forward only"
+    ),
+}
+
+
+def layout_forward_only(layout: Any) -> str | None:
+    """Why a case of ``layout`` (a ``perfsuite.attention.layouts.Layout``) has no gradient modes
+    (``LAYOUT_FORWARD_ONLY``: paged, chunked prefill over pages, split-KV, FP8), or None: plain, padded, packed and value-head-dim
+    cases run backward and forward_backward, each variant by its own declaration."""
+    if layout.storage in ("paged", "packedpaged"):
+        return LAYOUT_FORWARD_ONLY["paged"]
+    if layout.num_splits is not None:
+        return LAYOUT_FORWARD_ONLY["split_kv"]
+    if layout.fp8:
+        return LAYOUT_FORWARD_ONLY["fp8"]
+    return None
 
 
 def certain_skip(variant: Variant, case: Any, mode: str | None) -> str | None:
@@ -415,8 +441,9 @@ def certain_skip(variant: Variant, case: Any, mode: str | None) -> str | None:
     forms = variant.forms_unsupported(case.forms)
     if forms is not None:
         return forms
-    if mode in GRADIENT_MODES and not case.layout.is_plain:
-        return LAYOUT_FORWARD_ONLY
+    layout_reason = layout_forward_only(case.layout) if mode in GRADIENT_MODES else None
+    if layout_reason:
+        return layout_reason
     no_backward = variant.backward_unsupported(case.device) if mode in GRADIENT_MODES else None
     if no_backward:
         return f"{variant.name} has no backward on {case.device}: {no_backward}"

@@ -4,6 +4,11 @@ A packed case (``perfsuite.attention.layouts``, ``Form.VARLEN``) passes query
 ``[total_q, num_heads, head_dim]``, key/value ``[total_kv, num_kv_heads, head_dim]`` and
 ``cu_seqlens_q``/``cu_seqlens_kv`` (int32 ``[batch + 1]``), ``max_seqlen_q``/``max_seqlen_kv``.
 
+Backward (``backward`` and ``forward_backward`` modes; varlen training is real): every built-in
+here has one, held per sequence to the float64 reference's gradients in the packed layout
+(``perfsuite.attention.reference_layouts``), except ``flex_document`` on the CPU (torch's eager
+flex_attention has no CPU backward). A user's function on a packed case gets backward too.
+
 * ``varlen_padded_sdpa``: pads the batch to its longest sequence, runs SDPA with a padding mask
   and packs the answer again: what a model without varlen kernels pays (the padding's FLOP and
   bytes, and the copies in and out).
@@ -27,6 +32,7 @@ from perfsuite.attention.inputs import AttentionInputs
 from perfsuite.attention.layouts import padded_allowed, unpack
 from perfsuite.attention.masks import mask_kind
 from perfsuite.variants.registry import VariantFn, prepared_on_every_call, register_variant
+from perfsuite.variants.score_mods import FLEX_CPU_BACKWARD
 from perfsuite.variants.unsupported import CaseUnsupported
 
 
@@ -125,7 +131,7 @@ register_variant(
     prepare=prepare_flex_document,
     forms=(Form.VALUE_HEAD_DIM,),
     requires=(Form.VARLEN,),
-    forward_only="a layout variant: checked forward only",
+    forward_only={"cpu": FLEX_CPU_BACKWARD},  # eager flex: backward on CUDA only
 )(
     prepared_on_every_call(
         prepare_flex_document, "flex_attention with a document mask over a packed batch."
@@ -189,7 +195,6 @@ register_variant(
     prepare=prepare_varlen_attn,
     devices=("cuda",),
     requires=(Form.VARLEN,),
-    forward_only="checked forward only",
 )(prepared_on_every_call(prepare_varlen_attn, "torch's varlen_attn over a packed batch."))
 
 

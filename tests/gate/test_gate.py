@@ -491,37 +491,41 @@ def test_pairs_alternate_their_order_and_carry_either_side_s_contention():
     ]  # why, for the report
 
 
-def test_worker_pairs_are_clusters_with_warm_starts_balanced_between_the_sides():
+def test_worker_pairs_are_clusters_and_no_block_follows_its_own_worker():
     """Base worker i only ever pairs with head worker i (clusters share no process), every worker
-    times equally many blocks, and warm starts (a block right after its own worker's) fall on each
-    side equally often, over the whole cycle and within each worker pair."""
+    times equally many blocks, no block follows a block of its own worker (with more than one worker
+    per side), and each side goes first equally often in every round of visits (even worker counts)
+    and, per worker pair, over two rounds."""
     from perfsuite.gate.ab import pair_sampler, pair_schedule
 
-    for per_side in (1, 2, 3):
-        cycle = 4 * per_side if per_side > 1 else 2
+    for per_side in (2, 3, 6):
+        cycle = 2 * per_side
         schedule = [pair_schedule(k, per_side) for k in range(cycle)]
         assert [pair_schedule(k, per_side) for k in range(cycle, 2 * cycle)] == schedule
         assert all(b == h for b, h, _ in schedule)
-        for cluster in range(per_side):  # each worker pair starts with either side equally often
+        for cluster in range(per_side):
             firsts = [first for b, _, first in schedule if b == cluster]
-            assert firsts.count(True) == firsts.count(False)
+            assert firsts.count(True) == firsts.count(False) == 1
+        if per_side % 2 == 0:
+            for start in range(0, cycle, per_side):
+                firsts = [first for _, _, first in schedule[start : start + per_side]]
+                assert firsts.count(True) == firsts.count(False)
         blocks = [
             side
-            for b, h, base_first in schedule
+            for b, h, base_first in schedule * 2
             for side in ((("base", b), ("head", h)) if base_first else (("head", h), ("base", b)))
         ]
         counts = {w: blocks.count(w) for w in set(blocks)}
         assert len(counts) == 2 * per_side and len(set(counts.values())) == 1
-        warm = [now for before, now in zip(blocks[-1:] + blocks, blocks) if before == now]
-        assert warm and sum(side == "base" for side, _ in warm) == len(warm) // 2
+        assert all(before != now for before, now in zip(blocks, blocks[1:]))
+    assert [pair_schedule(k, 1)[2] for k in range(4)] == [True, False, True, False]
     log = []
     bases = [FakeWorker(f"base{i}", 1.0, log) for i in range(2)]
     heads = [FakeWorker(f"head{i}", 1.1, log) for i in range(2)]
     next_pair = pair_sampler(bases, heads, rounds=1)
-    clusters = [next_pair().cluster for _ in range(6)]
-    assert log[:8] == ["base0", "head0", "head0", "base0", "base1", "head1", "head1", "base1"]
-    assert log[8:] == ["head0", "base0", "base0", "head0"]  # the second round of visits flips
-    assert clusters == [0, 0, 1, 1, 0, 0]
+    clusters = [next_pair().cluster for _ in range(4)]
+    assert log == ["base0", "head0", "head1", "base1", "head0", "base0", "base1", "head1"]
+    assert clusters == [0, 1, 0, 1]
     with pytest.raises(ValueError, match="equally many base and head workers, got 2 and 1"):
         pair_sampler(bases, heads[:1], rounds=1)
 
@@ -872,17 +876,17 @@ def test_every_calibration_change_still_finds_the_lines_it_edits():
 
 
 def test_an_ab_worker_does_not_run_what_the_suite_does_not_generate():
-    """A layout case is forward only in the suite; ab's worker answers its backward as unsupported with
-    the same reason instead of running it (a serving trial's worker crashed on a backward the suite
-    never runs, and the whole gate ended with exit 2)."""
+    """An inference-only layout case (paged, split-KV, FP8) is forward only in the suite; ab's worker
+    answers its backward as unsupported with the same reason instead of running it (a serving trial's
+    worker crashed on a backward the suite never runs, and the whole gate ended with exit 2)."""
     from perfsuite.gate.ab_worker import Worker
     from perfsuite.variants.registry import LAYOUT_FORWARD_ONLY
 
     request = {
-        "variant": "sdpa",
-        "case": "b2h2kv2s8d4-fp32-causal-padded-uniform-cpu",
+        "variant": "split_kv",
+        "case": "b2h2kv2q1k8d4-fp32-causal_br-split2-cpu",
         "mode": "backward",
         "seed": 0,
         "fingerprint": False,
     }
-    assert Worker().setup(request) == {"unsupported": LAYOUT_FORWARD_ONLY}
+    assert Worker().setup(request) == {"unsupported": LAYOUT_FORWARD_ONLY["split_kv"]}

@@ -1,0 +1,248 @@
+"""Layout cases in backward: padded, packed (varlen) and value-head-dim cases are trained through and
+checked per sequence against the float64 reference's gradients; inference-only layouts (paged,
+split-KV, FP8) are skipped naming why; the causality property runs per sequence on packed cases;
+a split-KV failure says whether the merge is what is wrong."""
+
+import dataclasses
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from perfsuite.attention.cases import parse_case_id
+from perfsuite.attention.inputs import make_grad_output, make_inputs
+from perfsuite.attention.modes import make_step
+from perfsuite.attention.reference_layouts import (
+    compare_sequence_gradients,
+    reference_gradients_in_layout,
+)
+from perfsuite.measure.correctness import compare_result
+from perfsuite.measure.evidence import gather_evidence
+from perfsuite.suite.generation import certain_skip
+from perfsuite.testing.properties import applicable, check_causality, check_matches_reference
+from perfsuite.variants import get_variant, registry
+from perfsuite.variants.split_kv import chunk_bounds
+
+SERVING = Path(__file__).parent.parent / "data" / "serving_attention.py"
+PACKED = "b3h4kv2s12d8-fp32-causal-packed-uniform-cpu"
+PADDED = "b3h4kv2s12d8-fp32-causal-padded-uniform-cpu"
+SPLIT = "b2h4kv2q1k32d8-fp32-noncausal-split4-cpu"
+
+
+def _varlen_prefill():
+    spec = importlib.util.spec_from_file_location("serving_attention", SERVING)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.varlen_prefill
+
+
+@pytest.fixture
+def variant_of():
+    names = []
+
+    def register(name, fn):
+        registry.register_variant(name, "a test's function")(fn)
+        names.append(name)
+        return registry.get_variant(name)
+
+    yield register
+    for name in names:
+        registry.unregister_variant(name)
+
+
+def _gradient_check(variant, case_id, mode="forward_backward"):
+    case = parse_case_id(case_id)
+    inputs, grad_output = make_inputs(case, 0), make_grad_output(case, 0)
+    result = make_step(mode, variant.for_case(inputs), inputs, grad_output)()
+    comparison, not_compared = compare_result(variant, case, inputs, grad_output, mode, result, 0)
+    assert not_compared is None
+    return comparison
+
+
+@pytest.mark.parametrize(
+    "name, case_id",
+    [
+        ("sdpa", PADDED),
+        ("naive", "b2h4kv2s8d12-fp32-causal_br-padded-onelong-dv8-cpu"),
+        ("varlen_padded_sdpa", "b3h4kv2s12d8-fp32-causal_br-packed-uniform-dv4-cpu"),
+        ("sdpa_nested", "b3h4kv2s12d8-fp32-noncausal-packed-uniform-cpu"),
+        ("sdpa", "b2h4kv2s8d12-fp32-causal-dv8-cpu"),
+    ],
+)
+def test_built_ins_backward_on_padded_packed_and_value_head_dim_cases_match_the_reference(
+    name, case_id
+):
+    assert certain_skip(get_variant(name), parse_case_id(case_id), "backward") is None
+    comparison = _gradient_check(get_variant(name), case_id)
+    assert comparison.failure is None and 0 < comparison.max_abs_error < 1e-5
+
+
+def test_the_suite_checks_a_packed_case_in_backward(tmp_path):
+    evidence = gather_evidence(
+        get_variant("varlen_padded_sdpa"), parse_case_id(PACKED), 0, tmp_path, "backward"
+    )
+    assert evidence.comparison.failure is None and evidence.comparison.max_abs_error > 0
+
+
+def test_a_users_varlen_prefill_gets_backward_and_a_gradient_wrong_for_one_sequence_is_named(
+    variant_of,
+):
+    prefill = _varlen_prefill()
+    assert _gradient_check(variant_of("t_varlen", prefill), PACKED, "backward").failure is None
+
+    def keys_of_sequence_1_detached(
+        query, key, value, *, mask, scale, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv
+    ):
+        rows = torch.zeros(key.shape[0], 1, 1, dtype=torch.bool)
+        rows[int(cu_seqlens_kv[1]) : int(cu_seqlens_kv[2])] = True
+        detached = torch.where(rows, key.detach(), key)
+        return prefill(
+            query,
+            detached,
+            value,
+            mask=mask,
+            scale=scale,
+            cu_seqlens_q=cu_seqlens_q,
+            cu_seqlens_kv=cu_seqlens_kv,
+            max_seqlen_q=max_seqlen_q,
+            max_seqlen_kv=max_seqlen_kv,
+        )
+
+    failure = _gradient_check(variant_of("t_detached", keys_of_sequence_1_detached), PACKED).failure
+    assert "in mode forward_backward" in failure
+    assert "grad_key of sequence 1 of 3 (q_len 10, kv_len 10): not within" in failure
+    assert "worst element at [head, position, dim] = [" in failure and "(packed row 1" in failure
+
+
+def test_a_padded_cases_padding_positions_must_have_zero_gradients():
+    case = parse_case_id(PADDED)
+    inputs, grad_output = make_inputs(case, 0), make_grad_output(case, 0)
+    assert bool((grad_output[1, :, 10:] == 0).all())  # padded query rows seed no gradient
+    result = make_step("forward_backward", get_variant("sdpa").fn, inputs, grad_output)()
+    assert (
+        compare_sequence_gradients(case, inputs, grad_output, result.gradients, "x").failure is None
+    )
+    for want, got in zip(
+        reference_gradients_in_layout(case, inputs, grad_output), result.gradients
+    ):
+        torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=1e-5)  # padding: zeros both
+    grad_key = result.gradients[1].clone()
+    grad_key[1, 0, 11, 2] = 0.5  # sequence 1 has 10 keys: position 11 is padding
+    gradients = (result.gradients[0], grad_key, result.gradients[2])
+    failure = compare_sequence_gradients(case, inputs, grad_output, gradients, "x").failure
+    assert (
+        "grad_key of sequence 1 of 3 (q_len 10, kv_len 10) is not zero at padding position 11"
+        in failure
+    )
+    assert "[head, position, dim] = [0, 11, 2]" in failure
+
+
+@pytest.mark.parametrize(
+    "name, case_id, why",
+    [
+        (
+            "paged_gather",
+            "b2h2kv1q1k8d4-fp32-causal_br-paged4-uniform-cpu",
+            "paged KV-cache cases are inference only",
+        ),
+        ("split_kv", SPLIT, "split-KV cases are inference only"),
+        ("fp8_dequant_sdpa", "b1h2s8d4-bf16-causal-fp8-cpu", "FP8 cases are inference only"),
+    ],
+)
+def test_inference_only_layouts_skip_backward_naming_why(name, case_id, why):
+    case = parse_case_id(case_id)
+    assert certain_skip(get_variant(name), case, "forward") is None
+    for mode in ("backward", "forward_backward"):
+        assert why in certain_skip(get_variant(name), case, mode)
+    assert "flex_attention backward on the CPU" in certain_skip(
+        get_variant("flex_document"), parse_case_id(PACKED), "backward"
+    )
+
+
+def test_causality_runs_per_sequence_on_packed_cases_and_names_what_moved(variant_of):
+    prefill = _varlen_prefill()
+    causal = parse_case_id(PACKED)
+    correct = variant_of("t_causal", prefill)
+    assert applicable("causality", correct, causal) is None
+    assert "not a causal mask" in applicable(
+        "causality", correct, parse_case_id(PACKED.replace("-causal-", "-noncausal-"))
+    )
+    assert check_causality(correct, causal, 0) is None
+    assert check_causality(get_variant("sdpa"), parse_case_id(PADDED), 0) is None
+    dense_dv = parse_case_id("b2h4kv2s8d12-fp32-causal-dv8-cpu")
+    assert "a layout case" in applicable("causality", get_variant("sdpa"), dense_dv)
+
+    def no_causal_mask(
+        query, key, value, *, mask, scale, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv
+    ):
+        unmasked = dataclasses.replace(mask, is_causal=False)
+        return prefill(
+            query,
+            key,
+            value,
+            mask=unmasked,
+            scale=scale,
+            cu_seqlens_q=cu_seqlens_q,
+            cu_seqlens_kv=cu_seqlens_kv,
+            max_seqlen_q=max_seqlen_q,
+            max_seqlen_kv=max_seqlen_kv,
+        )
+
+    failure = check_causality(variant_of("t_no_mask", no_causal_mask), causal, 0)
+    assert "changing the tokens at positions >= " in failure
+    assert "of sequence 0 of 3 (q_len 12, kv_len 12) changed its query rows [" in failure
+
+    def leaks_into_next(
+        query, key, value, *, mask, scale, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv
+    ):
+        starts = cu_seqlens_kv.clone()
+        starts[1:-1] -= 1  # each later sequence also sees the previous sequence's last key
+        return prefill(
+            query,
+            key,
+            value,
+            mask=mask,
+            scale=scale,
+            cu_seqlens_q=cu_seqlens_q,
+            cu_seqlens_kv=starts,
+            max_seqlen_q=max_seqlen_q,
+            max_seqlen_kv=max_seqlen_kv,
+        )
+
+    failure = check_causality(variant_of("t_leak", leaks_into_next), causal, 0)
+    assert "changed sequence 1 (q_len 10, kv_len 10), another sequence, rows [" in failure
+
+
+def _merged_by_sums(query, key, value, *, mask, scale, num_splits):
+    """Split-KV decode whose merge forgets the max correction (each chunk's sum relative to its own max)."""
+    key = key.repeat_interleave(query.shape[1] // key.shape[1], dim=1)
+    value = value.repeat_interleave(query.shape[1] // value.shape[1], dim=1)
+    outputs, sums = [], []
+    for start, end in chunk_bounds(key.shape[2], num_splits):
+        scores = torch.matmul(query, key[:, :, start:end].transpose(-2, -1)) * scale
+        weights = torch.exp(scores - scores.amax(dim=-1, keepdim=True))
+        sums.append(weights.sum(dim=-1, keepdim=True))
+        outputs.append(torch.matmul(weights, value[:, :, start:end]) / sums[-1])
+    total = sum(sums)
+    return sum(o * s / total for o, s in zip(outputs, sums))
+
+
+def test_a_split_kv_failure_says_the_merge_is_wrong_when_one_split_is_right(variant_of):
+    failure = check_matches_reference(
+        variant_of("t_sums", _merged_by_sums), parse_case_id(SPLIT), 0
+    )
+    assert "sequence 0 of 2 (q_len 1, kv_len 32): not within" in failure
+    assert (
+        "with num_splits=1 the output matches the reference, with num_splits=4 it does not: the "
+        "merge across splits is wrong (is the max / log-sum-exp correction applied?" in failure
+    )
+
+    def scale_ignored(query, key, value, *, mask, scale, num_splits):
+        return F.scaled_dot_product_attention(query, key, value, scale=1.0, enable_gqa=True)
+
+    failure = check_matches_reference(variant_of("t_scale", scale_ignored), parse_case_id(SPLIT), 0)
+    assert (
+        "with num_splits=1 the output is wrong too: the error is not (only) in the merge" in failure
+    )
