@@ -270,6 +270,8 @@ def variants_page() -> str:
             declared.append(f"forms: {', '.join(sorted(map(shown, v.forms)))}")
         if v.needs_a_form:
             declared.append("cases with forms only")
+        if v.score_copy:
+            declared.append(f"copies scores: {v.score_copy.why}")
         rows.append(
             [
                 f"`{name}`",

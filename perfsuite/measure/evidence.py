@@ -164,6 +164,13 @@ class Evidence:
     def expected_score_copies(self) -> int:
         return self.variant.expected_score_copies(self.case.hides_keys)
 
+    @property
+    def expected_accounted_score_copies(self) -> int:
+        """Score copies score accounting must count per forward: ``expected_score_copies`` plus a
+        copy the variant declares on this case (``Variant.declared_score_copy``)."""
+        declared = self.variant.declared_score_copy(self.case) is not None
+        return self.expected_score_copies + int(declared)
+
     def score_copies(self, lane: str) -> list[int]:
         """Score-sized copies per profiled step on ``lane`` (``"cpu"`` or ``"device"``)."""
         return [f.copies_of_shape(self.case.score_shape, lane) for f in self.steps]

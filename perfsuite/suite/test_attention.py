@@ -105,13 +105,17 @@ def accounting_applies(variant, case, mode=None) -> str | None:
 @pytest.mark.perfsuite_applies.with_args(accounting_applies)
 def test_score_accounting_per_step(attention_evidence):
     """The post's findings on score accounting: per forward, naive writes one score copy when the
-    mask hides keys; naive_inplace and SDPA none (``perfsuite.measure.score_accounting``)."""
+    mask hides keys; naive_inplace and SDPA none (``perfsuite.measure.score_accounting``); a copy a
+    variant declares on the case (``register_variant(score_copy=...)``) is expected."""
     evidence = attention_evidence
     accounting = evidence.score_accounting
     copies = [a.copies for a in accounting]
-    expected = [float(evidence.expected_score_copies)] * ACTIVE_STEPS
+    expected = [float(evidence.expected_accounted_score_copies)] * ACTIVE_STEPS
+    declared = evidence.variant.declared_score_copy(evidence.case)
     assert copies == expected, (
-        f"{evidence.variant.name} on {evidence.case.id}: score copies per forward {copies}, expected {expected}; "
+        f"{evidence.variant.name} on {evidence.case.id}: score copies per forward {copies}, expected {expected}"
+        + (f" (one declared: {declared})" if declared else "")
+        + "; "
         f"score-sized writes: {[w.label for w in accounting[0].writes] if accounting else []}; "
         f"trace: {evidence.trace_path}"
     )

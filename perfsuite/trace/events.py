@@ -10,6 +10,7 @@ import collections
 import dataclasses
 import gzip
 import json
+import math
 from pathlib import Path
 from typing import Any
 from collections.abc import Iterable
@@ -22,6 +23,19 @@ from perfsuite.trace.kernel_families import (
 )
 
 CPU_COPY_OPS = ("aten::copy_", "aten::clone")
+# ATen ops that gather data into a new tensor: one output written from many places of their
+# inputs (a paged KV cache made dense by ``cache[block_table]`` or ``torch.cat`` of its pages).
+# The outermost of them counts (``stack`` calls ``cat``; a copy_ inside one is still a copy).
+CPU_GATHER_OPS = (
+    "aten::cat",
+    "aten::concat",
+    "aten::concatenate",
+    "aten::stack",
+    "aten::index",
+    "aten::index_select",
+    "aten::gather",
+    "aten::take",
+)
 COMPILED_GRAPH_PREFIX = (
     "## Call CompiledFxGraph"  # Inductor's range around a compiled graph, forward or backward
 )
@@ -38,6 +52,7 @@ _ELEMENT_BYTES = {
     "c10::BFloat16": 2,
     "bool": 1,
     "long int": 8,
+    "long": 8,  # older torch (the A100 trace)
     "int": 4,
     "short int": 2,
     "signed char": 1,
@@ -72,6 +87,85 @@ class CopyRecord:
     types: tuple[str, ...] = ()
 
 
+def _concrete_int(op: dict[str, Any], position: int, default: int) -> int:
+    """An int argument of an op record (``Concrete Inputs``), ``default`` when not recorded."""
+    values = op.get("args", {}).get("Concrete Inputs") or []
+    try:
+        return int(values[position])
+    except (IndexError, TypeError, ValueError):
+        return default
+
+
+def _int_list(value: Any) -> tuple[int, ...] | None:
+    """``[2, 2, 4]`` (a dims list or its text ``"[2, 2, 4]"``) as a tuple; None otherwise."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            return None
+    if isinstance(value, list) and all(isinstance(d, int) for d in value):
+        return tuple(value)
+    return None
+
+
+def gather_output_shape(
+    op: dict[str, Any], callees: Iterable[dict[str, Any]] = ()
+) -> tuple[int, ...] | None:
+    """Dims of the tensor a gather op (``CPU_GATHER_OPS``) wrote, from its record; None when unknown.
+
+    ``cat``: the inputs' dims summed along ``dim`` (``Concrete Inputs``, default 0; legacy empty
+    ``[0]`` inputs skipped); ``stack``: ``len(tensors)`` inserted at ``dim``; ``index_select(self,
+    dim, index)``: ``self`` with ``dim`` of ``index``'s length; ``gather``/``take``: the index's
+    dims. ``aten::index`` records no index dims (its index list is one empty entry), so its
+    result's dims are read from the ``aten::as_strided`` it calls on ``self`` (ATen restrides
+    the source to the result's shape); ``callees`` are the ops recorded inside it.
+    """
+    name = op.get("name")
+    dims = op.get("args", {}).get("Input Dims") or []
+    if not dims:
+        return None
+    if name in ("aten::cat", "aten::concat", "aten::concatenate", "aten::stack"):
+        tensors = [_int_list(d) for d in dims[0]] if isinstance(dims[0], list) else []
+        tensors = [t for t in tensors if t is not None and t != (0,)]
+        if not tensors or not all(isinstance(d, list) for d in dims[0]):
+            return None
+        first = tensors[0]
+        if name == "aten::stack":
+            dim = _concrete_int(op, 1, 0) % (len(first) + 1)
+            return first[:dim] + (len(tensors),) + first[dim:]
+        if not first:
+            return None
+        dim = _concrete_int(op, 1, 0) % len(first)
+        return first[:dim] + (sum(t[dim] for t in tensors),) + first[dim + 1 :]
+    source = _int_list(dims[0])
+    if name == "aten::index_select" and source and len(dims) >= 3:
+        index = _int_list(dims[2])
+        if index is None:
+            return None
+        dim = _concrete_int(op, 1, 0) % len(source)
+        return source[:dim] + (math.prod(index),) + source[dim + 1 :]
+    if name == "aten::gather" and len(dims) >= 3:
+        return _int_list(dims[2])
+    if name == "aten::take" and len(dims) >= 2:
+        return _int_list(dims[1])
+    if name == "aten::index":
+        for callee in callees:
+            args = callee.get("args", {})
+            if (
+                callee.get("name") == "aten::as_strided"
+                and _int_list((args.get("Input Dims") or [None])[0]) == source
+            ):
+                return _int_list((args.get("Concrete Inputs") or [None, None])[1])
+    return None
+
+
+def gather_element_bytes(op: dict[str, Any]) -> int | None:
+    """Bytes per element of what a gather op wrote: its source's dtype (``Input type``); None
+    for ``cat``/``stack``, whose tensor list records no dtype."""
+    types = op.get("args", {}).get("Input type") or []
+    return _ELEMENT_BYTES.get(types[0]) if types else None
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class WindowSummary:
     """What one annotated window (one forward, one profiler step) did.
@@ -96,6 +190,11 @@ class WindowSummary:
     ``work_ops``/``no_work_ops`` split ``cpu_ops`` by whether the op did work (allocated, launched
     device work or wrote in place), ``written_in_place_bytes`` sums the in-place writes
     (``perfsuite.trace.work``).
+    ``copies``: ``aten::copy_``/``aten::clone`` (``CPU_COPY_OPS``), Memcpy and copy kernels;
+    ``gathers``: ops that gather into a new tensor (``CPU_GATHER_OPS``: ``cat``, ``stack``,
+    ``index``, ``index_select``, ``gather``, ``take``) and their kernels
+    (``kernel_families.is_gather_kernel``), as ``CopyRecord`` s of kind op name or
+    ``"gather kernel"`` with the result's dims and bytes (``gather_output_shape``).
     """
 
     annotation: str
@@ -123,6 +222,7 @@ class WindowSummary:
     no_work_ops: dict[str, int] = dataclasses.field(default_factory=dict)
     written_in_place_bytes: int = 0
     allocated_level_bytes: dict[str, int] = dataclasses.field(default_factory=dict)
+    gathers: tuple[CopyRecord, ...] = ()
 
     @property
     def cpu_op_count(self) -> int:
@@ -164,6 +264,7 @@ class WindowSummary:
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["copies"] = [dataclasses.asdict(c) for c in self.copies]
+        data["gathers"] = [dataclasses.asdict(c) for c in self.gathers]
         data["kernel_families"] = self.kernel_families()
         data["sdpa_backends"] = self.sdpa_backends
         return data

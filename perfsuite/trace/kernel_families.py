@@ -29,6 +29,7 @@ import re
 
 GEMM = "GEMM"
 COPY = "copy"
+GATHER = "gather / concatenate"
 MEMSET = "memset"
 
 # (family, pattern). Order matters: specific before general (cuDNN's SDPA names contain
@@ -64,16 +65,24 @@ FAMILY_RULES: tuple[tuple[str, str], ...] = (
     ("GEMV (cuBLAS)", r"gemv"),
     ("GEMM split-K reduction / epilogue", r"splitKreduce|epilogue::impl|cublasLt"),
     (GEMM, r"gemm|Gemm|GEMM|nvjet_|^Cijk_"),
+    # ATen's gathers: cat/stack (CatArrayBatchedCopy*), index_select and embedding
+    # (indexSelect{Small,Large}Index, vectorized_gather_kernel), advanced indexing ``x[idx]``
+    # (index_elementwise_kernel of index_kernel_impl; index_put_kernel_impl is a scatter), gather
+    # (_cuda_scatter_gather_internal_kernel<false, ...>; <true is scatter), take (take_kernel).
+    (
+        GATHER,
+        r"CatArrayBatchedCopy|indexSelect(Small|Large)Index|vectorized_gather_kernel|index_elementwise_kernel.*index_kernel_impl|_cuda_scatter_gather_internal_kernel<false|take_kernel",
+    ),
     (
         COPY,
-        r"^Memcpy|^Copy(HostToDevice|DeviceToHost|DeviceToDevice)|direct_copy_kernel|copy_kernel|CatArrayBatchedCopy|copy_device_to_device|__amd_rocclr_copy",
+        r"^Memcpy|^Copy(HostToDevice|DeviceToHost|DeviceToDevice)|direct_copy_kernel|copy_kernel|copy_device_to_device|__amd_rocclr_copy",
     ),
     (MEMSET, r"^Memset|__amd_rocclr_fill"),
     ("softmax", r"softmax|SoftMax"),
     ("normalization", r"layer_norm|LayerNorm|RowwiseMoments|GammaBeta|batch_norm|rms_norm"),
     ("reduction", r"reduce_kernel|Reduce|reduction"),
     ("scan / sort (CUB)", r"cub::Device(Scan|RadixSort|Compact|Select)"),
-    ("indexing", r"index_elementwise|indexSelect|index_put|scatter_gather|gather_kernel"),
+    ("indexing", r"index_elementwise|index_put|scatter_gather"),
     ("elementwise", r"elementwise_kernel|FillFunctor|multi_tensor_apply|scal_kernel"),
 )
 
@@ -131,6 +140,15 @@ def is_copy_kernel(name: str) -> bool:
     """True for a device kernel that copies memory (``direct_copy_kernel_cuda``, a ``Memcpy``
     filed as a kernel by some ROCm profilers, ROCclr's blit ``__amd_rocclr_copyBuffer``)."""
     return kernel_family(name) == COPY
+
+
+def is_gather_kernel(name: str) -> bool:
+    """True for a device kernel that gathers data into a new tensor: ``torch.cat``/``stack``
+    (``CatArrayBatchedCopy``), ``index_select``/``embedding`` (``indexSelectLargeIndex``,
+    ``vectorized_gather_kernel``), advanced indexing ``x[idx]`` (``index_elementwise_kernel`` of
+    ``index_kernel_impl``), ``torch.gather`` and ``torch.take``. Scatters (``index_put``,
+    ``scatter_``) are not gathers: they write into an existing tensor."""
+    return kernel_family(name) == GATHER
 
 
 def is_memset_kernel(name: str) -> bool:

@@ -7,7 +7,7 @@ import dataclasses
 from typing import Any
 
 from perfsuite.trace.kernel_families import kernel_family
-from perfsuite.trace.structure import copy_counts, count_changes
+from perfsuite.trace.structure import copy_counts, count_changes, gather_counts
 from perfsuite.units import format_bytes
 from perfsuite.trace.summary import WindowSummary
 
@@ -47,6 +47,15 @@ def _copy_lines(summary: WindowSummary) -> list[str]:
         shape = list(copy.shape) if copy.shape is not None else "?"
         copies[f"{copy.lane} {what}: {copy.kind} of {shape}"] += 1
     lines += [f"    {text} x{count}" for text, count in copies.items()]
+    gathers: dict[str, list[int]] = {}
+    for gather in summary.gathers:
+        shape = list(gather.shape) if gather.shape is not None else "?"
+        seen = gathers.setdefault(f"{gather.lane} gather: {gather.kind} of {shape}", [0, 0])
+        seen[0] += 1
+        seen[1] += gather.size_bytes or 0
+    lines += [
+        f"    {text} x{count}, {format_bytes(size)}" for text, (count, size) in gathers.items()
+    ]
     return lines
 
 
@@ -86,13 +95,14 @@ class TraceDiff:
     device_time_us: tuple[float, float]
     window_us: tuple[float, float]
     allocated_bytes: dict[str, tuple[int, int]]
+    gathers: list[tuple[str, float, float]] = dataclasses.field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
 def diff(a: WindowSummary, b: WindowSummary) -> TraceDiff:
-    """Per-name differences between two summaries (kernels, ops, memcpy kinds, copies)."""
+    """Per-name differences between two summaries (kernels, ops, memcpy kinds, copies, gathers)."""
     return TraceDiff(
         kernels=count_changes(a.kernels, b.kernels),
         cpu_ops=count_changes(a.cpu_ops, b.cpu_ops),
@@ -104,6 +114,7 @@ def diff(a: WindowSummary, b: WindowSummary) -> TraceDiff:
             d: (a.allocated_bytes.get(d, 0), b.allocated_bytes.get(d, 0))
             for d in sorted(set(a.allocated_bytes) | set(b.allocated_bytes))
         },
+        gathers=count_changes(gather_counts(a), gather_counts(b)),
     )
 
 
@@ -115,6 +126,7 @@ def describe_diff(change: TraceDiff) -> list[str]:
         ("CPU ops", change.cpu_ops),
         ("Memcpy", change.memcpy),
         ("copies", change.copies),
+        ("gathers", change.gathers),
     ):
         for name, before, after in rows:
             delta = after - before
@@ -126,7 +138,7 @@ def describe_diff(change: TraceDiff) -> list[str]:
                 f"  allocated on {device}: {format_bytes(before)} -> {format_bytes(after)}"
             )
     if not lines:
-        lines.append("  no change in kernels, ops, memcpy, copies or memory")
+        lines.append("  no change in kernels, ops, memcpy, copies, gathers or memory")
     (dev_a, dev_b), (win_a, win_b) = change.device_time_us, change.window_us
     if dev_a or dev_b:
         lines.append(f"  device time: {dev_a:.1f} -> {dev_b:.1f} us")

@@ -1,9 +1,10 @@
 """Structural fingerprint of a forward: deterministic facts that gate without noise.
 
 ATen ops and device kernels by name with counts, copies by kind and shape (with the bytes they
-write, ``copy_bytes``: a gathered KV cache shows as ``+2 copy cpu aten::clone [4x2x64x8] (+16.0 KiB
-per step)``), ``Memcpy`` by
-kind, bytes allocated, the SDPA backend that ran, and (when given) the score accounting:
+write, ``copy_bytes``: a ``.contiguous()`` of a KV cache shows as ``+2 copy cpu aten::clone
+[4x2x64x8] (+16.0 KiB per step)``), gathers by op and result shape (with their bytes,
+``gather_bytes``: a paged cache made dense by ``cache[block_table]`` shows as ``+2 gather cpu
+aten::index [4x4x16x2x8] (+16.0 KiB per step)``), ``Memcpy`` by kind, bytes allocated, the SDPA backend that ran, and (when given) the score accounting:
 score-sized writes labelled ``kind [shape] in op > op`` (``perfsuite.measure.score_accounting``). For one torch build and case these do
 not change between runs, so any difference is a real change in what the code does.
 """
@@ -17,7 +18,7 @@ from typing import Any
 from collections.abc import Mapping
 
 from perfsuite.units import format_bytes
-from perfsuite.trace.summary import WindowSummary
+from perfsuite.trace.summary import CopyRecord, WindowSummary
 
 
 def copy_counts(summary: WindowSummary) -> dict[str, int]:
@@ -38,6 +39,27 @@ def copy_bytes(summary: WindowSummary) -> dict[str, int]:
         kind = f"{copy.kind} (dtype conversion)" if copy.dtype_conversion else copy.kind
         shape = "x".join(map(str, copy.shape)) if copy.shape else "?"
         written[f"{copy.lane} {kind} [{shape}]"] += copy.size_bytes or 0
+    return dict(written)
+
+
+def _record_key(record: CopyRecord) -> str:
+    shape = "x".join(map(str, record.shape)) if record.shape else "?"
+    return f"{record.lane} {record.kind} [{shape}]"
+
+
+def gather_counts(summary: WindowSummary) -> dict[str, int]:
+    """Gathers by ``lane kind [result shape]`` (``cpu aten::index [2x2x4x2x8]``,
+    ``device gather kernel [8x2x8]``): ops that wrote a new tensor from many places of others
+    (``perfsuite.trace.events.CPU_GATHER_OPS``, ``kernel_families.is_gather_kernel``)."""
+    return dict(collections.Counter(_record_key(g) for g in summary.gathers))
+
+
+def gather_bytes(summary: WindowSummary) -> dict[str, int]:
+    """Bytes written by the gathers of each ``gather_counts`` key, per step (0 when not recorded):
+    what a dense copy of a paged KV cache costs."""
+    written: dict[str, int] = collections.Counter()
+    for record in summary.gathers:
+        written[_record_key(record)] += record.size_bytes or 0
     return dict(written)
 
 
@@ -72,6 +94,8 @@ def fingerprint(
         "kernels": dict(sorted(summary.kernels.items())),
         "copies": dict(sorted(copies.items())),
         "copy_bytes": dict(sorted(copy_bytes(summary).items())),
+        "gathers": dict(sorted(gather_counts(summary).items())),
+        "gather_bytes": dict(sorted(gather_bytes(summary).items())),
         "memcpy": dict(sorted(summary.memcpy_counts.items())),
         "allocated_bytes": summary.allocated_bytes.get(device, 0),
         "written_in_place_bytes": summary.written_in_place_bytes,
@@ -91,6 +115,7 @@ def fingerprint(
 # "kernels" are the device lane's (a CPU run has none); "copies" hold casts, marked (dtype conversion).
 COUNTED_WORK = {
     "copies": "copies",
+    "gathers": "gathers",
     "memcpy": "Memcpy",
     "kernels": "device kernels",
     "score_writes": "score writes",
@@ -107,6 +132,14 @@ def _total(fp: dict[str, Any], field: str) -> int:
     return sum((fp.get(field) or {}).values())
 
 
+def _gathered_growth(base: dict[str, Any], head: dict[str, Any]) -> int:
+    """Bytes the head's gathers write per step beyond the base's (0 when either has no record):
+    a gather of the whole pool where the base gathered one sequence's pages is more work."""
+    if "gather_bytes" not in base or "gather_bytes" not in head:
+        return 0
+    return _total(head, "gather_bytes") - _total(base, "gather_bytes")
+
+
 def _knows_work(fp: dict[str, Any]) -> bool:
     return "no_work_ops" in fp
 
@@ -114,7 +147,9 @@ def _knows_work(fp: dict[str, Any]) -> bool:
 def added_work(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
     """What the head does that the base does not, one phrase per kind of work; [] when it adds none.
 
-    More copies or casts (any tensor), Memcpy, device kernels or score-sized writes (each counted
+    More copies or casts (any tensor), gathers (``cat``, ``index``, ...: a paged cache made dense)
+    or more bytes gathered,
+    Memcpy, device kernels or score-sized writes (each counted
     whole, so a copy that only moved adds none), more bytes allocated, written in place or saved
     for backward, or another SDPA backend (either way: a backend change needs a reviewer).
     Ops that did no work (``perfsuite.trace.work``) never count. Fingerprints recorded before
@@ -128,6 +163,9 @@ def added_work(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
         grown = (head.get(field) or 0) - (base.get(field) or 0)
         if field in base and field in head and grown > 0:
             found.append(f"+{format_bytes(grown)} {label}")
+    grown = _gathered_growth(base, head)
+    if grown > 0:
+        found.append(f"+{format_bytes(grown)} gathered")
     if not (_knows_work(base) and _knows_work(head)) and _total(head, "cpu_ops") > _total(
         base, "cpu_ops"
     ):
@@ -197,17 +235,23 @@ def _score_write_lines(changes: list[tuple[str, int, int]]) -> tuple[list[str], 
     ] + lines, reshaped
 
 
+_BYTES_FIELD = {"copies": "copy_bytes", "gathers": "gather_bytes"}
+
+
 def _bytes_of(field: str, name: str, base: dict[str, Any], head: dict[str, Any]) -> str:
-    """`` (+16.0 KiB per step)`` for a copy line when both fingerprints record copy bytes."""
-    if field != "copies" or "copy_bytes" not in base or "copy_bytes" not in head:
+    """`` (+16.0 KiB per step)`` for a copy or gather line when both fingerprints record its bytes."""
+    sizes = _BYTES_FIELD.get(field)
+    if sizes is None or sizes not in base or sizes not in head:
         return ""
-    grown = head["copy_bytes"].get(name, 0) - base["copy_bytes"].get(name, 0)
+    grown = head[sizes].get(name, 0) - base[sizes].get(name, 0)
     if not grown:
         return ""
     return f" ({'+' if grown > 0 else '-'}{format_bytes(abs(grown))} per step)"
 
 
-_ADDED = re.compile(r"^(\+\d|(allocated|written in place|saved for backward) \+|SDPA backend )")
+_ADDED = re.compile(
+    r"^(\+\d|(allocated|gathered|written in place|saved for backward) \+|SDPA backend )"
+)
 
 
 def added_lines(lines: list[str]) -> list[str]:
@@ -220,7 +264,8 @@ def added_lines(lines: list[str]) -> list[str]:
 def diff_fingerprints(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
     """Human lines for every structural change, ``[]`` when identical.
 
-    ``+1 aten::clone``, ``+1 copy cpu aten::clone [2x8x256x256]``, ``allocated +4.0 MiB``,
+    ``+1 aten::clone``, ``+1 copy cpu aten::clone [2x8x256x256]``,
+    ``+1 gather cpu aten::index [2x2x4x2x8] (+1.0 KiB per step)``, ``allocated +4.0 MiB``,
     ``SDPA backend MATH -> FLASH_ATTENTION``, ``+1 score write copy [2x8x256x256] in aten::masked_fill > ...``.
     Ops that did no work are on one last line, ``no work added: +1 aten::to, -16 aten::_unsafe_view``.
     Score writes are compared only when both fingerprints have them (older runs do not), and ops
@@ -232,6 +277,7 @@ def diff_fingerprints(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
         ("work_ops" if split else "cpu_ops", ""),
         ("kernels", "kernel "),
         ("copies", "copy "),
+        ("gathers", "gather "),
         ("memcpy", "Memcpy "),
     ]
     if "score_writes" in base and "score_writes" in head:
@@ -250,6 +296,9 @@ def diff_fingerprints(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
     if grown:
         sign = "+" if grown > 0 else "-"
         lines.append(f"allocated {sign}{format_bytes(abs(grown))} per step")
+    grown = _gathered_growth(base, head)
+    if grown:
+        lines.append(f"gathered {'+' if grown > 0 else '-'}{format_bytes(abs(grown))} per step")
     for field, label in (
         ("written_in_place_bytes", "written in place"),
         ("saved_for_backward_bytes", "saved for backward"),

@@ -13,7 +13,9 @@ Timestamps and durations are microseconds.
 
 from __future__ import annotations
 
+import bisect
 import collections
+import math
 import re
 from typing import Any
 
@@ -21,6 +23,7 @@ from perfsuite.errors import TraceError  # noqa: F401  (re-exported)
 from perfsuite.trace.events import (  # noqa: F401  (CopyRecord, WindowSummary, load_trace are re-exported)
     COMPILED_GRAPH_PREFIX,
     CPU_COPY_OPS,
+    CPU_GATHER_OPS,
     CopyRecord,
     WindowSummary,
     _DEVICE_CATEGORIES,
@@ -32,10 +35,12 @@ from perfsuite.trace.events import (  # noqa: F401  (CopyRecord, WindowSummary, 
     _memcpy_route,
     _tensor_types,
     device_event_kind,
+    gather_element_bytes,
+    gather_output_shape,
     load_trace,
     op_output_bytes,
 )
-from perfsuite.trace.kernel_families import is_copy_kernel
+from perfsuite.trace.kernel_families import is_copy_kernel, is_gather_kernel
 from perfsuite.trace.work import op_work
 
 
@@ -150,6 +155,7 @@ class TraceIndex:
         allocated, peak, level = self._memory(start, end, pid, whole)
         memory = [e for e in self.memory if inside(e)]
         work = op_work(ops, memory, launches)
+        gathered = self._gathered(ops, memory)
         return WindowSummary(
             annotation=window["name"],
             start_us=float(start),
@@ -166,6 +172,10 @@ class TraceIndex:
             memset_count=len(memsets),
             memset_bytes=sum(self._event_bytes(e) or 0 for e in memsets),
             copies=tuple(self._cpu_copies(ops) + self._device_copies(kernels + memcpys)),
+            gathers=tuple(
+                [r for op, r in gathered.values() if r is not None]
+                + self._device_gathers(kernels, gathered)
+            ),
             allocated_bytes=allocated,
             peak_bytes=peak,
             allocated_level_bytes=level,
@@ -207,6 +217,89 @@ class TraceIndex:
                     op_output_bytes(e),
                     _converts_dtype(e),
                     _tensor_types(e),
+                )
+            )
+        return records
+
+    def _gathered(
+        self, ops: list[dict[str, Any]], memory: list[dict[str, Any]]
+    ) -> dict[int, tuple[dict[str, Any], CopyRecord | None]]:
+        """Every gather op of the window (``CPU_GATHER_OPS``), by ``id``, with its ``cpu`` record,
+        or None for a gather inside another (``stack`` -> ``cat``: counted once, as the outer).
+
+        The record's shape is ``gather_output_shape``; its bytes that shape times the source's
+        element size, else (``cat``/``stack`` record no dtype) the bytes allocated by the gather
+        itself, by a gather inside it or by an ``empty*``/``resize_`` either calls: its result
+        (an index cast inside ``aten::index`` allocates in ``aten::to``, not counted)."""
+        by_thread: dict[Any, list[dict[str, Any]]] = collections.defaultdict(list)
+        for e in ops:
+            by_thread[e.get("tid")].append(e)
+        allocations: dict[Any, list[tuple[float, int]]] = collections.defaultdict(list)
+        for e in memory:
+            size = int(e.get("args", {}).get("Bytes", 0))
+            if size > 0:
+                allocations[e.get("tid")].append((float(e.get("ts", 0)), size))
+        found: dict[int, tuple[dict[str, Any], CopyRecord | None]] = {}
+        for tid, thread_ops in by_thread.items():
+            thread_ops.sort(key=lambda e: (float(e.get("ts", 0)), -float(e.get("dur", 0))))
+            stack: list[dict[str, Any]] = []
+            for position, e in enumerate(thread_ops):
+                while stack and _end(stack[-1]) < float(e.get("ts", 0)):
+                    stack.pop()
+                if e["name"] in CPU_GATHER_OPS:
+                    outer = any(s["name"] in CPU_GATHER_OPS for s in stack)
+                    callees = []
+                    for c in thread_ops[position + 1 :]:
+                        if float(c.get("ts", 0)) > _end(e):
+                            break
+                        callees.append(c)
+                    record = None
+                    if not outer:
+                        record = self._gather_record(e, callees, allocations.get(tid, []))
+                    found[id(e)] = (e, record)
+                stack.append(e)
+        return found
+
+    @staticmethod
+    def _gather_record(
+        op: dict[str, Any], callees: list[dict[str, Any]], allocations: list[tuple[float, int]]
+    ) -> CopyRecord:
+        shape = gather_output_shape(op, callees)
+        element = gather_element_bytes(op)
+        size = None
+        if shape is not None and element is not None:
+            size = element * math.prod(shape)
+        else:
+            size = _result_allocation(op, callees, allocations)
+            if shape is not None and size:
+                size = _bytes_of_shape(math.prod(shape), size)
+        return CopyRecord("cpu", op["name"], op["name"], shape, size, False, _tensor_types(op))
+
+    def _device_gathers(
+        self,
+        kernels: list[dict[str, Any]],
+        gathered: dict[int, tuple[dict[str, Any], CopyRecord | None]],
+    ) -> list[CopyRecord]:
+        """Gather kernels (``is_gather_kernel``), each with the dims and bytes of the gather op
+        that launched it (``gather_output_shape``), when that op is in the window."""
+        by_op = {id(op): record for op, record in gathered.values()}
+        records = []
+        for e in kernels:
+            if not is_gather_kernel(e["name"]):
+                continue
+            op = self._launching_op(e.get("args", {}))
+            record = by_op.get(id(op)) if op is not None else None
+            if record is None and op is not None and op.get("name") in CPU_GATHER_OPS:
+                record = self._gather_record(op, [], [])
+            records.append(
+                CopyRecord(
+                    "device",
+                    "gather kernel",
+                    e["name"],
+                    record.shape if record else None,
+                    record.size_bytes if record else None,
+                    False,
+                    _tensor_types(op),
                 )
             )
         return records
@@ -268,6 +361,49 @@ class TraceIndex:
                 allocated[device] += size
             peak[device] = max(peak.get(device, 0), total - level_at_start[device])
         return dict(allocated), peak, level_at_start
+
+
+def _end(event: dict[str, Any]) -> float:
+    return float(event.get("ts", 0)) + float(event.get("dur", 0))
+
+
+def _result_allocation(
+    op: dict[str, Any], callees: list[dict[str, Any]], allocations: list[tuple[float, int]]
+) -> int | None:
+    """Bytes allocated for a gather's result (``allocations``: ``(ts, bytes)`` of its thread, in
+    time order): by the gather itself, a gather inside it, or an ``empty*``/``resize_`` either calls."""
+    result_ops = [op] + [
+        c
+        for c in callees
+        if c["name"] in CPU_GATHER_OPS
+        or str(c["name"]).startswith(("aten::empty", "aten::resize_"))
+    ]
+    first = bisect.bisect_left(allocations, (float(op.get("ts", 0)), -1))
+    size = 0
+    for ts, nbytes in allocations[first:]:
+        if ts > _end(op):
+            break
+        holders = [c for c in [op] + callees if float(c.get("ts", 0)) <= ts <= _end(c)]
+        if max(holders, key=lambda c: float(c.get("ts", 0))) in result_ops:
+            size += nbytes
+    return size or None
+
+
+# The CUDA caching allocator reports blocks rounded up to 512-byte multiples (at least 512).
+_BLOCK = 512
+
+
+def _bytes_of_shape(elements: int, allocated: int) -> int:
+    """A result of ``elements`` elements that allocated ``allocated`` bytes: ``elements`` times the
+    one element size (8, 4, 2, 1) the allocation fits exactly or as a rounded CUDA block; the
+    allocation itself when none or several fit."""
+    fits = [
+        size
+        for size in (8, 4, 2, 1)
+        if elements * size == allocated
+        or max(_BLOCK, -(-elements * size // _BLOCK) * _BLOCK) == allocated
+    ]
+    return elements * fits[0] if len(fits) == 1 else allocated
 
 
 def summarize_windows(trace: dict[str, Any], annotation: str) -> list[WindowSummary]:

@@ -19,6 +19,8 @@ hide). The module has one kv head per query head: grouped-query cases are skips.
 * ``mha_need_weights``: ``need_weights=True`` (the module's default): an explicit ``softmax``
   whose ``[B, H, Sq, Skv]`` weights it returns (averaged over heads by default); a query that
   sees no key gets a NaN row (softmax over all ``-inf``), where ``mha`` (SDPA) returns zeros.
+  With a mask that differs per batch row or head it copies that mask into its score buffer each
+  forward (``baddbmm``; ``copies_a_score_sized_mask``): a declared score copy (``MASK_COPY``).
 
 The native fast path (``torch._native_multi_head_attention``) needs self-attention (``query is key
 is value``), which an adapter given separate query, key and value never meets.
@@ -33,7 +35,13 @@ import torch
 
 from perfsuite.attention.inputs import AttentionInputs
 from perfsuite.attention.masks import AttentionMask, mask_kind
-from perfsuite.variants.registry import VariantFn, prepared_on_every_call, register_variant
+from perfsuite.attention.layouts import Storage
+from perfsuite.variants.registry import (
+    DeclaredScoreCopy,
+    VariantFn,
+    prepared_on_every_call,
+    register_variant,
+)
 from perfsuite.variants.unsupported import CaseUnsupported
 
 
@@ -81,6 +89,32 @@ def module_masks(
     if form.shape[0] == 1 and form.shape[1] == 1:
         return full[0, 0], None
     return full.reshape(batch * num_heads, seq_len_q, seq_len_kv), None
+
+
+def copies_a_score_sized_mask(case) -> bool:
+    """True when ``module_masks`` gives the module a ``[B * H, Sq, Skv]`` ``attn_mask`` for ``case``
+    (an ``AttentionCase``): a mask that differs between batch rows (``bool``: ``[B, 1, Sq, Skv]``,
+    a padded layout's per-sequence mask) or heads (``additive``: ``[1, H, Sq, Skv]``). With
+    ``need_weights=True`` ``F.multi_head_attention_forward`` then computes the scores as
+    ``baddbmm(attn_mask, q, k^T)``, whose ``aten::copy_`` writes that mask into the score buffer
+    first: a score-sized copy each forward. A shared ``[Sq, Skv]`` mask (causal kinds) or a
+    ``key_padding_mask`` (``[B * H, 1, Skv]``) is broadcast instead, a mask expansion."""
+    kind = mask_kind(case.mask).name
+    if case.layout.storage == Storage.PADDED:
+        return case.batch > 1
+    if kind == "bool":
+        return case.batch > 1
+    if kind == "additive":
+        return case.num_heads > 1
+    return False
+
+
+MASK_COPY = DeclaredScoreCopy(
+    copies_a_score_sized_mask,
+    "with a mask that differs per batch row or head (bool, additive, padded layouts), "
+    "nn.MultiheadAttention(need_weights=True) computes the scores as baddbmm(attn_mask, q, k^T), "
+    "which copies the [B*H, Sq, Skv] mask into the score buffer each forward (aten::baddbmm > aten::copy_)",
+)
 
 
 def _to_embed(tensor: torch.Tensor) -> torch.Tensor:
@@ -143,4 +177,5 @@ register_variant(
     saves_scores_for_backward=True,
     fully_masked_rows="nan",
     wraps="torch.nn.MultiheadAttention",
+    score_copy=MASK_COPY,
 )(_direct(True))

@@ -37,6 +37,19 @@ _KEYWORD_ONLY = ("mask", "scale")
 FULLY_MASKED_ROW_RESULTS = tuple(FullyMaskedRows)
 
 
+@dataclasses.dataclass(frozen=True)
+class DeclaredScoreCopy:
+    """A score-sized copy a variant is known to make once per forward on some cases, beyond the
+    masked copy of ``copies_scores_when_masked`` (a library's own: ``nn.MultiheadAttention``'s
+    ``baddbmm`` copies a per-batch mask into its score buffer). ``applies(case)``: True on the
+    cases where it copies (an ``AttentionCase``); ``why``: the reason, shown in the variants
+    reference and in the score-accounting test's message. Score accounting
+    (``perfsuite.measure.score_accounting``) then expects one more copy on those cases."""
+
+    applies: Callable[[Any], bool]
+    why: str
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Variant:
     """A registered attention implementation.
@@ -90,6 +103,7 @@ class Variant:
     tests are not generated (the plain built-ins cover those).
     ``requires``: the forms whose keywords its function takes without a default
     (``perfsuite.attention.contract.required_forms``); it is not run on a case without them.
+    ``score_copy``: a declared score-sized copy on some cases (``DeclaredScoreCopy``), or None.
     """
 
     name: str
@@ -113,6 +127,7 @@ class Variant:
     forms_refused: tuple[tuple[Form, str], ...] = ()
     needs_a_form: bool = False
     requires: frozenset[Form] = frozenset()
+    score_copy: DeclaredScoreCopy | None = None
 
     def device_unsupported(self, device: str) -> str | None:
         """Why the variant cannot run on ``device`` (``"cpu"``, ``"cuda"``) at all, or None."""
@@ -152,6 +167,13 @@ class Variant:
     def expected_score_copies(self, hides_keys: bool) -> int:
         """Score-sized copies one forward must make: 1 for a copying variant whose mask hides keys, else 0."""
         return 1 if (self.copies_scores_when_masked and hides_keys) else 0
+
+    def declared_score_copy(self, case: Any) -> str | None:
+        """Why the variant makes one more score-sized copy per forward on ``case`` (an
+        ``AttentionCase``; ``score_copy``), or None where it makes none."""
+        if self.score_copy is not None and self.score_copy.applies(case):
+            return self.score_copy.why
+        return None
 
 
 _REGISTRY: dict[str, Variant] = {}
@@ -229,6 +251,7 @@ def register_variant(
     forms_refused: Mapping[str | Form, str] | None = None,
     needs_a_form: bool = False,
     requires: Sequence[str | Form] = (),
+    score_copy: DeclaredScoreCopy | None = None,
 ) -> Callable[[VariantFn], VariantFn]:
     """Decorator that registers ``fn`` under ``name`` and returns it unchanged.
 
@@ -241,6 +264,8 @@ def register_variant(
     ``needs_a_form``: not generated on plain cases (``Variant.needs_a_form``);
     ``requires``: forms it cannot run without beyond those its keywords require (a variant with
     ``prepare`` whose direct-call function takes ``**forms``), declared too.
+    ``score_copy``: a score-sized copy the variant makes on some cases, and why
+    (``DeclaredScoreCopy``): score accounting expects it there instead of failing.
 
     Raises:
         ValueError: ``name`` is already registered, ``fully_masked_rows`` is not one of
@@ -289,6 +314,7 @@ def register_variant(
             forms_refused=refused,
             needs_a_form=needs_a_form,
             requires=needed,
+            score_copy=score_copy,
         )
         return fn
 

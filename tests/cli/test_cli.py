@@ -110,7 +110,7 @@ def test_diff_names_what_changed(tmp_path, capsys):
         "allocated on cpu: 5.0 KiB -> 9.0 KiB" in out
     )  # + the clone and the out-of-place `* scale`
     assert main(["trace", "diff", str(a), str(a)]) == 0
-    assert "no change in kernels, ops, memcpy, copies or memory" in capsys.readouterr().out
+    assert "no change in kernels, ops, memcpy, copies, gathers or memory" in capsys.readouterr().out
     assert main(["trace", "diff", str(a)]) == 2
 
 

@@ -1,3 +1,4 @@
+import functools
 import gzip
 import json
 from pathlib import Path
@@ -7,6 +8,7 @@ import pytest
 from perfsuite.attention.cases import AttentionCase
 from perfsuite.measure.evidence import gather_evidence
 from perfsuite.trace.kernel_families import (
+    is_gather_kernel,
     GEMM_PRECISION_UNKNOWN,
     UNKNOWN,
     backend_kernel_families,
@@ -25,6 +27,7 @@ from perfsuite.variants import get_variant
 TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
 
 
+@functools.cache  # read once per process: each parametrized case used to reload every trace
 def kernel_names():
     names = set()
     for path in TRACES.glob("*.json.gz"):
@@ -32,7 +35,7 @@ def kernel_names():
             names |= {
                 e["name"] for e in json.load(handle)["traceEvents"] if e.get("cat") == "kernel"
             }
-    return sorted(names)
+    return tuple(sorted(names))
 
 
 @pytest.mark.parametrize(
@@ -55,7 +58,14 @@ def kernel_names():
         ("triton_poi_fused_add_cos_sin_0", "Triton"),
         ("ncclKernel_SendRecv", "NCCL collective"),
         ("direct_copy_kernel_cuda", "copy"),
-        ("CatArrayBatchedCopy", "copy"),
+        ("CatArrayBatchedCopy", "gather / concatenate"),  # torch.cat writes one tensor from many
+        ("indexSelectLargeIndex", "gather / concatenate"),
+        ("_cuda_scatter_gather_internal_kernel<false", "gather / concatenate"),  # torch.gather
+        (
+            "_cuda_scatter_gather_internal_kernel<true, at::native::OpaqueType",
+            "indexing",
+        ),  # scatter_: writes in place
+        ("index_put_kernel_impl", "indexing"),  # x[idx] = v: a scatter, not a gather
         ("softmax_warp_forward", "softmax"),
         ("LayerNormForwardCUDAKernel", "normalization"),
         ("sum_functor", "reduction"),
@@ -186,8 +196,22 @@ def test_copy_memset_and_memcpy_names_have_one_source():
     assert is_copy_kernel(
         "void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda(...)"
     )
-    assert is_copy_kernel(
+    assert not is_copy_kernel(
         "void at::native::(anonymous namespace)::CatArrayBatchedCopy<float, unsigned int, 2, 64, 64>(...)"
+    )  # a gather (is_gather_kernel), shown with the cat's result shape and bytes
+    assert is_gather_kernel(
+        "void at::native::(anonymous namespace)::CatArrayBatchedCopy<float, unsigned int, 2, 64, 64>(...)"
+    )
+    # torch >= 2.6 index/index_select fast path, and cache[block_table] through TensorIterator
+    assert is_gather_kernel(
+        "void at::native::vectorized_gather_kernel<16, long>(char*, char*, long*, int)"
+    )
+    assert is_gather_kernel(
+        "void at::native::index_elementwise_kernel<128, 4, at::native::gpu_index_kernel<"
+        "at::native::index_kernel_impl<at::native::OpaqueType<4> >(...)"
+    )
+    assert is_gather_kernel(
+        "void at::native::elementwise_kernel<128, 4, at::native::take_kernel(...)"
     )
     assert is_copy_kernel(
         "Memcpy DtoD (Device -> Device)"

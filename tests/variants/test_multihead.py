@@ -64,3 +64,34 @@ def test_need_weights_gives_nan_where_sdpa_gives_zeros():
         get_variant("mha_need_weights").fully_masked_rows == "nan"
         and get_variant("mha").fully_masked_rows == "zeros"
     )
+
+
+@pytest.mark.parametrize(
+    "case_id",
+    [
+        "b2h2s8d4-fp32-bool-cpu",  # [B, 1, Sq, Skv]: baddbmm copies the [B*H, Sq, Skv] mask
+        "b1h2s8d4-fp32-bool-cpu",  # one batch row: a shared [Sq, Skv] mask, broadcast
+        "b2h1s8d4-fp32-additive-cpu",  # one head: shared too
+        "b2h2s8d4-fp32-padding-cpu",  # key_padding_mask: [B*H, 1, Skv], broadcast
+        "b2h2s8d4-fp32-noncausal-padded-uniform-cpu",  # per-sequence mask of a padded batch
+    ],
+)
+def test_need_weights_copies_a_per_batch_mask_where_it_declares_it(tmp_path, case_id):
+    """Score accounting counts the copy exactly on the cases the declaration names, so the suite
+    reports it (test_score_accounting_per_step expects it there) and fails on any other."""
+    from perfsuite.attention.cases import parse_case_id
+    from perfsuite.measure.profiling import FORWARD_ANNOTATION, record_trace
+    from perfsuite.measure.score_accounting import account_windows
+
+    variant, case = get_variant("mha_need_weights"), parse_case_id(case_id)
+    inputs = make_inputs(case, seed=0)
+    with torch.no_grad():
+        trace = record_trace(bind(variant, inputs), "cpu", tmp_path / "mha.json.gz")
+    accounts = account_windows(trace, FORWARD_ANNOTATION, case.score_shape, case.head_dim)
+    copies = [a.copies for a in accounts]
+    declared = variant.declared_score_copy(case)
+    assert copies and copies == [1.0 if declared else 0.0] * len(copies), (case_id, copies)
+    if declared:
+        labels = [w.label for w in accounts[0].writes]
+        assert "copy [4x8x8] in aten::baddbmm > aten::copy_" in labels, labels
+        assert "baddbmm" in declared and "per batch row or head" in declared
