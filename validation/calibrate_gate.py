@@ -54,7 +54,10 @@ import numpy as np
 
 from perfsuite.gate.stats import (
     BLOCK_ROUNDS,
+    CONTENDED_CPU_MIN_EFFECT,
     CONTENDED_MIN_EFFECT,
+    PairSample,
+    contended_cpu_ratios,
     CONTENDED_VERDICT,
     CONTENDED_WAIT_CAP,
     MIN_UNITS,
@@ -191,13 +194,29 @@ def contended_check(result, alpha_look: float) -> dict | None:
     shares = [result.wait_shares[i] for i in judged]
     adjusted = wait_adjusted(raw, [w[0] for w in shares], [w[1] for w in shares])
     waits = np.array([min(max(w[1], 0.0), CONTENDED_WAIT_CAP) for w in shares])
-    centre, low, _ = wilcoxon_interval(adjusted, alpha_look)
-    return {
+    centre, low, _ = wilcoxon_interval(adjusted, alpha_look / 2)
+    found = {
         "pairs": len(judged),
         "adjusted_ratio": math.exp(centre),
         "adjusted_low": math.exp(low),
         "median_wait_share": float(np.median(waits)),
     }
+    cpu = contended_cpu_ratios(
+        [
+            PairSample(
+                [],
+                [],
+                True,
+                base_cpu_s=result.cpu_seconds[i][0],
+                head_cpu_s=result.cpu_seconds[i][1],
+            )
+            for i in judged
+        ]
+    )
+    if cpu is not None:
+        cpu_centre, cpu_low, _ = wilcoxon_interval(cpu, alpha_look / 2)
+        found |= {"cpu_ratio": math.exp(cpu_centre), "cpu_low": math.exp(cpu_low)}
+    return found
 
 
 def _variant_mode(key: str) -> str:
@@ -446,15 +465,23 @@ def recount(saved: dict) -> dict[str, list[dict]]:
 
 def contended_summary(runs: dict[str, list[dict]], busy: int) -> str:
     """Per scenario, the contended rule on unchanged benchmarks with enough contended pairs: how many,
-    the largest lower bound of their wait-adjusted interval against the floor, the largest
-    wait-adjusted estimate and the median wait share; and the changed benchmarks it decided."""
-    floor = 1 + CONTENDED_MIN_EFFECT
+    the largest lower bound of their wait-adjusted and CPU-time intervals against the floors, the median
+    wait share; and, for the changed benchmarks, the lower bounds of both (min, median, max)."""
+    floor, cpu_floor = 1 + CONTENDED_MIN_EFFECT, 1 + CONTENDED_CPU_MIN_EFFECT
     rows = [
         f"| scenario (busy processes: {busy}) | unchanged judged on contended pairs | largest wait-adjusted "
-        f"lower bound (must stay below x{floor:.2f}) | largest wait-adjusted estimate | median head wait "
-        "share | changed: wait-adjusted lower bound (min, median, max) |",
-        "| --- " * 6 + "|",
+        f"lower bound (must stay below x{floor:.2f}) | largest CPU-time lower bound (must stay below "
+        f"x{cpu_floor:.2f}) | median head wait share | changed: wait-adjusted lower bound (min, median, "
+        "max) | changed: CPU-time lower bound (min, median, max) |",
+        "| --- " * 7 + "|",
     ]
+
+    def spread(values: list[float]) -> str:
+        values = sorted(values)
+        return (
+            f"{values[0]:.2f}, {values[len(values) // 2]:.2f}, {values[-1]:.2f}" if values else "-"
+        )
+
     for name, gates in runs.items():
         unchanged, changed = [], []
         for g in gates:
@@ -463,17 +490,18 @@ def contended_summary(runs: dict[str, list[dict]], busy: int) -> str:
                     (changed if key in g.get("changed", ()) else unchanged).append(found)
         if not unchanged and not changed:
             continue
-        lows = sorted(c["adjusted_low"] for c in changed)
+        cpu_lows = [c["cpu_low"] for c in unchanged if "cpu_low" in c]
         rows.append(
             f"| {name} | {len(unchanged)} | "
             + (
                 f"{max(c['adjusted_low'] for c in unchanged):.3f} | "
-                f"{max(c['adjusted_ratio'] for c in unchanged):.3f} | "
-                f"{float(np.median([c['median_wait_share'] for c in unchanged])):.0%} | "
+                + (f"{max(cpu_lows):.3f} | " if cpu_lows else "- | ")
+                + f"{float(np.median([c['median_wait_share'] for c in unchanged])):.0%} | "
                 if unchanged
                 else "- | - | - | "
             )
-            + (f"{lows[0]:.2f}, {lows[len(lows) // 2]:.2f}, {lows[-1]:.2f} |" if lows else "- |")
+            + f"{spread([c['adjusted_low'] for c in changed])} | "
+            + f"{spread([c['cpu_low'] for c in changed if 'cpu_low' in c])} |"
         )
     return "\n".join(rows)
 

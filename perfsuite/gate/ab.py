@@ -205,6 +205,7 @@ class AbBenchmark:
     shared_load: int = 0
     clock: str = "host"  # the workers' clock: host, cuda_graph or blocked_event (ab_worker)
     wait_shares: list = dataclasses.field(default_factory=list)
+    cpu_seconds: list = dataclasses.field(default_factory=list)  # [base, head] block CPU s per pair
 
 
 def pair_schedule(count: int, workers_per_side: int) -> tuple[int, int, bool]:
@@ -271,6 +272,7 @@ def pair_sampler(
         reasons.extend([overload_reason(found)] if overloaded else [])
         shared = len(flagged) == 2 and contended_pairs == ContendedPairs.SHARED and not overloaded
         next_pair.shared += shared
+        host = b.get("clock", "host") == "host" and h.get("clock", "host") == "host"
         return PairSample(
             b["times"],
             h["times"],
@@ -278,6 +280,8 @@ def pair_sampler(
             b_index if len(bases) > 1 else None,
             wait_share(found[1]),
             wait_share(found[0]),
+            b.get("cpu_times") if host else None,
+            h.get("cpu_times") if host else None,
         )
 
     next_pair.reasons = reasons
@@ -411,6 +415,7 @@ def run_benchmark(
         sampler.shared,
         " / ".join(dict.fromkeys(s.get("clock", "host") for s in setups)),
         outcome.wait_shares,
+        outcome.cpu_seconds,
     )
 
 
@@ -538,6 +543,7 @@ def ab_payload(
                 "contended_pairs": r.contended,
                 "shared_load_pairs": r.shared_load,
                 "wait_shares": r.wait_shares,
+                "cpu_blocks_s": r.cpu_seconds,
                 "clock": r.clock,
                 "looks": r.looks,
                 "stopped": r.stopped,

@@ -110,6 +110,12 @@ MIN_UNITS = 6
 # wait-adjusted ratio of identical code beside busy processes ("contended A/A"); this floor must stay
 # above it (docs/validation.md, "Contended pairs").
 CONTENDED_MIN_EFFECT = 0.25
+# The same rule on the workers' CPU time (host clock only): a block's CPU seconds over its threads
+# count the work done and not the wait, so contention moves them much less than wall time (beside two
+# busy processes, identical code's CPU-time intervals stayed within x0.89-1.08 where its wall ratios
+# wandered x0.91-1.02 with 3-15x the spread; docs/validation.md, "Contended pairs"). CPU time does not
+# see latency (a change that loses parallelism), which the wall clause still judges.
+CONTENDED_CPU_MIN_EFFECT = 0.15
 # A block whose threads waited this share of its wall time or more gives no bound (its floor would
 # be infinite): the wait share is capped here, so the floor is at most (1 + 0.25) / (1 - 0.9) = x12.5.
 CONTENDED_WAIT_CAP = 0.9
@@ -424,7 +430,9 @@ class PairSample:
     ``base_s``/``head_s``: the blocks' round times (seconds); ``contended``: set aside from the kept
     pairs; ``cluster``: the worker pair that timed it (None: pairs taken as independent);
     ``head_wait``/``base_wait``: the share of the head's / base's block's runnable thread time spent
-    waiting for a CPU (``contention.wait_share``), None where unknown.
+    waiting for a CPU (``contention.wait_share``), None where unknown; ``base_cpu_s``/``head_cpu_s``:
+    the blocks' rounds in the worker's CPU seconds over all its threads (host clock only; None on a
+    device clock, where host CPU time is not the work timed).
     """
 
     base_s: list[float]
@@ -433,6 +441,8 @@ class PairSample:
     cluster: object = None
     head_wait: float | None = None
     base_wait: float | None = None
+    base_cpu_s: list[float] | None = None
+    head_cpu_s: list[float] | None = None
 
 
 def as_pair_sample(found) -> PairSample:
@@ -450,40 +460,66 @@ def contended_verdict(
     could make is decided (``slower``); returns its estimate (the raw contended ratios) and a note
     saying how it was decided, or None when nothing is decided.
 
-    Rule (``wait_adjusted``): a block whose threads spent a share ``w`` of their runnable time waiting
-    for a CPU ran ``1 / (1 - w)`` slower for it when the CPUs are shared fairly (a thread runnable for
-    ``T`` got ``(1 - w) T`` of CPU), so each contended pair's log ratio is corrected by
-    ``log(1 - w_head) - log(1 - w_base)``; beyond that model, caches, memory bandwidth and steal
-    shared with the load, and waits the model places wrongly, may move identical code's ratio by up to
-    ``settings.contended_min_effect`` (``CONTENDED_MIN_EFFECT``: the margin the contended A/A of
-    validation/calibrate_gate.py checks). The benchmark is ``slower`` when the signed-rank interval
-    (``alpha``) of the corrected log ratios lies above ``log(1 + contended_min_effect)``, from at
-    least ``MIN_UNITS`` pairs with a measured head wait. On the raw ratio the minimum effect is then
-    ``(1 + m) (1 - w_base) / (1 - w_head)``: it grows with the head's measured contention. ``faster``
-    is never decided here. The interval pools the pairs (no clusters): a worker pair's bias, a few
-    percent, lies far inside the margin.
+    Two clauses, each at level ``alpha / 2`` (Bonferroni), from at least ``MIN_UNITS`` pairs:
+
+    * wall time (``wait_adjusted``): a block whose threads spent a share ``w`` of their runnable time
+      waiting for a CPU ran ``1 / (1 - w)`` slower for it when the CPUs are shared fairly (a thread
+      runnable for ``T`` got ``(1 - w) T`` of CPU), so each contended pair's log ratio is corrected by
+      ``log(1 - w_head) - log(1 - w_base)``; beyond that model, caches, memory bandwidth and steal
+      shared with the load may move identical code's ratio by up to ``settings.contended_min_effect``
+      (``CONTENDED_MIN_EFFECT``). ``slower`` when the signed-rank interval of the corrected log ratios
+      lies above ``log(1 + contended_min_effect)``: on the raw ratio the minimum effect is
+      ``(1 + m) (1 - w_base) / (1 - w_head)``, growing with the head's measured contention;
+    * CPU time, where every judged pair has it: ``slower`` when the signed-rank interval of the
+      pairs' CPU-time log ratios lies above ``log(1 + CONTENDED_CPU_MIN_EFFECT)`` (a contended
+      block's CPU seconds count its work, not its wait; a 2x change measured x1.3-1.5 there beside
+      two busy processes where its wall ratio fell to x1.2-1.3).
+
+    ``faster`` is never decided here. The intervals pool the pairs (no clusters): a worker pair's
+    bias, a few percent, lies far inside the margins.
     """
     if settings.contended_min_effect is None:
         return None
     judged = [s for s in samples if s.contended and s.head_wait is not None]
     if len(judged) < MIN_UNITS:
         return None
+    half = alpha / 2
     raw = pair_log_ratios([s.base_s for s in judged], [s.head_s for s in judged])
     adjusted = wait_adjusted(raw, [s.base_wait for s in judged], [s.head_wait for s in judged])
     waits = np.array([min(max(s.head_wait, 0.0), CONTENDED_WAIT_CAP) for s in judged])
-    _, low, _ = wilcoxon_interval(adjusted, alpha)
-    floor = math.log1p(settings.contended_min_effect)
-    if not low > floor:
-        return None
-    centre, raw_low, raw_high = wilcoxon_interval(raw, alpha)
+    centre, raw_low, raw_high = wilcoxon_interval(raw, half)
     estimate = RatioEstimate(
         math.exp(centre), math.exp(raw_low), math.exp(raw_high), len(judged), "contended pairs"
     )
+    _, low, _ = wilcoxon_interval(adjusted, half)
+    if low > math.log1p(settings.contended_min_effect):
+        return estimate, (
+            f"decided on {len(judged)} contended pairs: wait-adjusted interval above the "
+            f"x{1 + settings.contended_min_effect:.2f} floor (head threads waited "
+            f"{np.median(waits):.0%} of their runnable time, median)"
+        )
+    cpu = contended_cpu_ratios(judged)
+    if cpu is None:
+        return None
+    cpu_centre, cpu_low, cpu_high = wilcoxon_interval(cpu, half)
+    if not cpu_low > math.log1p(CONTENDED_CPU_MIN_EFFECT):
+        return None
     return estimate, (
-        f"decided on {len(judged)} contended pairs: wait-adjusted interval above the "
-        f"x{1 + settings.contended_min_effect:.2f} floor (head threads waited {np.median(waits):.0%} "
-        f"of their runnable time, median)"
+        f"decided on {len(judged)} contended pairs by CPU time: x{math.exp(cpu_centre):.3f} "
+        f"[{math.exp(cpu_low):.3f}, {math.exp(cpu_high):.3f}], above the "
+        f"x{1 + CONTENDED_CPU_MIN_EFFECT:.2f} floor (head threads waited {np.median(waits):.0%} of "
+        "their runnable time, median)"
     )
+
+
+def contended_cpu_ratios(samples: list[PairSample]) -> np.ndarray | None:
+    """Per pair, ``log(median head CPU s / median base CPU s)`` (``PairSample.base_cpu_s``); None when
+    any pair lacks CPU times or has a block that used no measurable CPU time."""
+    if any(not s.base_cpu_s or not s.head_cpu_s for s in samples):
+        return None
+    if any(min(s.base_cpu_s + s.head_cpu_s) <= 0 for s in samples):
+        return None
+    return pair_log_ratios([s.base_cpu_s for s in samples], [s.head_cpu_s for s in samples])
 
 
 def wait_adjusted(log_ratios, base_waits, head_waits) -> np.ndarray:
@@ -558,7 +594,9 @@ class SequentialOutcome:
     ``looks``: interval computations taken; ``stopped``: ``decisive``, ``last look`` or ``budget``;
     ``clusters``: per pair, the worker pair that timed it (None: no clusters);
     ``contended_note``: how the contended pairs decided (``contended_verdict``), "" when they did not;
-    ``wait_shares``: per pair, ``[base, head]`` blocks' wait shares (``PairSample``).
+    ``wait_shares``: per pair, ``[base, head]`` blocks' wait shares (``PairSample``);
+    ``cpu_seconds``: per pair, ``[base, head]`` blocks' CPU seconds (``PairSample``; None entries on a
+    device clock).
     """
 
     base_blocks: list[list[float]]
@@ -572,6 +610,7 @@ class SequentialOutcome:
     clusters: list = dataclasses.field(default_factory=list)
     contended_note: str = ""
     wait_shares: list = dataclasses.field(default_factory=list)
+    cpu_seconds: list = dataclasses.field(default_factory=list)
 
 
 def _estimate(samples: list[PairSample], alpha_look: float) -> RatioEstimate:
@@ -657,4 +696,5 @@ def sequential_paired(
         [s.cluster for s in samples],
         note,
         [[s.base_wait, s.head_wait] for s in samples],
+        [[s.base_cpu_s, s.head_cpu_s] for s in samples],
     )
