@@ -31,6 +31,7 @@ from perfsuite.attention.contract import (
 )
 from perfsuite.attention.reference import FullyMaskedRows
 from perfsuite.errors import did_you_mean
+from perfsuite.trace.kernel_families import FLASH_IMPLS
 
 _POSITIONAL = ("query", "key", "value")
 _KEYWORD_ONLY = ("mask", "scale")
@@ -90,6 +91,9 @@ class Variant:
     tests are not generated (the plain built-ins cover those).
     ``requires``: the forms whose keywords its function takes without a default
     (``perfsuite.attention.contract.required_forms``); it is not run on a case without them.
+    ``flash_impl``: for a variant pinned to SDPA's flash backend, the flash implementation it claims
+    to run on CUDA (``"FA2"``, torch's built-in; ``"FA3"``, ``"FA4"`` once activated): the profiler
+    test reads it from the kernel names (``perfsuite.trace.kernel_families.flash_impl_failure``).
     """
 
     name: str
@@ -113,6 +117,7 @@ class Variant:
     forms_refused: tuple[tuple[Form, str], ...] = ()
     needs_a_form: bool = False
     requires: frozenset[Form] = frozenset()
+    flash_impl: str | None = None
 
     def device_unsupported(self, device: str) -> str | None:
         """Why the variant cannot run on ``device`` (``"cpu"``, ``"cuda"``) at all, or None."""
@@ -229,6 +234,7 @@ def register_variant(
     forms_refused: Mapping[str | Form, str] | None = None,
     needs_a_form: bool = False,
     requires: Sequence[str | Form] = (),
+    flash_impl: str | None = None,
 ) -> Callable[[VariantFn], VariantFn]:
     """Decorator that registers ``fn`` under ``name`` and returns it unchanged.
 
@@ -240,13 +246,15 @@ def register_variant(
     ``forms_refused``: ``{form: why the variant cannot do it}`` (``Variant.forms_refused``);
     ``needs_a_form``: not generated on plain cases (``Variant.needs_a_form``);
     ``requires``: forms it cannot run without beyond those its keywords require (a variant with
-    ``prepare`` whose direct-call function takes ``**forms``), declared too.
+    ``prepare`` whose direct-call function takes ``**forms``), declared too. ``flash_impl``: the flash
+    implementation a variant pinned to the flash backend claims (``Variant.flash_impl``).
 
     Raises:
         ValueError: ``name`` is already registered, ``fully_masked_rows`` is not one of
             ``FULLY_MASKED_ROW_RESULTS``, ``forward_only`` names a device not in ``DEVICES``
             or gives an empty reason, ``devices`` is empty or names a device not in ``DEVICES``,
-            or ``forms`` or ``forms_refused`` names an unknown form.
+            or ``forms`` or ``forms_refused`` names an unknown form, or ``flash_impl`` is given
+            without ``sdpa_backend="FLASH_ATTENTION"`` or is not one of ``FLASH_IMPLS``.
         TypeError: ``fn`` does not have the variant signature.
     """
 
@@ -263,6 +271,7 @@ def register_variant(
             raise ValueError(
                 f"variant {name!r}: devices={devices!r}; allowed: a non-empty list of {', '.join(DEVICES)}"
             )
+        _check_flash_impl(name, flash_impl, sdpa_backend)
         check_signature(name, fn)
         needed = required_forms(fn) | {parse_form(f) for f in requires}
         handled = declared_forms(fn, (parse_form(f) for f in forms)) | needed
@@ -289,10 +298,21 @@ def register_variant(
             forms_refused=refused,
             needs_a_form=needs_a_form,
             requires=needed,
+            flash_impl=flash_impl,
         )
         return fn
 
     return decorate
+
+
+def _check_flash_impl(name: str, flash_impl: str | None, sdpa_backend: str | None) -> None:
+    if flash_impl is None:
+        return
+    if flash_impl not in FLASH_IMPLS or sdpa_backend != "FLASH_ATTENTION":
+        raise ValueError(
+            f"variant {name!r}: flash_impl={flash_impl!r} with sdpa_backend={sdpa_backend!r}; allowed: "
+            f"one of {', '.join(FLASH_IMPLS)}, for a variant pinned to FLASH_ATTENTION"
+        )
 
 
 def _forward_only(
