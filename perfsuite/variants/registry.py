@@ -400,15 +400,20 @@ LAYOUT_FORWARD_ONLY = (
 )
 
 
+def inapplicable_reason(variant: Variant, case: Any) -> str | None:
+    """Why ``variant`` is not for ``case`` (an ``AttentionCase``) in any mode, or None: a device it
+    does not run on (``Variant.device_unsupported``) or forms it does not fit
+    (``Variant.forms_unsupported``: one the case carries and it does not declare, one it requires
+    and the case lacks, or a plain case for a ``needs_a_form`` variant)."""
+    return variant.device_unsupported(case.device) or variant.forms_unsupported(case.forms)
+
+
 def certain_skip(variant: Variant, case: Any, mode: str | None) -> str | None:
     """Why ``variant`` certainly cannot run ``case`` (an ``AttentionCase``) in ``mode`` (None: it may
     run): the suite does not generate such a test, and ``perfsuite ab``'s workers do not run it."""
-    device = variant.device_unsupported(case.device)
-    if device is not None:
-        return device
-    forms = variant.forms_unsupported(case.forms)
-    if forms is not None:
-        return forms
+    inapplicable = inapplicable_reason(variant, case)
+    if inapplicable is not None:
+        return inapplicable
     if mode in GRADIENT_MODES and not case.layout.is_plain:
         return LAYOUT_FORWARD_ONLY
     no_backward = variant.backward_unsupported(case.device) if mode in GRADIENT_MODES else None
