@@ -285,11 +285,10 @@ FLASH_IMPL_RULES: tuple[tuple[str, str], ...] = (
     # flash::FlashAttnFwdSm90<...>>> (FlashAttnFwdSm80 before Hopper); hopper/flash_bwd_launch_template.h
     # FlashAttnBwdSm90 / FlashAttnBwdSm80, FlashAttnBwdPreprocess, FlashAttnBwdPostprocessConvertdQ;
     # hopper/flash_fwd_combine_launch_template.h FlashAttnFwdCombine (split-KV);
-    # hopper/flash_prepare_scheduler.cu flash::prepare_varlen_num_blocks_kernel.
-    (
-        "FA3",
-        r"FlashAttn(Fwd|Bwd)(Sm\d+|Combine|Preprocess|Postprocess)|flash::prepare_varlen_num_blocks",
-    ),
+    # hopper/flash_prepare_scheduler.cu flash::prepare_varlen_num_blocks_kernel. Older builds named the
+    # class flash::FlashAttnBwd (ptxas output quoted in Dao-AILab/flash-attention issue #1162), and a
+    # mangled name keeps the class name (5flash16FlashAttnFwdSm90), so the prefix alone is the rule.
+    ("FA3", r"FlashAttn(Fwd|Bwd)|flash::prepare_varlen_num_blocks"),
     # FA2: torch's built-in copy, namespace pytorch_flash (pytorch/pytorch
     # aten/src/ATen/native/transformers/cuda/flash_attn/flash_fwd_launch_template.h: flash_fwd_kernel,
     # flash_fwd_splitkv_kernel, flash_fwd_splitkv_combine_kernel; flash_bwd_launch_template.h:

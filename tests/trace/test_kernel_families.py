@@ -322,6 +322,10 @@ FA4_FWD = "kernel_cutlass_kernel_flash_attncuteflash_fwd_sm100FlashAttentionForw
             "void flash::prepare_varlen_num_blocks_kernel<4, true>(int, int, int, int const*, int const*)",
             "FA3",
         ),
+        (
+            "_ZN7cutlass13device_kernelIN5flash12FlashAttnBwdINS1_21CollectiveMainloopBwdILi2E",
+            "FA3",
+        ),
         (FA4_FWD, "FA4"),
         (
             "kernel_cutlass_kernel_flash_attncuteflash_fwdFlashAttentionForwardSm90_object_at__tensor0000o11101213_0",
