@@ -322,7 +322,7 @@ def _not_generated_section() -> str:
 
 def kernel_families_page() -> str:
     """The kernel-name rules, from ``perfsuite.trace.kernel_families.rules_markdown``."""
-    from perfsuite.trace.kernel_families import rules_markdown
+    from perfsuite.trace.kernel_families import flash_impl_rules_markdown, rules_markdown
 
     return _join(
         GENERATED,
@@ -332,6 +332,8 @@ def kernel_families_page() -> str:
         "`perfsuite trace --rules` prints the same tables.",
         _notes("kernel-families"),
         rules_markdown(),
+        _notes("kernel-families-flash"),
+        flash_impl_rules_markdown(),
     )
 
 

@@ -5,8 +5,8 @@ In well under a minute it checks what every later GPU check depends on, on the p
 
 - the device is visible to torch (name, capability);
 - each pinned SDPA backend (``sdpa_math``, ``sdpa_flash``, ``sdpa_efficient``, ``sdpa_cudnn``) runs one
-  forward, and each fused one ran its own kernel family and no unfused matmul/softmax
-  (``perfsuite.trace.kernel_families.fused_kernel_failure``);
+  forward, and each fused one ran its own kernel family and no unfused matmul/softmax, ``sdpa_flash``
+  torch's built-in FA2 (``perfsuite.trace.kernel_families.pinned_backend_failure``);
 - one profiled ``naive`` forward shows the score copy of its out-of-place ``masked_fill`` on the
   device lane (a ``Memcpy DtoD`` or copy kernel of ``[8, 16, 1024, 1024]``), and ``naive_inplace``
   shows none.
@@ -26,7 +26,7 @@ import torch
 from perfsuite.attention.cases import parse_case_id
 from perfsuite.attention.inputs import make_inputs
 from perfsuite.measure.profiling import profile_steps
-from perfsuite.trace.kernel_families import backend_kernel_families, fused_kernel_failure
+from perfsuite.trace.kernel_families import pinned_backend_failure
 from perfsuite.variants import get_variant
 from perfsuite.variants.sdpa import PINNED_BACKENDS
 
@@ -95,7 +95,9 @@ def backend_check(variant_name: str, case_id: str, scratch: Path) -> SmokeCheck:
             f"ran: {_kernel_list(window.kernels) if window.kernels else 'cpu ops'}",
         )
     rocm = getattr(torch.version, "hip", None) is not None
-    problem = fused_kernel_failure(window.kernels, backend_kernel_families(backend, rocm=rocm))
+    problem = pinned_backend_failure(
+        window.kernels, backend, get_variant(variant_name).flash_impl, rocm=rocm
+    )
     return SmokeCheck(
         variant_name, "FAIL" if problem else "pass", problem or _kernel_list(window.kernels)
     )

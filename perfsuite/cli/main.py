@@ -33,7 +33,11 @@ from perfsuite.cli import history as history_command
 from perfsuite.cli import run as run_command
 from perfsuite.cli.gate import add_commands, run_ab_command, run_compare
 from perfsuite.cli.verify import add_command as add_verify_command, run_verify
-from perfsuite.trace.kernel_families import rules_markdown
+from perfsuite.trace.kernel_families import (
+    FLASH_FAMILY,
+    flash_impl_rules_markdown,
+    rules_markdown,
+)
 from perfsuite.trace.render import describe, describe_diff, diff
 from perfsuite.trace.summary import TraceError, TraceIndex, WindowSummary, load_trace
 
@@ -92,6 +96,8 @@ def print_trace(path: Path, index: TraceIndex, args: argparse.Namespace) -> dict
 def run_trace(args: argparse.Namespace) -> int:
     if args.rules:
         print(rules_markdown())
+        print(f"\nA {FLASH_FAMILY} kernel's implementation, first match wins:\n")
+        print(flash_impl_rules_markdown())
         return 0
     if not args.targets:
         raise UsageError("give a trace file or folder (or: trace diff A B)")

@@ -12,19 +12,28 @@ Checks made on a variant's checked (untimed) calls, each failing with its reason
   a computation on a subset of the inputs with the element named, and an output that a later
   call overwrites (it aliases the variant's own storage) with that said.
 * ``kept_bytes_per_call``: memory a variant keeps across calls, read from the allocator's running
-  total at the start of each profiled step (no extra call).
+  total at the start of each profiled step (no extra call). Growth there is judged again by
+  ``kept_bytes_over_calls`` (``KEPT_MEMORY_CALLS`` more calls, profiled for memory only) before it
+  is reported: the profiled steps record shapes, and torch's profiler then keeps some tensors alive
+  (eager ``flex_attention``'s, 518 KiB a call on ``b2h8s256d64-fp32-causal-cpu``), and a cache that
+  fills in the first calls stops growing; only growth that goes on after the first
+  ``KEPT_MEMORY_SETTLE_CALLS`` calls is reported.
 * ``reproducibility_failure``: for a variant that declares itself deterministic, N reruns of the
   step compared bitwise with the first.
 
 Cost (outside every timed interval): one more call of the step and one more float64 reference of
 the output (and its plain computation in the case's dtype, for the tolerance) for the fresh inputs;
-N calls for a variant declaring determinism.
+N calls for a variant declaring determinism; ``KEPT_MEMORY_CALLS`` calls when the profiled steps'
+level grew.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
+import tempfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import torch
 
@@ -35,6 +44,8 @@ from perfsuite.units import format_bytes
 FRESH_SEED_OFFSET = 7_919  # the fresh inputs' seed is the suite's seed plus this
 KEPT_MEMORY_MIN_BYTES_PER_CALL = 1 << 10  # kept memory below this per call is not reported
 DEFAULT_DETERMINISM_RUNS = 10
+KEPT_MEMORY_CALLS = 8  # calls a suspected growth is judged again over (kept_bytes_over_calls)
+KEPT_MEMORY_SETTLE_CALLS = 3  # growth in this many first calls is a cache filling, not judged
 
 # -- work outside the call ------------------------------------------------------------------
 
@@ -186,6 +197,69 @@ def kept_bytes_per_call(
     if all(g > 0 for g in growth) and sum(growth) >= least * len(growth):
         return sum(growth) // len(growth)
     return None
+
+
+def continued_growth_per_call(
+    levels: list[int | None],
+    settle: int = KEPT_MEMORY_SETTLE_CALLS,
+    least: int = KEPT_MEMORY_MIN_BYTES_PER_CALL,
+) -> int | None:
+    """Bytes per call that the live level still grows by after the first ``settle`` calls: the mean
+    growth from ``levels[settle]`` to the last level, reported when it is ``least`` bytes per call at
+    least; None when it is less (a cache that filled in the first calls and stopped), or fewer than
+    two levels are left after ``settle``, or a level is missing. ``levels``: the bytes live at the
+    start of consecutive calls (``WindowSummary.allocated_level_bytes``).
+
+    Raises ``ValueError`` for a negative ``settle``.
+    """
+    if settle < 0:
+        raise ValueError(f"settle={settle}; allowed: 0 or more calls")
+    later = levels[settle:]
+    if len(later) < 2 or any(level is None for level in later):
+        return None
+    per_call = (later[-1] - later[0]) // (len(later) - 1)
+    return per_call if per_call >= least else None
+
+
+def kept_bytes_over_calls(
+    step: Callable[[], object],
+    device: str,
+    calls: int = KEPT_MEMORY_CALLS,
+    settle: int = KEPT_MEMORY_SETTLE_CALLS,
+) -> int | None:
+    """Bytes per call ``step`` keeps, judged over ``calls`` calls profiled for memory only (no shapes,
+    which make torch's profiler keep tensors alive): ``continued_growth_per_call`` of the level at
+    each call's start, None when the growth stops within the first ``settle`` calls. On CUDA each
+    call is synchronized. Outside every timed interval.
+
+    Raises ``ValueError`` when ``calls`` leaves fewer than two calls after ``settle``.
+    """
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from perfsuite.trace.summary import summarize_windows
+
+    if calls - settle < 2:
+        raise ValueError(
+            f"calls={calls}, settle={settle}: at least two calls must follow the settle calls"
+        )
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    annotation = "perfsuite_kept_memory"
+    with profile(activities=activities, profile_memory=True, record_shapes=False) as prof:
+        for _ in range(calls):
+            with record_function(annotation):
+                step()
+            if device == "cuda":
+                torch.cuda.synchronize()
+    trace = _chrome_trace(prof)
+    levels = [w.allocated_level_bytes.get(device) for w in summarize_windows(trace, annotation)]
+    return continued_growth_per_call(levels, settle)
+
+
+def _chrome_trace(prof) -> dict:
+    with tempfile.TemporaryDirectory() as scratch:
+        raw = Path(scratch) / "trace.json"
+        prof.export_chrome_trace(str(raw))
+        return json.loads(raw.read_text(encoding="utf-8"))
 
 
 def kept_memory_warning(variant_name: str, case_id: str, mode: str, bytes_per_call: int) -> str:

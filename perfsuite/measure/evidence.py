@@ -23,6 +23,8 @@ from perfsuite.attention.inputs import AttentionInputs, make_grad_output, make_i
 from perfsuite.attention.modes import GRADIENT_MODES, Step, make_step
 from perfsuite.attention.reference import TOLERANCES, Comparison, reference_gradients
 from perfsuite.measure.call_integrity import (
+    KEPT_MEMORY_CALLS,
+    kept_bytes_over_calls,
     DEFAULT_DETERMINISM_RUNS,
     FRESH_SEED_OFFSET,
     changed_after_return,
@@ -372,6 +374,13 @@ def gather_evidence(
         )
         with ThreadWatch() as watch:
             trace = record_trace(step, case.device, trace_path, annotation)
+    steps = summarize_windows(trace, annotation)
+    kept = kept_bytes_per_call([s.allocated_level_bytes.get(case.device) for s in steps])
+    if kept:  # judged again without recorded shapes, past the first calls (a cache filling)
+        confirm_limit = call_limit_s * KEPT_MEMORY_CALLS if call_limit_s else None
+        confirming = f"the {KEPT_MEMORY_CALLS} calls judging kept memory{each}"
+        with announced_once(variant), time_limit(confirm_limit, confirming):
+            kept = kept_bytes_over_calls(step, case.device)
     deceptions += _left_running(
         variant, watch, f"its profiled calls on case {case.id} in mode {mode}"
     )
@@ -381,8 +390,6 @@ def gather_evidence(
     if later and not modified:  # a variant that changes its inputs only in later calls
         modified = later
         comparison, not_compared = _modified_failure(comparison, modified), None
-    steps = summarize_windows(trace, annotation)
-    kept = kept_bytes_per_call([s.allocated_level_bytes.get(case.device) for s in steps])
     accounting = account_windows(trace, annotation, case.score_shape, case.head_dim)
     return Evidence(
         variant=variant,

@@ -48,7 +48,7 @@ from perfsuite.suite import generation, options, settings
 from perfsuite.suite.reliability import CrashProbes, FailureLedger, Progress, crash_message
 from perfsuite.suite.shards import Shard
 from perfsuite.variants import get_variant
-from perfsuite.variants.registry import preload_variants
+from perfsuite.variants.registry import inapplicable_reason, preload_variants, variant_names
 from perfsuite.variants.user import loaded_user_variants
 
 
@@ -88,6 +88,8 @@ class SuiteSession:
         self.results: dict[tuple[str, str, str], BenchmarkResult] = {}
         self.speed_references: dict[tuple[str, str, str], float] = {}  # ms, per timed CPU benchmark
         self.skipped: dict[tuple[str, str, str], SkippedResult] = {}
+        # (built-in variant, case id) -> why in short: the built-in is not for that case at all
+        self.inapplicable: dict[tuple[str, str], str] = {}
         self.not_generated = generation.NotGenerated()
         self.written: tuple[Path, Path] | None = None  # (table.md, run.json) once written
         self._machine: dict | None = None
@@ -405,6 +407,7 @@ class SuiteSession:
         self.not_generated.merge(left_out)
         for (variant, case_id, mode), reason in left_out.unrunnable.items():
             self.skipped[(variant, case_id, mode)] = SkippedResult(variant, case_id, reason, mode)
+        self.inapplicable.update(inapplicable_builtins(pairs, loaded_user_variants()))
         if not params:
             wanted = only.args[0] if only else "runnable"
             what = (wanted.__doc__ or wanted.__name__) if callable(wanted) else wanted
@@ -536,14 +539,9 @@ class SuiteSession:
                 f"{incomplete['expected']} benchmarks finished); its saved files say so"
             )
         lines.append(text_table(results))
-        for (variant, reason), (case_ids, modes) in group_skips(
-            list(self.skipped.values())
-        ).items():
-            more = f", and {len(case_ids) - 3} more in table.md" if len(case_ids) > 3 else ""
-            lines.append(
-                f"skipped {variant} on {len(case_ids)} case(s) ({', '.join(case_ids[:3])}{more}) "
-                f"in mode(s) {', '.join(modes)}: {reason}"
-            )
+        builtins = set(variant_names()) - set(loaded_user_variants())
+        every_builtin = builtins <= set(self.settings.variants)
+        lines += skip_lines(list(self.skipped.values()), self.inapplicable if every_builtin else {})
         for crash in self.crashed.values():
             lines.append(
                 f"crashed {crash.variant} on {crash.case_id} in mode {crash.mode} (isolated child): "
@@ -592,6 +590,51 @@ def kept_memory_warnings(results: list[BenchmarkResult]) -> list[str]:
         for r in results
         if r.kept_bytes_per_call
     ]
+
+
+def inapplicable_builtins(pairs, users) -> dict[tuple[str, str], str]:
+    """``(variant, case id) -> why in short`` for each built-in (not in ``users``) of the ``(Variant,
+    AttentionCase)`` ``pairs`` that is not for that case at all (``inapplicable_reason``):
+    ``"run on cuda only"``, or ``"are for other case forms, ..."``."""
+    found = {}
+    for variant, case in pairs:
+        if variant.name not in users and inapplicable_reason(variant, case):
+            found[(variant.name, case.id)] = (
+                f"run on {', '.join(variant.devices or ())} only"
+                if variant.device_unsupported(case.device)
+                else "are for other case forms, such as score modifications and layouts"
+            )
+    return found
+
+
+def skip_lines(skipped: list[SkippedResult], inapplicable: dict[tuple[str, str], str]) -> list[str]:
+    """The end-of-run skip lines: ``skipped <variant> on N case(s) ... : <reason>``, one per variant and
+    reason, except for built-ins that are not for a case at all (``inapplicable``: ``(variant, case
+    id) -> why in short``, such as ``"run on cuda only"``; given when every built-in was selected, not
+    named one by one). Those are one line of counts, since a run of every built-in on the CPU or on
+    plain cases always has them; table.md and run.json keep each with its full reason."""
+    lines = []
+    shown = [s for s in skipped if (s.variant, s.case_id) not in inapplicable]
+    for (variant, reason), (case_ids, modes) in group_skips(shown).items():
+        more = f", and {len(case_ids) - 3} more in table.md" if len(case_ids) > 3 else ""
+        lines.append(
+            f"skipped {variant} on {len(case_ids)} case(s) ({', '.join(case_ids[:3])}{more}) "
+            f"in mode(s) {', '.join(modes)}: {reason}"
+        )
+    left_out = {(s.variant, s.case_id) for s in skipped} & set(inapplicable)
+    by_why: dict[str, set[str]] = {}
+    for variant, case_id in sorted(left_out):
+        by_why.setdefault(inapplicable[(variant, case_id)], set()).add(variant)
+    if by_why:
+        variants = set().union(*by_why.values())
+        counts = "; ".join(
+            f"{len(names)} {why}" for why, names in sorted(by_why.items(), key=lambda i: -len(i[1]))
+        )
+        lines.append(
+            f"perfsuite: {len(variants)} built-in(s) do not apply to these cases and were left out "
+            f"({counts}); table.md names each with its reason"
+        )
+    return lines
 
 
 def group_skips(skipped: list[SkippedResult]) -> dict[tuple[str, str], tuple[list[str], list[str]]]:

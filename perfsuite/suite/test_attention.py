@@ -13,10 +13,10 @@ from perfsuite.measure import compile_stats, contention, speed_reference
 from perfsuite.trace.kernel_families import (
     FLEX_FUSED_FAMILY,
     SDPA_BACKEND_FAMILIES,
-    backend_kernel_families,
     fused_kernel_failure,
     is_unfused_attention_work,
     kernel_family,
+    pinned_backend_failure,
 )
 from perfsuite.suite.record import benchmark_extra_info
 from perfsuite.measure.threads import ThreadWatch, release_at_exit, threads_failure
@@ -183,13 +183,14 @@ def on_a_device_lane(variant, case, mode=None) -> str | None:
 @pytest.mark.perfsuite_applies.with_args(on_a_device_lane)
 def test_pinned_backend_runs_its_own_fused_kernel(attention_evidence):
     """On CUDA a pinned SDPA backend runs its own fused kernel family (flash, cutlass, cuDNN; AOTriton
-    or CK on ROCm) and nothing unfused: a silent fallback fails with the kernel names."""
-    evidence = attention_evidence
-    expected = backend_kernel_families(
-        evidence.variant.sdpa_backend, rocm=torch.version.hip is not None
-    )
+    or CK on ROCm) and nothing unfused: a silent fallback fails with the kernel names. A flash variant
+    runs the flash implementation it claims (``Variant.flash_impl``: FA2, FA3, FA4; not on ROCm)."""
+    evidence, variant = attention_evidence, attention_evidence.variant
+    rocm = torch.version.hip is not None
     for step in evidence.steps:
-        failure = fused_kernel_failure(step.kernels, expected)
+        failure = pinned_backend_failure(
+            step.kernels, variant.sdpa_backend, variant.flash_impl, rocm=rocm
+        )
         assert failure is None, (
             f"{evidence.variant.name} on {evidence.case.id}: {failure}; trace: {evidence.trace_path}"
         )

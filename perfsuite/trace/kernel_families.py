@@ -279,3 +279,98 @@ def fused_kernel_failure(kernels: dict[str, int], expected: tuple[str, ...]) -> 
     if unfused:
         problems.append(f"unfused matmul/softmax kernels ran: {unfused}")
     return "; ".join(problems) or None
+
+
+# -- flash implementations (FA2, FA3, FA4) --------------------------------------------------------
+# SDPA's flash backend runs the implementation torch has active: its built-in FA2, or FA3 / FA4 after
+# ``torch.nn.attention.activate_flash_attention_impl`` (``list_flash_attention_impls()``). The ATen op
+# is ``aten::_scaled_dot_product_flash_attention`` either way (torch/nn/attention/_fa3.py and _fa4.py
+# re-register its CUDA kernel), so only the device kernels tell them apart. A kernel of the
+# ``fused attention: flash`` family is read in a second step, first match wins:
+FLASH_FAMILY = "fused attention: flash"
+FLASH_IMPL_RULES: tuple[tuple[str, str], ...] = (
+    # FA4: the CuTe-DSL kernels of Dao-AILab/flash-attention flash_attn/cute (flash_fwd_sm100.py
+    # FlashAttentionForwardSm100, flash_fwd_sm90.py, flash_bwd_sm100.py, flash_fwd_combine.py, ...),
+    # which torch imports from flash_attn.cute.interface (torch/nn/attention/_fa4.py). CuTe DSL names a
+    # kernel after its module path with the dots dropped, then its class:
+    # kernel_cutlass_kernel_flash_attncuteflash_fwd_sm100FlashAttentionForwardSm100_object_at__...
+    # (the profiler names quoted in Dao-AILab/flash-attention pull request #2564, whose readable
+    # prefix keeps this part at the end).
+    ("FA4", r"flash_attncute"),
+    # FA3: Dao-AILab/flash-attention hopper/ (the flash_attn_3 package, module flash_attn_interface,
+    # whose torch.ops.flash_attn_3.fwd/bwd torch/nn/attention/_fa3.py calls):
+    # hopper/flash_fwd_launch_template.h launches cutlass::device_kernel<flash::enable_sm90<
+    # flash::FlashAttnFwdSm90<...>>> (FlashAttnFwdSm80 before Hopper); hopper/flash_bwd_launch_template.h
+    # FlashAttnBwdSm90 / FlashAttnBwdSm80, FlashAttnBwdPreprocess, FlashAttnBwdPostprocessConvertdQ;
+    # hopper/flash_fwd_combine_launch_template.h FlashAttnFwdCombine (split-KV);
+    # hopper/flash_prepare_scheduler.cu flash::prepare_varlen_num_blocks_kernel. Older builds named the
+    # class flash::FlashAttnBwd (ptxas output quoted in Dao-AILab/flash-attention issue #1162), and a
+    # mangled name keeps the class name (5flash16FlashAttnFwdSm90), so the prefix alone is the rule.
+    ("FA3", r"FlashAttn(Fwd|Bwd)|flash::prepare_varlen_num_blocks"),
+    # FA2: torch's built-in copy, namespace pytorch_flash (pytorch/pytorch
+    # aten/src/ATen/native/transformers/cuda/flash_attn/flash_fwd_launch_template.h: flash_fwd_kernel,
+    # flash_fwd_splitkv_kernel, flash_fwd_splitkv_combine_kernel; flash_bwd_launch_template.h:
+    # flash_bwd_dot_do_o_kernel, flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel, flash_bwd_convert_dq_kernel),
+    # and the flash-attn 2 package's same kernels (csrc/flash_attn/src/flash_fwd_launch_template.h,
+    # namespace flash).
+    ("FA2", r"pytorch_flash::|\bflash_(fwd|bwd)_\w*kernel<"),
+)
+FLASH_IMPLS = tuple(impl for impl, _ in FLASH_IMPL_RULES)
+FLASH_IMPL_UNKNOWN = "flash implementation not in name"
+_FLASH_IMPLS = tuple((impl, re.compile(pattern)) for impl, pattern in FLASH_IMPL_RULES)
+
+
+def flash_implementation(name: str) -> str | None:
+    """``"FA2"``, ``"FA3"`` or ``"FA4"`` for a kernel of the ``fused attention: flash`` family
+    (``FLASH_IMPL_RULES``); None for another family's kernel or a flash kernel whose name does not say."""
+    if kernel_family(name) != FLASH_FAMILY:
+        return None
+    return next((impl for impl, pattern in _FLASH_IMPLS if pattern.search(name)), None)
+
+
+def flash_impl_failure(kernels: dict[str, int], impl: str) -> str | None:
+    """Why a forward's ``kernels`` (name -> count) are not flash implementation ``impl``'s, or None.
+
+    Fails when no flash kernel of ``impl`` ran, or when a flash kernel of another implementation
+    (or one whose implementation its name does not say) ran; the message names the claimed
+    implementation, the ones that ran and their kernels. Kernels of other families are
+    ``fused_kernel_failure``'s to judge.
+
+    Raises ``ValueError`` for an ``impl`` not in ``FLASH_IMPLS``.
+    """
+    if impl not in FLASH_IMPLS:
+        raise ValueError(f"flash implementation {impl!r}; known: {', '.join(FLASH_IMPLS)}")
+    flash = {
+        name: flash_implementation(name) or FLASH_IMPL_UNKNOWN
+        for name in kernels
+        if kernel_family(name) == FLASH_FAMILY
+    }
+    others = sorted(f"{name[:100]} [{ran}]" for name, ran in flash.items() if ran != impl)
+    if impl in flash.values() and not others:
+        return None
+    ran = sorted({ran for ran in flash.values() if ran != impl})
+    problems = [] if impl in flash.values() else [f"no {impl} flash kernel ran"]
+    if others:
+        problems.append(f"{' and '.join(ran)} ran instead: {others}")
+    return f"claimed flash implementation {impl}: " + "; ".join(problems)
+
+
+def flash_impl_rules_markdown() -> str:
+    """The flash-implementation rules as a Markdown table (the kernel-families reference page)."""
+    return "\n".join(_table("flash implementation", FLASH_IMPL_RULES))
+
+
+def pinned_backend_failure(
+    kernels: dict[str, int], backend: str, flash_impl: str | None = None, rocm: bool = False
+) -> str | None:
+    """Why a forward's ``kernels`` (name -> count) are not what an SDPA variant pinned to ``backend``
+    claims, or None: its own fused family only (``fused_kernel_failure``), and for the flash
+    backend on CUDA the flash implementation ``flash_impl`` (``flash_impl_failure``; ROCm's flash
+    backend runs AOTriton or CK, so no implementation is read there).
+
+    Raises ``ValueError`` for a ``backend`` without a fused family or an unknown ``flash_impl``.
+    """
+    failure = fused_kernel_failure(kernels, backend_kernel_families(backend, rocm=rocm))
+    if failure or flash_impl is None or rocm:
+        return failure
+    return flash_impl_failure(kernels, flash_impl)

@@ -8,7 +8,10 @@
 * ``sdpa_flash_fa3``, ``sdpa_flash_fa4``: SDPA pinned to the flash backend with the named flash
   implementation activated (``torch.nn.attention.activate_flash_attention_impl``) for the call and
   FA2 restored after it. They run where ``list_flash_attention_impls()`` offers the implementation
-  and it registered (CUDA builds); elsewhere the skip names what is missing.
+  and it registered (CUDA builds); elsewhere the skip names what is missing. On CUDA the suite
+  proves from the kernel names that the claimed implementation ran
+  (``perfsuite.trace.kernel_families.FLASH_IMPL_RULES``): an FA3 run that launched FA2's
+  ``pytorch_flash::flash_fwd_kernel`` fails naming both.
 """
 
 from __future__ import annotations
@@ -150,4 +153,5 @@ for _impl in FLASH_IMPLS:
         sdpa_backend="FLASH_ATTENTION",
         fused=True,
         devices=("cuda",),
+        flash_impl=_impl,  # proved on CUDA by its kernels' names (kernel_families.FLASH_IMPL_RULES)
     )(prepared_on_every_call(_flash_impl(_impl), f"SDPA flash with {_impl} activated."))

@@ -31,6 +31,7 @@ from perfsuite.attention.contract import (
 )
 from perfsuite.attention.reference import FullyMaskedRows
 from perfsuite.errors import did_you_mean
+from perfsuite.trace.kernel_families import FLASH_IMPLS
 
 _POSITIONAL = ("query", "key", "value")
 _KEYWORD_ONLY = ("mask", "scale")
@@ -104,6 +105,9 @@ class Variant:
     ``requires``: the forms whose keywords its function takes without a default
     (``perfsuite.attention.contract.required_forms``); it is not run on a case without them.
     ``score_copy``: a declared score-sized copy on some cases (``DeclaredScoreCopy``), or None.
+    ``flash_impl``: for a variant pinned to SDPA's flash backend, the flash implementation it claims
+    to run on CUDA (``"FA2"``, torch's built-in; ``"FA3"``, ``"FA4"`` once activated): the profiler
+    test reads it from the kernel names (``perfsuite.trace.kernel_families.flash_impl_failure``).
     """
 
     name: str
@@ -128,6 +132,7 @@ class Variant:
     needs_a_form: bool = False
     requires: frozenset[Form] = frozenset()
     score_copy: DeclaredScoreCopy | None = None
+    flash_impl: str | None = None
 
     def device_unsupported(self, device: str) -> str | None:
         """Why the variant cannot run on ``device`` (``"cpu"``, ``"cuda"``) at all, or None."""
@@ -252,6 +257,7 @@ def register_variant(
     needs_a_form: bool = False,
     requires: Sequence[str | Form] = (),
     score_copy: DeclaredScoreCopy | None = None,
+    flash_impl: str | None = None,
 ) -> Callable[[VariantFn], VariantFn]:
     """Decorator that registers ``fn`` under ``name`` and returns it unchanged.
 
@@ -265,13 +271,15 @@ def register_variant(
     ``requires``: forms it cannot run without beyond those its keywords require (a variant with
     ``prepare`` whose direct-call function takes ``**forms``), declared too.
     ``score_copy``: a score-sized copy the variant makes on some cases, and why
-    (``DeclaredScoreCopy``): score accounting expects it there instead of failing.
+    (``DeclaredScoreCopy``): score accounting expects it there instead of failing. ``flash_impl``: the flash
+    implementation a variant pinned to the flash backend claims (``Variant.flash_impl``).
 
     Raises:
         ValueError: ``name`` is already registered, ``fully_masked_rows`` is not one of
             ``FULLY_MASKED_ROW_RESULTS``, ``forward_only`` names a device not in ``DEVICES``
             or gives an empty reason, ``devices`` is empty or names a device not in ``DEVICES``,
-            or ``forms`` or ``forms_refused`` names an unknown form.
+            or ``forms`` or ``forms_refused`` names an unknown form, or ``flash_impl`` is given
+            without ``sdpa_backend="FLASH_ATTENTION"`` or is not one of ``FLASH_IMPLS``.
         TypeError: ``fn`` does not have the variant signature.
     """
 
@@ -288,6 +296,7 @@ def register_variant(
             raise ValueError(
                 f"variant {name!r}: devices={devices!r}; allowed: a non-empty list of {', '.join(DEVICES)}"
             )
+        _check_flash_impl(name, flash_impl, sdpa_backend)
         check_signature(name, fn)
         needed = required_forms(fn) | {parse_form(f) for f in requires}
         handled = declared_forms(fn, (parse_form(f) for f in forms)) | needed
@@ -315,10 +324,21 @@ def register_variant(
             needs_a_form=needs_a_form,
             requires=needed,
             score_copy=score_copy,
+            flash_impl=flash_impl,
         )
         return fn
 
     return decorate
+
+
+def _check_flash_impl(name: str, flash_impl: str | None, sdpa_backend: str | None) -> None:
+    if flash_impl is None:
+        return
+    if flash_impl not in FLASH_IMPLS or sdpa_backend != "FLASH_ATTENTION":
+        raise ValueError(
+            f"variant {name!r}: flash_impl={flash_impl!r} with sdpa_backend={sdpa_backend!r}; allowed: "
+            f"one of {', '.join(FLASH_IMPLS)}, for a variant pinned to FLASH_ATTENTION"
+        )
 
 
 def _forward_only(
@@ -432,15 +452,20 @@ def layout_forward_only(layout: Any) -> str | None:
     return None
 
 
+def inapplicable_reason(variant: Variant, case: Any) -> str | None:
+    """Why ``variant`` is not for ``case`` (an ``AttentionCase``) in any mode, or None: a device it
+    does not run on (``Variant.device_unsupported``) or forms it does not fit
+    (``Variant.forms_unsupported``: one the case carries and it does not declare, one it requires
+    and the case lacks, or a plain case for a ``needs_a_form`` variant)."""
+    return variant.device_unsupported(case.device) or variant.forms_unsupported(case.forms)
+
+
 def certain_skip(variant: Variant, case: Any, mode: str | None) -> str | None:
     """Why ``variant`` certainly cannot run ``case`` (an ``AttentionCase``) in ``mode`` (None: it may
     run): the suite does not generate such a test, and ``perfsuite ab``'s workers do not run it."""
-    device = variant.device_unsupported(case.device)
-    if device is not None:
-        return device
-    forms = variant.forms_unsupported(case.forms)
-    if forms is not None:
-        return forms
+    inapplicable = inapplicable_reason(variant, case)
+    if inapplicable is not None:
+        return inapplicable
     layout_reason = layout_forward_only(case.layout) if mode in GRADIENT_MODES else None
     if layout_reason:
         return layout_reason

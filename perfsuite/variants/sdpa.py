@@ -82,4 +82,6 @@ for _name, _backend in PINNED_BACKENDS.items():
         devices=None if _backend in CPU_BACKENDS else ("cuda",),
         forms_refused=SDPA_REFUSES,
         forms=("value_head_dim",),
+        # torch's built-in flash kernels; sdpa_flash_fa3 / sdpa_flash_fa4 activate the others
+        flash_impl="FA2" if _backend == "FLASH_ATTENTION" else None,
     )(_pinned(_backend))

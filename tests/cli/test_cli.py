@@ -120,6 +120,7 @@ def test_rules_list_every_family(capsys):
     assert main(["trace", "--rules"]) == 0
     out = capsys.readouterr().out
     assert all(f"| {family} |" in out for family, _ in FAMILY_RULES)
+    assert "| FA3 |" in out  # the flash implementations' table follows
 
 
 def test_perfsuite_run_starts_pytest_under_the_process_conditions(monkeypatch, tmp_path):

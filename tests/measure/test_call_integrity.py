@@ -9,12 +9,18 @@ import pytest
 import torch
 
 from perfsuite.attention.cases import AttentionCase
-from perfsuite.measure.call_integrity import changed_after_return, kept_bytes_per_call, settle
+from perfsuite.measure.call_integrity import (
+    changed_after_return,
+    continued_growth_per_call,
+    kept_bytes_over_calls,
+    kept_bytes_per_call,
+    settle,
+)
 from perfsuite.measure.correctness import not_plain_dense
 from perfsuite.measure.evidence import gather_evidence
 from perfsuite.measure.measurement_guard import MeasurementState
 from perfsuite.measure.precision_probes import large_score_step
-from perfsuite.variants import Variant
+from perfsuite.variants import Variant, get_variant
 
 F = torch.nn.functional
 
@@ -54,6 +60,52 @@ def test_kept_memory_is_reported_only_when_every_step_grew_it():
     assert kept_bytes_per_call([100, 100 + 8 * mib, 100 + 8 * mib]) is None  # grew once: a cache
     assert kept_bytes_per_call([100, 164, 228]) is None  # 64 bytes per call: below the floor
     assert kept_bytes_per_call([100, None, 228]) is None and kept_bytes_per_call([100]) is None
+
+
+def test_growth_that_stops_after_the_first_calls_is_a_cache_not_kept_memory():
+    kib = 1024
+    filling = [0, 64 * kib, 128 * kib, 128 * kib, 128 * kib, 128 * kib, 128 * kib, 128 * kib]
+    assert continued_growth_per_call(filling) is None  # a cache that filled in two calls
+    leaking = [i * 64 * kib for i in range(8)]
+    assert continued_growth_per_call(leaking) == 64 * kib
+    assert continued_growth_per_call(leaking[:4]) is None  # one level left after the settle calls
+    assert (
+        continued_growth_per_call([0, 0, 0, 0, 512]) is None
+    )  # 512 bytes over 1 call: below 1 KiB
+    with pytest.raises(ValueError, match="settle=-1"):
+        continued_growth_per_call(leaking, settle=-1)
+
+
+def test_a_function_that_caches_once_keeps_nothing_and_one_that_leaks_is_measured():
+    """Synthetic steps, judged over 8 calls profiled for memory only (64 KiB tensors)."""
+    cache, kept = {}, []
+
+    def caches_once():
+        cache.setdefault("table", torch.ones(16 * 1024))  # allocated at the first call only
+        return torch.ones(8) * 2
+
+    def caches_last_output():
+        cache["last"] = torch.ones(16 * 1024)  # replaced every call: bounded
+        return cache["last"]
+
+    def leaks():
+        kept.append(torch.ones(16 * 1024))
+        return kept[-1]
+
+    assert kept_bytes_over_calls(caches_once, "cpu") is None
+    assert kept_bytes_over_calls(caches_last_output, "cpu") is None
+    assert kept_bytes_over_calls(leaks, "cpu") == 64 * 1024
+    with pytest.raises(ValueError, match="calls=4, settle=3"):
+        kept_bytes_over_calls(leaks, "cpu", calls=4)
+
+
+def test_eager_flex_keeps_no_memory_once_shapes_are_not_recorded(tmp_path):
+    """The profiled steps record shapes, and torch's profiler then keeps eager flex_attention's
+    tensors alive (on torch 2.13 the levels grow by some KiB a call); judged again without shapes,
+    flex_eager keeps nothing."""
+    case = AttentionCase(1, 2, 16, 16, 8, "fp32", "cpu", "causal")
+    evidence = gather_evidence(get_variant("flex_eager"), case, 0, tmp_path)
+    assert evidence.comparison.failure is None and evidence.kept_bytes_per_call is None
 
 
 def test_a_changed_setting_or_timer_is_named_and_restored():

@@ -12,6 +12,9 @@ from perfsuite.trace.kernel_families import (
     GEMM_PRECISION_UNKNOWN,
     UNKNOWN,
     backend_kernel_families,
+    flash_impl_failure,
+    flash_impl_rules_markdown,
+    flash_implementation,
     fused_kernel_failure,
     gemm_precision,
     is_copy_kernel,
@@ -19,9 +22,11 @@ from perfsuite.trace.kernel_families import (
     is_unfused_attention_work,
     kernel_family,
     memcpy_kind,
+    pinned_backend_failure,
     rules_markdown,
     sdpa_backends,
 )
+from perfsuite.trace.summary import load_trace, summarize_windows
 from perfsuite.variants import get_variant
 
 TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
@@ -308,3 +313,115 @@ def test_h100_flash_trace_passes_the_flash_check_only_on_its_attention_kernels()
     assert "no kernel of fused attention: cuDNN" in fused_kernel_failure(
         attention, backend_kernel_families("CUDNN_ATTENTION")
     )
+
+
+# Flash implementations: names as their sources launch them (kernel_families.FLASH_IMPL_RULES cites each).
+FA2_TORCH = "void pytorch_flash::flash_fwd_kernel<pytorch_flash::Flash_fwd_kernel_traits<64, 128, 128, 4, false, false, cutlass::bfloat16_t, pytorch_flash::Flash_kernel_traits<64, 128, 128, 4, cutlass::bfloat16_t> >, false, false, false, false, false, true, false>(pytorch_flash::Flash_fwd_params)"
+FA3_FWD = "void cutlass::device_kernel<flash::enable_sm90<flash::FlashAttnFwdSm90<flash::CollectiveMainloopFwdSm90<2, cute::tuple<cute::C<1>, cute::C<1>, cute::C<1> >, cute::tuple<cute::C<128>, cute::C<128>, cute::C<64> >, 64, cutlass::bfloat16_t, float, cutlass::arch::Sm90, true, false, false, false, false, false, false, true, false, false, false, false>, flash::CollectiveEpilogueFwd<cute::tuple<cute::C<128>, cute::C<64>, cute::C<64> >, cute::tuple<cute::C<1>, cute::C<1>, cute::C<1> >, cutlass::bfloat16_t, cutlass::arch::Sm90, 256, false, false, false, false>, flash::StaticPersistentTileScheduler<false> > > >(flash::FlashAttnFwdSm90<...>::Params)"
+FA4_FWD = "kernel_cutlass_kernel_flash_attncuteflash_fwd_sm100FlashAttentionForwardSm100_object_at__tensor0000o11101213_tensor0000o11101213_tensor0000o10111213_tensor0000o11101213_None_None_None_Non_0"
+
+
+@pytest.mark.parametrize(
+    "name, impl",
+    [
+        (FA2_TORCH, "FA2"),
+        (
+            "void pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<...>(pytorch_flash::Flash_bwd_params)",
+            "FA2",
+        ),
+        (
+            "void flash::flash_fwd_splitkv_kernel<flash::Flash_fwd_kernel_traits<128, 64, 128, 4, false, false, cutlass::half_t>, true, false>(flash::Flash_fwd_params)",
+            "FA2",
+        ),
+        (FA3_FWD, "FA3"),
+        (
+            "void cutlass::device_kernel<flash::enable_sm90<flash::FlashAttnBwdSm90<...> > >(flash::FlashAttnBwdSm90<...>::Params)",
+            "FA3",
+        ),
+        (
+            "void cutlass::device_kernel<flash::FlashAttnFwdCombine<cute::tuple<cute::C<8>, cute::C<128> >, 5, 256, 1, false, true, cutlass::bfloat16_t, float, cutlass::arch::Sm90> >(...)",
+            "FA3",
+        ),
+        (
+            "void flash::prepare_varlen_num_blocks_kernel<4, true>(int, int, int, int const*, int const*)",
+            "FA3",
+        ),
+        (
+            "_ZN7cutlass13device_kernelIN5flash12FlashAttnBwdINS1_21CollectiveMainloopBwdILi2E",
+            "FA3",
+        ),
+        (FA4_FWD, "FA4"),
+        (
+            "kernel_cutlass_kernel_flash_attncuteflash_fwdFlashAttentionForwardSm90_object_at__tensor0000o11101213_0",
+            "FA4",
+        ),
+        (
+            "kernel_cutlass_kernel_flash_attncuteflash_bwd_sm100FlashAttentionBackwardSm100_object_at__tensor0000o11101213_0",
+            "FA4",
+        ),
+        # Dao-AILab/flash-attention pull request #2564's readable prefix keeps CuTe DSL's name at the end
+        (
+            "flash_fwd_sm100_bf16_head_dim128_tile128x128_threads384_causal_kernel_cutlass_kernel_flash_attncuteflash_fwd_sm100FlashAttentionForwardSm100_object_at__tensor0000o1_0",
+            "FA4",
+        ),
+        (
+            "fmha_cutlassF_bf16_aligned_64x64_rf_sm80(PyTorchMemEffAttention::AttentionKernel<cutlass::bfloat16_t>::Params)",
+            None,
+        ),
+    ],
+)
+def test_flash_implementation_is_read_from_the_kernel_name(name, impl):
+    assert flash_implementation(name) == impl
+    assert (kernel_family(name) == "fused attention: flash") == (impl is not None)
+
+
+def _fake_device_trace(tmp_path, rename: str | None):
+    """The recorded H100 trace cut down to its attention kernels (a pinned flash forward's window),
+    the flash kernel renamed to ``rename`` when given: the device trace of another implementation."""
+    with gzip.open(TRACES / "h100_bert-small_sdpa-flash.json.gz", "rt") as handle:
+        trace = json.load(handle)
+    events = []
+    for event in trace["traceEvents"]:
+        if event.get("cat") == "kernel":
+            if "pytorch_flash::" not in event["name"]:
+                continue
+            event = dict(event, name=rename or event["name"])
+        events.append(event)
+    path = tmp_path / "fake.json.gz"
+    with gzip.open(path, "wt") as handle:
+        json.dump(dict(trace, traceEvents=events), handle)
+    (window,) = summarize_windows(load_trace(path), "ProfilerStep")
+    return window.kernels
+
+
+def test_a_pinned_flash_variant_proves_its_implementation_on_a_fake_device_trace(tmp_path):
+    fa2_ran = _fake_device_trace(tmp_path, None)
+    assert list(fa2_ran) == [FA2_TORCH] and fa2_ran[FA2_TORCH] == 4
+    fa3 = get_variant("sdpa_flash_fa3")
+    assert (fa3.sdpa_backend, fa3.flash_impl, get_variant("sdpa_flash").flash_impl) == (
+        "FLASH_ATTENTION",
+        "FA3",
+        "FA2",
+    )
+    assert pinned_backend_failure(fa2_ran, "FLASH_ATTENTION", "FA2") is None
+    failure = pinned_backend_failure(fa2_ran, fa3.sdpa_backend, fa3.flash_impl)
+    assert failure.startswith("claimed flash implementation FA3: no FA3 flash kernel ran; FA2 ran")
+    assert "pytorch_flash::flash_fwd_kernel" in failure
+    fa3_ran = _fake_device_trace(tmp_path, FA3_FWD)
+    assert pinned_backend_failure(fa3_ran, "FLASH_ATTENTION", "FA3") is None
+    fa4_ran = _fake_device_trace(tmp_path, FA4_FWD)
+    assert "FA4 ran instead" in pinned_backend_failure(fa4_ran, "FLASH_ATTENTION", "FA3")
+    # both ran: the claimed one is not enough when another implementation ran beside it
+    both = flash_impl_failure({FA3_FWD: 1, FA2_TORCH: 1}, "FA3")
+    assert both.startswith("claimed flash implementation FA3: FA2 ran instead")
+    unnamed = flash_impl_failure({"flash_attn_some_future_kernel": 1}, "FA4")
+    assert "flash implementation not in name" in unnamed
+    # ROCm's flash backend runs AOTriton: no implementation is read there
+    assert pinned_backend_failure({"attn_fwd": 1}, "FLASH_ATTENTION", "FA3", rocm=True) is None
+    with pytest.raises(ValueError, match="'FA5'"):
+        flash_impl_failure(fa2_ran, "FA5")
+
+
+def test_flash_impl_rules_table_is_on_the_reference_page():
+    table = flash_impl_rules_markdown()
+    assert "| flash implementation |" in table and "| FA4 | `flash_attncute` |" in table

@@ -108,3 +108,20 @@ def test_devices_and_fully_masked_row_results_are_the_attention_layer_s():
         registry.register_variant("bad_rows", "test-only", fully_masked_rows="zero")(
             get_variant("naive").fn
         )
+
+
+def test_a_flash_implementation_is_claimed_only_by_a_flash_pinned_variant():
+    def attention(query, key, value, *, mask, scale):
+        return query
+
+    with pytest.raises(
+        ValueError, match="flash_impl='FA3' with sdpa_backend='EFFICIENT_ATTENTION'"
+    ):
+        register_variant(
+            "test_only_fa3_efficient", "bad", sdpa_backend="EFFICIENT_ATTENTION", flash_impl="FA3"
+        )(attention)
+    with pytest.raises(ValueError, match="one of FA4, FA3, FA2"):
+        register_variant("test_only_fa9", "bad", sdpa_backend="FLASH_ATTENTION", flash_impl="FA9")(
+            attention
+        )
+    assert "test_only_fa9" not in variant_names()
