@@ -10,8 +10,8 @@ positions.
 * ``paged_gather``: the naive way: gather each sequence's pages into a dense
   ``[batch, num_kv_heads, max_pages * page_size, head_dim]`` cache (a copy of the cache every
   step, which the structural fingerprint shows with its bytes), then SDPA with a padding mask.
-* ``paged_flex``: eager flex_attention over the cache viewed as one sequence (no copy), the block
-  table and lengths in a mask (query row ``r`` belongs to sequence ``r // seq_len_q``).
+* ``paged_flex``: eager flex_attention over the cache viewed as one sequence (no gather of pages;
+  eager flex on the CPU clones the viewed pool each step), the block table and lengths in a mask (query row ``r`` belongs to sequence ``r // seq_len_q``).
 * ``varlen_attn_paged``: ``torch.nn.attention.varlen.varlen_attn(block_table=...)`` (torch 2.12+,
   CUDA only).
 * ``paged_split_kv``: split-KV decode over the pages (flash-decoding): runs of whole pages
@@ -48,7 +48,7 @@ from perfsuite.variants.varlen import _torch_varlen, varlen_window
 
 def cache_as_sequence(cache: torch.Tensor) -> torch.Tensor:
     """``[num_pages, page_size, kv_heads, dim]`` -> ``[1, kv_heads, num_pages * page_size, dim]``,
-    a view (no copy): the cache as one sequence of slots, as flex_attention over pages reads it."""
+    a view (no gather): the cache as one sequence of slots, as flex_attention over pages reads it."""
     return cache.flatten(0, 1).unsqueeze(0).transpose(1, 2)
 
 
@@ -181,7 +181,7 @@ def prepare_paged_flex(inputs: AttentionInputs) -> VariantFn:
 
 register_variant(
     "paged_flex",
-    "eager flex_attention over the page cache as one sequence (a view, no copy), the block table in a mask",
+    "eager flex_attention over the page cache as one sequence (a view, no gather of pages), the block table in a mask",
     prepare=prepare_paged_flex,
     forms=(Form.VALUE_HEAD_DIM,),
     requires=(Form.PAGED,),
