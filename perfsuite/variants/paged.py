@@ -11,7 +11,8 @@ positions.
   ``[batch, num_kv_heads, max_pages * page_size, head_dim]`` cache (a copy of the cache every
   step, which the structural fingerprint shows with its bytes), then SDPA with a padding mask.
 * ``paged_flex``: eager flex_attention over the cache viewed as one sequence (no gather of pages;
-  eager flex on the CPU clones the viewed pool each step), the block table and lengths in a mask (query row ``r`` belongs to sequence ``r // seq_len_q``).
+  eager flex on the CPU clones the viewed pool each step), the block table and lengths in a mask
+  (query row ``r`` belongs to sequence ``r // seq_len_q``).
 * ``varlen_attn_paged``: ``torch.nn.attention.varlen.varlen_attn(block_table=...)`` (torch 2.12+,
   CUDA only).
 * ``paged_split_kv``: split-KV decode over the pages (flash-decoding): runs of whole pages
