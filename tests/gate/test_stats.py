@@ -1,6 +1,7 @@
 """The sequential A/B statistics on synthetic data: exact intervals, and the stated error rates
 checked by simulation (seeded, so the counts are reproducible; no timings anywhere)."""
 
+import dataclasses
 import functools
 import itertools
 import math
@@ -368,3 +369,54 @@ def test_identical_code_is_never_slower_from_contended_pairs_and_a_2x_change_is(
     assert all(o.verdict == "slower" for o in gates(2.0, (0.0, 0.85), (0.0, 0.85), 20))
     with pytest.raises(ValueError, match="2 ratios, 1 base and 2 head waits"):
         stats.wait_adjusted([0.0, 0.0], [0.1], [0.1, None])
+
+
+def cpu_time_source(rng, work: float, wall_share: float, cache: float):
+    """Every pair contended, both blocks waiting 40-80% of their runnable time: the head does ``work``
+    times the base's work, but its wall ratio shows only ``work ** wall_share`` of it (the load's waits
+    dominate the wall clock); each block's CPU seconds are its work, stretched by the load's caches by
+    up to ``cache`` at random, with 5% noise."""
+
+    def block(factor):
+        w = rng.uniform(0.4, 0.8)
+        cpu = factor * rng.uniform(1, 1 + cache) * math.exp(rng.normal(0, 0.05))
+        wall = factor**wall_share / (1 - w) * math.exp(rng.normal(0, 0.2))
+        return [wall], [cpu], w
+
+    def next_pair():
+        base, base_cpu, base_wait = block(1.0)
+        head, head_cpu, head_wait = block(work)
+        return stats.PairSample(
+            base, head, True, None, head_wait, base_wait, base_cpu_s=base_cpu, head_cpu_s=head_cpu
+        )
+
+    return next_pair
+
+
+def test_contended_pairs_judged_on_cpu_time_catch_a_2x_change_the_wall_clock_shrinks():
+    """Beside busy processes a 2x change's wall ratio shrank to about x1.2 (calibration, two busy
+    processes): the wall clause cannot decide it, the CPU-time clause does, in 20 of 20 gates; identical
+    code, its CPU seconds stretched by the load's caches by up to 10% at random, is never ``slower`` in
+    150; without CPU times (a device clock) the 2x change stays ``inconclusive: contended``."""
+    plan = SequentialPlan(looks=(12, 24, 48), budget_s=60, min_s=0)
+    rng = np.random.default_rng(32)
+
+    def gates(work, n, source=cpu_time_source):
+        return [
+            sequential_paired(source(rng, work, 0.25, 0.1), GateSettings(), plan, pair_clock())
+            for _ in range(n)
+        ]
+
+    assert all(o.verdict == CONTENDED_VERDICT for o in gates(1.0, 150))
+    doubled = gates(2.0, 20)
+    assert all(o.verdict == "slower" for o in doubled)
+    assert all(
+        "by CPU time" in o.contended_note and "x1.15 floor" in o.contended_note for o in doubled
+    )
+    assert all(o.estimate.ratio < 1.5 for o in doubled)  # the wall ratio the report shows
+
+    def without_cpu(rng, work, wall_share, cache):
+        source = cpu_time_source(rng, work, wall_share, cache)
+        return lambda: dataclasses.replace(source(), base_cpu_s=None, head_cpu_s=None)
+
+    assert all(o.verdict == CONTENDED_VERDICT for o in gates(2.0, 5, without_cpu))
