@@ -36,10 +36,15 @@ from perfsuite.variants import Variant
 
 
 def reproduce_hint(variant: Variant, case: AttentionCase, seed: int) -> str:
-    """The command that runs this variant on this case as a normal parametrized test."""
+    """The command that runs this variant on this case as a normal parametrized test (with the
+    ``--perfsuite-variant module:function`` that loads a user's function)."""
+    from perfsuite.variants.user import variant_spec
+
+    spec = variant_spec(variant.name)
     return (
         f"reproduce: perfsuite run --check -k test_property --perfsuite-cases {case.id} "
         f"--perfsuite-seed {seed} --perfsuite-variants {variant.name}"
+        + (f" --perfsuite-variant {spec}" if spec else "")
     )
 
 
@@ -208,6 +213,18 @@ def check_causality(variant: Variant, case: AttentionCase, seed: int) -> str | N
 _SEQUENCE_STORAGES = ("padded", "packed")
 
 
+def _split_position(last: torch.Tensor, kv_len: int, gen: torch.Generator) -> int:
+    """A key position ``p`` that splits a sequence's query rows into some whose last visible key
+    (``last``, -1 for none) is < p and some that see p: drawn from ``(min last, max last]``, so a
+    chunked prefill over a cached prefix is perturbed inside its query block, not in the prefix every
+    row sees; anywhere in ``[0, kv_len)`` when no position splits the rows (one query row)."""
+    seen = last[last >= 0]
+    if len(seen) and int(seen.min()) < int(seen.max()):
+        low, high = int(seen.min()) + 1, int(seen.max()) + 1
+        return int(torch.randint(low, high, (1,), generator=gen))
+    return int(torch.randint(0, kv_len, (1,), generator=gen))
+
+
 def check_sequence_causality(variant: Variant, case: AttentionCase, seed: int) -> str | None:
     """Causality per sequence (padded and packed causal cases): for the first and the last sequence,
     a later token (its keys and values at positions >= p of that sequence, and the queries that see
@@ -223,13 +240,13 @@ def check_sequence_causality(variant: Variant, case: AttentionCase, seed: int) -
     seqs = sequences(case, inputs)
     for index in dict.fromkeys((0, case.batch - 1)):
         seq = seqs[index]
-        position = int(torch.randint(0, seq.kv_len, (1,), generator=gen))
         allowed = sequence_allowed(case.mask, seq.q_len, seq.kv_len)
         last = torch.where(
             allowed.any(dim=1),
             (allowed * torch.arange(seq.kv_len)).amax(dim=1),
             torch.full((seq.q_len,), -1),
         )
+        position = _split_position(last, seq.kv_len, gen)
         earlier = last < position
         if variant.fully_masked_rows in UNDEFINED_ROW_RESULTS:
             earlier &= last >= 0  # rows that see no key may hold any finite value

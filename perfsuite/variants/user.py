@@ -32,6 +32,15 @@ ENTRY_POINT_GROUP = "perfsuite.variants"
 _LOADED: list[str] = []  # names of the variants loaded from specs and entry points, in order
 
 
+_SPECS: dict[str, str] = {}  # variant name -> the ``module:function`` spec that loaded it
+
+
+def variant_spec(name: str) -> str | None:
+    """The ``module:function`` spec a user variant was loaded from (``load_variant_spec``), or None
+    (a built-in, or an entry point, which every run loads)."""
+    return _SPECS.get(name)
+
+
 def loaded_user_variants() -> tuple[str, ...]:
     """Names of the variants ``load_variant_spec`` and ``load_entry_point_variants`` returned so far."""
     return tuple(_LOADED)
@@ -132,7 +141,9 @@ def load_variant_spec(spec: str) -> str:
         raise ValueError(
             f"variant spec {spec!r}: module {module_name!r} has no function {function_name!r}"
         )
-    return _loaded([_register_function(function_name, fn, spec)])[0]
+    name = _loaded([_register_function(function_name, fn, spec)])[0]
+    _SPECS[name] = spec
+    return name
 
 
 def load_entry_point_variants() -> list[str]:

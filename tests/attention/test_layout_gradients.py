@@ -246,3 +246,37 @@ def test_a_split_kv_failure_says_the_merge_is_wrong_when_one_split_is_right(vari
     assert (
         "with num_splits=1 the output is wrong too: the error is not (only) in the merge" in failure
     )
+
+
+def _chunked_prefill(shift: int):
+    """Packed causal prefill over each sequence's cached prefix (bottom-right): query row i of a
+    sequence sees keys j <= i + kv_len - q_len + shift (shift 1: the mask off by one)."""
+
+    def attention(
+        query, key, value, *, mask, scale, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv
+    ):
+        out = torch.empty(query.shape[:2] + value.shape[2:], dtype=query.dtype)
+        for b in range(len(cu_seqlens_q) - 1):
+            q0, q1 = int(cu_seqlens_q[b]), int(cu_seqlens_q[b + 1])
+            k0, k1 = int(cu_seqlens_kv[b]), int(cu_seqlens_kv[b + 1])
+            q, k, v = (t.transpose(0, 1) for t in (query[q0:q1], key[k0:k1], value[k0:k1]))
+            rows, cols = torch.arange(q1 - q0)[:, None], torch.arange(k1 - k0)[None, :]
+            allowed = cols <= rows + (k1 - k0) - (q1 - q0) + shift
+            heads = q.shape[0] // k.shape[0]
+            k, v = k.repeat_interleave(heads, 0), v.repeat_interleave(heads, 0)
+            out[q0:q1] = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=allowed, scale=scale
+            ).transpose(0, 1)
+        return out
+
+    return attention
+
+
+def test_causality_on_a_chunked_prefill_perturbs_inside_the_query_block(variant_of):
+    """A prefill chunk over a cached prefix: a mask off by one inside the chunk is caught (the
+    perturbed position is drawn where it splits the chunk's rows, not in the prefix all rows see)."""
+    case = parse_case_id("b2h2kv1q4k24d4-fp32-causal_br-packed-uniform-cpu")
+    assert check_causality(variant_of("t_chunk", _chunked_prefill(0)), case, 0) is None
+    off_by_one = variant_of("t_chunk_off", _chunked_prefill(1))
+    for seed in range(3):
+        assert "changed its query rows [" in check_causality(off_by_one, case, seed)

@@ -825,6 +825,12 @@ class LoadedWorker:
         noisy = self.seconds * float(np.exp(self.rng.normal(0, 0.05))) / (1 - 0.375)
         return {"times": [noisy] * request["time"], "contention": loaded}
 
+    def send(self, request):
+        self.pending = request
+
+    def receive(self):
+        return self.ask(self.pending)
+
 
 def test_an_11x_slower_head_timed_only_under_contention_fails_the_gate(monkeypatch):
     """Issue 42's new user: a head 11.5x slower, every pair set aside beside a load that fills both

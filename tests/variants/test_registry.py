@@ -125,3 +125,9 @@ def test_a_flash_implementation_is_claimed_only_by_a_flash_pinned_variant():
             attention
         )
     assert "test_only_fa9" not in variant_names()
+    from perfsuite.trace import kernel_families
+    from perfsuite.variants import registry
+
+    assert set(registry.FLASH_IMPLS) == set(
+        kernel_families.FLASH_IMPLS
+    )  # a rule per claimable name

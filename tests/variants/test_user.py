@@ -23,8 +23,19 @@ def scratch_registry(monkeypatch):
 
 
 def test_a_spec_registers_the_function_under_its_name():
+    from perfsuite.attention.cases import parse_case_id
+    from perfsuite.testing.properties import reproduce_hint
+    from perfsuite.variants.user import variant_spec
+
     assert load_variant_spec("chunked_attention.variant:chunked_attention") == "chunked_attention"
     variant = get_variant("chunked_attention")
+    assert variant_spec("chunked_attention") == "chunked_attention.variant:chunked_attention"
+    hint = reproduce_hint(variant, parse_case_id("b1h2s8d4-fp32-causal-cpu"), 3)
+    assert hint.endswith(
+        "--perfsuite-variants chunked_attention --perfsuite-variant "
+        "chunked_attention.variant:chunked_attention"
+    )  # the printed command loads the user's function as the run did
+    assert variant_spec("sdpa") is None
     assert variant.description.startswith(
         "user variant from chunked_attention.variant:chunked_attention"
     )
