@@ -80,6 +80,13 @@ def add_gate_options(parser: argparse.ArgumentParser) -> None:
         "none (views, a same-dtype .to), does not. --no-fail-on-structure: timing alone decides",
     )
     parser.add_argument(
+        "--require-timing",
+        action="store_true",
+        help="a gate without failures whose timing of some benchmark was not judged (inconclusive, "
+        "or contended by other work on the machine) exits 2 instead of passing: for a runner where "
+        "a slowdown that adds no structure must not pass unseen",
+    )
+    parser.add_argument(
         "--force", action="store_true", help="compare runs from different hardware/software anyway"
     )
     parser.add_argument(
@@ -244,6 +251,7 @@ def run_compare(args: argparse.Namespace) -> int:
         args.force,
         args.fail_on_structure,
         title,
+        args.require_timing,
     )
     return _finish(outcome, args)
 
@@ -353,4 +361,14 @@ def _run_ab(args: argparse.Namespace) -> int:
     title = ab_title(base, head, refs, commits, info, notes)
     method = ab_method(plan, settings, workers, contended_pairs, args.timing_threads)
     comparisons = [r.comparison for r in results]
-    return _finish(judge(comparisons, settings, title, method, args.fail_on_structure), args)
+    return _finish(
+        judge(
+            comparisons,
+            settings,
+            title,
+            method,
+            args.fail_on_structure,
+            require_timing=args.require_timing,
+        ),
+        args,
+    )

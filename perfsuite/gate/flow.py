@@ -43,12 +43,22 @@ class GateOutcome:
     warnings: list[str]
     judged_nothing: bool
     fail_on_structure: bool = False
+    require_timing: bool = False  # --require-timing: a pass with untimed benchmarks is not a pass
 
     @property
     def exit_code(self) -> int:
         if self.judged_nothing:
             return EXIT_UNUSABLE
-        return EXIT_REGRESSION if self.failures else EXIT_PASS
+        if self.failures:
+            return EXIT_REGRESSION
+        return EXIT_UNUSABLE if self._untimed_required() else EXIT_PASS
+
+    def _untimed_required(self) -> int:
+        """With ``require_timing``, the benchmarks in both runs whose timing was not judged
+        (inconclusive or contended); else 0."""
+        if not self.require_timing:
+            return 0
+        return sum(c.verdict in (Verdict.INCONCLUSIVE, CONTENDED_VERDICT) for c in self.comparisons)
 
     @property
     def verdict_line(self) -> str:
@@ -74,6 +84,12 @@ class GateOutcome:
         counts = self._counts()
         shown = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
         notes = [self.decided_by()] + self._structure_notes() + self._timing_notes(counts)
+        if untimed := self._untimed_required():
+            return (
+                f"perfsuite gate: NOT JUDGED: the timing of {untimed} of {plural(total, 'benchmark')} "
+                f"was not judged ({shown}) and --require-timing asks for every one"
+                + "".join(f"; {note}" for note in notes)
+            )
         return (
             f"perfsuite gate: PASS: no regression found in {plural(total, 'benchmark')} ({shown})"
             + "".join(f"; {note}" for note in notes)
@@ -186,15 +202,24 @@ def judge(
     method: str,
     fail_on_structure: bool,
     warnings: list[str] = (),
+    require_timing: bool = False,
 ) -> GateOutcome:
-    """Turn comparisons into a ``GateOutcome`` (report, failures with reasons, verdict line)."""
+    """Turn comparisons into a ``GateOutcome`` (report, failures with reasons, verdict line);
+    ``require_timing``: a gate without failures whose timings were not all judged exits 2
+    (``GateOutcome.require_timing``)."""
     failures = [
         f"{c.key}: {reason}"
         for c in comparisons
         if (reason := failure_reason(c, fail_on_structure)) is not None
     ]
     outcome = GateOutcome(
-        comparisons, "", failures, list(warnings), judged_nothing(comparisons), fail_on_structure
+        comparisons,
+        "",
+        failures,
+        list(warnings),
+        judged_nothing(comparisons),
+        fail_on_structure,
+        require_timing,
     )
     lines = [markdown(comparisons, settings, title, method)]
     lines += [f"- FAIL `{line}`" for line in failures]
@@ -216,6 +241,7 @@ def judge_saved_runs(
     force: bool,
     fail_on_structure: bool,
     title: str,
+    require_timing: bool = False,
 ) -> GateOutcome:
     """Gate two saved pytest-benchmark runs (separate runs: no false-alarm bound).
 
@@ -232,4 +258,5 @@ def judge_saved_runs(
         UNPAIRED_METHOD,
         fail_on_structure,
         warnings,
+        require_timing,
     )

@@ -1,5 +1,6 @@
 """The regression gate: statistics on synthetic samples with known answers, fingerprints, refusals."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from perfsuite.gate.stats import (
     GateSettings,
     RatioEstimate,
     SequentialPlan,
+    Verdict,
     pair_log_ratios,
     unpaired_ratio,
     verdict,
@@ -562,6 +564,32 @@ def test_the_verdict_line_says_whether_contention_or_the_machine_s_speed_kept_a_
     assert lines[(speed.note, busy.note)].endswith(
         "WARNING: 2 timed under contention or (1 of them) at another machine speed than the baseline, not judged"
     )
+
+
+def test_require_timing_turns_a_pass_with_untimed_benchmarks_into_not_judged():
+    """A new user's gate on a loaded runner: every pair contended, so a slowdown that adds no
+    structure passes unseen; ``--require-timing`` makes that exit 2, and a structural failure stays
+    a FAIL (exit 1)."""
+    from perfsuite.gate.flow import judge
+
+    contended = BenchmarkComparison("k", 1.0, 1.0, None, CONTENDED_VERDICT, [], "contended")
+    timed = BenchmarkComparison("j", 1.0, 1.0, None, Verdict.NO_CHANGE, [], "")
+    plain = judge([contended, timed], SETTINGS, "t", UNPAIRED_METHOD, True)
+    assert plain.exit_code == 0 and plain.verdict_line.startswith("perfsuite gate: PASS")
+    strict = judge([contended, timed], SETTINGS, "t", UNPAIRED_METHOD, True, require_timing=True)
+    assert strict.exit_code == 2
+    assert strict.verdict_line.startswith(
+        "perfsuite gate: NOT JUDGED: the timing of 1 of 2 benchmarks was not judged"
+    )
+    assert "--require-timing" in strict.report_md
+    added = dataclasses.replace(
+        contended,
+        structure=["+1 copy cpu aten::clone [2x2] (+16 B per step)"],
+        structure_adds_work=True,
+    )
+    failed = judge([added], SETTINGS, "t", UNPAIRED_METHOD, True, require_timing=True)
+    assert failed.exit_code == 1
+    assert judge([timed], SETTINGS, "t", UNPAIRED_METHOD, True, require_timing=True).exit_code == 0
 
 
 def test_calibration_slowdown_is_python_api_only(capsys):
