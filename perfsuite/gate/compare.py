@@ -270,6 +270,22 @@ def _ms(value: float | None) -> str:
     return f"{value * 1e3:.3f}" if value else "-"
 
 
+# the table shows this many structural lines of a benchmark
+STRUCTURE_CELL_LINES = 8
+
+
+def structure_cell(lines: list[str]) -> str:
+    """A benchmark's structural diff for its table cell: ``same``, or its first
+    ``STRUCTURE_CELL_LINES`` lines and how many more there are."""
+    if not lines:
+        return "same"
+    shown = "; ".join(lines[:STRUCTURE_CELL_LINES])
+    more = len(lines) - STRUCTURE_CELL_LINES
+    return shown + (
+        f"; ... and {more} more (the JSON of perfsuite ab --json lists all)" if more > 0 else ""
+    )
+
+
 def markdown(
     comparisons: list[BenchmarkComparison], settings: GateSettings, title: str, method: str
 ) -> str:
@@ -295,11 +311,7 @@ def markdown(
         )
         mark = {Verdict.SLOWER: "**slower**", Verdict.FASTER: "faster"}.get(c.verdict, c.verdict)
         note = f" ({c.note})" if c.note else ""
-        structure = (
-            "-"
-            if c.verdict == Verdict.MISSING
-            else ("; ".join(c.structure) if c.structure else "same")
-        )
+        structure = "-" if c.verdict == Verdict.MISSING else structure_cell(c.structure)
         rows.append(
             f"| `{c.key}` | {_ms(c.base_median_s)} | {_ms(c.head_median_s)} | {plain} | {ratio} | {mark}{note} "
             f"| {structure} |"

@@ -191,7 +191,16 @@ def failure_reason(comparison: BenchmarkComparison, fail_on_structure: bool) -> 
         work = added_lines(list(comparison.structure)) or [
             line for line in comparison.structure if not line.startswith(NO_WORK_PREFIX)
         ]
-        reasons.append("structure adds work: " + "; ".join(work))
+        others = len(comparison.structure) - len(work)
+        reasons.append(
+            "structure adds work: "
+            + "; ".join(work)
+            + (
+                f" ({others} other structural lines, removals among them, in the table)"
+                if others > 0
+                else ""
+            )
+        )
     return ", ".join(reasons) or None
 
 

@@ -924,3 +924,21 @@ def test_an_ab_worker_does_not_run_what_the_suite_does_not_generate():
         "fingerprint": False,
     }
     assert Worker().setup(request) == {"unsupported": LAYOUT_FORWARD_ONLY["split_kv"]}
+
+
+def test_a_long_structural_diff_is_cut_in_the_table_and_the_fail_line_counts_the_rest():
+    from perfsuite.gate.compare import STRUCTURE_CELL_LINES, structure_cell
+    from perfsuite.gate.flow import failure_reason
+
+    lines = [f"-1 aten::op{i}" for i in range(20)] + [
+        "+1 copy cpu aten::clone [2x2] (+16 B per step)"
+    ]
+    cell = structure_cell(lines)
+    assert cell.count(";") == STRUCTURE_CELL_LINES and cell.endswith(
+        f"and {21 - STRUCTURE_CELL_LINES} more (the JSON of perfsuite ab --json lists all)"
+    )
+    assert structure_cell([]) == "same"
+    comparison = BenchmarkComparison("k", 1.0, 1.0, None, Verdict.NO_CHANGE, lines, "", True)
+    reason = failure_reason(comparison, True)
+    assert reason.startswith("structure adds work: +1 copy cpu aten::clone")
+    assert reason.endswith("(20 other structural lines, removals among them, in the table)")
