@@ -34,3 +34,20 @@ def make_result(median_s: float | None = 0.002, **fields) -> BenchmarkResult:
 def make_result_fixture():
     """``make_result(median_s=0.002, **fields)``: a ``BenchmarkResult`` row (``make_result`` above)."""
     return make_result
+
+
+@pytest.fixture
+def variant_of():
+    """``variant_of(name, fn)`` registers a test's function as a variant, unregistered after the test."""
+    from perfsuite.variants import registry
+
+    names = []
+
+    def register(name, fn):
+        registry.register_variant(name, "a test's function")(fn)
+        names.append(name)
+        return registry.get_variant(name)
+
+    yield register
+    for name in names:
+        registry.unregister_variant(name)

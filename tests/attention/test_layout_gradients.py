@@ -22,7 +22,7 @@ from perfsuite.measure.correctness import compare_result
 from perfsuite.measure.evidence import gather_evidence
 from perfsuite.suite.generation import certain_skip
 from perfsuite.testing.properties import applicable, check_causality, check_matches_reference
-from perfsuite.variants import get_variant, registry
+from perfsuite.variants import get_variant
 from perfsuite.variants.split_kv import chunk_bounds
 
 SERVING = Path(__file__).parent.parent / "data" / "serving_attention.py"
@@ -36,20 +36,6 @@ def _varlen_prefill():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.varlen_prefill
-
-
-@pytest.fixture
-def variant_of():
-    names = []
-
-    def register(name, fn):
-        registry.register_variant(name, "a test's function")(fn)
-        names.append(name)
-        return registry.get_variant(name)
-
-    yield register
-    for name in names:
-        registry.unregister_variant(name)
 
 
 def _gradient_check(variant, case_id, mode="forward_backward"):

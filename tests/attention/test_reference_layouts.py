@@ -26,20 +26,6 @@ def _serving():
     return module
 
 
-@pytest.fixture
-def variant_of():
-    names = []
-
-    def register(name, fn):
-        registry.register_variant(name, "a test's function")(fn)
-        names.append(name)
-        return registry.get_variant(name)
-
-    yield register
-    for name in names:
-        registry.unregister_variant(name)
-
-
 def test_a_serving_engineers_paged_decode_and_varlen_prefill_match_the_reference(variant_of):
     serving = _serving()
     assert (

@@ -22,7 +22,7 @@ from perfsuite.testing.properties import (
     check_sequence_independence,
 )
 from perfsuite.testing.strategies import chunked_prefill_batches, layout_cases
-from perfsuite.variants import get_variant, paged, registry
+from perfsuite.variants import get_variant, paged
 from perfsuite.variants.paged_prefill import paged_mask_mod
 from perfsuite.variants.unsupported import CaseUnsupported
 
@@ -61,20 +61,6 @@ def chunked_prefill(
             query[q0:q1].transpose(0, 1), k, v, attn_mask=allowed, scale=scale, enable_gqa=True
         ).transpose(0, 1)
     return out
-
-
-@pytest.fixture
-def variant_of():
-    names = []
-
-    def register(name, fn):
-        registry.register_variant(name, "a test's function")(fn)
-        names.append(name)
-        return registry.get_variant(name)
-
-    yield register
-    for name in names:
-        registry.unregister_variant(name)
 
 
 def test_the_chunked_prefill_layout_packs_queries_of_their_own_lengths_over_pages():
