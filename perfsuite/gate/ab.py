@@ -376,7 +376,7 @@ def run_benchmark(
     outcome = sequential_paired(sampler, settings, plan, clock)
     clean = [i for i, c in enumerate(outcome.contended) if not c]
     note = (
-        f"{len(clean)} pairs"
+        f"{len(clean)} pairs{' kept' if len(clean) < len(outcome.contended) else ''}"
         + (f" ({sampler.shared} under a load on both sides)" if sampler.shared else "")
         + (
             f", {len(outcome.contended) - len(clean)} contended set aside"
@@ -549,6 +549,7 @@ def ab_payload(
                 "stopped": r.stopped,
                 "seconds": r.seconds,
                 "verdict": r.comparison.verdict,
+                "note": r.comparison.note,
                 "structure": r.comparison.structure,
                 "ratio": dataclasses.asdict(r.comparison.estimate)
                 if r.comparison.estimate

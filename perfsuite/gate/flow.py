@@ -73,11 +73,15 @@ class GateOutcome:
                 c for c in self.comparisons if self.fail_on_structure and c.structure_adds_work
             ]
             both = sum(c.verdict == Verdict.SLOWER for c in structural)
+            counted = (
+                f"{slower} slower, {len(structural)} with structure that adds work"
+                + (f"; {both} of them both" if both else "")
+                if self.fail_on_structure
+                else f"{slower} slower; structure not judged"
+            )
             return (
                 f"perfsuite gate: FAIL: {len(self.failures)} of {plural(total, 'benchmark')} regressed "
-                f"({slower} slower, {len(structural)} with structure that adds work"
-                + (f"; {both} of them both" if both else "")
-                + ")"
+                f"({counted})"
                 + f"; {self.decided_by()}"
                 + "".join(f"; {note}" for note in self._timing_notes(self._counts()))
             )

@@ -496,7 +496,8 @@ def contended_verdict(
         return estimate, (
             f"decided on {len(judged)} contended pairs: wait-adjusted interval above the "
             f"x{1 + settings.contended_min_effect:.2f} floor (head threads waited "
-            f"{np.median(waits):.0%} of their runnable time, median)"
+            f"{np.median(waits):.0%} of their runnable time, median; the interval shown is the raw "
+            "contended ratio's)"
         )
     cpu = contended_cpu_ratios(judged)
     if cpu is None:
@@ -508,7 +509,7 @@ def contended_verdict(
         f"decided on {len(judged)} contended pairs by CPU time: x{math.exp(cpu_centre):.3f} "
         f"[{math.exp(cpu_low):.3f}, {math.exp(cpu_high):.3f}], above the "
         f"x{1 + CONTENDED_CPU_MIN_EFFECT:.2f} floor (head threads waited {np.median(waits):.0%} of "
-        "their runnable time, median)"
+        "their runnable time, median; the interval shown is the wall-clock ratio's)"
     )
 
 

@@ -679,7 +679,7 @@ def test_a_benchmark_with_no_uncontended_pair_shows_no_ratio():
         RatioEstimate(1.0, 0.0, float("inf"), 0, "paired sequential"),
         CONTENDED_VERDICT,
         [],
-        "0 pairs, 34 contended set aside",
+        "0 pairs kept, 34 contended set aside",
     )
     row = next(
         line
@@ -881,7 +881,7 @@ def test_an_11x_slower_head_timed_only_under_contention_fails_the_gate(monkeypat
             bases, heads, "naive", "b1h2s16d8-fp32-causal-cpu", 0, 1, settings, plan,
             clock=lambda: 0.1 * next(ticks),
         )  # fmt: skip
-        assert found.comparison.note.startswith("0 pairs, ")  # every pair set aside
+        assert found.comparison.note.startswith("0 pairs kept, ")  # every pair set aside
         return judge([found.comparison], settings, "t", "m", fail_on_structure=True)
 
     before = gate(0.0115, GateSettings(contended_min_effect=None))
