@@ -295,19 +295,24 @@ def median_of_rounds(blocks: list[list[float]]) -> float | None:
     return rounds[len(rounds) // 2] if rounds else None
 
 
-def setup_side(
-    workers: list[WorkerProcess],
+def setup_workers(
+    bases: list[WorkerProcess],
+    heads: list[WorkerProcess],
     variant: str,
     case_id: str,
     seed: int,
     mode: str,
     specs: tuple[str, ...],
-) -> dict:
-    """Set up one side's workers for a benchmark and return the first worker's reply (its structural
-    fingerprint, or ``missing``/``unsupported``). The first worker answers before the others are asked
-    (a side that cannot run the benchmark costs one setup); the others set up at the same time, their
-    replies read after all were sent (setup is not timed; with an injected slowdown, sized from the step's
-    time at setup, one at a time)."""
+) -> list[dict]:
+    """Set up both sides' workers for a benchmark; returns the first base and first head worker's
+    replies (their structural fingerprints, or ``missing``/``unsupported``).
+
+    The first worker of each side answers before any other is asked (a side that cannot run the
+    benchmark costs one setup). The others then set up all at once, both sides together, their
+    replies read after all were sent (setup is not timed): memory a side's workers allocate one after
+    the other lands in neighbouring physical pages, and a placement shared by one side's processes is
+    a bias of that side, which no interval across worker pairs covers. With an injected slowdown
+    (sized from the step's time at setup) they set up one at a time, base and head alternating."""
 
     def request(index: int, worker: WorkerProcess) -> dict:
         return {
@@ -322,18 +327,21 @@ def setup_side(
             }
         }
 
-    first = workers[0].ask(request(0, workers[0]))
-    if "missing" in first or "unsupported" in first:
-        return first
-    if workers[0].side.slowdown_for(variant):  # sized from the step's time at setup: one at a time
-        for index, worker in enumerate(workers[1:], start=1):
+    firsts = [workers[0].ask(request(0, workers[0])) for workers in (bases, heads)]
+    if any("missing" in f or "unsupported" in f for f in firsts):
+        return firsts
+    others = [
+        (index, worker) for index in range(1, len(bases)) for worker in (bases[index], heads[index])
+    ]
+    if any(worker.side.slowdown_for(variant) for _, worker in others):
+        for index, worker in others:
             worker.ask(request(index, worker))
-        return first
-    for index, worker in enumerate(workers[1:], start=1):
+        return firsts
+    for index, worker in others:
         worker.send(request(index, worker))
-    for worker in workers[1:]:
+    for _, worker in others:
         worker.receive()
-    return first
+    return firsts
 
 
 def run_benchmark(
@@ -354,9 +362,7 @@ def run_benchmark(
     budget read on ``clock``) over the workers of each side (``pair_sampler``), contended pairs kept
     or set aside by ``contended_pairs``; None when either side cannot run it. The first worker of
     each side records the structural fingerprint; the others only set up."""
-    setups = [
-        setup_side(workers, variant, case_id, seed, mode, specs) for workers in (bases, heads)
-    ]
+    setups = setup_workers(bases, heads, variant, case_id, seed, mode, specs)
     key = str(BenchmarkKey(variant, case_id, mode))
     missing = {side: s["missing"] for side, s in zip(("base", "head"), setups) if "missing" in s}
     for side, worker in (("base", bases[0]), ("head", heads[0])):
