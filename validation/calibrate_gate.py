@@ -220,9 +220,17 @@ def contended_check(result, alpha_look: float) -> dict | None:
 
 
 def _variant_mode(key: str) -> str:
-    """``variant/mode`` of a benchmark key (``variant/case``, or ``variant/case/mode`` beyond forward)."""
+    """``variant[case]/mode`` of a benchmark key (``variant/case``, or ``variant/case/mode`` beyond
+    forward): one entry per case of a case set (``changed_key`` drops the case)."""
     parts = key.split("/")
-    return f"{parts[0]}/{parts[2] if len(parts) > 2 else 'forward'}"
+    return f"{parts[0]}[{parts[1]}]/{parts[2] if len(parts) > 2 else 'forward'}"
+
+
+def changed_key(key: str) -> str:
+    """``variant/mode`` of a ``_variant_mode`` key, as ``changed_keys`` names what a head changed
+    (saved calibrations without the ``[case]`` part pass through)."""
+    variant, _, mode = key.partition("/")
+    return f"{variant.partition('[')[0]}/{mode}"
 
 
 def gate_once(scenario: str, args, variants: list[str], cases: list[str]) -> dict:
@@ -266,6 +274,10 @@ def gate_once(scenario: str, args, variants: list[str], cases: list[str]) -> dic
         "verdicts": verdicts,
         "ratios": {_variant_mode(r.key): r.comparison.estimate.ratio for r in results},
         "pairs": {_variant_mode(r.key): len(r.contended) for r in results},
+        # the structural half: what the gate as run (--fail-on-structure, the default) fails besides timing
+        "structure_adds_work": {
+            _variant_mode(r.key): r.comparison.structure_adds_work for r in results
+        },
         "contended_pairs": {_variant_mode(r.key): sum(r.contended) for r in results},
         "contended_check": {_variant_mode(r.key): contended_check(r, alpha_look) for r in results},
         "clusters": {
@@ -281,11 +293,16 @@ def gate_once(scenario: str, args, variants: list[str], cases: list[str]) -> dic
 
 
 def counts(verdicts: dict[str, str], changed: set[str]) -> dict:
-    """A gate's outcome over ``verdicts`` (``variant/mode`` -> verdict); ``changed``: the keys the head changed."""
-    unchanged = {k: v for k, v in verdicts.items() if k not in changed}
+    """A gate's outcome over ``verdicts`` (``variant[case]/mode`` -> verdict); ``changed``: the
+    ``variant/mode`` keys the head changed (``caught``: every changed benchmark of the gate was
+    ``slower``; ``changed_caught`` counts them one by one)."""
+    unchanged = {k: v for k, v in verdicts.items() if changed_key(k) not in changed}
+    hit = [v for k, v in verdicts.items() if changed_key(k) in changed]
     return {
         "flagged": any(v == "slower" for v in verdicts.values()),
-        "caught": bool(changed) and all(verdicts.get(k) == "slower" for k in changed),
+        "caught": bool(hit) and all(v == "slower" for v in hit),
+        "changed_benchmarks": len(hit),
+        "changed_caught": sum(v == "slower" for v in hit),
         "false_alarms": sum(v == "slower" for v in unchanged.values()),
         "false_faster": sum(v == "faster" for v in unchanged.values()),
         "unchanged": len(unchanged),
@@ -298,7 +315,8 @@ def counts(verdicts: dict[str, str], changed: set[str]) -> dict:
 
 def summary(runs: dict[str, list[dict]], busy: int) -> str:
     rows = [
-        f"| scenario (busy processes: {busy}) | gates with a 'slower' | changed variant caught | changed: "
+        f"| scenario (busy processes: {busy}) | gates with a 'slower' | changed variant caught by timing (by "
+        "the structural half) | changed: "
         "measured ratio (min, median, max) | false 'slower' on unchanged | false 'faster' on unchanged | "
         "unchanged confirmed 'no change' | decisive | contended | median s/gate | max s/gate | "
         "load before-after | CPU steal per gate |",
@@ -312,6 +330,16 @@ def summary(runs: dict[str, list[dict]], busy: int) -> str:
         caught = (
             f"{sum(g['caught'] for g in with_change)}/{len(with_change)}" if with_change else "-"
         )
+        if with_change and all("structure_adds_work" in g for g in with_change):
+            by_structure = sum(
+                all(
+                    adds
+                    for k, adds in g["structure_adds_work"].items()
+                    if changed_key(k) in g["changed"]
+                )
+                for g in with_change
+            )
+            caught += f" (structure: {by_structure}/{len(with_change)})"
         total = sum(g["benchmarks"] for g in gates)
         unchanged = sum(g["unchanged"] for g in gates)
         loads = f"{gates[0]['load_before'].split()[0]}-{gates[-1]['load_after'].split()[0]}"
@@ -321,8 +349,9 @@ def summary(runs: dict[str, list[dict]], busy: int) -> str:
             sorted(  # of benchmarks that kept a pair (with none, the estimate is a placeholder)
                 g["ratios"][k]
                 for g in with_change
-                for k in g.get("changed", ())
-                if g["pairs"][k] > g["contended_pairs"][k]
+                for k in g["ratios"]
+                if changed_key(k) in g.get("changed", ())
+                and g["pairs"][k] > g["contended_pairs"][k]
             )
         )
         measured = (
@@ -487,7 +516,9 @@ def contended_summary(runs: dict[str, list[dict]], busy: int) -> str:
         for g in gates:
             for key, found in (g.get("contended_check") or {}).items():
                 if found:
-                    (changed if key in g.get("changed", ()) else unchanged).append(found)
+                    (changed if changed_key(key) in g.get("changed", ()) else unchanged).append(
+                        found
+                    )
         if not unchanged and not changed:
             continue
         cpu_lows = [c["cpu_low"] for c in unchanged if "cpu_low" in c]
