@@ -99,4 +99,7 @@ def test_the_adds_work_reason_lists_only_what_the_head_added():
     lines = diff_fingerprints(base, head)
     assert any(" reshaped " in line for line in lines) and any(" moved: " in line for line in lines)
     reason = failure_reason(BenchmarkComparison("k", 1.0, 1.0, None, "same", lines, "", True), True)
-    assert reason == "structure adds work: +1 copy cpu aten::clone [2x8x512x512]"
+    assert reason == (
+        "structure adds work: +1 copy cpu aten::clone [2x8x512x512] "
+        f"({len(lines) - 1} other structural lines, removals among them, in the table)"
+    )
