@@ -126,6 +126,7 @@ class WorkerProcess:
         if timing_threads is not None:
             env |= {TIMING_THREADS_ENV: str(timing_threads), "OMP_NUM_THREADS": str(timing_threads)}
         self.side = side
+        self._broken = False  # the pipe to the worker broke on send: receive reports it exited
         if shutil.which(side.python) is None:
             raise UsageError(
                 f"interpreter {side.python!r} (--base-python / --head-python) does not exist or is not "
@@ -157,7 +158,7 @@ class WorkerProcess:
     def receive(self) -> dict[str, Any]:
         """The reply to the oldest request not yet received; ``WorkerError`` when the worker exited
         or answered with an error."""
-        line = "" if getattr(self, "_broken", False) else self.process.stdout.readline()
+        line = "" if self._broken else self.process.stdout.readline()
         if not line:
             raise WorkerError(
                 f"A/B worker for {self.side.label()} exited (exit code {self.process.poll()}); "
