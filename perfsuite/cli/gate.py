@@ -15,15 +15,14 @@ from pathlib import Path
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from perfsuite.gate.stats import (
-    BLOCK_ROUNDS,
+from perfsuite.gate.sequential import WORKER_PAIRS, SequentialPlan
+from perfsuite.gate.verdicts import (
+    AB_ALPHA,
     DEFAULT_CONTENDED_PAIRS,
+    SEPARATE_RUNS_ALPHA,
     SEPARATE_RUNS_MIN_EFFECT,
-    SEQUENTIAL_LOOKS,
     ContendedPairs,
     GateSettings,
-    SequentialPlan,
-    WORKERS_PER_SIDE,
 )
 from perfsuite.storage import write_text_atomic
 from perfsuite.suite.command_config import (
@@ -49,6 +48,16 @@ def at_least(minimum: int):
     return parse
 
 
+def non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text} is negative")
+    return value
+
+
 def positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -61,7 +70,12 @@ def positive_float(text: str) -> float:
 
 def add_gate_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--alpha", type=float, default=0.01, help="two-sided level of the interval (default 0.01)"
+        "--alpha",
+        type=float,
+        default=None,
+        help=f"the chance that identical code is called slower, per benchmark (a one-sided level; "
+        f"faster is asked apart at the same level; default {AB_ALPHA:g} for ab, {SEPARATE_RUNS_ALPHA:g} "
+        "for compare of separate runs)",
     )
     parser.add_argument(
         "--min-effect",
@@ -177,33 +191,49 @@ def add_commands(commands) -> None:
     )
     ab.add_argument("--devices", help="cpu, cuda or auto (default auto: cuda when available)")
     ab.add_argument(
-        "--blocks",
-        type=at_least(2),
-        default=SEQUENTIAL_LOOKS[-1],
-        help=f"most block pairs per benchmark: the last look of the sequential gate (default "
-        f"{SEQUENTIAL_LOOKS[-1]}; looks at {', '.join(map(str, SEQUENTIAL_LOOKS))} pairs up to it)",
+        "--workers-per-side",
+        type=at_least(1),
+        default=WORKER_PAIRS,
+        help=f"worker pairs: base worker i is paired with head worker i, the pairs are timed one at a "
+        f"time, and the interval is taken across them, so where one process landed widens the "
+        f"interval instead of deciding it (default {WORKER_PAIRS}; 1: pairs pooled, a process's bias "
+        f"not covered)",
     )
     ab.add_argument(
         "--budget-s",
-        type=positive_float,
+        type=non_negative_float,
         default=SequentialPlan.budget_s,
-        help=f"seconds of sampling per benchmark before the gate stops adding pairs "
-        f"(default {SequentialPlan.budget_s:g})",
+        help=f"seconds of sampling per benchmark before its last look (default "
+        f"{SequentialPlan.budget_s:g}; 0: structure only)",
+    )
+    ab.add_argument(
+        "--max-budget-s",
+        type=non_negative_float,
+        default=SequentialPlan.max_budget_s,
+        help=f"under contention, a benchmark whose worker pairs lack kept pairs samples on up to this "
+        f"many seconds (default {SequentialPlan.max_budget_s:g})",
+    )
+    ab.add_argument(
+        "--blocks",
+        type=at_least(1),
+        default=0,
+        help="block pairs per worker-pair visit (default: sized from the step's time, about 0.5 s "
+        "a visit; below 3 with several worker pairs: structure only)",
     )
     ab.add_argument(
         "--rounds",
         type=at_least(1),
-        default=BLOCK_ROUNDS,
-        help=f"rounds (calls) per block (default {BLOCK_ROUNDS})",
+        default=0,
+        help="calls per block (default: sized from the step's time, about 20 ms a block)",
     )
     ab.add_argument(
-        "--workers-per-side",
-        type=at_least(1),
-        default=WORKERS_PER_SIDE,
-        help=f"worker processes per side; base worker i is paired with head worker i and the "
-        f"interval is taken across these worker pairs, so where one process landed widens the "
-        f"interval instead of deciding it (default {WORKERS_PER_SIDE}; 1: pairs taken as "
-        f"independent, a process's bias not covered)",
+        "--noise-floor",
+        action="append",
+        default=[],
+        metavar="AA_JSON",
+        help="an A/A run's `perfsuite ab --json` document (repeatable): each benchmark's spread "
+        "between worker pairs there is the least the gate assumes (the nightly A/A job of "
+        "`perfsuite init-ci` records them)",
     )
     ab.add_argument("--json", help="write raw blocks and verdicts here")
     add_gate_options(ab)
@@ -303,19 +333,22 @@ def _run_ab(args: argparse.Namespace) -> int:
         ab_payload,
         ab_title,
         run_ab,
-        workers_needed,
         write_json,
     )
+    from perfsuite.gate.noise_floor import floors_from_files
     from perfsuite.gate.flow import judge
     from perfsuite.gate.worktrees import git_worktrees, ref_commits
     from perfsuite.history.recording import AbSide, record_ab
 
     contended_pairs = ContendedPairs(args.contended_pairs)  # a choice argparse checked
     settings = gate_settings(args.alpha, args.min_effect, separate_runs=False)
-    plan, note = sequential_plan(args.blocks, args.budget_s, settings, args.fail_on_structure)
+    plan, note = sequential_plan(
+        args.workers_per_side, args.blocks, args.rounds, args.budget_s, args.max_budget_s,
+        args.fail_on_structure,
+    )
     if note:
         print(f"perfsuite: note: {note}", file=sys.stderr)
-    workers = workers_needed(plan, settings, args.workers_per_side)
+    floors = floors_from_files([Path(f) for f in args.noise_floor])
     refs = {"base": args.base_ref, "head": args.head_ref}
     commits, notes = ref_commits(refs)
     for note in notes:
@@ -331,7 +364,6 @@ def _run_ab(args: argparse.Namespace) -> int:
             head,
             list(config.variants),
             list(config.case_ids),
-            rounds=args.rounds,
             settings=settings,
             plan=plan,
             force=args.force,
@@ -340,9 +372,9 @@ def _run_ab(args: argparse.Namespace) -> int:
             specs=config.variant_specs,
             timing_threads=args.timing_threads,
             contended_pairs=contended_pairs,
-            workers_per_side=workers,
+            noise_floors=floors,
         )
-    payload = ab_payload(results, info, settings, plan, contended_pairs, workers)
+    payload = ab_payload(results, info, settings, plan, contended_pairs)
     sides = {
         name: AbSide(ref, side.tree, side.python, bool(variant))
         for name, ref, side, variant in (
@@ -359,7 +391,7 @@ def _run_ab(args: argparse.Namespace) -> int:
         print(recorded, file=sys.stderr)
     notes = [*notes, f"configuration: {config.describe()}"]  # below the heading
     title = ab_title(base, head, refs, commits, info, notes)
-    method = ab_method(plan, settings, workers, contended_pairs, args.timing_threads)
+    method = ab_method(plan, settings, contended_pairs, args.timing_threads)
     comparisons = [r.comparison for r in results]
     return _finish(
         judge(

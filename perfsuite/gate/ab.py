@@ -1,16 +1,16 @@
-"""A/B gate: base and head timed in alternating blocks (ABAB...) in one time window.
+"""A/B gate: base and head timed in alternating blocks, warm worker pair by warm worker pair.
 
-Each side runs in its own worker process (``perfsuite.gate.ab_worker``) with its own source
-tree first on ``PYTHONPATH`` (and its own interpreter), so base and head can be two git checkouts
-of your repository (your attention code, or perfsuite itself), two virtualenvs (a torch
-upgrade), two variants, or the same code with an injected slowdown (calibration). Only one side
-runs at a time; block order alternates (AB, BA, AB, ...) so neither side always goes first. Pairs
-are added until the verdict is decisive or the time budget is spent
-(``perfsuite.gate.stats.sequential_paired``). Contention (``perfsuite.measure.contention``) is judged
-per pair by ``ContendedPairs``: by default (``shared``) a pair is set aside when only one of its
-blocks was contended; with ``set-aside``, whenever either was. Under either policy a pair is set
-aside when other processes' threads alone filled every CPU all through it
-(``contention.others_fill_every_cpu``): that load does not cancel between the sides.
+Each side runs in worker processes (``perfsuite.gate.ab_worker``) with its own source tree first on
+``PYTHONPATH`` (and its own interpreter), so base and head can be two git checkouts of your repository
+(your attention code, or perfsuite itself), two virtualenvs (a torch upgrade), two variants, or the
+same code with an injected slowdown (calibration). Base worker ``i`` and head worker ``i`` form worker
+pair ``i``, one cluster of the interval. For each benchmark the worker pairs are visited one after
+another (``perfsuite.gate.sequential``): only the pair being timed is busy, it sets the benchmark up,
+warms up, then times a run of alternating blocks (which side goes first alternates block pair by block
+pair), each block's inputs re-placed at random aligned offsets (``perfsuite.measure.placement``) after
+an untimed step. Contention (``perfsuite.measure.contention``) is judged per block pair by
+``ContendedPairs``; a pair is also set aside when other processes' threads alone filled every CPU
+through it (``contention.others_fill_every_cpu``).
 """
 
 from __future__ import annotations
@@ -41,18 +41,14 @@ from perfsuite.measure.contention import (
 from perfsuite.measure.machine import MUST_MATCH, machine_differences
 from perfsuite.trace.structure import adds_work, diff_fingerprints
 from perfsuite.gate.worktrees import describe_tree
-from perfsuite.gate.stats import (
-    BLOCK_ROUNDS,
+from perfsuite.gate.intervals import PairSample
+from perfsuite.gate.sequential import SequentialPlan, sequential_visits
+from perfsuite.gate.verdicts import (
     DEFAULT_CONTENDED_PAIRS,
-    WORKERS_PER_SIDE,
     ContendedPairs,
     GateSettings,
-    PairSample,
-    SequentialPlan,
     Verdict,
     below_min_effect,
-    min_pairs,
-    sequential_paired,
 )
 
 # The same, fixed process conditions for both sides, and for every timed run: the list and the
@@ -62,7 +58,7 @@ WORKER_ENV = required_env()
 # process beside the gate shares a core with fewer of them (calibrated: docs/validation.md).
 TIMING_THREADS_ENV = "PERFSUITE_AB_TIMING_THREADS"
 
-PAIRED_METHOD = "per-block-pair log ratios, base and head interleaved ABAB in one run"
+PAIRED_METHOD = "per-block-pair log ratios, base and head blocks alternating (ABBA) in one run"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,20 +97,6 @@ class Side:
         )
 
 
-def no_aslr_prefix() -> list[str]:
-    """``setarch <arch> -R`` where available: both workers get the same address-space layout,
-    so cache-set aliasing of the big buffers does not differ at random between them."""
-    setarch = shutil.which("setarch")
-    if (
-        not setarch
-        or subprocess.run(
-            [setarch, platform.machine(), "-R", "true"], capture_output=True
-        ).returncode
-    ):
-        return []
-    return [setarch, platform.machine(), "-R"]
-
-
 class WorkerProcess:
     """A running ``perfsuite.gate.ab_worker`` for one side."""
 
@@ -133,7 +115,7 @@ class WorkerProcess:
                 "executable; give a virtualenv's bin/python"
             )
         self.process = subprocess.Popen(
-            no_aslr_prefix() + [side.python, "-m", "perfsuite.gate.ab_worker"],
+            [side.python, "-m", "perfsuite.gate.ab_worker"],
             cwd=side.tree or ".",
             env=env,
             text=True,
@@ -207,87 +189,112 @@ class AbBenchmark:
     clock: str = "host"  # the workers' clock: host, cuda_graph or blocked_event (ab_worker)
     wait_shares: list = dataclasses.field(default_factory=list)
     cpu_seconds: list = dataclasses.field(default_factory=list)  # [base, head] block CPU s per pair
+    clusters: list = dataclasses.field(default_factory=list)  # per pair, its worker pair (None: pooled)
+    rounds: int = 0  # calls per block
 
 
-def pair_schedule(count: int, workers_per_side: int) -> tuple[int, int, bool]:
-    """Which workers time pair number ``count`` (0-based): ``(base index, head index, base first)``.
-
-    Base worker ``i`` is always paired with head worker ``i``: each worker pair is one cluster of
-    the interval (``stats.clustered_interval``), and clusters share no process, so they are
-    independent. With several worker pairs, the pairs visit the worker pairs in turn, one pair per
-    visit, so no block ever follows a block of its own worker (a worker timing twice in a row ran
-    several percent apart from its other blocks, and on whichever side got those repeats that
-    decided verdicts). Which side goes first is a checkerboard: worker pair ``c`` in round of visits
-    ``r`` has base first when ``c + r`` is even, so every round has both orders (in equal numbers for
-    an even count of worker pairs) and each worker pair alternates its order from round to round.
-    With one worker per side it is plain alternation (AB, BA, AB, ...).
-    """
-    if workers_per_side == 1:
-        return 0, 0, count % 2 == 0
-    visit_round, cluster = divmod(count, workers_per_side)
-    return cluster, cluster, (cluster + visit_round) % 2 == 0
-
-
-def workers_phrase(workers_per_side: int) -> str:
-    """How the pairs were spread over processes, for the report's method line."""
-    if workers_per_side == 1:
-        return "one worker process per side (pairs taken as independent: a process's bias is not covered)"
-    return (
-        f"{workers_per_side} worker processes per side, base worker i paired with head worker i: "
-        f"{workers_per_side} clusters"
-    )
-
-
-def pair_sampler(
-    bases: list[WorkerProcess],
-    heads: list[WorkerProcess],
+def block_pair(
+    base: WorkerProcess,
+    head: WorkerProcess,
+    base_first: bool,
     rounds: int,
-    contended_pairs: ContendedPairs = DEFAULT_CONTENDED_PAIRS,
-):
-    """``next_pair()`` for ``sequential_paired``: one block per side, from the workers that
-    ``pair_schedule`` picks out of ``bases`` and ``heads`` (equally many); returns a ``PairSample``:
-    both blocks' round times (seconds), whether the pair is set aside (by ``contended_pairs``), its
-    worker pair as the cluster (None with one worker per side) and both blocks' wait shares
-    (``contention.wait_share``). A pair timed beside other threads that filled every CPU
-    (``others_fill_every_cpu``) is set aside whatever the policy. ``next_pair.reasons`` collects
-    each contended block's reasons in one short line, for the report; ``next_pair.shared`` counts
-    the kept pairs whose two blocks were contended."""
-    if not bases or len(bases) != len(heads):
-        raise ValueError(
-            f"need equally many base and head workers, got {len(bases)} and {len(heads)}"
-        )
-    count = [0]
-    reasons: list[str] = []
+    placements: tuple[int, int],
+    contended_pairs: ContendedPairs,
+    cluster: int | None,
+    reasons: list[str],
+) -> tuple[PairSample, bool]:
+    """Time one block per side (``base_first`` says which goes first), each after one untimed step on
+    inputs re-placed from its seed in ``placements``; returns the ``PairSample`` and whether both blocks
+    were contended and the pair kept (``ContendedPairs.SHARED``). Each contended block's reasons are
+    appended to ``reasons`` in one short line."""
+    order = (base, head) if base_first else (head, base)
+    seeds = {id(base): placements[0], id(head): placements[1]}
+    replies = {
+        id(w): w.ask({"time": rounds, "warmup": 1, "placement": seeds[id(w)]}) for w in order
+    }
+    b, h = replies[id(base)], replies[id(head)]
+    found = [r.get("contention") or {} for r in (b, h)]
+    flagged = [f for f in found if f.get("contended")]
+    overloaded = others_fill_every_cpu(found)
+    reasons.extend(brief_reason(f) for f in flagged)
+    reasons.extend([overload_reason(found)] if overloaded else [])
+    shared = len(flagged) == 2 and contended_pairs == ContendedPairs.SHARED and not overloaded
+    host = b.get("clock", "host") == "host" and h.get("clock", "host") == "host"
+    sample = PairSample(
+        b["times"],
+        h["times"],
+        bool(flagged or overloaded) and not shared,
+        cluster,
+        wait_share(found[1]),
+        wait_share(found[0]),
+        b.get("cpu_times") if host else None,
+        h.get("cpu_times") if host else None,
+    )
+    return sample, shared
 
-    def next_pair() -> PairSample:
-        b_index, h_index, base_first = pair_schedule(count[0], len(bases))
-        base, head = bases[b_index], heads[h_index]
-        count[0] += 1
-        order = (base, head) if base_first else (head, base)
-        replies = {id(worker): worker.ask({"time": rounds}) for worker in order}
-        b, h = replies[id(base)], replies[id(head)]
-        found = [r.get("contention") or {} for r in (b, h)]
-        flagged = [f for f in found if f.get("contended")]
-        overloaded = others_fill_every_cpu(found)
-        reasons.extend(brief_reason(f) for f in flagged)
-        reasons.extend([overload_reason(found)] if overloaded else [])
-        shared = len(flagged) == 2 and contended_pairs == ContendedPairs.SHARED and not overloaded
-        next_pair.shared += shared
-        host = b.get("clock", "host") == "host" and h.get("clock", "host") == "host"
-        return PairSample(
-            b["times"],
-            h["times"],
-            bool(flagged or overloaded) and not shared,
-            b_index if len(bases) > 1 else None,
-            wait_share(found[1]),
-            wait_share(found[0]),
-            b.get("cpu_times") if host else None,
-            h.get("cpu_times") if host else None,
-        )
 
-    next_pair.reasons = reasons
-    next_pair.shared = 0
-    return next_pair
+def setup_request(worker: WorkerProcess, variant: str, case_id: str, seed: int, mode: str,
+                  specs: tuple[str, ...], fingerprint: bool) -> dict:
+    """The ``setup`` request of one worker for one benchmark (``ab_worker``)."""
+    return {
+        "setup": {
+            "variant": worker.side.variant or variant,
+            "case": case_id,
+            "seed": seed,
+            "mode": mode,
+            "specs": list(specs),
+            "slowdown": worker.side.slowdown_for(variant),
+            "fingerprint": fingerprint,
+        }
+    }
+
+
+def setup_pair(base: WorkerProcess, head: WorkerProcess, requests: tuple[dict, dict]) -> list[dict]:
+    """Set up one worker pair: both requests sent, then both replies read (set-up is not timed, and
+    only this pair is busy)."""
+    for worker, request in zip((base, head), requests):
+        worker.send(request)
+    return [base.receive(), head.receive()]
+
+
+class Visits:
+    """``visit(c)`` for ``sequential.sequential_visits``: worker pair ``c`` sets the benchmark up (once
+    per benchmark; pair 0 already did, with the fingerprints), then times ``plan.blocks_for`` block
+    pairs of ``plan.rounds_for`` calls, the first side alternating block pair by block pair and visit by
+    visit. ``reasons``: each contended block's reasons; ``shared``: kept pairs with both blocks
+    contended."""
+
+    def __init__(self, bases, heads, plan: SequentialPlan, step_s: float, request, seed: int,
+                 contended_pairs: ContendedPairs):
+        import numpy as np
+
+        self.bases, self.heads, self.plan = bases, heads, plan
+        self.rounds, self.blocks = plan.rounds_for(step_s), plan.blocks_for(step_s)
+        self.request = request  # (worker, fingerprint) -> its setup request
+        self.ready = {0}
+        self.rng = np.random.default_rng(seed)
+        self.contended_pairs = contended_pairs
+        self.reasons: list[str] = []
+        self.shared = 0
+        self.visits = 0
+
+    def __call__(self, cluster: int) -> list[PairSample]:
+        base, head = self.bases[cluster], self.heads[cluster]
+        if cluster not in self.ready:
+            setup_pair(base, head, (self.request(base, False), self.request(head, False)))
+            self.ready.add(cluster)
+        label = cluster if self.plan.clustered else None
+        samples = []
+        for j in range(self.blocks):
+            placements = tuple(int(x) for x in self.rng.integers(0, 2**31, size=2))
+            sample, shared = block_pair(
+                base, head, (self.visits + j) % 2 == 0, self.rounds, placements,
+                self.contended_pairs, label, self.reasons,
+            )
+            self.shared += shared
+            samples.append(sample)
+        self.visits += 1
+        return samples
 
 
 def median_of_rounds(blocks: list[list[float]]) -> float | None:
@@ -296,74 +303,28 @@ def median_of_rounds(blocks: list[list[float]]) -> float | None:
     return rounds[len(rounds) // 2] if rounds else None
 
 
-def setup_workers(
-    bases: list[WorkerProcess],
-    heads: list[WorkerProcess],
-    variant: str,
-    case_id: str,
-    seed: int,
-    mode: str,
-    specs: tuple[str, ...],
-) -> list[dict]:
-    """Set up both sides' workers for a benchmark; returns the first base and first head worker's
-    replies (their structural fingerprints, or ``missing``/``unsupported``).
-
-    The first worker of each side answers before any other is asked (a side that cannot run the
-    benchmark costs one setup). The others then set up all at once, both sides together, their
-    replies read after all were sent (setup is not timed): memory a side's workers allocate one after
-    the other lands in neighbouring physical pages, and a placement shared by one side's processes is
-    a bias of that side, which no interval across worker pairs covers. With an injected slowdown
-    (sized from the step's time at setup) they set up one at a time, base and head alternating."""
-
-    def request(index: int, worker: WorkerProcess) -> dict:
-        return {
-            "setup": {
-                "variant": worker.side.variant or variant,
-                "case": case_id,
-                "seed": seed,
-                "mode": mode,
-                "specs": list(specs),
-                "slowdown": worker.side.slowdown_for(variant),
-                "fingerprint": index == 0,
-            }
-        }
-
-    firsts = [workers[0].ask(request(0, workers[0])) for workers in (bases, heads)]
-    if any("missing" in f or "unsupported" in f for f in firsts):
-        return firsts
-    others = [
-        (index, worker) for index in range(1, len(bases)) for worker in (bases[index], heads[index])
-    ]
-    if any(worker.side.slowdown_for(variant) for _, worker in others):
-        for index, worker in others:
-            worker.ask(request(index, worker))
-        return firsts
-    for index, worker in others:
-        worker.send(request(index, worker))
-    for _, worker in others:
-        worker.receive()
-    return firsts
-
-
 def run_benchmark(
     bases: list[WorkerProcess],
     heads: list[WorkerProcess],
     variant: str,
     case_id: str,
     seed: int,
-    rounds: int,
     settings: GateSettings,
     plan: SequentialPlan,
     mode: str = Mode.FORWARD,
     specs: tuple[str, ...] = (),
     contended_pairs: ContendedPairs = DEFAULT_CONTENDED_PAIRS,
     clock: Callable[[], float] = time.monotonic,
+    floor_sd: float = 0.0,
 ) -> AbBenchmark | None:
-    """A/B one variant on one case in one mode, sequentially (``stats.sequential_paired``, its
-    budget read on ``clock``) over the workers of each side (``pair_sampler``), contended pairs kept
-    or set aside by ``contended_pairs``; None when either side cannot run it. The first worker of
-    each side records the structural fingerprint; the others only set up."""
-    setups = setup_workers(bases, heads, variant, case_id, seed, mode, specs)
+    """A/B one variant on one case in one mode: worker pair 0 records both structural fingerprints,
+    then the worker pairs are visited (``Visits``, ``sequential.sequential_visits``, its budget read on
+    ``clock``; ``floor_sd``: the benchmark's A/A noise floor); None when either side cannot run it. A
+    plan that can decide nothing (``SequentialPlan.can_decide``) times nothing: structure only."""
+    def request(worker: WorkerProcess, fingerprint: bool) -> dict:
+        return setup_request(worker, variant, case_id, seed, mode, specs, fingerprint)
+
+    setups = setup_pair(bases[0], heads[0], (request(bases[0], True), request(heads[0], True)))
     key = str(BenchmarkKey(variant, case_id, mode))
     missing = {side: s["missing"] for side, s in zip(("base", "head"), setups) if "missing" in s}
     for side, worker in (("base", bases[0]), ("head", heads[0])):
@@ -379,51 +340,74 @@ def run_benchmark(
         return AbBenchmark(key, [], [], comparison)
     if any("unsupported" in s for s in setups):
         return None
-    sampler = pair_sampler(bases, heads, rounds, contended_pairs)
-    outcome = sequential_paired(sampler, settings, plan, clock)
-    clean = [i for i, c in enumerate(outcome.contended) if not c]
-    note = (
-        f"{len(clean)} pairs{' kept' if len(clean) < len(outcome.contended) else ''}"
-        + (f" ({sampler.shared} under a load on both sides)" if sampler.shared else "")
-        + (
-            f", {len(outcome.contended) - len(clean)} contended set aside"
-            if len(clean) < len(outcome.contended)
-            else ""
+    structure = diff_fingerprints(setups[0]["fingerprint"], setups[1]["fingerprint"])
+    added = adds_work(setups[0]["fingerprint"], setups[1]["fingerprint"])
+    fingerprints = (setups[0].get("fingerprint"), setups[1].get("fingerprint"))
+    clock_name = " / ".join(dict.fromkeys(s.get("clock", "host") for s in setups))
+    if not plan.can_decide():
+        comparison = BenchmarkComparison(
+            key, None, None, None, Verdict.INCONCLUSIVE, structure, "not timed: structure only", added
         )
-    )
-    if outcome.contended_note:
-        note += f"; {outcome.contended_note}"
-    if small := below_min_effect(outcome.estimate, outcome.verdict, settings):
-        note += f"; {small}"
-    if sampler.reasons:
-        note += f"; last contended block: {sampler.reasons[-1]}"
-    comparison = BenchmarkComparison(
-        key,
-        median_of_rounds([outcome.base_blocks[i] for i in clean])
-        or median_of_rounds(outcome.base_blocks),
-        median_of_rounds([outcome.head_blocks[i] for i in clean])
-        or median_of_rounds(outcome.head_blocks),
-        outcome.estimate,
-        outcome.verdict,
-        diff_fingerprints(setups[0]["fingerprint"], setups[1]["fingerprint"]),
-        note,
-        adds_work(setups[0]["fingerprint"], setups[1]["fingerprint"]),
-    )
+        return AbBenchmark(key, [], [], comparison, fingerprints=fingerprints, clock=clock_name)
+    step_s = setups[0].get("step_s") or 1e-3
+    visits = Visits(bases, heads, plan, step_s, request, seed * 1_000_003 + hash(key) % 1_000_003,
+                    contended_pairs)
+    outcome = sequential_visits(visits, settings, plan, clock, floor_sd)
     return AbBenchmark(
         key,
         outcome.base_blocks,
         outcome.head_blocks,
-        comparison,
+        BenchmarkComparison(
+            key,
+            *kept_medians(outcome),
+            outcome.estimate,
+            outcome.verdict,
+            structure,
+            benchmark_note(outcome, visits, settings),
+            added,
+        ),
         outcome.contended,
         outcome.looks,
         outcome.stopped,
         outcome.seconds,
-        (setups[0].get("fingerprint"), setups[1].get("fingerprint")),
-        sampler.shared,
-        " / ".join(dict.fromkeys(s.get("clock", "host") for s in setups)),
+        fingerprints,
+        visits.shared,
+        clock_name,
         outcome.wait_shares,
         outcome.cpu_seconds,
+        outcome.clusters,
+        visits.rounds,
     )
+
+
+def kept_medians(outcome) -> tuple[float | None, float | None]:
+    """Base and head medians of the kept pairs' rounds (of all pairs when none was kept)."""
+    clean = [i for i, c in enumerate(outcome.contended) if not c]
+    return tuple(
+        median_of_rounds([blocks[i] for i in clean]) or median_of_rounds(blocks)
+        for blocks in (outcome.base_blocks, outcome.head_blocks)
+    )
+
+
+def benchmark_note(outcome, visits: Visits, settings: GateSettings) -> str:
+    """The benchmark's note: pairs kept and set aside, worker pairs, how contended pairs decided, a change
+    below the minimum effect, the A/A floor when it widened the interval, the last contended block."""
+    kept = outcome.contended.count(False)
+    set_aside = len(outcome.contended) - kept
+    note = f"{kept} pairs{' kept' if set_aside else ''}"
+    note += f" ({visits.shared} under a load on both sides)" if visits.shared else ""
+    note += f", {set_aside} contended set aside" if set_aside else ""
+    if outcome.estimate is not None and outcome.estimate.clusters:
+        note += f", {outcome.estimate.clusters} worker pairs"
+    if outcome.floor_used:
+        note += "; interval widened to the A/A noise floor"
+    if outcome.contended_note:
+        note += f"; {outcome.contended_note}"
+    if small := below_min_effect(outcome.estimate, outcome.verdict, settings):
+        note += f"; {small}"
+    if visits.reasons:
+        note += f"; last contended block: {visits.reasons[-1]}"
+    return note
 
 
 # Between two interpreters, other software is what is being compared; the hardware must still match.
@@ -449,21 +433,12 @@ def check_same_machine(
     return dict(infos[1], base_machine=infos[0])
 
 
-def workers_needed(plan: SequentialPlan, settings: GateSettings, workers_per_side: int) -> int:
-    """``workers_per_side``, or 1 when ``plan`` can never reach a finite interval (a structure-only
-    gate: ``--blocks`` below ``min_pairs``), where more workers would only cost start-up time."""
-    if plan.looks[-1] < min_pairs(plan.alpha_per_look(settings.alpha)):
-        return 1
-    return workers_per_side
-
-
 def run_ab(
     base_side: Side,
     head_side: Side,
     variants: list[str],
     case_ids: list[str],
     seed: int = 0,
-    rounds: int = BLOCK_ROUNDS,
     settings: GateSettings = GateSettings(),
     force: bool = False,
     progress=None,
@@ -472,20 +447,20 @@ def run_ab(
     specs: tuple[str, ...] = (),
     timing_threads: int | None = None,
     contended_pairs: ContendedPairs = DEFAULT_CONTENDED_PAIRS,
-    workers_per_side: int = WORKERS_PER_SIDE,
+    noise_floors: dict[str, float] | None = None,
 ) -> tuple[list[AbBenchmark], dict]:
-    """A/B every variant x case x mode (``plan``: looks and time budget per benchmark); returns the
-    benchmarks both sides could run and machine info.
+    """A/B every variant x case x mode (``plan``: worker pairs, looks and time budget per benchmark);
+    returns the benchmarks both sides could run and machine info.
 
     ``specs``: users' ``module:function`` variants, registered in both workers (each imports
     them from its own tree). A variant without backward is gated in forward only. ``timing_threads``:
     the torch thread count of both workers (``TIMING_THREADS_ENV``; None: the machine's default).
-    ``contended_pairs``: which contended block pairs are kept (``ContendedPairs``).
-    ``workers_per_side``: worker processes started per side (``WORKERS_PER_SIDE``); ``ValueError``
-    below 1.
+    ``contended_pairs``: which contended block pairs are kept (``ContendedPairs``). ``noise_floors``:
+    per benchmark key, the A/A noise floor (``noise_floor.floors_from_payloads``). All worker processes
+    start (and import torch) together before any timing; one worker per side when the plan cannot
+    decide (structure only).
     """
-    if workers_per_side < 1:
-        raise ValueError(f"workers_per_side must be 1 or more, got {workers_per_side!r}")
+    workers_per_side = plan.worker_pairs if plan.can_decide() else 1
     bases: list[WorkerProcess] = []
     heads: list[WorkerProcess] = []
     try:
@@ -500,18 +475,19 @@ def run_ab(
                 for mode in modes:
                     if progress:
                         progress(f"A/B {variant} on {case_id} ({mode})")
+                    key = str(BenchmarkKey(variant, case_id, mode))
                     found = run_benchmark(
                         bases,
                         heads,
                         variant,
                         case_id,
                         seed,
-                        rounds,
                         settings,
                         plan,
                         mode,
                         specs,
                         contended_pairs,
+                        floor_sd=(noise_floors or {}).get(key, 0.0),
                     )
                     if found:
                         results.append(found)
@@ -527,16 +503,15 @@ def ab_payload(
     settings: GateSettings,
     plan: SequentialPlan = SequentialPlan(),
     contended_pairs: ContendedPairs = DEFAULT_CONTENDED_PAIRS,
-    workers_per_side: int = WORKERS_PER_SIDE,
 ) -> dict:
     """The raw blocks, fingerprints and verdicts of an A/B run (``--json``; the history store reads it).
-    Per benchmark, ``contended_pairs`` lists which pairs were set aside and ``wait_shares`` the base
-    and head blocks' wait shares per pair; block pair ``k`` was timed by the workers
-    ``pair_schedule(k, workers_per_side)`` names (worker pair ``k % workers_per_side``)."""
+    Per benchmark, ``contended_pairs`` lists which pairs were set aside, ``wait_shares`` the base
+    and head blocks' wait shares per pair, and ``clusters`` the worker pair that timed each pair
+    (None: pooled, one worker per side)."""
     return {
-        "schema_version": 2,
+        "schema_version": 3,
         "contended_pair_policy": str(contended_pairs),
-        "workers_per_side": workers_per_side,
+        "workers_per_side": plan.worker_pairs,
         "machine": info,
         "alpha": settings.alpha,
         "min_effect": settings.min_effect,
@@ -552,6 +527,8 @@ def ab_payload(
                 "wait_shares": r.wait_shares,
                 "cpu_blocks_s": r.cpu_seconds,
                 "clock": r.clock,
+                "clusters": r.clusters,
+                "rounds": r.rounds,
                 "looks": r.looks,
                 "stopped": r.stopped,
                 "seconds": r.seconds,
@@ -607,16 +584,12 @@ def ab_title(
 def ab_method(
     plan: SequentialPlan,
     settings: GateSettings,
-    workers_per_side: int,
     contended_pairs: ContendedPairs,
     timing_threads: int | None,
 ) -> str:
-    """The report's method line: the paired statistic, the sequential plan, the workers, the
+    """The report's method line: the paired statistic, the sequential plan and its workers, the
     contended-pair policy and, when set, the torch threads each side timed with."""
-    method = (
-        f"{PAIRED_METHOD}; {plan.describe(settings.alpha, clustered=workers_per_side > 1)}; "
-        f"{workers_phrase(workers_per_side)}"
-    )
+    method = f"{PAIRED_METHOD}; {plan.describe(settings)}"
     method += (
         "; pairs with both blocks contended kept, pairs with one contended block set aside"
         if contended_pairs == ContendedPairs.SHARED

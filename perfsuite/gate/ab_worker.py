@@ -12,10 +12,14 @@ per line on stdin and answers one JSON line on stdout:
   ``perfsuite.variants`` group always are). ``slowdown`` (0.1 = 10%) adds busy CPU work after
   each step, lasting that fraction of the step's median measured at setup (calibration of
   the gate: a real slowdown, not a sleep);
-* ``{"time": rounds, "warmup": n}`` -> ``{"times": [seconds, ...], "cpu_times": [...], "contention": {...}, "clock": ...}``,
+* ``{"time": rounds, "warmup": n, "placement": seed}`` -> ``{"times": [seconds, ...], "cpu_times": [...],
+  "contention": {...}, "clock": ..., "block_s": seconds}``; with ``placement`` (an integer, host clock only) the
+  inputs are first re-created at random aligned offsets drawn from that seed, with a spacer of random size held
+  through the block (``perfsuite.measure.placement``), and the step rebuilt on them;
   ``n`` untimed steps (default 0), then one step per round: its seconds on the worker's clock (what the gate judges), this process's CPU seconds
   over all threads (``validation.block_noise`` compares the two clocks), and the block's contention evidence (``perfsuite.measure.contention``, read before
-  and after the block, never between rounds). The clock (also in the setup's reply): on the CPU ``host`` (the
+  and after the block, never between rounds); ``block_s``: the worker's own wall seconds from the first
+  timed round's start to the last one's end (the coordinator compares it with its own clock). The clock (also in the setup's reply): on the CPU ``host`` (the
   wall time of the call); on CUDA the device clock of ``perfsuite.measure.device_timing`` (``DeviceSampler``):
   ``cuda_graph`` (graph replay between blocked events) where the step can be captured, else ``blocked_event``,
   the L2 flushed before every round outside the interval. ``slowdown`` is host work, which a device clock
@@ -47,6 +51,8 @@ class Worker:
         self.loaded = False
         self.device_sampler = None  # a DeviceSampler on CUDA: rounds on the device clock
         self.clock = "host"
+        self.prepared = self.mode = self.case = None  # the benchmark set up last (host clock)
+        self.extra_s = 0.0  # injected busy seconds after each step (calibration)
 
     def setup(self, request: dict) -> dict:
         from perfsuite.attention.cases import parse_case_id
@@ -104,12 +110,32 @@ class Worker:
             self.forward = self.device_sampler.timer.run
             self.device_sampler.warm_up()  # by device time: clocks up before the first block
             return {**found, "clock": self.clock, "cuda_graph": self.device_sampler.cuda_graph}
-        extra_s = request.get("slowdown", 0.0) * statistics.median(self._times(step, 7))
-        self.forward = step if not extra_s else (lambda: (step(), _spin(extra_s)))
+        step_s = statistics.median(self._times(step, 7))
+        self.extra_s = request.get("slowdown", 0.0) * step_s
+        self.prepared, self.mode, self.case = prepared, mode, case
+        self.forward = self._with_slowdown(step)
         self._times(self.forward, 5)  # warm-up
-        return {**found, "clock": self.clock}
+        return {**found, "clock": self.clock, "step_s": step_s}
 
-    def _device_times(self, rounds: int) -> tuple[list[float], list[float]]:
+    def _with_slowdown(self, step):
+        extra_s = self.extra_s
+        return step if not extra_s else (lambda: (step(), _spin(extra_s)))
+
+    def _placed(self, seed: int):
+        """The step rebuilt on inputs re-created at offsets drawn from ``seed``, and the spacer to hold
+        through the block (``perfsuite.measure.placement``)."""
+        import numpy as np
+
+        from perfsuite.attention.modes import make_step
+        from perfsuite.measure.placement import relocated_inputs, spacer
+
+        rng = np.random.default_rng(seed)
+        prepared = self.prepared
+        inputs = relocated_inputs(prepared.inputs, rng)
+        step = make_step(self.mode, prepared.fn, inputs, prepared.grad_output)
+        return self._with_slowdown(step), spacer(rng, self.case.device)
+
+    def _device_times(self, rounds: int, forward=None) -> tuple[list[float], list[float]]:
         """Per round: device seconds (``DeviceSampler``) and this process's CPU seconds."""
         times, cpu = [], []
         for _ in range(rounds):
@@ -128,8 +154,8 @@ class Worker:
         for spec in specs:
             load_variant_spec(spec)
 
-    def _host_times(self, rounds: int) -> tuple[list[float], list[float]]:
-        return self._clocked(self.forward, rounds)
+    def _host_times(self, rounds: int, forward=None) -> tuple[list[float], list[float]]:
+        return self._clocked(forward or self.forward, rounds)
 
     @staticmethod
     def _times(forward, rounds: int) -> list[float]:
@@ -154,14 +180,21 @@ class Worker:
             from perfsuite.measure.contention import Probe
 
             clocked = self._device_times if self.device_sampler else self._host_times
+            forward, held = None, None
+            if request.get("placement") is not None and not self.device_sampler:
+                forward, held = self._placed(int(request["placement"]))
             with Probe() as probe:
-                clocked(int(request.get("warmup", 0)))  # untimed rounds first
-                times, cpu_times = clocked(int(request["time"]))
+                clocked(int(request.get("warmup", 0)), forward)  # untimed rounds first
+                start = time.perf_counter()
+                times, cpu_times = clocked(int(request["time"]), forward)
+                block_s = time.perf_counter() - start
+            del held
             return {
                 "times": times,
                 "cpu_times": cpu_times,
                 "contention": probe.evidence(times).as_dict(),
                 "clock": self.clock,
+                "block_s": block_s,
             }
         if "info" in request:
             from perfsuite.measure.machine import torch_machine_info

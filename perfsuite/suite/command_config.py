@@ -24,12 +24,12 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from perfsuite.errors import ConfigError, UsageError
-from perfsuite.gate.stats import (
+from perfsuite.gate.sequential import SequentialPlan
+from perfsuite.gate.verdicts import (
+    AB_ALPHA,
+    SEPARATE_RUNS_ALPHA,
     SEPARATE_RUNS_MIN_EFFECT,
-    SEQUENTIAL_LOOKS,
     GateSettings,
-    SequentialPlan,
-    min_pairs,
 )
 from perfsuite.suite.runner import ConfigFile, Project, find_project
 
@@ -342,35 +342,58 @@ def resolve_ab(
     )
 
 
-def gate_settings(alpha: float, min_effect: float | None, *, separate_runs: bool) -> GateSettings:
-    """The gate's level and minimum effect: ``min_effect`` when given, else the default for A/B runs
-    (``GateSettings.min_effect``) or for two separate runs (``SEPARATE_RUNS_MIN_EFFECT``)."""
-    default = SEPARATE_RUNS_MIN_EFFECT if separate_runs else GateSettings.min_effect
-    return GateSettings(alpha, default if min_effect is None else min_effect)
+def gate_settings(alpha: float | None, min_effect: float | None, *, separate_runs: bool) -> GateSettings:
+    """The gate's level and minimum effect: each when given, else the default for A/B runs
+    (``AB_ALPHA``, ``GateSettings.min_effect``) or for two separate runs (``SEPARATE_RUNS_ALPHA``,
+    ``SEPARATE_RUNS_MIN_EFFECT``).
+
+    Raises:
+        UsageError: ``alpha`` outside (0, 0.5) or ``min_effect`` outside [0, 1).
+    """
+    default_alpha = SEPARATE_RUNS_ALPHA if separate_runs else AB_ALPHA
+    default_effect = SEPARATE_RUNS_MIN_EFFECT if separate_runs else GateSettings.min_effect
+    try:
+        return GateSettings(
+            default_alpha if alpha is None else alpha,
+            default_effect if min_effect is None else min_effect,
+        )
+    except ValueError as exc:
+        raise UsageError(f"--alpha / --min-effect: {exc}", "--alpha") from None
 
 
 def sequential_plan(
-    blocks: int, budget_s: float, settings: GateSettings, fail_on_structure: bool
+    worker_pairs: int,
+    blocks: int,
+    rounds: int,
+    budget_s: float,
+    max_budget_s: float,
+    fail_on_structure: bool,
 ) -> tuple[SequentialPlan, str | None]:
-    """The sequential plan's looks up to ``blocks`` pairs (the planned looks below it, then ``blocks``),
-    and a note when it can judge structure only.
+    """The A/B gate's plan from its options (``SequentialPlan``), and a note when it can judge
+    structure only (``--budget-s 0``, or ``--blocks`` below the kept pairs a worker pair needs).
 
     Raises:
-        UsageError: ``blocks`` is too few for a finite interval at ``settings.alpha`` and the gate
-            does not judge structure (``fail_on_structure`` false: ``--no-fail-on-structure``).
+        UsageError: the options contradict each other, or the plan can decide nothing by timing and
+            the gate does not judge structure (``--no-fail-on-structure``).
     """
-    plan = SequentialPlan(tuple(n for n in SEQUENTIAL_LOOKS if n < blocks) + (blocks,), budget_s)
-    needed = min_pairs(plan.alpha_per_look(settings.alpha))
-    if blocks >= needed:
+    try:
+        plan = SequentialPlan(
+            worker_pairs, budget_s=budget_s, max_budget_s=max(budget_s, max_budget_s),
+            rounds=rounds, blocks=blocks,
+        )
+    except ValueError as exc:
+        raise UsageError(f"perfsuite ab: {exc}", "--workers-per-side") from None
+    if plan.can_decide():
         return plan, None
     why = (
-        f"--blocks {blocks}: at alpha {settings.alpha:g} over {len(plan.looks)} look(s) the interval "
-        f"needs at least {needed} block pairs to be finite, so no timing verdict is possible"
+        f"--budget-s {budget_s:g} times nothing"
+        if budget_s <= 0
+        else f"--blocks {blocks}: a worker pair needs at least 3 kept block pairs for its estimate"
     )
     if not fail_on_structure:
         raise UsageError(
-            f"{why}; use --blocks {needed} or more, or drop --no-fail-on-structure to gate on "
-            "structure only",
+            f"{why}, so no timing verdict is possible; raise it, or drop --no-fail-on-structure to "
+            "gate on structure only",
             "--blocks",
         )
     return plan, f"{why}; this gate judges structure only"

@@ -1,0 +1,75 @@
+"""The A/A noise floor: how far apart worker pairs measured identical code, learned from recorded A/A runs.
+
+With few worker pairs, the t interval's standard deviation is itself a noisy estimate: a gate whose
+pairs happen to agree understates the noise. An A/A run (``perfsuite ab --base-ref main --head-ref
+main --json aa.json``, the nightly job ``perfsuite init-ci`` writes) measures, per benchmark, the
+standard deviation between its worker pairs' estimates when nothing changed; ``perfsuite ab
+--noise-floor aa.json`` makes that the least the gate assumes (``sequential.look_estimate``). Several
+A/A documents pool their variances (the root of the mean variance), so one lucky night does not set a
+low floor.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from perfsuite.errors import UsageError
+from perfsuite.gate.intervals import cluster_estimates, pair_log_ratios
+
+
+def between_pairs_sd(benchmark: dict) -> float | None:
+    """The standard deviation (log units) between the worker pairs' estimates of one benchmark of an
+    ``ab --json`` document (its kept pairs and ``clusters``); None with fewer than 2 worker pairs."""
+    clusters = benchmark.get("clusters") or []
+    base, head = benchmark.get("base_blocks_s") or [], benchmark.get("head_blocks_s") or []
+    if not base or len(clusters) != len(base) or any(c is None for c in clusters):
+        return None
+    kept = [i for i, c in enumerate(benchmark.get("contended_pairs") or [False] * len(base)) if not c]
+    logs = pair_log_ratios([base[i] for i in kept], [head[i] for i in kept])
+    estimates = cluster_estimates(logs, [clusters[i] for i in kept])
+    return float(estimates.std(ddof=1)) if len(estimates) >= 2 else None
+
+
+def floors_from_payloads(payloads: list[dict]) -> dict[str, float]:
+    """Per benchmark key, the pooled between-worker-pair standard deviation of A/A ``payloads``
+    (``ab --json`` documents): ``sqrt(mean of the variances)`` over the documents that measured it."""
+    variances: dict[str, list[float]] = {}
+    for payload in payloads:
+        for benchmark in payload.get("benchmarks", []):
+            sd = between_pairs_sd(benchmark)
+            if sd is not None:
+                variances.setdefault(benchmark["key"], []).append(sd**2)
+    return {key: math.sqrt(float(np.mean(v))) for key, v in variances.items()}
+
+
+def floors_from_files(paths: list[Path]) -> dict[str, float]:
+    """``floors_from_payloads`` of the A/A documents at ``paths``.
+
+    Raises:
+        UsageError: a file is missing, is not JSON, or is not an ``ab --json`` document of an A/A run
+            (its benchmarks must have the same code on both sides: every verdict but ``slower``/``faster``
+            is accepted, and a document with a structural difference is refused).
+    """
+    payloads = []
+    for path in paths:
+        try:
+            payload = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise UsageError(f"--noise-floor {path}: cannot read it ({exc})", "--noise-floor") from None
+        if not isinstance(payload, dict) or not isinstance(payload.get("benchmarks"), list):
+            raise UsageError(
+                f"--noise-floor {path}: not a `perfsuite ab --json` document (no benchmarks list)",
+                "--noise-floor",
+            )
+        changed = [b.get("key") for b in payload["benchmarks"] if b.get("structure")]
+        if changed:
+            raise UsageError(
+                f"--noise-floor {path}: not an A/A run: structure differs in {changed[0]}",
+                "--noise-floor",
+            )
+        payloads.append(payload)
+    return floors_from_payloads(payloads)

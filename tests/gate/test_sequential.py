@@ -1,0 +1,129 @@
+"""The sequential rule over warm worker pairs: seeded simulations of its level and power, the looks,
+the budget and the contended extension (no worker process: ``visit`` is simulated)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from perfsuite.gate.intervals import PairSample
+from perfsuite.gate.sequential import (
+    SequentialPlan,
+    look_estimate,
+    next_worker_pair,
+    planned_looks,
+    sequential_visits,
+)
+from perfsuite.gate.verdicts import GateSettings, Verdict
+
+
+class SimulatedGate:
+    """Worker pairs with a per-process bias (each process's log-time offset ~ N(0, bias_sd)), block
+    noise ``noise_sd`` (log units), a true ratio; a clock that advances ``visit_s`` per visit."""
+
+    def __init__(self, rng, ratio=1.0, bias_sd=0.02, noise_sd=0.03, blocks=10, visit_s=0.5,
+                 contended=lambda cluster, visit: False):
+        self.rng, self.log_ratio = rng, math.log(ratio)
+        self.biases = {}
+        self.bias_sd, self.noise_sd, self.blocks, self.visit_s = bias_sd, noise_sd, blocks, visit_s
+        self.now, self.visits, self.contended = 0.0, [], contended
+
+    def clock(self):
+        return self.now
+
+    def __call__(self, cluster):
+        bias = self.biases.setdefault(cluster, self.rng.normal(0, self.bias_sd, 2))
+        self.now += self.visit_s
+        self.visits.append(cluster)
+        out = []
+        for _ in range(self.blocks):
+            base = math.exp(bias[0] + self.rng.normal(0, self.noise_sd))
+            head = math.exp(bias[1] + self.log_ratio + self.rng.normal(0, self.noise_sd))
+            out.append(PairSample([base], [head], self.contended(cluster, len(self.visits)), cluster))
+        return out
+
+
+def run(seed, plan=SequentialPlan(), settings=GateSettings(alpha=0.01), floor_sd=0.0, **kwargs):
+    gate = SimulatedGate(np.random.default_rng(seed), **kwargs)
+    return sequential_visits(gate, settings, plan, gate.clock, floor_sd), gate
+
+
+def test_planned_looks():
+    assert planned_looks(8) == (4, 6, 8)
+    assert planned_looks(2) == (2,)
+    assert planned_looks(1) == (4, 6, 8)
+    with pytest.raises(ValueError, match="worker_pairs"):
+        planned_looks(0)
+
+
+def test_identical_code_keeps_the_level_with_few_clusters_and_a_process_bias():
+    """A/A with a per-process bias as large as the block noise: over 1,500 seeded gates at alpha 0.01,
+    slower and faster each stay under the level (their Clopper-Pearson-free check: 2x the level)."""
+    verdicts = [run(seed, bias_sd=0.03, noise_sd=0.03)[0].verdict for seed in range(1500)]
+    assert verdicts.count(Verdict.SLOWER) / 1500 <= 0.015
+    assert verdicts.count(Verdict.FASTER) / 1500 <= 0.015
+    # and most gates conclude: the interval lies inside the minimum effect
+    assert verdicts.count(Verdict.NO_CHANGE) > 0
+
+
+def test_pooling_the_pairs_would_not_keep_the_level_under_a_process_bias():
+    """The reason for clusters: one worker pair, pairs pooled, a process bias of 3%: identical code is
+    called changed far more often than the level."""
+    plan = SequentialPlan(worker_pairs=1)
+    verdicts = [run(seed, plan=plan, bias_sd=0.03, noise_sd=0.01)[0].verdict for seed in range(300)]
+    changed = sum(v in (Verdict.SLOWER, Verdict.FASTER) for v in verdicts) / 300
+    assert changed > 0.2
+
+
+def test_a_3_percent_change_is_decided_when_the_process_bias_is_small():
+    verdicts = [run(seed, ratio=1.03, bias_sd=0.004, noise_sd=0.02)[0].verdict for seed in range(200)]
+    assert verdicts.count(Verdict.SLOWER) >= 190
+
+
+def test_a_large_change_stops_at_the_first_look():
+    outcome, gate = run(0, ratio=2.0)
+    assert outcome.verdict == Verdict.SLOWER and outcome.looks == 1 and len(gate.visits) == 4
+
+
+def test_the_noise_floor_widens_the_interval():
+    decided, _ = run(3, ratio=1.05, bias_sd=0.002, noise_sd=0.01)
+    floored, _ = run(3, ratio=1.05, bias_sd=0.002, noise_sd=0.01, floor_sd=0.2)
+    assert decided.verdict == Verdict.SLOWER
+    assert floored.verdict != Verdict.SLOWER and floored.floor_used
+
+
+def test_the_budget_takes_the_last_look_on_what_was_sampled():
+    plan = SequentialPlan(budget_s=2.0)
+    outcome, gate = run(1, plan=plan, visit_s=0.5)
+    assert len(gate.visits) == 4 and outcome.stopped in ("budget", "decisive")
+
+
+def test_under_contention_incomplete_worker_pairs_are_revisited_up_to_the_cap():
+    """Worker pair 2's first visit is all contended: it is visited again after the others (and only
+    it), and the look counts it once complete."""
+    plan = SequentialPlan(budget_s=4.0, max_budget_s=8.0)
+    outcome, gate = run(2, plan=plan, contended=lambda cluster, visit: visit == 3)
+    assert gate.visits == list(range(8)) + [2]
+    assert outcome.stopped in ("last look", "decisive")
+
+
+def test_next_worker_pair_cycles_through_incomplete_pairs():
+    plan = SequentialPlan(worker_pairs=3)
+    samples = [PairSample([1.0], [1.0], c == 1, c) for c in (0, 1, 2) for _ in range(3)]
+    assert [next_worker_pair(samples, plan, v) for v in range(5)] == [0, 1, 2, 1, 1]
+
+
+def test_look_estimate_needs_two_complete_clusters():
+    samples = [PairSample([1.0], [1.1], False, 0) for _ in range(5)]
+    estimate, _ = look_estimate(samples, 0.001, clustered=True)
+    assert estimate.high == math.inf
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [({"worker_pairs": 0}, "worker_pairs"), ({"looks": (6, 4)}, "increasing"),
+     ({"looks": (4, 12)}, "at most worker_pairs"), ({"budget_s": 40.0}, "budget")],
+)
+def test_bad_plans_are_refused(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        SequentialPlan(**kwargs)
