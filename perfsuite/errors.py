@@ -65,6 +65,11 @@ class WorkerError(PerfsuiteError):
     """An A/B worker process exited or answered with an error; names its source tree."""
 
 
+class GateTampered(WorkerError):
+    """An A/B worker's code changed how it is timed (a replaced timer or setting, times that disagree
+    with the coordinator's clock) or hung past its limit; the gate fails naming the side (exit 1)."""
+
+
 class UsageError(PerfsuiteError):
     """A command-line request that cannot be carried out; printed as one line, exit code 2."""
 

@@ -24,6 +24,7 @@ from perfsuite.gate.verdicts import (
     ContendedPairs,
     GateSettings,
 )
+from perfsuite.errors import GateTampered
 from perfsuite.storage import write_text_atomic
 from perfsuite.suite.command_config import (
     AB_CASE_SET,
@@ -227,6 +228,14 @@ def add_commands(commands) -> None:
         help="calls per block (default: sized from the step's time, about 20 ms a block)",
     )
     ab.add_argument(
+        "--call-limit-s",
+        type=positive_float,
+        default=None,
+        help="seconds a worker may take to set a benchmark up (its first calls); a block gets 100x what "
+        "its calls took then, at least 30 s. Past it the side is named as hung, its worker killed and the "
+        "gate failed (default: the suite's per-call limit, 600 s on the CPU, 120 s on CUDA)",
+    )
+    ab.add_argument(
         "--noise-floor",
         action="append",
         default=[],
@@ -317,6 +326,9 @@ def run_ab_command(args: argparse.Namespace) -> int:
     try:
         with sigterm_raises():
             return _run_ab(args)
+    except GateTampered as exc:
+        print(f"**perfsuite gate: FAIL: {exc}**", file=sys.stderr)
+        return 1
     except (KeyboardInterrupt, Terminated) as exc:
         what, code = stopped[type(exc)]
         print(
@@ -373,6 +385,7 @@ def _run_ab(args: argparse.Namespace) -> int:
             timing_threads=args.timing_threads,
             contended_pairs=contended_pairs,
             noise_floors=floors,
+            call_limit_s=args.call_limit_s,
         )
     payload = ab_payload(results, info, settings, plan, contended_pairs)
     sides = {

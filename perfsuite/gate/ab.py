@@ -18,8 +18,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import platform
+import select
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -29,7 +30,7 @@ from typing import Any
 
 from perfsuite.attention.cases import parse_case_id
 from perfsuite.attention.modes import Mode
-from perfsuite.errors import IncomparableRuns, UsageError, WorkerError
+from perfsuite.errors import GateTampered, IncomparableRuns, UsageError, WorkerError
 from perfsuite.gate.compare import BenchmarkComparison, BenchmarkKey
 from perfsuite.measure.conditions import required_env
 from perfsuite.measure.contention import (
@@ -42,6 +43,8 @@ from perfsuite.measure.machine import MUST_MATCH, machine_differences
 from perfsuite.trace.structure import adds_work, diff_fingerprints
 from perfsuite.gate.worktrees import describe_tree
 from perfsuite.gate.intervals import PairSample
+from perfsuite.gate.outside_clock import ClockCheck
+from perfsuite.measure.call_limit import default_limit_s
 from perfsuite.gate.sequential import SequentialPlan, sequential_visits
 from perfsuite.gate.verdicts import (
     DEFAULT_CONTENDED_PAIRS,
@@ -97,18 +100,28 @@ class Side:
         )
 
 
-class WorkerProcess:
-    """A running ``perfsuite.gate.ab_worker`` for one side."""
+# Requests and their time limits: set-up runs the variant's first calls (a compiled variant compiles),
+# so it gets the suite's per-call limit (``measure.call_limit``); a block gets HANG_FACTOR times what its
+# calls took at set-up, at least BLOCK_LIMIT_FLOOR_S, at most the per-call limit per call.
+HANG_FACTOR = 100
+BLOCK_LIMIT_FLOOR_S = 30.0
+TRANSPORT_PINGS = 5
 
-    def __init__(self, side: Side, timing_threads: int | None = None):
+
+class WorkerProcess:
+    """A running ``perfsuite.gate.ab_worker`` for one side (``role``: base or head), in its own process
+    group so that a hung worker and any child it started are ended together."""
+
+    def __init__(self, side: Side, timing_threads: int | None = None, role: str = "head"):
         paths = side.python_path() + [
             p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p
         ]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths), **WORKER_ENV)
         if timing_threads is not None:
             env |= {TIMING_THREADS_ENV: str(timing_threads), "OMP_NUM_THREADS": str(timing_threads)}
-        self.side = side
+        self.side, self.role = side, role
         self._broken = False  # the pipe to the worker broke on send: receive reports it exited
+        self._transport_s: float | None = None
         if shutil.which(side.python) is None:
             raise UsageError(
                 f"interpreter {side.python!r} (--base-python / --head-python) does not exist or is not "
@@ -122,12 +135,14 @@ class WorkerProcess:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
+            start_new_session=True,  # its own group: ended whole (children too); Ctrl-C is the coordinator's
         )
 
-    def ask(self, request: dict[str, Any]) -> dict[str, Any]:
-        """Send ``request`` and wait for the worker's reply (``WorkerError`` when it exited or failed)."""
+    def ask(self, request: dict[str, Any], limit_s: float | None = None, what: str = "") -> dict[str, Any]:
+        """Send ``request`` and wait for the worker's reply (``WorkerError`` when it exited or failed,
+        ``GateTampered`` when it tampered with its timing or took longer than ``limit_s``)."""
         self.send(request)
-        return self.receive()
+        return self.receive(limit_s, what)
 
     def send(self, request: dict[str, Any]) -> None:
         """Send ``request`` without waiting; ``receive`` reads the reply (a worker answers in order)."""
@@ -137,31 +152,77 @@ class WorkerProcess:
         except BrokenPipeError:
             self._broken = True
 
-    def receive(self) -> dict[str, Any]:
+    def receive(self, limit_s: float | None = None, what: str = "") -> dict[str, Any]:
         """The reply to the oldest request not yet received; ``WorkerError`` when the worker exited
-        or answered with an error."""
+        or answered with an error, ``GateTampered`` when it reported tampering or gave no reply within
+        ``limit_s`` seconds (``what``: the request, for the message; the worker is then killed)."""
+        if not self._broken and limit_s is not None:
+            ready, _, _ = select.select([self.process.stdout], [], [], limit_s)
+            if not ready:
+                self.kill()
+                raise GateTampered(
+                    f"the {self.role} worker ({self.side.label()}) hung: {what or 'a request'} gave no "
+                    f"answer within {limit_s:g} s; the worker and its children were killed"
+                )
         line = "" if self._broken else self.process.stdout.readline()
         if not line:
-            raise WorkerError(
-                f"A/B worker for {self.side.label()} exited (exit code {self.process.poll()}); "
-                "is perfsuite installed for that interpreter?"
-            )
+            raise WorkerError(f"A/B worker for {self.side.label()} {self._exit_reason()}")
         reply = json.loads(line)
+        if "tampered" in reply:
+            raise GateTampered(
+                f"the {self.role} worker ({self.side.label()}) tampered with its measurement: "
+                f"{reply['tampered']}; nothing of it was kept"
+            )
         if "error" in reply:
             raise WorkerError(f"A/B worker for {self.side.label()}: {reply['error']}")
         return reply
 
-    def close(self) -> None:
-        """Ask the worker to quit; kill it when it cannot be asked (it died, or an interrupt broke
-        the pipe) or does not quit within 30 s."""
-        if self.process.poll() is not None:
-            return
+    def _exit_reason(self) -> str:
+        code = self.process.wait(timeout=10) if self.process.poll() is None else self.process.poll()
+        if code is not None and code < 0:
+            name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
+            return (
+                f"crashed: killed by signal {name} while running the {self.role}'s code (a crash in "
+                "that code or a library it calls, not in the gate)"
+            )
+        return f"exited (exit code {code}); is perfsuite installed for that interpreter?"
+
+    def transport_s(self) -> float:
+        """The slowest of ``TRANSPORT_PINGS`` empty round trips (seconds), measured once: what the
+        coordinator's clock adds to a request beyond the worker's handling of it."""
+        if self._transport_s is None:
+            trips = []
+            for _ in range(TRANSPORT_PINGS):
+                start = time.perf_counter()
+                self.ask({"ping": True}, BLOCK_LIMIT_FLOOR_S, "a ping")
+                trips.append(time.perf_counter() - start)
+            self._transport_s = max(trips)
+        return self._transport_s
+
+    def kill(self) -> None:
+        """End the worker's process group (the worker and any child it left) at once."""
         try:
-            self.process.stdin.write(json.dumps({"quit": True}) + "\n")
-            self.process.stdin.close()
-            self.process.wait(timeout=30)
-        except (OSError, ValueError, subprocess.TimeoutExpired):
-            self.process.kill()
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.process.wait()
+        self._broken = True
+
+    def close(self) -> None:
+        """Ask the worker to quit; kill its process group when it cannot be asked (it died, or an
+        interrupt broke the pipe) or does not quit within 30 s; children it left are ended too."""
+        if self.process.poll() is None:
+            try:
+                self.process.stdin.write(json.dumps({"quit": True}) + "\n")
+                self.process.stdin.close()
+                self.process.wait(timeout=30)
+            except (OSError, ValueError, subprocess.TimeoutExpired):
+                pass
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)  # what the worker's code left running
+        except (ProcessLookupError, PermissionError):
+            pass
+        if self.process.poll() is None:
             self.process.wait()
 
 
@@ -202,16 +263,27 @@ def block_pair(
     contended_pairs: ContendedPairs,
     cluster: int | None,
     reasons: list[str],
+    limits: dict[int, float],
+    checks: dict[int, ClockCheck],
 ) -> tuple[PairSample, bool]:
     """Time one block per side (``base_first`` says which goes first), each after one untimed step on
     inputs re-placed from its seed in ``placements``; returns the ``PairSample`` and whether both blocks
     were contended and the pair kept (``ContendedPairs.SHARED``). Each contended block's reasons are
-    appended to ``reasons`` in one short line."""
+    appended to ``reasons`` in one short line. Each block is bounded by its worker's entry in ``limits``
+    (seconds, by ``id``) and checked against the coordinator's clock (its ``ClockCheck`` in ``checks``);
+    ``GateTampered`` when a worker hangs or its times disagree with that clock."""
     order = (base, head) if base_first else (head, base)
     seeds = {id(base): placements[0], id(head): placements[1]}
-    replies = {
-        id(w): w.ask({"time": rounds, "warmup": 1, "placement": seeds[id(w)]}) for w in order
-    }
+    replies = {}
+    for worker in order:
+        request = {"time": rounds, "warmup": 1, "placement": seeds[id(worker)]}
+        start = time.perf_counter()
+        reply = worker.ask(request, limits[id(worker)], f"a block of {rounds} calls")
+        checks[id(worker)].record(time.perf_counter() - start, worker.transport_s(), reply)
+        replies[id(worker)] = reply
+    for worker in order:
+        if failure := checks[id(worker)].failure():
+            raise GateTampered(failure)
     b, h = replies[id(base)], replies[id(head)]
     found = [r.get("contention") or {} for r in (b, h)]
     flagged = [f for f in found if f.get("contended")]
@@ -249,31 +321,38 @@ def setup_request(worker: WorkerProcess, variant: str, case_id: str, seed: int, 
     }
 
 
-def setup_pair(base: WorkerProcess, head: WorkerProcess, requests: tuple[dict, dict]) -> list[dict]:
-    """Set up one worker pair: both requests sent, then both replies read (set-up is not timed, and
-    only this pair is busy)."""
+def setup_pair(
+    base: WorkerProcess, head: WorkerProcess, requests: tuple[dict, dict], limit_s: float
+) -> list[dict]:
+    """Set up one worker pair: both requests sent, then both replies read, each within ``limit_s``
+    (set-up is not timed, and only this pair is busy)."""
     for worker, request in zip((base, head), requests):
         worker.send(request)
-    return [base.receive(), head.receive()]
+    return [w.receive(limit_s, "setting the benchmark up (its first calls)") for w in (base, head)]
 
 
 class Visits:
     """``visit(c)`` for ``sequential.sequential_visits``: worker pair ``c`` sets the benchmark up (once
     per benchmark; pair 0 already did, with the fingerprints), then times ``plan.blocks_for`` block
     pairs of ``plan.rounds_for`` calls, the first side alternating block pair by block pair and visit by
-    visit. ``reasons``: each contended block's reasons; ``shared``: kept pairs with both blocks
-    contended."""
+    visit. Set-up is bounded by ``call_limit_s``; a block by ``block_limit_s`` (``HANG_FACTOR`` times its
+    calls' time at set-up, within ``BLOCK_LIMIT_FLOOR_S`` and the per-call limit). ``reasons``: each
+    contended block's reasons; ``shared``: kept pairs with both blocks contended."""
 
     def __init__(self, bases, heads, plan: SequentialPlan, step_s: float, request, seed: int,
-                 contended_pairs: ContendedPairs):
+                 contended_pairs: ContendedPairs, call_limit_s: float):
         import numpy as np
 
         self.bases, self.heads, self.plan = bases, heads, plan
         self.rounds, self.blocks = plan.rounds_for(step_s), plan.blocks_for(step_s)
+        calls = self.rounds + 1
+        self.block_limit_s = min(call_limit_s * calls, max(BLOCK_LIMIT_FLOOR_S, HANG_FACTOR * calls * step_s))
+        self.call_limit_s = call_limit_s
         self.request = request  # (worker, fingerprint) -> its setup request
         self.ready = {0}
         self.rng = np.random.default_rng(seed)
         self.contended_pairs = contended_pairs
+        self.checks = {id(w): ClockCheck(w.role) for w in bases + heads}
         self.reasons: list[str] = []
         self.shared = 0
         self.visits = 0
@@ -281,15 +360,17 @@ class Visits:
     def __call__(self, cluster: int) -> list[PairSample]:
         base, head = self.bases[cluster], self.heads[cluster]
         if cluster not in self.ready:
-            setup_pair(base, head, (self.request(base, False), self.request(head, False)))
+            requests = (self.request(base, False), self.request(head, False))
+            setup_pair(base, head, requests, self.call_limit_s)
             self.ready.add(cluster)
         label = cluster if self.plan.clustered else None
+        limits = {id(base): self.block_limit_s, id(head): self.block_limit_s}
         samples = []
         for j in range(self.blocks):
             placements = tuple(int(x) for x in self.rng.integers(0, 2**31, size=2))
             sample, shared = block_pair(
                 base, head, (self.visits + j) % 2 == 0, self.rounds, placements,
-                self.contended_pairs, label, self.reasons,
+                self.contended_pairs, label, self.reasons, limits, self.checks,
             )
             self.shared += shared
             samples.append(sample)
@@ -316,15 +397,19 @@ def run_benchmark(
     contended_pairs: ContendedPairs = DEFAULT_CONTENDED_PAIRS,
     clock: Callable[[], float] = time.monotonic,
     floor_sd: float = 0.0,
+    call_limit_s: float | None = None,
 ) -> AbBenchmark | None:
     """A/B one variant on one case in one mode: worker pair 0 records both structural fingerprints,
     then the worker pairs are visited (``Visits``, ``sequential.sequential_visits``, its budget read on
     ``clock``; ``floor_sd``: the benchmark's A/A noise floor); None when either side cannot run it. A
-    plan that can decide nothing (``SequentialPlan.can_decide``) times nothing: structure only."""
+    plan that can decide nothing (``SequentialPlan.can_decide``) times nothing: structure only.
+    ``call_limit_s``: seconds a set-up may take (default: the suite's per-call limit for the case's
+    device, ``measure.call_limit``); blocks are bounded from it and the step's time (``Visits``)."""
     def request(worker: WorkerProcess, fingerprint: bool) -> dict:
         return setup_request(worker, variant, case_id, seed, mode, specs, fingerprint)
 
-    setups = setup_pair(bases[0], heads[0], (request(bases[0], True), request(heads[0], True)))
+    limit_s = call_limit_s or default_limit_s(parse_case_id(case_id).device)
+    setups = setup_pair(bases[0], heads[0], (request(bases[0], True), request(heads[0], True)), limit_s)
     key = str(BenchmarkKey(variant, case_id, mode))
     missing = {side: s["missing"] for side, s in zip(("base", "head"), setups) if "missing" in s}
     for side, worker in (("base", bases[0]), ("head", heads[0])):
@@ -350,8 +435,9 @@ def run_benchmark(
         )
         return AbBenchmark(key, [], [], comparison, fingerprints=fingerprints, clock=clock_name)
     step_s = setups[0].get("step_s") or 1e-3
-    visits = Visits(bases, heads, plan, step_s, request, seed * 1_000_003 + hash(key) % 1_000_003,
-                    contended_pairs)
+    visits = Visits(
+        bases, heads, plan, step_s, request, placement_seed(seed, key), contended_pairs, limit_s
+    )
     outcome = sequential_visits(visits, settings, plan, clock, floor_sd)
     return AbBenchmark(
         key,
@@ -378,6 +464,14 @@ def run_benchmark(
         outcome.clusters,
         visits.rounds,
     )
+
+
+def placement_seed(seed: int, key: str) -> int:
+    """The seed of a benchmark's placements: from the gate's ``seed`` and the benchmark's key (stable
+    across runs, unlike ``hash``)."""
+    import zlib
+
+    return seed * 1_000_003 + zlib.crc32(key.encode())
 
 
 def kept_medians(outcome) -> tuple[float | None, float | None]:
@@ -448,6 +542,7 @@ def run_ab(
     timing_threads: int | None = None,
     contended_pairs: ContendedPairs = DEFAULT_CONTENDED_PAIRS,
     noise_floors: dict[str, float] | None = None,
+    call_limit_s: float | None = None,
 ) -> tuple[list[AbBenchmark], dict]:
     """A/B every variant x case x mode (``plan``: worker pairs, looks and time budget per benchmark);
     returns the benchmarks both sides could run and machine info.
@@ -456,7 +551,8 @@ def run_ab(
     them from its own tree). A variant without backward is gated in forward only. ``timing_threads``:
     the torch thread count of both workers (``TIMING_THREADS_ENV``; None: the machine's default).
     ``contended_pairs``: which contended block pairs are kept (``ContendedPairs``). ``noise_floors``:
-    per benchmark key, the A/A noise floor (``noise_floor.floors_from_payloads``). All worker processes
+    per benchmark key, the A/A noise floor (``noise_floor.floors_from_payloads``). ``call_limit_s``: the
+    seconds a worker's set-up may take (``run_benchmark``). All worker processes
     start (and import torch) together before any timing; one worker per side when the plan cannot
     decide (structure only).
     """
@@ -465,8 +561,8 @@ def run_ab(
     heads: list[WorkerProcess] = []
     try:
         for _ in range(workers_per_side):
-            bases.append(WorkerProcess(base_side, timing_threads))
-            heads.append(WorkerProcess(head_side, timing_threads))
+            bases.append(WorkerProcess(base_side, timing_threads, "base"))
+            heads.append(WorkerProcess(head_side, timing_threads, "head"))
         devices = sorted({parse_case_id(c).device for c in case_ids})
         info = check_same_machine(bases[0], heads[0], devices, force)
         results = []
@@ -488,6 +584,7 @@ def run_ab(
                         specs,
                         contended_pairs,
                         floor_sd=(noise_floors or {}).get(key, 0.0),
+                        call_limit_s=call_limit_s,
                     )
                     if found:
                         results.append(found)

@@ -24,7 +24,16 @@ per line on stdin and answers one JSON line on stdout:
   ``cuda_graph`` (graph replay between blocked events) where the step can be captured, else ``blocked_event``,
   the L2 flushed before every round outside the interval. ``slowdown`` is host work, which a device clock
   does not see: it is refused on CUDA;
-* ``{"info": true}`` -> torch version and device names; ``{"quit": true}`` ends the worker.
+* ``{"info": true}`` -> torch version and device names; ``{"ping": true}`` -> ``{"pong": true}`` (the
+  coordinator's measure of the transport); ``{"quit": true}`` ends the worker.
+
+Every reply to ``setup`` and ``time`` carries ``handled_s`` (the worker's wall seconds from reading the
+request to writing the reply) and ``untimed_s`` (of which untimed: placement and warm-up steps), on
+clocks this module took before any user code was imported; the coordinator checks them against its own
+clock (``perfsuite.gate.outside_clock``). The worker is guarded as the suite is
+(``perfsuite.measure.measurement_guard``, and this module's own timing functions): after set-up and after
+every block, a replaced timer or changed setting is answered ``{"tampered": "..."}`` naming it, and the
+coordinator fails the gate; nothing of that benchmark is kept.
 """
 
 from __future__ import annotations
@@ -38,10 +47,21 @@ import tempfile
 import time
 from pathlib import Path
 
+# The clocks, taken before any user code runs: a variant that replaces time.perf_counter or
+# time.process_time later changes neither what this worker measures nor the guard's verdict on it.
+_WALL = time.perf_counter
+_CPU = time.process_time
+# This module's own timing functions, guarded beside the suite's (a variant could replace them); in
+# the module as it runs (``__main__`` when started with ``-m``).
+WORKER_GUARDED = tuple(
+    f"{__name__}:{name}"
+    for name in ("Worker._clocked", "Worker._host_times", "Worker._device_times", "Worker.handle", "_WALL", "_CPU")
+) + ("perfsuite.measure.contention:Probe.evidence",)
+
 
 def _spin(seconds: float) -> None:
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
+    end = _WALL() + seconds
+    while _WALL() < end:
         pass
 
 
@@ -139,9 +159,9 @@ class Worker:
         """Per round: device seconds (``DeviceSampler``) and this process's CPU seconds."""
         times, cpu = [], []
         for _ in range(rounds):
-            start_cpu = time.process_time()
+            start_cpu = _CPU()
             times.extend(self.device_sampler.samples(1))
-            cpu.append(time.process_time() - start_cpu)
+            cpu.append(_CPU() - start_cpu)
         return times, cpu
 
     def load_variants(self, specs: list[str]) -> None:
@@ -167,10 +187,10 @@ class Worker:
         (``process_time``)."""
         wall, cpu = [], []
         for _ in range(rounds):
-            start, start_cpu = time.perf_counter(), time.process_time()
+            start, start_cpu = _WALL(), _CPU()
             forward()
-            cpu.append(time.process_time() - start_cpu)
-            wall.append(time.perf_counter() - start)
+            cpu.append(_CPU() - start_cpu)
+            wall.append(_WALL() - start)
         return wall, cpu
 
     def handle(self, request: dict) -> dict:
@@ -180,14 +200,15 @@ class Worker:
             from perfsuite.measure.contention import Probe
 
             clocked = self._device_times if self.device_sampler else self._host_times
+            started = _WALL()
             forward, held = None, None
             if request.get("placement") is not None and not self.device_sampler:
                 forward, held = self._placed(int(request["placement"]))
             with Probe() as probe:
                 clocked(int(request.get("warmup", 0)), forward)  # untimed rounds first
-                start = time.perf_counter()
+                start = _WALL()
                 times, cpu_times = clocked(int(request["time"]), forward)
-                block_s = time.perf_counter() - start
+                block_s = _WALL() - start
             del held
             return {
                 "times": times,
@@ -195,7 +216,10 @@ class Worker:
                 "contention": probe.evidence(times).as_dict(),
                 "clock": self.clock,
                 "block_s": block_s,
+                "untimed_s": start - started,
             }
+        if "ping" in request:
+            return {"pong": True}
         if "info" in request:
             from perfsuite.measure.machine import torch_machine_info
 
@@ -213,18 +237,25 @@ def main() -> None:
         torch.set_num_threads(int(threads))
     replies = sys.stdout
     sys.stdout = sys.stderr  # nothing but replies on the reply channel
+    from perfsuite.measure.measurement_guard import MeasurementState
+
+    guard = MeasurementState.capture(extra=WORKER_GUARDED)  # before any user code is imported
     worker = Worker()
     for line in sys.stdin:
         request = json.loads(line)
         if request.get("quit"):
             break
+        received = _WALL()
         try:
             reply = worker.handle(request)
         except Exception as exc:  # reported to the coordinator, which fails with it
             reply = {"error": f"{type(exc).__name__}: {exc}"}
+        if changes := guard.changes():
+            guard.restore()
+            reply = {"tampered": "; ".join(changes)}
+        reply["handled_s"] = _WALL() - received
         replies.write(json.dumps(reply) + "\n")
         replies.flush()
-
 
 if __name__ == "__main__":
     main()

@@ -29,6 +29,8 @@ GUARDED_FUNCTIONS = (
     "time:monotonic",
     "time:monotonic_ns",
     "time:time",
+    "time:process_time",
+    "time:process_time_ns",
     "torch.cuda:synchronize",
     "torch.cuda:Event.record",
     "torch.cuda:Event.elapsed_time",
@@ -149,10 +151,11 @@ class MeasurementState:
     settings: dict[str, object]
 
     @classmethod
-    def capture(cls) -> MeasurementState:
-        """The state now (``GUARDED_FUNCTIONS``, ``SETTINGS``); missing modules are left out."""
+    def capture(cls, extra: tuple[str, ...] = ()) -> MeasurementState:
+        """The state now (``GUARDED_FUNCTIONS`` and the ``extra`` paths, ``SETTINGS``); missing modules
+        are left out."""
         functions = {}
-        for path in GUARDED_FUNCTIONS:
+        for path in GUARDED_FUNCTIONS + tuple(extra):
             found = _resolve(path)
             if found is not None:
                 owner, attribute = found

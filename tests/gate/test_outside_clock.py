@@ -1,0 +1,97 @@
+"""Nothing fools the A/B gate: replaced clocks and settings named by the worker's guard, a rewritten timing
+frame caught by the coordinator's clock, a hung head killed within its limit; nothing of it stored."""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from perfsuite.gate.outside_clock import (
+    MIN_BLOCKS,
+    ClockCheck,
+    inside_disagreement,
+    outside_disagreement,
+)
+
+HERE = Path(__file__).resolve().parent
+CASE = "b2h8s256d64-fp32-causal-cpu"
+
+
+def reply(times, handled, untimed=0.001, contended=False):
+    return {"times": times, "handled_s": handled, "untimed_s": untimed, "contention": {"contended": contended}}
+
+
+def test_an_honest_block_agrees_with_both_clocks():
+    honest = reply([0.004] * 5, 0.0215, 0.001)
+    assert inside_disagreement(honest) is None
+    assert outside_disagreement(0.0235, 0.0015, honest) is None
+
+
+def test_rounds_whose_start_was_rewritten_disagree_inside():
+    assert "add up to 2.00 ms" in inside_disagreement(reply([0.0004] * 5, 0.021))
+
+
+def test_a_slow_worker_clock_disagrees_outside():
+    scaled = reply([0.0004] * 5, 0.0021)  # everything the worker read ran at a tenth of real time
+    assert inside_disagreement(scaled) is None
+    assert "coordinator timed at 21.00 ms" in outside_disagreement(0.021, 0.0005, scaled)
+
+
+def test_a_worker_is_failed_only_when_most_of_its_blocks_disagree():
+    check = ClockCheck("head")
+    for _ in range(MIN_BLOCKS):
+        check.record(0.5, 0.001, reply([0.004] * 5, 0.0215))  # a stalled coordinator, once in a while
+        check.record(0.0235, 0.001, reply([0.004] * 5, 0.0215))
+    assert check.failure() is None
+    for _ in range(2 * MIN_BLOCKS):
+        check.record(0.0235, 0.001, reply([0.0004] * 5, 0.0215))
+    assert "head worker's times disagree" in check.failure()
+
+
+def test_the_outside_check_skips_contended_blocks_but_the_inside_one_does_not():
+    check = ClockCheck("base")
+    for _ in range(MIN_BLOCKS):
+        check.record(0.5, 0.001, reply([0.004] * 5, 0.0215, contended=True))
+    assert check.disagreements == 0
+    for _ in range(MIN_BLOCKS + 1):
+        check.record(0.0235, 0.001, reply([0.0004] * 5, 0.0215, contended=True))
+    assert check.failure()
+
+
+def gate(tmp_path, head: str, *extra: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run(
+        [sys.executable, "-m", "perfsuite.cli.main", "ab", "--variant", "cheating_variants:honest",
+         "--variant", f"cheating_variants:{head}", "--base-variant", "honest", "--head-variant", head,
+         "--cases", CASE, "--modes", "forward", "--workers-per-side", "2", "--budget-s", "2", *extra],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )
+
+
+@pytest.mark.parametrize(
+    "head, named",
+    [
+        ("cheat", "replaced time.perf_counter with cheating_variants.cheat.<locals>.<lambda>"),
+        ("process_time_cheat", "replaced time.process_time"),
+        ("frame_writer", "times disagree with the gate's own clock"),
+    ],
+)
+def test_a_head_that_fools_its_clock_fails_the_gate_named_and_nothing_is_stored(tmp_path, head, named):
+    found = gate(tmp_path, head)
+    assert found.returncode == 1, found.stderr[-2000:]
+    assert "perfsuite gate: FAIL" in found.stderr and named in found.stderr
+    assert "the head worker" in found.stderr
+    assert not (tmp_path / ".perfsuite").exists()  # the history store (its default place) never opened
+
+
+def test_a_head_that_hangs_is_named_within_the_limit_and_its_children_end(tmp_path):
+    before = time.monotonic()
+    found = gate(tmp_path, "hangs", "--call-limit-s", "20")
+    assert found.returncode == 1, found.stderr[-2000:]
+    assert "the head worker" in found.stderr and "hung" in found.stderr and "within 20 s" in found.stderr
+    assert time.monotonic() - before < 150
+    leftover = subprocess.run(["pgrep", "-f", "time.sleep\\(600\\)"], capture_output=True, text=True)
+    assert leftover.stdout.strip() == ""
