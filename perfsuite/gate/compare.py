@@ -184,7 +184,7 @@ def _compare_one(
             "no per-round data: save runs with --benchmark-save-data",
             more,
         )
-    estimate = unpaired_ratio(data_base, data_head, settings.alpha)
+    estimate = unpaired_ratio(data_base, data_head, 2 * settings.alpha)  # each side at alpha
     contended = contention_note(base, "base") + contention_note(head, "head")
     speed = speed_change(base.get("extra_info") or {}, head.get("extra_info") or {})
     notes = contended + ([speed] if speed else [])
@@ -290,12 +290,15 @@ def markdown(
     comparisons: list[BenchmarkComparison], settings: GateSettings, title: str, method: str
 ) -> str:
     """The table a reviewer reads in a pull request."""
-    level = round((1 - settings.alpha) * 100, 2)
     statistic = "paired head/base" if method != UNPAIRED_METHOD else "head/base"
+    # each bound one-sided at alpha (A/B: at the last look's nominal level, which spends what is left)
+    level = f"bounds at one-sided {settings.alpha:g}" if method != UNPAIRED_METHOD else (
+        f"{round((1 - 2 * settings.alpha) * 100, 2):g}% CI"
+    )
     rows = [
         f"### {title}",
         "",
-        f"| benchmark | base ms | head ms | head ms / base ms | {statistic} ({level:g}% CI) | verdict | structure |",
+        f"| benchmark | base ms | head ms | head ms / base ms | {statistic} ({level}) | verdict | structure |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for c in comparisons:

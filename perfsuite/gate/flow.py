@@ -238,11 +238,24 @@ def judge(
     lines += [f"- FAIL `{line}`" for line in failures]
     lines += [f"- warning (forced): {w}" for w in warnings]
     report = (
-        "".join(lines[:1])
+        untimed_first_line(outcome)
+        + "".join(lines[:1])
         + "".join(f"{line}\n" for line in lines[1:])
         + f"\n**{outcome.verdict_line}**\n"
     )
     return dataclasses.replace(outcome, report_md=report)
+
+
+def untimed_first_line(outcome: GateOutcome) -> str:
+    """The report's first line when timing judged none of the benchmarks (every one inconclusive or
+    contended): said before the table, not only in the verdict at its end; "" otherwise."""
+    if outcome.judged_nothing or not outcome.comparisons or outcome._timed():
+        return ""
+    shown = ", ".join(f"{n} {v}" for v, n in outcome._counts().items() if n)
+    return (
+        f"**perfsuite gate: timing judged none of the {plural(len(outcome.comparisons), 'benchmark')} "
+        f"({shown}); {outcome.decided_by()}**\n\n"
+    )
 
 
 def judge_saved_runs(

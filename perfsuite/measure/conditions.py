@@ -111,14 +111,6 @@ CONDITIONS: tuple[Condition, ...] = (
     ),
 )
 
-# Applied by ``perfsuite.gate.ab`` around its workers, not an environment variable: the same
-# address-space layout for both sides (``setarch -R``), so cache-set aliasing of big buffers
-# does not differ at random between them.
-NO_ASLR_NOTE = (
-    "A/B workers also run with address-space randomization off (setarch -R) where available"
-)
-
-
 def required_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment a timed process needs: every condition, keeping an accepted value already
     set in ``environ`` (an explicit ``OMP_NUM_THREADS`` of the caller is kept)."""
