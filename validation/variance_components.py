@@ -36,11 +36,17 @@ from pathlib import Path
 import numpy as np
 
 from perfsuite.gate.ab import Side, WorkerProcess
-from perfsuite.suite.settings import split_list
-from validation.calibrate_gate import smoke_cases
+from perfsuite.suite.settings import SETTINGS, RawValue, resolve, split_list
 
 ROOT = Path(__file__).resolve().parent.parent
 EAGER_BUILTINS = "naive,naive_inplace,sdpa,sdpa_math,flex_eager,mha"
+
+
+def smoke_cases(case_set: str) -> list[str]:
+    """The case ids of ``case_set`` as the suite resolves it on this machine."""
+    raw = {n: RawValue(s.default, n, "default") for n, s in SETTINGS.items()}
+    raw["case_set"] = RawValue(case_set, "case_set", "option")
+    return [c.id for c in resolve(raw, False).cases]
 
 
 def components(log_blocks: np.ndarray) -> dict[str, float]:
