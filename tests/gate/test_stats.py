@@ -1,26 +1,29 @@
-"""The sequential A/B statistics on synthetic data: exact intervals, and the stated error rates
-checked by simulation (seeded, so the counts are reproducible; no timings anywhere)."""
+"""The gate's statistics on synthetic data: exact intervals, and the stated error rates of the
+sequential rule over worker pairs checked by simulation (seeded, so the counts are reproducible; no
+timings anywhere: a simulated visit returns its block pairs, a simulated clock counts visits)."""
 
 import dataclasses
-import functools
-import itertools
 import math
 
 import numpy as np
 import pytest
 
-from perfsuite.gate import stats
+from perfsuite.gate import intervals, sequential, spending, stats
 from perfsuite.gate.stats import (
     CONTENDED_VERDICT,
     GateSettings,
+    PairSample,
     SequentialPlan,
     min_pairs,
-    sequential_paired,
+    nominal_levels,
+    sequential_visits,
     signed_rank_null_cdf,
     wilcoxon_interval,
 )
 
-NO_BUDGET = 1e9
+NO_BUDGET = {"budget_s": 1e9, "max_budget_s": 1e9}
+# Many looks (one per worker pair from the third): the stopping rule is exercised at every look.
+EVERY_PAIR = SequentialPlan(looks=(3, 4, 5, 6, 7, 8), **NO_BUDGET)
 
 
 def binomial_upper(n: int, p: float, tail: float = 1e-3) -> int:
@@ -34,24 +37,56 @@ def binomial_upper(n: int, p: float, tail: float = 1e-3) -> int:
     return n
 
 
-def pair_source(rng, log_ratio: float, noise: float, rounds: int = 4, contended=lambda i: False):
-    """``next_pair`` for ``sequential_paired``: log-normal rounds, a heavy-tailed shared drift per pair."""
-    counter = itertools.count()
+class SimulatedVisits:
+    """``visit`` for ``sequential_visits``: each visit of worker pair ``c`` gives ``blocks`` block pairs
+    ``pair(c, i)`` (``i`` counts the gate's pairs), and the clock advances ``visit_s`` seconds."""
 
-    def next_pair():
-        i = next(counter)
+    def __init__(self, pair, blocks: int = 5, visit_s: float = 1.0):
+        self.pair, self.blocks, self.visit_s = pair, blocks, visit_s
+        self.now, self.visited, self.pairs = 0.0, [], 0
+
+    def clock(self) -> float:
+        return self.now
+
+    def __call__(self, cluster: int) -> list[PairSample]:
+        self.now += self.visit_s
+        self.visited.append(cluster)
+        found = [self.pair(cluster, self.pairs + j) for j in range(self.blocks)]
+        self.pairs += self.blocks
+        return found
+
+
+def run_gate(pair, settings, plan=SequentialPlan(), blocks=5, floor_sd=0.0):
+    """One simulated gate: its outcome and its visits."""
+    visits = SimulatedVisits(pair, blocks)
+    return sequential_visits(visits, settings, plan, visits.clock, floor_sd), visits
+
+
+def drift_pairs(rng, log_ratio: float, noise: float, rounds: int = 4, bias_sd: float = 0.0,
+                contended=lambda i: False, processes: int | None = None):
+    """``pair(c, i)``: log-normal rounds (sd ``noise``), a heavy-tailed drift shared by both blocks of a
+    pair, and each process's bias (log sd ``bias_sd``, drawn once per gate and process) shared by
+    every pair it times; pair ``i`` contended when ``contended(i)``. Worker pair ``c`` times the pair,
+    which carries its label; with ``processes``, visit after visit goes to the next of that many biased
+    process pairs instead and the pairs carry no label (the pooled interval over several processes)."""
+    biases: dict = {}
+
+    def pair(cluster, i):
+        process = cluster if processes is None else (i // 5) % processes
+        bias = biases.setdefault(process, rng.normal(0, bias_sd, 2))
         level = math.exp(0.3 * rng.standard_t(3))  # drift shared by both blocks of a pair
-        base = list(level * np.exp(rng.normal(0, noise, rounds)))
-        head = list(level * math.exp(log_ratio) * np.exp(rng.normal(0, noise, rounds)))
-        return base, head, contended(i)
+        base = list(level * math.exp(bias[0]) * np.exp(rng.normal(0, noise, rounds)))
+        head = list(level * math.exp(log_ratio + bias[1]) * np.exp(rng.normal(0, noise, rounds)))
+        return PairSample(base, head, contended(i), cluster if processes is None else None)
 
-    return next_pair
+    return pair
 
 
-def pair_clock():
-    """A clock that advances one second per call: budgets count calls, not real time."""
-    ticks = itertools.count()
-    return lambda: float(next(ticks))
+def run_many(n, seed, log_ratio, noise, settings, plan=SequentialPlan(**NO_BUDGET), **kwargs):
+    rng = np.random.default_rng(seed)
+    return [
+        run_gate(drift_pairs(rng, log_ratio, noise, **kwargs), settings, plan)[0] for _ in range(n)
+    ]
 
 
 def test_signed_rank_null_matches_the_published_table():
@@ -74,14 +109,14 @@ def test_wilcoxon_interval_on_exact_samples():
         wilcoxon_interval([], 0.1)
 
 
-@pytest.mark.parametrize("alpha", [0.01 / 14, 0.01, 0.1])
+@pytest.mark.parametrize("alpha", [0.001, 0.01, 0.1])
 def test_large_samples_use_a_normal_critical_value_close_to_the_exact_one(alpha, monkeypatch):
     """Above ``EXACT_SIGNED_RANK_MAX_N`` the critical value is approximated: near the switch it
     must agree with the exact one to 0.2% of the ranks, and never be larger (wider, not narrower)."""
-    n = stats.EXACT_SIGNED_RANK_MAX_N
+    n = intervals.EXACT_SIGNED_RANK_MAX_N
     exact = stats.signed_rank_critical(n, alpha)
     assert stats.signed_rank_critical(3, alpha) == -1  # too few values for this level
-    monkeypatch.setattr(stats, "EXACT_SIGNED_RANK_MAX_N", 0)
+    monkeypatch.setattr(intervals, "EXACT_SIGNED_RANK_MAX_N", 0)
     approx = stats.signed_rank_critical(n, alpha)
     assert exact - 0.002 * exact <= approx <= exact
     assert stats.signed_rank_critical(3, alpha) == -1  # the approximation says so too
@@ -98,125 +133,113 @@ def test_wilcoxon_interval_covers_the_centre_at_its_level():
     assert misses <= binomial_upper(draws, alpha)
 
 
-def run_many(
-    n: int,
-    seed: int,
-    log_ratio: float,
-    noise: float,
-    settings: GateSettings,
-    plan=SequentialPlan(budget_s=NO_BUDGET),
-    contended=lambda i: False,
-):
-    rng = np.random.default_rng(seed)
-    return [
-        sequential_paired(
-            pair_source(rng, log_ratio, noise, contended=contended),
-            settings,
-            plan,
-            clock=pair_clock(),
-        )
-        for _ in range(n)
-    ]
+NOISY = 0.25  # per-round noise large enough that identical code never reaches "no change" early
 
 
-NOISY = (
-    0.25  # per-round noise large enough that identical code rarely reaches "no change": many looks
-)
-
-
-def test_false_alarm_rate_under_optional_stopping_is_at_most_half_alpha():
-    """Identical code, at alpha = 0.1 so the bound (5%) is measurable: flagged 'slower' at most alpha/2."""
-    settings = GateSettings(alpha=0.1, min_effect=0.0)
-    outcomes = run_many(600, 7, 0.0, NOISY, settings, SequentialPlan(budget_s=NO_BUDGET))
-    assert sum(o.looks > 1 for o in outcomes) > 300  # the stopping rule was exercised
-    slower = sum(o.verdict == "slower" for o in outcomes)
-    assert slower <= binomial_upper(len(outcomes), settings.alpha / 2)
+@pytest.mark.parametrize("plan", [EVERY_PAIR, SequentialPlan(**NO_BUDGET)], ids=["6 looks", "planned"])
+def test_false_alarm_rate_under_optional_stopping_is_at_most_alpha_each_way(plan):
+    """Identical code, 8 worker pairs looked at after every pair from the third (6 looks), or at the
+    planned 4, 6 and 8, at alpha 0.05 so the bound is measurable: 'slower' and 'faster' each in at most
+    alpha of gates (measured: 31 and 31 of 600 with 6 looks)."""
+    settings = GateSettings(alpha=0.05, min_effect=0.0)
+    outcomes = run_many(600, 7, 0.0, NOISY, settings, plan)
+    assert sum(o.looks > 1 for o in outcomes) > 500  # the stopping rule was exercised
+    bound = binomial_upper(len(outcomes), settings.alpha)
+    assert sum(o.verdict == "slower" for o in outcomes) <= bound
+    assert sum(o.verdict == "faster" for o in outcomes) <= bound
 
 
 def test_the_same_simulation_catches_a_gate_that_ignores_its_looks(monkeypatch):
-    """Without the Bonferroni split, looking repeatedly inflates false alarms past alpha/2: the check above can fail."""
-    monkeypatch.setattr(SequentialPlan, "alpha_per_look", lambda self, alpha: alpha)
-    settings = GateSettings(alpha=0.1, min_effect=0.0)
-    outcomes = run_many(600, 7, 0.0, NOISY, settings, SequentialPlan(budget_s=NO_BUDGET))
+    """Without alpha spending (every look tested at the full level), looking repeatedly inflates false
+    alarms past alpha: the check above can fail (measured: 84 of 600, the bound 48)."""
+    monkeypatch.setattr(
+        sequential, "nominal_levels", lambda fractions, alpha, final=True: (alpha,) * len(fractions)
+    )
+    settings = GateSettings(alpha=0.05, min_effect=0.0)
+    outcomes = run_many(600, 7, 0.0, NOISY, settings, EVERY_PAIR)
     assert sum(o.verdict == "slower" for o in outcomes) > binomial_upper(
-        len(outcomes), settings.alpha / 2
+        len(outcomes), settings.alpha
     )
 
 
 def test_a_ten_percent_regression_is_caught_and_identical_code_confirmed():
     """alpha 0.01, min effect 5%, 3% noise per round and heavy-tailed drift between pairs."""
     settings = GateSettings(alpha=0.01, min_effect=0.05)
-    regressed = run_many(200, 11, math.log(1.10), 0.03, settings)
-    same = run_many(200, 12, 0.0, 0.03, settings)
+    plan = SequentialPlan(**NO_BUDGET)
+    regressed = run_many(200, 11, math.log(1.10), 0.03, settings, plan)
+    same = run_many(200, 12, 0.0, 0.03, settings, plan)
     assert sum(o.verdict == "slower" for o in regressed) >= 196
     assert sum(o.verdict == "no change" for o in same) >= 190
     assert sum(o.verdict == "slower" for o in same) == 0
-    assert max(len(o.base_blocks) for o in regressed + same) <= SequentialPlan().looks[-1]
-    assert (
-        np.median([len(o.base_blocks) for o in regressed]) <= 16
-    )  # decided early, not at the last look
+    visits = [len(o.base_blocks) // 5 for o in regressed + same]
+    assert max(visits) <= plan.worker_pairs  # one visit per worker pair at most
+    # decided early, not at the last look
+    assert np.median([len(o.base_blocks) // 5 for o in regressed]) <= plan.looks[0]
 
 
 def test_it_stops_at_the_first_decisive_look():
+    """A 50% regression, 1% noise: decided at the first planned look (4 of 8 worker pairs) even at the
+    default alpha, whose first look spends almost nothing (O'Brien-Fleming)."""
     [outcome] = run_many(1, 3, math.log(1.5), 0.01, GateSettings())
     assert outcome.verdict == "slower" and outcome.stopped == "decisive" and outcome.looks == 1
-    assert len(outcome.base_blocks) == SequentialPlan().looks[0]
+    assert sorted(set(outcome.clusters)) == list(range(SequentialPlan().looks[0]))
 
 
-def test_no_look_is_taken_before_the_minimum_sampling_time():
-    """A clear 50% regression on a clock of 0.1 s per pair: not decided at the first planned look
-    (12 pairs, 1.2 s), but at the first look after 5 s, on the pairs sampled by then."""
-    plan = SequentialPlan(looks=(12, 16, 24, 32, 64), budget_s=NO_BUDGET, min_s=5)
-    ticks = itertools.count()
-    outcome = sequential_paired(
-        pair_source(np.random.default_rng(3), math.log(1.5), 0.01),
-        GateSettings(),
-        plan,
-        clock=lambda: 0.1 * next(ticks),
-    )
-    assert outcome.verdict == "slower" and outcome.looks == 1
-    assert outcome.seconds >= 5 and 32 < len(outcome.base_blocks) < 64
+def test_without_a_decision_it_stops_at_the_last_planned_look():
+    """Identical, noisy code and no budget: every worker pair visited once, each planned look taken."""
+    plan = SequentialPlan(**NO_BUDGET)
+    [outcome], = [run_many(1, 3, 0.0, 0.4, GateSettings(), plan)]
+    assert outcome.stopped == "last look" and outcome.looks == len(plan.looks)
+    assert outcome.verdict == "inconclusive" and outcome.estimate.clusters == plan.worker_pairs
+    assert len(outcome.base_blocks) == 5 * plan.worker_pairs
 
 
-def test_a_fast_step_stops_at_the_last_look_even_before_the_minimum_time():
-    plan = SequentialPlan(looks=(12, 16), budget_s=NO_BUDGET, min_s=NO_BUDGET)
-    [outcome] = run_many(1, 3, 0.0, 0.4, GateSettings(), plan)
-    assert len(outcome.base_blocks) == 16 and outcome.looks == 1
-    with pytest.raises(ValueError, match="min_s"):
-        SequentialPlan(min_s=-1)
+def test_the_budget_ends_sampling_with_one_last_look_that_spends_what_is_left(monkeypatch):
+    """The clock advances 1 s per visit and the budget is 5 s: after the planned look at 4 worker pairs,
+    the fifth visit ends sampling with a last look that spends the whole level (``final``)."""
+    calls = []
 
+    def spy(fractions, alpha, final=True):
+        calls.append((fractions, final))
+        return nominal_levels(fractions, alpha, final)
 
-def test_the_budget_ends_sampling_with_one_last_look_inside_the_plan():
-    plan = SequentialPlan(
-        looks=(12, 16, 24, 32, 64), budget_s=40
-    )  # the fake clock advances 1 s per reading
+    monkeypatch.setattr(sequential, "nominal_levels", spy)
+    plan = SequentialPlan(budget_s=5, max_budget_s=5)
     [outcome] = run_many(1, 4, 0.0, 0.4, GateSettings(), plan)
-    assert outcome.stopped == "budget" and 32 < len(outcome.base_blocks) < 64
-    assert outcome.looks <= len(plan.looks)
+    assert outcome.stopped == "budget" and len(outcome.base_blocks) == 5 * 5
+    assert outcome.looks == 2 <= len(plan.looks)
+    assert calls == [((0.5,), False), ((0.5, 1.0), True)]
 
 
 def test_contended_pairs_are_set_aside_and_a_contended_gate_says_so():
     settings = GateSettings()
-    [all_contended] = run_many(
-        1, 5, math.log(2.0), 0.01, settings, SequentialPlan(budget_s=60), contended=lambda i: True
-    )
+    plan = SequentialPlan(budget_s=4, max_budget_s=8)
+    [all_contended] = run_many(1, 5, math.log(2.0), 0.01, settings, plan, contended=lambda i: True)
     assert all_contended.verdict == CONTENDED_VERDICT and all_contended.estimate.units == 0
-    # every third pair contended: the clean pairs still decide
+    assert all_contended.stopped == "cap" and len(all_contended.base_blocks) == 5 * 8
+    # every third pair contended: the kept pairs still decide
     [some] = run_many(1, 6, math.log(1.2), 0.01, settings, contended=lambda i: i % 3 == 0)
-    assert some.verdict == "slower" and some.estimate.units == SequentialPlan().looks[0]
-    assert sum(some.contended) == len(some.contended) - some.estimate.units
+    assert some.verdict == "slower" and some.estimate.units == some.contended.count(False)
+    assert some.estimate.units < len(some.contended)
 
 
-@pytest.mark.parametrize("looks", [(), (16, 12), (0, 4)])
+@pytest.mark.parametrize("looks", [(16, 12), (0, 4), (4, 4)])
 def test_a_bad_plan_names_its_looks(looks):
     with pytest.raises(ValueError, match="looks must be increasing"):
         SequentialPlan(looks=looks)
 
 
 def test_the_stated_method_names_its_source_and_levels():
-    text = SequentialPlan(looks=(12, 24), budget_s=5).describe(0.01)
-    assert "Hollander & Wolfe" in text and "0.005" in text and "12, 24" in text
-    assert "Bonferroni" in stats.__doc__ and "Jennison & Turnbull" in stats.__doc__
+    settings = GateSettings(alpha=0.01)
+    text = SequentialPlan(budget_s=5).describe(settings)
+    levels = nominal_levels((0.5, 0.75, 1.0), 0.01)
+    assert "O'Brien-Fleming alpha spending (Lan & DeMets 1983)" in text
+    assert "looks at 4, 6, 8 worker pairs" in text and "at most 5 s per benchmark" in text
+    assert ", ".join(f"{p:.2g}" for p in levels) in text
+    assert "slower and faster each at 0.01" in text
+    pooled = SequentialPlan(worker_pairs=1).describe(settings)
+    assert "Wilcoxon signed-rank" in pooled and "looks at 4, 6, 8 visits" in pooled
+    assert "Lan & DeMets" in spending.__doc__ and "Jennison & Turnbull" in spending.__doc__
 
 
 @pytest.mark.parametrize("alpha", [0.5, 0.1, 0.01, 0.01 / 7, 2**-6])
@@ -228,14 +251,14 @@ def test_min_pairs_is_where_the_interval_becomes_finite(alpha):
 
 
 def test_an_inconclusive_change_below_the_minimum_effect_says_its_size():
-    """A +2.9% change whose interval excludes 1 is not ``slower`` (under the 3% floor): the note says why."""
-    estimate = stats.RatioEstimate(1.029, 1.014, 1.046, 547, "paired sequential")
+    """A +1.9% change whose interval excludes 1 is not ``slower`` (under the 2% floor): the note says why."""
+    estimate = stats.RatioEstimate(1.019, 1.008, 1.031, 547, "worker pairs", 8)
     found = stats.verdict(estimate, GateSettings())
     assert found == "inconclusive"
     assert stats.below_min_effect(estimate, found, GateSettings()) == (
-        "a +2.9% change, below the 3% minimum effect"
+        "a +1.9% change, below the 2% minimum effect"
     )
-    straddling = stats.RatioEstimate(1.02, 0.99, 1.06, 547, "paired sequential")
+    straddling = stats.RatioEstimate(1.02, 0.99, 1.06, 547, "worker pairs", 8)
     assert stats.below_min_effect(straddling, "inconclusive", GateSettings()) == ""
 
 
@@ -250,52 +273,32 @@ def test_student_t_critical_values_match_the_published_table(df, alpha, publishe
         stats.student_t_tail(1.0, 0)
 
 
-def biased_workers_source(rng, log_ratio: float, bias_sd: float, clusters: int, labelled: bool):
-    """``next_pair`` where each of ``clusters`` worker pairs carries its own bias: each base and each
-    head worker draws a log-normal speed factor once per gate (sd ``bias_sd``), shared by every pair
-    it times. ``labelled``: pairs carry their worker pair (the clustered interval), else not (the
-    pooled signed-rank interval every pair was judged with before)."""
-    bias = rng.normal(0, bias_sd, (clusters, 2))
-    counter = itertools.count()
-
-    def next_pair():
-        i = next(counter)
-        cluster = (i // 2) % clusters
-        level = math.exp(0.3 * rng.standard_t(3))
-        base = [level * math.exp(bias[cluster, 0] + rng.normal(0, 0.01))]
-        head = [level * math.exp(log_ratio + bias[cluster, 1] + rng.normal(0, 0.01))]
-        return stats.PairSample(base, head, False, cluster if labelled else None)
-
-    return next_pair
-
-
-def gates_with_worker_bias(labelled: bool, log_ratio: float, bias_sd: float, n: int, seed: int):
+def gates_with_worker_bias(clustered: bool, log_ratio: float, bias_sd: float, n: int, seed: int):
+    """Gates over 6 process pairs, each process 2% (sd) faster or slower than another at random,
+    per-round noise 1%: ``clustered``, each process pair one worker pair of the t interval; else one
+    worker pair's plan (pairs pooled, the signed-rank interval) over the same 6 process pairs in turn."""
     rng = np.random.default_rng(seed)
-    settings = GateSettings(alpha=0.1, min_effect=0.0)
-    plan = SequentialPlan(looks=(12, 24, 48), budget_s=NO_BUDGET, min_s=0)
+    settings = GateSettings(alpha=0.05, min_effect=0.0)
+    plan = SequentialPlan(worker_pairs=6 if clustered else 1, **NO_BUDGET)
+    processes = None if clustered else 6
     return [
-        sequential_paired(
-            biased_workers_source(rng, log_ratio, bias_sd, 6, labelled),
-            settings,
-            plan,
-            clock=pair_clock(),
-        )
+        run_gate(drift_pairs(rng, log_ratio, 0.01, 1, bias_sd, processes=processes), settings, plan)[0]
         for _ in range(n)
     ]
 
 
 def test_the_clustered_interval_keeps_its_level_when_each_worker_pair_carries_a_bias():
-    """Identical code, 6 worker pairs, each process 2% faster or slower than another at random
-    (sd), per-pair noise 1%, alpha 0.1: the interval across worker pairs gives a verdict (either
-    direction) in at most alpha of gates; the pooled interval, which takes the pairs as independent,
-    gives one in more than three times as many (the worker pairs' biases decide it)."""
+    """Identical code, 6 worker pairs, each process 2% faster or slower than another at random (sd),
+    per-pair noise 1%, alpha 0.05 each way: the interval across worker pairs gives a verdict (either
+    direction) in at most 2 alpha of gates; the pooled interval, which takes the pairs as independent,
+    gives one in more than three times as many (the processes' biases decide it)."""
     clustered = gates_with_worker_bias(True, 0.0, 0.02, 300, 21)
     pooled = gates_with_worker_bias(False, 0.0, 0.02, 300, 21)
     false_clustered = sum(o.verdict in ("slower", "faster") for o in clustered)
     false_pooled = sum(o.verdict in ("slower", "faster") for o in pooled)
     assert false_clustered <= binomial_upper(300, 0.1)
-    assert false_pooled > 3 * 0.1 * 300  # measured: 131 of 300 pooled, 18 clustered
-    assert {o.estimate.clusters for o in clustered} == {6}
+    assert false_pooled > 3 * 0.1 * 300
+    assert {o.estimate.clusters for o in clustered} <= set(sequential.planned_looks(6))
     assert {o.estimate.clusters for o in pooled} == {0}
     # ... and a real 20% slowdown is still caught across the same biased worker pairs
     regressed = gates_with_worker_bias(True, math.log(1.2), 0.02, 50, 22)
@@ -311,11 +314,26 @@ def test_clustered_interval_needs_two_clusters_of_three_pairs():
         stats.clustered_interval(values, [0, 1], 0.1)
 
 
-def contended_source(rng, slowdown: float, head_waits, base_waits, extra: float):
-    """Every pair contended: each block's threads waited a share ``w`` (uniform in ``head_waits``
-    or ``base_waits``, ``(low, high)``) of their runnable time, which stretched the block by ``1 / (1 - w)``
-    give or take 10% (the fair-sharing model's error), and the load's caches slowed it by up to
-    ``extra`` more, at random; per-round noise 2%."""
+@pytest.mark.xfail(strict=True, raises=OverflowError, reason="sequential.look_estimate: exp overflow")
+def test_two_worker_pairs_far_apart_at_an_interim_look_give_an_unbounded_interval_not_an_error():
+    """Four worker pairs (looks at 2, 3 and 4): the first look's level is about 3e-6 with 1 degree of
+    freedom (t about 1e5), so two worker pairs 2% apart give an interval wider than a float: it must
+    come out unbounded (inconclusive), not raise. Fails now: ``math.exp`` overflows in
+    ``sequential.look_estimate`` (strict xfail: remove the mark once it is fixed)."""
+
+    def visit(cluster):
+        return [PairSample([1.0], [1.0 + 0.02 * cluster], False, cluster) for _ in range(3)]
+
+    plan = SequentialPlan(worker_pairs=4, **NO_BUDGET)
+    outcome = sequential_visits(visit, GateSettings(), plan, clock=lambda: 0.0)
+    assert outcome.looks >= 1 and outcome.verdict != "slower"
+
+
+def contended_pairs(rng, slowdown: float, head_waits, base_waits, extra: float):
+    """``pair(c, i)``, every pair contended: each block's threads waited a share ``w`` (uniform in
+    ``head_waits`` or ``base_waits``, ``(low, high)``) of their runnable time, which stretched the block
+    by ``1 / (1 - w)`` give or take 10% (the fair-sharing model's error), and the load's caches slowed
+    it by up to ``extra`` more, at random; per-round noise 2%."""
 
     def block(factor, waits):
         w = rng.uniform(*waits)
@@ -323,29 +341,29 @@ def contended_source(rng, slowdown: float, head_waits, base_waits, extra: float)
         stretch = factor * model * rng.uniform(1, 1 + extra) * math.exp(rng.normal(0, 0.02))
         return [stretch], w
 
-    def next_pair():
+    def pair(cluster, i):
         base, base_wait = block(1.0, base_waits)
         head, head_wait = block(slowdown, head_waits)
-        return stats.PairSample(base, head, True, None, head_wait, base_wait)
+        return PairSample(base, head, True, cluster, head_wait, base_wait)
 
-    return next_pair
+    return pair
+
+
+# Every pair contended: no worker pair completes, so sampling goes on to the cap (8 visits of 5 pairs).
+CONTENDED_PLAN = SequentialPlan(budget_s=4, max_budget_s=8)
 
 
 def test_an_eleven_times_slower_head_with_every_pair_contended_is_decided_slower():
     """The new user's gate beside a load: every pair contended and set aside. Before, the gate
     passed it as ``inconclusive: contended`` (reproduced with the contended rule off); now the
     contended pairs decide it against the floor their wait sets."""
-    plan = SequentialPlan(budget_s=40, min_s=0)
     before = GateSettings(contended_min_effect=None)
     now = GateSettings()
     for settings, expected in ((before, CONTENDED_VERDICT), (now, "slower")):
-        outcome = sequential_paired(
-            contended_source(np.random.default_rng(30), 11.5, (0.3, 0.7), (0.3, 0.7), 0.1),
-            settings,
-            plan,
-            clock=pair_clock(),
-        )
+        pair = contended_pairs(np.random.default_rng(30), 11.5, (0.3, 0.7), (0.3, 0.7), 0.1)
+        outcome, visits = run_gate(pair, settings, CONTENDED_PLAN)
         assert outcome.verdict == expected and sum(outcome.contended) == len(outcome.contended)
+        assert outcome.stopped == "cap" and len(visits.visited) == 8
     assert outcome.estimate.ratio == pytest.approx(11.5, rel=0.2)
     assert "contended pairs" in outcome.contended_note and "x1.25 floor" in outcome.contended_note
 
@@ -355,12 +373,15 @@ def test_identical_code_is_never_slower_from_contended_pairs_and_a_2x_change_is(
     base's 0-30%; the model off by up to 10%, caches up to +10%): identical code, whose raw ratio is
     about x2 here, is never ``slower`` in 150 gates; a 2x change beside an even load (0-85%) is in 20
     of 20."""
-    plan = SequentialPlan(looks=(12, 24), budget_s=30, min_s=0)
     rng = np.random.default_rng(31)
 
     def gates(slowdown, head_waits, base_waits, n):
-        source = functools.partial(contended_source, rng, slowdown, head_waits, base_waits, 0.1)
-        return [sequential_paired(source(), GateSettings(), plan, pair_clock()) for _ in range(n)]
+        return [
+            run_gate(
+                contended_pairs(rng, slowdown, head_waits, base_waits, 0.1), GateSettings(), CONTENDED_PLAN
+            )[0]
+            for _ in range(n)
+        ]
 
     same = gates(1.0, (0.3, 0.85), (0.0, 0.3), 150)
     assert all(o.verdict == CONTENDED_VERDICT for o in same)
@@ -371,11 +392,11 @@ def test_identical_code_is_never_slower_from_contended_pairs_and_a_2x_change_is(
         stats.wait_adjusted([0.0, 0.0], [0.1], [0.1, None])
 
 
-def cpu_time_source(rng, work: float, wall_share: float, cache: float):
-    """Every pair contended, both blocks waiting 40-80% of their runnable time: the head does ``work``
-    times the base's work, but its wall ratio shows only ``work ** wall_share`` of it (the load's waits
-    dominate the wall clock); each block's CPU seconds are its work, stretched by the load's caches by
-    up to ``cache`` at random, with 5% noise."""
+def cpu_time_pairs(rng, work: float, wall_share: float, cache: float):
+    """``pair(c, i)``, every pair contended, both blocks waiting 40-80% of their runnable time: the head
+    does ``work`` times the base's work, but its wall ratio shows only ``work ** wall_share`` of it (the
+    load's waits dominate the wall clock); each block's CPU seconds are its work, stretched by the load's
+    caches by up to ``cache`` at random, with 5% noise."""
 
     def block(factor):
         w = rng.uniform(0.4, 0.8)
@@ -383,14 +404,14 @@ def cpu_time_source(rng, work: float, wall_share: float, cache: float):
         wall = factor**wall_share / (1 - w) * math.exp(rng.normal(0, 0.2))
         return [wall], [cpu], w
 
-    def next_pair():
+    def pair(cluster, i):
         base, base_cpu, base_wait = block(1.0)
         head, head_cpu, head_wait = block(work)
-        return stats.PairSample(
-            base, head, True, None, head_wait, base_wait, base_cpu_s=base_cpu, head_cpu_s=head_cpu
+        return PairSample(
+            base, head, True, cluster, head_wait, base_wait, base_cpu_s=base_cpu, head_cpu_s=head_cpu
         )
 
-    return next_pair
+    return pair
 
 
 def test_contended_pairs_judged_on_cpu_time_catch_a_2x_change_the_wall_clock_shrinks():
@@ -398,13 +419,11 @@ def test_contended_pairs_judged_on_cpu_time_catch_a_2x_change_the_wall_clock_shr
     processes): the wall clause cannot decide it, the CPU-time clause does, in 20 of 20 gates; identical
     code, its CPU seconds stretched by the load's caches by up to 10% at random, is never ``slower`` in
     150; without CPU times (a device clock) the 2x change stays ``inconclusive: contended``."""
-    plan = SequentialPlan(looks=(12, 24, 48), budget_s=60, min_s=0)
     rng = np.random.default_rng(32)
 
-    def gates(work, n, source=cpu_time_source):
+    def gates(work, n, source=cpu_time_pairs):
         return [
-            sequential_paired(source(rng, work, 0.25, 0.1), GateSettings(), plan, pair_clock())
-            for _ in range(n)
+            run_gate(source(rng, work, 0.25, 0.1), GateSettings(), CONTENDED_PLAN)[0] for _ in range(n)
         ]
 
     assert all(o.verdict == CONTENDED_VERDICT for o in gates(1.0, 150))
@@ -416,7 +435,20 @@ def test_contended_pairs_judged_on_cpu_time_catch_a_2x_change_the_wall_clock_shr
     assert all(o.estimate.ratio < 1.5 for o in doubled)  # the wall ratio the report shows
 
     def without_cpu(rng, work, wall_share, cache):
-        source = cpu_time_source(rng, work, wall_share, cache)
-        return lambda: dataclasses.replace(source(), base_cpu_s=None, head_cpu_s=None)
+        pair = cpu_time_pairs(rng, work, wall_share, cache)
+        return lambda cluster, i: dataclasses.replace(pair(cluster, i), base_cpu_s=None, head_cpu_s=None)
 
     assert all(o.verdict == CONTENDED_VERDICT for o in gates(2.0, 5, without_cpu))
+
+
+def test_a_contended_verdict_at_the_cap_splits_the_last_look_s_level(monkeypatch):
+    """At least half the pairs contended and nothing decided: the kept pairs' last look gets half the
+    level, and the contended rule the other half (``verdicts.contended_verdict`` takes it two-sided:
+    twice the one-sided half, the gate's alpha)."""
+    asked = []
+    monkeypatch.setattr(
+        sequential, "contended_verdict", lambda samples, settings, alpha: asked.append(alpha)
+    )
+    pair = contended_pairs(np.random.default_rng(33), 1.0, (0.3, 0.7), (0.3, 0.7), 0.1)
+    outcome, _ = run_gate(pair, GateSettings(alpha=0.001), CONTENDED_PLAN)
+    assert outcome.verdict == CONTENDED_VERDICT and asked == [pytest.approx(0.001)]
