@@ -95,7 +95,9 @@ def test_unpaired_ratio_of_medians():
 
 
 def test_false_alarm_bound():
-    assert SETTINGS.false_alarm_rate() == 0.005 and SETTINGS.false_alarm_rate(5) == 0.025
+    """alpha is one-sided (the chance identical code is called slower); a gate's bound is the union."""
+    assert SETTINGS.false_alarm_rate() == 0.01 and SETTINGS.false_alarm_rate(5) == 0.05
+    assert SETTINGS.false_alarm_rate(200) == 1.0
 
 
 def test_fingerprint_diff_names_the_hidden_copy(tmp_path):
@@ -318,9 +320,8 @@ def test_ab_run_reports_structure_between_two_variants():
         Side(Path("."), "naive"),
         ["naive"],
         ["b1h2s16d8-fp32-causal-cpu"],
-        rounds=2,
-        plan=SequentialPlan(looks=(6,), budget_s=10),
-        workers_per_side=2,  # start-up time: the default's six per side add nothing here
+        # start-up time: the default's eight worker pairs add nothing here
+        plan=SequentialPlan(worker_pairs=2, budget_s=10, rounds=2, blocks=3),
     )
     [result] = results
     assert result.comparison.verdict in {
@@ -332,6 +333,8 @@ def test_ab_run_reports_structure_between_two_variants():
     }
     assert "+1 aten::clone" in result.comparison.structure
     assert len(result.base_blocks) == len(result.head_blocks) == len(result.contended) >= 6
+    assert set(result.clusters) == {0, 1} and result.rounds == 2
+    assert all(len(block) == 2 for block in result.base_blocks + result.head_blocks)
     assert info["torch_version"]
 
 
@@ -343,8 +346,7 @@ def test_ab_worker_errors_surface(tmp_path):
             Side(Path(".")),
             ["naive"],
             ["b1h2s16d8-fp32-causal-cpu"],
-            rounds=1,
-            workers_per_side=1,
+            plan=SequentialPlan(worker_pairs=1, rounds=1, blocks=2),
         )
 
 
@@ -440,14 +442,16 @@ def test_the_table_shows_the_ratio_of_medians_next_to_the_statistic(tmp_path, ca
     head = saved_run(tmp_path / "head.json", 1.2 * np.exp(rng.normal(0, 0.01, 50)))
     main(["compare", str(base), str(head)])
     out = capsys.readouterr().out
-    assert "| head ms / base ms | head/base (99% CI) |" in out
+    assert "| head ms / base ms | head/base (99.5% CI) |" in out  # compare's alpha: 0.005
     row = next(line for line in out.splitlines() if line.startswith("| `naive/"))
     cells = [c.strip() for c in row.split("|")]
     assert float(cells[4]) == pytest.approx(float(cells[3]) / float(cells[2]), rel=2e-3)
 
 
 class FakeWorker:
-    """Answers ``time`` requests like an A/B worker: fixed round times, contention as told."""
+    """Answers requests like an A/B worker: ``setup`` with an empty fingerprint and a 1 ms step,
+    ``time`` with fixed round times and contention as told; every request is logged as
+    ``(name, kind)`` in ``log`` (``kind``: ``setup`` or ``time``) and the ``time`` requests kept."""
 
     def __init__(self, name, seconds, log, contended=lambda n: False, running=lambda n: None):
         self.name, self.seconds, self.log, self.contended, self.running, self.calls = (
@@ -458,9 +462,14 @@ class FakeWorker:
             running,
             0,
         )
+        self.side, self.requests, self.pending = Side(Path(".")), [], []
 
     def ask(self, request):
-        self.log.append(self.name)
+        if "setup" in request:
+            self.log.append((self.name, "setup"))
+            return {"fingerprint": {}, "step_s": 1e-3}
+        self.log.append((self.name, "time"))
+        self.requests.append(request)
         self.calls += 1
         contended = self.contended(self.calls)
         reasons = (
@@ -475,61 +484,95 @@ class FakeWorker:
             ),
         }
 
+    def send(self, request):
+        self.pending.append(request)
+
+    def receive(self):
+        return self.ask(self.pending.pop(0))
+
+
+def block_pairs(base, head, n, rounds=3, policy=None):
+    """``n`` block pairs of one worker pair as ``ab.Visits`` times them (base first, then alternating),
+    with the contended pairs' reasons and how many kept pairs had both blocks contended."""
+    from perfsuite.gate.ab import block_pair
+    from perfsuite.gate.stats import DEFAULT_CONTENDED_PAIRS
+
+    reasons, found, shared = [], [], 0
+    for j in range(n):
+        sample, both = block_pair(
+            base, head, j % 2 == 0, rounds, (j, j + 1), policy or DEFAULT_CONTENDED_PAIRS, None,
+            reasons,
+        )
+        found.append(sample)
+        shared += both
+    return found, reasons, shared
+
 
 def test_pairs_alternate_their_order_and_carry_either_side_s_contention():
-    from perfsuite.gate.ab import pair_sampler
-
     log = []
     base = FakeWorker("base", 1.0, log)
     head = FakeWorker("head", 1.1, log, contended=lambda n: n == 2)
-    next_pair = pair_sampler([base], [head], rounds=3)
-    pairs = [next_pair() for _ in range(3)]
-    assert log == ["base", "head", "head", "base", "base", "head"]
+    pairs, reasons, _ = block_pairs(base, head, 3)
+    assert [name for name, _ in log] == ["base", "head", "head", "base", "base", "head"]
     assert [p.contended for p in pairs] == [False, True, False]
     assert (pairs[0].base_s, pairs[0].head_s) == ([1.0] * 3, [1.1] * 3)
     assert pairs[0].cluster is None  # one worker per side: no clusters
-    assert next_pair.reasons == [
-        "CPU steal 9% of CPU time (limit 5%) in block 2"
-    ]  # why, for the report
+    assert reasons == ["CPU steal 9% of CPU time (limit 5%) in block 2"]  # why, for the report
+    # each block first re-places its inputs (its own seed) after one untimed step
+    assert [r["placement"] for r in base.requests] == [0, 1, 2]
+    assert [r["placement"] for r in head.requests] == [1, 2, 3]
+    assert all(r["warmup"] == 1 and r["time"] == 3 for r in base.requests + head.requests)
 
 
-def test_worker_pairs_are_clusters_and_no_block_follows_its_own_worker():
-    """Base worker i only ever pairs with head worker i (clusters share no process), every worker
-    times equally many blocks, no block follows a block of its own worker (with more than one worker
-    per side), and each side goes first equally often in every round of visits (even worker counts)
-    and, per worker pair, over two rounds."""
-    from perfsuite.gate.ab import pair_sampler, pair_schedule
+def test_worker_pairs_are_visited_one_at_a_time_and_the_first_side_alternates():
+    """Three worker pairs, three block pairs per visit: each pair is set up just before its visit and
+    times its blocks while no other worker is asked anything (the next pair starts between visits, not
+    during timing); base worker i only ever pairs with head worker i (one cluster each); which side goes
+    first alternates block pair by block pair and from one visit to the next; every block gets its own
+    placement."""
+    from perfsuite.gate.ab import run_benchmark
 
-    for per_side in (2, 3, 6):
-        cycle = 2 * per_side
-        schedule = [pair_schedule(k, per_side) for k in range(cycle)]
-        assert [pair_schedule(k, per_side) for k in range(cycle, 2 * cycle)] == schedule
-        assert all(b == h for b, h, _ in schedule)
-        for cluster in range(per_side):
-            firsts = [first for b, _, first in schedule if b == cluster]
-            assert firsts.count(True) == firsts.count(False) == 1
-        if per_side % 2 == 0:
-            for start in range(0, cycle, per_side):
-                firsts = [first for _, _, first in schedule[start : start + per_side]]
-                assert firsts.count(True) == firsts.count(False)
-        blocks = [
-            side
-            for b, h, base_first in schedule * 2
-            for side in ((("base", b), ("head", h)) if base_first else (("head", h), ("base", b)))
-        ]
-        counts = {w: blocks.count(w) for w in set(blocks)}
-        assert len(counts) == 2 * per_side and len(set(counts.values())) == 1
-        assert all(before != now for before, now in zip(blocks, blocks[1:]))
-    assert [pair_schedule(k, 1)[2] for k in range(4)] == [True, False, True, False]
     log = []
-    bases = [FakeWorker(f"base{i}", 1.0, log) for i in range(2)]
-    heads = [FakeWorker(f"head{i}", 1.1, log) for i in range(2)]
-    next_pair = pair_sampler(bases, heads, rounds=1)
-    clusters = [next_pair().cluster for _ in range(4)]
-    assert log == ["base0", "head0", "head1", "base1", "head0", "base0", "base1", "head1"]
-    assert clusters == [0, 1, 0, 1]
-    with pytest.raises(ValueError, match="equally many base and head workers, got 2 and 1"):
-        pair_sampler(bases, heads[:1], rounds=1)
+    bases = [FakeWorker(f"base{i}", 1.0, log) for i in range(3)]
+    heads = [FakeWorker(f"head{i}", 1.1, log) for i in range(3)]
+    plan = SequentialPlan(worker_pairs=3, looks=(3,), budget_s=60, max_budget_s=60, rounds=2, blocks=3)
+    found = run_benchmark(
+        bases, heads, "naive", "b1h2s16d8-fp32-causal-cpu", 0, SETTINGS, plan, clock=lambda: 0.0
+    )
+    timed = [name for name, kind in log if kind == "time"]
+    visit = [timed[6 * v : 6 * v + 6] for v in range(3)]
+    assert visit == [
+        ["base0", "head0", "head0", "base0", "base0", "head0"],
+        ["head1", "base1", "base1", "head1", "head1", "base1"],
+        ["base2", "head2", "head2", "base2", "base2", "head2"],
+    ]
+    setups = [i for i, (_, kind) in enumerate(log) if kind == "setup"]
+    starts = [log.index((f"base{c}", "time")) for c in range(3)]
+    for c in range(3):  # both workers of pair c set up after pair c - 1's last block, before its own
+        own = [i for i in setups if log[i][0] in (f"base{c}", f"head{c}")]
+        assert len(own) == 2 and max(own) < starts[c]
+        assert c == 0 or min(own) > max(i for i, e in enumerate(log) if e == (f"head{c - 1}", "time"))
+    assert found.clusters == [0] * 3 + [1] * 3 + [2] * 3 and found.rounds == 2
+    assert found.comparison.verdict == "slower" and found.looks == 1
+    placements = [r["placement"] for w in bases + heads for r in w.requests]
+    assert len(set(placements)) == len(placements) == 18
+    assert all(r["time"] == 2 and r["warmup"] == 1 for w in bases + heads for r in w.requests)
+
+
+def test_one_worker_per_side_pools_its_visits():
+    from perfsuite.gate.ab import run_benchmark
+
+    log = []
+    plan = SequentialPlan(worker_pairs=1, budget_s=60, max_budget_s=60, rounds=1, blocks=2)
+    found = run_benchmark(
+        [FakeWorker("base", 1.0, log)], [FakeWorker("head", 1.0, log)], "naive",
+        "b1h2s16d8-fp32-causal-cpu", 0, SETTINGS, plan, clock=lambda: 0.0,
+    )  # fmt: skip
+    visits = len(found.base_blocks) // 2
+    assert visits in plan.looks and found.clusters == [None] * 2 * visits
+    firsts = [name for name, kind in log if kind == "time"][::2]  # who went first in each block pair
+    assert firsts == ["base", "head", "head", "base"] * (visits // 2)  # within and across visits
+    assert found.comparison.verdict == "no change"  # identical times: decided at a look, pooled
 
 
 def test_the_verdict_line_says_whether_contention_or_the_machine_s_speed_kept_a_benchmark_unjudged():
@@ -606,31 +649,70 @@ def test_calibration_slowdown_is_python_api_only(capsys):
     ) == (0.3, 0.0, 0.0)
 
 
-def test_bad_sequential_options_name_the_value(capsys):
-    for option, value in (("--budget-s", "0"), ("--budget-s", "soon"), ("--blocks", "1")):
-        with pytest.raises(SystemExit):
-            main(["ab", option, value])
-        assert value in capsys.readouterr().err
-
-
-def test_blocks_too_few_to_ever_decide_are_a_usage_error(capsys):
-    """At alpha 0.01 the exact interval needs 8 pairs (2 * 2**-8 <= 0.01 < 2 * 2**-7): --blocks 7 can never decide."""
-    assert (
-        main(
-            [
-                "ab",
-                "--blocks",
-                "7",
-                "--no-fail-on-structure",
-                "--cases",
-                "b1h2s16d8-fp32-causal-cpu",
-            ]
-        )
-        == 2
-    )
+@pytest.mark.parametrize(
+    "option, value",
+    [
+        ("--budget-s", "-1"),
+        ("--budget-s", "soon"),
+        ("--max-budget-s", "-0.5"),
+        ("--blocks", "0"),
+        ("--rounds", "0"),
+        ("--workers-per-side", "0"),
+    ],
+)
+def test_bad_sequential_options_name_the_value(option, value, capsys):
+    with pytest.raises(SystemExit):
+        main(["ab", option, value])
     err = capsys.readouterr().err
-    assert "--blocks 7" in err and "at least 8 block pairs" in err
-    assert "drop --no-fail-on-structure" in err
+    assert option in err and value in err
+
+
+def test_sequential_options_make_the_plan():
+    from perfsuite.cli.main import build_parser
+    from perfsuite.suite.command_config import sequential_plan
+
+    args = build_parser().parse_args(
+        ["ab", "--workers-per-side", "4", "--budget-s", "3", "--max-budget-s", "9", "--blocks", "5",
+         "--rounds", "2"]
+    )  # fmt: skip
+    plan, note = sequential_plan(
+        args.workers_per_side, args.blocks, args.rounds, args.budget_s, args.max_budget_s,
+        args.fail_on_structure,
+    )  # fmt: skip
+    assert note is None
+    assert plan == SequentialPlan(worker_pairs=4, budget_s=3, max_budget_s=9, rounds=2, blocks=5)
+    defaults = build_parser().parse_args(["ab"])
+    assert (defaults.workers_per_side, defaults.budget_s, defaults.max_budget_s) == (8, 10.0, 30.0)
+    assert (defaults.blocks, defaults.rounds, defaults.alpha) == (0, 0, None)
+    # a cap below the budget is raised to it, not refused
+    assert sequential_plan(2, 0, 0, 5, 1, True)[0].max_budget_s == 5
+
+
+@pytest.mark.parametrize(
+    "options, why",
+    [
+        (["--blocks", "2"], "--blocks 2: a worker pair needs at least 3 kept block pairs"),
+        (["--budget-s", "0"], "--budget-s 0 times nothing"),
+    ],
+)
+def test_a_plan_that_can_never_decide_by_timing_is_a_usage_error_unless_structure_is_judged(
+    options, why, capsys
+):
+    """Several worker pairs need 3 kept block pairs each for an estimate: ``--blocks 2`` can never
+    decide, nor can a zero budget. With ``--no-fail-on-structure`` that is a usage error (nothing would
+    be judged); by default the gate judges structure only and says so."""
+    from perfsuite.suite.command_config import sequential_plan
+
+    case = ["--cases", "b1h2s16d8-fp32-causal-cpu"]
+    assert main(["ab", *options, "--no-fail-on-structure", *case]) == 2
+    err = capsys.readouterr().err
+    assert why in err and "drop --no-fail-on-structure" in err
+    blocks = int(options[1]) if options[0] == "--blocks" else 0
+    budget = float(options[1]) if options[0] == "--budget-s" else 10.0
+    plan, note = sequential_plan(8, blocks, 0, budget, 30, True)
+    assert not plan.can_decide() and why in note and note.endswith("this gate judges structure only")
+    # one worker per side pools its pairs: two block pairs per visit can decide
+    assert sequential_plan(1, 2, 0, 10, 30, False)[0].can_decide()
 
 
 class SetupWorker:
@@ -647,11 +729,17 @@ class SetupWorker:
             else {"fingerprint": {}}
         )
 
+    def send(self, request):
+        self.pending = request
+
+    def receive(self):
+        return self.ask(self.pending)
+
 
 def test_a_variant_renamed_by_the_change_is_missing_not_an_error():
     from perfsuite.gate.ab import run_benchmark
 
-    args = ("b1h2s16d8-fp32-causal-cpu", 0, 2, SETTINGS, SequentialPlan())
+    args = ("b1h2s16d8-fp32-causal-cpu", 0, SETTINGS, SequentialPlan())
     renamed = run_benchmark([SetupWorker()], [SetupWorker(absent=("old",))], "old", *args)
     assert (renamed.comparison.verdict, renamed.comparison.note) == (
         "missing",
@@ -783,15 +871,14 @@ def test_ab_timing_threads_sets_both_workers_thread_count(tmp_path, capsys):
 
 
 def test_shared_policy_keeps_a_pair_whose_two_blocks_were_contended_and_sets_aside_a_one_sided_one():
-    from perfsuite.gate.ab import pair_sampler
     from perfsuite.gate.stats import ContendedPairs
 
     def pairs(policy):
         log = []
         base = FakeWorker("base", 1.0, log, contended=lambda n: n in (1, 3))
         head = FakeWorker("head", 1.1, log, contended=lambda n: n == 1)
-        next_pair = pair_sampler([base], [head], rounds=3, contended_pairs=policy)
-        return [next_pair().contended for _ in range(3)], next_pair.shared
+        found, _, shared = block_pairs(base, head, 3, policy=policy)
+        return [p.contended for p in found], shared
 
     # pair 1: both blocks contended (a steady load); pair 2: neither; pair 3: only the base's block
     assert pairs(ContendedPairs.SHARED) == ([False, False, True], 1)
@@ -800,7 +887,6 @@ def test_shared_policy_keeps_a_pair_whose_two_blocks_were_contended_and_sets_asi
 
 def test_a_shared_load_that_fills_every_cpu_is_set_aside_under_either_policy(monkeypatch):
     """Two busy processes on 2 CPUs: both blocks contended, and beside them 2 other runnable threads."""
-    from perfsuite.gate.ab import pair_sampler
     from perfsuite.gate.stats import ContendedPairs
 
     monkeypatch.setattr("os.cpu_count", lambda: 2)
@@ -811,13 +897,12 @@ def test_a_shared_load_that_fills_every_cpu_is_set_aside_under_either_policy(mon
         log = []
         base = FakeWorker("base", 1.0, log, lambda n: True, lambda n: queues[n])
         head = FakeWorker("head", 1.0, log, lambda n: True, lambda n: queues[n])
-        next_pair = pair_sampler([base], [head], rounds=3, contended_pairs=policy)
+        (first, second), reasons, _ = block_pairs(base, head, 2, policy=policy)
         assert (
-            next_pair().contended is True
-            and "other processes filled every CPU (2 runnable threads on 2 CPUs)"
-            in next_pair.reasons
+            first.contended is True
+            and "other processes filled every CPU (2 runnable threads on 2 CPUs)" in reasons
         )
-        assert next_pair().contended is (policy == ContendedPairs.SET_ASIDE)
+        assert second.contended is (policy == ContendedPairs.SET_ASIDE)
 
 
 def test_a_fail_line_says_how_many_regressions_are_both_slower_and_structural(tmp_path, capsys):
@@ -870,7 +955,8 @@ def test_an_11x_slower_head_timed_only_under_contention_fails_the_gate(monkeypat
 
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     monkeypatch.delenv("PERFSUITE_CONTENTION_CHECK", raising=False)
-    plan = SequentialPlan(budget_s=20, min_s=0)
+    # two worker pairs, every pair contended: sampling goes on to the cap (20 visits of 5 block pairs)
+    plan = SequentialPlan(worker_pairs=2, budget_s=1, max_budget_s=2, rounds=1, blocks=5)
 
     def gate(head_s, settings):
         rng = np.random.default_rng(42)
@@ -878,10 +964,11 @@ def test_an_11x_slower_head_timed_only_under_contention_fails_the_gate(monkeypat
         heads = [LoadedWorker(head_s, rng) for _ in range(2)]
         ticks = iter(range(10**6))
         found = run_benchmark(
-            bases, heads, "naive", "b1h2s16d8-fp32-causal-cpu", 0, 1, settings, plan,
+            bases, heads, "naive", "b1h2s16d8-fp32-causal-cpu", 0, settings, plan,
             clock=lambda: 0.1 * next(ticks),
         )  # fmt: skip
         assert found.comparison.note.startswith("0 pairs kept, ")  # every pair set aside
+        assert found.stopped == "cap" and set(found.clusters) == {0, 1}
         return judge([found.comparison], settings, "t", "m", fail_on_structure=True)
 
     before = gate(0.0115, GateSettings(contended_min_effect=None))
