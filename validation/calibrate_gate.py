@@ -24,15 +24,20 @@ Every eager built-in is gated by default (``naive``, ``naive_inplace``, ``sdpa``
 ``flex_eager``, ``mha``); a benchmark the scenario does not change counts as unchanged.
 ``--busy N`` runs N busy processes beside every gate (``validation/contend.py``; ``--busy-kind``:
 ``spin`` CPU loops, or ``memory`` loops streaming a 256 MiB array, which also take the caches and
-memory bandwidth). Reports, per scenario: gates with any "slower", how often the changed variant was
-caught, false "slower" and "faster" on unchanged benchmarks, how many benchmarks ended decisive /
-"no change" / contended, and seconds per gate; with the load average. A second table, "contended
-pairs", checks the contended rule's margin (``stats.CONTENDED_MIN_EFFECT``): for each unchanged
+memory bandwidth). The gate runs as ``perfsuite ab`` does (``SequentialPlan``: ``--workers-per-side``
+worker pairs visited one at a time, ``--budget-s`` and ``--max-budget-s`` per benchmark, ``--blocks``
+and ``--rounds`` sized from the step's time unless given; ``--noise-floor`` A/A documents). Reports, per
+scenario: gates with any "slower", how often the changed variant was caught, false "slower" and "faster"
+on unchanged benchmarks with the 95% Clopper-Pearson upper bound of the false-verdict rate over the
+unchanged benchmark-gates (either verdict), how many benchmarks ended decisive / "no change" /
+contended, seconds per benchmark (median, max) and per gate; with the load average. A second table,
+"contended pairs", checks the contended rule's margin (``verdicts.CONTENDED_MIN_EFFECT``): for each unchanged
 benchmark with enough contended pairs, the lower bound of its wait-adjusted interval, which must stay
 below ``1 + CONTENDED_MIN_EFFECT`` (then identical code is never called slower from contended pairs).
 Rates over repetitions are what count: this is a measurement, not a test.
 
     .venv/bin/python -m validation.calibrate_gate --reps 20 --out docs/gate-calibration.json
+    .venv/bin/python -m validation.calibrate_gate --reps 1 --budget-s 1 --variants naive_inplace  # smoke
 """
 
 from __future__ import annotations
@@ -47,29 +52,27 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
+from scipy import stats as scipy_stats
 
 from perfsuite.gate.ab import Side, run_ab
-import numpy as np
-
-from perfsuite.gate.stats import (
-    BLOCK_ROUNDS,
+from perfsuite.gate.intervals import PairSample, pair_log_ratios, wilcoxon_interval
+from perfsuite.gate.noise_floor import floors_from_files
+from perfsuite.gate.sequential import WORKER_PAIRS, SequentialPlan
+from perfsuite.gate.verdicts import (
+    AB_ALPHA,
     CONTENDED_CPU_MIN_EFFECT,
     CONTENDED_MIN_EFFECT,
-    PairSample,
-    contended_cpu_ratios,
     CONTENDED_VERDICT,
     CONTENDED_WAIT_CAP,
-    MIN_UNITS,
     DECISIVE,
     DEFAULT_CONTENDED_PAIRS,
+    MIN_UNITS,
     ContendedPairs,
     GateSettings,
-    SequentialPlan,
-    WORKERS_PER_SIDE,
-    pair_log_ratios,
+    contended_cpu_ratios,
     wait_adjusted,
-    wilcoxon_interval,
 )
 from perfsuite.measure.contention import snapshot
 from perfsuite.storage import write_text_atomic
@@ -178,9 +181,10 @@ def changed_tree(root: Path, change: RealChange) -> Path:
 
 
 def contended_check(result, alpha_look: float) -> dict | None:
-    """The contended rule on one benchmark's contended pairs (``stats.contended_verdict``'s
-    statistic): the wait-adjusted interval's estimate and lower bound (ratios), the median head wait
-    share, and how many pairs; None with fewer than ``MIN_UNITS`` contended pairs with a wait."""
+    """The contended rule on one benchmark's contended pairs (``verdicts.contended_verdict``'s
+    statistic at two-sided level ``alpha_look``, each clause at half of it): the wait-adjusted
+    interval's estimate and lower bound (ratios), the median head wait share, and how many pairs; None
+    with fewer than ``MIN_UNITS`` contended pairs with a wait."""
     judged = [
         i
         for i, (c, w) in enumerate(zip(result.contended, result.wait_shares))
@@ -233,12 +237,33 @@ def changed_key(key: str) -> str:
     return f"{variant.partition('[')[0]}/{mode}"
 
 
+def gate_plan(args) -> SequentialPlan:
+    """The gate's plan from the options, as ``perfsuite ab`` makes it (a cap below the budget is
+    raised to it)."""
+    return SequentialPlan(
+        args.workers_per_side,
+        budget_s=args.budget_s,
+        max_budget_s=max(args.budget_s, args.max_budget_s),
+        rounds=args.rounds,
+        blocks=args.blocks,
+    )
+
+
+def false_verdict_bound(false: int, unchanged: int, confidence: float = 0.95) -> float:
+    """The upper end of the two-sided ``confidence`` Clopper-Pearson interval of a rate observed as
+    ``false`` of ``unchanged`` (Clopper & Pearson, Biometrika 26(4), 1934: the ``1 - (1 - confidence)
+    / 2`` quantile of Beta(false + 1, unchanged - false)); 1 when ``false == unchanged``, nan with no
+    trials. 0 of 300 gives 1.2%."""
+    if unchanged <= 0:
+        return math.nan
+    if false >= unchanged:
+        return 1.0
+    return float(scipy_stats.beta.ppf(1 - (1 - confidence) / 2, false + 1, unchanged - false))
+
+
 def gate_once(scenario: str, args, variants: list[str], cases: list[str]) -> dict:
     """One gate of ``scenario`` over ``variants`` x ``cases``; a dict of verdicts, counts and seconds."""
-    settings, plan = (
-        GateSettings(args.alpha, args.min_effect),
-        SequentialPlan(budget_s=args.budget_s, min_s=args.min_s),
-    )
+    settings, plan = GateSettings(args.alpha, args.min_effect), gate_plan(args)
     modes = tuple(split_list(args.modes))
     load_before, start, before = load_average(), time.perf_counter(), snapshot()
     gate = functools.partial(
@@ -247,11 +272,10 @@ def gate_once(scenario: str, args, variants: list[str], cases: list[str]) -> dic
         case_ids=cases,
         settings=settings,
         plan=plan,
-        rounds=args.rounds,
         modes=modes,
         timing_threads=args.timing_threads,
         contended_pairs=ContendedPairs(args.contended_pairs),
-        workers_per_side=args.workers_per_side,
+        noise_floors=floors_from_files([Path(f) for f in args.noise_floor]),
     )
     if scenario in REAL_CHANGES:
         with tempfile.TemporaryDirectory(prefix="perfsuite-head-") as head:
@@ -264,7 +288,9 @@ def gate_once(scenario: str, args, variants: list[str], cases: list[str]) -> dic
     after = snapshot()
     verdicts = {_variant_mode(r.key): r.comparison.verdict for r in results}
     changed = changed_keys(scenario, args.slow_variant, modes)
-    alpha_look = plan.alpha_per_look(settings.alpha)
+    # the contended rule is asked at the kept pairs' last level, doubled (two-sided): at most alpha;
+    # checking at alpha gives the narrower interval, so the margin check errs on the safe side
+    alpha_look = settings.alpha
     gate = {
         "seconds": time.perf_counter() - start,
         "load_before": load_before,
@@ -274,6 +300,9 @@ def gate_once(scenario: str, args, variants: list[str], cases: list[str]) -> dic
         "verdicts": verdicts,
         "ratios": {_variant_mode(r.key): r.comparison.estimate.ratio for r in results},
         "pairs": {_variant_mode(r.key): len(r.contended) for r in results},
+        # sampling seconds per benchmark (the sequential rule's clock, worker pairs' set-up included)
+        "benchmark_seconds": {_variant_mode(r.key): r.seconds for r in results},
+        "stopped": {_variant_mode(r.key): r.stopped for r in results},
         # the structural half: what the gate as run (--fail-on-structure, the default) fails besides timing
         "structure_adds_work": {
             _variant_mode(r.key): r.comparison.structure_adds_work for r in results
@@ -313,14 +342,22 @@ def counts(verdicts: dict[str, str], changed: set[str]) -> dict:
     }
 
 
+def benchmark_seconds(gates: list[dict]) -> str:
+    """Sampling seconds per benchmark over ``gates``: median and max (``-`` for calibrations saved
+    before they were recorded)."""
+    seconds = sorted(s for g in gates for s in (g.get("benchmark_seconds") or {}).values())
+    return f"{seconds[len(seconds) // 2]:.1f} | {seconds[-1]:.1f}" if seconds else "- | -"
+
+
 def summary(runs: dict[str, list[dict]], busy: int) -> str:
     rows = [
         f"| scenario (busy processes: {busy}) | gates with a 'slower' | changed variant caught by timing (by "
         "the structural half) | changed: "
         "measured ratio (min, median, max) | false 'slower' on unchanged | false 'faster' on unchanged | "
-        "unchanged confirmed 'no change' | decisive | contended | median s/gate | max s/gate | "
-        "load before-after | CPU steal per gate |",
-        "| --- " * 13 + "|",
+        "false-verdict rate on unchanged: 95% Clopper-Pearson upper bound | "
+        "unchanged confirmed 'no change' | decisive | contended | median s/benchmark | max s/benchmark | "
+        "median s/gate | max s/gate | load before-after | CPU steal per gate |",
+        "| --- " * 16 + "|",
     ]
     for name, gates in runs.items():
         if not gates:
@@ -357,12 +394,16 @@ def summary(runs: dict[str, list[dict]], busy: int) -> str:
         measured = (
             f"{ratios[0]:.3f}, {ratios[len(ratios) // 2]:.3f}, {ratios[-1]:.3f}" if ratios else "-"
         )
+        false_slower = sum(g["false_alarms"] for g in gates)
+        false_faster = sum(g.get("false_faster", 0) for g in gates)
+        bound = false_verdict_bound(false_slower + false_faster, unchanged)
         rows.append(
             f"| {name} | {sum(g['flagged'] for g in gates)}/{len(gates)} | {caught} | {measured} | "
-            f"{sum(g['false_alarms'] for g in gates)}/{unchanged} | "
-            f"{sum(g.get('false_faster', 0) for g in gates)}/{unchanged} | "
-            f"{sum(g['unchanged_no_change'] for g in gates)}/{unchanged} | "
+            f"{false_slower}/{unchanged} | {false_faster}/{unchanged} | "
+            + (f"{bound:.2%} |" if unchanged else "- |")
+            + f" {sum(g['unchanged_no_change'] for g in gates)}/{unchanged} | "
             f"{sum(g['decisive'] for g in gates)}/{total} | {sum(g['contended'] for g in gates)}/{total} | "
+            f"{benchmark_seconds(gates)} | "
             f"{seconds[len(seconds) // 2]:.1f} | {seconds[-1]:.1f} | {loads} | {steals} |"
         )
     return "\n".join(rows)
@@ -400,21 +441,51 @@ def main() -> None:
         default=str(DEFAULT_CONTENDED_PAIRS),
         help="which contended block pairs the gate keeps (perfsuite ab --contended-pairs)",
     )
-    parser.add_argument("--rounds", type=int, default=BLOCK_ROUNDS)
     parser.add_argument(
         "--workers-per-side",
         type=int,
-        default=WORKERS_PER_SIDE,
-        help="worker processes per side (perfsuite ab --workers-per-side)",
+        default=WORKER_PAIRS,
+        help=f"worker pairs (perfsuite ab --workers-per-side; default {WORKER_PAIRS})",
     )
-    parser.add_argument("--budget-s", type=float, default=SequentialPlan.budget_s)
     parser.add_argument(
-        "--min-s",
+        "--budget-s",
         type=float,
-        default=SequentialPlan.min_s,
-        help="no look before this many seconds of sampling per benchmark (0: looks from the first pairs)",
+        default=SequentialPlan.budget_s,
+        help=f"sampling seconds per benchmark before its last look (perfsuite ab --budget-s; "
+        f"default {SequentialPlan.budget_s:g})",
     )
-    parser.add_argument("--alpha", type=float, default=0.01)
+    parser.add_argument(
+        "--max-budget-s",
+        type=float,
+        default=SequentialPlan.max_budget_s,
+        help=f"the cap under contention (perfsuite ab --max-budget-s; default "
+        f"{SequentialPlan.max_budget_s:g})",
+    )
+    parser.add_argument(
+        "--blocks",
+        type=int,
+        default=0,
+        help="block pairs per worker-pair visit (perfsuite ab --blocks; default 0: sized from the step)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=0,
+        help="calls per block (perfsuite ab --rounds; default 0: sized from the step)",
+    )
+    parser.add_argument(
+        "--noise-floor",
+        action="append",
+        default=[],
+        metavar="AA_JSON",
+        help="an A/A run's perfsuite ab --json document (perfsuite ab --noise-floor; repeatable)",
+    )
+    parser.add_argument(
+        "--alpha",
+        type=float,
+        default=AB_ALPHA,
+        help=f"one-sided level of slower and of faster (perfsuite ab --alpha; default {AB_ALPHA:g})",
+    )
     parser.add_argument("--min-effect", type=float, default=GateSettings.min_effect)
     parser.add_argument(
         "--busy",

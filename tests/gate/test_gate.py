@@ -996,6 +996,52 @@ def test_every_calibration_change_still_finds_the_lines_it_edits():
         assert all(old in source for old, _ in change.edits), name
 
 
+def test_the_calibration_bounds_the_false_verdict_rate_by_clopper_pearson():
+    """0 false verdicts in 300 unchanged benchmark-gates bound the rate at 1.2% (95%: the rule of three
+    gives about 1%); the bound is the Beta quantile of Clopper & Pearson (1934), 1 - 0.025**(1/300) at 0."""
+    from validation.calibrate_gate import false_verdict_bound, summary
+
+    assert false_verdict_bound(0, 300) == pytest.approx(1 - 0.025 ** (1 / 300))
+    assert false_verdict_bound(0, 300) == pytest.approx(0.0122, abs=1e-4)
+    assert false_verdict_bound(3, 300) == pytest.approx(0.0289, abs=1e-3)  # published: 2.89%
+    assert false_verdict_bound(5, 5) == 1.0 and np.isnan(false_verdict_bound(0, 0))
+    gate = {
+        "seconds": 30.0, "load_before": "0.1 0.1 0.1", "load_after": "0.2 0.1 0.1", "steal": 0.0,
+        "flagged": False, "caught": False, "changed": [], "ratios": {}, "pairs": {},
+        "contended_pairs": {}, "false_alarms": 0, "false_faster": 1, "unchanged": 300,
+        "unchanged_no_change": 290, "decisive": 291, "contended": 0, "benchmarks": 300,
+        "benchmark_seconds": {"a": 2.0, "b": 4.0, "c": 9.0},
+    }  # fmt: skip
+    table = summary({"A/A": [gate]}, 0)
+    assert "Clopper-Pearson upper bound" in table and "median s/benchmark" in table
+    row = table.splitlines()[-1].split(" | ")
+    assert row[4:7] == ["0/300", "1/300", f"{false_verdict_bound(1, 300):.2%}"]
+    assert row[10:12] == ["4.0", "9.0"]  # seconds per benchmark: median, max
+
+
+def test_worker_spread_reads_each_pair_s_worker_pair_from_the_payload():
+    """Three worker pairs measured x1.00, x1.02 and x1.04 (unequal numbers of pairs, one pair set aside):
+    the row shows each worker pair's estimate from the payload's ``clusters``."""
+    from validation.worker_spread import spread_rows
+
+    clusters = [0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2]
+    ratios = {0: 1.0, 1: 1.02, 2: 1.04}
+    payload = {
+        "benchmarks": [
+            {
+                "key": "naive/b1h2s16d8-fp32-causal-cpu",
+                "base_blocks_s": [[1.0]] * len(clusters),
+                "head_blocks_s": [[ratios[c]] for c in clusters],
+                "contended_pairs": [False] * 6 + [True] + [False] * 4,
+                "clusters": clusters,
+            }
+        ]
+    }
+    row = spread_rows(payload)[-1]
+    assert row.startswith("| `naive/b1h2s16d8-fp32-causal-cpu` | 10 | 1.0199 | 0.0196 |")
+    assert row.endswith("+0.000 +0.020 +0.039 |")
+
+
 def test_an_ab_worker_does_not_run_what_the_suite_does_not_generate():
     """An inference-only layout case (paged, split-KV, FP8) is forward only in the suite; ab's worker
     answers its backward as unsupported with the same reason instead of running it (a serving trial's
