@@ -575,6 +575,31 @@ def test_one_worker_per_side_pools_its_visits():
     assert found.comparison.verdict == "no change"  # identical times: decided at a look, pooled
 
 
+def test_the_ab_json_and_method_carry_the_plan_and_each_pair_s_worker_pair():
+    """Schema 3: the plan (worker pairs, looks, budget), one-sided alpha, and per benchmark the worker
+    pair of each block pair and the calls per block; the method line states the looks and levels."""
+    from perfsuite.gate.ab import run_benchmark, ab_method, ab_payload
+    from perfsuite.gate.stats import ContendedPairs, nominal_levels
+
+    log = []
+    plan = SequentialPlan(worker_pairs=2, budget_s=60, max_budget_s=60, rounds=2, blocks=3)
+    found = run_benchmark(
+        [FakeWorker(f"base{i}", 1.0, log) for i in range(2)],
+        [FakeWorker(f"head{i}", 1.0, log) for i in range(2)],
+        "naive", "b1h2s16d8-fp32-causal-cpu", 0, SETTINGS, plan, clock=lambda: 0.0,
+    )  # fmt: skip
+    payload = json.loads(json.dumps(ab_payload([found], {}, SETTINGS, plan)))
+    assert payload["schema_version"] == 3 and payload["workers_per_side"] == 2
+    assert (payload["looks"], payload["budget_s"], payload["alpha"]) == ([2], 60, 0.01)
+    [bench] = payload["benchmarks"]
+    assert bench["clusters"] == [0, 0, 0, 1, 1, 1] and bench["rounds"] == 2
+    assert bench["verdict"] == "no change" and bench["looks"] == 1
+    assert bench["stopped"] == "decisive" and "2 worker pairs" in bench["note"]
+    method = ab_method(plan, SETTINGS, ContendedPairs.SHARED, None)
+    assert "warm worker pairs timed one at a time" in method and "t interval across 2 worker pairs" in method
+    assert f"nominal one-sided levels {nominal_levels((1.0,), 0.01)[0]:.2g}" in method
+
+
 def test_the_verdict_line_says_whether_contention_or_the_machine_s_speed_kept_a_benchmark_unjudged():
     from perfsuite.gate.flow import judge
 
