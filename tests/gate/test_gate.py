@@ -713,6 +713,21 @@ def test_sequential_options_make_the_plan():
     assert sequential_plan(2, 0, 0, 5, 1, True)[0].max_budget_s == 5
 
 
+def test_alpha_defaults_per_command_and_a_bad_level_is_a_usage_error(tmp_path, capsys):
+    """``--alpha`` left out: 0.001 for ab (one-sided, per benchmark), 0.005 for compare of separate runs;
+    a level outside (0, 0.5) is refused naming it, not a traceback."""
+    from perfsuite.suite.command_config import gate_settings
+
+    assert gate_settings(None, None, separate_runs=False) == GateSettings(0.001, 0.02)
+    assert gate_settings(None, None, separate_runs=True) == GateSettings(0.005, 0.15)
+    assert gate_settings(0.01, 0.05, separate_runs=True) == GateSettings(0.01, 0.05)
+    base = saved_run(tmp_path / "a.json", [1.0] * 10)
+    for command in (["compare", str(base), str(base)], ["ab", "--cases", "b1h2s16d8-fp32-causal-cpu"]):
+        assert main([*command, "--alpha", "0.7"]) == 2
+        err = capsys.readouterr().err
+        assert "--alpha" in err and "0.7" in err and "Traceback" not in err
+
+
 @pytest.mark.parametrize(
     "options, why",
     [
