@@ -363,7 +363,10 @@ def summary(runs: dict[str, list[dict]], busy: int) -> str:
         if not gates:
             continue
         seconds = sorted(g["seconds"] for g in gates)
-        with_change = [g for g in gates if g.get("changed", name != "A/A")]
+        # gates whose head changed a benchmark they ran (a slowdown of a variant not gated changes none)
+        with_change = [
+            g for g in gates if g.get("changed", name != "A/A") and g.get("changed_benchmarks", 1)
+        ]
         caught = (
             f"{sum(g['caught'] for g in with_change)}/{len(with_change)}" if with_change else "-"
         )
@@ -613,7 +616,7 @@ def print_summaries(runs: dict[str, list[dict]], busy: int, quiet_steal: float) 
     then the contended rule's check."""
     print()
     print(summary(runs, busy))
-    print("\nContended pairs (the rule of stats.contended_verdict):\n")
+    print("\nContended pairs (the rule of verdicts.contended_verdict):\n")
     print(contended_summary(runs, busy))
     quiet = {
         name: [g for g in gates if g.get("steal", 1.0) < quiet_steal]
