@@ -207,12 +207,13 @@ def look_estimate(
     sd = float(estimates.std(ddof=1))
     floored = floor_sd > sd
     half = float(scipy_stats.t.isf(level, q - 1)) * max(sd, floor_sd) / math.sqrt(q)
-    return (
-        RatioEstimate(
-            math.exp(centre), math.exp(centre - half), math.exp(centre + half), len(logs), "worker pairs", q
-        ),
-        floored,
-    )
+    low, high = _exp(centre - half), _exp(centre + half)  # an interval wider than a float: unbounded
+    return RatioEstimate(math.exp(centre), low, high, len(logs), "worker pairs", q), floored
+
+
+def _exp(x: float) -> float:
+    """``exp(x)``, 0 or infinity beyond a float's range."""
+    return 0.0 if x < -700 else math.inf if x > 700 else math.exp(x)
 
 
 def complete_clusters(samples: list[PairSample], clustered: bool, visits: int) -> int:

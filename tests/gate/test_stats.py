@@ -314,12 +314,10 @@ def test_clustered_interval_needs_two_clusters_of_three_pairs():
         stats.clustered_interval(values, [0, 1], 0.1)
 
 
-@pytest.mark.xfail(strict=True, raises=OverflowError, reason="sequential.look_estimate: exp overflow")
 def test_two_worker_pairs_far_apart_at_an_interim_look_give_an_unbounded_interval_not_an_error():
     """Four worker pairs (looks at 2, 3 and 4): the first look's level is about 3e-6 with 1 degree of
     freedom (t about 1e5), so two worker pairs 2% apart give an interval wider than a float: it must
-    come out unbounded (inconclusive), not raise. Fails now: ``math.exp`` overflows in
-    ``sequential.look_estimate`` (strict xfail: remove the mark once it is fixed)."""
+    come out unbounded (inconclusive), not raise (``math.exp`` overflowed in ``sequential.look_estimate``)."""
 
     def visit(cluster):
         return [PairSample([1.0], [1.0 + 0.02 * cluster], False, cluster) for _ in range(3)]
