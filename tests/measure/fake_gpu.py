@@ -98,10 +98,11 @@ def _kineto_methods(record: dict) -> dict:
     }
 
 
-def kineto_event(record: dict):
+def kineto_event(record: dict, without: tuple[str, ...] = ()):
     """A fake ``_KinetoEvent`` for ``record`` (keys name, start_ns, end_ns, stream, cat,
-    device_type) with only the methods the installed torch's ``_KinetoEvent`` has."""
-    real = set(dir(torch._C._autograd._KinetoEvent))
+    device_type) with only the methods the installed torch's ``_KinetoEvent`` has, less
+    ``without`` (``("activity_type",)``: torch 2.11's)."""
+    real = set(dir(torch._C._autograd._KinetoEvent)) - set(without)
     methods = {k: v for k, v in _kineto_methods(record).items() if k in real}
     return type("FakeKinetoEvent", (), methods)()
 
@@ -109,7 +110,7 @@ def kineto_event(record: dict):
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation")
 
 
-def trace_kineto_events(name: str) -> list:
+def trace_kineto_events(name: str, without: tuple[str, ...] = ()) -> list:
     """The events of a recorded trace as fake Kineto events: device categories on CUDA, the
     rest (CPU ops, runtime calls, annotations) on the CPU; times in nanoseconds."""
     found = []
@@ -125,7 +126,7 @@ def trace_kineto_events(name: str) -> list:
             "cat": cat,
             "device_type": DeviceType.CUDA if cat in DEVICE_CATEGORIES else DeviceType.CPU,
         }
-        found.append(kineto_event(record))
+        found.append(kineto_event(record, without))
     return found
 
 

@@ -16,11 +16,19 @@ from fake_gpu import (
     SOFTMAX,
     FakeGpu,
     backward_step,
+    trace_events,
+    trace_kineto_events,
 )
 from pytest_benchmark.fixture import BenchmarkFixture
 from pytest_benchmark.utils import NameWrapper
 
-from perfsuite.measure.device_api import L2_FLUSH_FACTOR, SPIN_KERNEL, KernelRecord, TorchCuda
+from perfsuite.measure.device_api import (
+    L2_FLUSH_FACTOR,
+    SPIN_KERNEL,
+    KernelRecord,
+    TorchCuda,
+    kineto_records,
+)
 from perfsuite.measure.device_timing import (
     MAX_SPIN_S,
     BlockedEventTimer,
@@ -430,3 +438,38 @@ def test_a_gpu_throttled_throughout_is_timed_from_every_sample_and_says_so():
     assert timing.all_set_aside and timing.device_median_s == pytest.approx(2 * STEP_S + 0.7e-6)
     assert "every event sample was set aside" in " ".join(timing.notes())
     assert timing.throttle().startswith("hw_slowdown; ")
+
+
+@pytest.mark.parametrize("without", [(), ("activity_type",)], ids=["installed", "torch-2.11"])
+@pytest.mark.parametrize(
+    "trace", ["h100_bert-small_sdpa-flash.json.gz", "a100_train_step_rank0.json.gz"]
+)
+def test_device_work_is_read_from_kineto_records_with_or_without_activity_type(trace, without):
+    """The records of a real trace as Kineto events with the installed torch's methods (and with
+    torch 2.11's, which has no ``activity_type()``): the kernels, memcpy and memset are kept, the
+    GPU-side annotations and the CPU records left out. Counted from the JSON directly."""
+    raw = [e for e in trace_events(trace) if e.get("ph") == "X" and "dur" in e]
+    work = [e for e in raw if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    records = kineto_records(trace_kineto_events(trace, without))
+    assert len(records) == len(work) > 0
+    assert sorted(r.name for r in records) == sorted(e["name"] for e in work)
+    assert [r.start_s for r in records] == sorted(r.start_s for r in records)
+    first = min(work, key=lambda e: float(e["ts"]))
+    assert records[0].end_s - records[0].start_s == pytest.approx(float(first["dur"]) / 1e6, abs=1e-7)
+
+
+def test_a_short_step_reads_its_own_time_through_a_graph_of_unrolled_steps():
+    """A 20 us step: one replay a sample carries the graph's launch and the end event (3.5 us,
+    17%); a graph of 49 steps (1 ms over the 20.5 us eager sample) shares them (0.35%), as
+    do_bench_cudagraph's unrolled graph does."""
+    fast = ((FLASH_FWD, 20e-6),)
+    single = FakeGpu(kernels=fast)
+    replay = capture_step(single, single.step).step
+    timer = BlockedEventTimer(single, replay, flush=None, sm_clock_hz=MAX_CLOCK_HZ)
+    assert timer.sample().device_s == pytest.approx(20e-6 + 3.5e-6)
+    gpu = FakeGpu(kernels=fast)
+    timing = time_on_device(
+        make_fixture()[0], gpu.step, "cuda_event", QUICK, api=gpu, host_clock=gpu.host_clock
+    )
+    assert timing.cuda_graph == "replayed (49 steps a replay)"
+    assert timing.device_median_s == pytest.approx(20e-6, rel=0.005)
