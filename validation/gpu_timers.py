@@ -6,8 +6,9 @@ For each step (``variant:mode:case``), in this order, ``--samples`` samples each
   start event on the idle GPU, step, end event (host dispatch inside the interval);
 * ``blocked event``: ``perfsuite.measure.device_timing.DeviceSampler`` on the eager step (start event
   behind a spin kernel, L2 flushed before the spin);
-* ``graph replay``: the same on the step's CUDA-graph replay (L2 flushed), and ``graph replay, warm
-  L2`` without the flush (what ``do_bench_cudagraph`` measures);
+* ``graph replay``: the same on a CUDA graph of several unrolled steps (sized to a 1 ms replay; one
+  replay a sample, divided by its steps, as ``do_bench_cudagraph`` divides its graph's time) with the
+  L2 flushed, and ``graph replay, warm L2`` without the flush (what ``do_bench_cudagraph`` measures);
 * ``triton do_bench``: ``triton.testing.do_bench(return_mode="all")`` (a cache clear before each
   sample, events around each call);
 * ``triton do_bench_cudagraph``: ``triton.testing.do_bench_cudagraph(return_mode="all")`` on a side
@@ -144,6 +145,11 @@ def time_step(spec: str, count: int, warmup_ms: float, seed: int) -> dict:
             + (f"; {sampler.dry_samples} dry samples retaken" if sampler.dry_samples else "")
         )
     estimate_s = statistics.median(samples["blocked event"])
+    if mode == "backward":  # its capture stream differs from its warm-up stream (see below)
+        notes[REFERENCE] = (
+            "backward: triton captures on its own stream, where the step's forward runs again "
+            "(one forward per stream), so its graph holds forward and backward"
+        )
     for name, graph in (("triton do_bench", False), (REFERENCE, True)):
         warm_up(step, warmup_ms)
         try:

@@ -54,6 +54,7 @@ from perfsuite.measure.device_api import (
     L2Flush,
     TorchCuda,
     capture_step,
+    first_cause,
 )
 from perfsuite.measure.gpu_state import slowing_reasons
 from perfsuite.measure.sampling import Estimate, Sampler, SamplingRule
@@ -562,7 +563,11 @@ class DeviceSampler:
         sm_hz = self.max_clock_hz or FALLBACK_SM_CLOCK_HZ
         self.dispatch_s = measure_dispatch_s(api, step, sm_hz, host_clock)
         self.timer = BlockedEventTimer(
-            api, step, flush=self.flush, sm_clock_hz=sm_hz, spin_s=2 * self.dispatch_s,
+            api,
+            step,
+            flush=self.flush,
+            sm_clock_hz=sm_hz,
+            spin_s=2 * self.dispatch_s,
             host_clock=host_clock,
         )
         self.capture = None
@@ -634,8 +639,12 @@ def time_on_device(
     events, max_clock_hz = sampler.timer, sampler.max_clock_hz
     if timer == "cuda_event":
         event_run = _sample_events(events, rule, max_clock_hz, host_clock)
-        block = sampler.kernel_block()
-        findings = kernel_set_findings(block)
+        try:
+            block = sampler.kernel_block()
+            findings = kernel_set_findings(block)
+        except Exception as exc:  # CUPTI taken (nsys, ncu) or a block that cannot be split: the
+            # row keeps its event time and says why it has no kernel time
+            block, findings = [], [f"kernel time unavailable: {first_cause(exc)}"]
         kernel_samples = [i.merged_s for i in block]
         samples, estimate, clock = event_run.samples, event_run.estimate, sampler.clock
     else:

@@ -219,7 +219,10 @@ def _read_nvml(pynvml) -> dict[str, object]:
 # driver loaded), read with nvmlDeviceGetFieldValues; the first name the binding has is used (the
 # power and thermal ones had PERF_POLICY names before CLOCKS_EVENT_REASON ones).
 THROTTLE_COUNTER_FIELDS = {
-    "sw_power_cap": ("NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP", "NVML_FI_DEV_PERF_POLICY_POWER"),
+    "sw_power_cap": (
+        "NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP",
+        "NVML_FI_DEV_PERF_POLICY_POWER",
+    ),
     "sw_thermal_slowdown": (
         "NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN",
         "NVML_FI_DEV_PERF_POLICY_THERMAL",

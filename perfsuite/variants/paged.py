@@ -316,7 +316,9 @@ def flex_decode_refusal(
     torch's own refusal is still caught at the call (``FLEX_DECODE_REFUSED``).
     """
     if not 0 < query_len < 128:
-        return f"flex's decode template takes 1 to 127 queries per sequence; this case has {query_len}"
+        return (
+            f"flex's decode template takes 1 to 127 queries per sequence; this case has {query_len}"
+        )
     groups = num_heads // num_kv_heads
     if groups < 1 or groups & (groups - 1):
         return (

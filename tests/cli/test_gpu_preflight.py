@@ -32,7 +32,10 @@ def test_a_check_that_raises_fails_naming_the_error_and_a_refusal_is_a_skip():
         "AttributeError: '_KinetoEvent' object has no attribute 'activity_type'",
     )
     skipped = preflight.run_check("sdpa_fp8_gqa", refused)
-    assert (skipped.outcome, skipped.detail) == ("skip", "SDPA's quantized path runs on FA3: not installed")
+    assert (skipped.outcome, skipped.detail) == (
+        "skip",
+        "SDPA's quantized path runs on FA3: not installed",
+    )
     assert preflight.run_check("x", lambda: "seen").outcome == "pass"
 
 

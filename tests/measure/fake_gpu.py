@@ -93,7 +93,9 @@ def _kineto_methods(record: dict) -> dict:
         "device_resource_id": lambda self: record["stream"],
         "device_type": lambda self: record["device_type"],
         "activity_type": lambda self: record["cat"],
-        "is_user_annotation": lambda self: record["cat"] in ("user_annotation", "gpu_user_annotation"),
+        "is_user_annotation": lambda self: (
+            record["cat"] in ("user_annotation", "gpu_user_annotation")
+        ),
         "correlation_id": lambda self: record.get("correlation", 0),
     }
 

@@ -225,7 +225,9 @@ def test_graph_replay_is_the_default_clock_and_a_failed_capture_is_recorded():
     assert timing.clock == "cuda_graph" and gpu.replays > 0
     assert timing.cuda_graph == "replayed (10 steps a replay)"  # 1 ms / 0.1 ms steps
     # the replay's launch and the end event (3.5 us) shared by 10 steps
-    assert timing.device_median_s == pytest.approx(STEP_S + 3.5e-6 / 10) and timing.estimate.converged
+    assert (
+        timing.device_median_s == pytest.approx(STEP_S + 3.5e-6 / 10) and timing.estimate.converged
+    )
     # pytest-benchmark holds exactly the kept samples (ReplayClock), in device seconds
     assert stats[0].stats.rounds == len(timing.samples_s) == timing.estimate.samples
     assert stats[0].stats.median == pytest.approx(timing.device_median_s)
@@ -455,7 +457,9 @@ def test_device_work_is_read_from_kineto_records_with_or_without_activity_type(t
     assert sorted(r.name for r in records) == sorted(e["name"] for e in work)
     assert [r.start_s for r in records] == sorted(r.start_s for r in records)
     first = min(work, key=lambda e: float(e["ts"]))
-    assert records[0].end_s - records[0].start_s == pytest.approx(float(first["dur"]) / 1e6, abs=1e-7)
+    assert records[0].end_s - records[0].start_s == pytest.approx(
+        float(first["dur"]) / 1e6, abs=1e-7
+    )
 
 
 def test_a_short_step_reads_its_own_time_through_a_graph_of_unrolled_steps():
@@ -473,3 +477,24 @@ def test_a_short_step_reads_its_own_time_through_a_graph_of_unrolled_steps():
     )
     assert timing.cuda_graph == "replayed (49 steps a replay)"
     assert timing.device_median_s == pytest.approx(20e-6, rel=0.005)
+
+
+def test_a_profiler_failure_leaves_the_event_row_and_says_why_it_has_no_kernel_time():
+    """Under nsys or ncu CUPTI is taken and the profiler session fails: the cuda_event row keeps
+    its graph time and names the failure instead of failing the row."""
+    gpu = FakeGpu()
+
+    def taken(run):
+        raise RuntimeError("CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED\nmore")
+
+    gpu.trace_kernels = taken
+    timing = time_on_device(
+        make_fixture()[0], gpu.step, "cuda_event", QUICK, api=gpu, host_clock=gpu.host_clock
+    )
+    assert timing.kernel_median_s is None and timing.device_median_s == pytest.approx(
+        STEP_S, rel=0.01
+    )
+    assert (
+        "kernel time unavailable: RuntimeError: CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED"
+        in (timing.notes())
+    )

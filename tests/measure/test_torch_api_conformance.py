@@ -268,8 +268,16 @@ def test_the_fake_gpus_torch_offers_only_names_real_torch_has():
     from fake_gpu import FakeGpu
 
     fake = FakeGpu().torch
-    for name in ("Stream", "current_stream", "current_device", "stream", "synchronize",
-                 "empty_cache", "graph", "CUDAGraph"):
+    for name in (
+        "Stream",
+        "current_stream",
+        "current_device",
+        "stream",
+        "synchronize",
+        "empty_cache",
+        "graph",
+        "CUDAGraph",
+    ):
         assert hasattr(fake.cuda, name) and hasattr(torch.cuda, name), name
     assert resolve("torch._C._cuda_endAllocateToPool")
     fake_params = set(inspect.signature(fake.cuda.graph).parameters) - {"graph"}
@@ -299,8 +307,12 @@ def test_the_quantized_sdpa_path_and_flash_implementation_switch():
     assert {"is_causal", "scale", "q_descale", "k_descale", "v_descale"} <= set(params)
     assert "num_kv_heads = key.size(1)" in inspect.getsource(quantized._validate_descale)
     attention = torch.nn.attention
-    for name in ("list_flash_attention_impls", "activate_flash_attention_impl",
-                 "restore_flash_attention_impl", "current_flash_attention_impl"):
+    for name in (
+        "list_flash_attention_impls",
+        "activate_flash_attention_impl",
+        "restore_flash_attention_impl",
+        "current_flash_attention_impl",
+    ):
         assert hasattr(attention, name), f"torch.nn.attention.{name}"
     assert "_raise_warn" in inspect.signature(attention.restore_flash_attention_impl).parameters
     assert "FA3" in attention.list_flash_attention_impls()

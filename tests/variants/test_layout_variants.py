@@ -178,8 +178,9 @@ def test_varlen_attn_passes_enable_gqa_only_where_torchs_signature_has_it(monkey
 
     calls = []
 
-    def varlen_attn_2_11(q, k, v, cu_q, cu_k, max_q, max_k, *, return_aux=None, scale=None,
-                         window_size=(-1, -1)):
+    def varlen_attn_2_11(
+        q, k, v, cu_q, cu_k, max_q, max_k, *, return_aux=None, scale=None, window_size=(-1, -1)
+    ):
         calls.append((tuple(q.shape), tuple(k.shape), window_size))
         return q
 

@@ -215,7 +215,9 @@ def test_flex_decode_template_is_cuda_only_and_names_what_is_missing(monkeypatch
     assert "ratio of query heads to key/value heads; this case has 40:8 (5)" in (
         paged.flex_decode_refusal(1, 40, 8)
     )
-    assert "1 to 127 queries per sequence; this case has 128" in paged.flex_decode_refusal(128, 8, 8)
+    assert "1 to 127 queries per sequence; this case has 128" in paged.flex_decode_refusal(
+        128, 8, 8
+    )
     assert paged.flex_decode_refusal(4, 32, 8) is None
     calls = []  # the CUDA path with a fake flex: the decode template is asked for by name
     monkeypatch.setattr(paged, "prepare_torch_paged", lambda i, **kw: calls.append(kw) or len)
