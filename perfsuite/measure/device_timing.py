@@ -26,9 +26,14 @@ kernel block while events are timed (``scripts/gpu_suite.sh`` also sets ``TEARDO
 
 Sampling follows ``perfsuite.measure.sampling``: warm-up by device time, then samples until the
 median's confidence interval is within the target (1%) or stops improving, within limits; a
-benchmark that did not converge says so. The spin kernel's duration gives each sample's SM clock
-(cycles / seconds): samples below ``THROTTLE_FRACTION`` of the maximum SM clock are flagged and
-left out; the GPU's clocks, power and throttle reasons are read before and after each benchmark.
+benchmark that did not converge says so. Throttling is judged around each sample: the spin
+before the step and a short spin after it give the SM clock on both sides (cycles / seconds), and
+NVML's cumulative throttle counters are read before and after it; a sample whose counters rose or
+whose clock is below ``THROTTLE_FRACTION`` of the reference (``_sample_events``) is flagged and left
+out. The GPU's clocks, power and throttle reasons are also read before and after each benchmark.
+
+With ``cuda_graph`` the step's eager device time sizes a graph of ``unroll_for`` steps; a sample is
+one replay of it divided by its steps (the graph's launch and the events shared by them).
 
 pytest-benchmark stores the kept samples: ``benchmark.pedantic`` runs with a clock that replays
 them (``ReplayClock``), so its statistics, storage and comparison hold device time. Every CUDA
@@ -343,10 +348,12 @@ class DeviceTiming:
     seconds to dispatch one eager call; ``kernel_findings``: iterations that ran another kernel
     set; ``dry_samples``: samples set aside because the GPU ran dry; ``host_bound``: the GPU still
     ran dry at the longest spin (the step waits on the host itself); ``throttled_samples``:
-    samples below ``THROTTLE_FRACTION`` of the max SM clock, left out (``all_set_aside``: every
-    event sample was dry or throttled, so the event median is of them all); ``gpu_before``/``gpu_after``:
-    the GPU's state (``gpu_state.read_clocks``); ``l2_flush_bytes``: 0 without a flush;
-    ``cuda_graph``: ``"off"``, ``"replayed"`` or ``"capture failed: ..."``.
+    samples throttled while timed (NVML's counters rose, or the clock was low), left out
+    (``all_set_aside``: every event sample was dry or throttled, so the event median is of them
+    all); ``gpu_before``/``gpu_after``: the GPU's state (``gpu_state.read_clocks``);
+    ``l2_flush_bytes``: 0 without a flush; ``cuda_graph``: ``"off"``, ``"replayed (N steps a
+    replay)"`` or ``"capture failed: ..."``; ``kernel_findings`` also names a kernel block that
+    could not be profiled (``kernel_median_s`` is then None).
     """
 
     timer: str
@@ -447,31 +454,36 @@ def _sample_events(
     max_clock_hz: float | None,
     host_clock: Callable[[], float],
 ) -> _EventRun:
-    """Warm-up by device time, then samples by ``rule`` (dry and throttled samples left out)."""
-    warm_s = 0.0
+    """Warm-up by device time, then samples by ``rule`` (dry and throttled samples left out).
+
+    A sample is throttled when NVML's throttle counters rose across it, or when its SM clock is
+    below ``THROTTLE_FRACTION`` of a reference: the highest clock seen in this benchmark (warm-up
+    included) where NVML's counters are read (they see power and thermal throttling themselves,
+    so clocks locked low are not taken for throttling), else the GPU's maximum SM clock.
+    """
+    warm_s = seen_max = 0.0  # seen_max: the highest SM clock a sample ran at
     warm_began = host_clock()
     while warm_s < rule.warmup_s and host_clock() - warm_began < rule.max_wall_s:
         found = timer.sample()
         if found.ran_dry:
             timer.lengthen()
         warm_s += found.device_s
+        seen_max = max(seen_max, found.sm_clock_hz)
     sampler = Sampler(rule)
     all_samples: list[Sample] = []
     dry = throttled = 0
     host_bound = False
-    seen_max = 0.0  # the highest SM clock a sample ran at, when the GPU's maximum is unknown
     began = host_clock()
     while True:
         found = timer.sample()
         all_samples.append(found)
-        seen_max = max(seen_max, found.sm_clock_hz or 0.0)
-        threshold = THROTTLE_FRACTION * (max_clock_hz or seen_max)
+        seen_max = max(seen_max, found.sm_clock_hz)
+        counters_read = found.throttled_ns is not None
+        threshold = THROTTLE_FRACTION * (seen_max if counters_read else max_clock_hz or seen_max)
         if found.ran_dry and not timer.at_max_spin:
             dry += 1
             timer.lengthen()
-        elif found.throttled_by_nvml or (
-            found.sm_clock_hz is not None and found.sm_clock_hz < threshold
-        ):
+        elif found.throttled_by_nvml or found.sm_clock_hz < threshold:
             throttled += 1
         else:
             host_bound = host_bound or found.ran_dry

@@ -160,6 +160,7 @@ class FakeGpu:
         fixed_capture_end=False,
         state=None,
         nvml_counters=True,
+        locked_clock_hz=None,
     ):
         self.host_s = self.free_s = 0.0
         self.kernels, self.host_gap_s, self.launch_s, self.flush_s = (
@@ -175,8 +176,11 @@ class FakeGpu:
         )
         self.rng = random.Random(seed)
         self.noise = noise
-        self.clock_for_call = clock_for_call or (lambda n: MAX_CLOCK_HZ)
-        self.spin_clock_for_call = spin_clock_for_call or (lambda n: MAX_CLOCK_HZ)
+        # clocks locked (nvidia-smi -lgc) run everything at that clock, which NVML does not count
+        # as throttling
+        self.reference_clock_hz = locked_clock_hz or MAX_CLOCK_HZ
+        self.clock_for_call = clock_for_call or (lambda n: self.reference_clock_hz)
+        self.spin_clock_for_call = spin_clock_for_call or (lambda n: self.reference_clock_hz)
         self.kernels_for_call = kernels_for_call or (lambda n: self.kernels)
         self.step_syncs = step_syncs
         self.state = state or {"present": True, "max_sm_clock_mhz": MAX_CLOCK_HZ / 1e6}
@@ -208,7 +212,7 @@ class FakeGpu:
         for name, seconds in kernels:
             jitter = 1 + self.noise * self.rng.gauss(0, 1) if self.noise else 1.0
             length = seconds * MAX_CLOCK_HZ / clock * max(jitter, 0.1)
-            if clock < MAX_CLOCK_HZ:
+            if clock < self.reference_clock_hz:
                 self.throttled_ns += length * 1e9
             if launch:
                 self._launch()

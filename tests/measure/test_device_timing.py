@@ -498,3 +498,21 @@ def test_a_profiler_failure_leaves_the_event_row_and_says_why_it_has_no_kernel_t
         "kernel time unavailable: RuntimeError: CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED"
         in (timing.notes())
     )
+
+
+def test_clocks_locked_low_are_not_taken_for_throttling_where_nvml_counts_it():
+    """A gate machine with its SM clock locked at 60% of the maximum: every spin reads 60%. NVML's
+    counters (which see power and thermal throttling) stay still, so no sample is set aside; the
+    clock check is against the highest clock seen. Without the counters, the maximum stands."""
+    locked = 0.6 * MAX_CLOCK_HZ
+    gpu = FakeGpu(locked_clock_hz=locked)
+    timing = time_on_device(
+        make_fixture()[0], gpu.step, "cuda_event", QUICK, api=gpu, host_clock=gpu.host_clock
+    )
+    assert timing.throttled_samples == 0 and not timing.all_set_aside
+    assert timing.device_median_s == pytest.approx(STEP_S / 0.6, rel=0.01)
+    blind = FakeGpu(locked_clock_hz=locked, nvml_counters=False)
+    timing = time_on_device(
+        make_fixture()[0], blind.step, "cuda_event", QUICK, api=blind, host_clock=blind.host_clock
+    )
+    assert timing.all_set_aside  # every sample below 75% of the maximum, and the row says so
