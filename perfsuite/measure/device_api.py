@@ -165,24 +165,30 @@ def capture_cuda_graph(
     The capture runs on the warm-ups' stream (``torch.cuda.graph(..., stream=side)``): a backward
     step whose stored forward ran in the warm-ups is captured on the stream autograd runs its
     backward on (autograd runs each backward op on its forward's stream). A failed capture is
-    released from the caching allocator (``release_failed_capture``) and raised as
-    ``CaptureFailed`` naming its first cause, not torch's generic "previous error during capture".
+    released from the caching allocator (``release_failed_capture``), the caller's stream made
+    current again, and raised as ``CaptureFailed`` naming its first cause, not torch's generic
+    "previous error during capture".
     """
     if not isinstance(unroll, int) or unroll < 1:
         raise DeviceTimingError(f"unroll={unroll!r}: a graph holds at least 1 call of the step")
+    before = torch.cuda.current_stream()
     side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
+    side.wait_stream(before)
     with torch.cuda.stream(side):
         for _ in range(CAPTURE_WARMUPS):  # on a side stream, as torch.cuda.graphs' docs require
             step()
     torch.cuda.current_stream().wait_stream(side)
+    # the graph's memory pool, named here: after a failed capture ``graph.pool()`` refuses to answer
+    pool = torch.cuda.graph_pool_handle()
     graph = torch.cuda.CUDAGraph()
     try:
-        with torch.cuda.graph(graph, stream=side):
+        with torch.cuda.graph(graph, pool=pool, stream=side):
             for _ in range(unroll):
                 step()
     except Exception as exc:
-        release_failed_capture(torch, graph)
+        # torch 2.11's graph.__exit__ raises from capture_end before it restores the stream
+        torch.cuda.set_stream(before)
+        release_failed_capture(torch, pool)
         raise CaptureFailed(first_cause(exc)) from exc
     return graph.replay
 
@@ -205,15 +211,18 @@ def first_cause(exc: BaseException) -> str:
     return f"{type(root).__name__}: {first_line}"
 
 
-def release_failed_capture(torch: Any, graph: Any) -> None:
-    """End the caching allocator's capture into ``graph``'s private pool after a failed capture.
+def release_failed_capture(torch: Any, pool: tuple[int, int]) -> None:
+    """End the caching allocator's capture into ``pool`` (the failed graph's memory pool, from
+    ``torch.cuda.graph_pool_handle()``: ``CUDAGraph.pool()`` answers only after a successful
+    capture) after a failed capture.
 
     On torch builds without pytorch#180090, a ``capture_end`` that raises leaves the allocator
     believing a capture is underway, and every later ``torch.cuda.empty_cache()`` (each later
     capture, teardown, the out-of-memory path) fails ``captures_underway.empty()``. Ending the
     pool's capture (``torch._C._cuda_endAllocateToPool``) undoes that; where torch already ended it,
     the allocator answers "not currently recording to mempool_id", which is taken as done. Any
-    other error is raised.
+    other error is raised. The pool itself is left to torch (a failed capture's few blocks stay
+    in it): releasing it here could release it twice where torch does.
     """
     end_allocate = getattr(torch._C, "_cuda_endAllocateToPool", None)
     if end_allocate is None:
@@ -222,7 +231,7 @@ def release_failed_capture(torch: Any, graph: Any) -> None:
             "cannot be released from the caching allocator"
         )
     try:
-        end_allocate(torch.cuda.current_device(), graph.pool())
+        end_allocate(torch.cuda.current_device(), pool)
     except RuntimeError as exc:
         if "not currently recording" not in str(exc):
             raise

@@ -58,3 +58,15 @@ def test_the_preflight_checks_every_finding_and_its_cases_parse():
         assert case.num_heads == 4 * case.num_kv_heads and case.device == "cuda", case_id
         get_variant(name)
         get_variant(preflight.PLAIN.get(name, name))
+
+
+def test_on_the_cpu_each_device_check_gets_as_far_as_its_first_cuda_call():
+    """Without a GPU every device check fails at its first CUDA call, naming CUDA or the driver:
+    not earlier, on a name or import of its own."""
+    for name, check in preflight.CHECKS.items():
+        if name == "nvml_throttle_counters":
+            continue
+        found = preflight.run_check(name, check)
+        assert found.outcome == "FAIL" and any(
+            word in found.detail for word in ("CUDA", "NVIDIA", "cuda")
+        ), (name, found.detail)

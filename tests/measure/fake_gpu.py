@@ -366,8 +366,11 @@ class FakeGraph:
         self.gpu, self.calls, self._pool = gpu, [], None
         self.error: BaseException | None = None
         self.stream = None
+        self.capture_ended = False
 
     def pool(self) -> tuple[int, int]:
+        if not self.capture_ended:  # as torch's CUDAGraph::pool()
+            raise RuntimeError("Called CUDAGraph::pool() without a preceding successful capture.")
         return self._pool
 
     def replay(self) -> None:
@@ -393,6 +396,9 @@ class FakeCuda:
 
     def current_device(self) -> int:
         return 0
+
+    def set_stream(self, stream: FakeStream) -> None:
+        self.current = stream
 
     @contextlib.contextmanager
     def stream(self, stream: FakeStream):
@@ -425,20 +431,28 @@ class FakeCuda:
         on ``stream`` (default: the class's own capture stream), ``capture_end`` on exit."""
         self.synchronize()
         self.empty_cache()
-        graph._pool = (0, next(FakeGraph.pools))
+        graph._pool = pool or self.graph_pool_handle()
         graph.stream = stream or self.default_capture_stream
         self.captures_underway.append(graph._pool)
         self.capture = graph
+        before, self.current = self.current, graph.stream
         try:
-            with self.stream(graph.stream):
-                yield graph
+            yield graph
         finally:
             self.capture = None
             if graph.error is not None:  # capture_end: cudaStreamEndCapture fails
                 if self.fixed_capture_end:  # pytorch#180090: the pool's capture is ended first
                     self.captures_underway.remove(graph._pool)
+                    self.current = before
+                # torch 2.11: raises before its stream context is exited: the capture stream
+                # stays current
                 raise RuntimeError(PREVIOUS_ERROR)
             self.captures_underway.remove(graph._pool)
+            graph.capture_ended = True
+            self.current = before
+
+    def graph_pool_handle(self) -> tuple[int, int]:
+        return (0, next(FakeGraph.pools))
 
 
 class FakeC:

@@ -313,6 +313,7 @@ def test_a_failed_capture_leaves_the_allocator_usable_on_torch_2_11():
         assert not capture_step(api, gpu.step).replayed
         gpu.torch.cuda.empty_cache()  # raised ALLOCATOR_ASSERT before the fix
         assert gpu.torch.cuda.captures_underway == []
+        assert gpu.torch.cuda.current is gpu.torch.cuda.default  # not left on the capture stream
         gpu.step_syncs = False
         assert capture_step(api, gpu.step).replayed  # a later capture works
     assert "captures_underway.empty()" in ALLOCATOR_ASSERT

@@ -236,6 +236,7 @@ def test_cuda_graph_capture_names_and_signatures():
     """What ``capture_cuda_graph`` and ``release_failed_capture`` call."""
     graph_params = inspect.signature(torch.cuda.graph.__init__).parameters
     assert {"cuda_graph", "pool", "stream"} <= set(graph_params)
+    assert callable(torch.cuda.graph_pool_handle)  # the pool named before capture
     for name in ("replay", "pool", "capture_begin", "capture_end"):
         assert hasattr(torch.cuda.CUDAGraph, name) or name in stub_members(
             stub_tree(), "_CUDAGraph"
@@ -277,6 +278,8 @@ def test_the_fake_gpus_torch_offers_only_names_real_torch_has():
         "empty_cache",
         "graph",
         "CUDAGraph",
+        "graph_pool_handle",
+        "set_stream",
     ):
         assert hasattr(fake.cuda, name) and hasattr(torch.cuda, name), name
     assert resolve("torch._C._cuda_endAllocateToPool")
