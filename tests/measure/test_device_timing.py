@@ -423,6 +423,18 @@ def test_the_gpu_timers_script_refuses_a_machine_without_cuda_and_tabulates_rati
         "gpu_before": {"sm_clock_mhz": 1980.0},
         "gpu_after": {"sm_clock_mhz": 1980.0},
     }
+    assert gpu_timers.table(
+        {"step": "sdpa:backward:x", "error": "AttributeError: no", "samples_s": {}}
+    ) == [
+        "### sdpa:backward:x",
+        "",
+        "failed: AttributeError: no",
+        "",
+    ]
+    monkeypatch.setattr(gpu_timers, "time_step", lambda *a: 1 / 0)
+    assert gpu_timers.time_step_or_failure("sdpa:forward:x", 10, 1.0, 0)["error"] == (
+        "ZeroDivisionError: division by zero"
+    )
     lines = gpu_timers.table(result)
     assert "| old event | 10 | 200.0 | 0.0% | 2.000 |  |" in lines
     assert "| triton do_bench | 0 | - | - | - | failed: RuntimeError: no |" in lines
