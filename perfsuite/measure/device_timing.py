@@ -569,6 +569,7 @@ class DeviceSampler:
         self.api = api = api or TorchCuda()
         self.step, self.host_clock = step, host_clock
         self.dry_samples = 0
+        self.seen_clock_hz = 0.0  # the highest SM clock a screened sample ran at
         self.gpu_before = api.read_state()
         self.flush = L2Flush(api) if flush_l2 else None
         self.max_clock_hz = _max_clock_hz(self.gpu_before)
@@ -612,6 +613,41 @@ class DeviceSampler:
             if spent >= device_s:
                 return
             spent += sum(self.samples(1))
+
+    def screened_block(
+        self, count: int, warmup_s: float = 0.0, max_tries: int | None = None
+    ) -> tuple[list[float], int]:
+        """A block of ``count`` device samples (seconds per step) for an A/B worker, screened as
+        ``time_on_device`` screens its samples: ``warmup_s`` of device time run first (clocks up
+        after the worker waited), then samples taken until ``count`` are kept, a sample whose
+        NVML throttle counters rose or whose SM clock was below ``THROTTLE_FRACTION`` of the
+        highest seen (the GPU's maximum without NVML's counters) set aside; at most ``max_tries``
+        samples (default ``4 * count``), after which the block is what was kept, set-aside ones
+        added where too few. Returns the samples and how many were set aside.
+
+        Raises ``DeviceTimingError`` for ``count`` < 1."""
+        if count < 1:
+            raise DeviceTimingError(f"a block of {count!r} samples; at least 1")
+        self.warm_up(warmup_s)
+        kept, aside = [], []
+        for _ in range(max_tries or 4 * count):
+            sample = self.timer.sample()
+            if sample.ran_dry and not self.timer.at_max_spin:
+                self.dry_samples += 1
+                self.timer.lengthen()
+                continue
+            self.seen_clock_hz = max(self.seen_clock_hz, sample.sm_clock_hz)
+            counters_read = sample.throttled_ns is not None
+            reference = (
+                self.seen_clock_hz if counters_read else self.max_clock_hz or self.seen_clock_hz
+            )
+            throttled = (
+                sample.throttled_by_nvml or sample.sm_clock_hz < THROTTLE_FRACTION * reference
+            )
+            (aside if throttled else kept).append(sample.device_s)
+            if len(kept) == count:
+                break
+        return (kept + aside)[:count], len(aside)
 
     def kernel_block(self) -> list[KernelIteration]:
         """One profiler session of the eager step (``KernelTimer.block``)."""

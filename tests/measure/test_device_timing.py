@@ -529,3 +529,20 @@ def test_clocks_locked_low_are_not_taken_for_throttling_where_nvml_counts_it():
         make_fixture()[0], blind.step, "cuda_event", QUICK, api=blind, host_clock=blind.host_clock
     )
     assert timing.all_set_aside  # every sample below 75% of the maximum, and the row says so
+
+
+def test_an_ab_block_is_warmed_up_and_screened_for_throttling():
+    """``DeviceSampler.screened_block``, for the A/B worker: a block's samples throttled while
+    timed (NVML's counters rose) are set aside and replaced, and the block warms up first."""
+    from perfsuite.measure.device_timing import DeviceSampler
+
+    slow = lambda n: 0.6 * MAX_CLOCK_HZ if (n // 10) % 4 == 3 else MAX_CLOCK_HZ
+    gpu = FakeGpu(clock_for_call=slow)
+    sampler = DeviceSampler(gpu.step, api=gpu, host_clock=gpu.host_clock)
+    before = gpu.replays
+    times, aside = sampler.screened_block(8, warmup_s=0.002)
+    assert len(times) == 8 and aside >= 1
+    assert max(times) < STEP_S * 1.1  # the slow replays are not among them
+    assert gpu.replays - before >= 8 + aside + 2  # warm-up replays (1 ms each) came first
+    with pytest.raises(DeviceTimingError, match="a block of 0 samples"):
+        sampler.screened_block(0)
