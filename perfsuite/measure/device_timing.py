@@ -190,7 +190,8 @@ class BlockedEventTimer:
         after_spin = api.record_event()
         api.synchronize()
         throttled_ns = counters_delta(counters_before, api.throttle_counters())
-        clocks = [after_cycles / api.elapsed_s(end, after_spin)]
+        after_elapsed = api.elapsed_s(end, after_spin)
+        clocks = [after_cycles / after_elapsed] if after_elapsed > 0 else []
         spin_elapsed = api.elapsed_s(before_spin, start)
         if clock_known and spin_elapsed > 0:
             clocks.append(cycles / spin_elapsed)
@@ -202,7 +203,7 @@ class BlockedEventTimer:
         return Sample(
             device_s=device_s / self.calls_per_run,
             dispatch_s=dispatch_s,
-            sm_clock_hz=min(clocks),
+            sm_clock_hz=min(clocks, default=self.sm_clock_hz),
             ran_dry=ran_dry,
             throttled_ns=throttled_ns,
         )

@@ -253,6 +253,8 @@ def read_throttle_counters(pynvml=None) -> dict[str, int] | None:
             import pynvml
         except ImportError:
             return None
+    if _NVML.get("counters_refused"):  # asked once per process: a refusal does not change
+        return None
     try:
         if "handle" not in _NVML:
             pynvml.nvmlInit()
@@ -265,6 +267,7 @@ def read_throttle_counters(pynvml=None) -> dict[str, int] | None:
         ids = throttle_field_ids(pynvml)
         values = pynvml.nvmlDeviceGetFieldValues(_NVML["handle"], list(ids.values()))
     except Exception:  # NVML absent or refusing: no counters, the clock check stands alone
+        _NVML["counters_refused"] = True
         return None
     return {
         reason: int(value.value.ullVal)
