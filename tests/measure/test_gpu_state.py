@@ -140,7 +140,7 @@ class CountingNvml(FakeNvml):
         import pynvml
 
         self.real, self.refuse, self.inits = pynvml, refuse, 0
-        for reason, names in gpu_state.THROTTLE_COUNTER_FIELDS.items():
+        for names in gpu_state.THROTTLE_COUNTER_FIELDS.values():
             setattr(self, names[0], getattr(pynvml, names[0]))
         self.NVML_SUCCESS = pynvml.NVML_SUCCESS
         self.power_cap_ns = 0
