@@ -243,7 +243,9 @@ def is_device_work(event: Any) -> bool:
     record (which span waits, not work).
 
     Features are detected, not versions: ``activity_type()`` where the installed torch has it
-    (2.12+); else (torch 2.11) ``is_user_annotation()`` and the fixed names of Kineto's sync records.
+    (2.12+); else (torch 2.11) a CUDA event that is not a user annotation (``is_user_annotation()``,
+    torch's own rule for device time in ``torch/autograd/profiler_util.py``) nor a sync record
+    (Kineto's fixed names).
     """
     from torch.autograd import DeviceType
 
