@@ -9,7 +9,10 @@
 #
 # Offline mode (PERFSUITE_PYTHON set): no venv, nothing from the network (scripts/setup_offline.sh);
 # the installed torch, triton and transformers are used as they are.
-# Steps: (1) smoke (`perfsuite verify --smoke`): CUDA visible, one call per pinned SDPA backend, one
+# Steps: (0) preflight (`perfsuite verify --preflight`, at most 180 s): each GPU finding the CPU
+# cannot prove (Kineto records, a failed capture released, backward capture, unrolled graphs,
+# FP8/varlen/flex decode on grouped-query cases, NVML counters): RESULTS/preflight.json; a failure
+# marks the run failed but the later steps still run. (1) smoke (`perfsuite verify --smoke`): CUDA visible, one call per pinned SDPA backend, one
 # profiled naive forward whose device lane shows the score copy; a failure stops here, so a broken
 # machine costs seconds. Then the stages of PERFSUITE_GPU_STAGES (default timers,suite,gates):
 # (2) timers: `python -m validation.gpu_timers` (every GPU timer on the post's case forward, a decode
@@ -62,7 +65,7 @@ collect_files() {
         [ -f "$out/$f" ] && cp "$out/$f" "$collect/"
     done
     # the timer comparison and the gates, in one file
-    (cd "$out" && ls gpu_timers.md gpu_timers.json gates.json gates.txt 2>/dev/null \
+    (cd "$out" && ls preflight.json gpu_timers.md gpu_timers.json gates.json gates.txt 2>/dev/null \
         | tar -czf "$collect/validation.tar.gz" -T - 2>/dev/null) || true
     if [ -d "$out/traces" ]; then  # a few forward traces: naive, naive_inplace and the pinned backends
         find "$out/traces" -name '*.json.gz' \( -name '*naive*' -o -name '*sdpa_*' -o -name '*flex_compiled*' \) \
@@ -91,10 +94,14 @@ if ! "$py" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1
     collect_files; summary
     exit "$status"
 fi
-rm -f "$out/smoke.md"
+rm -f "$out/smoke.md" "$out/preflight.json"
 suite_exit=0
 stage_failed=""
 post_case=b8h16s1024d64-bf16-causal-cuda
+# (0) the preflight: each finding the CPU cannot prove, checked on the device in about a minute
+# (RESULTS/preflight.json); a failure is reported and the later stages still run
+echo "perfsuite gpu_suite: preflight (perfsuite verify --preflight)"
+timeout --kill-after=10 180 "$py" -m perfsuite.cli.main verify --preflight --results "$out" || stage_failed+=" preflight"
 if timeout --kill-after=10 120 "$py" -m perfsuite.cli.main verify --smoke --results "$out"; then
     if [[ $stages == *,timers,* ]]; then
         echo "perfsuite gpu_suite: GPU timers compared (validation.gpu_timers)"

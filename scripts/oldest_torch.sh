@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The oldest torch that pyproject.toml claims (the floor of its "torch>=X" requirement), tested in a second
 # virtualenv (.venv-oldest-torch): the tests of the parts that call torch's API directly (cases, masks,
-# modes, the float64 reference, evidence and profiling, trace reading; not the gate's statistics, numpy only) and the
+# modes, the float64 reference, evidence and profiling, trace reading, and tests/measure's
+# test_torch_api_conformance.py: every torch name the CUDA paths call, against this torch; not the gate's statistics, numpy only) and the
 # attention suite itself on the test run's small cases, with the eager, SDPA and compiled flex variants (a few minutes on 2 cores, plus the download).
 # On Linux x86-64, PyPI's torch is the CUDA build (about 2.6 GB with its nvidia-* wheels); it runs on the CPU.
 # --torch-only installs torch and stops. PERFSUITE_OLDEST_TORCH overrides the requirement (pip arguments, e.g. "torch==2.11.0 --index-url URL").
@@ -20,7 +21,8 @@ pip install $wanted  # unquoted: may hold pip options
 # the build writes build/ and perfsuite.egg-info here: taken in turn with the tests' builds (validation/user_repo.py)
 mkdir -p build
 flock build/.perfsuite-build.lock "$venv/bin/python" -m pip --quiet --disable-pip-version-check \
-    install -e . "pytest-xdist>=3.6"  # one worker per CPU, as scripts/test.sh runs
+    install -e . "pytest-xdist>=3.6" "nvidia-ml-py>=13"  # xdist: one worker per CPU, as scripts/test.sh runs;
+# nvidia-ml-py: tests/measure/test_torch_api_conformance.py checks the NVML names gpu_state calls
 "$venv/bin/python" -c "import torch; print('oldest_torch: torch', torch.__version__)"
 # as scripts/test.sh: one thread per worker; its own results folder and no pytest cache, so it can run
 # beside the main tests (.ci/run does)

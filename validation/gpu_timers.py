@@ -6,8 +6,9 @@ For each step (``variant:mode:case``), in this order, ``--samples`` samples each
   start event on the idle GPU, step, end event (host dispatch inside the interval);
 * ``blocked event``: ``perfsuite.measure.device_timing.DeviceSampler`` on the eager step (start event
   behind a spin kernel, L2 flushed before the spin);
-* ``graph replay``: the same on the step's CUDA-graph replay (L2 flushed), and ``graph replay, warm
-  L2`` without the flush (what ``do_bench_cudagraph`` measures);
+* ``graph replay``: the same on a CUDA graph of several unrolled steps (sized to a 1 ms replay; one
+  replay a sample, divided by its steps, as ``do_bench_cudagraph`` divides its graph's time) with the
+  L2 flushed, and ``graph replay, warm L2`` without the flush (what ``do_bench_cudagraph`` measures);
 * ``triton do_bench``: ``triton.testing.do_bench(return_mode="all")`` (a cache clear before each
   sample, events around each call);
 * ``triton do_bench_cudagraph``: ``triton.testing.do_bench_cudagraph(return_mode="all")`` on a side
@@ -22,7 +23,8 @@ IQR / median and the ratio to ``do_bench_cudagraph``'s median; ``--json`` keeps 
     python -m validation.gpu_timers --out validation/reports/h200/gpu_timers.md --json gpu_timers.json
 
 Needs a CUDA device and triton; on a machine without them it stops with exit status 2 and says
-why. No network access is needed.
+why. A step that raises is reported in its place (``failed: ...``) and the others still run; the
+exit status is then 1. No network access is needed.
 """
 
 from __future__ import annotations
@@ -144,6 +146,11 @@ def time_step(spec: str, count: int, warmup_ms: float, seed: int) -> dict:
             + (f"; {sampler.dry_samples} dry samples retaken" if sampler.dry_samples else "")
         )
     estimate_s = statistics.median(samples["blocked event"])
+    if mode == "backward":  # its capture stream differs from its warm-up stream (see below)
+        notes[REFERENCE] = (
+            "backward: triton captures on its own stream, where the step's forward runs again "
+            "(one forward per stream), so its graph holds forward and backward"
+        )
     for name, graph in (("triton do_bench", False), (REFERENCE, True)):
         warm_up(step, warmup_ms)
         try:
@@ -170,7 +177,21 @@ def time_step(spec: str, count: int, warmup_ms: float, seed: int) -> dict:
     }
 
 
+def time_step_or_failure(spec: str, count: int, warmup_ms: float, seed: int) -> dict:
+    """``time_step``, or the step with its error (``"error"``: type and first line) when it
+    raises, so one failing step costs its own row, not the report."""
+    try:
+        return time_step(spec, count, warmup_ms, seed)
+    except SystemExit:
+        raise
+    except Exception as exc:  # reported in the table and the JSON; the exit status says so
+        first = (str(exc).splitlines() or [""])[0]
+        return {"step": spec, "error": f"{type(exc).__name__}: {first}", "samples_s": {}}
+
+
 def table(result: dict) -> list[str]:
+    if "error" in result:
+        return [f"### {result['step']}", "", f"failed: {result['error']}", ""]
     samples = result["samples_s"]
     reference = statistics.median(samples[REFERENCE]) if samples.get(REFERENCE) else None
     lines = [
@@ -239,7 +260,7 @@ def main(argv: list[str] | None = None) -> None:
     # attached by the kernel timer slows the launches of a later step's event timers.
     os.environ.setdefault("TEARDOWN_CUPTI", "1")
     results = [
-        time_step(spec, args.samples, args.warmup_ms, args.seed)
+        time_step_or_failure(spec, args.samples, args.warmup_ms, args.seed)
         for spec in (args.step or DEFAULT_STEPS)
     ]
     name = torch.cuda.get_device_name(0)
@@ -257,6 +278,8 @@ def main(argv: list[str] | None = None) -> None:
         args.out.write_text(text)
     if args.json:
         args.json.write_text(json.dumps({"device": name, "results": results}, indent=1) + "\n")
+    if any("error" in result for result in results):
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

@@ -348,6 +348,7 @@ def exit_codes_page() -> str:
     """Exit codes of ``perfsuite compare/ab/init-ci/trace`` (``perfsuite.gate.flow``) and of pytest (``perfsuite run``)."""
     import pytest
 
+    from perfsuite.cli import preflight
     from perfsuite.gate import flow
 
     names = sorted(
@@ -373,6 +374,20 @@ def exit_codes_page() -> str:
         "fails the run with code 1 on a regression and uses the usage-error code 4 for a baseline that "
         "is missing, corrupt, partial or cannot be compared, or when nothing was compared.",
         _table(["code", "name"], pytest_rows),
+        "## `perfsuite verify --preflight`",
+        "From `perfsuite/cli/preflight.py` (see the how-to *Run the GPU verification on a machine "
+        "without network*).",
+        _table(
+            ["code", "meaning"],
+            [
+                ["0", "every preflight check passed or skipped"],
+                ["1", "a preflight check failed"],
+                [
+                    str(preflight.NO_GPU_EXIT),
+                    "no CUDA device (`torch.cuda.is_available()` is False): nothing checked",
+                ],
+            ],
+        ),
     )
 
 

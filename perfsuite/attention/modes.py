@@ -103,13 +103,29 @@ def make_step(mode: str, fn: VariantFn, inputs: AttentionInputs, grad_output: to
                 return StepResult(output.detach(), torch.autograd.grad(output, leaves, grad_output))
 
         return forward_backward
-    stored: list[torch.Tensor] = []
+    stored: dict[object, torch.Tensor] = {}  # one forward per stream (``stream_key``)
 
     def backward() -> StepResult:
         with torch.enable_grad():
-            if not stored:
-                stored.append(call(*leaves))
-            grads = torch.autograd.grad(stored[0], leaves, grad_output, retain_graph=True)
-        return StepResult(stored[0].detach(), grads)
+            key = stream_key(inputs.query.device)
+            if key not in stored:
+                stored[key] = call(*leaves)
+            output = stored[key]
+            grads = torch.autograd.grad(output, leaves, grad_output, retain_graph=True)
+        return StepResult(output.detach(), grads)
 
     return backward
+
+
+def stream_key(device: torch.device) -> object:
+    """The stream the backward mode's stored forward belongs to: the current CUDA stream's
+    ``(device, stream_id)`` on CUDA, the device elsewhere.
+
+    Autograd runs each backward op on the stream its forward ran on, so a backward captured in a
+    CUDA graph on a side stream needs a forward that ran on that stream: the backward mode keeps
+    one forward per stream (each kept alive, since a captured graph reads its saved tensors).
+    """
+    if device.type != "cuda":
+        return device
+    stream = torch.cuda.current_stream(device)
+    return (device, stream.stream_id)

@@ -8,6 +8,7 @@ CUDA device it writes a report that says so, with the torch build (``torch.versi
 
 Exit codes: 0 every check passed (or no CUDA device, unless ``--require-cuda``); 1 a check
 failed or errored, the suite exited non-zero, ran past its time budget, or left no results.
+``--preflight`` (``perfsuite.cli.preflight``) has its own: 0 passed, 1 a failure, 3 no CUDA device.
 """
 
 from __future__ import annotations
@@ -257,6 +258,10 @@ def run_smoke_step(args: argparse.Namespace) -> int:
 
 def run_verify(args: argparse.Namespace) -> int:
     """``perfsuite verify``: write the report to ``--out`` (default RESULTS/verification.md)."""
+    if args.preflight:
+        from perfsuite.cli.preflight import run_preflight
+
+        return run_preflight(Path(args.results))
     if args.smoke:
         return run_smoke_step(args)
     results_dir = Path(args.results)
@@ -317,6 +322,14 @@ def add_command(commands) -> None:
         action="store_true",
         help="run only the fail-fast smoke checks (device, one call per pinned SDPA backend, "
         "naive's score copy on the device lane) into RESULTS/smoke.md; exit 1 on a failure",
+    )
+    verify.add_argument(
+        "--preflight",
+        action="store_true",
+        help="check each GPU finding the CPU cannot prove (Kineto records, graph capture and its "
+        "failure, backward capture, unrolled graphs, FP8/varlen/flex-decode on grouped-query "
+        "cases, NVML counters) in about a minute; RESULTS/preflight.json; exit 0 pass, 1 a "
+        "failure, 3 no CUDA device",
     )
     verify.add_argument(
         "--device",

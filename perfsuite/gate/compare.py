@@ -7,7 +7,8 @@ names or torch versions are refused unless forced. A benchmark timed under conte
 run (``extra_info['contention']``, ``perfsuite.measure.contention``), or whose reference kernel
 shows the machine ran at another speed in the two runs (``perfsuite.measure.speed_reference``), gets
 the verdict ``inconclusive: contended`` instead of slower/faster: its timings say more about the
-machine than about the code.
+machine than about the code. A benchmark timed on different clocks in the two runs
+(``extra_info['clock']``: graph replay, blocked events, kernel time, host) is ``inconclusive``.
 """
 
 from __future__ import annotations
@@ -173,6 +174,17 @@ def _compare_one(
             key, *medians, None, "inconclusive", [], "; ".join(lacking) + " (not judged)"
         )
     structure, more = _structure(base, head)
+    clocks = [(b.get("extra_info") or {}).get("clock") for b in (base, head)]
+    if None not in clocks and clocks[0] != clocks[1]:
+        return BenchmarkComparison(
+            key,
+            *medians,
+            None,
+            Verdict.INCONCLUSIVE,
+            structure,
+            f"timed on different clocks (base {clocks[0]}, head {clocks[1]}): not comparable",
+            more,
+        )
     data_base, data_head = base["stats"].get("data"), head["stats"].get("data")
     if not data_base or not data_head:
         return BenchmarkComparison(

@@ -26,9 +26,14 @@ kernel block while events are timed (``scripts/gpu_suite.sh`` also sets ``TEARDO
 
 Sampling follows ``perfsuite.measure.sampling``: warm-up by device time, then samples until the
 median's confidence interval is within the target (1%) or stops improving, within limits; a
-benchmark that did not converge says so. The spin kernel's duration gives each sample's SM clock
-(cycles / seconds): samples below ``THROTTLE_FRACTION`` of the maximum SM clock are flagged and
-left out; the GPU's clocks, power and throttle reasons are read before and after each benchmark.
+benchmark that did not converge says so. Throttling is judged around each sample: the spin
+before the step and a short spin after it give the SM clock on both sides (cycles / seconds), and
+NVML's cumulative throttle counters are read before and after it; a sample whose counters rose or
+whose clock is below ``THROTTLE_FRACTION`` of the reference (``_sample_events``) is flagged and left
+out. The GPU's clocks, power and throttle reasons are also read before and after each benchmark.
+
+With ``cuda_graph`` the step's eager device time sizes a graph of ``unroll_for`` steps; a sample is
+one replay of it divided by its steps (the graph's launch and the events shared by them).
 
 pytest-benchmark stores the kept samples: ``benchmark.pedantic`` runs with a clock that replays
 them (``ReplayClock``), so its statistics, storage and comparison hold device time. Every CUDA
@@ -39,6 +44,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 import statistics
 import time
 from typing import Any
@@ -53,6 +59,7 @@ from perfsuite.measure.device_api import (
     L2Flush,
     TorchCuda,
     capture_step,
+    first_cause,
 )
 from perfsuite.measure.gpu_state import slowing_reasons
 from perfsuite.measure.sampling import Estimate, Sampler, SamplingRule
@@ -69,6 +76,11 @@ DISPATCH_PROBES = 3  # calls whose host dispatch time sizes the spin
 DEFAULT_RULE = SamplingRule()
 KERNEL_BLOCK = 20  # iterations per profiler session (one more is dropped at its start)
 FALLBACK_SM_CLOCK_HZ = 2.0e9  # sizes the first spin when the GPU's maximum clock is unknown
+# A graph replay runs this much device time at least: the steps it holds (``unroll_for``) share
+# one graph launch and one pair of events, as in Triton's do_bench_cudagraph.
+UNROLL_TARGET_S = 1e-3
+MAX_UNROLL = 100  # steps in one graph at most (each call's temporaries are reused in its pool)
+SIZING_SAMPLES = 3  # eager blocked-event samples that size the graph
 
 
 class Clock:
@@ -93,14 +105,30 @@ def parse_timer(text: str) -> str:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Sample:
-    """One blocked-event sample: device seconds between the events, host seconds to dispatch the
-    step, the SM clock during the spin (Hz; None when the spin did not start behind queued work),
-    and whether the GPU ran dry (the start event had completed when the step was dispatched)."""
+    """One blocked-event sample: device seconds per step between the events (the interval over
+    the calls one run makes), host seconds to dispatch the run, the lower SM clock (Hz) of the spin
+    before the step (where it started behind queued work) and the short spin after it, whether
+    the GPU ran dry (the start event had completed when the step was dispatched), and the
+    nanoseconds NVML counted throttled across the sample (``gpu_state.read_throttle_counters``;
+    None without NVML's counters)."""
 
     device_s: float
     dispatch_s: float
-    sm_clock_hz: float | None
+    sm_clock_hz: float
     ran_dry: bool
+    throttled_ns: int | None = None
+
+    @property
+    def throttled_by_nvml(self) -> bool:
+        return bool(self.throttled_ns)
+
+
+def counters_delta(before: dict[str, int] | None, after: dict[str, int] | None) -> int | None:
+    """Nanoseconds NVML counted throttled (every reason) between two ``throttle_counters``
+    readings; None when either is missing."""
+    if before is None or after is None:
+        return None
+    return sum(max(after[k] - before[k], 0) for k in after if k in before)
 
 
 class BlockedEventTimer:
@@ -108,7 +136,8 @@ class BlockedEventTimer:
 
     ``flush``: the L2 flush queued before the spin (None: a short spin takes its place, so the
     spin still starts behind queued work); ``spin_s``: the spin's initial length, in seconds at
-    ``sm_clock_hz`` (the GPU's maximum SM clock); ``host_clock``: host seconds.
+    ``sm_clock_hz`` (the GPU's maximum SM clock); ``host_clock``: host seconds; ``calls_per_run``:
+    steps one call of ``run`` makes (a graph of unrolled steps), the interval is divided by it.
     """
 
     def __init__(
@@ -120,10 +149,14 @@ class BlockedEventTimer:
         sm_clock_hz: float,
         spin_s: float = MIN_SPIN_S,
         host_clock: Callable[[], float] = time.perf_counter,
+        calls_per_run: int = 1,
     ):
         if sm_clock_hz <= 0:
             raise DeviceTimingError(f"SM clock of {sm_clock_hz!r} Hz; must be > 0")
+        if calls_per_run < 1:
+            raise DeviceTimingError(f"calls_per_run={calls_per_run!r}; must be >= 1")
         self.api, self.run, self.flush, self.host = api, run, flush, host_clock
+        self.calls_per_run = calls_per_run
         self.sm_clock_hz = sm_clock_hz
         self.spin_s = min(max(spin_s, MIN_SPIN_S), MAX_SPIN_S)
 
@@ -137,6 +170,7 @@ class BlockedEventTimer:
 
     def sample(self) -> Sample:
         api = self.api
+        counters_before = api.throttle_counters()
         if self.flush is not None:
             self.flush()
         else:
@@ -151,18 +185,27 @@ class BlockedEventTimer:
         dispatch_s = self.host() - began
         end = api.record_event()
         ran_dry = api.event_done(start)
+        after_cycles = int(MIN_SPIN_S * self.sm_clock_hz)
+        api.spin(after_cycles)  # the clock right after the step: the timed region is bracketed
+        after_spin = api.record_event()
         api.synchronize()
+        throttled_ns = counters_delta(counters_before, api.throttle_counters())
+        after_elapsed = api.elapsed_s(end, after_spin)
+        clocks = [after_cycles / after_elapsed] if after_elapsed > 0 else []
         spin_elapsed = api.elapsed_s(before_spin, start)
+        if clock_known and spin_elapsed > 0:
+            clocks.append(cycles / spin_elapsed)
         device_s = api.elapsed_s(start, end)
         if device_s < 0:
             raise DeviceTimingError(
                 f"the device reported {device_s} s for an interval; a clock cannot run backwards"
             )
         return Sample(
-            device_s=device_s,
+            device_s=device_s / self.calls_per_run,
             dispatch_s=dispatch_s,
-            sm_clock_hz=cycles / spin_elapsed if clock_known and spin_elapsed > 0 else None,
+            sm_clock_hz=min(clocks, default=self.sm_clock_hz),
             ran_dry=ran_dry,
+            throttled_ns=throttled_ns,
         )
 
 
@@ -306,10 +349,12 @@ class DeviceTiming:
     seconds to dispatch one eager call; ``kernel_findings``: iterations that ran another kernel
     set; ``dry_samples``: samples set aside because the GPU ran dry; ``host_bound``: the GPU still
     ran dry at the longest spin (the step waits on the host itself); ``throttled_samples``:
-    samples below ``THROTTLE_FRACTION`` of the max SM clock, left out (``all_set_aside``: every
-    event sample was dry or throttled, so the event median is of them all); ``gpu_before``/``gpu_after``:
-    the GPU's state (``gpu_state.read_clocks``); ``l2_flush_bytes``: 0 without a flush;
-    ``cuda_graph``: ``"off"``, ``"replayed"`` or ``"capture failed: ..."``.
+    samples throttled while timed (NVML's counters rose, or the clock was low), left out
+    (``all_set_aside``: every event sample was dry or throttled, so the event median is of them
+    all); ``gpu_before``/``gpu_after``: the GPU's state (``gpu_state.read_clocks``);
+    ``l2_flush_bytes``: 0 without a flush; ``cuda_graph``: ``"off"``, ``"replayed (N steps a
+    replay)"`` or ``"capture failed: ..."``; ``kernel_findings`` also names a kernel block that
+    could not be profiled (``kernel_median_s`` is then None).
     """
 
     timer: str
@@ -341,8 +386,9 @@ class DeviceTiming:
         parts = [", ".join(reasons)] if reasons else []
         if self.throttled_samples:
             parts.append(
-                f"{self.throttled_samples} samples below {THROTTLE_FRACTION:.0%} of the max SM "
-                "clock left out"
+                f"{self.throttled_samples} samples throttled while timed (NVML's throttle counters "
+                f"rose, or the SM clock around the step was below {THROTTLE_FRACTION:.0%} of the "
+                "max) left out"
             )
         return "; ".join(parts)
 
@@ -409,29 +455,36 @@ def _sample_events(
     max_clock_hz: float | None,
     host_clock: Callable[[], float],
 ) -> _EventRun:
-    """Warm-up by device time, then samples by ``rule`` (dry and throttled samples left out)."""
-    warm_s = 0.0
+    """Warm-up by device time, then samples by ``rule`` (dry and throttled samples left out).
+
+    A sample is throttled when NVML's throttle counters rose across it, or when its SM clock is
+    below ``THROTTLE_FRACTION`` of a reference: the highest clock seen in this benchmark (warm-up
+    included) where NVML's counters are read (they see power and thermal throttling themselves,
+    so clocks locked low are not taken for throttling), else the GPU's maximum SM clock.
+    """
+    warm_s = seen_max = 0.0  # seen_max: the highest SM clock a sample ran at
     warm_began = host_clock()
     while warm_s < rule.warmup_s and host_clock() - warm_began < rule.max_wall_s:
         found = timer.sample()
         if found.ran_dry:
             timer.lengthen()
         warm_s += found.device_s
+        seen_max = max(seen_max, found.sm_clock_hz)
     sampler = Sampler(rule)
     all_samples: list[Sample] = []
     dry = throttled = 0
     host_bound = False
-    seen_max = 0.0  # the highest SM clock a sample ran at, when the GPU's maximum is unknown
     began = host_clock()
     while True:
         found = timer.sample()
         all_samples.append(found)
-        seen_max = max(seen_max, found.sm_clock_hz or 0.0)
-        threshold = THROTTLE_FRACTION * (max_clock_hz or seen_max)
+        seen_max = max(seen_max, found.sm_clock_hz)
+        counters_read = found.throttled_ns is not None
+        threshold = THROTTLE_FRACTION * (seen_max if counters_read else max_clock_hz or seen_max)
         if found.ran_dry and not timer.at_max_spin:
             dry += 1
             timer.lengthen()
-        elif found.sm_clock_hz is not None and found.sm_clock_hz < threshold:
+        elif found.throttled_by_nvml or found.sm_clock_hz < threshold:
             throttled += 1
         else:
             host_bound = host_bound or found.ran_dry
@@ -484,14 +537,25 @@ class ReplayClock:
         return self.total_s
 
 
+def unroll_for(step_s: float) -> int:
+    """Steps in one CUDA graph for a step of ``step_s`` device seconds: enough that a replay runs
+    ``UNROLL_TARGET_S`` (so the graph's launch and its events are a small share of the sample), at
+    most ``MAX_UNROLL``, at least 1. Raises ``DeviceTimingError`` for a time that is not > 0."""
+    if not step_s > 0:
+        raise DeviceTimingError(f"step time {step_s!r} s; must be > 0 to size the graph")
+    return max(1, min(MAX_UNROLL, math.ceil(UNROLL_TARGET_S / step_s)))
+
+
 class DeviceSampler:
     """The blocked-event timer of one step, set up once: the GPU's state read, the L2 flush
-    buffer allocated, the step captured in a CUDA graph where capture works (``cuda_graph``),
-    its host dispatch measured and the spin sized from it. ``samples(n)`` gives device seconds on
-    request (A/B workers ask block by block); ``time_on_device`` samples it by a ``SamplingRule``.
+    buffer allocated, the step's host dispatch measured and the spin sized from it, its eager
+    device time measured (``SIZING_SAMPLES``) and ``unroll_for`` it calls captured in one CUDA
+    graph where capture works (``cuda_graph``). A sample is one replay divided by the steps it
+    holds. ``samples(n)`` gives device seconds per step on request (A/B workers ask block by
+    block); ``time_on_device`` samples it by a ``SamplingRule``.
 
     ``clock``: ``Clock.GRAPH`` when the replay is timed, else ``Clock.BLOCKED_EVENT``;
-    ``cuda_graph``: ``"off"``, ``"replayed"`` or ``"capture failed: ..."``.
+    ``cuda_graph``: ``"off"``, ``"replayed (N steps a replay)"`` or ``"capture failed: ..."``.
     """
 
     def __init__(
@@ -505,23 +569,29 @@ class DeviceSampler:
     ):
         self.api = api = api or TorchCuda()
         self.step, self.host_clock = step, host_clock
+        self.dry_samples = 0
+        self.seen_clock_hz = 0.0  # the highest SM clock a screened sample ran at
         self.gpu_before = api.read_state()
         self.flush = L2Flush(api) if flush_l2 else None
-        self.capture = capture_step(api, step) if cuda_graph else None
         self.max_clock_hz = _max_clock_hz(self.gpu_before)
         sm_hz = self.max_clock_hz or FALLBACK_SM_CLOCK_HZ
         self.dispatch_s = measure_dispatch_s(api, step, sm_hz, host_clock)
         self.timer = BlockedEventTimer(
             api,
-            self.capture.step if self.capture else step,
+            step,
             flush=self.flush,
             sm_clock_hz=sm_hz,
             spin_s=2 * self.dispatch_s,
             host_clock=host_clock,
         )
+        self.capture = None
+        if cuda_graph:
+            eager_s = statistics.median(self.samples(SIZING_SAMPLES))
+            # an empty step (no device work) still gets a graph of MAX_UNROLL calls
+            self.capture = capture_step(api, step, unroll_for(max(eager_s, 1e-12)))
+            self.timer.run, self.timer.calls_per_run = self.capture.step, self.capture.unroll
         self.clock = Clock.GRAPH if self.capture and self.capture.replayed else Clock.BLOCKED_EVENT
         self.cuda_graph = self.capture.description if self.capture else "off"
-        self.dry_samples = 0
 
     def samples(self, count: int) -> list[float]:
         """``count`` device samples (seconds); a sample in which the GPU ran dry is taken again
@@ -544,6 +614,41 @@ class DeviceSampler:
             if spent >= device_s:
                 return
             spent += sum(self.samples(1))
+
+    def screened_block(
+        self, count: int, warmup_s: float = 0.0, max_tries: int | None = None
+    ) -> tuple[list[float], int]:
+        """A block of ``count`` device samples (seconds per step) for an A/B worker, screened as
+        ``time_on_device`` screens its samples: ``warmup_s`` of device time run first (clocks up
+        after the worker waited), then samples taken until ``count`` are kept, a sample whose
+        NVML throttle counters rose or whose SM clock was below ``THROTTLE_FRACTION`` of the
+        highest seen (the GPU's maximum without NVML's counters) set aside; at most ``max_tries``
+        samples (default ``4 * count``), after which the block is what was kept, set-aside ones
+        added where too few. Returns the samples and how many were set aside.
+
+        Raises ``DeviceTimingError`` for ``count`` < 1."""
+        if count < 1:
+            raise DeviceTimingError(f"a block of {count!r} samples; at least 1")
+        self.warm_up(warmup_s)
+        kept, aside = [], []
+        for _ in range(max_tries or 4 * count):
+            sample = self.timer.sample()
+            if sample.ran_dry and not self.timer.at_max_spin:
+                self.dry_samples += 1
+                self.timer.lengthen()
+                continue
+            self.seen_clock_hz = max(self.seen_clock_hz, sample.sm_clock_hz)
+            counters_read = sample.throttled_ns is not None
+            reference = (
+                self.seen_clock_hz if counters_read else self.max_clock_hz or self.seen_clock_hz
+            )
+            throttled = (
+                sample.throttled_by_nvml or sample.sm_clock_hz < THROTTLE_FRACTION * reference
+            )
+            (aside if throttled else kept).append(sample.device_s)
+            if len(kept) == count:
+                break
+        return (kept + aside)[:count], len(aside)
 
     def kernel_block(self) -> list[KernelIteration]:
         """One profiler session of the eager step (``KernelTimer.block``)."""
@@ -583,8 +688,12 @@ def time_on_device(
     events, max_clock_hz = sampler.timer, sampler.max_clock_hz
     if timer == "cuda_event":
         event_run = _sample_events(events, rule, max_clock_hz, host_clock)
-        block = sampler.kernel_block()
-        findings = kernel_set_findings(block)
+        try:
+            block = sampler.kernel_block()
+            findings = kernel_set_findings(block)
+        except Exception as exc:  # CUPTI taken (nsys, ncu) or a block that cannot be split: the
+            # row keeps its event time and says why it has no kernel time
+            block, findings = [], [f"kernel time unavailable: {first_cause(exc)}"]
         kernel_samples = [i.merged_s for i in block]
         samples, estimate, clock = event_run.samples, event_run.estimate, sampler.clock
     else:

@@ -215,6 +215,67 @@ def _read_nvml(pynvml) -> dict[str, object]:
     }
 
 
+# NVML's cumulative clock-event counters (nanoseconds the reason held the clocks down since the
+# driver loaded), read with nvmlDeviceGetFieldValues; the first name the binding has is used (the
+# power and thermal ones had PERF_POLICY names before CLOCKS_EVENT_REASON ones).
+THROTTLE_COUNTER_FIELDS = {
+    "sw_power_cap": (
+        "NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP",
+        "NVML_FI_DEV_PERF_POLICY_POWER",
+    ),
+    "sw_thermal_slowdown": (
+        "NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN",
+        "NVML_FI_DEV_PERF_POLICY_THERMAL",
+    ),
+    "hw_thermal_slowdown": ("NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN",),
+    "hw_power_brake_slowdown": ("NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN",),
+}
+
+
+def throttle_field_ids(pynvml) -> dict[str, int]:
+    """Reason -> NVML field id, for the reasons of ``THROTTLE_COUNTER_FIELDS`` the binding names."""
+    found = {}
+    for reason, names in THROTTLE_COUNTER_FIELDS.items():
+        for name in names:
+            if isinstance(getattr(pynvml, name, None), int):
+                found[reason] = getattr(pynvml, name)
+                break
+    return found
+
+
+def read_throttle_counters(pynvml=None) -> dict[str, int] | None:
+    """NVML's cumulative throttle counters of the device (reason -> nanoseconds), read before and
+    after each timed sample so a throttle that bites only while the step runs is seen (nvbench
+    brackets its timed region the same way). None where NVML is not installed or does not answer;
+    a reason the device does not report is left out."""
+    if pynvml is None:
+        try:
+            import pynvml
+        except ImportError:
+            return None
+    if _NVML.get("counters_refused"):  # asked once per process: a refusal does not change
+        return None
+    try:
+        if "handle" not in _NVML:
+            pynvml.nvmlInit()
+            uuid = torch_uuid()
+            _NVML["handle"] = (
+                pynvml.nvmlDeviceGetHandleByUUID(uuid)
+                if uuid
+                else pynvml.nvmlDeviceGetHandleByIndex(0)
+            )
+        ids = throttle_field_ids(pynvml)
+        values = pynvml.nvmlDeviceGetFieldValues(_NVML["handle"], list(ids.values()))
+    except Exception:  # NVML absent or refusing: no counters, the clock check stands alone
+        _NVML["counters_refused"] = True
+        return None
+    return {
+        reason: int(value.value.ullVal)
+        for reason, value in zip(ids, values, strict=True)
+        if value.nvmlReturn == getattr(pynvml, "NVML_SUCCESS", 0)
+    }
+
+
 _ROCM_CLOCK = re.compile(r"(\d+(?:\.\d+)?)\s*mhz", re.IGNORECASE)
 
 

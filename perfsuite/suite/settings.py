@@ -157,8 +157,9 @@ SETTINGS = {
         "perfsuite_cuda_graphs",
         "--perfsuite-cuda-graphs",
         "on",
-        "on/off: time the CUDA-graph replay of each step where capture works (a failed capture is "
-        "reported and the blocked-event timer times the eager step)",
+        "on/off: time the CUDA-graph replay of each step where capture works, a graph of several "
+        "steps per replay (a failed capture is reported and the blocked-event timer times the "
+        "eager step)",
     ),
     "isolate": Setting(
         "perfsuite_isolate",

@@ -24,7 +24,13 @@ from perfsuite.measure.call_limit import time_limit
 from perfsuite.measure.measurement_guard import MeasurementState
 from perfsuite.measure.correctness import nonfinite_after_timing
 from perfsuite.measure.profiling import ACTIVE_STEPS
-from perfsuite.measure.device_timing import DISPATCH_PROBES, KERNEL_BLOCK, benchmark_step
+from perfsuite.measure.device_api import CAPTURE_WARMUPS
+from perfsuite.measure.device_timing import (
+    DISPATCH_PROBES,
+    KERNEL_BLOCK,
+    SIZING_SAMPLES,
+    benchmark_step,
+)
 from perfsuite.measure.sampling import SamplingRule
 
 UNFUSED_OPS = (
@@ -334,8 +340,9 @@ def _timing_limit_s(call_limit_s: float | None, rounds: int, request) -> float |
     if not call_limit_s:
         return None
     warmup = request.config.getoption("benchmark_warmup_iterations", 0) or 0
-    # a device timer also probes dispatch, warms up (within the time limit) and runs a kernel block
-    extra_calls = DISPATCH_PROBES + KERNEL_BLOCK + 1
+    # a device timer also probes dispatch, sizes and warms up its graph (the warm-up itself within
+    # the time limit; a replay of several steps lasts about 1 ms) and runs a kernel block
+    extra_calls = DISPATCH_PROBES + SIZING_SAMPLES + CAPTURE_WARMUPS + KERNEL_BLOCK + 1
     return call_limit_s * (rounds + warmup + 2 + extra_calls) + 2 * float(
         request.config.getoption("benchmark_max_time", 0) or 0
     )

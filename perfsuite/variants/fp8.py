@@ -4,7 +4,8 @@
   plain computation an FP8 kernel is held against (runs on every device).
 * ``sdpa_fp8``: SDPA's experimental quantized path,
   ``torch.nn.attention.experimental._scaled_dot_product_attention_quantized`` (e4m3 with per-head
-  descales, forward only, bfloat16 output; needs the FA3 flash implementation, so CUDA on Hopper).
+  descales, forward only, bfloat16 output; runs with FA3 activated, so CUDA on Hopper where FA3's
+  kernels are installed; elsewhere the skip names what is missing).
 * ``sdpa_flash_fa3``, ``sdpa_flash_fa4``: SDPA pinned to the flash backend with the named flash
   implementation activated (``torch.nn.attention.activate_flash_attention_impl``) for the call and
   FA2 restored after it. They run where ``list_flash_attention_impls()`` offers the implementation
@@ -15,6 +16,9 @@
 """
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -66,25 +70,34 @@ def quantized_sdpa():
 
 
 def prepare_sdpa_fp8(inputs: AttentionInputs) -> VariantFn:
-    """Checks torch has the quantized path and the mask is plain or top-left causal."""
+    """Checks torch has the quantized path, FA3 can be activated here (the quantized path runs on
+    FA3 only) and the mask is plain or top-left causal; the call runs with FA3 activated.
+
+    The descales go to torch as the case holds them, ``[B, Hkv]`` each: torch validates every
+    descale, ``q_descale`` included, against ``(batch, num_kv_heads)`` and broadcasts it over the
+    query heads itself (``_validate_descale``), so a grouped-query case runs as it is.
+    """
     attention_fp8 = quantized_sdpa()
     if inputs.mask.kind not in ("noncausal", "causal"):
         raise CaseUnsupported(
             f"SDPA's quantized path takes is_causal only; mask {inputs.mask.kind!r} needs a tensor"
         )
-    groups = inputs.query.shape[1] // inputs.key.shape[1]
+    missing = flash_impl_missing("FA3") or flash_impl_unusable("FA3", inputs.query.device.type)
+    if missing:
+        raise CaseUnsupported(f"SDPA's quantized path runs on FA3: {missing}")
 
     def attention(query, key, value, *, mask, scale, q_descale, k_descale, v_descale):
-        return attention_fp8(
-            query,
-            key,
-            value,
-            is_causal=mask.is_causal,
-            scale=scale,
-            q_descale=q_descale.repeat_interleave(groups, dim=1),
-            k_descale=k_descale,
-            v_descale=v_descale,
-        )
+        with flash_impl_active("FA3"):
+            return attention_fp8(
+                query,
+                key,
+                value,
+                is_causal=mask.is_causal,
+                scale=scale,
+                q_descale=q_descale,
+                k_descale=k_descale,
+                v_descale=v_descale,
+            )
 
     return attention
 
@@ -126,6 +139,23 @@ def flash_impl_unusable(impl: str, device: str) -> str | None:
     return None
 
 
+@contextlib.contextmanager
+def flash_impl_active(impl: str) -> Iterator[None]:
+    """The flash implementation ``impl`` activated inside, FA2 restored after; nothing is
+    re-registered when ``impl`` is already the active one
+    (``torch.nn.attention.current_flash_attention_impl``, where torch has it)."""
+    attention = torch.nn.attention
+    current = getattr(attention, "current_flash_attention_impl", None)
+    if current is not None and current() == impl:
+        yield
+        return
+    attention.activate_flash_attention_impl(impl)
+    try:
+        yield
+    finally:
+        attention.restore_flash_attention_impl(_raise_warn=False)
+
+
 def _flash_impl(impl: str):
     def prepare(inputs: AttentionInputs) -> VariantFn:
         missing = flash_impl_missing(impl) or flash_impl_unusable(impl, inputs.query.device.type)
@@ -133,12 +163,8 @@ def _flash_impl(impl: str):
             raise CaseUnsupported(missing)
 
         def attention(query, key, value, *, mask, scale):
-            torch.nn.attention.activate_flash_attention_impl(impl)
-            try:
-                with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
-                    return call_sdpa(query, key, value, mask, scale)
-            finally:
-                torch.nn.attention.restore_flash_attention_impl(_raise_warn=False)
+            with flash_impl_active(impl), sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+                return call_sdpa(query, key, value, mask, scale)
 
         return attention
 

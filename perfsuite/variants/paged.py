@@ -44,7 +44,7 @@ from perfsuite.attention.masks import mask_kind
 from perfsuite.variants.naive import expand_kv_heads
 from perfsuite.variants.registry import VariantFn, prepared_on_every_call, register_variant
 from perfsuite.variants.unsupported import CaseUnsupported
-from perfsuite.variants.varlen import _torch_varlen, varlen_window
+from perfsuite.variants.varlen import _torch_varlen, varlen_gqa_keywords, varlen_window
 
 
 def cache_as_sequence(cache: torch.Tensor) -> torch.Tensor:
@@ -87,6 +87,7 @@ def prepare_varlen_attn_paged(inputs: AttentionInputs) -> VariantFn:
             f"torch {torch.__version__}'s varlen_attn has no block_table (added in torch 2.12)"
         )
     window = varlen_window(inputs.mask.kind)
+    gqa = varlen_gqa_keywords(varlen_attn, inputs.query.shape[1], inputs.key.shape[2])
 
     def attention(query, key, value, *, mask, scale, block_table, seq_lens_kv):
         batch, heads, seq_len_q, dim = query.shape
@@ -104,8 +105,8 @@ def prepare_varlen_attn_paged(inputs: AttentionInputs) -> VariantFn:
             block_table.shape[1] * key.shape[1],
             scale=scale,
             window_size=window,
-            enable_gqa=key.shape[2] != heads,
             seqused_k=seq_lens_kv,
+            **gqa,
             block_table=block_table,
         )
         return out.view(batch, seq_len_q, heads, -1).transpose(1, 2)
@@ -301,19 +302,63 @@ def flex_decode_missing() -> str | None:
     )
 
 
-def flex_decode_refusal(query_len: int, num_heads: int, num_kv_heads: int) -> str | None:
-    """Why flex's decode template refuses a case, by torch 2.13's rule
-    (``torch/_inductor/kernel/flex/flex_decoding.py``, ``_use_flex_decoding``): fewer than 128
-    queries per sequence and a power-of-two ratio of query heads to key/value heads; else None."""
-    if query_len >= 128:
-        return f"flex's decode template takes fewer than 128 queries per sequence; this case has {query_len}"
+def flex_decode_refusal(
+    query_len: int, num_heads: int, num_kv_heads: int, block_mask_heads: int = 1
+) -> str | None:
+    """Why flex's decode template refuses a case, by torch's rule
+    (``torch/_inductor/kernel/flex/flex_decoding.py``, ``_use_flex_decoding``, 2.11 to 2.13): between
+    1 and 127 queries per sequence; a power-of-two ratio of query heads to key/value heads; a block
+    mask with 1 head, or (without grouped-query heads) one per query head. Else None.
+
+    ``block_mask_heads``: the head dimension of the block mask's ``kv_indices`` (1 for the paged
+    variants' ``H=None`` mask). The template's other conditions (static batch and head counts, no
+    ``OUTPUT_MAX`` or ``FORCE_USE_FLEX_ATTENTION`` option) hold for every case this suite compiles;
+    torch's own refusal is still caught at the call (``FLEX_DECODE_REFUSED``).
+    """
+    if not 0 < query_len < 128:
+        return (
+            f"flex's decode template takes 1 to 127 queries per sequence; this case has {query_len}"
+        )
     groups = num_heads // num_kv_heads
-    if groups & (groups - 1):
+    if groups < 1 or groups & (groups - 1):
         return (
             f"flex's decode template takes a power-of-two ratio of query heads to key/value heads; "
             f"this case has {num_heads}:{num_kv_heads} ({groups})"
         )
+    allowed = (1,) if num_heads != num_kv_heads else (1, num_heads)
+    if block_mask_heads not in allowed:
+        return (
+            f"flex's decode template takes a block mask with {' or '.join(map(str, allowed))} "
+            f"head(s) here; this one has {block_mask_heads}"
+        )
     return None
+
+
+# What torch's flex lowering raises when BACKEND="TRITON_DECODE" is asked of a case the decode
+# template refuses (torch/_inductor/kernel/flex/flex_attention.py).
+FLEX_DECODE_REFUSED = "flex_decoding cannot be used for this input"
+
+
+def skip_flex_decode_refusal(attention: VariantFn) -> VariantFn:
+    """``attention`` raising ``CaseUnsupported`` where torch refuses the decode template
+    (``FLEX_DECODE_REFUSED`` anywhere in the error's chain, e.g. inside ``BackendCompilerFailed``);
+    other errors pass unchanged."""
+
+    def decode(*args, **kwargs):
+        try:
+            return attention(*args, **kwargs)
+        except Exception as exc:
+            chain, inner = [], exc
+            while inner is not None and len(chain) < 10:
+                chain.append(str(inner))
+                inner = inner.__cause__ or inner.__context__
+            if not any(FLEX_DECODE_REFUSED in text for text in chain):
+                raise
+            raise CaseUnsupported(
+                f"torch refused flex's decode template for this case: {FLEX_DECODE_REFUSED}"
+            ) from exc
+
+    return decode
 
 
 def torch_paged_block_mask(inputs: AttentionInputs):
@@ -414,7 +459,9 @@ def prepare_flex_paged_decode(inputs: AttentionInputs) -> VariantFn:
     refusal = flex_decode_refusal(inputs.query.shape[2], inputs.query.shape[1], inputs.key.shape[2])
     if refusal:
         raise CaseUnsupported(refusal)
-    return prepare_torch_paged(inputs, kernel_options={"BACKEND": "TRITON_DECODE"})
+    return skip_flex_decode_refusal(
+        prepare_torch_paged(inputs, kernel_options={"BACKEND": "TRITON_DECODE"})
+    )
 
 
 register_variant(

@@ -169,6 +169,7 @@ def prepare_varlen_attn(inputs: AttentionInputs) -> VariantFn:
     """Checks torch has ``varlen_attn`` and the mask is one it takes."""
     varlen_attn = _torch_varlen()
     window = varlen_window(inputs.mask.kind)
+    gqa = varlen_gqa_keywords(varlen_attn, inputs.query.shape[1], inputs.key.shape[1])
 
     def attention(
         query, key, value, *, mask, scale, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv
@@ -183,10 +184,21 @@ def prepare_varlen_attn(inputs: AttentionInputs) -> VariantFn:
             max_seqlen_kv,
             scale=scale,
             window_size=window,
-            enable_gqa=key.shape[1] != query.shape[1],
+            **gqa,
         )
 
     return attention
+
+
+def varlen_gqa_keywords(varlen_attn, num_heads: int, num_kv_heads: int) -> dict[str, bool]:
+    """``{"enable_gqa": ...}`` where ``varlen_attn``'s signature has the parameter (torch 2.12+),
+    else ``{}``: torch 2.11's ``varlen_attn`` (keywords ``scale``, ``window_size``, ``return_aux``)
+    has none, and its flash kernel takes fewer key/value heads than query heads as they are."""
+    import inspect
+
+    if "enable_gqa" in inspect.signature(varlen_attn).parameters:
+        return {"enable_gqa": num_kv_heads != num_heads}
+    return {}
 
 
 register_variant(

@@ -149,3 +149,33 @@ def test_a_compiled_backward_can_be_replayed_in_any_mode_order(monkeypatch):
         step()
         for got, want in zip(step().gradients, expected):
             torch.testing.assert_close(got, want)
+
+
+def test_the_backward_step_keeps_one_forward_per_stream(monkeypatch):
+    """Autograd runs a backward on its forward's stream, so a backward captured on a side stream
+    needs a forward from that stream: the step runs the forward once per ``stream_key`` and keeps
+    each (a captured graph reads its saved tensors). The stream is faked; autograd is real."""
+    from perfsuite.attention import modes
+
+    stream = ["default"]
+    monkeypatch.setattr(modes, "stream_key", lambda device: stream[0])
+    forwards = []
+    naive = get_variant("naive").fn
+
+    def counting(*args, **kwargs):
+        forwards.append(stream[0])
+        return naive(*args, **kwargs)
+
+    inputs, grad_output = make_inputs(CASE, 0), make_grad_output(CASE, 0)
+    step = make_step("backward", counting, inputs, grad_output)
+    first = step()
+    step()
+    stream[0] = "side"
+    side = step()
+    step()
+    assert forwards == ["default", "side"]
+    for got, expected in zip(side.gradients, first.gradients, strict=True):
+        torch.testing.assert_close(got, expected)
+    assert modes.stream_key(torch.device("cpu")) == "side"  # the patched one
+    monkeypatch.undo()
+    assert modes.stream_key(torch.device("cpu")) == torch.device("cpu")

@@ -78,3 +78,16 @@ def test_an_unreadable_fingerprint_is_not_compared_and_never_fails_the_structure
         "not compared: the fingerprint of the base it has neither 'cpu_ops' nor 'kernels'"
     ]
     assert not gate_failed([found], fail_on_structure=True)
+
+
+def test_a_benchmark_timed_on_different_clocks_is_not_compared():
+    """A row timed on graph replay in one run and on blocked events (its capture failed) in the
+    other measures different things: inconclusive, naming both clocks, never slower or faster."""
+    [found] = compare_runs(
+        run([1.0] * 5, clock="cuda_graph"), run([2.0] * 5, clock="blocked_event"), SETTINGS
+    )
+    assert found.verdict == "inconclusive" and found.note == (
+        "timed on different clocks (base cuda_graph, head blocked_event): not comparable"
+    )
+    [same] = compare_runs(run([1.0] * 5, clock="kernel"), run([1.0] * 5, clock="kernel"), SETTINGS)
+    assert "clocks" not in same.note  # one clock: compared as usual

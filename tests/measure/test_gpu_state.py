@@ -130,3 +130,48 @@ def test_rocm_without_amdsmi_or_rocm_smi_is_said_absent(tmp_path, monkeypatch):
     reading = gpu_state.read_clocks(hip=True)
     assert reading["source"] == "rocm-smi" and reading["sm_clock_mhz"] == 1700.0
     assert reading["memory_clock_mhz"] == 1600.0 and reading["throttle_reasons"] is None
+
+
+class CountingNvml(FakeNvml):
+    """NVML's field-value API as nvidia-ml-py shapes it (its real structs), one cumulative
+    nanosecond counter per throttle reason; ``refuse``: nvmlInit fails (no driver)."""
+
+    def __init__(self, refuse=False):
+        import pynvml
+
+        self.real, self.refuse, self.inits = pynvml, refuse, 0
+        for names in gpu_state.THROTTLE_COUNTER_FIELDS.values():
+            setattr(self, names[0], getattr(pynvml, names[0]))
+        self.NVML_SUCCESS = pynvml.NVML_SUCCESS
+        self.power_cap_ns = 0
+
+    def nvmlInit(self):
+        self.inits += 1
+        if self.refuse:
+            raise RuntimeError("NVML Shared Library Not Found")
+
+    def nvmlDeviceGetFieldValues(self, handle, ids):
+        values = (self.real.c_nvmlFieldValue_t * len(ids))()
+        for value, field in zip(values, ids, strict=True):
+            value.fieldId, value.nvmlReturn = field, self.real.NVML_SUCCESS
+            value.value.ullVal = (
+                self.power_cap_ns
+                if field == self.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP
+                else 0
+            )
+        return values
+
+
+def test_nvml_throttle_counters_are_read_by_field_and_a_refusal_is_asked_once(monkeypatch):
+    pytest.importorskip("pynvml")
+    nvml = CountingNvml()
+    monkeypatch.setattr(gpu_state, "_NVML", {})
+    nvml.power_cap_ns = 1_500_000
+    counters = gpu_state.read_throttle_counters(nvml)
+    assert counters["sw_power_cap"] == 1_500_000 and set(counters) == set(
+        gpu_state.THROTTLE_COUNTER_FIELDS
+    )
+    refusing = CountingNvml(refuse=True)
+    monkeypatch.setattr(gpu_state, "_NVML", {})
+    assert gpu_state.read_throttle_counters(refusing) is None
+    assert gpu_state.read_throttle_counters(refusing) is None and refusing.inits == 1

@@ -126,3 +126,68 @@ def test_a_listed_flash_implementation_that_cannot_activate_names_why(monkeypatc
         fp8.flash_impl_unusable("FA4", "cpu")
         == "FA4 is a CUDA flash implementation; this case runs on cpu"
     )
+
+
+def test_sdpa_fp8_needs_fa3_and_is_skipped_naming_it_where_fa3_cannot_run():
+    """torch's quantized path runs on FA3 only: on a machine where FA3 cannot be activated (here the
+    CPU) the case is skipped with the reason, not left to fail inside torch."""
+    case = parse_case_id("b1h4kv2s8d4-bf16-causal-fp8-cpu")
+    with pytest.raises(CaseUnsupported, match="SDPA's quantized path runs on FA3: FA3 is a CUDA"):
+        fp8.prepare_sdpa_fp8(make_inputs(case, 0))
+
+
+def test_sdpa_fp8_runs_with_fa3_active_and_descales_shaped_batch_by_kv_heads(monkeypatch):
+    """The CUDA path with torch's activation API faked: FA3 active during the call, and every
+    descale ``(B, H_kv)`` as torch's ``_validate_descale`` demands (its docstring, read here), a
+    grouped-query case included (4 query heads over 2 key/value heads)."""
+    import inspect
+
+    from torch.nn.attention.experimental import _scaled_dot_product_attention_quantized as quantized
+
+    assert "(batch_size, num_kv_heads)" in inspect.getsource(quantized._validate_descale)
+    calls, active = [], []
+    monkeypatch.setattr(torch.nn.attention, "list_flash_attention_impls", lambda: ["FA3", "FA4"])
+    monkeypatch.setattr(
+        torch.nn.attention, "activate_flash_attention_impl", lambda impl: active.append(impl)
+    )
+    monkeypatch.setattr(
+        torch.nn.attention, "restore_flash_attention_impl", lambda _raise_warn: active.clear()
+    )
+    monkeypatch.setattr(fp8, "flash_impl_unusable", lambda impl, device: None)  # as on a Hopper
+
+    def attention_fp8(query, key, value, **kw):
+        calls.append((list(active), {k: tuple(v.shape) for k, v in kw.items() if "descale" in k}))
+        return query
+
+    monkeypatch.setattr(fp8, "quantized_sdpa", lambda: attention_fp8)
+    inputs = make_inputs(parse_case_id("b1h4kv2s8d4-bf16-causal-fp8-cpu"), 0)
+    fn = fp8.prepare_sdpa_fp8(inputs)
+    fn(inputs.query, inputs.key, inputs.value, **inputs.keywords())
+    shape = (1, 2)
+    assert calls == [(["FA3"], {"q_descale": shape, "k_descale": shape, "v_descale": shape})]
+    assert active == []  # FA2 restored after the call
+
+
+def test_varlen_attn_passes_enable_gqa_only_where_torchs_signature_has_it(monkeypatch):
+    """torch 2.11's varlen_attn has no ``enable_gqa`` (its keywords: return_aux, scale,
+    window_size): with a function of that signature the grouped-query case calls it without the
+    keyword; with the installed torch's, the keyword goes where its signature takes it."""
+    import inspect
+
+    from torch.nn.attention.varlen import varlen_attn
+
+    calls = []
+
+    def varlen_attn_2_11(
+        q, k, v, cu_q, cu_k, max_q, max_k, *, return_aux=None, scale=None, window_size=(-1, -1)
+    ):
+        calls.append((tuple(q.shape), tuple(k.shape), window_size))
+        return q
+
+    monkeypatch.setattr(varlen, "_torch_varlen", lambda: varlen_attn_2_11)
+    inputs = make_inputs(parse_case_id("b2h4kv2s8d4-fp32-causal_br-packed-uniform-cpu"), 0)
+    fn = varlen.prepare_varlen_attn(inputs)
+    fn(inputs.query, inputs.key, inputs.value, **inputs.keywords())
+    assert calls == [(tuple(inputs.query.shape), tuple(inputs.key.shape), (-1, 0))]
+    has_it = "enable_gqa" in inspect.signature(varlen_attn).parameters
+    assert varlen.varlen_gqa_keywords(varlen_attn, 4, 2) == ({"enable_gqa": True} if has_it else {})

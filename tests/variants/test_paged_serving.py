@@ -215,10 +215,12 @@ def test_flex_decode_template_is_cuda_only_and_names_what_is_missing(monkeypatch
     assert "ratio of query heads to key/value heads; this case has 40:8 (5)" in (
         paged.flex_decode_refusal(1, 40, 8)
     )
-    assert "fewer than 128 queries" in paged.flex_decode_refusal(128, 8, 8)
+    assert "1 to 127 queries per sequence; this case has 128" in paged.flex_decode_refusal(
+        128, 8, 8
+    )
     assert paged.flex_decode_refusal(4, 32, 8) is None
     calls = []  # the CUDA path with a fake flex: the decode template is asked for by name
-    monkeypatch.setattr(paged, "prepare_torch_paged", lambda i, **kw: calls.append(kw))
+    monkeypatch.setattr(paged, "prepare_torch_paged", lambda i, **kw: calls.append(kw) or len)
     paged.prepare_flex_paged_decode(make_inputs(PAGED, 0))
     assert calls == [{"kernel_options": {"BACKEND": "TRITON_DECODE"}}]
     monkeypatch.setattr(flex, "_Backend", typing.Literal["AUTO", "TRITON"])
@@ -229,3 +231,38 @@ def test_flex_decode_template_is_cuda_only_and_names_what_is_missing(monkeypatch
         f"torch {torch.__version__}'s flex_attention has no kernel_options BACKEND: its decode "
         "template (flex_decoding) is chosen by heuristics only"
     )
+
+
+def test_flex_decode_refusal_holds_every_condition_of_torchs_rule():
+    """torch's ``_use_flex_decoding`` also refuses an empty query and a block mask whose head count
+    is neither 1 nor (without grouped heads) the query heads; the old rule let both through to an
+    error inside Inductor."""
+    assert "this case has 0" in paged.flex_decode_refusal(0, 8, 8)
+    assert "block mask with 1 head(s) here; this one has 8" in paged.flex_decode_refusal(
+        4, 32, 8, block_mask_heads=8
+    )
+    assert "with 1 or 8 head(s)" in paged.flex_decode_refusal(4, 8, 8, block_mask_heads=2)
+    assert paged.flex_decode_refusal(4, 8, 8, block_mask_heads=8) is None
+
+
+def test_torchs_refusal_of_the_decode_template_is_a_skip_naming_it():
+    """The message matched is the one the installed torch raises (read from its source), so a
+    torch that rewords it fails here, not on the GPU."""
+    import inspect
+
+    from torch._inductor.kernel.flex import flex_attention as lowering
+
+    assert paged.FLEX_DECODE_REFUSED in inspect.getsource(lowering)
+
+    def refused(*_args, **_kwargs):
+        try:
+            raise RuntimeError(
+                "BACKEND='TRITON_DECODE' was specified but " + paged.FLEX_DECODE_REFUSED + "."
+            )
+        except RuntimeError as inner:  # as Dynamo wraps it: the cause inside another error
+            raise ValueError("backend='inductor' raised") from inner
+
+    with pytest.raises(CaseUnsupported, match="torch refused flex's decode template"):
+        paged.skip_flex_decode_refusal(refused)()
+    with pytest.raises(ZeroDivisionError):
+        paged.skip_flex_decode_refusal(lambda: 1 / 0)()
