@@ -263,25 +263,27 @@ def block_pair(
     contended_pairs: ContendedPairs,
     cluster: int | None,
     reasons: list[str],
-    limits: dict[int, float],
-    checks: dict[int, ClockCheck],
+    limits: dict[int, float] | None = None,
+    checks: dict[int, ClockCheck] | None = None,
 ) -> tuple[PairSample, bool]:
     """Time one block per side (``base_first`` says which goes first), each after one untimed step on
     inputs re-placed from its seed in ``placements``; returns the ``PairSample`` and whether both blocks
     were contended and the pair kept (``ContendedPairs.SHARED``). Each contended block's reasons are
     appended to ``reasons`` in one short line. Each block is bounded by its worker's entry in ``limits``
-    (seconds, by ``id``) and checked against the coordinator's clock (its ``ClockCheck`` in ``checks``);
-    ``GateTampered`` when a worker hangs or its times disagree with that clock."""
+    (seconds, by ``id``; none: unbounded) and checked against the coordinator's clock (its ``ClockCheck``
+    in ``checks``; none: unchecked); ``GateTampered`` when a worker hangs or its times disagree with that
+    clock."""
     order = (base, head) if base_first else (head, base)
     seeds = {id(base): placements[0], id(head): placements[1]}
     replies = {}
     for worker in order:
         request = {"time": rounds, "warmup": 1, "placement": seeds[id(worker)]}
         start = time.perf_counter()
-        reply = worker.ask(request, limits[id(worker)], f"a block of {rounds} calls")
-        checks[id(worker)].record(time.perf_counter() - start, worker.transport_s(), reply)
+        reply = worker.ask(request, (limits or {}).get(id(worker)), f"a block of {rounds} calls")
+        if checks is not None:
+            checks[id(worker)].record(time.perf_counter() - start, worker.transport_s(), reply)
         replies[id(worker)] = reply
-    for worker in order:
+    for worker in order if checks is not None else ():
         if failure := checks[id(worker)].failure():
             raise GateTampered(failure)
     b, h = replies[id(base)], replies[id(head)]

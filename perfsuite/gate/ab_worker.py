@@ -55,8 +55,13 @@ _CPU = time.process_time
 # the module as it runs (``__main__`` when started with ``-m``).
 WORKER_GUARDED = tuple(
     f"{__name__}:{name}"
-    for name in ("Worker._clocked", "Worker._host_times", "Worker._device_times", "Worker.handle", "_WALL", "_CPU")
+    for name in ("Worker._clocked", "Worker._host_times", "Worker._device_block", "Worker.handle", "_WALL", "_CPU")
 ) + ("perfsuite.measure.contention:Probe.evidence",)
+
+
+# Device seconds of work before each block on a device clock: the GPU's clocks come up after the
+# worker waited while the other side ran (``DeviceSampler.screened_block``).
+DEVICE_WARMUP_S = 0.02
 
 
 def _spin(seconds: float) -> None:
@@ -155,14 +160,25 @@ class Worker:
         step = make_step(self.mode, prepared.fn, inputs, prepared.grad_output)
         return self._with_slowdown(step), spacer(rng, self.case.device)
 
-    def _device_times(self, rounds: int, forward=None) -> tuple[list[float], list[float]]:
-        """Per round: device seconds (``DeviceSampler``) and this process's CPU seconds."""
-        times, cpu = [], []
-        for _ in range(rounds):
-            start_cpu = _CPU()
-            times.extend(self.device_sampler.samples(1))
-            cpu.append(_CPU() - start_cpu)
-        return times, cpu
+    def _device_block(self, rounds: int) -> dict:
+        """A block on the device clock: ``DEVICE_WARMUP_S`` of device work first (clocks up after the
+        worker waited), then ``rounds`` samples screened for throttling (``DeviceSampler.screened_block``:
+        a sample whose NVML throttle counters rose or whose clock was low is set aside and retaken)."""
+        from perfsuite.measure.contention import Probe
+
+        with Probe() as probe:
+            start = _WALL()
+            times, aside = self.device_sampler.screened_block(rounds, warmup_s=DEVICE_WARMUP_S)
+            block_s = _WALL() - start
+        return {
+            "times": times,
+            "cpu_times": None,
+            "throttled_set_aside": aside,
+            "contention": probe.evidence(times).as_dict(),
+            "clock": self.clock,
+            "block_s": block_s,
+            "untimed_s": 0.0,
+        }
 
     def load_variants(self, specs: list[str]) -> None:
         """Register installed entry points and users' ``module:function`` specs (once each)."""
@@ -199,7 +215,9 @@ class Worker:
         if "time" in request:
             from perfsuite.measure.contention import Probe
 
-            clocked = self._device_times if self.device_sampler else self._host_times
+            if self.device_sampler:
+                return self._device_block(int(request["time"]))
+            clocked = self._host_times
             started = _WALL()
             forward, held = None, None
             if request.get("placement") is not None and not self.device_sampler:

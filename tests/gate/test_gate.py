@@ -442,7 +442,8 @@ def test_the_table_shows_the_ratio_of_medians_next_to_the_statistic(tmp_path, ca
     head = saved_run(tmp_path / "head.json", 1.2 * np.exp(rng.normal(0, 0.01, 50)))
     main(["compare", str(base), str(head)])
     out = capsys.readouterr().out
-    assert "| head ms / base ms | head/base (99.5% CI) |" in out  # compare's alpha: 0.005
+    # compare's alpha: 0.005 on each side, a two-sided 99% interval
+    assert "| head ms / base ms | head/base (99% CI) |" in out
     row = next(line for line in out.splitlines() if line.startswith("| `naive/"))
     cells = [c.strip() for c in row.split("|")]
     assert float(cells[4]) == pytest.approx(float(cells[3]) / float(cells[2]), rel=2e-3)
@@ -452,6 +453,11 @@ class FakeWorker:
     """Answers requests like an A/B worker: ``setup`` with an empty fingerprint and a 1 ms step,
     ``time`` with fixed round times and contention as told; every request is logged as
     ``(name, kind)`` in ``log`` (``kind``: ``setup`` or ``time``) and the ``time`` requests kept."""
+
+    role = "head"
+
+    def transport_s(self):  # a fake pipe costs nothing
+        return 0.0
 
     def __init__(self, name, seconds, log, contended=lambda n: False, running=lambda n: None):
         self.name, self.seconds, self.log, self.contended, self.running, self.calls = (
@@ -464,7 +470,7 @@ class FakeWorker:
         )
         self.side, self.requests, self.pending = Side(Path(".")), [], []
 
-    def ask(self, request):
+    def ask(self, request, *limit):
         if "setup" in request:
             self.log.append((self.name, "setup"))
             return {"fingerprint": {}, "step_s": 1e-3}
@@ -487,7 +493,7 @@ class FakeWorker:
     def send(self, request):
         self.pending.append(request)
 
-    def receive(self):
+    def receive(self, *limit):
         return self.ask(self.pending.pop(0))
 
 
@@ -758,10 +764,15 @@ def test_a_plan_that_can_never_decide_by_timing_is_a_usage_error_unless_structur
 class SetupWorker:
     """Answers a ``setup`` request as a worker whose tree lacks ``absent`` variants."""
 
+    role = "head"
+
+    def transport_s(self):  # a fake pipe costs nothing
+        return 0.0
+
     def __init__(self, absent=(), variant=None):
         self.absent, self.side = absent, Side(Path("."), variant)
 
-    def ask(self, request):
+    def ask(self, request, *limit):
         name = request["setup"]["variant"]
         return (
             {"missing": f"no variant {name!r} in this tree"}
@@ -772,7 +783,7 @@ class SetupWorker:
     def send(self, request):
         self.pending = request
 
-    def receive(self):
+    def receive(self, *limit):
         return self.ask(self.pending)
 
 
@@ -961,10 +972,15 @@ class LoadedWorker:
     """An A/B worker beside two busy processes on 2 CPUs: every block contended, its threads waiting
     ``wait`` of the wall time while running ``cpu`` (per wall second), others filling every CPU."""
 
+    role = "head"
+
+    def transport_s(self):  # a fake pipe costs nothing
+        return 0.0
+
     def __init__(self, seconds, rng, wait=0.6, cpu=1.0):
         self.seconds, self.rng, self.wait, self.cpu, self.side = seconds, rng, wait, cpu, Side(None)
 
-    def ask(self, request):
+    def ask(self, request, *limit):
         if "setup" in request:
             return {"fingerprint": {}}
         loaded = {
@@ -981,7 +997,7 @@ class LoadedWorker:
     def send(self, request):
         self.pending = request
 
-    def receive(self):
+    def receive(self, *limit):
         return self.ask(self.pending)
 
 
