@@ -583,3 +583,83 @@ def _finite(found: dict[str, Any], *names: str) -> bool:
         isinstance(found.get(n), (int, float)) and math.isfinite(found[n]) and found[n] > 0
         for n in names
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class GateStructure:
+    """The structural fingerprints of the two sides of one stored ``perfsuite ab`` run of a benchmark:
+    ``base_sha``/``head_sha`` (a pull request's gate has its head off the main line), the
+    fingerprints (``trace.structure.fingerprint``), ``recorded_at`` (unix seconds)."""
+
+    base_sha: str
+    head_sha: str
+    base_structure: dict[str, Any]
+    head_structure: dict[str, Any]
+    recorded_at: float
+
+
+def gate_structures(connection: Connection, key: SeriesKey) -> list[GateStructure]:
+    """Every stored ``perfsuite ab`` run of ``key``'s benchmark on ``key``'s testbed whose two sides
+    are committed commits with a structural fingerprint each, oldest recorded first."""
+    r, run = schema.results, schema.runs
+    rows = connection.execute(
+        _series_rows(key, r.c.structure, run.c.commit_sha, run.c.run_group, run.c.recorded_at, run.c.source)
+        .where(
+            run.c.source.in_(["ab-base", "ab-head"]),
+            run.c.dirty.is_(False),
+            run.c.commit_sha.is_not(None),
+            run.c.run_group.is_not(None),
+        )
+        .order_by(run.c.recorded_at, run.c.id)
+    ).all()
+    sides: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        if isinstance(row.structure, dict):
+            sides.setdefault(row.run_group, {})[row.source] = row
+    found = []
+    for group in sides.values():
+        base, head = group.get("ab-base"), group.get("ab-head")
+        if base is not None and head is not None and base.commit_sha != head.commit_sha:
+            found.append(
+                GateStructure(
+                    base.commit_sha,
+                    head.commit_sha,
+                    base.structure,
+                    head.structure,
+                    float(head.recorded_at),
+                )
+            )
+    return sorted(found, key=lambda g: g.recorded_at)
+
+
+@dataclasses.dataclass(frozen=True)
+class Acceptance:
+    """A finding marked accepted (``perfsuite history accept``): ``finding`` its id, ``series`` the
+    series id, ``reason`` as given, ``accepted_at`` unix seconds, ``accepted_by`` who (the OS user)."""
+
+    finding: str
+    series: str
+    benchmark: str
+    last_good: str | None
+    first_bad: str | None
+    reason: str
+    accepted_at: float
+    accepted_by: str | None
+
+
+def acceptances(connection: Connection) -> dict[str, Acceptance]:
+    """Every accepted finding by its id (the newest acceptance of a finding wins)."""
+    a = schema.acceptances
+    found = {}
+    for row in connection.execute(select(a).order_by(a.c.accepted_at, a.c.id)):
+        found[row.finding] = Acceptance(
+            row.finding,
+            row.series,
+            row.benchmark,
+            row.last_good,
+            row.first_bad,
+            row.reason,
+            float(row.accepted_at),
+            row.accepted_by,
+        )
+    return found
