@@ -46,10 +46,10 @@ from perfsuite.history.records import stable_hash
 from perfsuite.measure.speed_reference import SPEED_LIMIT
 from perfsuite.trace.structure import added_work, adds_work, diff_fingerprints
 
-# clean points before a separate-run step, from which the series' noise is learned: fewer cannot
-# tell a 5-25% change of machine speed between separate runs (docs/explanation/change-points.md)
-# from a change of the code
-MIN_HISTORY = 5
+# clean points before a separate-run step, from which the series' noise is learned: with fewer, a
+# 5-25% change of machine speed between separate runs (docs/explanation/change-points.md) cannot be
+# told from a change of the code (the robust spread of three values is not an estimate of anything)
+MIN_HISTORY = 4
 CONFIRM = 2  # clean points after a separate-run step, each beyond the limit
 K_NOISE = 4.0  # the limit in robust noise deviations of the series' clean points
 MIN_EFFECT = 0.05  # and never below 5%

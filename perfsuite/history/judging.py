@@ -132,7 +132,11 @@ def _judgement(series: Any, points: Sequence[Any], found: list, suspects: list, 
 
     bad = [f for f in found if f.open and f.worse]
     newest = bad[-1] if bad else None
-    if newest is not None:
+    if newest is not None and verdict.regression and verdict.first_bad is not None and (
+        verdict.first_bad.sha == newest.first_bad
+    ):
+        reason = verdict.reason  # the newest points confirm the same step: their words
+    elif newest is not None:
         reason = (
             f"{len(bad)} open regression(s); newest {newest.last_good[:10]} -> {newest.first_bad[:10]}: "
             f"{newest.size} ({newest.evidence})"
