@@ -90,19 +90,9 @@ def _change_points(judgements: list[Any]) -> list[ChangePoint]:
                 finding=f.id,
             )
             old = found.get((f.last_good, f.first_bad))
-            if old is None:
-                found[(f.last_good, f.first_bad)] = change
-            else:
-                merged = "; ".join(dict.fromkeys(x for x in (old.cause + "; " + change.cause).split("; ") if x))
-                timing = old if not old.size else change
-                found[(f.last_good, f.first_bad)] = dataclasses.replace(
-                    timing,
-                    cause=merged,
-                    open=old.open or change.open,
-                    worse=bool(old.worse or change.worse),
-                    size="; ".join(dict.fromkeys(x for x in (old.size, change.size) if x)),
-                    status=OPEN if (old.open or change.open) else timing.status,
-                )
+            if old is not None:
+                change = _merged(old, change)
+            found[(f.last_good, f.first_bad)] = change
         for u in judgement.suspects:
             found.setdefault(
                 (u.last_good, u.first_bad),
@@ -120,6 +110,20 @@ def _change_points(judgements: list[Any]) -> list[ChangePoint]:
                 ),
             )
     return list(found.values())
+
+
+def _merged(one: ChangePoint, other: ChangePoint) -> ChangePoint:
+    """Two findings at the same two commits (a time step and a count's or the structure's) as one change
+    point: the time step's ratio, the other's size first in the cause, open while either is."""
+    timing, counted = (one, other) if not one.size else (other, one)
+    causes = [counted.size if timing is not counted else "", *timing.cause.split("; "), *counted.cause.split("; ")]
+    return dataclasses.replace(
+        timing,
+        cause="; ".join(dict.fromkeys(c for c in causes if c)),
+        open=one.open or other.open,
+        worse=bool(one.regression or other.regression),
+        status=OPEN if one.open or other.open else timing.status,
+    )
 
 
 def _findings_notes(

@@ -143,7 +143,7 @@
       for (const e of s.epochs) vline(e.c - 0.5, "#888", [2 * dpr, 3 * dpr], e.label);
       for (const c of s.changes) {  // at the first bad commit; an unconfirmed step grey and dotted
         if (unconfirmed(c)) vline(c.bad, "#9e9e9e", [2 * dpr, 4 * dpr], "unconfirmed " + pct(c.ratio));
-        else vline(c.bad, worse(c) ? "#c62828" : "#2e7d32", [6 * dpr, 3 * dpr], (c.size || pct(c.ratio)) + (c.open ? "" : " (" + c.status + ")"));
+        else vline(c.bad, worse(c) ? "#c62828" : "#2e7d32", [6 * dpr, 3 * dpr], (c.size ? c.size.split("; ")[0] : pct(c.ratio)) + (c.open ? "" : " (" + c.status + ")"));
       }
       if (errorBars) {
         ctx.setLineDash([]); ctx.strokeStyle = "#1f4e79"; ctx.lineWidth = 1 * dpr;
