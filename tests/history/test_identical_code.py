@@ -6,6 +6,7 @@ most drawn as unconfirmed."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -78,8 +79,8 @@ def test_identical_code_in_contended_separate_runs_gives_no_finding(tmp_path, ca
     with open_store(url) as store:
         simulate(store)
         model = dashboard_from_store(store)
-    assert main(["history", "--store", url, "detect", "--measure", "time_s", "--json"]) == 0
-    import json
+    # never exit 1; exit 2 when the newest runs, 1.35x slower with the reference, could not be judged
+    assert main(["history", "--store", url, "detect", "--measure", "time_s", "--json"]) in (0, 2)
 
     records = json.loads(capsys.readouterr().out)
     assert len(records) == SERIES
