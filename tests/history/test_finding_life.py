@@ -130,3 +130,21 @@ def test_before_the_gate_the_separate_runs_alone_name_nothing(tmp_path, store_ur
     assert code == 1
     assert open_findings(records) == {(PAGED, found.names["gather"], "structure")}
     assert all(f["kind"] == "structure" for r in records for f in r["findings"])
+
+
+def test_a_gate_regression_stays_open_until_a_later_gate_shows_it_recovered(store_url, capsys):
+    """Flat separate runs; a gate calls commit 10 slower: open at 11 and 12 (no later measurement says
+    otherwise); a later gate from its last good commit 9 to 12 that finds no change recovers it."""
+    from test_gates import record_gates, record_history
+
+    with open_store(store_url) as store:
+        record_history(store, step_at=99)
+        record_gates(store, (9, 10, 1.072, 1.031, 1.114, "slower"))
+    assert main(["history", "--store", store_url, "detect", "--measure", "time_s"]) == 1
+    assert "[open]" in capsys.readouterr().out
+    with open_store(store_url) as store:
+        record_gates(store, (9, 12, 1.004, 0.98, 1.03, "no change"))
+    code, records = detect_json(store_url, capsys)
+    [finding] = [f for r in records for f in r["findings"]]
+    assert code == 0 and finding["status"] == "recovered"
+    assert finding["closed_at"] == "12" + "ab" * 19
