@@ -17,7 +17,7 @@ import statistics
 from typing import Any
 from collections.abc import Sequence
 
-from sqlalchemy import Boolean, Connection, func, literal, or_, select
+from sqlalchemy import Boolean, Connection, func, literal, select
 
 import perfsuite.history.schema as schema
 from perfsuite.history.records import EPOCH_FIELDS, ResultState, stable_hash
@@ -505,6 +505,10 @@ def roofline_facts(connection: Connection, key: SeriesKey, sha: str) -> Roofline
     return RooflineFacts(float(row.tflops), int(row.flop), int(row.bytes_moved), row.peaks)
 
 
+# the verdicts of a gate that called its comparison (``Pair.decisive``, or no change)
+DECIDED = frozenset({"slower", "faster", "no change"})
+
+
 @dataclasses.dataclass(frozen=True)
 class Pair:
     """One interleaved A/B gate (``perfsuite ab``) between two commits of a series: ``ratio`` is the
@@ -535,19 +539,23 @@ def pairs(connection: Connection, key: SeriesKey) -> list[Pair]:
         return []
     r, run = schema.results, schema.runs
     heads = connection.execute(
-        _series_rows(key, r.c.extra, run.c.commit_sha, run.c.run_group, run.c.recorded_at)
+        _series_rows(key, r.c.extra, r.c.state, run.c.commit_sha, run.c.run_group, run.c.recorded_at)
         .where(
             run.c.source == "ab-head",
             run.c.dirty.is_(False),
             run.c.commit_sha.is_not(None),
-            # a gate with every pair contended or a single clean pair has no paired estimate
-            or_(
-                r.c.state.is_(None),
-                r.c.state.not_in([ResultState.CONTENDED, ResultState.SINGLE_PAIR]),
-            ),
         )
         .order_by(run.c.recorded_at, run.c.id)
     ).all()
+    # a side with every pair contended or a single clean pair has no paired estimate of its own, unless
+    # the gate decided with it: its contended-pairs rule (``--contended-pairs shared``) keeps pairs
+    # whose two blocks were both contended, as a steady load slows both sides and cancels in the ratio
+    heads = [
+        row
+        for row in heads
+        if row.state not in (ResultState.CONTENDED, ResultState.SINGLE_PAIR)
+        or str((row.extra or {}).get("ab_verdict")) in DECIDED
+    ]
     groups = sorted({row.run_group for row in heads if row.run_group})
     bases = {
         row.run_group: row.commit_sha

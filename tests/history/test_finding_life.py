@@ -148,3 +148,24 @@ def test_a_gate_regression_stays_open_until_a_later_gate_shows_it_recovered(stor
     [finding] = [f for r in records for f in r["findings"]]
     assert code == 0 and finding["status"] == "recovered"
     assert finding["closed_at"] == "12" + "ab" * 19
+
+
+def test_a_gate_that_decided_on_shared_contended_pairs_is_a_pair(store_url):
+    """On a loaded machine every block pair of a gate may be contended; ``--contended-pairs shared`` keeps
+    pairs whose two blocks both were (the load slows both sides alike) and the gate decides on them. The
+    store marks such sides contended; the history still reads the gate's verdict, as the gate decided it."""
+    from history_records import make_run
+    from perfsuite.history.importing import runs_from_ab_json
+    from test_gates import ab_payload, record_history, series_of, sha
+
+    payload = ab_payload(9, 10, 1.354, 1.301, 1.411, "slower")
+    payload["benchmarks"][0]["contended_pairs"] = [True] * 4
+    undecided = ab_payload(10, 11, 1.0, 0.8, 1.3, "inconclusive: contended")
+    undecided["benchmarks"][0]["contended_pairs"] = [True] * 4
+    with open_store(store_url) as store:
+        record_history(store, step_at=99)
+        for document in (payload, undecided):
+            for run in runs_from_ab_json(document, testbed=make_run("x", sha(1), 1).testbed):
+                store.record(run)
+        pairs = store.pairs(series_of(store))
+    assert [(p.base_sha, p.head_sha, p.verdict) for p in pairs] == [(sha(9), sha(10), "slower")]
