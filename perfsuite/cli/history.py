@@ -84,7 +84,8 @@ def add_command(commands) -> None:
         help="the smallest step reported (default 0.05: 5%%)",
     )
     accept = actions.add_parser(
-        "accept", help="mark a series' open findings, or one finding (its id), accepted, with the reason"
+        "accept",
+        help="mark a series' open findings, or one finding (its id), accepted, with the reason",
     )
     accept.add_argument(
         "target", help="a finding id (from detect or show), a series id (prefix) or a benchmark"
@@ -309,7 +310,9 @@ def merged_at(store, order: list[str] | None, chosen: list) -> dict[str, str]:
 
     if not order:
         return {}
-    heads = {g.head_sha for s in chosen if s.key.measure == "time_s" for g in store.gate_structures(s)}
+    heads = {
+        g.head_sha for s in chosen if s.key.measure == "time_s" for g in store.gate_structures(s)
+    }
     return merges(Path.cwd(), sorted(heads), order) if heads else {}
 
 
@@ -340,7 +343,11 @@ def run_show(args: argparse.Namespace) -> int:
             document["unconfirmed"] = [s.as_json() for s in state.suspects]
             documents.append(document)
             lines = show_lines(series, points, found, changes)
-            lines.append("findings (id, last good -> first bad, state):" if state.findings or state.suspects else "no findings")
+            lines.append(
+                "findings (id, last good -> first bad, state):"
+                if state.findings or state.suspects
+                else "no findings"
+            )
             lines += finding_lines(state)
             texts.append("\n".join(lines))
     print(json.dumps(documents, indent=1) if args.json else "\n\n".join(texts))
@@ -367,7 +374,11 @@ def run_accept(args: argparse.Namespace) -> int:
         if not chosen:
             raise UsageError(
                 f"{args.target!r}: no open finding has this id or is of this series"
-                + (f"; open findings: {', '.join(f.id for _, f in findings[:8])}" if findings else " (none is open)")
+                + (
+                    f"; open findings: {', '.join(f.id for _, f in findings[:8])}"
+                    if findings
+                    else " (none is open)"
+                )
             )
         try:
             user = getpass.getuser()
@@ -390,7 +401,9 @@ def run_accept(args: argparse.Namespace) -> int:
             ]
         )
     for _, f in chosen:
-        print(f"accepted {f.id}  {f.benchmark} {f.measure}: {f.last_good[:10]} -> {f.first_bad[:10]} {f.size}")
+        print(
+            f"accepted {f.id}  {f.benchmark} {f.measure}: {f.last_good[:10]} -> {f.first_bad[:10]} {f.size}"
+        )
     print(f"perfsuite history accept: {len(chosen)} finding(s) accepted: {args.reason}")
     return 0
 

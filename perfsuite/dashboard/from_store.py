@@ -116,7 +116,11 @@ def _merged(one: ChangePoint, other: ChangePoint) -> ChangePoint:
     """Two findings at the same two commits (a time step and a count's or the structure's) as one change
     point: the time step's ratio, the other's size first in the cause, open while either is."""
     timing, counted = (one, other) if not one.size else (other, one)
-    causes = [counted.size if timing is not counted else "", *timing.cause.split("; "), *counted.cause.split("; ")]
+    causes = [
+        counted.size if timing is not counted else "",
+        *timing.cause.split("; "),
+        *counted.cause.split("; "),
+    ]
     return dataclasses.replace(
         timing,
         cause="; ".join(dict.fromkeys(c for c in causes if c)),
@@ -286,7 +290,9 @@ def dashboard_from_store(
                 MEASURES[s.key.measure],
                 s.key.testbed,
                 points,
-                _change_points(of_benchmark.get((s.key.benchmark, s.key.testbed, s.key.measure), [])),
+                _change_points(
+                    of_benchmark.get((s.key.benchmark, s.key.testbed, s.key.measure), [])
+                ),
                 epochs,
             )
         )
@@ -296,7 +302,9 @@ def dashboard_from_store(
                 copies.get(last.sha),
                 last.structure,
             )
-    charted = {(s.key.benchmark, s.key.testbed) for s in listed if s.key.measure in MEASURES and s.variant}
+    charted = {
+        (s.key.benchmark, s.key.testbed) for s in listed if s.key.measure in MEASURES and s.variant
+    }
     notes = _findings_notes(judged, charted, set(commits))
     ordered = sorted(commits.items(), key=lambda item: (item[1][0], item[1][1]))
     return Dashboard(

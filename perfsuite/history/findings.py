@@ -204,7 +204,9 @@ def weigh_separate_runs(
     good, bad = points.index(change.last_good), change.index
     epoch = next(e for e in epochs(points) if e.start <= bad <= e.end)
     others = sorted(
-        points.index(c.first_bad) for c in changes if c is not change and epoch.start <= c.index <= epoch.end
+        points.index(c.first_bad)
+        for c in changes
+        if c is not change and epoch.start <= c.index <= epoch.end
     )
     start = max([epoch.start, *[i for i in others if i <= good]])
     end = min([epoch.end + 1, *[i for i in others if i > bad]])
@@ -233,9 +235,10 @@ def weigh_separate_runs(
     ref_before, ref_after = references(before), references(after)
     if ref_before and ref_after:
         machine = math.log(statistics.median(ref_after) / statistics.median(ref_before))
-        if abs(machine) > math.log1p(SPEED_LIMIT) or sign * (
-            math.log(change.ratio) - machine
-        ) <= limit:
+        if (
+            abs(machine) > math.log1p(SPEED_LIMIT)
+            or sign * (math.log(change.ratio) - machine) <= limit
+        ):
             return (
                 f"the speed reference beside the runs moved x{math.exp(machine):.3f}: the machine's "
                 "speed, not the code, may explain it"
@@ -269,7 +272,11 @@ def _structure_findings(key: Any, points: Sequence[Point]) -> list[tuple[int, in
     """(index before, index after, finding) of every structural change between consecutive points
     that carry a fingerprint (committed trees only; a contended point's structure is counted, not timed)."""
     found = []
-    shaped = [i for i, p in enumerate(points) if p.structure and p.structure_hash and not p.dirty and p.sha]
+    shaped = [
+        i
+        for i, p in enumerate(points)
+        if p.structure and p.structure_hash and not p.dirty and p.sha
+    ]
     for a, b in zip(shaped, shaped[1:]):
         before, after = points[a], points[b]
         if before.structure_hash == after.structure_hash:
@@ -301,14 +308,20 @@ def _structure_findings(key: Any, points: Sequence[Point]) -> list[tuple[int, in
 
 
 def _recovery(
-    finding: Finding, at: int, points: Sequence[Point], later: Sequence[tuple[int, Finding]], pairs: Sequence[Pair]
+    finding: Finding,
+    at: int,
+    points: Sequence[Point],
+    later: Sequence[tuple[int, Finding]],
+    pairs: Sequence[Pair],
 ) -> tuple[str, str] | None:
     """(commit, reason) of the first later measurement of the series that shows ``finding`` (whose
     first bad commit is ``points[at]``) recovered, or None."""
     where = {p.sha: i for i, p in enumerate(points)}
     found: list[tuple[int, str]] = []
     if finding.kind == "structure":
-        before = points[where[finding.last_good]].structure_hash if finding.last_good in where else None
+        before = (
+            points[where[finding.last_good]].structure_hash if finding.last_good in where else None
+        )
         for i in range(at + 1, len(points)):
             if before and points[i].structure_hash == before and not points[i].dirty:
                 found.append((i, f"the structure of {finding.last_good[:10]} again"))
@@ -319,11 +332,17 @@ def _recovery(
             if other.kind != finding.kind or other.worse == finding.worse or index <= at:
                 continue
             if finding.counts and other.counts:
-                back = other.counts[1] is not None and finding.counts[0] is not None and (
-                    (other.counts[1] <= finding.counts[0]) == finding.worse
+                back = (
+                    other.counts[1] is not None
+                    and finding.counts[0] is not None
+                    and ((other.counts[1] <= finding.counts[0]) == finding.worse)
                 )
             else:
-                back = size is not None and other.ratio is not None and abs(math.log(other.ratio)) >= RECOVERED_SHARE * size
+                back = (
+                    size is not None
+                    and other.ratio is not None
+                    and abs(math.log(other.ratio)) >= RECOVERED_SHARE * size
+                )
             if back:
                 found.append((index, f"back by {other.size} ({other.evidence})"))
         for pair in pairs:
@@ -337,7 +356,10 @@ def _recovery(
             still = pair.decisive and ((ratio > 1) == ((finding.ratio or 1) > 1))
             if pair.verdict == "no change" or (pair.decisive and not still):
                 found.append(
-                    (where[other], f"an interleaved gate against {finding.last_good[:10]} says {pair.verdict}")
+                    (
+                        where[other],
+                        f"an interleaved gate against {finding.last_good[:10]} says {pair.verdict}",
+                    )
                 )
     if not found:
         return None
@@ -366,7 +388,9 @@ def series_findings(
     (the other measures of a benchmark share its fingerprints). ``confirm``, ``k``, ``min_effect``:
     ``weigh_separate_runs``'s."""
     measure = key.measure
-    changes = [c for c in detect(points, measure, pairs=pairs) if c.last_good.sha and c.first_bad.sha]
+    changes = [
+        c for c in detect(points, measure, pairs=pairs) if c.last_good.sha and c.first_bad.sha
+    ]
     placed: list[tuple[int, Finding]] = []
     suspects: list[Suspect] = []
     for change in changes:
@@ -396,7 +420,11 @@ def series_findings(
             )
     if measure == "time_s":
         timed = {(f.last_good, f.first_bad) for _, f in placed}
-        placed.extend((b, f) for _, b, f in _structure_findings(key, points) if (f.last_good, f.first_bad) not in timed)
+        placed.extend(
+            (b, f)
+            for _, b, f in _structure_findings(key, points)
+            if (f.last_good, f.first_bad) not in timed
+        )
         placed = _link_pull_requests(key, points, placed, gates, merged_at or {})
     placed.sort(key=lambda item: item[0])
     where = {p.sha: i for i, p in enumerate(points)}
@@ -406,7 +434,9 @@ def series_findings(
         recovered = _recovery(finding, at, points, placed, pairs)
         acceptance = (accepted or {}).get(finding.id)
         if recovered:
-            finding = dataclasses.replace(finding, status=RECOVERED, closed_at=recovered[0], reason=recovered[1])
+            finding = dataclasses.replace(
+                finding, status=RECOVERED, closed_at=recovered[0], reason=recovered[1]
+            )
         elif acceptance is not None:
             finding = dataclasses.replace(finding, status=ACCEPTED, reason=acceptance.reason)
         found.append(finding)
@@ -438,7 +468,9 @@ def _link_pull_requests(
             if finding.pr_gate is None:
                 placed[at[0]] = (
                     index,
-                    dataclasses.replace(finding, pr_gate=gate.head_sha, cause=(*finding.cause, line)),
+                    dataclasses.replace(
+                        finding, pr_gate=gate.head_sha, cause=(*finding.cause, line)
+                    ),
                 )
             continue
         work = added_work(gate.base_structure, gate.head_structure)

@@ -120,20 +120,26 @@ def judge(
                 f
                 for f in found
                 if f.kind != "structure"
-                or (series.key.benchmark, series.key.testbed, f.last_good, f.first_bad) not in counted
+                or (series.key.benchmark, series.key.testbed, f.last_good, f.first_bad)
+                not in counted
             ]
         judged.append(_judgement(series, points, found, suspects, verdict))
     return judged
 
 
-def _judgement(series: Any, points: Sequence[Any], found: list, suspects: list, verdict: Any) -> Judgement:
+def _judgement(
+    series: Any, points: Sequence[Any], found: list, suspects: list, verdict: Any
+) -> Judgement:
     """One series' ``Judgement`` from its findings, suspects and ``check_newest``'s verdict."""
     from perfsuite.trace.structure import diff_fingerprints
 
     bad = [f for f in found if f.open and f.worse]
     newest = bad[-1] if bad else None
-    if newest is not None and verdict.regression and verdict.first_bad is not None and (
-        verdict.first_bad.sha == newest.first_bad
+    if (
+        newest is not None
+        and verdict.regression
+        and verdict.first_bad is not None
+        and (verdict.first_bad.sha == newest.first_bad)
     ):
         reason = verdict.reason  # the newest points confirm the same step: their words
     elif newest is not None:

@@ -539,7 +539,9 @@ def pairs(connection: Connection, key: SeriesKey) -> list[Pair]:
         return []
     r, run = schema.results, schema.runs
     heads = connection.execute(
-        _series_rows(key, r.c.extra, r.c.state, run.c.commit_sha, run.c.run_group, run.c.recorded_at)
+        _series_rows(
+            key, r.c.extra, r.c.state, run.c.commit_sha, run.c.run_group, run.c.recorded_at
+        )
         .where(
             run.c.source == "ab-head",
             run.c.dirty.is_(False),
@@ -611,7 +613,9 @@ def gate_structures(connection: Connection, key: SeriesKey) -> list[GateStructur
     are committed commits with a structural fingerprint each, oldest recorded first."""
     r, run = schema.results, schema.runs
     rows = connection.execute(
-        _series_rows(key, r.c.structure, run.c.commit_sha, run.c.run_group, run.c.recorded_at, run.c.source)
+        _series_rows(
+            key, r.c.structure, run.c.commit_sha, run.c.run_group, run.c.recorded_at, run.c.source
+        )
         .where(
             run.c.source.in_(["ab-base", "ab-head"]),
             run.c.dirty.is_(False),

@@ -17,7 +17,7 @@ from perfsuite.history import open_store
 from test_browser import open_site, shoot
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "history"))  # the scenario is the history tests'
-from scenario_store import make_repository, record_scenario  # noqa: E402
+from scenario_store import make_repository, record_scenario
 
 pytestmark = pytest.mark.slow
 

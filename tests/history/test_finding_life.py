@@ -94,7 +94,10 @@ def test_the_dashboard_lists_the_same_findings_and_no_false_improvement(scenario
     assert drawn and all(c.status == "unconfirmed" for c in drawn)
     assert all("to confirm it: perfsuite ab --base-ref" in c.note for c in drawn)
     [gather] = [
-        c for s in model.series for c in s.change_points if c.open and c.first_bad == names["gather"]
+        c
+        for s in model.series
+        for c in s.change_points
+        if c.open and c.first_bad == names["gather"]
     ]
     assert "+2 gathers" in gather.size and "+8.0 MiB gathered" in gather.size
     assert "pull request gate FAILED" in gather.cause
@@ -107,7 +110,9 @@ def test_the_regression_stays_open_until_accepted_with_its_reason_kept(scenario,
         f for r in records for f in r["findings"] if f["first_bad"] == names["regression"]
     ]
     reason = "per-page bookkeeping is worth 7% here"
-    assert main(["history", "--store", store_url, "accept", regression["id"], "--reason", reason]) == 0
+    assert (
+        main(["history", "--store", store_url, "accept", regression["id"], "--reason", reason]) == 0
+    )
     assert reason in capsys.readouterr().out
     code, records = detect_json(store_url, capsys)
     [accepted] = [f for r in records for f in r["findings"] if f["id"] == regression["id"]]
@@ -119,7 +124,9 @@ def test_the_regression_stays_open_until_accepted_with_its_reason_kept(scenario,
     assert f"{regression['id']}" in shown and f"[accepted: {reason}]" in shown
 
 
-def test_before_the_gate_the_separate_runs_alone_name_nothing(tmp_path, store_url, monkeypatch, capsys):
+def test_before_the_gate_the_separate_runs_alone_name_nothing(
+    tmp_path, store_url, monkeypatch, capsys
+):
     found = make_repository(tmp_path / "serving")
     monkeypatch.chdir(found.repo)
     with open_store(store_url) as store:

@@ -22,13 +22,17 @@ SEED = 52
 RUN_SIGMA = 0.06  # the machine's speed between separate runs, log scale
 ROUND_SIGMA = 0.03  # rounds inside one run
 CONTENDED_SHARE = 0.2  # runs another process took the CPU from (flagged by the contention check)
-SLOWER_FROM = 13  # from this commit on the machine runs 1.35x slower (a co-tenant's steady load), and
+SLOWER_FROM = (
+    13  # from this commit on the machine runs 1.35x slower (a co-tenant's steady load), and
+)
 SLOWER = 1.35  # the reference matmul beside each run with it
 TESTBED = HistoryTestbed({"cpu": "x86_64"}, 0, "shared cpu", 8 * 2**30, 2, host="shared")
 
 
 def _bench(index: int, factor: float, contended: bool, rng: np.random.Generator) -> BenchmarkRecord:
-    rounds = tuple(float(t) for t in 1e-3 * (1 + index / 50) * factor * np.exp(rng.normal(0, ROUND_SIGMA, 9)))
+    rounds = tuple(
+        float(t) for t in 1e-3 * (1 + index / 50) * factor * np.exp(rng.normal(0, ROUND_SIGMA, 9))
+    )
     return BenchmarkRecord(
         name=f"v{index:03d}/b1h2s16d8-fp32-causal-cpu/forward",
         variant=f"v{index:03d}",
