@@ -59,3 +59,34 @@ def test_the_first_screen_lists_the_regression_and_the_gather_and_nothing_else(
     page.locator("#series").scroll_into_view_if_needed()
     shoot(page, "scenario-series", tmp_path)
     assert first.exists()
+
+
+def test_compare_without_a_confirmed_change_starts_at_the_newest_two_clean_points(
+    tmp_path, page, monkeypatch
+):
+    """Only the sink benchmark's separate runs (code that never changed, the first run contended): no
+    finding, so Compare starts at the newest two commits with a clean point, never at the contended first."""
+    import dataclasses
+
+    from scenario_store import SEPARATE_RUNS, SINK, separate_run
+
+    scenario = make_repository(tmp_path / "serving")
+    url = f"sqlite:///{tmp_path / 'history.sqlite'}"
+    with open_store(url) as store:
+        for role in SEPARATE_RUNS:
+            run = separate_run(scenario, role)
+            store.record(
+                dataclasses.replace(
+                    run, benchmarks=tuple(b for b in run.benchmarks if b.name == SINK)
+                )
+            )
+    monkeypatch.chdir(scenario.repo)
+    out = tmp_path / "site"
+    assert main(["dashboard", "--store", url, "--out", str(out)]) == 0
+    open_site(page, out / "index.html")
+    assert page.locator("#changes").count() == 0
+    a = page.locator("#compare-a option:checked").inner_text()
+    b = page.locator("#compare-b option:checked").inner_text()
+    names = {role: sha[:8] for role, sha in scenario.names.items()}
+    assert a.startswith(names["regression"]) and b.startswith(names["readme"])
+    assert page.locator("#compare-table tr.set-aside").count() == 0
