@@ -343,6 +343,16 @@ def run_show(args: argparse.Namespace) -> int:
             document["unconfirmed"] = [s.as_json() for s in state.suspects]
             documents.append(document)
             lines = show_lines(series, points, found, changes)
+            # a step between separate runs that nothing confirmed is marked where it is listed
+            suspected = {(u.last_good, u.first_bad) for u in state.suspects}
+            for change in changes:
+                if (change.last_good.sha, change.first_bad.sha) in suspected:
+                    lines = [
+                        f"{line}  [unconfirmed]"
+                        if line.startswith(f"  {change.describe()}")
+                        else line
+                        for line in lines
+                    ]
             lines.append(
                 "findings (id, last good -> first bad, state):"
                 if state.findings or state.suspects

@@ -122,6 +122,13 @@ def test_the_regression_stays_open_until_accepted_with_its_reason_kept(scenario,
     assert main(["history", "--store", store_url, "show", PAGED]) == 0
     shown = capsys.readouterr().out
     assert f"{regression['id']}" in shown and f"[accepted: {reason}]" in shown
+    assert main(["history", "--store", store_url, "show", SINK]) == 0
+    shown = capsys.readouterr().out
+    readme = names["readme"][:10]
+    assert f"-> {readme}: x0.499" in shown and "better; structure unchanged  (p=" in shown
+    assert [line for line in shown.splitlines() if f"-> {readme}" in line and "  (p=" in line][
+        0
+    ].endswith("[unconfirmed]")
 
 
 def test_before_the_gate_the_separate_runs_alone_name_nothing(
