@@ -56,18 +56,23 @@ def run_dashboard(args: argparse.Namespace) -> int:
     from perfsuite.dashboard.site import write_site
     from perfsuite.history import open_store
 
-    from perfsuite.cli.history import commit_order
+    from perfsuite.cli.history import commit_order, merged_at
 
     with open_store(args.store, create=False) as store:  # HistoryError names the file or URL
         order = commit_order(store, args.rev, args.branch, "dashboard")
-        dashboard = dashboard_from_store(store, args.title, args.repo_url, order, args.branch)
+        merges = merged_at(store, order, store.list_series(measure="time_s"))
+        dashboard = dashboard_from_store(
+            store, args.title, args.repo_url, order, args.branch, merged_at=merges
+        )
     index = write_site(dashboard, args.out)
-    changes = sum(len(s.change_points) for s in dashboard.series)
-    regressions = sum(c.open and c.regression for s in dashboard.series for c in s.change_points)
+    every = [c for s in dashboard.series for c in s.change_points]
+    unconfirmed = sum(c.status == "unconfirmed" for c in every)
+    regressions = sum(c.open and c.regression for c in every)
     print(
         f"wrote {index}: {len(dashboard.series)} series over {len(dashboard.commits)} commits, "
-        f"{changes} change point(s), {regressions} open regression(s) (as perfsuite history detect "
-        "confirms them); open it in a browser (file://) or publish the folder",
+        f"{len(every) - unconfirmed} finding(s), {regressions} open regression(s) (as perfsuite "
+        f"history detect confirms them), {unconfirmed} unconfirmed step(s) between separate runs; "
+        "open it in a browser (file://) or publish the folder",
         file=sys.stderr,
     )
     return 0

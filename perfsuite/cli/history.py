@@ -4,7 +4,8 @@
   perfsuite history import PATH ...             pytest-benchmark / ab --json files or folders of them (idempotent)
   perfsuite history list [--variant V ...]      the series, with a sparkline each
   perfsuite history show SERIES [--json]        points, epochs and change points of a series (id or benchmark)
-  perfsuite history detect [SERIES ...]         exit 1 when the newest commit is a confirmed regression
+  perfsuite history detect [SERIES ...]         exit 1 while a confirmed regression is open
+  perfsuite history accept SERIES|FINDING --reason TEXT   mark open findings accepted (the reason is kept)
   perfsuite history export [--format csv|json]  every point with its raw values
 
 The store: --store URL, else $PERFSUITE_HISTORY_URL, else the ini key perfsuite_history_url, else
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import io
 import json
 import math
@@ -49,7 +51,9 @@ def add_command(commands) -> None:
         "series", help="a series id (prefix) or a benchmark (variant/case/mode, or part of it)"
     )
     detect = actions.add_parser(
-        "detect", help="exit 1 when the newest commit is a confirmed regression"
+        "detect",
+        help="exit 1 while a confirmed regression is open (a gate's, the change-point rule's, an "
+        "exact count's or a structural one), until a later measurement shows it recovered or it is accepted",
     )
     detect.add_argument(
         "series", nargs="*", help="series ids or benchmarks (default: every series)"
@@ -79,10 +83,18 @@ def add_command(commands) -> None:
         default=0.05,
         help="the smallest step reported (default 0.05: 5%%)",
     )
+    accept = actions.add_parser(
+        "accept",
+        help="mark a series' open findings, or one finding (its id), accepted, with the reason",
+    )
+    accept.add_argument(
+        "target", help="a finding id (from detect or show), a series id (prefix) or a benchmark"
+    )
+    accept.add_argument("--reason", required=True, help="why it is accepted (kept in the store)")
     export = actions.add_parser("export", help="every point with its raw values, as CSV or JSON")
     export.add_argument("--format", choices=("csv", "json"), default="csv")
     export.add_argument("--output", type=Path, help="write here instead of standard output")
-    for sub in (listed, shown, detect, export):
+    for sub in (listed, shown, detect, export, accept):
         sub.add_argument(
             "--measure",
             help="time_s (default for show; detect judges time_s and score_copies), wall_s, device_s, "
@@ -291,21 +303,118 @@ def run_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def merged_at(store, order: list[str] | None, chosen: list) -> dict[str, str]:
+    """Pull request gates' heads (A/B runs whose head is off the main line ``order``) -> the main-line
+    commit that merged each (``capture.merged_at``, read from git here); empty outside git."""
+    from perfsuite.history.capture import merged_at as merges
+
+    if not order:
+        return {}
+    heads = {
+        g.head_sha for s in chosen if s.key.measure == "time_s" for g in store.gate_structures(s)
+    }
+    return merges(Path.cwd(), sorted(heads), order) if heads else {}
+
+
+def finding_lines(judgement) -> list[str]:
+    """The findings and unconfirmed steps of one judged series, one line each (``show``, ``detect``)."""
+    lines = [f"  {f.id}  {f.describe()}" for f in judgement.findings]
+    lines += [f"  {s.describe()}" for s in judgement.suspects]
+    return lines
+
+
 def run_show(args: argparse.Namespace) -> int:
     from perfsuite.history.changepoints import detect
+    from perfsuite.history.judging import judge
     from perfsuite.history.query import epochs
     from perfsuite.history.render import show_json, show_lines
 
     documents, texts = [], []
     with _store(args) as store:
         order = _commit_order(args, store)
-        for series in _series(args, store, args.series):
+        chosen = _series(args, store, args.series)
+        states = judge(store, chosen, order, args.branch, merged_at=merged_at(store, order, chosen))
+        for series, state in zip(chosen, states):
             points = store.points(series.key, branch=args.branch, commit_order=order)
             changes = detect(points, series.key.measure, pairs=store.pairs(series))
             found = epochs(points)
-            documents.append(show_json(series, points, found, changes))
-            texts.append("\n".join(show_lines(series, points, found, changes)))
+            document = show_json(series, points, found, changes)
+            document["findings"] = [f.as_json() for f in state.findings]
+            document["unconfirmed"] = [s.as_json() for s in state.suspects]
+            documents.append(document)
+            lines = show_lines(series, points, found, changes)
+            # a step between separate runs that nothing confirmed is marked where it is listed
+            suspected = {(u.last_good, u.first_bad) for u in state.suspects}
+            for change in changes:
+                if (change.last_good.sha, change.first_bad.sha) in suspected:
+                    lines = [
+                        f"{line}  [unconfirmed]"
+                        if line.startswith(f"  {change.describe()}")
+                        else line
+                        for line in lines
+                    ]
+            lines.append(
+                "findings (id, last good -> first bad, state):"
+                if state.findings or state.suspects
+                else "no findings"
+            )
+            lines += finding_lines(state)
+            texts.append("\n".join(lines))
     print(json.dumps(documents, indent=1) if args.json else "\n\n".join(texts))
+    return 0
+
+
+def run_accept(args: argparse.Namespace) -> int:
+    """Mark open findings accepted: the one whose id is ``args.target``, else every open finding of
+    the series it names; ``UsageError`` when nothing open matches."""
+    import getpass
+    import time
+
+    from perfsuite.history.judging import DEFAULT_MEASURES, judge
+
+    with _store(args) as store:
+        order = _commit_order(args, store)
+        every = [s for m in DEFAULT_MEASURES for s in store.list_series(measure=m)]
+        states = judge(store, every, order, args.branch, merged_at=merged_at(store, order, every))
+        findings = [(j, f) for j in states for f in j.findings if f.open]
+        chosen = [(j, f) for j, f in findings if f.id == args.target]
+        if not chosen:
+            named = {s.key.id for s in _series(args, store, args.target)}
+            chosen = [(j, f) for j, f in findings if j.series.key.id in named]
+        if not chosen:
+            raise UsageError(
+                f"{args.target!r}: no open finding has this id or is of this series"
+                + (
+                    f"; open findings: {', '.join(f.id for _, f in findings[:8])}"
+                    if findings
+                    else " (none is open)"
+                )
+            )
+        try:
+            user = getpass.getuser()
+        except (KeyError, OSError):
+            user = None
+        now = time.time()
+        store.accept(
+            [
+                {
+                    "finding": f.id,
+                    "series": f.series,
+                    "benchmark": f.benchmark,
+                    "last_good": f.last_good,
+                    "first_bad": f.first_bad,
+                    "reason": args.reason,
+                    "accepted_at": now,
+                    "accepted_by": user,
+                }
+                for _, f in chosen
+            ]
+        )
+    for _, f in chosen:
+        print(
+            f"accepted {f.id}  {f.benchmark} {f.measure}: {f.last_good[:10]} -> {f.first_bad[:10]} {f.size}"
+        )
+    print(f"perfsuite history accept: {len(chosen)} finding(s) accepted: {args.reason}")
     return 0
 
 
@@ -329,13 +438,14 @@ def run_detect(args: argparse.Namespace) -> int:
             confirm=args.confirm,
             k=args.k,
             min_effect=args.min_effect,
+            merged_at=merged_at(store, order, chosen),
         )
     results = [j.as_json() for j in judged_series]
     regressions = sum(j.regression for j in judged_series)
     if args.json:
         print(json.dumps(results, indent=1))
     else:
-        for found in results:
+        for judgement, found in zip(judged_series, results):
             word = (
                 "REGRESSION" if found["regression"] else "ok" if found["judged"] else "not judged"
             )
@@ -346,10 +456,12 @@ def run_detect(args: argparse.Namespace) -> int:
                     f"{(found['first_bad'] or '-')[:10]}, newest {(found['newest'] or '-')[:10]}; "
                     + ("; ".join(found["structure"]) or "structure unchanged")
                 )
-            print(line)
+            shown = [f for f in judgement.findings if f.open]
+            extra = dataclasses.replace(judgement, findings=tuple(shown))
+            print("\n".join([line, *finding_lines(extra)]))
     judged = sum(found["judged"] for found in results)
     print(
-        f"perfsuite history detect: {regressions} confirmed regression(s) at the newest commit; "
+        f"perfsuite history detect: {regressions} confirmed regression(s) open; "
         f"{judged} of {len(results)} series judged"
         + ("" if judged else ": nothing judged (exit 2)"),
         file=sys.stderr if args.json else sys.stdout,
@@ -423,7 +535,7 @@ def run_export(args: argparse.Namespace) -> int:
 
 
 def run_history(args: argparse.Namespace) -> int:
-    """Dispatch ``perfsuite history ACTION``; exit 1 only from ``detect`` (a confirmed regression);
+    """Dispatch ``perfsuite history ACTION``; exit 1 only from ``detect`` (an open confirmed regression);
     exit 2 from ``detect`` when it judged no series, from ``record``/``import`` when a file was skipped."""
     if args.action == "record":
         files = (
@@ -436,6 +548,10 @@ def run_history(args: argparse.Namespace) -> int:
         return _record_files(args, _json_files(files))
     if args.action == "import":
         return _record_files(args, _json_files(args.paths))
-    return {"list": run_list, "show": run_show, "detect": run_detect, "export": run_export}[
-        args.action
-    ](args)
+    return {
+        "list": run_list,
+        "show": run_show,
+        "detect": run_detect,
+        "export": run_export,
+        "accept": run_accept,
+    }[args.action](args)

@@ -15,6 +15,8 @@ from typing import Any
 
 from perfsuite.dashboard.findings import case_dtype, checks_from, fastest_ratio, roofline_fraction
 from perfsuite.dashboard.model import (
+    OPEN,
+    UNCONFIRMED,
     ChangePoint,
     Commit,
     Dashboard,
@@ -59,95 +61,93 @@ def _epoch_label(changed: dict[str, tuple[Any, Any]]) -> str:
     )
 
 
-def _change_points(measure: str, found: list[Any], pairs: list[Any]) -> list[ChangePoint]:
-    """The store's change points of a series (``perfsuite.history.changepoints.detect``, judged by the
-    series' interleaved gates ``pairs``), all closed but the newest when it is an improvement: an open
-    regression is one ``perfsuite history detect`` confirms (``_open_regressions``), never another."""
-    from perfsuite.history.changepoints import GATE, detect
+def _change_points(judgements: list[Any]) -> list[ChangePoint]:
+    """A series' change points from its judgements (``history.judging.judge``: the time series' own and
+    the same benchmark's score-copy one): every finding (open, recovered, accepted) and every
+    unconfirmed step between separate runs; findings at the same two commits are one change point
+    (a count's size first in the cause)."""
+    found: dict[tuple[str, str], ChangePoint] = {}
+    for judgement in judgements:
+        for f in judgement.findings:
+            state = f.status + (f" at {f.closed_at[:10]}" if f.closed_at else "")
+            note = state + (f": {f.reason}" if f.reason else "")
+            size = "" if f.kind == "timing" else f.size
+            ratio = f.ratio if f.ratio is not None else 1.0
+            low, high = f.interval if f.interval else (ratio, ratio)
+            cause = "; ".join(f.cause)
+            change = ChangePoint(
+                f.last_good,
+                f.first_bad,
+                ratio,
+                low,
+                high,
+                "; ".join(x for x in (f"confirmed by {f.evidence}", cause) if x),
+                open=f.open,
+                size=size,
+                worse=f.worse,
+                status=f.status,
+                note=note,
+                finding=f.id,
+            )
+            old = found.get((f.last_good, f.first_bad))
+            if old is not None:
+                change = _merged(old, change)
+            found[(f.last_good, f.first_bad)] = change
+        for u in judgement.suspects:
+            found.setdefault(
+                (u.last_good, u.first_bad),
+                ChangePoint(
+                    u.last_good,
+                    u.first_bad,
+                    u.ratio,
+                    u.interval[0],
+                    u.interval[1],
+                    "",
+                    open=False,
+                    worse=u.worse,
+                    status=UNCONFIRMED,
+                    note=f"separate runs: {u.why}; to confirm it: {u.command}",
+                ),
+            )
+    return list(found.values())
 
-    steps = [c for c in detect(found, measure, pairs=pairs) if c.last_good.sha and c.first_bad.sha]
-    return [
-        ChangePoint(
-            c.last_good.sha,
-            c.first_bad.sha,
-            c.ratio,
-            c.interval[0],
-            c.interval[1],
-            "; ".join((["interleaved gate"] if c.evidence == GATE else []) + list(c.structure)),
-            open=i == len(steps) - 1 and not c.worse,
-            worse=c.worse,
-        )
-        for i, c in enumerate(steps)
+
+def _merged(one: ChangePoint, other: ChangePoint) -> ChangePoint:
+    """Two findings at the same two commits (a time step and a count's or the structure's) as one change
+    point: the time step's ratio, the other's size first in the cause, open while either is."""
+    timing, counted = (one, other) if not one.size else (other, one)
+    causes = [
+        counted.size if timing is not counted else "",
+        *timing.cause.split("; "),
+        *counted.cause.split("; "),
     ]
+    return dataclasses.replace(
+        timing,
+        cause="; ".join(dict.fromkeys(c for c in causes if c)),
+        open=one.open or other.open,
+        worse=bool(one.regression or other.regression),
+        status=OPEN if one.open or other.open else timing.status,
+    )
 
 
-def _open_regressions(
-    store: Any, listed: list[Any], series: list[Series], known: set[str], order: dict[str, Any]
+def _findings_notes(
+    judgements: list[Any], shown: set[tuple[str, str]], known: set[str]
 ) -> list[Finding]:
-    """Mark on ``series`` each regression ``perfsuite history detect`` confirms at the newest commit
-    (``history.judging.judge`` with detect's defaults, on the time and score-copy series of ``listed``):
-    the offline step with the same commits becomes open (with detect's cause), else an open change point
-    is added to the benchmark's time series. A score-copy step reads as counts (``0 -> 1 score copies``).
-    Returns a note for each regression whose commits or time series the dashboard does not show."""
-    from perfsuite.history.changepoints import count_step
-    from perfsuite.history.judging import DEFAULT_MEASURES, judge
-
-    where = {(s.id, s.testbed): s for s in series if s.measure == "time"}
-    by_key = {}
-    for s in listed:
-        if s.key.measure == "time_s":
-            by_key[(s.key.benchmark, s.key.testbed)] = where.get((s.key.id, s.key.testbed))
+    """A note for each open finding whose benchmark the dashboard does not chart (``shown``: its
+    (benchmark, testbed) pairs) or whose commits are not among the dashboard's (``known``)."""
     notes = []
-    chosen = [s for s in listed if s.key.measure in DEFAULT_MEASURES]
-    for found in judge(store, chosen, order["commit_order"], order["branch"]):
-        if not found.regression or not found.last_good or not found.first_bad:
-            continue
-        key = found.series.key
-        counted = found.counts is not None
-        size = count_step(*found.counts, key.measure) if counted else ""
-        cause = "; ".join(found.structure)
-        target = by_key.get((key.benchmark, key.testbed))
-        if target is None or not {found.last_good, found.first_bad} <= known:
-            notes.append(
-                Finding(
-                    "bad",
-                    f"perfsuite history detect: regression in {key.benchmark} {key.measure} "
-                    f"{found.last_good[:10]} -> {found.first_bad[:10]}"
-                    + (f" ({size})" if size else "")
-                    + (f": {cause}" if cause else ""),
+    for judgement in judgements:
+        where = (judgement.series.key.benchmark, judgement.series.key.testbed)
+        for f in judgement.findings:
+            if f.open and (where not in shown or not {f.last_good, f.first_bad} <= known):
+                notes.append(
+                    Finding(
+                        "bad" if f.worse else "info",
+                        f"perfsuite history detect: {f.benchmark} {f.measure} {f.last_good[:10]} -> "
+                        f"{f.first_bad[:10]}: {f.size} ({f.evidence})"
+                        + (f": {'; '.join(f.cause)}" if f.cause else ""),
+                    )
                 )
-            )
-            continue
-        steps = target.change_points
-        same = [
-            i
-            for i, c in enumerate(steps)
-            if (c.last_good, c.first_bad) == (found.last_good, found.first_bad)
-        ]
-        if same:
-            old = steps[same[0]]
-            # the separate runs' step keeps its ratio; a count's step is named first in the cause
-            steps[same[0]] = dataclasses.replace(
-                old,
-                open=True,
-                worse=True,
-                cause="; ".join(x for x in (size, old.cause or cause) if x),
-            )
-            continue
-        ratio = found.ratios[-1] if found.ratios and not counted else 1.0
-        steps.append(
-            ChangePoint(
-                found.last_good,
-                found.first_bad,
-                ratio,
-                ratio,
-                ratio,
-                cause,
-                open=True,
-                size=size or f"x{ratio:.3f} (perfsuite history detect)",
-                worse=True,
-            )
-        )
     return notes
 
 
@@ -219,12 +219,17 @@ def dashboard_from_store(
     repo_url: str = "",
     commit_order: list[str] | None = None,
     branch: str | None = None,
+    merged_at: dict[str, str] | None = None,
 ) -> Dashboard:
     """Read every series of ``store`` (a ``perfsuite.history.Store``) into a ``Dashboard``.
 
     ``commit_order``: shas oldest first (a first-parent history, ``cli.history.commit_order``) that the
     series follow, points of other commits left out; ``branch``: only runs recorded on that branch
-    (``query.points``)."""
+    (``query.points``); ``merged_at``: pull request gates' heads -> their merge commits
+    (``capture.merged_at``). Change points are the series' findings and unconfirmed steps
+    (``history.judging.judge``, what ``perfsuite history detect`` reads)."""
+    from perfsuite.history.judging import judge
+
     order = {"commit_order": commit_order, "branch": branch}
     commits: dict[str, tuple] = {}
     series: list[Series] = []
@@ -232,6 +237,18 @@ def dashboard_from_store(
     newest: dict[tuple[str, str, str], tuple] = {}
     copies_of: dict[tuple[str, str], dict[str, float]] = collections.defaultdict(dict)
     listed = store.list_series()
+    judged = judge(
+        store,
+        [s for s in listed if s.key.measure in (*MEASURES, "score_copies")],
+        commit_order,
+        branch,
+        merged_at=merged_at,
+    )
+    of_benchmark: dict[tuple[str, str, str], list[Any]] = collections.defaultdict(list)
+    for j in judged:
+        key = j.series.key
+        shown_as = "wall_s" if key.measure == "wall_s" else "time_s"
+        of_benchmark[(key.benchmark, key.testbed, shown_as)].append(j)
     for s in listed:
         if s.key.measure == "score_copies":
             for p in store.points(s.key, **order):
@@ -273,7 +290,9 @@ def dashboard_from_store(
                 MEASURES[s.key.measure],
                 s.key.testbed,
                 points,
-                _change_points(s.key.measure, found, store.pairs(s.key)),
+                _change_points(
+                    of_benchmark.get((s.key.benchmark, s.key.testbed, s.key.measure), [])
+                ),
                 epochs,
             )
         )
@@ -283,7 +302,10 @@ def dashboard_from_store(
                 copies.get(last.sha),
                 last.structure,
             )
-    notes = _open_regressions(store, listed, series, set(commits), order)
+    charted = {
+        (s.key.benchmark, s.key.testbed) for s in listed if s.key.measure in MEASURES and s.variant
+    }
+    notes = _findings_notes(judged, charted, set(commits))
     ordered = sorted(commits.items(), key=lambda item: (item[1][0], item[1][1]))
     return Dashboard(
         title,

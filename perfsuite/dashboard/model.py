@@ -43,6 +43,11 @@ class Point:
     state: str = ""
 
 
+# a change point's state (``history.findings``): a finding open, recovered or accepted; or a step
+# between separate runs that nothing confirmed (drawn, never listed under Findings)
+OPEN, RECOVERED, ACCEPTED, UNCONFIRMED = "open", "recovered", "accepted", "unconfirmed"
+
+
 @dataclasses.dataclass(frozen=True)
 class ChangePoint:
     """A step in a series between ``last_good`` and ``first_bad`` (commit shas); ``ratio`` new/old median
@@ -50,7 +55,9 @@ class ChangePoint:
     ``open``: the series is still at that level (an open regression is one ``perfsuite history detect``
     confirms at the newest commit); ``size``: the step in words when a ratio does not say it (a count:
     ``0 -> 1 score copies``); ``worse``: whether it is a regression, when the ratio does not say (None:
-    a ratio above 1 is one)."""
+    a ratio above 1 is one); ``status``: ``open``, ``recovered``, ``accepted`` or ``unconfirmed``;
+    ``note``: the state in words (who closed it and why; for an unconfirmed step why and the
+    ``perfsuite ab`` command that would confirm it); ``finding``: the finding's id (``history accept``)."""
 
     last_good: str
     first_bad: str
@@ -61,6 +68,9 @@ class ChangePoint:
     open: bool = True
     size: str = ""
     worse: bool | None = None
+    status: str = OPEN
+    note: str = ""
+    finding: str = ""
 
     @property
     def regression(self) -> bool:
@@ -257,6 +267,9 @@ def to_json(dashboard: Dashboard) -> dict[str, Any]:
                         "open": c.open,
                         "size": c.size,
                         "worse": c.regression,
+                        "status": c.status,
+                        "note": c.note,
+                        "finding": c.finding,
                     }
                     for c in s.change_points
                 ],

@@ -12,7 +12,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from perfsuite.history.records import Commit, Software, Testbed
 
@@ -86,6 +86,22 @@ def main_line(folder: Path) -> tuple[str, list[str]] | None:
         return None
     order = first_parent_order(folder, branch)
     return (branch, order) if order else None
+
+
+def merged_at(folder: Path, heads: Iterable[str], line: Sequence[str]) -> dict[str, str]:
+    """Each of ``heads`` (shas, e.g. a pull request gate's head) that is not on ``line`` (a main-line
+    history, oldest first) -> the oldest commit of ``line`` that contains it (the commit that merged
+    it); heads that no commit of ``line`` contains (not merged), or that git does not know, are left out."""
+    rank = {sha: i for i, sha in enumerate(line)}
+    found = {}
+    for head in heads:
+        if head in rank or not line:
+            continue
+        listed = _git(Path(folder), "rev-list", "--ancestry-path", f"{head}..{line[-1]}")
+        merges = [rank[sha] for sha in (listed or "").split() if sha in rank]
+        if merges:
+            found[head] = line[min(merges)]
+    return found
 
 
 def memory_bytes() -> int | None:

@@ -17,7 +17,7 @@ import statistics
 from typing import Any
 from collections.abc import Sequence
 
-from sqlalchemy import Boolean, Connection, func, literal, or_, select
+from sqlalchemy import Boolean, Connection, func, literal, select
 
 import perfsuite.history.schema as schema
 from perfsuite.history.records import EPOCH_FIELDS, ResultState, stable_hash
@@ -505,6 +505,10 @@ def roofline_facts(connection: Connection, key: SeriesKey, sha: str) -> Roofline
     return RooflineFacts(float(row.tflops), int(row.flop), int(row.bytes_moved), row.peaks)
 
 
+# the verdicts of a gate that called its comparison (``Pair.decisive``, or no change)
+DECIDED = frozenset({"slower", "faster", "no change"})
+
+
 @dataclasses.dataclass(frozen=True)
 class Pair:
     """One interleaved A/B gate (``perfsuite ab``) between two commits of a series: ``ratio`` is the
@@ -535,19 +539,25 @@ def pairs(connection: Connection, key: SeriesKey) -> list[Pair]:
         return []
     r, run = schema.results, schema.runs
     heads = connection.execute(
-        _series_rows(key, r.c.extra, run.c.commit_sha, run.c.run_group, run.c.recorded_at)
+        _series_rows(
+            key, r.c.extra, r.c.state, run.c.commit_sha, run.c.run_group, run.c.recorded_at
+        )
         .where(
             run.c.source == "ab-head",
             run.c.dirty.is_(False),
             run.c.commit_sha.is_not(None),
-            # a gate with every pair contended or a single clean pair has no paired estimate
-            or_(
-                r.c.state.is_(None),
-                r.c.state.not_in([ResultState.CONTENDED, ResultState.SINGLE_PAIR]),
-            ),
         )
         .order_by(run.c.recorded_at, run.c.id)
     ).all()
+    # a side with every pair contended or a single clean pair has no paired estimate of its own, unless
+    # the gate decided with it: its contended-pairs rule (``--contended-pairs shared``) keeps pairs
+    # whose two blocks were both contended, as a steady load slows both sides and cancels in the ratio
+    heads = [
+        row
+        for row in heads
+        if row.state not in (ResultState.CONTENDED, ResultState.SINGLE_PAIR)
+        or str((row.extra or {}).get("ab_verdict")) in DECIDED
+    ]
     groups = sorted({row.run_group for row in heads if row.run_group})
     bases = {
         row.run_group: row.commit_sha
@@ -583,3 +593,85 @@ def _finite(found: dict[str, Any], *names: str) -> bool:
         isinstance(found.get(n), (int, float)) and math.isfinite(found[n]) and found[n] > 0
         for n in names
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class GateStructure:
+    """The structural fingerprints of the two sides of one stored ``perfsuite ab`` run of a benchmark:
+    ``base_sha``/``head_sha`` (a pull request's gate has its head off the main line), the
+    fingerprints (``trace.structure.fingerprint``), ``recorded_at`` (unix seconds)."""
+
+    base_sha: str
+    head_sha: str
+    base_structure: dict[str, Any]
+    head_structure: dict[str, Any]
+    recorded_at: float
+
+
+def gate_structures(connection: Connection, key: SeriesKey) -> list[GateStructure]:
+    """Every stored ``perfsuite ab`` run of ``key``'s benchmark on ``key``'s testbed whose two sides
+    are committed commits with a structural fingerprint each, oldest recorded first."""
+    r, run = schema.results, schema.runs
+    rows = connection.execute(
+        _series_rows(
+            key, r.c.structure, run.c.commit_sha, run.c.run_group, run.c.recorded_at, run.c.source
+        )
+        .where(
+            run.c.source.in_(["ab-base", "ab-head"]),
+            run.c.dirty.is_(False),
+            run.c.commit_sha.is_not(None),
+            run.c.run_group.is_not(None),
+        )
+        .order_by(run.c.recorded_at, run.c.id)
+    ).all()
+    sides: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        if isinstance(row.structure, dict):
+            sides.setdefault(row.run_group, {})[row.source] = row
+    found = []
+    for group in sides.values():
+        base, head = group.get("ab-base"), group.get("ab-head")
+        if base is not None and head is not None and base.commit_sha != head.commit_sha:
+            found.append(
+                GateStructure(
+                    base.commit_sha,
+                    head.commit_sha,
+                    base.structure,
+                    head.structure,
+                    float(head.recorded_at),
+                )
+            )
+    return sorted(found, key=lambda g: g.recorded_at)
+
+
+@dataclasses.dataclass(frozen=True)
+class Acceptance:
+    """A finding marked accepted (``perfsuite history accept``): ``finding`` its id, ``series`` the
+    series id, ``reason`` as given, ``accepted_at`` unix seconds, ``accepted_by`` who (the OS user)."""
+
+    finding: str
+    series: str
+    benchmark: str
+    last_good: str | None
+    first_bad: str | None
+    reason: str
+    accepted_at: float
+    accepted_by: str | None
+
+
+def acceptances(connection: Connection) -> dict[str, Acceptance]:
+    """Every accepted finding by its id (the newest acceptance of a finding wins)."""
+    a = schema.acceptances
+    found = {}
+    for row in connection.execute(select(a).order_by(a.c.accepted_at, a.c.id)):
+        found[row.finding] = Acceptance(
+            row.finding,
+            row.series,
+            row.benchmark,
+            row.last_good,
+            row.first_bad,
+            row.reason,
+            float(row.accepted_at),
+            row.accepted_by,
+        )
+    return found

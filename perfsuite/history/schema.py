@@ -31,7 +31,7 @@ from sqlalchemy import (
     text,
 )
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 PREFIX = "perfsuite_"
 
 metadata = MetaData()
@@ -131,6 +131,23 @@ SERIES_INDEX = Index(
     results.c.median_s,
 )
 
+# A finding someone marked accepted (``perfsuite history accept``), with the reason they gave
+# (version 4). ``finding``: ``history.findings.Finding.id`` (series, kind and the step's commits).
+acceptances = Table(
+    f"{PREFIX}acceptances",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("finding", String(32), nullable=False),
+    Column("series", String(32), nullable=False),
+    Column("benchmark", String(512), nullable=False),
+    Column("last_good", String(64)),
+    Column("first_bad", String(64)),
+    Column("reason", Text, nullable=False),
+    Column("accepted_at", Float, nullable=False),  # unix seconds
+    Column("accepted_by", String(255)),
+)
+Index(f"{PREFIX}acceptances_finding", acceptances.c.finding)
+
 TABLES = tuple(t.name for t in metadata.sorted_tables)
 
 
@@ -174,5 +191,10 @@ def _to_version_3(connection: Connection) -> None:
     SERIES_INDEX.create(connection, checkfirst=True)
 
 
+def _to_version_4(connection: Connection) -> None:
+    """Version 3 -> 4: the accepted findings (a new table; no stored row changes)."""
+    acceptances.create(connection, checkfirst=True)  # with its index
+
+
 # MIGRATIONS[i] takes a store from version i + 1 to i + 2, inside the opening transaction.
-MIGRATIONS: list[Callable[[Connection], None]] = [_to_version_2, _to_version_3]
+MIGRATIONS: list[Callable[[Connection], None]] = [_to_version_2, _to_version_3, _to_version_4]

@@ -267,6 +267,28 @@ class Store:
 
         return self.read(query.commit_shas)
 
+    def gate_structures(self, series):
+        """``query.gate_structures`` on this store: the two sides' fingerprints of its A/B runs."""
+        import perfsuite.history.query as query
+
+        key = getattr(series, "key", series)
+        return self.read(lambda c: query.gate_structures(c, key))
+
+    def acceptances(self):
+        """``query.acceptances`` on this store: accepted findings by id."""
+        import perfsuite.history.query as query
+
+        return self.read(query.acceptances)
+
+    def accept(self, rows: list[dict[str, Any]]) -> int:
+        """Store acceptances in one transaction: ``rows`` of ``schema.acceptances`` columns (``finding``,
+        ``series``, ``benchmark``, ``last_good``, ``first_bad``, ``reason``, ``accepted_at``,
+        ``accepted_by``); returns how many. Nothing stored before is changed."""
+        if not rows:
+            return 0
+        self.transaction(lambda c: c.execute(schema.acceptances.insert(), rows))
+        return len(rows)
+
     def runs(self, **filters: Any):
         """``query.runs`` on this store."""
         import perfsuite.history.query as query

@@ -62,6 +62,9 @@ def test_series_are_columnar_with_commit_indices_and_microseconds():
             "open": True,
             "size": "",
             "worse": True,
+            "status": "open",
+            "note": "",
+            "finding": "",
         }
     ]
 

@@ -240,3 +240,36 @@ def test_score_copies_are_counted_so_a_contended_run_still_gives_a_usable_point(
         timed = store.points(by_measure["time_s"])
     assert [(p.contended, p.median) for p in copies] == [(False, 0.0), (False, 1.0)]
     assert [p.contended for p in timed] == [True, True]  # its timings stay set aside
+
+
+def test_a_version_3_store_gains_the_acceptances_and_keeps_its_runs(store_url):
+    """Migration 3 -> 4: the accepted findings' table is created; every stored run stays, and an
+    acceptance is written and read back with its reason."""
+    from sqlalchemy import create_engine
+
+    with open_store(store_url) as store:
+        for p in (1, 2):
+            store.record(make_run(f"r{p}", f"{p}" * 40, p))
+    engine = create_engine(store_url)
+    with engine.begin() as connection:  # what version 3 wrote: no acceptances table
+        connection.execute(text(f"DROP TABLE {schema.acceptances.name}"))
+        connection.execute(schema.meta.update().values(value="3"))
+    engine.dispose()
+    with open_store(store_url) as store:
+        assert [r["uid"] for r in store.runs()] == ["r1", "r2"]
+        assert store.acceptances() == {}
+        row = {
+            "finding": "f" * 10,
+            "series": "s" * 10,
+            "benchmark": "naive/b2h4s64d32-fp32-causal-cpu/forward",
+            "last_good": "1" * 40,
+            "first_bad": "2" * 40,
+            "reason": "worth it",
+            "accepted_at": 1.9e9,
+            "accepted_by": "u",
+        }
+        assert store.accept([row]) == 1
+    with open_store(store_url) as store:
+        assert store.acceptances()["f" * 10].reason == "worth it"
+    with create_engine(store_url).connect() as connection:
+        assert connection.execute(text("SELECT value FROM perfsuite_meta")).scalar() == "4"

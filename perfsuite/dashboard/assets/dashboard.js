@@ -55,26 +55,35 @@
   const seriesHref = (s) => "#series=" + encodeURIComponent(s.id);
 
   // ---------- findings ----------
+  const unconfirmed = (c) => c.status === "unconfirmed";
+  const stateWords = (c) => c.note || c.status || (c.open ? "open" : "closed");
   function findings() {
-    const rows = [];
-    for (const s of D.series) for (const c of s.changes) if (c.open) rows.push([s, c]);
+    const rows = [], closed = [];
+    for (const s of D.series) for (const c of s.changes) {
+      if (unconfirmed(c)) continue;                // a step nothing confirmed is drawn, never listed
+      (c.open ? rows : closed).push([s, c]);
+    }
     rows.sort((a, b) => b[1].bad - a[1].bad || b[1].ratio - a[1].ratio);
     const regressions = rows.filter(([, c]) => worse(c)).length;
     const sec = el("section", {id: "findings"}, el("h2", {}, "Findings"));
     if (D.notes.length) sec.append(el("ul", {id: "notes"}, D.notes.map((n) => el("li", {class: n.level}, n.text))));
     if (D.series.length) sec.append(el("p", {class: "lead"}, rows.length
-      ? regressions + " open regression(s) and " + (rows.length - regressions) + " improvement(s), newest first"
-      : "No open change point in " + D.series.length + " series."));
-    if (rows.length) {
-      sec.append(table(["", "benchmark", "testbed", "size", "last good", "first bad", "cause"], rows.map(([s, c]) =>
-        el("tr", {class: worse(c) ? "regression" : "improvement", "data-series": s.id},
-          el("td", {}, c.size ? (worse(c) ? "regression" : "improvement") : c.ratio > 1 ? "slower" : "faster"),
-          el("td", {}, el("a", {href: seriesHref(s)}, label(s))),
-          el("td", {}, testbed(s.testbed)),
-          el("td", {class: "num"}, size(c)),
-          el("td", {}, commitLink(c.good)),
-          el("td", {}, commitLink(c.bad), " ", el("span", {class: "date"}, C[c.bad][1].slice(0, 10))),
-          el("td", {class: "cause"}, c.cause || "no structural change: timing only"))), {id: "changes"}));
+      ? regressions + " open regression(s) and " + (rows.length - regressions) + " other open finding(s), newest first"
+      : "No open finding in " + D.series.length + " series."));
+    const head = ["", "benchmark", "testbed", "size", "last good", "first bad", "cause"];
+    const line = ([s, c]) => el("tr", {class: worse(c) ? "regression" : "improvement", "data-series": s.id, "data-finding": c.finding || null},
+      el("td", {}, c.size ? (worse(c) ? "regression" : "change") : c.ratio > 1 ? "slower" : "faster"),
+      el("td", {}, el("a", {href: seriesHref(s)}, label(s))),
+      el("td", {}, testbed(s.testbed)),
+      el("td", {class: "num"}, size(c)),
+      el("td", {}, commitLink(c.good)),
+      el("td", {}, commitLink(c.bad), " ", el("span", {class: "date"}, C[c.bad][1].slice(0, 10))),
+      el("td", {class: "cause"}, c.cause || "no structural change: timing only"));
+    if (rows.length) sec.append(table(head, rows.map(line), {id: "changes"}));
+    if (closed.length) {
+      closed.sort((a, b) => b[1].bad - a[1].bad);
+      sec.append(el("details", {id: "closed"}, el("summary", {}, closed.length + " closed finding(s): recovered or accepted"),
+        table(head.concat(["state"]), closed.map((r) => { const tr = line(r); tr.append(el("td", {}, stateWords(r[1]))); return tr; }))));
     }
     return sec;
   }
@@ -132,7 +141,10 @@
         if (text) { ctx.fillStyle = color; ctx.font = 11 * dpr + "px system-ui"; ctx.fillText(text, px + 3 * dpr, top + 12 * dpr); }
       };
       for (const e of s.epochs) vline(e.c - 0.5, "#888", [2 * dpr, 3 * dpr], e.label);
-      for (const c of s.changes) vline(c.bad, worse(c) ? "#c62828" : "#2e7d32", [6 * dpr, 3 * dpr], c.size || pct(c.ratio));  // at the first bad commit
+      for (const c of s.changes) {  // at the first bad commit; an unconfirmed step grey and dotted
+        if (unconfirmed(c)) vline(c.bad, "#9e9e9e", [2 * dpr, 4 * dpr], "unconfirmed " + pct(c.ratio));
+        else vline(c.bad, worse(c) ? "#c62828" : "#2e7d32", [6 * dpr, 3 * dpr], (c.size ? c.size.split("; ")[0] : pct(c.ratio)) + (c.open ? "" : " (" + c.status + ")"));
+      }
       if (errorBars) {
         ctx.setLineDash([]); ctx.strokeStyle = "#1f4e79"; ctx.lineWidth = 1 * dpr;
         for (let i = 0; i < s.c.length; i++) {
@@ -188,9 +200,12 @@
     const hover = el("div", {class: "hover"}, "Hover the chart for a point's commit, date, value and rounds.");
     const box = el("div", {class: "chart"});
     const notes = el("ul", {class: "notes"},
-      s.changes.map((c) => el("li", {class: worse(c) ? "regression" : "improvement"}, "change ", size(c),
-        " between ", commitLink(c.good), " and ", commitLink(c.bad),
-        c.cause ? ": " + c.cause : "")),
+      s.changes.map((c) => unconfirmed(c)
+        ? el("li", {class: "unconfirmed"}, "unconfirmed step ", pct(c.ratio), " between ", commitLink(c.good), " and ",
+          commitLink(c.bad), ": " + c.note)
+        : el("li", {class: worse(c) ? "regression" : "improvement"}, "change ", size(c),
+          " between ", commitLink(c.good), " and ", commitLink(c.bad),
+          c.cause ? ": " + c.cause : "", " [" + stateWords(c) + "]")),
       s.epochs.map((e) => el("li", {class: "epoch"}, "epoch from ", commitLink(e.c), ": " + e.label)),
       s.k.length ? el("li", {class: "contended"}, s.k.length + " point(s) set aside (" + [...new Set(s.kw || ["contended"])].join(", ") +
         ") drawn apart (orange), not used") : null);
@@ -273,8 +288,11 @@
         : testbeds.map((t) => [t, testbed(t)]);
       for (const s of [a, b]) s.replaceChildren(...list.map(([v, t]) => el("option", {value: v}, t)));
       if (kind.value === "commits") {
-        const open = D.series.flatMap((s) => s.changes.filter((c) => c.open && worse(c))).sort((x, y) => y.bad - x.bad)[0];
-        a.value = String(open ? open.good : 0); b.value = String(open ? open.bad : C.length - 1);
+        // the last confirmed change, else the newest two commits with a clean point: never a set-aside baseline
+        const confirmed = D.series.flatMap((s) => s.changes.filter((c) => !unconfirmed(c))).sort((x, y) => y.bad - x.bad || (y.open - x.open))[0];
+        const clean = [...new Set(D.series.flatMap((s) => s.c.filter((c, i) => !s.k.includes(i))))].sort((x, y) => x - y);
+        const pick = confirmed ? [confirmed.good, confirmed.bad] : clean.length >= 2 ? clean.slice(-2) : [0, C.length - 1];
+        a.value = String(pick[0]); b.value = String(pick[1]);
       } else { a.value = testbeds[0] || ""; b.value = testbeds[1] || testbeds[0] || ""; }
     }
     function update() {
