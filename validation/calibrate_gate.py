@@ -3,8 +3,8 @@
 Repeats the gate (``perfsuite ab`` on a case set) in these scenarios:
 
 * ``A/A``: identical code on both sides;
-* ``10% injected`` / ``5% injected``: busy CPU work after each forward of one variant
-  (``--slow-variant``), that fraction of its runtime;
+* ``10% injected`` / ``5% injected`` / ``3% injected``: busy CPU work after each forward of the
+  variants ``--slow-variant`` names (comma-separated), that fraction of its runtime;
 * ``real change``: a real code change, gated as a pull request is: the head is a copy of this
   source tree whose ``naive_inplace`` lost its in-place ``masked_fill_`` (``scores =
   scores.masked_fill(...)``: one extra score-sized copy per forward, the Hugging Face post's
@@ -159,7 +159,7 @@ def changed_keys(scenario: str, slow_variant: str, modes) -> set[str]:
     if scenario in REAL_CHANGES:
         change = REAL_CHANGES[scenario]
         return {f"{v}/{m}" for v in change.variants for m in change.modes if m in modes}
-    return {f"{slow_variant}/forward"} if "forward" in modes else set()
+    return {f"{v}/forward" for v in slow_variant.split(",")} if "forward" in modes else set()
 
 
 def changed_tree(root: Path, change: RealChange) -> Path:
@@ -282,7 +282,7 @@ def gate_once(scenario: str, args, variants: list[str], cases: list[str]) -> dic
             head_tree = changed_tree(Path(head), REAL_CHANGES[scenario])
             results = gate(Side(Path(__file__).resolve().parent.parent), Side(head_tree))[0]
     else:
-        slowdown = {"A/A": 0.0, "10% injected": 0.10, "5% injected": 0.05}[scenario]
+        slowdown = {"A/A": 0.0, "10% injected": 0.10, "5% injected": 0.05, "3% injected": 0.03}[scenario]
         head = Side(Path("."), slowdown=slowdown, slow_variant=args.slow_variant)
         results = gate(Side(Path(".")), head)[0]
     after = snapshot()

@@ -79,11 +79,12 @@ class Side:
     tree: Path | None
     variant: str | None = None
     slowdown: float = 0.0
-    slow_variant: str | None = None  # the slowdown applies to this variant only (None: all)
+    slow_variant: str | None = None  # the slowdown applies to these variants only (comma-separated; None: all)
     python: str = sys.executable
 
     def slowdown_for(self, variant: str) -> float:
-        return self.slowdown if self.slow_variant in (None, variant) else 0.0
+        chosen = self.slow_variant is None or variant in self.slow_variant.split(",")
+        return self.slowdown if chosen else 0.0
 
     def python_path(self) -> list[str]:
         """The folders this side puts first on ``PYTHONPATH``."""
