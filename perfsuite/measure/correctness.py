@@ -171,7 +171,7 @@ def check_output(
         tolerance,
         explain=lambda index, tolerance: explain_modifications(inputs, output, index, tolerance),
     )
-    kind = found.failure and precision_kind(inputs, expected, found.max_abs_error, tolerance[0])
+    kind = found.failure and precision_kind(inputs, expected, output, tolerance[0])
     return Comparison(found.max_abs_error, f"{found.failure}\n{kind}") if kind else found
 
 

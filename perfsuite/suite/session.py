@@ -375,9 +375,13 @@ class SuiteSession:
 
     # -- parametrization ---------------------------------------------------------------------
     def cases_for(self, variant) -> tuple:
-        """The cases ``variant`` runs: ``perfsuite_compiled_cases`` for compiled variants when set, else
-        ``perfsuite_adapter_cases`` for variants that wrap a library when set, else every case. A
-        compiled adapter (``hf_flex_attention``) runs on the cases both lists share, if any."""
+        """The cases ``variant`` runs: its model's case sets' cases when it is bound to them
+        (``Variant.case_sets``, ``SuiteSettings.variant_cases``), else ``perfsuite_compiled_cases`` for
+        compiled variants when set, else ``perfsuite_adapter_cases`` for variants that wrap a library
+        when set, else every case. A compiled adapter (``hf_flex_attention``) runs on the cases both
+        lists share, if any."""
+        if variant.name in self.settings.variant_cases:
+            return self.settings.variant_cases[variant.name]
         compiled, adapter = self.settings.compiled_cases, self.settings.adapter_cases
         if variant.compiled and compiled is not None:
             shared = tuple(c for c in compiled if variant.wraps and adapter and c in adapter)
