@@ -46,6 +46,7 @@ from collections.abc import Callable
 import torch
 
 from perfsuite.attention.inputs import AttentionInputs
+from perfsuite.attention.masks import window_allowed, window_size
 from perfsuite.attention.score_mods import alibi_bias, describe_at
 
 # Bytes of one block of scores of the reference (float64: 16 Mi elements). The softmax and the
@@ -236,6 +237,8 @@ def tolerances(inputs: AttentionInputs, expected: torch.Tensor) -> tuple[float, 
     return max(floor_atol, error_factor(inputs) * plain_error), rtol
 
 
+# how each line that names a mistake the output is confirmed to match begins (a rerun of the reference with it)
+CONFIRMED = "the output matches the reference"
 # A modification is named at the worst element when leaving it out moves that element by at least this share
 # of the element's error (a softcap of 50 on small scores does not explain a window off by one there).
 RELEVANT_SHARE = 0.25
@@ -264,7 +267,9 @@ def explain_modifications(
     batch, head, query = index[0], index[1], index[2]
     atol, rtol = tolerance
     actual64 = actual.detach().to(torch.float64)
-    lines = _scale_mistakes(inputs, actual64, atol, rtol)
+    lines = _window_mistakes(inputs, actual64, atol, rtol) + _scale_mistakes(
+        inputs, actual64, atol, rtol
+    )
     if not inputs.forms:
         return "\n".join(lines)
     expected = reference_attention(inputs)
@@ -278,7 +283,7 @@ def explain_modifications(
             forms.pop("query_positions")
         without = reference_attention(inputs.replace(forms=forms))
         if bool(torch.isclose(actual64, without, atol=atol, rtol=rtol, equal_nan=True).all()):
-            matched.append(f"the output matches the reference {what}: is it applied?")
+            matched.append(f"{CONFIRMED} {what}: is it applied?")
         # the modification moves the worst element by a part of its error: it is worth naming there
         relevant |= float((without[index] - expected[index]).abs()) >= RELEVANT_SHARE * error_there
     if "softcap" in inputs.forms and inputs.mask.masked_out is not None:
@@ -286,15 +291,42 @@ def explain_modifications(
         after = reference_attention(inputs, hidden_score=-cap)
         if bool(torch.isclose(actual64, after, atol=atol, rtol=rtol, equal_nan=True).all()):
             matched.append(
-                f"the output matches the reference with the softcap applied after the mask: hidden keys "
+                f"{CONFIRMED} with the softcap applied after the mask: hidden keys "
                 f"score softcap * tanh(-inf) = {-cap:g}, not -inf (a query that sees no key averages the "
                 "values); apply the softcap before the mask"
             )
-    if matched or relevant:  # the modifications at the worst element, where they can be the mistake
+    per_head = any(k in inputs.forms for k in ("alibi_slopes", "sinks"))  # a head-order mistake
+    if matched or relevant or (per_head and not lines):
+        # the modifications at the worst element, where they can be the mistake
         matched.insert(
             0, "score modifications at that element: " + describe_at(inputs.forms, head, query, batch)
         )
     return "\n".join(matched + lines)
+
+
+def _window_mistakes(
+    inputs: AttentionInputs, actual64: torch.Tensor, atol: float, rtol: float
+) -> list[str]:
+    """``the output matches the reference with a window of W+1 keys`` (or ``W-1``) for a sliding-window
+    case (``window<W>``, no query positions) whose output the reference with the window one key wider
+    or narrower gives: a window's edge off by one."""
+    window = window_size(inputs.mask.kind)
+    if window is None or inputs.mask.masked_out is None or "query_positions" in inputs.forms:
+        return []
+    seq_len_q, seq_len_kv = inputs.query.shape[2], inputs.key.shape[2]
+    device = str(inputs.mask.masked_out.device)
+    found = []
+    for other in (window + 1, window - 1):
+        if other < 1:
+            continue
+        hidden = ~window_allowed(seq_len_q, seq_len_kv, other, device)
+        moved = inputs.replace(mask=dataclasses.replace(inputs.mask, masked_out=hidden))
+        if bool(torch.isclose(actual64, reference_attention(moved), atol=atol, rtol=rtol, equal_nan=True).all()):
+            found.append(
+                f"{CONFIRMED} with a window of {other} keys, not {window}: a query "
+                f"i sees keys i-{window - 1} .. i (bottom-right); is the window's edge off by one?"
+            )
+    return found
 
 
 # wrong softmax scales a failure is checked against: (scale the mistake uses, what it means)
@@ -320,7 +352,7 @@ def _scale_mistakes(
             continue
         other = reference_attention(inputs.replace(scale=scale))
         if bool(torch.isclose(actual64, other, atol=atol, rtol=rtol, equal_nan=True).all()):
-            found.append("the output matches the reference " + what.format(scale=inputs.scale))
+            found.append(f"{CONFIRMED} " + what.format(scale=inputs.scale))
     return found
 
 

@@ -555,7 +555,9 @@ def resolve(
     case_set_names = _resolve_case_sets(raw)
     devices = _resolve_devices(raw, cuda_available)
     resolved_cases, cases_from = _resolve_cases(raw, devices, case_set_names)
-    if raw["extra_cases"].value.strip() and not _cases_key_applies(raw):
+    extra = raw["extra_cases"]
+    extra_applies = extra.origin == "option" or not chosen_on_command_line(raw)
+    if extra.value.strip() and extra_applies and not _cases_key_applies(raw):
         resolved_cases += _parse_items(raw["extra_cases"], cases.parse_case_id, "case ids")
     results_dir = Path(raw["results"].value)
     traces = raw["traces"].value.strip()

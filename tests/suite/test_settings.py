@@ -263,6 +263,8 @@ def test_a_variant_bound_to_its_models_case_sets_runs_their_cases_unless_the_com
         chosen = settings.resolve(raw(ini={"variants": "bound_to_gqa"}, case_set="smoke"), False)
         assert not chosen.variant_cases
         with pytest.raises(ValueError, match="case_sets=...\\): case set 'gqq' is unknown"):
-            register_variant("bound_badly", "test", case_sets=["gqq"])
+            register_variant("bound_badly", "test", case_sets=["gqq"])(
+                lambda query, key, value, *, mask, scale: query
+            )
     finally:
         unregister_variant("bound_to_gqa")
