@@ -14,7 +14,8 @@
   near exact and the derived tolerance stays tight.
 * **Below the case's precision** (``precision_kind``): a failed comparison is named "computed below
   the case's precision" only when the reference rerun in a lower dtype (float16, bfloat16) reproduces
-  the error: its largest and its mean error within ``REPRODUCED`` times the variant's (float16
+  the error: its mean and its largest error within ``REPRODUCED_MEAN`` and ``REPRODUCED_MAX`` times the
+  variant's, and no mistake the failure's own reruns confirm explains it instead (float16
   arithmetic inside a float32 case fails the derived tolerance: its error is about 100 times the
   float32 plain computation's; a dropped score modification makes an error of another pattern).
 
@@ -37,7 +38,11 @@ FLOAT16_PRODUCT_LIMIT = 32768.0  # |q . k| before the scale stays below this in 
 # finite mask values seen in attention code (-1e4 in bfloat16/float16 code); -1e9 or the dtype's lowest
 # value hide a key on the probe as -inf does, so only these can explain a hidden key weighed there
 FINITE_MASK_VALUES = (-1e4, -5e3, -1e3)
-REPRODUCED = 2.0  # a lower dtype's rerun reproduces an error within this factor (largest and mean)
+# a lower dtype's rerun reproduces an error when its mean absolute error is within REPRODUCED_MEAN times the
+# variant's and its largest within REPRODUCED_MAX times (the largest of a few elements varies more: a float16
+# computation's measured 0.4x to 2.6x the float16 reference's on 256-element cases, its mean 0.8x to 1.2x)
+REPRODUCED_MEAN = 2.0
+REPRODUCED_MAX = 4.0
 
 
 def large_score_step(dtype: torch.dtype, head_dim: int) -> float:
@@ -135,9 +140,9 @@ def precision_kind(
     inputs: AttentionInputs, expected: torch.Tensor, actual: torch.Tensor, atol: float
 ) -> str | None:
     """ "computed below the case's precision" when the reference rerun in a dtype lower than the case's
-    reproduces the error of ``actual`` against ``expected`` (both ``[B, H, Sq, D]``): its largest and
-    its mean absolute error within ``REPRODUCED`` times ``actual``'s, the largest over ``atol``;
-    naming that dtype. Else None."""
+    reproduces the error of ``actual`` against ``expected`` (both ``[B, H, Sq, D]``): its mean and its
+    largest absolute error within ``REPRODUCED_MEAN`` and ``REPRODUCED_MAX`` times ``actual``'s, the
+    largest over ``atol``; naming that dtype. Else None."""
     if actual.shape != expected.shape or not bool(torch.isfinite(actual).all()):
         return None  # a wrong shape or a non-finite value is not a precision's error
     error = (actual.detach().to(torch.float64) - expected).abs()
@@ -150,9 +155,12 @@ def precision_kind(
         except RuntimeError:  # a dtype this device cannot compute in
             continue
         low_error = (low - expected).abs().nan_to_num(nan=0.0)
-        if float(low_error.max()) > atol and _within(
-            float(low_error.max()), max_abs_error
-        ) and _within(float(low_error.mean()), float(error.mean())):
+        largest, mean = float(low_error.max()), float(low_error.mean())
+        if (
+            largest > atol
+            and _within(largest, max_abs_error, REPRODUCED_MAX)
+            and _within(mean, float(error.mean()), REPRODUCED_MEAN)
+        ):
             name = str(dtype).removeprefix("torch.")
             return (
                 f"computed below the case's precision: the reference computed in {name} reproduces the "
@@ -163,6 +171,6 @@ def precision_kind(
     return None
 
 
-def _within(a: float, b: float) -> bool:
-    """``a`` and ``b`` (non-negative) within ``REPRODUCED`` times each other."""
-    return a <= REPRODUCED * b and b <= REPRODUCED * a
+def _within(a: float, b: float, factor: float) -> bool:
+    """``a`` and ``b`` (non-negative) within ``factor`` times each other."""
+    return a <= factor * b and b <= factor * a
