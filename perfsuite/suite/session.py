@@ -45,7 +45,13 @@ from perfsuite.report.results import (
 from perfsuite.report.trace_manifest import TraceManifest
 from perfsuite.storage import unwritable_directory_reason, write_text_atomic
 from perfsuite.suite import generation, options, settings
-from perfsuite.suite.reliability import CrashProbes, FailureLedger, Progress, crash_message
+from perfsuite.suite.reliability import (
+    CrashProbes,
+    FailureLedger,
+    OutputFailures,
+    Progress,
+    crash_message,
+)
 from perfsuite.suite.shards import Shard
 from perfsuite.variants import get_variant
 from perfsuite.variants.registry import inapplicable_reason, preload_variants, variant_names
@@ -63,6 +69,7 @@ class SuiteSession:
     ):
         self.settings = resolved
         self.failures = FailureLedger()  # setup and evidence errors: in full once, then referenced
+        self.output_failures = OutputFailures()  # the first check that found an output wrong, referenced after
         self.probes = CrashProbes(
             resolved.isolate, resolved.seed, variant_specs, call_limit_s=resolved.call_limit_s
         )
