@@ -68,6 +68,12 @@ class FailureLedger:
         return {key: f"{f.summary} (first: {f.nodeid})" for key, f in self._first.items()}
 
 
+def headline(failure: str) -> str:
+    """A failure's first line up to its first ``"; "`` (what failed, without the element's details)."""
+    lines = failure.strip().splitlines()
+    return (lines[0] if lines else failure).split("; ", 1)[0]
+
+
 class OutputFailures:
     """The first check per ``(variant, case id)`` that found the output wrong (its node id and first
     line), so later checks of the pair refer to it."""
@@ -76,9 +82,8 @@ class OutputFailures:
         self._first: dict[tuple[str, str], _Failure] = {}
 
     def note(self, key: tuple[str, str], nodeid: str, failure: str) -> None:
-        """Keep ``failure`` (its first line) as the pair's first, unless one is kept already."""
-        lines = failure.strip().splitlines()
-        self._first.setdefault(key, _Failure(nodeid, lines[0] if lines else failure))
+        """Keep ``failure`` (``headline``) as the pair's first, unless one is kept already."""
+        self._first.setdefault(key, _Failure(nodeid, headline(failure)))
 
     def first(self, key: tuple[str, str]) -> str | None:
         """``'<first line>' (reported in full by <node id>)`` for the pair's first wrong output, or None."""

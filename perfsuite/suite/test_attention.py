@@ -19,6 +19,7 @@ from perfsuite.trace.kernel_families import (
     pinned_backend_failure,
 )
 from perfsuite.suite.record import benchmark_extra_info
+from perfsuite.suite.reliability import headline
 from perfsuite.measure.threads import ThreadWatch, release_at_exit, threads_failure
 from perfsuite.measure.call_limit import time_limit
 from perfsuite.measure.measurement_guard import MeasurementState
@@ -257,11 +258,7 @@ def test_benchmark(mode_evidence, benchmark, perfsuite_run, request):
     run = perfsuite_run.settings
     benchmark.group = case.id
     if evidence.modified_inputs or evidence.deceptions:
-        benchmark.skipped = True  # not timed on purpose: no "fixture was not used" warning
-        key = (evidence.variant.name, case.id)
-        perfsuite_run.output_failures.refer(key, "not timed")
-        why = evidence.modified_inputs or evidence.deceptions[0]
-        pytest.fail(f"not timed: {why.splitlines()[0]}", pytrace=False)
+        _not_timed(evidence, request)
     benchmark.extra_info.update(benchmark_extra_info(evidence))
     before = compile_stats.snapshot()
     # the machine's speed beside the rounds, on the CPU, when they are timed (not in a check run)
@@ -307,6 +304,22 @@ def test_benchmark(mode_evidence, benchmark, perfsuite_run, request):
         f"{evidence.variant.name} on {case.id} ({evidence.mode}): {recompiled} graph(s) compiled while timed"
     )
     _check_after_timing(evidence, timed=stats is not None)
+
+
+def _not_timed(evidence, request) -> None:
+    """A step that changed its inputs or misled the measurement is not timed: a skip that names the
+    test failing for it in this run (one failure per mistake, and no unused-fixture warning), else
+    a failure saying why."""
+    test, why = (
+        ("test_matches_float64_reference", evidence.modified_inputs)
+        if evidence.modified_inputs
+        else ("test_calls_cannot_fool_the_measurement", evidence.deceptions[0])
+    )
+    twin = request.node.nodeid.replace("::test_benchmark[", f"::{test}[", 1)
+    reason = f"not timed: {headline(why)}"
+    if any(item.nodeid == twin for item in request.session.items):
+        pytest.skip(f"{reason} ({test} fails for it)")
+    pytest.fail(reason, pytrace=False)
 
 
 def _check_timing_untouched(evidence, guard, watch, timer, benchmark) -> None:

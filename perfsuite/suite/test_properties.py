@@ -7,6 +7,7 @@ A hypothesis failure prints the command that reruns its case here:
 import pytest
 
 from perfsuite.measure.refusals import VariantUnsupported
+from perfsuite.suite.reliability import headline
 from perfsuite.testing.properties import ALL_CHECKS, applicable
 
 
@@ -21,7 +22,7 @@ def test_property(check, variant, case, perfsuite_run, request):
         pytest.skip(f"variant {variant.name} cannot run case {case.id}: {exc}")
     if failure is not None:
         key = (variant.name, case.id)
-        perfsuite_run.output_failures.refer(key, f"{check} fails: {failure.splitlines()[0][:200]}")
+        perfsuite_run.output_failures.refer(key, f"{check} fails: {headline(failure)}")
         if check == "matches_reference":
             perfsuite_run.output_failures.note(key, request.node.nodeid, failure)
     assert failure is None, failure
