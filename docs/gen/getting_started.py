@@ -60,8 +60,7 @@ def run_example(folder: Path) -> str:
     pyproject = (
         '[build-system]\nrequires = ["setuptools>=68"]\nbuild-backend = "setuptools.build_meta"\n\n'
         '[project]\nname = "myattn"\nversion = "0.1.0"\n\n'
-        '[tool.setuptools.packages.find]\nwhere = ["src"]\n\n'
-        + config.split("\n", 1)[1]
+        '[tool.setuptools.packages.find]\nwhere = ["src"]\n\n' + config.split("\n", 1)[1]
     )
     repo = UserRepo.init(
         folder / "myrepo",
@@ -77,14 +76,14 @@ def run_example(folder: Path) -> str:
         "scores.masked_fill_(mask.masked_out", "scores = scores.masked_fill(mask.masked_out"
     )
     if copied == attention:
-        raise SystemExit("the page's function has no scores.masked_fill_(mask.masked_out, ...) to change")
+        raise SystemExit(
+            "the page's function has no scores.masked_fill_(mask.masked_out, ...) to change"
+        )
     repo.commit("out-of-place masked_fill", {"src/myattn/attention.py": copied})
     repo.git("checkout", "-q", "main")
     repo.install_perfsuite(".")
     result = repo.perfsuite(*COMMAND, check=False)
-    return (
-        f"$ perfsuite {' '.join(COMMAND)}\n{result.stdout.strip()}\n$ echo $?\n{result.returncode}\n"
-    )
+    return f"$ perfsuite {' '.join(COMMAND)}\n{result.stdout.strip()}\n$ echo $?\n{result.returncode}\n"
 
 
 def rewrite(page: str, example: str) -> str:

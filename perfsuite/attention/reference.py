@@ -299,7 +299,8 @@ def explain_modifications(
     if matched or relevant or (per_head and not lines):
         # the modifications at the worst element, where they can be the mistake
         matched.insert(
-            0, "score modifications at that element: " + describe_at(inputs.forms, head, query, batch)
+            0,
+            "score modifications at that element: " + describe_at(inputs.forms, head, query, batch),
         )
     return "\n".join(matched + lines)
 
@@ -321,7 +322,11 @@ def _window_mistakes(
             continue
         hidden = ~window_allowed(seq_len_q, seq_len_kv, other, device)
         moved = inputs.replace(mask=dataclasses.replace(inputs.mask, masked_out=hidden))
-        if bool(torch.isclose(actual64, reference_attention(moved), atol=atol, rtol=rtol, equal_nan=True).all()):
+        if bool(
+            torch.isclose(
+                actual64, reference_attention(moved), atol=atol, rtol=rtol, equal_nan=True
+            ).all()
+        ):
             found.append(
                 f"{CONFIRMED} with a window of {other} keys, not {window}: a query "
                 f"i sees keys i-{window - 1} .. i (bottom-right); is the window's edge off by one?"

@@ -275,7 +275,9 @@ def _ms(value: float | None) -> str:
 STRUCTURE_CELL_LINES = 8
 
 
-INTERVAL_DIGITS = 3  # decimals of a ratio and its interval, more only where 3 would blur the side of 1
+INTERVAL_DIGITS = (
+    3  # decimals of a ratio and its interval, more only where 3 would blur the side of 1
+)
 
 
 def format_ratio_interval(ratio: float, low: float, high: float, units: int) -> str:

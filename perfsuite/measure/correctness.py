@@ -185,7 +185,9 @@ def check_output(
     )
     # a mistake the output is confirmed to match is the explanation; the precision is asked only without one
     confirmed = any(CONFIRMED in text for text in explained)
-    kind = found.failure and not confirmed and precision_kind(inputs, expected, output, tolerance[0])
+    kind = (
+        found.failure and not confirmed and precision_kind(inputs, expected, output, tolerance[0])
+    )
     return Comparison(found.max_abs_error, f"{found.failure}\n{kind}") if kind else found
 
 
@@ -217,7 +219,9 @@ def split_kv_hint(variant: Variant, case: AttentionCase, inputs: AttentionInputs
     )
 
 
-def one_page_inputs(case: AttentionCase, inputs: AttentionInputs) -> tuple[AttentionCase, AttentionInputs]:
+def one_page_inputs(
+    case: AttentionCase, inputs: AttentionInputs
+) -> tuple[AttentionCase, AttentionInputs]:
     """The same keys and values of a paged case (``case.layout.keys_paged``) in one page per sequence:
     the case with ``page_size`` the longest key length, and ``inputs`` with key/value caches
     ``[batch + 1, page_size, kv_heads, dim]`` and their ``block_table`` (int32 ``[batch, 1]``), read
@@ -229,7 +233,9 @@ def one_page_inputs(case: AttentionCase, inputs: AttentionInputs) -> tuple[Atten
         else [int(n) for n in forms["cu_seqlens_kv"].diff().tolist()]  # packed queries over pages
     )
     page_size = max(lengths)
-    one_case = dataclasses.replace(case, layout=dataclasses.replace(case.layout, page_size=page_size))
+    one_case = dataclasses.replace(
+        case, layout=dataclasses.replace(case.layout, page_size=page_size)
+    )
     table = inputs.forms["block_table"]
     caches = []
     for cache in (inputs.key, inputs.value):

@@ -523,7 +523,9 @@ def _checked_calls(
             except torch.OutOfMemoryError:
                 found = None  # the reference did not fit: the probe is left out, as the check is
         mask_value = (
-            explaining_mask_value(probe, output) if found and found.failure and case.hides_keys else None
+            explaining_mask_value(probe, output)
+            if found and found.failure and case.hides_keys
+            else None
         )
         failure = found and large_score_failure(variant.name, found.failure, output, mask_value)
         failures += [failure] if failure else []

@@ -41,7 +41,9 @@ FINITE_MASK_VALUES = (-1e4, -5e3, -1e3)
 # a lower dtype's rerun reproduces an error when its mean absolute error is within REPRODUCED_MEAN times the
 # variant's and its largest within REPRODUCED_MAX times (the largest of a few elements varies more: a float16
 # computation's measured 0.4x to 2.6x the float16 reference's on 256-element cases, its mean 0.8x to 1.2x)
-WRONG_ON_LARGE_SCORES = "wrong on large scores"  # a probe failure neither an overflow nor a mask value explains
+WRONG_ON_LARGE_SCORES = (
+    "wrong on large scores"  # a probe failure neither an overflow nor a mask value explains
+)
 REPRODUCED_MEAN = 2.0
 REPRODUCED_MAX = 4.0
 

@@ -69,7 +69,9 @@ class SuiteSession:
     ):
         self.settings = resolved
         self.failures = FailureLedger()  # setup and evidence errors: in full once, then referenced
-        self.output_failures = OutputFailures()  # the first check that found an output wrong, referenced after
+        self.output_failures = (
+            OutputFailures()
+        )  # the first check that found an output wrong, referenced after
         self.probes = CrashProbes(
             resolved.isolate, resolved.seed, variant_specs, call_limit_s=resolved.call_limit_s
         )

@@ -386,7 +386,9 @@ def chosen_on_command_line(raw: RawSettings) -> bool:
 def _cases_key_applies(raw: RawSettings) -> bool:
     """``perfsuite_cases`` from the configuration yields to cases chosen on the command line."""
     value = raw["cases"]
-    return bool(value.value.strip()) and (value.origin == "option" or not chosen_on_command_line(raw))
+    return bool(value.value.strip()) and (
+        value.origin == "option" or not chosen_on_command_line(raw)
+    )
 
 
 def _resolve_cases(

@@ -86,7 +86,11 @@ def test_each_adversarial_variant_fails_with_its_reason_named(torch_imported, py
     failures: dict[str, dict[str, str]] = {name: {} for name in names}
     not_timed = set()
     for report in result.reprec.getreports("pytest_runtest_logreport"):
-        if report.skipped and "test_benchmark[" in report.nodeid and "not timed" in str(report.longrepr):
+        if (
+            report.skipped
+            and "test_benchmark[" in report.nodeid
+            and "not timed" in str(report.longrepr)
+        ):
             not_timed.add(_variant_of(report.nodeid))
         if report.failed:
             test = report.nodeid.split("::")[-1].split("[")[0]

@@ -104,7 +104,9 @@ def test_the_check_can_be_switched_off_but_not_misspelled(monkeypatch):
 
 def test_a_wait_summed_over_threads_above_the_wall_time_is_not_called_a_share():
     """Before: ``threads waited 116%``: a sum over threads printed as a share of the wall time."""
-    evidence = assess(snap(0.0, 0.0, {1: 0.0, 2: 0.0}), snap(1.0, 1.0, {1: 0.6, 2: 0.56}), tick_s=TICK)
+    evidence = assess(
+        snap(0.0, 0.0, {1: 0.0, 2: 0.0}), snap(1.0, 1.0, {1: 0.6, 2: 0.56}), tick_s=TICK
+    )
     assert "threads waited 1.16 s/s" in evidence.brief and "%" not in evidence.reasons[0]
 
 

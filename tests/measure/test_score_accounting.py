@@ -287,8 +287,14 @@ def test_an_integer_tensor_of_score_size_is_no_score_write():
     score = (2, 4, 4, 16)
     table = [4, 16]
     ops = [
-        op("aten::copy_", 0, 2, [table, table, []], ["long int", "int", "Scalar"],
-           [[16, 1], [16, 1], []]),
+        op(
+            "aten::copy_",
+            0,
+            2,
+            [table, table, []],
+            ["long int", "int", "Scalar"],
+            [[16, 1], [16, 1], []],
+        ),
         op("aten::clamp", 3, 2, [table, [], []], ["long int", "Scalar", "Scalar"]),
         op("aten::mul", 6, 2, [[2, 4, 4, 16], []], ["float", "Scalar"]),
     ]

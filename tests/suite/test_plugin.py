@@ -113,7 +113,9 @@ def test_one_mistake_fails_in_full_once_and_later_checks_of_the_case_refer_to_it
     assert referring >= 2, out  # the probe and the properties, each in one line
     assert "test_matches_float64_reference[" in out.split("the output is already wrong")[1]
     assert "Benchmark fixture was not used" not in out, out
-    result.stdout.fnmatch_lines(["SKIPPED *not timed: * (test_calls_cannot_fool_the_measurement fails for it)"])
+    result.stdout.fnmatch_lines(
+        ["SKIPPED *not timed: * (test_calls_cannot_fool_the_measurement fails for it)"]
+    )
 
 
 def test_timed_run_saves_a_baseline_with_extra_info_and_a_table(project):

@@ -187,7 +187,9 @@ def test_plain_pytest_runs_the_users_own_tests_and_exits_by_their_outcome(user_r
         "def test_mine_broken():\n    assert 1 + 1 == 3\n"
     )
     try:
-        passing = repo.sh(repo.bin / "python", "-m", "pytest", "-q", "tests/test_own.py::test_mine", check=False)
+        passing = repo.sh(
+            repo.bin / "python", "-m", "pytest", "-q", "tests/test_own.py::test_mine", check=False
+        )
         everything = repo.sh(repo.bin / "python", "-m", "pytest", "-q", check=False)
     finally:
         own.unlink()

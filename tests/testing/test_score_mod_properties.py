@@ -253,8 +253,18 @@ def window_one_too_wide(query, key, value, *, mask, scale, softcap):
 def test_a_window_off_by_one_is_named_and_the_softcap_is_not_blamed():
     """Before: a window off by one on a softcap case got ``score modifications at that element:
     softcap 50`` and no word about the window."""
-    case = AttentionCase(1, 4, 16, 16, 8, "fp32", "cpu", "window4", num_kv_heads=2,
-                         score_mods=ScoreMods(softcap=50.0))
+    case = AttentionCase(
+        1,
+        4,
+        16,
+        16,
+        8,
+        "fp32",
+        "cpu",
+        "window4",
+        num_kv_heads=2,
+        score_mods=ScoreMods(softcap=50.0),
+    )
     failure = properties.check_matches_reference(user_variant(window_one_too_wide), case, 0)
     assert failure is not None
     assert "the output matches the reference with a window of 5 keys, not 4" in failure, failure
@@ -265,8 +275,18 @@ def test_a_window_off_by_one_is_named_and_the_softcap_is_not_blamed():
 def test_a_dropped_softcap_is_not_called_a_precision_loss():
     """Before: the dropped softcap's error 0.00102 was called ``of the size a float16 computation
     makes (0.00028)``: the float16 rerun of the reference does not reproduce it."""
-    case = AttentionCase(1, 8, 64, 64, 256, "fp32", "cpu", "causal_br", num_kv_heads=4,
-                         score_mods=ScoreMods(softcap=50.0))
+    case = AttentionCase(
+        1,
+        8,
+        64,
+        64,
+        256,
+        "fp32",
+        "cpu",
+        "causal_br",
+        num_kv_heads=4,
+        score_mods=ScoreMods(softcap=50.0),
+    )
     failure = properties.check_matches_reference(user_variant(missing_cap), case, 0)
     assert failure is not None and "without the softcap" in failure
     assert "computed below the case's precision" not in failure, failure
