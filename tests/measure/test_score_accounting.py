@@ -297,6 +297,7 @@ def test_an_integer_tensor_of_score_size_is_no_score_write():
         ),
         op("aten::clamp", 3, 2, [table, [], []], ["long int", "Scalar", "Scalar"]),
         op("aten::mul", 6, 2, [[2, 4, 4, 16], []], ["float", "Scalar"]),
+        op("aten::bitwise_or_", 9, 2, [table, table], ["bool", "bool"]),  # a mask built with |=
     ]
     accounting = account_ops(ops, score, 8)
     assert [w.op for w in accounting.writes] == ["aten::mul"], accounting.writes
