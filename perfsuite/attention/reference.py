@@ -267,8 +267,10 @@ def explain_modifications(
     batch, head, query = index[0], index[1], index[2]
     atol, rtol = tolerance
     actual64 = actual.detach().to(torch.float64)
-    lines = _window_mistakes(inputs, actual64, atol, rtol) + _scale_mistakes(
-        inputs, actual64, atol, rtol
+    lines = (
+        _window_mistakes(inputs, actual64, atol, rtol)
+        + _head_mapping_mistakes(inputs, actual64, atol, rtol)
+        + _scale_mistakes(inputs, actual64, atol, rtol)
     )
     if not inputs.forms:
         return "\n".join(lines)
@@ -303,6 +305,31 @@ def explain_modifications(
             "score modifications at that element: " + describe_at(inputs.forms, head, query, batch),
         )
     return "\n".join(matched + lines)
+
+
+def _head_mapping_mistakes(
+    inputs: AttentionInputs, actual64: torch.Tensor, atol: float, rtol: float
+) -> list[str]:
+    """For grouped-query heads (``num_kv_heads < num_heads``): ``the output matches the reference with
+    query head h reading key/value head h % num_kv_heads`` when it does (``repeat`` where
+    ``repeat_interleave``, SDPA's ``enable_gqa`` grouping, was meant)."""
+    heads, kv_heads = inputs.query.shape[1], inputs.key.shape[1]
+    if kv_heads >= heads or heads % kv_heads:
+        return []
+    groups = heads // kv_heads
+    tiled = inputs.replace(
+        key=inputs.key.repeat(1, groups, 1, 1), value=inputs.value.repeat(1, groups, 1, 1)
+    )
+    if not bool(
+        torch.isclose(
+            actual64, reference_attention(tiled), atol=atol, rtol=rtol, equal_nan=True
+        ).all()
+    ):
+        return []
+    return [
+        f"{CONFIRMED} with query head h reading key/value head h % {kv_heads} (torch.repeat): grouped "
+        f"heads read key/value head h // {groups} (repeat_interleave, as SDPA's enable_gqa)"
+    ]
 
 
 def _window_mistakes(

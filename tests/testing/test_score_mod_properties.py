@@ -290,3 +290,21 @@ def test_a_dropped_softcap_is_not_called_a_precision_loss():
     failure = properties.check_matches_reference(user_variant(missing_cap), case, 0)
     assert failure is not None and "without the softcap" in failure
     assert "computed below the case's precision" not in failure, failure
+
+
+def tiled_heads(query, key, value, *, mask, scale, softcap):
+    """Grouped-query heads expanded with ``repeat``: query head h reads key/value head h % Hkv."""
+    groups = query.shape[1] // key.shape[1]
+    key, value = key.repeat(1, groups, 1, 1), value.repeat(1, groups, 1, 1)
+    scores = softcap * torch.tanh(scores_of(query, key, scale) / softcap)
+    return finish(scores, mask, value, query)
+
+
+def test_a_wrong_grouped_query_head_mapping_is_named():
+    """Before: only the element, and the large-score probe's mask-value hint."""
+    case = AttentionCase(
+        **DECODE, device="cpu", mask="causal_br", num_kv_heads=2, score_mods=ScoreMods(softcap=50.0)
+    )
+    failure = properties.check_matches_reference(user_variant(tiled_heads), case, 0)
+    assert failure is not None
+    assert "with query head h reading key/value head h % 2 (torch.repeat)" in failure, failure
