@@ -147,3 +147,20 @@ def test_the_alibi_softcap_and_sink_examples_pass_on_modified_gqa_decode_and_pre
         for check, run in ALL_CHECKS.items():
             if applicable(check, variant, case) is None:
                 assert run(variant, case, 0) is None, check
+
+
+def test_the_getting_started_example_shows_the_method_line_the_code_prints():
+    """Before: the page's Method line described a Wilcoxon interval over 2 workers per side while
+    ``perfsuite ab`` printed a t interval over 6. The line is read from the code (``ab_method`` with
+    ``perfsuite ab``'s defaults), so a change of method makes this fail until the example is
+    regenerated (``python docs/gen/getting_started.py``)."""
+    spec = importlib.util.spec_from_file_location(
+        "perfsuite_docs_getting_started", DOCS / "gen" / "getting_started.py"
+    )
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    page = (DOCS / "tutorials" / "getting-started.md").read_text()
+    example = page.split(generator.EXAMPLE_START, 1)[1].split(generator.EXAMPLE_END, 1)[0]
+    method = [line for line in example.splitlines() if line.startswith("Method: ")]
+    assert method, "the generated example has no Method line"
+    assert method[0].startswith("Method: " + generator.default_ab_method()), method[0]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from perfsuite.attention.cases import build_cases, parse_shape
 from perfsuite.errors import did_you_mean
 
 
@@ -189,15 +190,36 @@ MODEL_SHAPES: dict[str, ModelShape] = {
 def _model_set(
     key: str, what: str, cpu: tuple[str, str, str], cuda: tuple[str, str, str]
 ) -> CaseSet:
+    """A model's set; a model with a softcap also gets ``unseen_rows_case`` on each device."""
     model = MODEL_SHAPES[key]
     mods = (
         "" if model.score_mods == "none" else f" and its score modifications ({model.score_mods})"
     )
+    unseen = " (and queries that see no key)" if "softcap" in model.score_mods else ""
     return CaseSet(
-        f"{model.model}: {what} with its heads and head_dim{mods}; source: {model.source}",
-        DeviceCases(*cpu, score_mods=model.score_mods),
-        DeviceCases(*cuda, score_mods=model.score_mods),
+        f"{model.model}: {what}{unseen} with its heads and head_dim{mods}; source: {model.source}",
+        DeviceCases(
+            *cpu,
+            score_mods=model.score_mods,
+            cases=unseen_rows_case(model, cpu[1].split()[0], "cpu") if unseen else "",
+        ),
+        DeviceCases(
+            *cuda,
+            score_mods=model.score_mods,
+            cases=unseen_rows_case(model, cuda[1].split()[0], "cuda") if unseen else "",
+        ),
     )
+
+
+def unseen_rows_case(model: ModelShape, dtype: str, device: str) -> str:
+    """The id of a small case on ``device`` with ``model``'s heads and head dim in which the first 4 of 12
+    queries see no key (bottom-right causal over 8 keys): the one place where the order of a softcap
+    and the mask shows (a softcap after the mask gives hidden keys ``-softcap``, not ``-inf``, and
+    such a query averages the values instead of returning zeros); elsewhere a hidden key's weight
+    ``exp(-softcap)`` is below every tolerance."""
+    shape = parse_shape(model.shape(1, 12, 8))
+    [case] = build_cases([shape], [dtype], device, ["causal_br"], "all")
+    return case.id
 
 
 _LLAMA, _GEMMA, _BERT = (

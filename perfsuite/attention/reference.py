@@ -46,6 +46,7 @@ from collections.abc import Callable
 import torch
 
 from perfsuite.attention.inputs import AttentionInputs
+from perfsuite.attention.masks import window_allowed, window_size
 from perfsuite.attention.score_mods import alibi_bias, describe_at
 
 # Bytes of one block of scores of the reference (float64: 16 Mi elements). The softmax and the
@@ -80,6 +81,8 @@ def reference_attention(
     inputs: AttentionInputs,
     dtype: torch.dtype = torch.float64,
     block_bytes: int = REFERENCE_BLOCK_BYTES,
+    *,
+    hidden_score: float = float("-inf"),
 ) -> torch.Tensor:
     """Attention in float64 from the same inputs, ``[batch, num_heads, seq_len_q, head_dim]``.
 
@@ -94,10 +97,13 @@ def reference_attention(
     registered with ``fully_masked_rows="nan"`` (a plain softmax of ``-inf`` everywhere) are
     held to NaN in exactly those rows instead (see ``compare_with_reference``).
     Computed in blocks of query rows of at most ``block_bytes`` of scores (``query_blocks``).
+    ``hidden_score``: the score hidden keys get (``-inf``); a finite value computes what a mistaken
+    variant computes (a mask constant such as ``-1e4``, or ``-softcap``: the softcap applied after
+    the mask), for the failure messages that name such a mistake.
     """
     q, k, v = (t.to(dtype) for t in (inputs.query, inputs.key, inputs.value))
     blocks = [
-        _attention(inputs, q[:, :, start:end], k, v, start, end)
+        _attention(inputs, q[:, :, start:end], k, v, start, end, hidden_score)
         for start, end in query_blocks(inputs, dtype, block_bytes)
     ]
     return blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=2)
@@ -130,8 +136,10 @@ def _attention(
     v: torch.Tensor,
     start: int = 0,
     end: int | None = None,
+    hidden_score: float = float("-inf"),
 ) -> torch.Tensor:
-    """Attention of query rows ``start:end`` (``q`` holds only those rows) over all keys."""
+    """Attention of query rows ``start:end`` (``q`` holds only those rows) over all keys, hidden keys'
+    scores set to ``hidden_score``."""
     end = q.shape[2] + start if end is None else end
     groups = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
@@ -145,7 +153,7 @@ def _attention(
     if mask.additive is not None:
         scores = scores + _query_rows(mask.additive, start, end).to(q.dtype)
     if mask.masked_out is not None:
-        scores = scores.masked_fill(_query_rows(mask.masked_out, start, end), float("-inf"))
+        scores = scores.masked_fill(_query_rows(mask.masked_out, start, end), hidden_score)
     if "sinks" in forms:
         sink = forms["sinks"].to(device=q.device, dtype=q.dtype)[None, :, None, None]
         scores = torch.cat([scores, sink.expand(*scores.shape[:-1], 1)], dim=-1)
@@ -229,6 +237,11 @@ def tolerances(inputs: AttentionInputs, expected: torch.Tensor) -> tuple[float, 
     return max(floor_atol, error_factor(inputs) * plain_error), rtol
 
 
+# how each line that names a mistake the output is confirmed to match begins (a rerun of the reference with it)
+CONFIRMED = "the output matches the reference"
+# A modification is named at the worst element when leaving it out moves that element by at least this share
+# of the element's error (a softcap of 50 on small scores does not explain a window off by one there).
+RELEVANT_SHARE = 0.25
 # The modifications a failure is checked against one by one: keyword -> what leaving it out means.
 _LEFT_OUT = {
     "alibi_slopes": "without the ALiBi bias",
@@ -243,21 +256,27 @@ def explain_modifications(
     index: tuple[int, ...],
     tolerance: tuple[float, float],
 ) -> str:
-    """For a failed comparison on a case with score modifications: what they are at the worst
-    element ``index`` (``[batch, head, query, dim]``: the head's ALiBi slope and sink logit, the
-    query's position, the cap), and which one the output matches the reference without, if any
-    (``actual`` within ``tolerance`` of the reference computed with that modification left out).
-    Then which wrong softmax scale the output matches, if any (``_SCALE_MISTAKES``): a scale
-    ignored, the default ``head_dim ** -0.5`` used in place of the case's, the scale applied twice."""
+    """For a failed comparison on a case with score modifications: which one the output matches the
+    reference without, if any (``actual`` within ``tolerance`` of the reference computed with that
+    modification left out), and whether it matches the softcap applied after the mask (``hidden_score``
+    ``-softcap``); where one matches, or leaving one out moves the worst element ``index`` (``[batch,
+    head, query, dim]``) by ``RELEVANT_SHARE`` of its error or more, what the modifications are there
+    (the head's ALiBi slope and sink logit, the query's position, the cap). A failure they do not touch
+    (a window off by one beside a softcap of 50) gets no line about them. Then which wrong softmax
+    scale the output matches, if any (``_SCALE_MISTAKES``): a scale ignored, the default ``head_dim ** -0.5`` used in place of the case's, the scale applied twice."""
     batch, head, query = index[0], index[1], index[2]
     atol, rtol = tolerance
     actual64 = actual.detach().to(torch.float64)
-    lines = _scale_mistakes(inputs, actual64, atol, rtol)
+    lines = (
+        _window_mistakes(inputs, actual64, atol, rtol)
+        + _head_mapping_mistakes(inputs, actual64, atol, rtol)
+        + _scale_mistakes(inputs, actual64, atol, rtol)
+    )
     if not inputs.forms:
         return "\n".join(lines)
-    lines.insert(
-        0, "score modifications at that element: " + describe_at(inputs.forms, head, query, batch)
-    )
+    expected = reference_attention(inputs)
+    error_there = float((actual64[index] - expected[index]).abs().nan_to_num(nan=math.inf))
+    matched, relevant = [], False
     for keyword, what in _LEFT_OUT.items():
         if keyword not in inputs.forms:
             continue
@@ -266,8 +285,80 @@ def explain_modifications(
             forms.pop("query_positions")
         without = reference_attention(inputs.replace(forms=forms))
         if bool(torch.isclose(actual64, without, atol=atol, rtol=rtol, equal_nan=True).all()):
-            lines.append(f"the output matches the reference {what}: is it applied?")
-    return "\n".join(lines)
+            matched.append(f"{CONFIRMED} {what}: is it applied?")
+        # the modification moves the worst element by a part of its error: it is worth naming there
+        relevant |= float((without[index] - expected[index]).abs()) >= RELEVANT_SHARE * error_there
+    if "softcap" in inputs.forms and inputs.mask.masked_out is not None:
+        cap = float(inputs.forms["softcap"])
+        after = reference_attention(inputs, hidden_score=-cap)
+        if bool(torch.isclose(actual64, after, atol=atol, rtol=rtol, equal_nan=True).all()):
+            matched.append(
+                f"{CONFIRMED} with the softcap applied after the mask: hidden keys "
+                f"score softcap * tanh(-inf) = {-cap:g}, not -inf (a query that sees no key averages the "
+                "values); apply the softcap before the mask"
+            )
+    per_head = any(k in inputs.forms for k in ("alibi_slopes", "sinks"))  # a head-order mistake
+    if matched or relevant or (per_head and not lines):
+        # the modifications at the worst element, where they can be the mistake
+        matched.insert(
+            0,
+            "score modifications at that element: " + describe_at(inputs.forms, head, query, batch),
+        )
+    return "\n".join(matched + lines)
+
+
+def _head_mapping_mistakes(
+    inputs: AttentionInputs, actual64: torch.Tensor, atol: float, rtol: float
+) -> list[str]:
+    """For grouped-query heads (``num_kv_heads < num_heads``): ``the output matches the reference with
+    query head h reading key/value head h % num_kv_heads`` when it does (``repeat`` where
+    ``repeat_interleave``, SDPA's ``enable_gqa`` grouping, was meant)."""
+    heads, kv_heads = inputs.query.shape[1], inputs.key.shape[1]
+    if kv_heads >= heads or heads % kv_heads:
+        return []
+    groups = heads // kv_heads
+    tiled = inputs.replace(
+        key=inputs.key.repeat(1, groups, 1, 1), value=inputs.value.repeat(1, groups, 1, 1)
+    )
+    if not bool(
+        torch.isclose(
+            actual64, reference_attention(tiled), atol=atol, rtol=rtol, equal_nan=True
+        ).all()
+    ):
+        return []
+    return [
+        f"{CONFIRMED} with query head h reading key/value head h % {kv_heads} (torch.repeat): grouped "
+        f"heads read key/value head h // {groups} (repeat_interleave, as SDPA's enable_gqa)"
+    ]
+
+
+def _window_mistakes(
+    inputs: AttentionInputs, actual64: torch.Tensor, atol: float, rtol: float
+) -> list[str]:
+    """``the output matches the reference with a window of W+1 keys`` (or ``W-1``) for a sliding-window
+    case (``window<W>``, no query positions) whose output the reference with the window one key wider
+    or narrower gives: a window's edge off by one."""
+    window = window_size(inputs.mask.kind)
+    if window is None or inputs.mask.masked_out is None or "query_positions" in inputs.forms:
+        return []
+    seq_len_q, seq_len_kv = inputs.query.shape[2], inputs.key.shape[2]
+    device = str(inputs.mask.masked_out.device)
+    found = []
+    for other in (window + 1, window - 1):
+        if other < 1:
+            continue
+        hidden = ~window_allowed(seq_len_q, seq_len_kv, other, device)
+        moved = inputs.replace(mask=dataclasses.replace(inputs.mask, masked_out=hidden))
+        if bool(
+            torch.isclose(
+                actual64, reference_attention(moved), atol=atol, rtol=rtol, equal_nan=True
+            ).all()
+        ):
+            found.append(
+                f"{CONFIRMED} with a window of {other} keys, not {window}: a query "
+                f"i sees keys i-{window - 1} .. i (bottom-right); is the window's edge off by one?"
+            )
+    return found
 
 
 # wrong softmax scales a failure is checked against: (scale the mistake uses, what it means)
@@ -293,7 +384,7 @@ def _scale_mistakes(
             continue
         other = reference_attention(inputs.replace(scale=scale))
         if bool(torch.isclose(actual64, other, atol=atol, rtol=rtol, equal_nan=True).all()):
-            found.append("the output matches the reference " + what.format(scale=inputs.scale))
+            found.append(f"{CONFIRMED} " + what.format(scale=inputs.scale))
     return found
 
 

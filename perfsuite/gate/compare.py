@@ -14,6 +14,7 @@ machine than about the code. A benchmark timed on different clocks in the two ru
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 from typing import Any
 
@@ -286,6 +287,32 @@ def _ms(value: float | None) -> str:
 STRUCTURE_CELL_LINES = 8
 
 
+INTERVAL_DIGITS = (
+    3  # decimals of a ratio and its interval, more only where 3 would blur the side of 1
+)
+
+
+def format_ratio_interval(ratio: float, low: float, high: float, units: int) -> str:
+    """``1.068 [1.0002, 1.141]``: the ratio and its interval, the bounds rounded outward (low down,
+    high up) so the printed interval holds the computed one, with more decimals (up to 6) where 3
+    would put a bound strictly above or below 1 on 1.000; an interval that is not finite (fewer
+    than two units: one pair) is not printed as one (``1.000 (no interval from 1 sample)``)."""
+    if units < 2 or not (math.isfinite(low) and math.isfinite(high)):
+        return f"{ratio:.{INTERVAL_DIGITS}f} (no interval from {units} sample{'' if units == 1 else 's'})"
+    low_text, high_text = _bound(low, math.floor), _bound(high, math.ceil)
+    return f"{ratio:.{INTERVAL_DIGITS}f} [{low_text}, {high_text}]"
+
+
+def _bound(value: float, outward) -> str:
+    """``value`` rounded by ``outward`` (floor or ceil) at 3 decimals, or more when that lands on 1."""
+    for digits in range(INTERVAL_DIGITS, 7):
+        scale = 10**digits
+        rounded = outward(value * scale) / scale
+        if value == 1.0 or rounded != 1.0:
+            return f"{rounded:.{digits}f}"
+    return f"{outward(value * 10**6) / 10**6:.6f}"
+
+
 def structure_cell(lines: list[str]) -> str:
     """A benchmark's structural diff for its table cell: ``same``, or its first
     ``STRUCTURE_CELL_LINES`` lines and how many more there are."""
@@ -315,7 +342,9 @@ def markdown(
     ]
     for c in comparisons:
         ratio = (
-            f"{c.estimate.ratio:.3f} [{c.estimate.low:.3f}, {c.estimate.high:.3f}]"
+            format_ratio_interval(
+                c.estimate.ratio, c.estimate.low, c.estimate.high, c.estimate.units
+            )
             if c.estimate and c.estimate.units
             else "-"
         )  # no units: nothing was measured, no ratio to show

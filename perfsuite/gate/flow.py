@@ -14,6 +14,7 @@ from perfsuite.gate.compare import (
     BenchmarkComparison,
     check_compatible,
     compare_runs,
+    format_ratio_interval,
     judged_nothing,
     markdown,
 )
@@ -188,7 +189,7 @@ def failure_reason(comparison: BenchmarkComparison, fail_on_structure: bool) -> 
     reasons = []
     if comparison.verdict == Verdict.SLOWER and comparison.estimate:
         e = comparison.estimate
-        reasons.append(f"slower x{e.ratio:.3f} [{e.low:.3f}, {e.high:.3f}]")
+        reasons.append(f"slower x{format_ratio_interval(e.ratio, e.low, e.high, e.units)}")
     if fail_on_structure and comparison.structure_adds_work:
         # only what the head added: removals, moved or reshaped writes and ops that did no work are
         # in the structural diff, not in the reason it fails

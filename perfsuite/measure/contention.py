@@ -142,7 +142,7 @@ class ContentionEvidence:
 
     ``wait_fraction``/``steal_fraction``/``cpu_per_wall`` are None where ``/proc`` did not say;
     ``reasons``: one sentence per finding, flagged or supporting; ``contended``: any flagged one;
-    ``brief``: the findings in one short line (``threads waited 60% (limit 5%), load 3.2 on 2 CPUs``).
+    ``brief``: the findings in one short line (``threads waited 0.60 s/s (limit 0.05 s/s), load 3.2 on 2 CPUs``).
     """
 
     wall_s: float
@@ -202,6 +202,13 @@ def on_tick(round_times_s: Sequence[float], tick_s: float) -> bool:
     )
 
 
+def wait_text(wait: float) -> str:
+    """Thread wait summed over threads per second of wall time, as ``0.60 s/s``: a sum over threads can
+    pass 1 (two threads waiting all along: 2 s/s), which a percentage of the wall time would print as
+    an impossible ``200%``."""
+    return f"{wait:.2f} s/s"
+
+
 def assess(
     before: Snapshot,
     after: Snapshot,
@@ -231,8 +238,8 @@ def assess(
     if wait is not None and wait > wait_limit:
         flagged = True
         reasons.append(
-            f"the process's {threads} threads waited for a CPU {wait:.0%} of the wall time, "
-            f"summed over threads (limit {wait_limit:.0%})"
+            f"the process's {threads} threads waited for a CPU {wait_text(wait)} of wall time "
+            f"(summed over threads, so above 1 s/s when several wait at once; limit {wait_text(wait_limit)})"
         )
     if steal is not None and steal > steal_limit:
         flagged = True
@@ -250,7 +257,7 @@ def assess(
             f"{threads} threads of this process (torch's operator threads and the rest)"
         )
     brief = [
-        f"threads waited {wait:.0%} (limit {wait_limit:.0%})"
+        f"threads waited {wait_text(wait)} (limit {wait_text(wait_limit)})"
         if wait is not None and wait > wait_limit
         else "",
         f"CPU steal {steal:.0%} (limit {steal_limit:.0%})"

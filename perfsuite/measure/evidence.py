@@ -41,7 +41,11 @@ from perfsuite.measure.threads import ThreadWatch, release_at_exit, threads_fail
 from perfsuite.attention.reference_layouts import reference_gradients_in_layout
 from perfsuite.measure.correctness import check_output, compare_result, contract_checked
 from perfsuite.measure.measurement_guard import MeasurementState
-from perfsuite.measure.precision_probes import large_score_failure, large_score_values
+from perfsuite.measure.precision_probes import (
+    explaining_mask_value,
+    large_score_failure,
+    large_score_values,
+)
 from perfsuite.measure.input_guard import check_and_restore, named_input_tensors, pristine_copy
 from perfsuite.measure.layout import describe_layout
 from perfsuite.measure.memory_budget import does_not_fit_reason
@@ -518,9 +522,12 @@ def _checked_calls(
                 found = check_output(variant, case, probe, output, label, derived=derived)
             except torch.OutOfMemoryError:
                 found = None  # the reference did not fit: the probe is left out, as the check is
-        failure = found and large_score_failure(
-            variant.name, found.failure, output, case.hides_keys
+        mask_value = (
+            explaining_mask_value(probe, output)
+            if found and found.failure and case.hides_keys
+            else None
         )
+        failure = found and large_score_failure(variant.name, found.failure, output, mask_value)
         failures += [failure] if failure else []
     return failures
 

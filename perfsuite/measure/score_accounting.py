@@ -279,6 +279,30 @@ def score_fraction(dims: tuple[int, ...], score_shape: tuple[int, ...], head_dim
     return numel / full if (query_chunk or key_chunk) else 0.0
 
 
+# profiler "Input type" words of floating tensors (float, double, c10::Half, c10::BFloat16, c10::Float8_*), and of
+# arguments that are no tensor
+_FLOATING_WORDS = ("float", "double", "Half", "BFloat16", "Float8")
+_NOT_TENSORS = ("", "Scalar", "ScalarList", "TensorList", "GenericList", "None")
+
+
+def may_write_scores(event: dict[str, Any]) -> bool:
+    """Whether an op's written tensor can hold scores: scores are floating point, so an op that writes
+    an integer tensor (a block table cast from int32 to int64, a clamp of it) or computes a bool one
+    (a mask built with ``|``) writes none, whatever its shape; a ``copy_`` into a bool tensor of score
+    size is a mask expansion and counts. The written tensor's type is the first argument's for
+    ``copy_`` and in-place ops, else any floating argument's; an op whose types the profiler did not
+    record counts."""
+    types = [str(t) for t in (event.get("args", {}).get("Input type") or [])]
+    name = event.get("name", "").rsplit("::", 1)[-1]
+    tensors = [t for t in types if t not in _NOT_TENSORS]
+    if not tensors:
+        return True
+    floating = _FLOATING_WORDS + (("bool",) if name == "copy_" else ())
+    if name.endswith("_") and not name.endswith("__") and types[0] not in _NOT_TENSORS:
+        return any(word in types[0] for word in floating)
+    return any(word in t for t in tensors for word in floating)
+
+
 def _copy_kind(event: dict[str, Any]) -> str:
     """Kind of a score-sized ``copy_`` (destination, source): cast, mask expansion or copy."""
     args = event.get("args", {})
@@ -331,6 +355,8 @@ def _score_writers(
             below = any(c in counted or writes_below[c] for c in children[position])
             writes_below[position] = below
             dims = None if below else output_dims(thread_ops[position])
+            if dims is not None and not may_write_scores(thread_ops[position]):
+                dims = None  # an integer or bool tensor of score size is no score
             fraction = score_fraction(dims, score_shape, head_dim) if dims is not None else 0.0
             if fraction:
                 counted.add(position)

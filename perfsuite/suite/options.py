@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from perfsuite.attention.cases import Device
 from perfsuite.errors import ConfigError
 from perfsuite.suite import generation, settings, shards
 from perfsuite.variants import get_variant
@@ -231,12 +232,34 @@ def header_lines(run: settings.SuiteSettings) -> list[str]:
         f"threads={torch.get_num_threads()}",
         f"perfsuite: variants={','.join(run.variants)} ({_source(run, 'variants')}) "
         f"modes={','.join(run.modes)} ({_source(run, 'modes')})",
-        f"perfsuite: timer={run.timer} l2_flush={'on' if run.l2_flush else 'off'} "
-        f"cuda_graphs={'on' if run.cuda_graphs else 'off'} (device clocks apply to CUDA cases only)",
+        timer_line(run),
         f"perfsuite: cases from {run.cases_from}",
         f"perfsuite: cases={' '.join(c.id for c in run.cases)}",
+        *bound_header(run),
         *compiled_header(run),
         f"perfsuite: traces -> {run.traces_dir}, table -> {run.results_dir / 'table.md'}",
+    ]
+
+
+def timer_line(run: settings.SuiteSettings) -> str:
+    """The timer's settings; the CUDA-only ones (``l2_flush``, ``cuda_graphs``) only when a case runs on CUDA."""
+    if Device.CUDA not in run.devices:
+        return (
+            "perfsuite: timer=host (CPU cases only: the device timer, l2_flush and cuda_graphs "
+            "settings apply to CUDA cases)"
+        )
+    return (
+        f"perfsuite: timer={run.timer} l2_flush={'on' if run.l2_flush else 'off'} "
+        f"cuda_graphs={'on' if run.cuda_graphs else 'off'} (device clocks apply to CUDA cases only)"
+    )
+
+
+def bound_header(run: settings.SuiteSettings) -> list[str]:
+    """One line per variant bound to its model's case sets (``Variant.case_sets``): the sets and its cases."""
+    return [
+        f"perfsuite: {name} runs its case sets {' '.join(get_variant(name).case_sets)} "
+        f"(register_variant case_sets): {' '.join(c.id for c in own)}"
+        for name, own in run.variant_cases.items()
     ]
 
 

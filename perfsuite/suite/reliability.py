@@ -5,6 +5,9 @@ Used by the suite's session (``perfsuite.suite.plugin``):
 * ``FailureLedger``: an error of a variant's per-case setup (or of one mode's evidence) is
   raised in full by the first test that needs it; every later test of that variant and case
   fails with one line that names the first test, not with the same output again.
+* ``OutputFailures``: the first check that found a (variant, case)'s output wrong explains it in full;
+  a later check of the pair that fails with it (the large-score probe, a property, the timing)
+  says so in one line naming that check, not with the same story again.
 * ``CrashProbes``: for the variants ``SuiteSettings.isolate`` names, the first call of every
   (case, mode) runs once in a child process (``perfsuite.measure.isolation``) before it runs
   here; a pair that crashed the child fails its tests with variant, case, mode and signal, and
@@ -63,6 +66,36 @@ class FailureLedger:
     def failures(self) -> dict[tuple, str]:
         """Key -> ``"ValueError: ... (first: nodeid)"``, for the end-of-run summary."""
         return {key: f"{f.summary} (first: {f.nodeid})" for key, f in self._first.items()}
+
+
+def headline(failure: str) -> str:
+    """A failure's first line up to its first ``"; "`` (what failed, without the element's details)."""
+    lines = failure.strip().splitlines()
+    return (lines[0] if lines else failure).split("; ", 1)[0]
+
+
+class OutputFailures:
+    """The first check per ``(variant, case id)`` that found the output wrong (its node id and first
+    line), so later checks of the pair refer to it."""
+
+    def __init__(self):
+        self._first: dict[tuple[str, str], _Failure] = {}
+
+    def note(self, key: tuple[str, str], nodeid: str, failure: str) -> None:
+        """Keep ``failure`` (``headline``) as the pair's first, unless one is kept already."""
+        self._first.setdefault(key, _Failure(nodeid, headline(failure)))
+
+    def first(self, key: tuple[str, str]) -> str | None:
+        """``'<first line>' (reported in full by <node id>)`` for the pair's first wrong output, or None."""
+        found = self._first.get(key)
+        return f"{found.summary} (reported in full by {found.nodeid})" if found else None
+
+    def refer(self, key: tuple[str, str], what: str) -> None:
+        """Fail with one line: ``what``, and that the output is already wrong on this case (the first
+        check's line). Returns when the pair has no wrong output noted."""
+        first = self.first(key)
+        if first is not None:
+            pytest.fail(f"{what}; the output is already wrong on this case: {first}", pytrace=False)
 
 
 class CrashProbes:

@@ -45,7 +45,13 @@ from perfsuite.report.results import (
 from perfsuite.report.trace_manifest import TraceManifest
 from perfsuite.storage import unwritable_directory_reason, write_text_atomic
 from perfsuite.suite import generation, options, settings
-from perfsuite.suite.reliability import CrashProbes, FailureLedger, Progress, crash_message
+from perfsuite.suite.reliability import (
+    CrashProbes,
+    FailureLedger,
+    OutputFailures,
+    Progress,
+    crash_message,
+)
 from perfsuite.suite.shards import Shard
 from perfsuite.variants import get_variant
 from perfsuite.variants.registry import inapplicable_reason, preload_variants, variant_names
@@ -63,6 +69,9 @@ class SuiteSession:
     ):
         self.settings = resolved
         self.failures = FailureLedger()  # setup and evidence errors: in full once, then referenced
+        self.output_failures = (
+            OutputFailures()
+        )  # the first check that found an output wrong, referenced after
         self.probes = CrashProbes(
             resolved.isolate, resolved.seed, variant_specs, call_limit_s=resolved.call_limit_s
         )
@@ -375,9 +384,13 @@ class SuiteSession:
 
     # -- parametrization ---------------------------------------------------------------------
     def cases_for(self, variant) -> tuple:
-        """The cases ``variant`` runs: ``perfsuite_compiled_cases`` for compiled variants when set, else
-        ``perfsuite_adapter_cases`` for variants that wrap a library when set, else every case. A
-        compiled adapter (``hf_flex_attention``) runs on the cases both lists share, if any."""
+        """The cases ``variant`` runs: its model's case sets' cases when it is bound to them
+        (``Variant.case_sets``, ``SuiteSettings.variant_cases``), else ``perfsuite_compiled_cases`` for
+        compiled variants when set, else ``perfsuite_adapter_cases`` for variants that wrap a library
+        when set, else every case. A compiled adapter (``hf_flex_attention``) runs on the cases both
+        lists share, if any."""
+        if variant.name in self.settings.variant_cases:
+            return self.settings.variant_cases[variant.name]
         compiled, adapter = self.settings.compiled_cases, self.settings.adapter_cases
         if variant.compiled and compiled is not None:
             shared = tuple(c for c in compiled if variant.wraps and adapter and c in adapter)

@@ -3,7 +3,8 @@
 Each setting has a command-line option (``--perfsuite-dtypes``) that wins over the ini
 key (``perfsuite_cpu_dtypes`` in ``benchmarks.ini`` or ``pyproject.toml``), which wins
 over the built-in default; shapes, dtypes and masks default to the chosen case set, and
-a case set named on the command line wins over the ini keys. Lists are separated by spaces or commas. A bad value raises
+cases chosen on the command line (a case set, case ids, shapes, dtypes, masks) win over every
+configured case key, ``perfsuite_cases`` included. ``perfsuite_case_set`` names one or more sets. Lists are separated by spaces or commas. A bad value raises
 ``ConfigError`` naming the value, where it came from and what is allowed.
 """
 
@@ -11,8 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import types
 from pathlib import Path
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from perfsuite.attention import cases
 from perfsuite.errors import ConfigError
@@ -58,7 +60,7 @@ SETTINGS = {
         "perfsuite_case_set",
         "--perfsuite-case-set",
         "default",
-        "named case set (smoke, default, llm-decode, ...)",
+        "named case sets, one or more (smoke, default, llm-decode, model-gemma-2-2b ...); their cases together",
     ),
     "shapes": Setting(
         "perfsuite_shapes", "--perfsuite-shapes", "", "shapes BxH[:Hkv]xS[:Skv]xD for every device"
@@ -241,9 +243,12 @@ class SuiteSettings:
     variants: tuple[str, ...]
     modes: tuple[str, ...]
     devices: tuple[str, ...]
-    case_set: str
+    case_set: str  # the case set names, space-separated
     cases: tuple[AttentionCase, ...]
     cases_from: str
+    # variant -> its own cases: a variant bound to its model's case sets (``Variant.case_sets``), when
+    # the command line chose no cases; the other variants run ``cases``
+    variant_cases: Mapping[str, tuple[AttentionCase, ...]] = dataclasses.field(default_factory=dict)
     compiled_cases: tuple[AttentionCase, ...] | None  # None: compiled variants run every case
     seed: int
     results_dir: Path
@@ -373,53 +378,121 @@ def _describe_source(value: RawValue) -> str:
     )
 
 
+def chosen_on_command_line(raw: RawSettings) -> bool:
+    """True when a ``--perfsuite-*`` option chose the cases (a case set, case ids, shapes, dtypes,
+    masks or score modifications): the command line wins over every configured case key."""
+    return any(raw[name].origin == "option" for name in _CASE_SELECTORS)
+
+
+def _cases_key_applies(raw: RawSettings) -> bool:
+    """``perfsuite_cases`` from the configuration yields to cases chosen on the command line."""
+    value = raw["cases"]
+    return bool(value.value.strip()) and (
+        value.origin == "option" or not chosen_on_command_line(raw)
+    )
+
+
 def _resolve_cases(
-    raw: RawSettings, devices: tuple[str, ...], case_set_name: str
+    raw: RawSettings, devices: tuple[str, ...], case_set_names: Sequence[str]
 ) -> tuple[list[AttentionCase], str]:
-    """The cases, and where they came from (for the run header)."""
-    if raw["cases"].value.strip():
+    """The cases of ``case_set_names`` refined by ``raw`` (or ``raw``'s exact case ids), and where
+    they came from (for the run header)."""
+    if _cases_key_applies(raw):
         return _parse_items(raw["cases"], cases.parse_case_id, "case ids"), _describe_source(
             raw["cases"]
         )
     found: list[AttentionCase] = []
     sources: list[str] = []
-    for device in devices:
-        fields = [
-            _device_field(raw, case_set_name, device, f)
-            for f in ("shapes", "dtypes", "masks", "score_mods")
-        ]
-        sources += [_describe_source(f) for f in fields]
-        only_ids = fields[0].origin == "default" and not fields[0].value.strip()
-        if only_ids:  # a set of exact case ids (layout cases) and no shapes
-            found += _set_cases(case_set_name, device, fields)
-            continue
-        shapes = _parse_items(fields[0], cases.parse_shape, "shapes")
-        dtypes = _parse_items(fields[1], cases.parse_dtype, "dtypes")
-        masks = [m for group in _parse_items(fields[2], cases.parse_masks, "masks") for m in group]
-        mods = _parse_items(fields[3], parse_score_mods, "score modifications, or none")
-        combinations = raw["combinations"].value.strip().lower()
-        if combinations not in cases.COMBINATIONS:
-            raise ConfigError(
-                f"{raw['combinations'].source}: combinations {combinations!r}: expected one of "
-                f"{', '.join(cases.COMBINATIONS)}"
-            )
-        try:
-            found += cases.build_cases(
-                list(dict.fromkeys(shapes)),
-                list(dict.fromkeys(dtypes)),
-                device,
-                list(dict.fromkeys(masks)),
-                combinations,
-                None if mods == [NO_SCORE_MODS] else list(dict.fromkeys(mods)),
-            )
-        except ValueError as exc:
-            raise ConfigError(f"{fields[3].source}: {exc}") from None
-        found += _transposed_cases(case_set_name, device, fields, dtypes, masks)
-        found += _set_cases(case_set_name, device, fields, list(dict.fromkeys(mods)))
+    for case_set_name in case_set_names:
+        for device in devices:
+            set_cases, set_sources = _device_cases(raw, case_set_name, device)
+            found += set_cases
+            sources += set_sources
     combined = (
         "" if raw["combinations"].value.strip().lower() == "all" else ", pairwise combinations"
     )
-    return found, "; ".join(dict.fromkeys(sources)) + combined
+    overridden = (
+        f" (the command line wins over {_describe_source(raw['cases'])})"
+        if raw["cases"].value.strip()
+        else ""
+    )
+    return found, "; ".join(dict.fromkeys(sources)) + combined + overridden
+
+
+def _device_cases(
+    raw: RawSettings, case_set_name: str, device: str
+) -> tuple[list[AttentionCase], list[str]]:
+    """One case set's cases on ``device`` refined by ``raw``, and the sources of its fields."""
+    fields = [
+        _device_field(raw, case_set_name, device, f)
+        for f in ("shapes", "dtypes", "masks", "score_mods")
+    ]
+    sources = [_describe_source(f) for f in fields]
+    only_ids = fields[0].origin == "default" and not fields[0].value.strip()
+    if only_ids:  # a set of exact case ids (layout cases) and no shapes
+        return _set_cases(case_set_name, device, fields), sources
+    shapes = _parse_items(fields[0], cases.parse_shape, "shapes")
+    dtypes = _parse_items(fields[1], cases.parse_dtype, "dtypes")
+    masks = [m for group in _parse_items(fields[2], cases.parse_masks, "masks") for m in group]
+    mods = _parse_items(fields[3], parse_score_mods, "score modifications, or none")
+    combinations = raw["combinations"].value.strip().lower()
+    if combinations not in cases.COMBINATIONS:
+        raise ConfigError(
+            f"{raw['combinations'].source}: combinations {combinations!r}: expected one of "
+            f"{', '.join(cases.COMBINATIONS)}"
+        )
+    try:
+        found = cases.build_cases(
+            list(dict.fromkeys(shapes)),
+            list(dict.fromkeys(dtypes)),
+            device,
+            list(dict.fromkeys(masks)),
+            combinations,
+            None if mods == [NO_SCORE_MODS] else list(dict.fromkeys(mods)),
+        )
+    except ValueError as exc:
+        raise ConfigError(f"{fields[3].source}: {exc}") from None
+    found += _transposed_cases(case_set_name, device, fields, dtypes, masks)
+    found += _set_cases(case_set_name, device, fields, list(dict.fromkeys(mods)))
+    return found, sources
+
+
+def _resolve_case_sets(raw: RawSettings) -> tuple[str, ...]:
+    """The case set names of ``perfsuite_case_set`` / ``--perfsuite-case-set`` (one or more,
+    separated by spaces or commas); ``ConfigError`` naming an unknown one."""
+    names = tuple(dict.fromkeys(_parse_items(raw["case_set"], str, "case set names")))
+    for name in names:
+        try:
+            get_case_set(name)
+        except ValueError as exc:
+            raise ConfigError(f"{raw['case_set'].source}: {exc}") from None
+    return names
+
+
+def _bound_variant_cases(
+    raw: RawSettings, devices: tuple[str, ...], variants: tuple[str, ...]
+) -> dict[str, tuple[AttentionCase, ...]]:
+    """Each selected variant bound to its model's case sets (``Variant.case_sets``) -> those sets'
+    own cases (no configured refinement: the sets are the model's shapes); none when the command
+    line chose the cases."""
+    if chosen_on_command_line(raw):
+        return {}
+    bound = {}
+    for name in variants:
+        own_sets = get_variant(name).case_sets
+        if not own_sets:
+            continue
+        plain = {key: SETTINGS[key].default_value() for key in _REFINING if key in SETTINGS}
+        found, _ = _resolve_cases({**raw, **plain}, devices, own_sets)
+        bound[name] = tuple(dict.fromkeys(found))
+    return bound
+
+
+_REFINING = tuple(
+    f"{prefix}{field}"
+    for prefix in ("", "cpu_", "cuda_")
+    for field in ("shapes", "dtypes", "masks", "score_mods")
+) + ("cases", "combinations")
 
 
 def _transposed_cases(
@@ -482,25 +555,25 @@ def resolve(
     ``user_variants``: names of the variants loaded from ``--perfsuite-variant`` and entry
     points (``perfsuite.variants.user.loaded_user_variants``), which ``isolate=user`` probes.
     """
-    case_set_name = raw["case_set"].value.strip()
-    try:
-        get_case_set(case_set_name)
-    except ValueError as exc:
-        raise ConfigError(f"{raw['case_set'].source}: {exc}") from None
+    case_set_names = _resolve_case_sets(raw)
     devices = _resolve_devices(raw, cuda_available)
-    resolved_cases, cases_from = _resolve_cases(raw, devices, case_set_name)
-    if raw["extra_cases"].value.strip() and not raw["cases"].value.strip():
+    resolved_cases, cases_from = _resolve_cases(raw, devices, case_set_names)
+    extra = raw["extra_cases"]
+    extra_applies = extra.origin == "option" or not chosen_on_command_line(raw)
+    if extra.value.strip() and extra_applies and not _cases_key_applies(raw):
         resolved_cases += _parse_items(raw["extra_cases"], cases.parse_case_id, "case ids")
     results_dir = Path(raw["results"].value)
     traces = raw["traces"].value.strip()
     variants = _resolve_variants(raw)
+    variant_cases = _bound_variant_cases(raw, devices, variants)
     return SuiteSettings(
         variants=variants,
         modes=_resolve_modes(raw),
         devices=tuple(dict.fromkeys(c.device for c in resolved_cases)) or devices,
-        case_set=case_set_name,
+        case_set=" ".join(case_set_names),
         cases=tuple(dict.fromkeys(resolved_cases)),
         cases_from=cases_from,
+        variant_cases=types.MappingProxyType(variant_cases),
         compiled_cases=_resolve_compiled_cases(raw),
         adapter_cases=_resolve_compiled_cases(raw, "adapter_cases"),
         seed=_parse_seed(raw),

@@ -38,24 +38,29 @@ def collection_notes(session: pytest.Session, suite: SuiteSession) -> None:
     for line in suite.not_generated.lines(most=None if verbose else 4):
         reporter.write_line(line)
     suite_items = [item for item in session.items if "variant" in getattr(item, "fixturenames", ())]
-    if not suite_items and options.asked_for_perfsuite(session.config):
-        reporter.write_line(NO_SUITE_COLLECTED, yellow=True)
+    if not suite_items:
+        # the repository's own tests (plain pytest with perfsuite keys in its configuration) are not
+        # the suite's business: nothing of perfsuite ran, so no variant of the user's is idle
+        if options.asked_for_perfsuite(session.config):
+            reporter.write_line(NO_SUITE_COLLECTED, yellow=True)
+        return
     # a shard holds some variants' tests only, and -k / -m deselect on purpose
     chosen = bool(
         suite.shard_note or session.config.option.keyword or session.config.option.markexpr
     )
     idle = [] if chosen else idle_user_variants(suite_items, suite.settings.variants)
+    reasons = "the reasons are above" if suite.not_generated.total else "-v lists the skips"
     for name in idle:
         reporter.write_line(
             f"perfsuite: your variant {name} has no test on these cases: each combination's skip is "
-            "certain (the reasons are above; a form it does not declare is the usual one)",
+            f"certain ({reasons}; a form it does not declare is the usual one)",
             yellow=True,
         )
     users = [v for v in suite.settings.variants if v in loaded_user_variants()]
     if idle and len(idle) == len(users):
         raise pytest.UsageError(
             f"none of your variants ({', '.join(idle)}) has a test on these cases, so this run would "
-            "check nothing of yours; declare the forms the cases carry (the reasons are above) or "
+            f"check nothing of yours; declare the forms the cases carry ({reasons}) or "
             "choose cases your variants run (perfsuite_case_set, --perfsuite-cases)"
         )
 

@@ -147,8 +147,9 @@ def _knows_work(fp: dict[str, Any]) -> bool:
 def added_work(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
     """What the head does that the base does not, one phrase per kind of work; [] when it adds none.
 
-    More copies or casts (any tensor), gathers (``cat``, ``index``, ...: a paged cache made dense)
-    or more bytes gathered,
+    More copies or casts (any tensor), gathers (``cat``, ``index``, ...: a paged cache made dense),
+    judged on their net bytes where both fingerprints record the bytes of every one (32 gathers
+    replaced by 2 of the same bytes add none; more bytes copied or gathered do),
     Memcpy, device kernels or score-sized writes (each counted
     whole, so a copy that only moved adds none), more bytes allocated, written in place or saved
     for backward, or another SDPA backend (either way: a backend change needs a reviewer).
@@ -157,6 +158,14 @@ def added_work(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
     """
     found = []
     for field, label in COUNTED_WORK.items():
+        if field == "copies" and _bytes_known(field, base, head):
+            grown = _total(head, "copy_bytes") - _total(base, "copy_bytes")
+            more = _total(head, field) - _total(base, field)
+            if grown > 0:  # judged on the net bytes: a copy moved or split into two is no more work
+                found.append(f"{more:+d} {label}" if more > 0 else f"+{format_bytes(grown)} copied")
+            continue
+        if field == "gathers" and _bytes_known(field, base, head):
+            continue  # judged on the net bytes gathered, below
         if field in base and field in head and _total(head, field) > _total(base, field):
             found.append(f"{_total(head, field) - _total(base, field):+d} {label}")
     for field, label in WORK_BYTES.items():
@@ -238,6 +247,37 @@ def _score_write_lines(changes: list[tuple[str, int, int]]) -> tuple[list[str], 
 _BYTES_FIELD = {"copies": "copy_bytes", "gathers": "gather_bytes"}
 
 
+def _bytes_known(field: str, base: dict[str, Any], head: dict[str, Any]) -> bool:
+    """Whether both fingerprints record the bytes of every copy or gather (``field``) they hold."""
+    sizes = _BYTES_FIELD.get(field)
+    if sizes is None or field not in base or field not in head:
+        return False
+    return all(
+        sizes in fp and all(fp[sizes].get(name, 0) > 0 for name, n in fp[field].items() if n)
+        for fp in (base, head)
+    )
+
+
+def _net_line(
+    field: str, label: str, changes: list[tuple[str, int, int]], base: dict, head: dict
+) -> str | None:
+    """One line for copies or gathers replaced by others of the same bytes (some went, some came):
+    ``gather 8.0 MiB -> 8.0 MiB, 32 -> 2 calls (cpu aten::index [..]: 32 -> 0; ...)``; None when
+    the bytes changed, or nothing went or came, or the bytes are not all recorded."""
+    if not _bytes_known(field, base, head):
+        return None
+    if not any(a > b for _, b, a in changes) or not any(a < b for _, b, a in changes):
+        return None
+    sizes = _BYTES_FIELD[field]
+    before_bytes = sum(base[sizes].get(name, 0) for name, _, _ in changes)
+    after_bytes = sum(head[sizes].get(name, 0) for name, _, _ in changes)
+    if before_bytes != after_bytes:
+        return None
+    calls = f"{sum(b for _, b, _ in changes):g} -> {sum(a for _, _, a in changes):g} calls"
+    which = "; ".join(f"{name[:120]}: {b:g} -> {a:g}" for name, b, a in changes)
+    return f"{label}{format_bytes(before_bytes)} -> {format_bytes(after_bytes)}, {calls} ({which})"
+
+
 def _bytes_of(field: str, name: str, base: dict[str, Any], head: dict[str, Any]) -> str:
     """`` (+16.0 KiB per step)`` for a copy or gather line when both fingerprints record its bytes."""
     sizes = _BYTES_FIELD.get(field)
@@ -287,6 +327,10 @@ def diff_fingerprints(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
         if field == "score_writes":
             changed, reshaped = _score_write_lines(changes)
             lines += changed
+            continue
+        net = _net_line(field, label, changes, base, head)
+        if net is not None:  # the same bytes in other calls: one line, no work added
+            lines.append(net)
             continue
         for name, before, after in changes:
             lines.append(

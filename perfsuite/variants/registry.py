@@ -14,6 +14,7 @@ from typing import Any
 from collections.abc import Callable, Mapping, Sequence
 
 
+from perfsuite.attention.case_sets import get_case_set
 from perfsuite.attention.cases import DEVICES
 from perfsuite.attention.modes import GRADIENT_MODES
 from perfsuite.attention.contract import (
@@ -132,6 +133,8 @@ class Variant:
     requires: frozenset[Form] = frozenset()
     score_copy: DeclaredScoreCopy | None = None
     flash_impl: str | None = None
+    # the case sets (``attention.case_sets``) this variant's model runs; a run pairs it with their cases only
+    case_sets: tuple[str, ...] = ()
 
     def device_unsupported(self, device: str) -> str | None:
         """Why the variant cannot run on ``device`` (``"cpu"``, ``"cuda"``) at all, or None."""
@@ -257,6 +260,7 @@ def register_variant(
     requires: Sequence[str | Form] = (),
     score_copy: DeclaredScoreCopy | None = None,
     flash_impl: str | None = None,
+    case_sets: Sequence[str] = (),
 ) -> Callable[[VariantFn], VariantFn]:
     """Decorator that registers ``fn`` under ``name`` and returns it unchanged.
 
@@ -272,6 +276,9 @@ def register_variant(
     ``score_copy``: a score-sized copy the variant makes on some cases, and why
     (``DeclaredScoreCopy``): score accounting expects it there instead of failing. ``flash_impl``: the flash
     implementation a variant pinned to the flash backend claims (``Variant.flash_impl``).
+    ``case_sets``: the named case sets (``perfsuite.attention.case_sets``) of the model this function
+    serves (``Variant.case_sets``): a run pairs the variant with those sets' cases only, unless the
+    command line chooses cases (``--perfsuite-case-set``, ``--perfsuite-cases``).
 
     Raises:
         ValueError: ``name`` is already registered, ``fully_masked_rows`` is not one of
@@ -324,6 +331,7 @@ def register_variant(
             requires=needed,
             score_copy=score_copy,
             flash_impl=flash_impl,
+            case_sets=_known_case_sets(name, case_sets),
         )
         return fn
 
@@ -333,6 +341,18 @@ def register_variant(
 # The flash implementations SDPA's flash backend can switch to (torch.nn.attention.list_flash_attention_impls);
 # perfsuite.trace.kernel_families has one kernel-name rule per name (a test keeps the two lists equal).
 FLASH_IMPLS = ("FA4", "FA3", "FA2")
+
+
+def _known_case_sets(name: str, case_sets: Sequence[str]) -> tuple[str, ...]:
+    """``case_sets`` as a tuple; ``ValueError`` naming the variant and the unknown set otherwise."""
+    if isinstance(case_sets, str):
+        case_sets = case_sets.split()
+    for set_name in case_sets:
+        try:
+            get_case_set(set_name)
+        except ValueError as exc:
+            raise ValueError(f"register_variant({name!r}, case_sets=...): {exc}") from None
+    return tuple(dict.fromkeys(case_sets))
 
 
 def _check_flash_impl(name: str, flash_impl: str | None, sdpa_backend: str | None) -> None:

@@ -234,6 +234,52 @@ def test_a_split_kv_failure_says_the_merge_is_wrong_when_one_split_is_right(vari
     )
 
 
+PAGED = "b2h4kv2q1k12d8-fp32-causal_br-paged4-uniform-cpu"
+
+
+def _online_over_pages(correct_max: bool):
+    """Decode over a paged cache with an online softmax page by page; without ``correct_max`` the
+    running sum and output are not rescaled by exp(m_old - m_new) when a page raises the max."""
+
+    def attention(query, key, value, *, mask, scale, block_table, seq_lens_kv):
+        batch, heads, _, _ = query.shape
+        page_size, groups = key.shape[1], heads // key.shape[2]
+        out = torch.empty_like(query)
+        for b in range(batch):
+            length = int(seq_lens_kv[b])
+            top = torch.full((heads, 1, 1), float("-inf"))
+            total, acc = torch.zeros(heads, 1, 1), torch.zeros(heads, 1, query.shape[-1])
+            for p in range((length + page_size - 1) // page_size):
+                rows = slice(0, min(page_size, length - p * page_size))
+                page = int(block_table[b, p])
+                k = key[page, rows].transpose(0, 1).repeat_interleave(groups, 0)
+                v = value[page, rows].transpose(0, 1).repeat_interleave(groups, 0)
+                scores = torch.matmul(query[b], k.transpose(-2, -1)) * scale
+                new_top = torch.maximum(top, scores.amax(-1, keepdim=True))
+                rescale = torch.exp(top - new_top) if correct_max else 1.0
+                weights = torch.exp(scores - new_top)
+                total = total * rescale + weights.sum(-1, keepdim=True)
+                acc = acc * rescale + torch.matmul(weights, v)
+                top = new_top
+            out[b] = acc / total
+        return out
+
+    return attention
+
+
+def test_a_paged_failure_says_the_merge_across_pages_is_wrong_when_one_page_is_right(variant_of):
+    """Before: an online softmax over pages without the max correction got only the element; the
+    max / log-sum-exp hint was given on split-KV cases only."""
+    case = parse_case_id(PAGED)
+    assert check_matches_reference(variant_of("t_pages", _online_over_pages(True)), case, 0) is None
+    failure = check_matches_reference(variant_of("t_no_max", _online_over_pages(False)), case, 0)
+    assert (
+        "with one page per sequence (page_size 12) the output matches the reference, with page_size 4 "
+        "it does not: the merge across pages is wrong (is the max / log-sum-exp correction applied?"
+        in failure
+    ), failure
+
+
 def _chunked_prefill(shift: int):
     """Packed causal prefill over each sequence's cached prefix (bottom-right): query row i of a
     sequence sees keys j <= i + kv_len - q_len + shift (shift 1: the mask off by one)."""

@@ -47,3 +47,14 @@ def test_verdicts_are_stored_and_printed_as_their_plain_strings():
     ]
     assert json.loads(json.dumps({"verdict": Verdict.NO_CHANGE})) == {"verdict": "no change"}
     assert f"| {Verdict.SLOWER} |" == "| slower |" and Verdict("no change") is Verdict.NO_CHANGE
+
+
+def test_an_interval_is_printed_outward_and_never_touches_1_when_it_excludes_it():
+    """Before: ``slower 1.068 [1.000, 1.141]`` for a low end of 1.00024, and ``1.000 [0.000, inf]``
+    for a one-pair benchmark."""
+    from perfsuite.gate.compare import format_ratio_interval
+
+    assert format_ratio_interval(1.068, 1.00024, 1.14051, 6) == "1.068 [1.0002, 1.141]"
+    assert format_ratio_interval(0.95, 0.9012, 0.99996, 6) == "0.950 [0.901, 0.99996]"
+    assert format_ratio_interval(1.01, 0.9876, 1.0301, 6) == "1.010 [0.987, 1.031]"  # outward
+    assert format_ratio_interval(1.0, 0.0, float("inf"), 1) == "1.000 (no interval from 1 sample)"

@@ -147,15 +147,25 @@ def sdpa(query, key, value, *, mask, scale):
     return F.scaled_dot_product_attention(query, key, value, is_causal=mask.is_causal, scale=scale)
 
 
+def sees_the_next_key(query, key, value, *, mask, scale):
+    """Masks with -inf, one key too late: each query also sees the key after it (an off by one)."""
+    hidden = torch.ones_like(mask.masked_out).triu(2)
+    scores = (torch.matmul(query, key.transpose(-2, -1)) * scale).masked_fill(hidden, float("-inf"))
+    return torch.matmul(torch.softmax(scores, dim=-1), value)
+
+
 @pytest.mark.parametrize(
     "fn, kind",
     [
         (adds_minus_1e4, "a hidden key was weighed"),
         (no_max_subtraction, "overflow in the softmax"),
         (sdpa, None),
+        (sees_the_next_key, "wrong on large scores"),
     ],
 )
 def test_the_bfloat16_probe_names_a_mask_constant_too_small_and_an_overflow(fn, kind, tmp_path):
+    """A mask constant too small is named only where the reference rerun with that finite constant
+    gives the output (before: an off-by-one mask written with -inf was told to mask with -inf)."""
     case = AttentionCase(1, 2, 8, 8, 4, "bf16", "cpu", "causal")
     evidence = gather_evidence(Variant(name=fn.__name__, fn=fn, description="t"), case, 0, tmp_path)
     found = [d for d in evidence.deceptions if "large-score probe" in d]

@@ -28,8 +28,8 @@ def test_threads_waiting_for_a_cpu_flag_the_window_and_say_how_long():
     evidence = assess(before, after, tick_s=TICK)
     assert evidence.wait_fraction == pytest.approx(0.35) and evidence.contended
     assert (
-        "waited for a CPU 35% of the wall time, summed over threads (limit 5%)"
-        in evidence.reasons[0]
+        "waited for a CPU 0.35 s/s of wall time (summed over threads, so above 1 s/s when several "
+        "wait at once; limit 0.05 s/s)" in evidence.reasons[0]
     )
     assert evidence.cpu_per_wall == pytest.approx(1.2) and evidence.threads == 3
 
@@ -102,6 +102,14 @@ def test_the_check_can_be_switched_off_but_not_misspelled(monkeypatch):
         assess(*loaded, tick_s=TICK)
 
 
+def test_a_wait_summed_over_threads_above_the_wall_time_is_not_called_a_share():
+    """Before: ``threads waited 116%``: a sum over threads printed as a share of the wall time."""
+    evidence = assess(
+        snap(0.0, 0.0, {1: 0.0, 2: 0.0}), snap(1.0, 1.0, {1: 0.6, 2: 0.56}), tick_s=TICK
+    )
+    assert "threads waited 1.16 s/s" in evidence.brief and "%" not in evidence.reasons[0]
+
+
 def test_the_reasons_come_in_one_short_line_too():
     """Terminals and table cells get ``brief``; JSON and the report keep every reason in full."""
     before = snap(0.0, 0.0, {1: 0.0, 2: 0.0}, steal=1.0, total=100.0, load=3.0)
@@ -109,7 +117,7 @@ def test_the_reasons_come_in_one_short_line_too():
     evidence = assess(before, after, tick_s=TICK)
     assert (
         evidence.brief
-        == f"threads waited 60% (limit 5%), CPU steal 25% (limit 5%), load 3.2 on {os.cpu_count()} CPUs"
+        == f"threads waited 0.60 s/s (limit 0.05 s/s), CPU steal 25% (limit 5%), load 3.2 on {os.cpu_count()} CPUs"
     )
     assert "\n" not in evidence.brief and len(evidence.brief) < len("; ".join(evidence.reasons)) / 2
     assert contention.brief_reason(evidence.as_dict()) == evidence.brief

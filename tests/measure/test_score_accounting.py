@@ -278,3 +278,26 @@ def test_naive_mods_shows_the_score_sized_writes_each_modification_adds(
     assert all(difference[op] >= 1 for op in added), difference
     assert all(op not in full(new[0]) for op in gone)
     assert new[0].written >= base[0].written + len(added) - len(gone)
+
+
+def test_an_integer_tensor_of_score_size_is_no_score_write():
+    """Before: a paged decode's int32 -> int64 cast of its ``[4x16]`` block table was listed as a
+    ``score write cast`` and a ``clamp`` on it as a ``score write computed`` (a query chunk of
+    ``[.., 4, 16]`` scores)."""
+    score = (2, 4, 4, 16)
+    table = [4, 16]
+    ops = [
+        op(
+            "aten::copy_",
+            0,
+            2,
+            [table, table, []],
+            ["long int", "int", "Scalar"],
+            [[16, 1], [16, 1], []],
+        ),
+        op("aten::clamp", 3, 2, [table, [], []], ["long int", "Scalar", "Scalar"]),
+        op("aten::mul", 6, 2, [[2, 4, 4, 16], []], ["float", "Scalar"]),
+        op("aten::bitwise_or_", 9, 2, [table, table], ["bool", "bool"]),  # a mask built with |=
+    ]
+    accounting = account_ops(ops, score, 8)
+    assert [w.op for w in accounting.writes] == ["aten::mul"], accounting.writes

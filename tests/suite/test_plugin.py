@@ -72,6 +72,50 @@ def test_header_prints_seed_and_cases(project):
             "*<Function test_benchmark?naive-b1h2s16d8-fp32-causal-cpu-forward_backward?>",
         ]
     )
+    # CPU cases only: the CUDA timer's settings are not printed as if they applied
+    assert "cuda_graphs=" not in result.stdout.str() and "l2_flush=" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["perfsuite: timer=host (CPU cases only: *"])
+
+
+SEES_THE_NEXT_KEY = """
+import torch
+
+
+def sees_the_next_key(query, key, value, *, mask, scale):
+    hidden = torch.ones(query.shape[2], key.shape[2], dtype=torch.bool).triu(2)
+    scores = (query @ key.transpose(-2, -1) * scale).masked_fill_(hidden, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ value
+"""
+PROPERTIES = (
+    Path(__file__).resolve().parents[2] / "perfsuite" / "suite" / "test_properties.py"
+).read_text()
+
+
+def test_one_mistake_fails_in_full_once_and_later_checks_of_the_case_refer_to_it(project):
+    """Before: a causal mask off by one failed the reference, the large-score probe, the benchmark and
+    properties with the same story, plus a ``Benchmark fixture was not used`` warning per case."""
+    project.makepyfile(offbyone=SEES_THE_NEXT_KEY, test_properties=PROPERTIES)
+    result = project.runpytest_subprocess(
+        TINY,
+        "--perfsuite-variant=offbyone:sees_the_next_key",
+        "--perfsuite-variants=sees_the_next_key",
+        "--perfsuite-modes=forward",
+        "--perfsuite-isolate=none",
+        "--benchmark-disable",
+        "-p",
+        "no:randomly",
+        "-rs",
+    )
+    out = result.stdout.str()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, out
+    assert out.count("Mismatched elements") == 1, out  # the story in full, once
+    referring = out.count("the output is already wrong on this case: ")
+    assert referring >= 2, out  # the probe and the properties, each in one line
+    assert "test_matches_float64_reference[" in out.split("the output is already wrong")[1]
+    assert "Benchmark fixture was not used" not in out, out
+    result.stdout.fnmatch_lines(
+        ["SKIPPED *not timed: * (test_calls_cannot_fool_the_measurement fails for it)"]
+    )
 
 
 def test_timed_run_saves_a_baseline_with_extra_info_and_a_table(project):

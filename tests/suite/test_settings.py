@@ -220,3 +220,51 @@ def test_score_modifications_come_from_the_model_set_the_option_or_the_ini_and_e
     assert all(c.score_mods.alibi for c in on_cpu.cases)
     with pytest.raises(ConfigError, match=r"^option score_mods: query_offset=5000 puts"):
         settings.resolve(raw(case_set="llm-decode", score_mods="qoff5000"), cuda_available=False)
+
+
+def test_cases_chosen_on_the_command_line_win_over_configured_case_ids_and_say_so():
+    """Before: ``--perfsuite-case-set masks`` was ignored when the configuration set ``perfsuite_cases``
+    (the header said ``cases from ini key perfsuite_cases``)."""
+    configured = {"cases": "b1h2s4d4-fp32-bool-cpu", "extra_cases": "b1h2s4d4-fp32-causal-cpu"}
+    run = settings.resolve(raw(ini=configured, case_set="masks"), cuda_available=False)
+    masks = settings.resolve(raw(case_set="masks"), cuda_available=False)
+    assert run.cases == masks.cases
+    assert "the command line wins over ini cases" in run.cases_from, run.cases_from
+    shapes = settings.resolve(raw(ini=configured, shapes="1x1x8x8"), cuda_available=False)
+    assert {c.shape_id for c in shapes.cases} == {"b1h1s8d8"}
+    kept = settings.resolve(raw(ini=configured), cuda_available=False)  # no option: the key holds
+    assert [c.id for c in kept.cases] == ["b1h2s4d4-fp32-bool-cpu"]
+
+
+def test_several_case_sets_give_their_cases_together_and_an_unknown_one_is_named():
+    """Before: ``perfsuite_case_set`` took one name, so two model families meant case ids copied by hand."""
+    both = settings.resolve(raw(ini={"case_set": "smoke masks"}), cuda_available=False)
+    smoke = settings.resolve(raw(case_set="smoke"), cuda_available=False).cases
+    masks = settings.resolve(raw(case_set="masks"), cuda_available=False).cases
+    assert both.cases == tuple(dict.fromkeys(smoke + masks)) and both.case_set == "smoke masks"
+    with pytest.raises(ConfigError, match="ini case_set: case set 'nosuch' is unknown"):
+        settings.resolve(raw(ini={"case_set": "smoke, nosuch"}), cuda_available=False)
+
+
+def test_a_variant_bound_to_its_models_case_sets_runs_their_cases_unless_the_command_line_chooses():
+    """``register_variant(case_sets=...)``: the variant's own cases, the others' untouched."""
+    from perfsuite.variants.registry import register_variant, unregister_variant
+
+    register_variant("bound_to_gqa", "test", case_sets=["gqa"])(
+        lambda query, key, value, *, mask, scale: query
+    )
+    try:
+        run = settings.resolve(
+            raw(ini={"variants": "bound_to_gqa naive", "cpu_shapes": "1x2x4x4"}), False
+        )
+        gqa = settings.resolve(raw(case_set="gqa"), False).cases
+        assert run.variant_cases["bound_to_gqa"] == gqa  # the set's own shapes, not the ini's
+        assert {c.shape_id for c in run.cases} == {"b1h2s4d4"}
+        chosen = settings.resolve(raw(ini={"variants": "bound_to_gqa"}, case_set="smoke"), False)
+        assert not chosen.variant_cases
+        with pytest.raises(ValueError, match="case_sets=...\\): case set 'gqq' is unknown"):
+            register_variant("bound_badly", "test", case_sets=["gqq"])(
+                lambda query, key, value, *, mask, scale: query
+            )
+    finally:
+        unregister_variant("bound_to_gqa")

@@ -175,6 +175,32 @@ def test_plain_pytest_with_perfsuite_options_says_what_to_do(user_repo):
     assert "perfsuite run" in result.stdout, result.stdout
 
 
+def test_plain_pytest_runs_the_users_own_tests_and_exits_by_their_outcome(user_repo):
+    """With perfsuite's keys in ``[tool.pytest.ini_options]`` (and no ``--perfsuite-*`` option), plain
+    ``pytest`` runs the repository's own tests and exits by them: no usage error about variants that
+    have no suite test, no note about reasons that were never printed."""
+    repo, *_ = user_repo
+    own = repo.path / "tests" / "test_own.py"
+    own.parent.mkdir(exist_ok=True)
+    own.write_text(
+        "def test_mine():\n    assert 1 + 1 == 2\n\n\n"
+        "def test_mine_broken():\n    assert 1 + 1 == 3\n"
+    )
+    try:
+        passing = repo.sh(
+            repo.bin / "python", "-m", "pytest", "-q", "tests/test_own.py::test_mine", check=False
+        )
+        everything = repo.sh(repo.bin / "python", "-m", "pytest", "-q", check=False)
+    finally:
+        own.unlink()
+    output = passing.stdout + passing.stderr
+    assert passing.returncode == 0, output
+    assert "1 passed" in output and "has no test on these cases" not in output, output
+    output = everything.stdout + everything.stderr
+    assert everything.returncode == 1, output  # the user's own failing test, not a usage error
+    assert "1 failed, 1 passed" in output and "reasons are above" not in output, output
+
+
 def test_the_ab_gate_on_git_refs_names_the_extra_copy_and_fails(user_repo):
     repo, base_sha, head_sha, _ = user_repo
     result = repo.perfsuite(*AB, "--base-ref", base_sha, "--head-ref", head_sha)

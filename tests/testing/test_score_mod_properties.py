@@ -226,3 +226,85 @@ def test_a_near_miss_of_a_form_keyword_is_named_in_the_reason():
     assert reason.endswith(
         "its parameter logit_softcap is no form keyword (did you mean 'softcap'?)"
     )
+
+
+def test_the_gemma_set_fails_a_cap_after_the_mask_and_names_the_order():
+    """Before: a softcap applied after the mask passed the float64 check on every case of
+    ``model-gemma-2-2b`` (no query there sees no key); now its small case with unseen rows fails,
+    naming the order."""
+    cases = get_case_set("model-gemma-2-2b").cpu.cases.split()
+    assert cases, "model-gemma-2-2b has no case where the softcap and mask order shows"
+    case = dataclasses.replace(parse_case_id(cases[0]), score_mods=ScoreMods(softcap=50.0))
+    failure = properties.check_matches_reference(user_variant(cap_after_mask), case, 0)
+    assert failure is not None and "softcap applied after the mask" in failure, failure
+
+
+def window_one_too_wide(query, key, value, *, mask, scale, softcap):
+    """A sliding window that lets each query see one key more than the window (off by one)."""
+    window = int(mask.kind.removeprefix("window"))
+    q_idx = torch.arange(query.shape[2])[:, None] + key.shape[2] - query.shape[2]
+    distance = q_idx - torch.arange(key.shape[2])[None, :]
+    hidden = (distance < 0) | (distance > window)
+    scores = softcap * torch.tanh(scores_of(query, key, scale) / softcap)
+    weights = torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1)
+    return torch.matmul(weights, expand_kv_heads(value, query.shape[1]))
+
+
+def test_a_window_off_by_one_is_named_and_the_softcap_is_not_blamed():
+    """Before: a window off by one on a softcap case got ``score modifications at that element:
+    softcap 50`` and no word about the window."""
+    case = AttentionCase(
+        1,
+        4,
+        16,
+        16,
+        8,
+        "fp32",
+        "cpu",
+        "window4",
+        num_kv_heads=2,
+        score_mods=ScoreMods(softcap=50.0),
+    )
+    failure = properties.check_matches_reference(user_variant(window_one_too_wide), case, 0)
+    assert failure is not None
+    assert "the output matches the reference with a window of 5 keys, not 4" in failure, failure
+    assert "score modifications at that element" not in failure, failure
+    assert "computed below the case's precision" not in failure, failure
+
+
+def test_a_dropped_softcap_is_not_called_a_precision_loss():
+    """Before: the dropped softcap's error 0.00102 was called ``of the size a float16 computation
+    makes (0.00028)``: the float16 rerun of the reference does not reproduce it."""
+    case = AttentionCase(
+        1,
+        8,
+        64,
+        64,
+        256,
+        "fp32",
+        "cpu",
+        "causal_br",
+        num_kv_heads=4,
+        score_mods=ScoreMods(softcap=50.0),
+    )
+    failure = properties.check_matches_reference(user_variant(missing_cap), case, 0)
+    assert failure is not None and "without the softcap" in failure
+    assert "computed below the case's precision" not in failure, failure
+
+
+def tiled_heads(query, key, value, *, mask, scale, softcap):
+    """Grouped-query heads expanded with ``repeat``: query head h reads key/value head h % Hkv."""
+    groups = query.shape[1] // key.shape[1]
+    key, value = key.repeat(1, groups, 1, 1), value.repeat(1, groups, 1, 1)
+    scores = softcap * torch.tanh(scores_of(query, key, scale) / softcap)
+    return finish(scores, mask, value, query)
+
+
+def test_a_wrong_grouped_query_head_mapping_is_named():
+    """Before: only the element, and the large-score probe's mask-value hint."""
+    case = AttentionCase(
+        **DECODE, device="cpu", mask="causal_br", num_kv_heads=2, score_mods=ScoreMods(softcap=50.0)
+    )
+    failure = properties.check_matches_reference(user_variant(tiled_heads), case, 0)
+    assert failure is not None
+    assert "with query head h reading key/value head h % 2 (torch.repeat)" in failure, failure

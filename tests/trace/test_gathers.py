@@ -122,3 +122,28 @@ def test_a_wider_gather_in_place_of_one_is_more_work_by_its_bytes():
         "gathered +96 B per step",
     ]
     assert added_lines(lines) == lines[1:]
+
+
+def test_gathers_replaced_by_others_of_the_same_bytes_are_one_net_line_and_no_work():
+    """Before: ``+2 gather ... (+8.0 MiB per step)`` in the FAIL line and ``-32 gather ... (-8.0 MiB
+    per step)`` hidden, and the gate failed on "work added" for equal bytes gathered."""
+    page, whole = "cpu aten::index [1x16x4x2x256]", "cpu aten::index [16x64x2x256]"
+    base = {
+        "gathers": {page: 32},
+        "gather_bytes": {page: 8 * 2**20},
+        "copies": {},
+        "copy_bytes": {},
+    }
+    head = {
+        "gathers": {whole: 2},
+        "gather_bytes": {whole: 8 * 2**20},
+        "copies": {},
+        "copy_bytes": {},
+    }
+    lines = diff_fingerprints(base, head)
+    assert lines == [
+        f"gather 8.0 MiB -> 8.0 MiB, 32 -> 2 calls ({whole}: 0 -> 2; {page}: 32 -> 0)"
+    ], lines
+    assert not added_lines(lines) and not adds_work(base, head) and not adds_work(head, base)
+    more = {**head, "gather_bytes": {whole: 9 * 2**20}}  # more bytes: work added, lines as before
+    assert adds_work(base, more) and "gathered +1.0 MiB per step" in diff_fingerprints(base, more)
