@@ -386,6 +386,7 @@ def _run_ab(args: argparse.Namespace) -> int:
             contended_pairs=contended_pairs,
             noise_floors=floors,
             call_limit_s=args.call_limit_s,
+            variant_case_ids=config.variant_case_ids,
         )
     payload = ab_payload(results, info, settings, plan, contended_pairs)
     sides = {

@@ -24,7 +24,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -401,6 +401,7 @@ def run_benchmark(
     clock: Callable[[], float] = time.monotonic,
     floor_sd: float = 0.0,
     call_limit_s: float | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> AbBenchmark | None:
     """A/B one variant on one case in one mode: worker pair 0 records both structural fingerprints,
     then the worker pairs are visited (``Visits``, ``sequential.sequential_visits``, its budget read on
@@ -428,6 +429,8 @@ def run_benchmark(
         return AbBenchmark(key, [], [], comparison)
     if any("unsupported" in s for s in setups):
         return None
+    if progress:
+        progress(f"A/B {variant} on {case_id} ({mode})")
     structure = diff_fingerprints(setups[0]["fingerprint"], setups[1]["fingerprint"])
     added = adds_work(setups[0]["fingerprint"], setups[1]["fingerprint"])
     fingerprints = (setups[0].get("fingerprint"), setups[1].get("fingerprint"))
@@ -546,6 +549,7 @@ def run_ab(
     contended_pairs: ContendedPairs = DEFAULT_CONTENDED_PAIRS,
     noise_floors: dict[str, float] | None = None,
     call_limit_s: float | None = None,
+    variant_case_ids: Mapping[str, tuple[str, ...]] | None = None,
 ) -> tuple[list[AbBenchmark], dict]:
     """A/B every variant x case x mode (``plan``: worker pairs, looks and time budget per benchmark);
     returns the benchmarks both sides could run and machine info.
@@ -555,7 +559,9 @@ def run_ab(
     the torch thread count of both workers (``TIMING_THREADS_ENV``; None: the machine's default).
     ``contended_pairs``: which contended block pairs are kept (``ContendedPairs``). ``noise_floors``:
     per benchmark key, the A/A noise floor (``noise_floor.floors_from_payloads``). ``call_limit_s``: the
-    seconds a worker's set-up may take (``run_benchmark``). All worker processes
+    seconds a worker's set-up may take (``run_benchmark``). ``variant_case_ids``: a variant bound to its
+    model's case sets -> its own cases (the others run ``case_ids``). ``progress`` hears of each benchmark
+    that runs, once both sides set it up (a variant that cannot run a case prints nothing). All worker processes
     start (and import torch) together before any timing; one worker per side when the plan cannot
     decide (structure only).
     """
@@ -570,10 +576,8 @@ def run_ab(
         info = check_same_machine(bases[0], heads[0], devices, force)
         results = []
         for variant in variants:
-            for case_id in case_ids:
+            for case_id in (variant_case_ids or {}).get(variant, case_ids):
                 for mode in modes:
-                    if progress:
-                        progress(f"A/B {variant} on {case_id} ({mode})")
                     key = str(BenchmarkKey(variant, case_id, mode))
                     found = run_benchmark(
                         bases,
@@ -588,6 +592,7 @@ def run_ab(
                         contended_pairs,
                         floor_sd=(noise_floors or {}).get(key, 0.0),
                         call_limit_s=call_limit_s,
+                        progress=progress,
                     )
                     if found:
                         results.append(found)

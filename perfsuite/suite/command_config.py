@@ -127,6 +127,8 @@ class AbConfig:
     variant_specs: tuple[str, ...]
     variants: tuple[str, ...]
     case_ids: tuple[str, ...]
+    # a variant bound to its model's case sets (``Variant.case_sets``) -> its own case ids
+    variant_case_ids: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     modes: tuple[str, ...]
     changed_keys: tuple[str, ...]
     base_tree: Path
@@ -333,6 +335,9 @@ def resolve_ab(
         variant_specs=specs,
         variants=resolved.variants,
         case_ids=tuple(c.id for c in resolved.cases),
+        variant_case_ids=types.MappingProxyType(
+            {v: tuple(c.id for c in cases) for v, cases in resolved.variant_cases.items()}
+        ),
         modes=resolved.modes,
         changed_keys=tuple(changed),
         base_tree=chosen["base"],

@@ -806,6 +806,26 @@ def test_a_variant_renamed_by_the_change_is_missing_not_an_error():
         )
 
 
+class UnsupportedWorker(SetupWorker):
+    """A worker whose variant cannot run the case (``certain_skip``)."""
+
+    def ask(self, request, *limit):
+        return {"unsupported": "naive does not declare sinks"}
+
+
+def test_progress_is_said_only_for_a_benchmark_that_runs():
+    """ab printed an 'A/B <variant> on <case>' line for every combination, also those it then left out."""
+    from perfsuite.gate.ab import run_benchmark
+
+    said = []
+    plan = SequentialPlan(budget_s=0.0, max_budget_s=0.0)  # structure only: nothing timed
+    args = ("b1h2s16d8-fp32-causal-cpu", 0, SETTINGS, plan)
+    assert run_benchmark([UnsupportedWorker()], [UnsupportedWorker()], "naive", *args, progress=said.append) is None
+    assert said == []
+    run_benchmark([SetupWorker()], [SetupWorker()], "naive", *args, progress=said.append)
+    assert said == ["A/B naive on b1h2s16d8-fp32-causal-cpu (forward)"]
+
+
 def test_a_benchmark_with_no_uncontended_pair_shows_no_ratio():
     """0 pairs measured: the paired column says '-', not a ratio of 1.000 that reads like 'no change'."""
     from perfsuite.gate.compare import BenchmarkComparison, markdown
