@@ -37,6 +37,7 @@ from perfsuite.measure.call_integrity import (
     substituted,
 )
 from perfsuite.measure.call_limit import time_limit
+from perfsuite.measure.children import ChildWatch, children_failure, end_children
 from perfsuite.measure.threads import ThreadWatch, release_at_exit, threads_failure
 from perfsuite.attention.reference_layouts import reference_gradients_in_layout
 from perfsuite.measure.correctness import check_output, compare_result, contract_checked
@@ -322,11 +323,17 @@ def gather_evidence(
         result = checked_step()
         return result, settle(result.output, case.device)
 
-    with time_limit(call_limit_s, f"the first call of {in_mode}"), ThreadWatch() as watch:
+    with (
+        time_limit(call_limit_s, f"the first call of {in_mode}"),
+        ThreadWatch() as watch,
+        ChildWatch() as children,
+    ):
         result, settled = run_once(variant, case, first_call, seen)
     first_call_s = time.perf_counter() - started
     compiled = compile_stats.since(before)
-    deceptions = _left_running(variant, watch, f"the first call of case {case.id} in mode {mode}")
+    deceptions = _left_running(
+        variant, watch, f"the first call of case {case.id} in mode {mode}", children
+    )
     modified = prepared.check_inputs() or modified
     reference_inputs = prepared.pristine or inputs
     comparison, not_compared = compare_result(
@@ -372,7 +379,7 @@ def gather_evidence(
             if mode == "forward_backward"
             else None
         )
-        with ThreadWatch() as watch:
+        with ThreadWatch() as watch, ChildWatch() as children:
             trace = record_trace(step, case.device, trace_path, annotation)
     steps = summarize_windows(trace, annotation)
     kept = kept_bytes_per_call([s.allocated_level_bytes.get(case.device) for s in steps])
@@ -382,7 +389,7 @@ def gather_evidence(
         with announced_once(variant), time_limit(confirm_limit, confirming):
             kept = kept_bytes_over_calls(step, case.device)
     deceptions += _left_running(
-        variant, watch, f"its profiled calls on case {case.id} in mode {mode}"
+        variant, watch, f"its profiled calls on case {case.id} in mode {mode}", children
     )
     tampered = guard.check_and_restore(variant.name, f"its profiled calls on case {case.id}")
     deceptions += [tampered] if tampered else []
@@ -422,12 +429,18 @@ def gather_evidence(
 CHECKED_CALLS = 3
 
 
-def _left_running(variant: Variant, watch: ThreadWatch, during: str) -> list[str]:
-    """The failure naming threads ``during`` left running (released so they cannot block the exit)."""
+def _left_running(
+    variant: Variant, watch: ThreadWatch, during: str, children: ChildWatch | None = None
+) -> list[str]:
+    """The failures naming threads ``during`` left running (released so they cannot block the exit)
+    and child processes it left running (ended, ``perfsuite.measure.children``)."""
     threads = watch.left_running()
     failure = [threads_failure(variant.name, threads, during)] if threads else []
     for thread in threads:
         release_at_exit(thread)
+    left = children.left_running() if children is not None else []
+    if left:
+        failure.append(children_failure(variant.name, end_children(left), during))
     return failure
 
 
@@ -463,7 +476,7 @@ def _checked_calls(
     first_copy = first.output.detach().clone()
     fresh = fresh_values(case, seed, reference_inputs)
     failures: list[str] = []
-    with substituted(inputs, fresh), ThreadWatch() as watch:
+    with substituted(inputs, fresh), ThreadWatch() as watch, ChildWatch() as children:
         fresh_step = make_step(mode, checked_fn, inputs, prepared.grad_output)
         fresh_result = synchronized(fresh_step, case.device)()
         label = f"variant {variant.name} on case {case.id} (seed {seed + FRESH_SEED_OFFSET})"
@@ -473,7 +486,9 @@ def _checked_calls(
             fresh_comparison = (
                 None  # the reference did not fit: as for the first call, not compared
             )
-    failures += _left_running(variant, watch, f"a call on fresh inputs of case {case.id}")
+    failures += _left_running(
+        variant, watch, f"a call on fresh inputs of case {case.id}", children
+    )
     references: dict = {}
 
     def reference_changed(index: int) -> bool:
