@@ -145,7 +145,9 @@ def _signal_group(group_id: int) -> None:
 def _reap(pid: int, wait_s: float) -> None:
     """Collect the killed child's exit so it leaves no zombie (the code that started it may have
     reaped it already: then there is nothing to collect)."""
-    for _ in range(max(1, int(wait_s / 0.01))):  # counted, not timed: a variant may have replaced the clocks
+    for _ in range(
+        max(1, int(wait_s / 0.01))
+    ):  # counted, not timed: a variant may have replaced the clocks
         try:
             done, _ = os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:

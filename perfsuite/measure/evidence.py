@@ -37,6 +37,7 @@ from perfsuite.measure.call_integrity import (
     substituted,
 )
 from perfsuite.measure.call_limit import time_limit
+from perfsuite.storage import path_inside
 from perfsuite.measure.children import ChildWatch, children_failure, end_children
 from perfsuite.measure.threads import ThreadWatch, release_at_exit, threads_failure
 from perfsuite.attention.reference_layouts import reference_gradients_in_layout
@@ -363,7 +364,7 @@ def gather_evidence(
     deceptions += [tampered] if tampered else []
     del result, settled  # not held while profiling
     suffix = "" if mode == "forward" else f"-{mode}"
-    trace_path = trace_dir / f"{variant.name}-{case.id}{suffix}.pt.trace.json.gz"
+    trace_path = path_inside(trace_dir, f"{variant.name}-{case.id}{suffix}.pt.trace.json.gz")
     before = compile_stats.snapshot()
     annotation = step_annotation(mode)
     profiled_calls = WAIT_STEPS + WARMUP_STEPS + ACTIVE_STEPS + (mode == "forward_backward")
@@ -486,9 +487,7 @@ def _checked_calls(
             fresh_comparison = (
                 None  # the reference did not fit: as for the first call, not compared
             )
-    failures += _left_running(
-        variant, watch, f"a call on fresh inputs of case {case.id}", children
-    )
+    failures += _left_running(variant, watch, f"a call on fresh inputs of case {case.id}", children)
     references: dict = {}
 
     def reference_changed(index: int) -> bool:

@@ -136,9 +136,7 @@ SETTINGS = _PLATFORM + (
     _Setting(
         "torch.get_num_interop_threads()", torch.get_num_interop_threads, _set_interop_threads
     ),
-    _Setting(
-        "torch.is_anomaly_enabled()", torch.is_anomaly_enabled, torch.set_anomaly_enabled
-    ),
+    _Setting("torch.is_anomaly_enabled()", torch.is_anomaly_enabled, torch.set_anomaly_enabled),
     _Setting(
         "torch.are_deterministic_algorithms_enabled()",
         _deterministic,

@@ -257,7 +257,9 @@ def test_benchmark(mode_evidence, benchmark, perfsuite_run, request):
     speed_before = speed_reference.reference_ms() if on_cpu else None
     rounds = request.config.getoption("benchmark_min_rounds")
     guard, timer = MeasurementState.capture(), RecordingTimer(benchmark._timer)
-    benchmark._timer = timer  # every reading kept: a rewritten start in the runner's frame is caught
+    benchmark._timer = (
+        timer  # every reading kept: a rewritten start in the runner's frame is caught
+    )
     with (
         ThreadWatch() as watch,
         ChildWatch() as children,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import subprocess
 import time
 
@@ -73,7 +74,9 @@ def test_a_module_that_patches_torch_at_import_is_refused_and_restored():
         torch.softmax = lambda *a, **k: original(*a, **k)
 
     try:
-        with pytest.raises(ValueError, match=r"importing mod:fn changed .* replaced torch\.softmax"):
+        with pytest.raises(
+            ValueError, match=r"importing mod:fn changed .* replaced torch\.softmax"
+        ):
             import_changes("mod:fn", load)
         restored = torch.softmax
     finally:
@@ -122,7 +125,9 @@ def test_a_popen_child_left_running_is_named_and_ended(tmp_path):
 
     evidence = _evidence(starts_a_child, tmp_path)
     child = started[0]
-    assert not os.path.exists(f"/proc/{child.pid}")  # ended and reaped by the suite, not by this test
+    assert not os.path.exists(
+        f"/proc/{child.pid}"
+    )  # ended and reaped by the suite, not by this test
     failure = [d for d in evidence.deceptions if "child process" in d]
     assert failure and f"pid {child.pid} (sleep 300)" in failure[0], evidence.deceptions
 
@@ -145,7 +150,7 @@ def test_a_child_in_its_own_process_group_has_its_group_ended():
         group = [p for p in processes() if p.group_id == second.pid and p.state != "Z"]
         assert group == []  # the grandchild (the backgrounded sleep) went with its group
     finally:
-        child.kill()
+        os.killpg(child.pid, signal.SIGKILL)
         child.wait()
 
 
@@ -167,3 +172,20 @@ def test_a_forked_copy_of_the_suite_is_ended_and_the_call_does_not_wait_on_it(tm
     with pytest.raises(ChildProcessError):  # reaped by the suite
         os.waitpid(forked[0], os.WNOHANG)
     assert any(f"pid {forked[0]}" in d for d in evidence.deceptions), evidence.deceptions
+
+
+def test_a_traversal_name_writes_its_trace_inside_the_traces_folder(tmp_path):
+    """A variant built without the registry's name check (``Variant(name=...)``): its trace stays in
+    the folder; nothing appears above it."""
+    traces = tmp_path / "a" / "b" / "c" / "traces"
+    traces.mkdir(parents=True)
+    variant = Variant(
+        name="../../../x/ESCAPED",
+        fn=lambda q, k, v, *, mask, scale: _sdpa(q, k, v, mask, scale),
+        description="t",
+    )
+    evidence = gather_evidence(variant, CASE, 0, traces)
+    assert evidence.trace_path.parent == traces and evidence.trace_path.is_file()
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert written == [evidence.trace_path], written
+    assert not (tmp_path / "a" / "x").exists()
