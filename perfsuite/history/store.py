@@ -28,6 +28,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
 
 from perfsuite.errors import HistoryError
+from perfsuite.measure.call_limit import CallTimeLimitExceeded, time_limit
 from perfsuite.storage import write_text_atomic
 import perfsuite.history.schema as schema
 from perfsuite.history.records import RunRecord
@@ -42,6 +43,8 @@ BUSY_TIMEOUT_MS = 30_000
 WRITE_ATTEMPTS = 8
 CONNECT_TIMEOUT_S = 10  # PostgreSQL: a server that accepts and never answers
 STATEMENT_TIMEOUT_S = 120  # PostgreSQL: one statement (a run's batch insert is one)
+# PostgreSQL: one transaction, on the client's clock (a frozen backend never enforces its timeout)
+ANSWER_LIMIT_S = CONNECT_TIMEOUT_S + STATEMENT_TIMEOUT_S + 30
 # a scheme and a colon ("postgresql+psycopg:"): what a URL without its "//" looks like
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:(?![\\/]{2})")
 _PASSWORD = re.compile(r"(?P<user>[^:/@\s]*):(?P<password>[^@/\s]*)@")
@@ -168,9 +171,10 @@ class Store:
     """An open history store. Write with ``record``; read with ``list_series``, ``points``,
     ``epochs``, ``runs`` (``perfsuite.history.query``). Use as a context manager or ``close()``."""
 
-    def __init__(self, engine: Engine, url: str):
+    def __init__(self, engine: Engine, url: str, answer_limit_s: float | None = ANSWER_LIMIT_S):
         self.engine = engine
         self.url = url
+        self.answer_limit_s = answer_limit_s
 
     def __enter__(self) -> Store:
         return self
@@ -189,7 +193,24 @@ class Store:
         self, work: Callable[[Connection], T], attempts: int = WRITE_ATTEMPTS, read: bool = False
     ) -> T:
         """Run ``work(connection)`` in one transaction, retried with backoff while the store is locked;
-        ``read``: a read-only transaction (``read``)."""
+        ``read``: a read-only transaction (``read``). On PostgreSQL the whole of it within
+        ``answer_limit_s`` on this process's clock (main thread only): past it ``HistoryError`` says the
+        server did not answer, and the engine's connections are dropped."""
+        limit_s = self.answer_limit_s if self.dialect == "postgresql" else None
+        with time_limit(limit_s, f"a transaction on {shown(self.url)}") as limit:
+            try:
+                return self._transaction(work, attempts, read)
+            except (CallTimeLimitExceeded, HistoryError) as exc:
+                if not limit.expired:
+                    raise
+                self.engine.dispose()
+                raise HistoryError(
+                    f"{shown(self.url)}: the server did not answer within {limit_s:g} s (a frozen "
+                    "backend, or a lock another connection holds); nothing was written",
+                    shown(self.url),
+                ) from exc
+
+    def _transaction(self, work: Callable[[Connection], T], attempts: int, read: bool) -> T:
         for attempt in range(attempts):
             try:
                 with self.engine.connect() as connection:
@@ -340,6 +361,7 @@ def open_store(
     ini_value: str | None = None,
     root: Path | None = None,
     create: bool = True,
+    answer_limit_s: float | None = None,
 ) -> Store:
     """Open (and create or migrate) the store at ``resolve_url(url, ini_value, root)``.
 
@@ -348,7 +370,8 @@ def open_store(
     Raises ``HistoryError`` naming the file or URL (never its password): a URL without ``//``, not
     an SQLite file, a foreign database, a newer schema, a missing driver (``pip install
     'perfsuite[postgresql]'``), an unreachable server or one that does not answer within
-    ``CONNECT_TIMEOUT_S``."""
+    ``CONNECT_TIMEOUT_S``. ``answer_limit_s``: seconds a PostgreSQL transaction may take on this
+    process's clock (``Store.transaction``; default ``ANSWER_LIMIT_S``)."""
     resolved = resolve_url(url, ini_value, root)
     try:
         parsed = make_url(resolved)
@@ -394,7 +417,7 @@ def open_store(
         ) from None
     if engine.dialect.name == "sqlite":
         _sqlite_events(engine, read_only)
-    store = Store(engine, resolved)
+    store = Store(engine, resolved, answer_limit_s or ANSWER_LIMIT_S)
     try:
         found = store.read(lambda connection: _schema_version(connection, source))
         if found is None or found < schema.SCHEMA_VERSION:
