@@ -225,7 +225,10 @@ class MeasurementState:
 
     @classmethod
     def capture(cls) -> MeasurementState:
-        """The state now (``GUARDED_FUNCTIONS``, ``SETTINGS``); missing modules are left out."""
+        """The state now (``GUARDED_FUNCTIONS``, ``SETTINGS``, ``GUARDED_NAMESPACES``); missing modules
+        are left out. ``torch._dynamo`` is imported first: its import wraps ``torch.manual_seed``, and
+        a variant or module that merely imports it (``torch.compile``) must not look like a tamperer."""
+        importlib.import_module("torch._dynamo")
         functions = {}
         for path in GUARDED_FUNCTIONS:
             found = _resolve(path)
