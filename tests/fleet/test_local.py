@@ -34,7 +34,8 @@ def test_two_fake_gpus_a_killed_shard_rerun_alone_and_each_shard_stored_once(
         in killed.stdout
     )
     failed = re.search(
-        r"FAILED shard (\d)/2 on GPU ([23]) \(CUDA_VISIBLE_DEVICES=\2\): crashed: killed by SIGKILL; "
+        r"FAILED shard (\d)/2 on (?:stand-in|GPU) ([23]) \((?:no GPU here: a CPU process; )?"
+        r"CUDA_VISIBLE_DEVICES=\2\): crashed: killed by SIGKILL; "
         r"log .*; rerun it alone: perfsuite (fleet local .*)",
         killed.stdout,
     )
