@@ -511,8 +511,8 @@ def _checked_calls(
     )
     del fresh_result
     if (
-        mode == "forward" and case.layout.is_plain
-    ):  # packed sequences: the probe's layout is [B, H, S, D]
+        mode == "forward" and case.layout.is_plain and reference_inputs.scale != 0
+    ):  # packed sequences: the probe's layout is [B, H, S, D]; scale 0: no score can be large
         probe = large_score_values(reference_inputs)
         probe_step = synchronized(
             make_step(mode, checked_fn, inputs, prepared.grad_output), case.device

@@ -189,3 +189,18 @@ def test_a_traversal_name_writes_its_trace_inside_the_traces_folder(tmp_path):
     written = [p for p in tmp_path.rglob("*") if p.is_file()]
     assert written == [evidence.trace_path], written
     assert not (tmp_path / "a" / "x").exists()
+
+
+def test_a_case_with_scale_0_is_checked_without_the_large_score_probe(tmp_path):
+    """``-scale0``: every score is 0; the probe (which divides by the scale) is left out and the
+    variant is judged by the reference alone (before: ZeroDivisionError blamed on the variant)."""
+    from perfsuite.attention.cases import parse_case_id
+
+    case = parse_case_id("b1h2s8d4-fp32-causal-scale0-cpu")
+    evidence = gather_evidence(
+        Variant(name="sdpa_plain", fn=lambda q, k, v, *, mask, scale: _sdpa(q, k, v, mask, scale), description="t"),
+        case,
+        0,
+        tmp_path,
+    )
+    assert evidence.comparison.failure is None and evidence.deceptions == ()
