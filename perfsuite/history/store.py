@@ -47,7 +47,11 @@ STATEMENT_TIMEOUT_S = 120  # PostgreSQL: one statement (a run's batch insert is 
 ANSWER_LIMIT_S = CONNECT_TIMEOUT_S + STATEMENT_TIMEOUT_S + 30
 # a scheme and a colon ("postgresql+psycopg:"): what a URL without its "//" looks like
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:(?![\\/]{2})")
-_PASSWORD = re.compile(r"(?P<user>[^:/@\s]*):(?P<password>[^@/\s]*)@")
+_PASSWORD = re.compile(r"(?P<user>[^:/@\s]*):(?P<password>(?!//)[^@\s]*)@")
+# after "//": a password may hold "/" and "@" (unescaped); it ends at the last "@" before the host
+_URL_PASSWORD = re.compile(
+    r"(?<=//)(?P<user>[^:/@\s]*):(?P<password>\S*)@(?=[^@\s]*(?:[/?#\s]|$))"
+)
 _ADVISORY_KEY = 0x70657266  # "perf": PostgreSQL advisory lock for schema changes
 
 T = TypeVar("T")
@@ -84,7 +88,9 @@ def resolve_url(
 
 
 def hide_password(text: str) -> str:
-    """``text`` with the password of every ``user:password@`` in it replaced by ``***``."""
+    """``text`` with the password of every ``user:password@`` in it replaced by ``***`` (after ``//``
+    the whole password up to the host, also one holding an unescaped ``/`` or ``@``)."""
+    text = _URL_PASSWORD.sub(lambda m: f"{m['user']}:***@", text)
     return _PASSWORD.sub(lambda m: f"{m['user']}:***@", text)
 
 
@@ -375,12 +381,15 @@ def open_store(
     resolved = resolve_url(url, ini_value, root)
     try:
         parsed = make_url(resolved)
-    except ArgumentError:
+    except (ArgumentError, ValueError) as exc:  # ValueError: a port that is not a number
+        port = " (its port is not a number)" if isinstance(exc, ValueError) else ""
         raise HistoryError(
-            f"{hide_password(resolved)!r}: not a database URL (e.g. sqlite:///path/history.sqlite or "
-            f"postgresql+psycopg://user@host/db)",
+            f"{hide_password(resolved)!r}: not a database URL{port} (e.g. "
+            "sqlite:///path/history.sqlite or postgresql+psycopg://user@host:5432/db; a password "
+            "holding / or @ is written %2F and %40)",
             hide_password(resolved),
         ) from None
+    _check_user_info(resolved, parsed)
     source = shown(parsed)
     path = _sqlite_file(parsed)
     read_only = False
@@ -441,6 +450,20 @@ def open_store(
             f"{source}: cannot be opened as a history store ({exc.orig})", source
         ) from None
     return store
+
+
+def _check_user_info(text: str, parsed: URL) -> None:
+    """Refuse a server URL whose ``user:password@`` part holds an unescaped ``@``: the URL reads
+    two ways (the driver would take the password's tail for the host, and print it in its error)."""
+    if parsed.get_backend_name() == "sqlite":
+        return
+    authority = text.partition("://")[2].partition("?")[0]
+    if authority.count("@") > 1:
+        raise HistoryError(
+            f"{hide_password(text)!r}: its user or password holds an unescaped '@' (or '/'); write "
+            "them %40 and %2F (urllib.parse.quote(password, safe=''))",
+            hide_password(text),
+        )
 
 
 def _ignore_store_folder(path: Path) -> None:

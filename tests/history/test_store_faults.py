@@ -190,3 +190,27 @@ def test_history_list_behind_a_lock_another_connection_holds_ends_in_one_line(
     err = capsys.readouterr().err
     assert code != 0 and "did not answer within 3 s" in err, err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("postgresql+psycopg://u:pa/ss-tail@localhost:abc/db", "its port is not a number"),
+        ("postgresql+psycopg://u:pa@ss-tail@localhost/db", "holds an unescaped '@'"),
+        ("postgresql+psycopg:u:pa/ss-tail@localhost/db", "without '//'"),
+    ],
+)
+def test_a_malformed_server_url_is_one_error_without_any_part_of_its_password(url, said):
+    with pytest.raises(HistoryError) as raised:
+        open_store(url, create=False)
+    message = f"{raised.value} {raised.value.source}"
+    assert said in message and "ss-tail" not in message and ":pa" not in message
+
+
+def test_a_password_holding_a_slash_is_hidden_whole():
+    from perfsuite.history.store import hide_password
+
+    assert hide_password("postgresql://u:pa/ss@h:5432/db and more") == (
+        "postgresql://u:***@h:5432/db and more"
+    )
+    assert hide_password("postgresql://h:5432/db") == "postgresql://h:5432/db"
