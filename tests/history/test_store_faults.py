@@ -214,3 +214,30 @@ def test_a_password_holding_a_slash_is_hidden_whole():
         "postgresql://u:***@h:5432/db and more"
     )
     assert hide_password("postgresql://h:5432/db") == "postgresql://h:5432/db"
+
+
+def test_parallel_imports_of_one_run_store_it_once_and_report_it_stored(new_postgresql_url):
+    """Eight writers (own connections, started together) record the same run into one PostgreSQL
+    store: one adds it, the others are told it is already there; no error."""
+    url = new_postgresql_url()
+    open_store(url).close()  # the schema exists: the writers race on the run only
+    run = make_run("same-run", "a" * 40, 1)
+    barrier = threading.Barrier(8)
+    outcomes: list = []
+
+    def write() -> None:
+        with open_store(url) as store:
+            barrier.wait()
+            try:
+                outcomes.append(store.record(run))
+            except Exception as exc:  # noqa: BLE001 - the test names any error
+                outcomes.append(exc)
+
+    writers = [threading.Thread(target=write) for _ in range(8)]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(60)
+    assert sorted(map(str, outcomes)) == ["False"] * 7 + ["True"], outcomes
+    with open_store(url) as store:
+        assert [r["uid"] for r in store.runs()] == ["same-run"]
