@@ -212,3 +212,19 @@ def test_a_setup_error_is_reported_in_full_once_per_variant_and_case_then_refere
     reports = output.split("short test summary info")[0]
     assert reports.count("detail line 299") == 1
     assert output.count("(reported in full once, by test_attention.py::") >= 6
+
+
+def test_a_run_in_which_every_suite_test_skips_tested_nothing_and_exits_5(project):
+    """sdpa_nested takes no causal mask: on a causal packed case every test skips at run time. Before,
+    such a run passed (exit 0) having checked and timed nothing."""
+    result = project.runpytest_subprocess(
+        "--perfsuite-variants=sdpa_nested",
+        "--perfsuite-cases=b2h2s16d8-fp32-causal-packed-uniform-cpu",
+        "--perfsuite-modes=forward",
+        "-p",
+        "no:randomly",
+    )
+    output = result.stdout.str()
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED, output
+    assert "every test of the attention suite was skipped: nothing was checked or timed" in output
+    assert " passed" not in output and " failed" not in output
