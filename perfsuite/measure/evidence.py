@@ -251,17 +251,25 @@ def _inputs_and_copies(case: AttentionCase, seed: int) -> tuple[AttentionInputs,
     return inputs, pristine_copy(inputs)
 
 
-def prepare_case(variant: Variant, case: AttentionCase, seed: int) -> PreparedCase:
+def prepare_case(
+    variant: Variant, case: AttentionCase, seed: int, call_limit_s: float | None = None
+) -> PreparedCase:
     """Draw ``case``'s inputs from ``seed`` and run the variant's per-case ``prepare``.
 
+    ``call_limit_s``: seconds building the inputs may take, and the variant's ``prepare`` after it
+    (``perfsuite.measure.call_limit``; a case of millions of pages builds for minutes); None: no limit.
     Raises ``VariantUnsupported`` when the device is missing, the case would not fit in its
-    free memory (``perfsuite.measure.memory_budget``), or torch refuses the case.
+    free memory (``perfsuite.measure.memory_budget``), or torch refuses the case;
+    ``CallTimeLimitExceeded`` naming which of the two ran past the limit.
     """
     reason = device_unavailable_reason(case.device) or does_not_fit_reason(variant, case)
     if reason:
         raise VariantUnsupported(reason)
-    inputs, pristine = run_once(variant, case, lambda: _inputs_and_copies(case, seed))
-    fn = run_once(variant, case, lambda: variant.for_case(inputs))
+    building = f"building the inputs of case {case.id} (perfsuite's work, before any call of {variant.name})"
+    with time_limit(call_limit_s, building):
+        inputs, pristine = run_once(variant, case, lambda: _inputs_and_copies(case, seed))
+    with time_limit(call_limit_s, f"the per-case prepare of {variant.name} on case {case.id}"):
+        fn = run_once(variant, case, lambda: variant.for_case(inputs))
     return PreparedCase(variant, case, inputs, make_grad_output(case, seed), fn, pristine)
 
 

@@ -151,7 +151,10 @@ class SuiteSession:
         by the others (``FailureLedger``); a refusal by torch is re-raised as is (a skip)."""
         key = (variant.name, case.id)
         if key not in self._prepared:
-            self._prepared[key] = _capture(lambda: prepare_case(variant, case, self.settings.seed))
+            limit_s = self.settings.call_limit_s(case.device)
+            self._prepared[key] = _capture(
+                lambda: prepare_case(variant, case, self.settings.seed, limit_s)
+            )
         found = self._prepared[key]
         if isinstance(found, Exception) and not isinstance(found, VariantUnsupported):
             self.failures.report(

@@ -204,3 +204,17 @@ def test_a_case_with_scale_0_is_checked_without_the_large_score_probe(tmp_path):
         tmp_path,
     )
     assert evidence.comparison.failure is None and evidence.deceptions == ()
+
+
+def test_building_the_inputs_of_a_huge_paged_case_is_bounded_by_the_call_limit():
+    """100,000 pages of one key each: building them takes seconds (millions: minutes); the build
+    runs under the call limit (1 ms here, far below any machine's time for it) and is named."""
+    from perfsuite.attention.cases import parse_case_id
+    from perfsuite.measure.call_limit import CallTimeLimitExceeded
+    from perfsuite.measure.evidence import prepare_case
+
+    case = parse_case_id("b1h1s100000d4-fp32-noncausal-paged1-uniform-cpu")
+    from perfsuite.variants import get_variant
+
+    with pytest.raises(CallTimeLimitExceeded, match=r"building the inputs of case b1h1s100000d4"):
+        prepare_case(get_variant("paged_gather"), case, 0, call_limit_s=0.001)
