@@ -27,7 +27,9 @@ def test_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path, monke
     assert [p.name for p in tmp_path.iterdir()] == ["run.json"]
 
 
-@pytest.mark.parametrize("name", ["../../../x/ESCAPED", "..", "/etc/passwd", "a\\..\\b", ".env", ""])
+@pytest.mark.parametrize(
+    "name", ["../../../x/ESCAPED", "..", "/etc/passwd", "a\\..\\b", ".env", ""]
+)
 def test_a_name_becomes_one_file_inside_its_folder(tmp_path, name):
     path = path_inside(tmp_path, name)
     assert path.parent == tmp_path and path.name not in ("", ".", "..")

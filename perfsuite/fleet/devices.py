@@ -25,7 +25,9 @@ class DevicePlan:
     devices: tuple[str, ...]
     variable: str
     outer: tuple[str, ...] | None
-    stand_ins: bool = False  # the driver finds no GPU: each device is a CPU process standing in for one
+    stand_ins: bool = (
+        False  # the driver finds no GPU: each device is a CPU process standing in for one
+    )
 
 
 def visible_variable(rocm: bool, env: Mapping[str, str]) -> str:
@@ -86,7 +88,9 @@ def plan(
             f"{variable}={env[variable]!r} names {', '.join(twice)} more than once; each entry is one "
             "device, and one device cannot run two shards"
         )
-    uuids = [e for e in (*(outer or ()), *split_list(requested or "")) if e.startswith(UUID_PREFIXES)]
+    uuids = [
+        e for e in (*(outer or ()), *split_list(requested or "")) if e.startswith(UUID_PREFIXES)
+    ]
     if device_count == 0 and uuids:
         raise ConfigError(
             f"{', '.join(uuids)}: the driver finds no GPU here, so no device has that UUID; "

@@ -49,9 +49,7 @@ ANSWER_LIMIT_S = CONNECT_TIMEOUT_S + STATEMENT_TIMEOUT_S + 30
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:(?![\\/]{2})")
 _PASSWORD = re.compile(r"(?P<user>[^:/@\s]*):(?P<password>(?!//)[^@\s]*)@")
 # after "//": a password may hold "/" and "@" (unescaped); it ends at the last "@" before the host
-_URL_PASSWORD = re.compile(
-    r"(?<=//)(?P<user>[^:/@\s]*):(?P<password>\S*)@(?=[^@\s]*(?:[/?#\s]|$))"
-)
+_URL_PASSWORD = re.compile(r"(?<=//)(?P<user>[^:/@\s]*):(?P<password>\S*)@(?=[^@\s]*(?:[/?#\s]|$))")
 _ADVISORY_KEY = 0x70657266  # "perf": PostgreSQL advisory lock for schema changes
 
 T = TypeVar("T")

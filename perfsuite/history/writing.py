@@ -78,7 +78,6 @@ def insert_run(connection: Connection, run: RunRecord) -> bool:
     software_id = _id_of(
         connection, schema.software, run.software.fingerprint, dict(run.software.versions)
     )
-    commit = run.commit
     nested = connection.begin_nested()  # another writer may add the same uid meanwhile (PostgreSQL)
     try:
         run_id = _insert_run_row(connection, run, testbed_id, software_id)
@@ -96,7 +95,9 @@ def insert_run(connection: Connection, run: RunRecord) -> bool:
     return True
 
 
-def _insert_run_row(connection: Connection, run: RunRecord, testbed_id: int, software_id: int) -> int:
+def _insert_run_row(
+    connection: Connection, run: RunRecord, testbed_id: int, software_id: int
+) -> int:
     """The run's row (without its benchmarks); its id."""
     commit = run.commit
     return connection.execute(

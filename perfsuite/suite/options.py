@@ -180,7 +180,7 @@ def load_user_variants(config: pytest.Config) -> tuple[str, ...]:
     specs = variant_specs(config)
     for spec, source in specs:
         try:
-            import_changes(spec, lambda: load_variant_spec(spec))
+            import_changes(spec, lambda named=spec: load_variant_spec(named))
         except ValueError as exc:
             raise ConfigError(f"{source}: {exc}", source) from None
     return tuple(spec for spec, _ in specs)

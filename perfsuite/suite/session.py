@@ -100,7 +100,9 @@ class SuiteSession:
         self.shard_note: str | None = None  # what the shard kept, for the collection's summary
         # process conditions applied after start (measure.conditions)
         self.applied_conditions: list[str] = []
-        self.disk_full: str | None = None  # why the run stopped: no space left in the results folder
+        self.disk_full: str | None = (
+            None  # why the run stopped: no space left in the results folder
+        )
         self._gpu_state: dict | None = None
 
     @classmethod

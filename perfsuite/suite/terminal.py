@@ -73,7 +73,7 @@ def idle_user_variants(items, selected) -> list[str]:
 
 TESTED_NOTHING = (
     "perfsuite: every test of the attention suite was skipped: nothing was checked or timed "
-    "(exit 5, as when nothing is collected); the skip reasons above say why"
+    "(exit 5, as when nothing is collected); the skip reasons say why (-rs lists them)"
 )
 
 

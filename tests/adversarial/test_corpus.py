@@ -106,7 +106,7 @@ def test_each_adversarial_variant_fails_with_its_reason_named(torch_imported, py
     assert re.search(r"deterministic_sdpa .* yes", out)  # bitwise reproducible, in the table
 
 
-PATCHES_AT_IMPORT = '''
+PATCHES_AT_IMPORT = """
 import torch
 import torch.nn.functional as F
 
@@ -116,7 +116,7 @@ torch.matmul = lambda a, b: _matmul(a, b) * 0.5  # the float64 reference would u
 
 def attention(query, key, value, *, mask, scale):
     return F.scaled_dot_product_attention(query, key, value, is_causal=mask.is_causal, scale=scale)
-'''
+"""
 
 
 def test_a_module_that_patches_torch_at_import_is_refused_with_the_change_named(

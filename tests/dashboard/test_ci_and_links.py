@@ -120,7 +120,8 @@ def test_links_refuse_a_file_that_is_not_an_ab_output(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
-    "url", ["javascript:alert(document.cookie)", "data:text/html,x", "file:///etc", "github.com/o/r"]
+    "url",
+    ["javascript:alert(document.cookie)", "data:text/html,x", "file:///etc", "github.com/o/r"],
 )
 def test_a_repo_url_that_is_no_web_address_is_refused(tmp_path, capsys, url):
     """The page turns ``--repo-url`` into commit links: only http(s) with a host is allowed."""

@@ -80,7 +80,9 @@ def test_no_file_written_for_an_array_holds_the_store_password(
     from sqlalchemy.engine import make_url
 
     password = "S3cret-pw-53"
-    url = make_url(postgresql_store_url).set(password=password).render_as_string(hide_password=False)
+    url = (
+        make_url(postgresql_store_url).set(password=password).render_as_string(hide_password=False)
+    )
     monkeypatch.setenv("PYTHONPATH", str(user_repo))
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.chdir(user_repo)

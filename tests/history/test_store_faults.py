@@ -230,7 +230,7 @@ def test_parallel_imports_of_one_run_store_it_once_and_report_it_stored(new_post
             barrier.wait()
             try:
                 outcomes.append(store.record(run))
-            except Exception as exc:  # noqa: BLE001 - the test names any error
+            except Exception as exc:  # the test names any error
                 outcomes.append(exc)
 
     writers = [threading.Thread(target=write) for _ in range(8)]

@@ -198,7 +198,11 @@ def test_a_case_with_scale_0_is_checked_without_the_large_score_probe(tmp_path):
 
     case = parse_case_id("b1h2s8d4-fp32-causal-scale0-cpu")
     evidence = gather_evidence(
-        Variant(name="sdpa_plain", fn=lambda q, k, v, *, mask, scale: _sdpa(q, k, v, mask, scale), description="t"),
+        Variant(
+            name="sdpa_plain",
+            fn=lambda q, k, v, *, mask, scale: _sdpa(q, k, v, mask, scale),
+            description="t",
+        ),
         case,
         0,
         tmp_path,
