@@ -10,10 +10,13 @@ DEFAULT_OUT = "perfsuite-dashboard"
 
 
 def parse_web_url(text: str) -> str:
-    """``--repo-url`` / ``--site-url``: an ``http://`` or ``https://`` URL with a host, as given.
+    """``--repo-url`` / ``--site-url``: an ``http://`` or ``https://`` URL with a host, as given
+    (empty: none, the default).
 
     The page turns it into links, so any other scheme (``javascript:``, ``data:``, ``file:``) would
     run or open something in the reader's browser. Raises ``argparse.ArgumentTypeError`` naming it."""
+    if not text.strip():
+        return ""
     parsed = urllib.parse.urlsplit(text.strip())
     if parsed.scheme.lower() not in ("http", "https") or not parsed.netloc:
         raise argparse.ArgumentTypeError(
