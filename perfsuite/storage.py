@@ -97,3 +97,29 @@ def unwritable_directory_reason(path: str | Path) -> str | None:
         which = "" if current == path else f" (where {path} would be made)"
         return f"{current}{which} is not writable"
     return None
+
+
+_SAFE_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.+-=,")
+
+
+def safe_file_name(name: str) -> str:
+    """``name`` as one file name: each character other than letters, digits and ``_ . + - = ,``
+    replaced by ``_``, and a leading ``.`` too (no ``..``, no separator, no hidden file). The result
+    is never empty."""
+    cleaned = "".join(c if c in _SAFE_CHARACTERS else "_" for c in name)
+    if cleaned.startswith("."):
+        cleaned = "_" + cleaned[1:]
+    return cleaned or "_"
+
+
+def path_inside(folder: str | Path, name: str) -> Path:
+    """``folder / safe_file_name(name)``, proven inside ``folder`` (after resolving links).
+
+    Raises:
+        ValueError: the path resolves outside ``folder`` (a link inside it pointing out), naming both.
+    """
+    base = Path(folder)
+    path = base / safe_file_name(name)
+    if not path.resolve().is_relative_to(base.resolve()):
+        raise ValueError(f"{path} resolves to {path.resolve()}, outside {base.resolve()}; refused")
+    return path

@@ -4,8 +4,26 @@ from __future__ import annotations
 
 import argparse
 import sys
+import urllib.parse
 
 DEFAULT_OUT = "perfsuite-dashboard"
+
+
+def parse_web_url(text: str) -> str:
+    """``--repo-url`` / ``--site-url``: an ``http://`` or ``https://`` URL with a host, as given
+    (empty: none, the default).
+
+    The page turns it into links, so any other scheme (``javascript:``, ``data:``, ``file:``) would
+    run or open something in the reader's browser. Raises ``argparse.ArgumentTypeError`` naming it."""
+    if not text.strip():
+        return ""
+    parsed = urllib.parse.urlsplit(text.strip())
+    if parsed.scheme.lower() not in ("http", "https") or not parsed.netloc:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: allowed: an http:// or https:// URL with a host "
+            "(e.g. https://github.com/ORG/REPO)"
+        )
+    return text.strip()
 
 
 def add_command(commands) -> None:
@@ -21,7 +39,10 @@ def add_command(commands) -> None:
         "--out", default=DEFAULT_OUT, help=f"folder to write the site into (default {DEFAULT_OUT})"
     )
     dash.add_argument(
-        "--repo-url", default="", help="https://github.com/ORG/REPO: commits become links"
+        "--repo-url",
+        default="",
+        type=parse_web_url,
+        help="https://github.com/ORG/REPO: commits become links",
     )
     dash.add_argument("--title", default="perfsuite dashboard", help="the page's title")
     dash.add_argument(
@@ -31,7 +52,9 @@ def add_command(commands) -> None:
         "dashboard and the series of each benchmark this "
         "perfsuite ab --json file flags (for a job summary)",
     )
-    dash.add_argument("--site-url", help="where the dashboard is published (with --links)")
+    dash.add_argument(
+        "--site-url", type=parse_web_url, help="where the dashboard is published (with --links)"
+    )
     dash.add_argument(
         "--rev",
         help="follow this git revision's first-parent history (default: the default branch's, "

@@ -145,8 +145,11 @@ def run_local(args: argparse.Namespace) -> int:
     outcome.update_fleet_file(
         results_root, fleet_id, count, {}
     )  # refuses another fleet's folder before starting
-    jobs = local.plan_jobs(plan.devices, plan.variable, count, only, results_root, fleet_id)
+    jobs = local.plan_jobs(
+        plan.devices, plan.variable, count, only, results_root, fleet_id, plan.stand_ins
+    )
     within = f" (within the caller's {plan.variable}={','.join(plan.outer)})" if plan.outer else ""
+    within += " (no GPU here: CPU processes stand in for them)" if plan.stand_ins else ""
     print(
         f"perfsuite fleet: {fleet_id}: {len(jobs)} of {count} shard(s) on {plan.variable}={','.join(plan.devices)}{within}"
     )

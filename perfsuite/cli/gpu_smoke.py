@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from perfsuite.storage import path_inside
 from perfsuite.attention.cases import parse_case_id
 from perfsuite.attention.inputs import make_inputs
 from perfsuite.measure.profiling import profile_steps
@@ -52,7 +53,7 @@ def _profile(variant_name: str, case_id: str, scratch: Path):
         windows = profile_steps(
             lambda: fn(inputs.query, inputs.key, inputs.value, **inputs.keywords()),
             case.device,
-            scratch / f"{variant_name}.json.gz",
+            path_inside(scratch, f"{variant_name}.json.gz"),
         )
     return case, windows[0]
 

@@ -70,8 +70,13 @@ def _notes(run: SavedRun) -> list[Finding]:
 
 
 def _fastest(timed: dict, peaks: dict | None, device: str) -> list[Fastest]:
+    """The fastest variant per (case, mode) and its runner-up, among the results not known to be
+    wrong: a variant that failed the float64 check is never "fastest" (it is a note of its own)."""
     found = []
-    for (case, mode), ranked in timed.items():
+    for (case, mode), timed_here in timed.items():
+        ranked = [r for r in timed_here if r.correct is not False]
+        if not ranked:
+            continue
         best = ranked[0]
         roof = roofline_fraction(
             best.achieved_tflops, best.flop, best.bytes_moved, case_dtype(best.case_id), peaks

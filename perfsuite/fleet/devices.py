@@ -3,7 +3,9 @@
 A GPU process sees the devices its ``CUDA_VISIBLE_DEVICES`` (NVIDIA) or ``HIP_VISIBLE_DEVICES`` (ROCm)
 names, as indices or UUIDs. A launcher run with ``CUDA_VISIBLE_DEVICES=2,3`` gives each child one
 entry of *that* list (``2`` or ``3``), so no child reaches GPU 0. Without the variable, every GPU
-the driver counts is visible (``0 .. n-1``).
+the driver counts is visible (``0 .. n-1``). Where the driver finds no GPU, index entries are CPU
+processes standing in for GPUs (``DevicePlan.stand_ins``: named so, never "GPU 7"); a UUID there names
+no device and is refused, as is an entry given twice anywhere.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ class DevicePlan:
     devices: tuple[str, ...]
     variable: str
     outer: tuple[str, ...] | None
+    stand_ins: bool = (
+        False  # the driver finds no GPU: each device is a CPU process standing in for one
+    )
 
 
 def visible_variable(rocm: bool, env: Mapping[str, str]) -> str:
@@ -59,7 +64,8 @@ def plan(
     every visible device. ``device_count``: GPUs the driver reports (``torch.cuda.device_count()``).
 
     Raises:
-        ConfigError: a requested entry outside the caller's visible list, an entry given twice, no
+        ConfigError: a requested entry outside the caller's visible list, an entry given twice (in
+            ``requested`` or the variable), a UUID where the driver finds no GPU, no
             device at all, or a list that matches no device (an entry that is neither an index nor a
             UUID, or more entries than the driver finds with them); the message names the value,
             the variable and what is allowed.
@@ -76,6 +82,20 @@ def plan(
                 f"{where}: {', '.join(map(repr, wrong))} matches no device; give indices (0,1) or "
                 f"UUIDs ({' or '.join(p + '...' for p in UUID_PREFIXES)}, as nvidia-smi -L lists them)"
             )
+    twice = sorted({e for e in outer or () if (outer or ()).count(e) > 1})
+    if twice:
+        raise ConfigError(
+            f"{variable}={env[variable]!r} names {', '.join(twice)} more than once; each entry is one "
+            "device, and one device cannot run two shards"
+        )
+    uuids = [
+        e for e in (*(outer or ()), *split_list(requested or "")) if e.startswith(UUID_PREFIXES)
+    ]
+    if device_count == 0 and uuids:
+        raise ConfigError(
+            f"{', '.join(uuids)}: the driver finds no GPU here, so no device has that UUID; "
+            "without GPUs give indices (--devices 0,1): CPU processes stand in for GPUs"
+        )
     if outer and 0 < device_count < len(outer):
         raise ConfigError(
             f"{variable}={env[variable]!r}: the driver finds {device_count} device(s) with it, so "
@@ -89,7 +109,7 @@ def plan(
                 f"no device to run on ({where}); give --devices, e.g. --devices 0,1 (on a machine "
                 "without GPUs those run as CPU processes standing in for GPUs)"
             )
-        return DevicePlan(allowed, variable, outer)
+        return DevicePlan(allowed, variable, outer, device_count == 0)
     devices = split_list(requested)
     if not devices:
         raise ConfigError(
@@ -111,4 +131,4 @@ def plan(
         raise ConfigError(
             f"--devices {requested!r}: this machine has {device_count} GPU(s), indices 0..{device_count - 1}"
         )
-    return DevicePlan(devices, variable, outer)
+    return DevicePlan(devices, variable, outer, device_count == 0)

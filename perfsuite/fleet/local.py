@@ -49,6 +49,7 @@ class ShardJob:
     variable: str
     results_dir: Path
     fleet_id: str
+    stand_in: bool = False  # no GPU here: a CPU process standing in for the device
 
     @property
     def name(self) -> str:
@@ -64,6 +65,11 @@ class ShardJob:
 
     @property
     def label(self) -> str:
+        if self.stand_in:
+            return (
+                f"shard {self.shard} on stand-in {self.device} (no GPU here: a CPU process; "
+                f"{self.variable}={self.device})"
+            )
         return f"shard {self.shard} on GPU {self.device} ({self.variable}={self.device})"
 
 
@@ -195,8 +201,10 @@ def plan_jobs(
     only: set[int] | None,
     results_root: Path,
     fleet_id: str,
+    stand_ins: bool = False,
 ) -> list[ShardJob]:
-    """Shards 1..count (or only those in ``only``) dealt round-robin over ``devices``."""
+    """Shards 1..count (or only those in ``only``) dealt round-robin over ``devices`` (``stand_ins``:
+    CPU processes standing in for them, where the driver finds no GPU)."""
     indices = [i for i in range(1, count + 1) if only is None or i in only]
     return [
         ShardJob(
@@ -205,6 +213,7 @@ def plan_jobs(
             variable,
             results_root / f"shard-{i}-of-{count}",
             fleet_id,
+            stand_ins,
         )
         for n, i in enumerate(indices)
     ]

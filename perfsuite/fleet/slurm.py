@@ -11,6 +11,9 @@ so perfsuite leaves it alone), then records the shard into the store under the r
 ``<fleet id>-shard-<i>-of-<N>`` (idempotent: a requeued or rerun task adds nothing). Tasks on several
 machines need a store they all reach: PostgreSQL (``postgresql+psycopg://``). The root folder and the
 results folder must be on a file system the nodes share (submitit's pickles live there too).
+The store's URL never enters a job file: submitit pickles each task's arguments into the results
+folder, readable by others, so a task gets the path of ``store-url`` there, a file only its owner can
+read (mode 0600, ``write_store_reference``), and reads the URL from it on its node.
 ``executor="local"`` runs the same tasks as processes on this machine (submitit's local executor).
 submitit is the optional extra ``perfsuite[slurm]``.
 """
@@ -18,6 +21,7 @@ submitit is the optional extra ``perfsuite[slurm]``.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -47,6 +51,31 @@ def _submitit():
     return submitit
 
 
+STORE_REFERENCE = "store-url"  # in the results folder, mode 0600: the URL a task records into
+
+
+def write_store_reference(results_root: Path, store_url: str) -> Path:
+    """Write ``store_url`` to ``results_root/store-url``, readable and writable by its owner only
+    (0600 from its creation: there is no moment at which others could read it); returns its path."""
+    results_root.mkdir(parents=True, exist_ok=True)
+    path = results_root / STORE_REFERENCE
+    temporary = path.with_name(f".{STORE_REFERENCE}.{os.getpid()}")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(descriptor, 0o600)  # whatever the umask, and for a file left by a crash
+        os.write(descriptor, store_url.encode())
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+    os.replace(temporary, path)
+    return path
+
+
+def read_store_reference(path: str | None) -> str | None:
+    """The URL ``write_store_reference`` wrote at ``path`` (None: the default store)."""
+    return Path(path).read_text(encoding="utf-8") if path else None
+
+
 def run_shard(
     root: str,
     index: int,
@@ -54,10 +83,13 @@ def run_shard(
     fleet_id: str,
     results_root: str,
     pytest_args: Sequence[str],
-    store_url: str | None,
+    store_reference: str | None,
 ) -> dict:
-    """One array task: shard ``index`` of ``count`` in a child pytest, then its record. Returns the shard's
-    fleet.json entry (exit code, state, recorded, host, Slurm ids); never raises for a failed pytest."""
+    """One array task: shard ``index`` of ``count`` in a child pytest, then its record into the store
+    whose URL the file ``store_reference`` holds (``write_store_reference``; None: the default store).
+    Returns the shard's fleet.json entry (exit code, state, recorded, host, Slurm ids); never raises
+    for a failed pytest."""
+    store_url = read_store_reference(store_reference)
     job = ShardJob(
         Shard(index, count),
         os.environ.get("CUDA_VISIBLE_DEVICES", "none"),
@@ -139,10 +171,18 @@ def submit_array(
 ) -> list:
     """Submit shards 1..count (or ``only``) as one job array; the submitit jobs, in shard order.
 
-    ``store_url``: resolve it before submitting (``history.resolve_url``), so every task writes the same store.
-    Raises UsageError without submitit.
+    ``store_url``: resolve it before submitting (``history.resolve_url``), so every task writes the same
+    store; the tasks get a reference to it (``write_store_reference``), never the URL itself.
+    Raises UsageError without submitit, or with ``executor="slurm"`` where Slurm's ``sbatch`` is not
+    on the PATH or refuses the array (its message).
     """
     submitit = _submitit()
+    if executor == "slurm" and shutil.which("sbatch") is None:
+        raise UsageError(
+            "perfsuite fleet slurm: Slurm is not installed here (no sbatch on the PATH); run it "
+            "on a Slurm login node, or try the tasks on this machine with --executor local"
+        )
+    reference = str(write_store_reference(results_root, store_url)) if store_url else None
     indices = [i for i in range(1, count + 1) if only is None or i in only]
     folder = results_root / "submitit" / "%j"
     chosen = submitit.AutoExecutor(folder=folder, cluster=executor)
@@ -163,16 +203,24 @@ def submit_array(
             parameters["slurm_partition"] = partition
     chosen.update_parameters(**parameters)
     n = len(indices)
-    return chosen.map_array(
-        run_shard,
-        [str(root)] * n,
-        indices,
-        [count] * n,
-        [fleet_id] * n,
-        [str(results_root)] * n,
-        [list(pytest_args)] * n,
-        [store_url] * n,
-    )
+    try:
+        return chosen.map_array(
+            run_shard,
+            [str(root)] * n,
+            indices,
+            [count] * n,
+            [fleet_id] * n,
+            [str(results_root)] * n,
+            [list(pytest_args)] * n,
+            [reference] * n,
+        )
+    except (OSError, subprocess.CalledProcessError) as exc:  # sbatch missing or refusing the array
+        detail = getattr(exc, "stderr", None) or getattr(exc, "output", None) or exc
+        if isinstance(detail, bytes):
+            detail = detail.decode(errors="replace")
+        raise UsageError(
+            f"perfsuite fleet slurm: submitting the array failed: {str(detail).strip()}"
+        ) from None
 
 
 def wait_for(

@@ -110,6 +110,34 @@ def software_from_json(data: Mapping[str, Any]) -> Software:
     )
 
 
+def _check_benchmark_entry(index: int, bench: Any) -> None:
+    """Raise ``HistoryError`` unless ``bench`` is a pytest-benchmark entry: an object with a string
+    ``name`` or ``fullname`` and ``stats`` holding a number ``median`` or a list ``data`` of numbers."""
+    where = f"benchmarks[{index}]"
+    if not isinstance(bench, Mapping):
+        raise HistoryError(f"{where} is {type(bench).__name__}, not a benchmark object")
+    names = [bench.get(k) for k in ("fullname", "name") if bench.get(k) is not None]
+    if not names or not all(isinstance(n, str) and n for n in names):
+        raise HistoryError(
+            f"{where}: name {names[0] if names else None!r}; allowed: a non-empty string "
+            "('name' or 'fullname', as pytest-benchmark writes them)"
+        )
+    stats = bench.get("stats")
+    median = stats.get("median") if isinstance(stats, Mapping) else None
+    data = stats.get("data") if isinstance(stats, Mapping) else None
+    numbers = (int, float)
+    timed = (isinstance(median, numbers) and not isinstance(median, bool)) or (
+        isinstance(data, list)
+        and data
+        and all(isinstance(t, numbers) and not isinstance(t, bool) for t in data)
+    )
+    if not timed:
+        raise HistoryError(
+            f"{where} ({names[0]}): no timing; a pytest-benchmark entry has 'stats' with a number "
+            "'median' (or a list 'data' of seconds)"
+        )
+
+
 def benchmark_from_json(bench: Mapping[str, Any]) -> BenchmarkRecord:
     """One pytest-benchmark entry (``stats`` with ``data`` when saved with ``--benchmark-save-data``)."""
     info, stats = bench.get("extra_info") or {}, bench.get("stats") or {}
@@ -191,9 +219,12 @@ def run_from_benchmark_json(
     """A ``RunRecord`` from a pytest-benchmark JSON document (as saved, or ``output_json`` in the
     plugin's hook). Arguments given override what the file says; a partial run (interrupted, or
     stopped at the first failure) keeps the benchmarks that finished and says why in its ``partial``
-    label. Raises ``HistoryError`` when ``data`` is not one (no ``benchmarks`` list)."""
+    label. Raises ``HistoryError`` when ``data`` is not one (no ``benchmarks`` list, or an entry without
+    a string name or a timing, named by its index)."""
     if not isinstance(data, Mapping) or not isinstance(data.get("benchmarks"), list):
         raise HistoryError("not a pytest-benchmark JSON document (no 'benchmarks' list)")
+    for index, bench in enumerate(data["benchmarks"]):
+        _check_benchmark_entry(index, bench)
     if commit is None:
         stored = data.get(COMMIT_KEY) or data.get("commit_info") or {}
         commit = commit_from_dict(stored)

@@ -28,6 +28,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
 
 from perfsuite.errors import HistoryError
+from perfsuite.measure.call_limit import CallTimeLimitExceeded, time_limit
 from perfsuite.storage import write_text_atomic
 import perfsuite.history.schema as schema
 from perfsuite.history.records import RunRecord
@@ -42,9 +43,13 @@ BUSY_TIMEOUT_MS = 30_000
 WRITE_ATTEMPTS = 8
 CONNECT_TIMEOUT_S = 10  # PostgreSQL: a server that accepts and never answers
 STATEMENT_TIMEOUT_S = 120  # PostgreSQL: one statement (a run's batch insert is one)
+# PostgreSQL: one transaction, on the client's clock (a frozen backend never enforces its timeout)
+ANSWER_LIMIT_S = CONNECT_TIMEOUT_S + STATEMENT_TIMEOUT_S + 30
 # a scheme and a colon ("postgresql+psycopg:"): what a URL without its "//" looks like
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:(?![\\/]{2})")
-_PASSWORD = re.compile(r"(?P<user>[^:/@\s]*):(?P<password>[^@/\s]*)@")
+_PASSWORD = re.compile(r"(?P<user>[^:/@\s]*):(?P<password>(?!//)[^@\s]*)@")
+# after "//": a password may hold "/" and "@" (unescaped); it ends at the last "@" before the host
+_URL_PASSWORD = re.compile(r"(?<=//)(?P<user>[^:/@\s]*):(?P<password>\S*)@(?=[^@\s]*(?:[/?#\s]|$))")
 _ADVISORY_KEY = 0x70657266  # "perf": PostgreSQL advisory lock for schema changes
 
 T = TypeVar("T")
@@ -81,7 +86,9 @@ def resolve_url(
 
 
 def hide_password(text: str) -> str:
-    """``text`` with the password of every ``user:password@`` in it replaced by ``***``."""
+    """``text`` with the password of every ``user:password@`` in it replaced by ``***`` (after ``//``
+    the whole password up to the host, also one holding an unescaped ``/`` or ``@``)."""
+    text = _URL_PASSWORD.sub(lambda m: f"{m['user']}:***@", text)
     return _PASSWORD.sub(lambda m: f"{m['user']}:***@", text)
 
 
@@ -168,9 +175,10 @@ class Store:
     """An open history store. Write with ``record``; read with ``list_series``, ``points``,
     ``epochs``, ``runs`` (``perfsuite.history.query``). Use as a context manager or ``close()``."""
 
-    def __init__(self, engine: Engine, url: str):
+    def __init__(self, engine: Engine, url: str, answer_limit_s: float | None = ANSWER_LIMIT_S):
         self.engine = engine
         self.url = url
+        self.answer_limit_s = answer_limit_s
 
     def __enter__(self) -> Store:
         return self
@@ -189,7 +197,24 @@ class Store:
         self, work: Callable[[Connection], T], attempts: int = WRITE_ATTEMPTS, read: bool = False
     ) -> T:
         """Run ``work(connection)`` in one transaction, retried with backoff while the store is locked;
-        ``read``: a read-only transaction (``read``)."""
+        ``read``: a read-only transaction (``read``). On PostgreSQL the whole of it within
+        ``answer_limit_s`` on this process's clock (main thread only): past it ``HistoryError`` says the
+        server did not answer, and the engine's connections are dropped."""
+        limit_s = self.answer_limit_s if self.dialect == "postgresql" else None
+        with time_limit(limit_s, f"a transaction on {shown(self.url)}") as limit:
+            try:
+                return self._transaction(work, attempts, read)
+            except (CallTimeLimitExceeded, HistoryError) as exc:
+                if not limit.expired:
+                    raise
+                self.engine.dispose()
+                raise HistoryError(
+                    f"{shown(self.url)}: the server did not answer within {limit_s:g} s (a frozen "
+                    "backend, or a lock another connection holds); nothing was written",
+                    shown(self.url),
+                ) from exc
+
+    def _transaction(self, work: Callable[[Connection], T], attempts: int, read: bool) -> T:
         for attempt in range(attempts):
             try:
                 with self.engine.connect() as connection:
@@ -362,6 +387,7 @@ def open_store(
     ini_value: str | None = None,
     root: Path | None = None,
     create: bool = True,
+    answer_limit_s: float | None = None,
 ) -> Store:
     """Open (and create or migrate) the store at ``resolve_url(url, ini_value, root)``.
 
@@ -370,16 +396,20 @@ def open_store(
     Raises ``HistoryError`` naming the file or URL (never its password): a URL without ``//``, not
     an SQLite file, a foreign database, a newer schema, a missing driver (``pip install
     'perfsuite[postgresql]'``), an unreachable server or one that does not answer within
-    ``CONNECT_TIMEOUT_S``."""
+    ``CONNECT_TIMEOUT_S``. ``answer_limit_s``: seconds a PostgreSQL transaction may take on this
+    process's clock (``Store.transaction``; default ``ANSWER_LIMIT_S``)."""
     resolved = resolve_url(url, ini_value, root)
     try:
         parsed = make_url(resolved)
-    except ArgumentError:
+    except (ArgumentError, ValueError) as exc:  # ValueError: a port that is not a number
+        port = " (its port is not a number)" if isinstance(exc, ValueError) else ""
         raise HistoryError(
-            f"{hide_password(resolved)!r}: not a database URL (e.g. sqlite:///path/history.sqlite or "
-            f"postgresql+psycopg://user@host/db)",
+            f"{hide_password(resolved)!r}: not a database URL{port} (e.g. "
+            "sqlite:///path/history.sqlite or postgresql+psycopg://user@host:5432/db; a password "
+            "holding / or @ is written %2F and %40)",
             hide_password(resolved),
         ) from None
+    _check_user_info(resolved, parsed)
     source = shown(parsed)
     path = _sqlite_file(parsed)
     read_only = False
@@ -416,7 +446,7 @@ def open_store(
         ) from None
     if engine.dialect.name == "sqlite":
         _sqlite_events(engine, read_only)
-    store = Store(engine, resolved)
+    store = Store(engine, resolved, answer_limit_s or ANSWER_LIMIT_S)
     try:
         found = store.read(lambda connection: _schema_version(connection, source))
         if found is None or found < schema.SCHEMA_VERSION:
@@ -440,6 +470,20 @@ def open_store(
             f"{source}: cannot be opened as a history store ({exc.orig})", source
         ) from None
     return store
+
+
+def _check_user_info(text: str, parsed: URL) -> None:
+    """Refuse a server URL whose ``user:password@`` part holds an unescaped ``@``: the URL reads
+    two ways (the driver would take the password's tail for the host, and print it in its error)."""
+    if parsed.get_backend_name() == "sqlite":
+        return
+    authority = text.partition("://")[2].partition("?")[0]
+    if authority.count("@") > 1:
+        raise HistoryError(
+            f"{hide_password(text)!r}: its user or password holds an unescaped '@' (or '/'); write "
+            "them %40 and %2F (urllib.parse.quote(password, safe=''))",
+            hide_password(text),
+        )
 
 
 def _ignore_store_folder(path: Path) -> None:

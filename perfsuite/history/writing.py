@@ -69,7 +69,8 @@ def _result_row(run_id: int, bench: BenchmarkRecord) -> dict[str, Any]:
 
 
 def insert_run(connection: Connection, run: RunRecord) -> bool:
-    """Insert ``run`` and its benchmarks; False when a run with its uid is already stored."""
+    """Insert ``run`` and its benchmarks; False when a run with its uid is already stored, also when
+    another writer stored it while this transaction ran (its unique uid, read after the conflict)."""
     runs = schema.runs
     if connection.execute(select(runs.c.id).where(runs.c.uid == run.uid)).first():
         return False
@@ -77,9 +78,30 @@ def insert_run(connection: Connection, run: RunRecord) -> bool:
     software_id = _id_of(
         connection, schema.software, run.software.fingerprint, dict(run.software.versions)
     )
+    nested = connection.begin_nested()  # another writer may add the same uid meanwhile (PostgreSQL)
+    try:
+        run_id = _insert_run_row(connection, run, testbed_id, software_id)
+        nested.commit()
+    except IntegrityError:
+        nested.rollback()
+        if connection.execute(select(runs.c.id).where(runs.c.uid == run.uid)).first():
+            return False  # stored by a writer that committed first: an idempotent import
+        raise
+    unique = {bench.name: bench for bench in run.benchmarks}  # a name twice: the last one counts
+    if unique:
+        connection.execute(
+            schema.results.insert(), [_result_row(run_id, b) for b in unique.values()]
+        )
+    return True
+
+
+def _insert_run_row(
+    connection: Connection, run: RunRecord, testbed_id: int, software_id: int
+) -> int:
+    """The run's row (without its benchmarks); its id."""
     commit = run.commit
-    run_id = connection.execute(
-        runs.insert().values(
+    return connection.execute(
+        schema.runs.insert().values(
             uid=run.uid,
             source=run.source,
             recorded_at=run.recorded_at,
@@ -99,9 +121,3 @@ def insert_run(connection: Connection, run: RunRecord) -> bool:
             peaks=dict(run.peaks) if run.peaks else None,
         )
     ).inserted_primary_key[0]
-    unique = {bench.name: bench for bench in run.benchmarks}  # a name twice: the last one counts
-    if unique:
-        connection.execute(
-            schema.results.insert(), [_result_row(run_id, b) for b in unique.values()]
-        )
-    return True

@@ -32,17 +32,26 @@ def _available() -> bool:
     return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
 
 
+class Limit:
+    """What ``time_limit`` yields: ``expired`` turns True when the limit fired (also when the code
+    interrupted replaced ``CallTimeLimitExceeded`` by an error of its own while cleaning up)."""
+
+    expired: bool = False
+
+
 @contextlib.contextmanager
-def time_limit(seconds: float | None, what: str) -> Iterator[None]:
+def time_limit(seconds: float | None, what: str) -> Iterator[Limit]:
     """Raise ``CallTimeLimitExceeded`` naming ``what`` and ``seconds`` if the block runs longer.
 
     ``seconds`` None or 0: no limit. Nested limits keep the outer one (the inner block runs without its own).
     """
+    limit = Limit()
     if not seconds or not _available() or signal.getitimer(signal.ITIMER_REAL)[0] > 0:
-        yield
+        yield limit
         return
 
     def expired(signum, frame):
+        limit.expired = True
         raise CallTimeLimitExceeded(
             f"{what} ran past the time limit of {seconds:g} s (--perfsuite-call-time-limit); "
             "this case fails, the run goes on"
@@ -51,7 +60,7 @@ def time_limit(seconds: float | None, what: str) -> Iterator[None]:
     previous = signal.signal(signal.SIGALRM, expired)
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
-        yield
+        yield limit
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)

@@ -37,6 +37,8 @@ from perfsuite.measure.call_integrity import (
     substituted,
 )
 from perfsuite.measure.call_limit import time_limit
+from perfsuite.storage import path_inside
+from perfsuite.measure.children import ChildWatch, children_failure, end_children
 from perfsuite.measure.threads import ThreadWatch, release_at_exit, threads_failure
 from perfsuite.attention.reference_layouts import reference_gradients_in_layout
 from perfsuite.measure.correctness import check_output, compare_result, contract_checked
@@ -253,17 +255,25 @@ def _inputs_and_copies(case: AttentionCase, seed: int) -> tuple[AttentionInputs,
     return inputs, pristine_copy(inputs)
 
 
-def prepare_case(variant: Variant, case: AttentionCase, seed: int) -> PreparedCase:
+def prepare_case(
+    variant: Variant, case: AttentionCase, seed: int, call_limit_s: float | None = None
+) -> PreparedCase:
     """Draw ``case``'s inputs from ``seed`` and run the variant's per-case ``prepare``.
 
+    ``call_limit_s``: seconds building the inputs may take, and the variant's ``prepare`` after it
+    (``perfsuite.measure.call_limit``; a case of millions of pages builds for minutes); None: no limit.
     Raises ``VariantUnsupported`` when the device is missing, the case would not fit in its
-    free memory (``perfsuite.measure.memory_budget``), or torch refuses the case.
+    free memory (``perfsuite.measure.memory_budget``), or torch refuses the case;
+    ``CallTimeLimitExceeded`` naming which of the two ran past the limit.
     """
     reason = device_unavailable_reason(case.device) or does_not_fit_reason(variant, case)
     if reason:
         raise VariantUnsupported(reason)
-    inputs, pristine = run_once(variant, case, lambda: _inputs_and_copies(case, seed))
-    fn = run_once(variant, case, lambda: variant.for_case(inputs))
+    building = f"building the inputs of case {case.id} (perfsuite's work, before any call of {variant.name})"
+    with time_limit(call_limit_s, building):
+        inputs, pristine = run_once(variant, case, lambda: _inputs_and_copies(case, seed))
+    with time_limit(call_limit_s, f"the per-case prepare of {variant.name} on case {case.id}"):
+        fn = run_once(variant, case, lambda: variant.for_case(inputs))
     return PreparedCase(variant, case, inputs, make_grad_output(case, seed), fn, pristine)
 
 
@@ -326,11 +336,17 @@ def gather_evidence(
         result = checked_step()
         return result, settle(result.output, case.device)
 
-    with time_limit(call_limit_s, f"the first call of {in_mode}"), ThreadWatch() as watch:
+    with (
+        time_limit(call_limit_s, f"the first call of {in_mode}"),
+        ThreadWatch() as watch,
+        ChildWatch() as children,
+    ):
         result, settled = run_once(variant, case, first_call, seen)
     first_call_s = time.perf_counter() - started
     compiled = compile_stats.since(before)
-    deceptions = _left_running(variant, watch, f"the first call of case {case.id} in mode {mode}")
+    deceptions = _left_running(
+        variant, watch, f"the first call of case {case.id} in mode {mode}", children
+    )
     modified = prepared.check_inputs() or modified
     reference_inputs = prepared.pristine or inputs
     comparison, not_compared = compare_result(
@@ -360,7 +376,7 @@ def gather_evidence(
     deceptions += [tampered] if tampered else []
     del result, settled  # not held while profiling
     suffix = "" if mode == "forward" else f"-{mode}"
-    trace_path = trace_dir / f"{variant.name}-{case.id}{suffix}.pt.trace.json.gz"
+    trace_path = path_inside(trace_dir, f"{variant.name}-{case.id}{suffix}.pt.trace.json.gz")
     before = compile_stats.snapshot()
     annotation = step_annotation(mode)
     profiled_calls = WAIT_STEPS + WARMUP_STEPS + ACTIVE_STEPS + (mode == "forward_backward")
@@ -376,7 +392,7 @@ def gather_evidence(
             if mode == "forward_backward"
             else None
         )
-        with ThreadWatch() as watch:
+        with ThreadWatch() as watch, ChildWatch() as children:
             trace = record_trace(step, case.device, trace_path, annotation)
     steps = summarize_windows(trace, annotation)
     kept = kept_bytes_per_call([s.allocated_level_bytes.get(case.device) for s in steps])
@@ -386,7 +402,7 @@ def gather_evidence(
         with announced_once(variant), time_limit(confirm_limit, confirming):
             kept = kept_bytes_over_calls(step, case.device)
     deceptions += _left_running(
-        variant, watch, f"its profiled calls on case {case.id} in mode {mode}"
+        variant, watch, f"its profiled calls on case {case.id} in mode {mode}", children
     )
     tampered = guard.check_and_restore(variant.name, f"its profiled calls on case {case.id}")
     deceptions += [tampered] if tampered else []
@@ -426,12 +442,18 @@ def gather_evidence(
 CHECKED_CALLS = 3
 
 
-def _left_running(variant: Variant, watch: ThreadWatch, during: str) -> list[str]:
-    """The failure naming threads ``during`` left running (released so they cannot block the exit)."""
+def _left_running(
+    variant: Variant, watch: ThreadWatch, during: str, children: ChildWatch | None = None
+) -> list[str]:
+    """The failures naming threads ``during`` left running (released so they cannot block the exit)
+    and child processes it left running (ended, ``perfsuite.measure.children``)."""
     threads = watch.left_running()
     failure = [threads_failure(variant.name, threads, during)] if threads else []
     for thread in threads:
         release_at_exit(thread)
+    left = children.left_running() if children is not None else []
+    if left:
+        failure.append(children_failure(variant.name, end_children(left), during))
     return failure
 
 
@@ -467,7 +489,7 @@ def _checked_calls(
     first_copy = first.output.detach().clone()
     fresh = fresh_values(case, seed, reference_inputs)
     failures: list[str] = []
-    with substituted(inputs, fresh), ThreadWatch() as watch:
+    with substituted(inputs, fresh), ThreadWatch() as watch, ChildWatch() as children:
         fresh_step = make_step(mode, checked_fn, inputs, prepared.grad_output)
         fresh_result = synchronized(fresh_step, case.device)()
         label = f"variant {variant.name} on case {case.id} (seed {seed + FRESH_SEED_OFFSET})"
@@ -477,7 +499,7 @@ def _checked_calls(
             fresh_comparison = (
                 None  # the reference did not fit: as for the first call, not compared
             )
-    failures += _left_running(variant, watch, f"a call on fresh inputs of case {case.id}")
+    failures += _left_running(variant, watch, f"a call on fresh inputs of case {case.id}", children)
     references: dict = {}
 
     def reference_changed(index: int) -> bool:
@@ -501,8 +523,8 @@ def _checked_calls(
     )
     del fresh_result
     if (
-        mode == "forward" and case.layout.is_plain
-    ):  # packed sequences: the probe's layout is [B, H, S, D]
+        mode == "forward" and case.layout.is_plain and reference_inputs.scale != 0
+    ):  # packed sequences: the probe's layout is [B, H, S, D]; scale 0: no score can be large
         probe = large_score_values(reference_inputs)
         probe_step = synchronized(
             make_step(mode, checked_fn, inputs, prepared.grad_output), case.device

@@ -224,6 +224,7 @@ def _run_pairs(variant_name: str, pairs: list[tuple[str, str]], seed: int) -> No
     # imported here: only the isolated child process needs them
     from perfsuite.attention.cases import parse_case_id
     from perfsuite.attention.modes import Mode, make_step
+    from perfsuite.measure.children import ChildWatch, end_children
     from perfsuite.measure.refusals import VariantUnsupported
     from perfsuite.measure.evidence import prepare_case, run_once
     from perfsuite.measure.timing import synchronized
@@ -240,7 +241,11 @@ def _run_pairs(variant_name: str, pairs: list[tuple[str, str]], seed: int) -> No
                 raise VariantUnsupported(no_backward)
             prepared = prepare_case(variant, case, seed)
             step = make_step(mode, prepared.fn, prepared.inputs, prepared.grad_output)
-            run_once(variant, case, synchronized(step, case.device))
+            # a child the call leaves holds this probe's output pipe: the suite would wait for its
+            # end (the in-process run names it; here it is only ended)
+            with ChildWatch() as children:
+                run_once(variant, case, synchronized(step, case.device))
+            end_children(children.left_running())
         except VariantUnsupported as exc:
             status, detail = "unsupported", str(exc)
         except Exception as exc:  # reported, not a crash: the suite reports it in-process

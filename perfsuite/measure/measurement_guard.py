@@ -8,15 +8,25 @@ reference wrong. ``MeasurementState.capture()`` records all of them before a var
 ``MeasurementState.check_and_restore(name)`` after them names each change as that variant's failure
 and puts the suite's value back, so the variants after it run as they would have.
 
+Besides the timers, every function of the namespaces the float64 reference and the built-ins call
+(``GUARDED_NAMESPACES``: ``torch``, ``torch.nn.functional``, ``torch.Tensor``' methods, ...) is
+compared by identity, so a module that patches ``torch.matmul`` at import, or a variant that does it
+during its calls, is named and the original put back; the process's CPU affinity and torch's thread
+counts, default dtype and device and backend flags are ``SETTINGS``. ``import_changes`` applies the
+same check around the import of users' modules.
+
 Not covered: state kept elsewhere (environment variables, ``torch._dynamo.config``,
-``torch._inductor.config``, a library's own globals), and functions a variant wraps without
-replacing the attribute (monkeypatching the C++ clock is out of reach of any Python check).
+``torch._inductor.config``, a library's own globals, functions of torch submodules not listed), and
+functions a variant wraps without replacing the attribute (monkeypatching the C++ clock is out of
+reach of any Python check).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib
+import os
+import types
 import warnings
 from collections.abc import Callable
 
@@ -43,6 +53,18 @@ GUARDED_FUNCTIONS = (
     "perfsuite.measure.device_api:TorchCuda.synchronize",
     "perfsuite.measure.device_api:TorchCuda.record_event",
     "perfsuite.measure.device_api:TorchCuda.elapsed_s",
+)
+
+# Namespaces whose every function (by identity) a variant must not replace: the reference, the
+# built-ins and the checks call them. New attributes are allowed (torch imports submodules lazily).
+GUARDED_NAMESPACES = (
+    "torch",
+    "torch.nn.functional",
+    "torch.Tensor",
+    "torch.linalg",
+    "torch.special",
+    "torch.nn.attention",
+    "torch.nn.attention.flex_attention",
 )
 
 
@@ -89,8 +111,34 @@ def _sdp(name: str) -> _Setting:
     return _Setting(f"torch.backends.cuda.{name}_sdp_enabled()", enabled, enable)
 
 
-SETTINGS = (
+def _affinity() -> tuple[int, ...]:
+    return tuple(sorted(os.sched_getaffinity(0)))
+
+
+def _set_affinity(cpus: object) -> None:
+    os.sched_setaffinity(0, set(cpus))  # type: ignore[arg-type]
+
+
+def _set_interop_threads(count: object) -> None:
+    try:
+        torch.set_num_interop_threads(count)  # type: ignore[arg-type]
+    except RuntimeError:  # torch refuses once inter-op work started: the change is still named
+        pass
+
+
+_PLATFORM = (
+    (_Setting("os.sched_getaffinity(0)", _affinity, _set_affinity),)
+    if hasattr(os, "sched_getaffinity")
+    else ()
+)
+
+SETTINGS = _PLATFORM + (
     _Setting("torch.get_default_dtype()", torch.get_default_dtype, torch.set_default_dtype),
+    _Setting("torch.get_default_device()", torch.get_default_device, torch.set_default_device),
+    _Setting(
+        "torch.get_num_interop_threads()", torch.get_num_interop_threads, _set_interop_threads
+    ),
+    _Setting("torch.is_anomaly_enabled()", torch.is_anomaly_enabled, torch.set_anomaly_enabled),
     _Setting(
         "torch.are_deterministic_algorithms_enabled()",
         _deterministic,
@@ -134,6 +182,30 @@ def _resolve(path: str) -> tuple[object, str] | None:
     return owner, attribute
 
 
+def _namespace(name: str) -> object | None:
+    """The module or class ``torch.Tensor`` / ``torch.nn.functional`` names, or None when missing."""
+    module_name, _, attribute = name.rpartition(".")
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        pass
+    try:
+        return getattr(importlib.import_module(module_name), attribute, None)
+    except ImportError:
+        return None
+
+
+def _functions_of(owner: object) -> dict[str, object]:
+    """``owner``'s own callables (functions, builtins, methods), by name; modules and classes left out."""
+    found = {}
+    for name, value in list(vars(owner).items()):
+        if name.startswith("__") or isinstance(value, (type, types.ModuleType)):
+            continue
+        if callable(value) or isinstance(value, (staticmethod, classmethod, property)):
+            found[name] = value
+    return found
+
+
 def _read_quietly(setting: _Setting) -> object:
     with warnings.catch_warnings():  # torch deprecates some flags' getters (allow_tf32)
         warnings.simplefilter("ignore")
@@ -149,18 +221,40 @@ class MeasurementState:
 
     functions: dict[str, tuple[object, str, object]]  # path -> (owner, attribute, the function)
     settings: dict[str, object]
+    namespaces: dict[str, tuple[object, dict[str, object]]] = dataclasses.field(
+        default_factory=dict
+    )  # namespace -> (owner, its functions by name)
 
     @classmethod
     def capture(cls, extra: tuple[str, ...] = ()) -> MeasurementState:
-        """The state now (``GUARDED_FUNCTIONS`` and the ``extra`` paths, ``SETTINGS``); missing modules
-        are left out."""
+        """The state now (``GUARDED_FUNCTIONS`` and the ``extra`` paths, ``SETTINGS``,
+        ``GUARDED_NAMESPACES``); missing modules are left out. ``torch._dynamo`` is imported first: its
+        import wraps ``torch.manual_seed``, and a variant or module that merely imports it
+        (``torch.compile``) must not look like a tamperer."""
+        importlib.import_module("torch._dynamo")
         functions = {}
         for path in GUARDED_FUNCTIONS + tuple(extra):
             found = _resolve(path)
             if found is not None:
                 owner, attribute = found
                 functions[path] = (owner, attribute, owner.__dict__.get(attribute))
-        return cls(functions, {s.name: _read_quietly(s) for s in SETTINGS})
+        namespaces = {}
+        for name in GUARDED_NAMESPACES:
+            owner = _namespace(name)
+            if owner is not None:
+                namespaces[name] = (owner, _functions_of(owner))
+        return cls(functions, {s.name: _read_quietly(s) for s in SETTINGS}, namespaces)
+
+    def _replaced_in_namespaces(self) -> list[tuple[str, object, str, object, object]]:
+        """``(namespace, owner, attribute, original, now)`` per guarded namespace function replaced or deleted."""
+        found = []
+        for name, (owner, functions) in self.namespaces.items():
+            current = vars(owner)
+            for attribute, original in functions.items():
+                now = current.get(attribute)
+                if now is not original:
+                    found.append((name, owner, attribute, original, now))
+        return found
 
     def changes(self) -> list[str]:
         """One line per guarded function replaced and setting changed since the capture."""
@@ -169,6 +263,8 @@ class MeasurementState:
             now = owner.__dict__.get(attribute)
             if now is not original:
                 found.append(f"replaced {path.replace(':', '.')} with {_name(now)}")
+        for name, _, attribute, _, now in self._replaced_in_namespaces():
+            found.append(f"replaced {name}.{attribute} with {_name(now)}")
         for setting in SETTINGS:
             before, now = self.settings[setting.name], _read_quietly(setting)
             if now != before:
@@ -183,6 +279,8 @@ class MeasurementState:
                     delattr(owner, attribute)
                 else:
                     setattr(owner, attribute, original)
+        for _, owner, attribute, original, _ in self._replaced_in_namespaces():
+            setattr(owner, attribute, original)
         for setting in SETTINGS:
             before = self.settings[setting.name]
             if _read_quietly(setting) != before and not str(before).startswith("<unreadable"):
@@ -204,9 +302,85 @@ class MeasurementState:
         )
 
 
+def import_changes(source: str, load: Callable[[], object]) -> object:
+    """``load()`` (the import of users' modules) with the measurement's state compared before and after.
+
+    Returns what ``load`` returned. Raises ``ValueError`` naming ``source`` and each function the
+    import replaced or setting it changed, all restored first: a module must not change, at import,
+    the functions and settings every variant and the float64 reference are measured and checked with.
+    """
+    state = MeasurementState.capture()
+    loaded = load()
+    changes = state.changes()
+    if changes:
+        state.restore()
+        raise ValueError(
+            f"importing {source} changed what the suite measures and checks with: "
+            + "; ".join(changes)
+            + ". Restored; a module must not replace torch's functions or change global settings at import"
+        )
+    return loaded
+
+
 def _name(value: object) -> str:
     if value is None:
         return "nothing (deleted)"
     module = getattr(value, "__module__", None) or type(value).__module__
     qualname = getattr(value, "__qualname__", None) or type(value).__qualname__
     return f"{module}.{qualname}"
+
+
+class RecordingTimer:
+    """pytest-benchmark's timer read through the suite: every reading kept, so each round it records
+    can be checked against the clock's own readings (``unrecorded_rounds``).
+
+    pytest-benchmark's runner times a round as ``end - start`` with two locals of its frame; a variant
+    that rewrites ``start`` in that frame (``sys._getframe().f_back.f_locals``) makes a round look
+    shorter. The readings are this object's, out of the frame's reach: an honest round's duration is
+    exactly the difference of two consecutive readings (the same floating-point subtraction), so the
+    check has no tolerance to tune and no machine is slow enough to trip it. It adds one Python call
+    per reading (two per round, outside the loop of iterations).
+    """
+
+    def __init__(self, clock: Callable[[], float]):
+        self.clock = clock
+        self.readings: list[float] = []
+
+    def __call__(self) -> float:
+        now = self.clock()
+        self.readings.append(now)
+        return now
+
+    def __str__(self) -> str:  # what pytest-benchmark saves as the timer: the clock's name, as before
+        return str(self.clock)
+
+    def __repr__(self) -> str:
+        return f"the suite's recording timer over {self.clock}"
+
+    def unrecorded_rounds(self, round_s: list[float], iterations: int) -> str | None:
+        """None when the last ``len(round_s)`` rounds pytest-benchmark recorded (seconds per iteration,
+        ``iterations`` per round) are the clock's own readings; else what differs, naming the first
+        round whose duration was not the clock's (a rewritten ``start``), in seconds."""
+        if not round_s:
+            return None
+        readings = self.readings[-2 * len(round_s) :]
+        if len(readings) < 2 * len(round_s):
+            return (
+                f"pytest-benchmark recorded {len(round_s)} rounds but its timer was read "
+                f"{len(self.readings)} times"
+            )
+        for index, recorded in enumerate(round_s):
+            measured = readings[2 * index + 1] - readings[2 * index]
+            if not _same_duration(recorded * iterations, measured):
+                return (
+                    f"round {index + 1} of {len(round_s)} was recorded as {recorded * iterations:.6g} s "
+                    f"but the clock read {measured:.6g} s between its start and end (the timer's frame "
+                    "was rewritten: its start or end is not the clock's)"
+                )
+        return None
+
+
+def _same_duration(recorded_s: float, measured_s: float) -> bool:
+    """The same subtraction, up to the rounding of pytest-benchmark's division by iterations and
+    the multiplication back (a few units in the last place)."""
+    return abs(recorded_s - measured_s) <= 1e-9 * max(abs(measured_s), abs(recorded_s)) + 1e-15

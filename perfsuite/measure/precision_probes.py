@@ -71,7 +71,13 @@ def large_score_values(inputs: AttentionInputs) -> AttentionInputs:
     """``inputs`` with query and key replaced (value and mask kept) so that the score of key ``j`` is
     ``step * ((j mod 8) - 6)`` for every query (``large_score_step``): query ``[B, H, Sq, D]`` holds
     ``step / scale`` in its first feature and zeros elsewhere, key ``[B, Hkv, Skv, D]`` holds
-    ``(j mod 8) - 6``. Shapes, dtypes and devices are those of ``inputs``."""
+    ``(j mod 8) - 6``. Shapes, dtypes and devices are those of ``inputs``.
+
+    Raises:
+        ValueError: ``inputs.scale`` is 0 (every score is 0 whatever the query: there is no probe).
+    """
+    if inputs.scale == 0:
+        raise ValueError("scale 0: every score is 0, so no large score can be built (no probe)")
     step = large_score_step(inputs.query.dtype, inputs.query.shape[-1])
     query = torch.zeros_like(inputs.query)
     key = torch.zeros_like(inputs.key)

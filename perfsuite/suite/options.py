@@ -13,6 +13,7 @@ import torch
 
 from perfsuite.attention.cases import Device
 from perfsuite.errors import ConfigError
+from perfsuite.measure.measurement_guard import import_changes
 from perfsuite.suite import generation, settings, shards
 from perfsuite.variants import get_variant
 from perfsuite.variants.user import load_entry_point_variants, load_variant_spec
@@ -167,18 +168,20 @@ def variant_specs(config: pytest.Config) -> list[tuple[str, str]]:
 def load_user_variants(config: pytest.Config) -> tuple[str, ...]:
     """Register users' variants: installed entry points (group ``perfsuite.variants``), then each of
     ``variant_specs``. Returns the specs (isolated crash probes load them again in their child).
+    Each import is fenced (``measurement_guard.import_changes``): one that replaces a torch function
+    or changes a guarded setting is refused, named, and the change restored.
 
     Raises:
         ConfigError: an entry point or spec that cannot be loaded, naming it and where it came from.
     """
     try:
-        load_entry_point_variants()
+        import_changes("the installed entry points", load_entry_point_variants)
     except ValueError as exc:
         raise ConfigError(f"installed entry points (group perfsuite.variants): {exc}") from None
     specs = variant_specs(config)
     for spec, source in specs:
         try:
-            load_variant_spec(spec)
+            import_changes(spec, lambda named=spec: load_variant_spec(named))
         except ValueError as exc:
             raise ConfigError(f"{source}: {exc}", source) from None
     return tuple(spec for spec, _ in specs)

@@ -166,10 +166,13 @@ def pytest_benchmark_compare_machine_info(
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus):
     """Note an interrupted run before pytest-benchmark saves (its marker goes into the saved file), then
-    write table.md and run.json before any summary hook can fail."""
+    write table.md and run.json before any summary hook can fail. A run of the suite in which every
+    test was skipped tested nothing: it exits 5, as a run that collected nothing does."""
     suite = session_of(session.config)
     if exitstatus == pytest.ExitCode.INTERRUPTED:
         suite.interrupted(_benchmarks(session.config))
+    if terminal.tested_nothing(session, suite, exitstatus):
+        session.exitstatus = pytest.ExitCode.NO_TESTS_COLLECTED
     result = yield
     suite.finished(session.config)
     return result

@@ -11,6 +11,7 @@ import pytest
 import torch
 from pytest_benchmark.session import BenchmarkSession
 
+import errno
 import json
 import os
 import time
@@ -108,6 +109,9 @@ class SuiteSession:
         self.shard_note: str | None = None  # what the shard kept, for the collection's summary
         # process conditions applied after start (measure.conditions)
         self.applied_conditions: list[str] = []
+        self.disk_full: str | None = (
+            None  # why the run stopped: no space left in the results folder
+        )
         self._gpu_state: dict | None = None
 
     @classmethod
@@ -160,7 +164,10 @@ class SuiteSession:
         by the others (``FailureLedger``); a refusal by torch is re-raised as is (a skip)."""
         key = (variant.name, case.id)
         if key not in self._prepared:
-            self._prepared[key] = _capture(lambda: prepare_case(variant, case, self.settings.seed))
+            limit_s = self.settings.call_limit_s(case.device)
+            self._prepared[key] = _capture(
+                lambda: prepare_case(variant, case, self.settings.seed, limit_s)
+            )
         found = self._prepared[key]
         if isinstance(found, Exception) and not isinstance(found, VariantUnsupported):
             self.failures.report(
@@ -200,6 +207,8 @@ class SuiteSession:
                     )
                 )
             found = self._evidence[key]
+            if isinstance(found, OSError):  # a trace that could not be written
+                self.stop_if_disk_full(found, Path(self.settings.traces_dir))
             if isinstance(found, Evidence):
                 self._layouts.append(found.layout_record)
                 self.traces.add(found.trace_path)
@@ -505,6 +514,15 @@ class SuiteSession:
         running test named; at the end, partial only when the run was interrupted or stopped early,
         and the trace manifest records how the run ended.
         """
+        if self.disk_full:
+            return  # said once and the run stopped: nothing more can be written there
+        try:
+            self._write_outputs(final, started)
+        except OSError as exc:
+            self.stop_if_disk_full(exc, Path(self.settings.results_dir))
+            raise
+
+    def _write_outputs(self, final: bool, started: bool) -> None:
         if self.results or self.skipped or self.crashed or started:
             incomplete = self.incomplete()
             if not final and incomplete is None:
@@ -537,6 +555,24 @@ class SuiteSession:
                 if self.progress.interrupted
                 else "stopped early"
             )
+
+    def stop_if_disk_full(self, exc: BaseException, folder: Path) -> None:
+        """A write that failed because the disk (or the user's quota) is full stops the run with one
+        line naming the folder (``pytest.exit``); what was written before stays. Other errors return."""
+        found: BaseException | None = exc
+        while found is not None and not (
+            isinstance(found, OSError) and found.errno in (errno.ENOSPC, errno.EDQUOT)
+        ):
+            found = found.__cause__ or found.__context__
+        if found is None:
+            return
+        self.disk_full = (
+            f"perfsuite: no space left to write into {folder} ({found.strerror}); the run stopped "
+            "here. The files written before are whole; free space (or choose another folder with "
+            "--perfsuite-results) and run again"
+        )
+        self.progress.stopped = "stopped: the results disk is full"
+        pytest.exit(self.disk_full, returncode=pytest.ExitCode.INTERRUPTED)
 
     def table_lines(self) -> list[str]:
         """The end-of-run table, grouped skip reasons, crashes, setup failures, output layouts that

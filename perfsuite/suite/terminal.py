@@ -76,6 +76,35 @@ def idle_user_variants(items, selected) -> list[str]:
     return [v for v in selected if v in loaded_user_variants() and v not in ran]
 
 
+TESTED_NOTHING = (
+    "perfsuite: every test of the attention suite was skipped: nothing was checked or timed "
+    "(exit 5, as when nothing is collected); the skip reasons say why (-rs lists them)"
+)
+
+
+def tested_nothing(session: pytest.Session, suite: SuiteSession, exitstatus: int) -> bool:
+    """Whether a finished run of the attention suite passed and failed nothing (every test skipped);
+    said on the terminal. Collect-only runs and runs that failed or stopped keep their status."""
+    if exitstatus != pytest.ExitCode.OK or session.config.option.collectonly:
+        return False
+    if not suite.runs_suite:
+        return False
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is None:
+        return False
+    ran = [
+        r
+        for key in ("passed", "failed", "error", "xfailed", "xpassed")
+        for r in reporter.stats.get(key, [])
+        if getattr(r, "when", "call") == "call" or key == "error"
+    ]
+    if ran or not reporter.stats.get("skipped"):
+        return False
+    reporter.ensure_newline()
+    reporter.write_line(TESTED_NOTHING, yellow=True)
+    return True
+
+
 def regressed(terminalreporter) -> None:
     """pytest-benchmark's ``--benchmark-compare-fail`` found a regression: one red line, a failed run
     (no traceback)."""

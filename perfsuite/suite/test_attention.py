@@ -20,9 +20,10 @@ from perfsuite.trace.kernel_families import (
 )
 from perfsuite.suite.record import benchmark_extra_info
 from perfsuite.suite.reliability import headline
+from perfsuite.measure.children import ChildWatch, children_failure, end_children
 from perfsuite.measure.threads import ThreadWatch, release_at_exit, threads_failure
 from perfsuite.measure.call_limit import time_limit
-from perfsuite.measure.measurement_guard import MeasurementState
+from perfsuite.measure.measurement_guard import MeasurementState, RecordingTimer
 from perfsuite.measure.correctness import nonfinite_after_timing
 from perfsuite.measure.precision_probes import restates_wrong_output
 from perfsuite.measure.profiling import ACTIVE_STEPS
@@ -271,9 +272,13 @@ def test_benchmark(mode_evidence, benchmark, perfsuite_run, request):
     on_cpu = case.device == Device.CPU and not benchmark.disabled
     speed_before = speed_reference.reference_ms() if on_cpu else None
     rounds = request.config.getoption("benchmark_min_rounds")
-    guard, timer = MeasurementState.capture(), benchmark._timer
+    guard, timer = MeasurementState.capture(), RecordingTimer(benchmark._timer)
+    benchmark._timer = (
+        timer  # every reading kept: a rewritten start in the runner's frame is caught
+    )
     with (
         ThreadWatch() as watch,
+        ChildWatch() as children,
         contention.Probe() as probe,
         time_limit(
             _timing_limit_s(run.call_limit_s(case.device), rounds, request),
@@ -290,7 +295,7 @@ def test_benchmark(mode_evidence, benchmark, perfsuite_run, request):
             cuda_graph=run.cuda_graphs,
         )
     benchmark.extra_info.update(info)
-    _check_timing_untouched(evidence, guard, watch, timer, benchmark)
+    _check_timing_untouched(evidence, guard, (watch, children), timer, benchmark)
     if on_cpu:
         benchmark.extra_info["speed_reference"] = speed_reference.record(
             speed_before, speed_reference.reference_ms()
@@ -328,20 +333,31 @@ def _not_timed(evidence, request) -> None:
     pytest.fail(reason, pytrace=False)
 
 
-def _check_timing_untouched(evidence, guard, watch, timer, benchmark) -> None:
-    """After the timed rounds: no timer replaced, no torch setting changed (restored), no thread left
-    running; else the timing fails, naming what the variant did."""
+def _check_timing_untouched(evidence, guard, watches, timer, benchmark) -> None:
+    """After the timed rounds: no timer replaced, every round pytest-benchmark recorded the clock's own
+    (``RecordingTimer``), no torch function or setting changed (restored), no thread or child process
+    left running (the children ended);
+    else the timing fails, naming what the variant did."""
     where = f"{evidence.variant.name} on {evidence.case.id} ({evidence.mode})"
     problems = []
     if evidence.case.device == Device.CPU and benchmark._timer is not timer:
         problems.append(f"replaced pytest-benchmark's timer with {benchmark._timer!r}")
+    stats = benchmark.stats.stats if benchmark.stats else None
+    if stats is not None and benchmark.extra_info.get("timer") == "host":
+        unrecorded = timer.unrecorded_rounds(list(stats.data), benchmark.stats.iterations)
+        problems += [f"timed rounds not the clock's: {unrecorded}"] if unrecorded else []
     tampered = guard.check_and_restore(evidence.variant.name, "its timed calls")
     problems += [tampered] if tampered else []
+    watch, children = watches
     threads = watch.left_running()
     if threads:
         problems.append(threads_failure(evidence.variant.name, threads, "its timed calls"))
     for thread in threads:
         release_at_exit(thread)
+    left = children.left_running()
+    if left:
+        ended = end_children(left)
+        problems.append(children_failure(evidence.variant.name, ended, "its timed calls"))
     if problems:
         pytest.fail(
             f"{where}: the timing is not the suite's: " + "; ".join(problems), pytrace=False

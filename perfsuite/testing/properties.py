@@ -18,7 +18,8 @@ from pathlib import Path
 import torch
 
 from perfsuite.attention.cases import AttentionCase, Device
-from perfsuite.measure.evidence import bind, run_once
+from perfsuite.measure.evidence import VariantUnsupported, bind, run_once
+from perfsuite.measure.memory_budget import does_not_fit_reason
 from perfsuite.measure.correctness import ContractViolation, check_output, contract_failures
 from perfsuite.measure.input_guard import check_and_restore, pristine_copy
 from perfsuite.attention.inputs import AttentionInputs, make_inputs
@@ -46,6 +47,17 @@ def reproduce_hint(variant: Variant, case: AttentionCase, seed: int) -> str:
         f"--perfsuite-seed {seed} --perfsuite-variants {variant.name}"
         + (f" --perfsuite-variant {spec}" if spec else "")
     )
+
+
+def _inputs_within_budget(variant: Variant, case: AttentionCase, seed: int) -> AttentionInputs:
+    """``make_inputs(case, seed)`` once the case is known to fit in ``case.device``'s free memory
+    (``perfsuite.measure.memory_budget``, as the suite checks before allocating).
+
+    Raises ``VariantUnsupported`` (a skip, with the sizes) when it would not fit."""
+    reason = does_not_fit_reason(variant, case)
+    if reason:
+        raise VariantUnsupported(reason)
+    return make_inputs(case, seed)
 
 
 def _fail(variant: Variant, case: AttentionCase, seed: int, what: str) -> str:
@@ -97,7 +109,7 @@ def _generator(seed: int) -> torch.Generator:
 def check_matches_reference(variant: Variant, case: AttentionCase, seed: int) -> str | None:
     """Property 1: the output equals the float64 reference within the dtype's tolerance
     (fully masked rows: zeros, or NaN for ``fully_masked_rows="nan"`` variants)."""
-    inputs = make_inputs(case, seed)
+    inputs = _inputs_within_budget(variant, case, seed)
     pristine = pristine_copy(inputs)
     output = _guarded(variant, case, inputs)
     failure = check_output(
@@ -143,7 +155,7 @@ def check_batch_and_head_independence(
 ) -> str | None:
     """Property 2: permuting batch rows, or kv heads together with their query-head groups (and the
     per-head ALiBi slopes and sinks with the query heads), permutes the output the same way."""
-    inputs = make_inputs(case, seed)
+    inputs = _inputs_within_budget(variant, case, seed)
     base = _run(variant, case, inputs)
     gen = _generator(seed)
     batch_order = torch.randperm(case.batch, generator=gen)
@@ -185,7 +197,7 @@ def check_causality(variant: Variant, case: AttentionCase, seed: int) -> str | N
     Padded and packed cases: ``check_sequence_causality``."""
     if case.layout.storage in _SEQUENCE_STORAGES:
         return check_sequence_causality(variant, case, seed)
-    inputs = make_inputs(case, seed)
+    inputs = _inputs_within_budget(variant, case, seed)
     base = _run(variant, case, inputs)
     gen = _generator(seed)
     position = int(torch.randint(0, case.seq_len_kv, (1,), generator=gen))
@@ -234,7 +246,7 @@ def check_sequence_causality(variant: Variant, case: AttentionCase, seed: int) -
     from perfsuite.attention.inputs import sequence_allowed
     from perfsuite.attention.reference_layouts import input_sequence, output_sequence, sequences
 
-    inputs = make_inputs(case, seed)
+    inputs = _inputs_within_budget(variant, case, seed)
     base = _guarded(variant, case, inputs)
     gen = _generator(seed)
     seqs = sequences(case, inputs)
@@ -318,7 +330,7 @@ def check_masked_keys_do_not_matter(
     values; and a variant that masks with ``masked_fill`` (``naive``, ``naive_inplace``)
     keeps them unchanged when only the key is NaN (checked by ``check_nan_masked_key``).
     """
-    inputs = make_inputs(case, seed)
+    inputs = _inputs_within_budget(variant, case, seed)
     candidates = _keys_hidden_somewhere(inputs.mask, case)
     if not len(candidates):
         return None
@@ -365,7 +377,7 @@ def check_masked_keys_do_not_matter(
 def check_nan_masked_key(variant: Variant, case: AttentionCase, seed: int) -> str | None:
     """Property 4, NaN key only, for ``masked_fill`` variants: a NaN score that is masked is
     overwritten with ``-inf``, so rows that cannot see the key are unchanged."""
-    inputs = make_inputs(case, seed)
+    inputs = _inputs_within_budget(variant, case, seed)
     candidates = _keys_hidden_somewhere(inputs.mask, case)
     if not len(candidates):
         return None
@@ -390,7 +402,7 @@ def check_shift_invariance(variant: Variant, case: AttentionCase, seed: int) -> 
     does not change the output (softmax is shift invariant). Integer constants up to +-100
     make a softmax without max subtraction overflow in fp32, and a clamp of the scores show.
     Meant for fp32/fp64 cases: in bf16 a score of 100.37 is stored as 100.5."""
-    inputs = make_inputs(case, seed)
+    inputs = _inputs_within_budget(variant, case, seed)
     gen = _generator(seed)
     base_bias = inputs.mask.additive
     zeros = torch.zeros(
@@ -423,7 +435,7 @@ def check_score_copies(variant: Variant, case: AttentionCase, seed: int) -> str 
     Inputs must be contiguous: a strided query is copied by ``matmul``, and when
     ``head_dim == seq_len_kv`` that copy has the score matrix's shape too.
     """
-    inputs = make_inputs(case, seed)
+    inputs = _inputs_within_budget(variant, case, seed)
     forward = bind(variant, inputs)
     run_once(variant, case, forward)
     with tempfile.TemporaryDirectory() as scratch:
@@ -465,7 +477,7 @@ def check_alibi_position_shift(variant: Variant, case: AttentionCase, seed: int)
     """Property 7 (ALiBi over a mask that does not depend on positions): adding a constant to every
     query position leaves the output unchanged, since ``-slope * (pos_i + c - j)`` differs from the
     unshifted bias by a constant per row, which softmax ignores (Press et al. 2022, section 3)."""
-    inputs = make_inputs(case, seed)
+    inputs = _inputs_within_budget(variant, case, seed)
     shift = int(torch.randint(1, 64, (1,), generator=_generator(seed)))
     base = _run(variant, case, inputs)
     forms = dict(inputs.forms, query_positions=inputs.forms["query_positions"] + shift)
@@ -487,7 +499,7 @@ def check_huge_softcap_changes_nothing(
     """Property 8 (softcap): a cap 10^4 times the largest score leaves the scores as they are
     (``cap * tanh(s / cap) = s (1 - (s/cap)^2 / 3 + ...)``), so the output is the reference's without
     any cap, within the suite's tolerance."""
-    inputs = make_inputs(case, seed)
+    inputs = _inputs_within_budget(variant, case, seed)
     q, k = inputs.query.to(torch.float64), inputs.key.to(torch.float64)
     groups = case.num_heads // case.num_kv_heads
     largest = float((q @ k.repeat_interleave(groups, dim=1).transpose(-2, -1)).abs().max())
@@ -504,7 +516,7 @@ def check_minus_infinity_sink_is_no_sink(
 ) -> str | None:
     """Property 9 (sinks): a sink logit of ``-inf`` adds ``e^-inf = 0`` to the denominator, so the
     output is the reference's without sinks (rows that see some key; a row that sees none is 0/0)."""
-    inputs = make_inputs(case, seed)
+    inputs = _inputs_within_budget(variant, case, seed)
     sinks = torch.full_like(inputs.forms["sinks"], float("-inf"))
     given = inputs.replace(forms=dict(inputs.forms, sinks=sinks))
     without = inputs.replace(forms={k: v for k, v in inputs.forms.items() if k != "sinks"})
@@ -540,7 +552,7 @@ def check_sequence_independence(variant: Variant, case: AttentionCase, seed: int
     (other sequences' rows, their pages and the spare ones) is redrawn; its output must not move."""
     from perfsuite.attention.reference_layouts import output_sequence, sequences
 
-    inputs = make_inputs(case, seed)
+    inputs = _inputs_within_budget(variant, case, seed)
     base = _guarded(variant, case, inputs)
     gen = _generator(seed)
 
@@ -571,7 +583,7 @@ def check_sequence_independence(variant: Variant, case: AttentionCase, seed: int
 
 def check_page_permutation(variant: Variant, case: AttentionCase, seed: int) -> str | None:
     """Paged property: moving the cache's pages (and the block table with them) changes nothing."""
-    inputs = make_inputs(case, seed)
+    inputs = _inputs_within_budget(variant, case, seed)
     base = _run(variant, case, inputs)
     num_pages = inputs.key.shape[0]
     order = torch.randperm(num_pages, generator=_generator(seed))  # new page i holds old order[i]

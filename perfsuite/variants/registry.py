@@ -237,6 +237,46 @@ def check_signature(name: str, fn: VariantFn) -> None:
         )
 
 
+_NAME_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.+-")
+
+
+def check_variant_name(name: object) -> None:
+    """Raise ``ValueError`` unless ``name`` is a variant name: letters, digits, ``_ . + -``, not
+    starting with ``.``. A name becomes part of file names (traces) and of the key
+    ``variant/case/mode``, so a separator or ``..`` is refused here, where it is written."""
+    if (
+        not isinstance(name, str)
+        or not name
+        or name.startswith(".")
+        or not set(name) <= _NAME_CHARACTERS
+    ):
+        raise ValueError(
+            f"variant name {name!r}: allowed: letters, digits and _ . + - (not starting with '.')"
+        )
+
+
+def _required_by_declaration(name: str, fn: Callable, requires: Sequence[str]) -> set[Form]:
+    """The forms ``requires`` names, each refused unless ``fn`` takes all its keywords (as
+    parameters, or through ``**kwargs``): a case of that form would call it with them."""
+    forms = {parse_form(f) for f in requires}
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # no signature to check
+        return forms
+    if any(p.kind == p.VAR_KEYWORD for p in params):
+        return forms
+    names = {p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+    for form in sorted(forms):
+        missing = [k for k in FORMS[form].keywords if k not in names]
+        if missing:
+            raise ValueError(
+                f"variant {name!r}: requires='{form}', but its function takes no keyword "
+                f"{', '.join(missing)}: a {form} case passes "
+                f"{', '.join(FORMS[form].keywords)}; add them to its signature"
+            )
+    return forms
+
+
 def register_variant(
     name: str,
     description: str,
@@ -281,7 +321,8 @@ def register_variant(
     command line chooses cases (``--perfsuite-case-set``, ``--perfsuite-cases``).
 
     Raises:
-        ValueError: ``name`` is already registered, ``fully_masked_rows`` is not one of
+        ValueError: ``name`` is not a variant name (``check_variant_name``) or is already
+            registered, ``requires`` names a form whose keywords ``fn`` does not take, ``fully_masked_rows`` is not one of
             ``FULLY_MASKED_ROW_RESULTS``, ``forward_only`` names a device not in ``DEVICES``
             or gives an empty reason, ``devices`` is empty or names a device not in ``DEVICES``,
             or ``forms`` or ``forms_refused`` names an unknown form, or ``flash_impl`` is given
@@ -290,6 +331,7 @@ def register_variant(
     """
 
     def decorate(fn: VariantFn) -> VariantFn:
+        check_variant_name(name)
         if name in _REGISTRY:
             raise ValueError(f"attention variant {name!r} is already registered")
         if fully_masked_rows not in FULLY_MASKED_ROW_RESULTS:
@@ -304,7 +346,7 @@ def register_variant(
             )
         _check_flash_impl(name, flash_impl, sdpa_backend)
         check_signature(name, fn)
-        needed = required_forms(fn) | {parse_form(f) for f in requires}
+        needed = required_forms(fn) | _required_by_declaration(name, fn, requires)
         handled = declared_forms(fn, (parse_form(f) for f in forms)) | needed
         refused = tuple((parse_form(f), why) for f, why in (forms_refused or {}).items())
         _REGISTRY[name] = Variant(

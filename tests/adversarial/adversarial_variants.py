@@ -9,6 +9,10 @@ so a variant computing a subset of them is wrong).
 
 from __future__ import annotations
 
+import ctypes
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -191,6 +195,17 @@ _tamper(
     lambda: torch.set_num_threads(torch.get_num_threads() + 1),
 )
 _tamper(
+    "patches_torch_matmul",
+    "torch.matmul",
+    lambda: setattr(torch, "matmul", lambda a, b: torch.bmm(a.flatten(0, -3), b.flatten(0, -3))),
+)
+if len(os.sched_getaffinity(0)) > 1:  # on one CPU there is nothing to pin
+    _tamper(
+        "pins_one_cpu",
+        "os.sched_getaffinity(0)",
+        lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}),
+    )
+_tamper(
     "changes_backend_flag",
     "torch.backends.mkldnn.enabled",
     lambda: setattr(torch.backends.mkldnn, "enabled", False),
@@ -337,6 +352,46 @@ def saves_scores_undeclared(query, key, value, *, mask, scale):
     scores = torch.matmul(query, key.transpose(-2, -1)) * scale
     scores = scores.masked_fill(mask.masked_out, float("-inf"))
     return torch.matmul(torch.softmax(scores, dim=-1), value)
+
+
+@expect("rewrites_timer_start", (BENCH, "not the clock's"))
+def rewrites_timer_start(query, key, value, *, mask, scale):
+    """Sleeps 2 ms, then moves pytest-benchmark's ``start`` local (in the runner's frame) to now."""
+    time.sleep(0.002)
+    frame = sys._getframe(1)
+    while frame is not None and not {"start", "loops_range"} <= frame.f_locals.keys():
+        frame = frame.f_back
+    if frame is not None:
+        frame.f_locals["start"] = time.perf_counter()  # writes through from Python 3.13
+        if sys.version_info < (3, 13):
+            ctypes.pythonapi.PyFrame_LocalsToFast(ctypes.py_object(frame), ctypes.c_int(0))
+    return _sdpa(query, key, value, mask, scale)
+
+
+_CHILDREN: list[subprocess.Popen] = []
+
+
+@expect("leaves_a_child_process", (CALLS, "child process(es) running"))
+def leaves_a_child_process(query, key, value, *, mask, scale):
+    """Starts ``sleep 300`` on its first call and returns while it runs."""
+    if not _CHILDREN:
+        _CHILDREN.append(subprocess.Popen(["sleep", "300"]))
+    return _sdpa(query, key, value, mask, scale)
+
+
+_FORKED: list[int] = []
+
+
+@expect("forks_the_suite", (CALLS, "child process(es) running"))
+def forks_the_suite(query, key, value, *, mask, scale):
+    """Forks on its first call; the child (a copy of pytest) goes on running the suite."""
+    if not _FORKED:
+        pid = os.fork()
+        if pid:
+            _FORKED.append(pid)
+        else:
+            _FORKED.append(os.getpid())  # the copy returns into the suite like its parent
+    return _sdpa(query, key, value, mask, scale)
 
 
 @expect("never_returns", (FLOAT64, "ran past the time limit"))

@@ -115,3 +115,52 @@ def test_each_adversarial_variant_fails_with_its_reason_named(torch_imported, py
     )
     assert re.search(r"keeps_memory .*KEPT/call", out)
     assert re.search(r"deterministic_sdpa .* yes", out)  # bitwise reproducible, in the table
+
+
+PATCHES_AT_IMPORT = """
+import torch
+import torch.nn.functional as F
+
+_matmul = torch.matmul
+torch.matmul = lambda a, b: _matmul(a, b) * 0.5  # the float64 reference would use it
+
+
+def attention(query, key, value, *, mask, scale):
+    return F.scaled_dot_product_attention(query, key, value, is_causal=mask.is_causal, scale=scale)
+"""
+
+
+def test_a_module_that_patches_torch_at_import_is_refused_with_the_change_named(
+    torch_imported, pytester, monkeypatch
+):
+    """A user module that replaces ``torch.matmul`` when imported: the run refuses to start, names
+    the module and the replaced function, and torch.matmul is the original again."""
+    import torch
+
+    original = torch.matmul
+    pytester.makepyfile(test_attention=SUITE, patches_at_import=PATCHES_AT_IMPORT)
+    monkeypatch.syspath_prepend(str(pytester.path))
+    try:
+        result = pytester.runpytest_inprocess(
+            "--perfsuite-variant",
+            "patches_at_import:attention",
+            "--perfsuite-cases",
+            CASE,
+            "--co",
+            "-p",
+            "no:randomly",
+            "-p",
+            "no:cacheprovider",
+        )
+        after = torch.matmul
+    finally:
+        torch.matmul = original
+        sys.modules.pop("patches_at_import", None)
+        if "attention" in registry.variant_names():
+            registry.unregister_variant("attention")
+        user._LOADED[:] = [n for n in user._LOADED if n != "attention"]
+    assert after is original
+    assert result.ret != 0
+    text = result.stdout.str() + result.stderr.str()
+    assert "importing patches_at_import:attention changed" in text, text
+    assert "replaced torch.matmul with patches_at_import.<lambda>" in text, text

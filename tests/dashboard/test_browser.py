@@ -278,3 +278,30 @@ def test_a_count_step_reads_as_counts_and_compare_never_shows_null(tmp_path, pag
     page.locator("#compare").scroll_into_view_if_needed()
     first = page.locator("#compare-table tbody tr").first.inner_text()
     assert "score copies not recorded -> 2" in first and "null" not in first
+
+
+def test_a_fast_variant_that_failed_the_float64_check_is_never_called_fastest(tmp_path, page):
+    """A wrong variant 3.8x ahead of every other on one case: the page's fastest names the fastest
+    correct one, and the findings name the wrong one."""
+    import json
+
+    example = (
+        Path(__file__).resolve().parents[2] / "tests" / "data" / "runs" / "cpu-sequence-sweep.json"
+    )
+    data = json.loads(example.read_text())
+    timed = [r for r in data["results"] if r.get("median_s") is not None]
+    first_case = sorted({(r["case_id"], r["mode"]) for r in timed})[0]
+    here = sorted(
+        (r for r in timed if (r["case_id"], r["mode"]) == first_case), key=lambda r: r["median_s"]
+    )
+    wrong = {**here[0], "variant": "wrong_fast", "median_s": here[0]["median_s"] / 3.8}
+    wrong.update(correct=False, max_abs_error=0.5)
+    data["results"].append(wrong)
+    run_file = tmp_path / "run.json"
+    run_file.write_text(json.dumps(data))
+    html = tmp_path / "report.html"
+    assert main(["report", str(run_file), "--html", str(html)]) == 0
+    open_site(page, html)
+    assert "wrong_fast" not in page.inner_text("#fastest")
+    assert here[0]["variant"] in page.inner_text("#fastest")
+    assert "wrong_fast on" in page.inner_text("#notes")

@@ -117,3 +117,21 @@ def test_links_refuse_a_file_that_is_not_an_ab_output(tmp_path, capsys):
         == 2
     )
     assert "missing.json" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["javascript:alert(document.cookie)", "data:text/html,x", "file:///etc", "github.com/o/r"],
+)
+def test_a_repo_url_that_is_no_web_address_is_refused(tmp_path, capsys, url):
+    """The page turns ``--repo-url`` into commit links: only http(s) with a host is allowed."""
+    from perfsuite.cli.main import main
+    from perfsuite.history import open_store
+
+    store = f"sqlite:///{tmp_path / 'h.sqlite'}"
+    open_store(store).close()  # an empty store: the site would be written from it
+    with pytest.raises(SystemExit) as raised:
+        main(["dashboard", "--store", store, "--out", str(tmp_path / "site"), "--repo-url", url])
+    assert raised.value.code == 2
+    assert f"{url!r}: allowed: an http:// or https:// URL with a host" in capsys.readouterr().err
+    assert not (tmp_path / "site").exists()

@@ -84,3 +84,25 @@ def test_a_device_list_that_matches_no_device_is_an_error(env, requested, said):
     """Before: CUDA_VISIBLE_DEVICES=bogus ran a shard 'on GPU bogus' that timed CPU cases and passed."""
     with pytest.raises(ConfigError, match=re.escape(said)):
         devices.plan(requested, env, device_count=2)
+
+
+@pytest.mark.parametrize(
+    ("visible", "said"),
+    [
+        ("GPU-deadbeef", "GPU-deadbeef: the driver finds no GPU here, so no device has that UUID"),
+        ("0,0", "CUDA_VISIBLE_DEVICES='0,0' names 0 more than once"),
+    ],
+)
+def test_a_visible_list_no_gpu_here_can_match_is_refused(visible, said):
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        devices.plan(None, {"CUDA_VISIBLE_DEVICES": visible}, device_count=0)
+
+
+def test_without_a_gpu_a_shard_is_named_a_stand_in_not_a_gpu(tmp_path):
+    from perfsuite.fleet.local import plan_jobs
+
+    plan = devices.plan(None, {"CUDA_VISIBLE_DEVICES": "7"}, device_count=0)
+    assert plan.stand_ins and plan.devices == ("7",)
+    (job,) = plan_jobs(plan.devices, plan.variable, 1, None, tmp_path, "f", plan.stand_ins)
+    assert "on GPU" not in job.label and "stand-in 7 (no GPU here: a CPU process" in job.label
+    assert not devices.plan(None, {"CUDA_VISIBLE_DEVICES": "7"}, device_count=8).stand_ins

@@ -34,7 +34,8 @@ def test_two_fake_gpus_a_killed_shard_rerun_alone_and_each_shard_stored_once(
         in killed.stdout
     )
     failed = re.search(
-        r"FAILED shard (\d)/2 on GPU ([23]) \(CUDA_VISIBLE_DEVICES=\2\): crashed: killed by SIGKILL; "
+        r"FAILED shard (\d)/2 on (?:stand-in|GPU) ([23]) \((?:no GPU here: a CPU process; )?"
+        r"CUDA_VISIBLE_DEVICES=\2\): crashed: killed by SIGKILL; "
         r"log .*; rerun it alone: perfsuite (fleet local .*)",
         killed.stdout,
     )
@@ -64,7 +65,7 @@ def test_two_fake_gpus_a_killed_shard_rerun_alone_and_each_shard_stored_once(
     rerun = perfsuite(user_repo, *shlex.split(failed.group(3)), "--store", url, env=outer)
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     assert (
-        f"shard {failed.group(1)}/2 on GPU {failed.group(2)}" in rerun.stdout
+        re.search(rf"shard {failed.group(1)}/2 on (GPU|stand-in) {failed.group(2)}", rerun.stdout)
         and "1 of 1 shard(s) passed" in rerun.stdout
     )
     runs = _runs(url)

@@ -69,3 +69,51 @@ def test_a_four_shard_array_lands_once_per_shard_in_one_postgresql_store(
     assert "already in the store" in capsys.readouterr().out
     with open_store(url, create=False) as store:
         assert len(store.runs()) == 4
+
+
+def test_no_file_written_for_an_array_holds_the_store_password(
+    user_repo, postgresql_store_url, monkeypatch, capsys
+):
+    """submitit's local executor runs the same tasks (its pickles, logs and our files written as on a
+    cluster): every file under the repository and the results folder is read, and none holds the
+    password; the URL reaches the tasks through a file only its owner can read, and they record."""
+    from sqlalchemy.engine import make_url
+
+    password = "S3cret-pw-53"
+    url = (
+        make_url(postgresql_store_url).set(password=password).render_as_string(hide_password=False)
+    )
+    monkeypatch.setenv("PYTHONPATH", str(user_repo))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.chdir(user_repo)
+    args = ["fleet", "slurm", "--shards", "1", "--gpus-per-task", "0", "--executor", "local"]
+    assert main([*args, "--store", url]) == 0, capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert password not in out and ", recorded" in out, out
+    results = user_repo / "perfsuite-results" / "fleet"
+    holding = [
+        str(p)
+        for p in user_repo.rglob("*")
+        if p.is_file() and ".git" not in p.parts and password.encode() in p.read_bytes()
+    ]
+    reference = results / "store-url"
+    assert holding == [str(reference)], holding
+    assert reference.stat().st_mode & 0o777 == 0o600
+    with open_store(postgresql_store_url, create=False) as store:
+        assert len(store.runs()) == 1
+
+
+def test_without_slurm_the_command_says_so_in_one_line(user_repo, tmp_path, monkeypatch, capsys):
+    """No sbatch on the PATH: a usage error naming Slurm and the local executor, no traceback."""
+    pytest.importorskip("submitit")
+    import shutil
+
+    tools = tmp_path / "bin"  # git and this Python, no Slurm
+    tools.mkdir()
+    (tools / "git").symlink_to(shutil.which("git"))
+    monkeypatch.setenv("PATH", str(tools))
+    monkeypatch.chdir(user_repo)
+    code = main(["fleet", "slurm", "--shards", "2", "--gpus-per-task", "0"])
+    err = capsys.readouterr().err
+    assert code == 2 and "Slurm is not installed here (no sbatch on the PATH)" in err, err
+    assert "Traceback" not in err

@@ -7,6 +7,7 @@ import csv
 import io
 import json
 
+import pytest
 
 from history_records import make_run
 from perfsuite.cli.main import main
@@ -189,3 +190,25 @@ def test_a_run_of_uncommitted_changes_is_said_so_when_recorded_and_not_counted_b
     assert main(["history", "--store", store_url, "list", "--measure", "time_s"]) == 0
     out = capsys.readouterr().out
     assert "8 point(s)" in out and "(1 from uncommitted trees, not counted)" in out, out
+
+
+@pytest.mark.parametrize(
+    ("benchmarks", "said"),
+    [
+        ([{"name": 1}], "benchmarks[0]: name 1; allowed: a non-empty string"),
+        ([{"name": "t"}], "benchmarks[0] (t): no timing"),
+        ([{"name": "t", "stats": {"median": "fast"}}], "benchmarks[0] (t): no timing"),
+        (["t"], "benchmarks[0] is str, not a benchmark object"),
+    ],
+)
+def test_a_file_whose_benchmarks_are_not_pytest_benchmark_entries_is_refused(
+    tmp_path, capsys, benchmarks, said
+):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"benchmarks": benchmarks}))
+    store = f"sqlite:///{tmp_path / 'h.sqlite'}"
+    main(["history", "--store", store, "import", str(path)])
+    err = capsys.readouterr().err
+    assert said in err, err
+    with open_store(store) as opened:
+        assert opened.runs() == []

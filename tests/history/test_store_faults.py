@@ -131,3 +131,113 @@ def test_a_closed_pipe_ends_a_command_without_a_traceback(tmp_path, monkeypatch,
         assert main(["history", "--store", store, "list"]) == 141
     monkeypatch.undo()
     assert "Traceback" not in capsys.readouterr().err
+
+
+def _admin(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=False).replace("+psycopg", "")
+
+
+def test_a_frozen_postgresql_backend_ends_in_one_clear_error_within_the_answer_limit(
+    new_postgresql_url,
+):
+    """The backend serving the store is stopped (SIGSTOP) after it answered once: the server's own
+    statement timeout can never fire, the client's limit does (shortened here to 3 s). The limit is a
+    SIGALRM timer, so the read runs in the main thread."""
+    import signal
+
+    if os.geteuid() != 0:
+        pytest.skip("stopping the server's backend process needs root")
+    url = new_postgresql_url()
+    with open_store(url, answer_limit_s=3) as store:
+        backend = store.read(lambda c: c.execute(text("SELECT pg_backend_pid()")).scalar())
+        os.kill(backend, signal.SIGSTOP)
+        # the safety net: without a client limit the read returns once the backend goes on (60 s)
+        thaw = threading.Timer(60, os.kill, (backend, signal.SIGCONT))
+        thaw.start()
+        try:
+            with pytest.raises(HistoryError) as raised:
+                store.runs()  # in the main thread, as the command line runs it
+        finally:
+            thaw.cancel()
+            os.kill(backend, signal.SIGCONT)
+    assert "did not answer within 3 s" in str(raised.value)
+
+
+def test_history_list_behind_a_lock_another_connection_holds_ends_in_one_line(
+    new_postgresql_url, monkeypatch, capsys
+):
+    """Another connection holds an exclusive lock on the runs table: ``perfsuite history list``
+    ends with one error line within the client's limit (3 s here), not the server's 2 minutes."""
+    import psycopg
+
+    import perfsuite.history.store as store_module
+
+    url = new_postgresql_url()
+    with open_store(url) as store:
+        store.record(make_run("r1", "a" * 40, 1))
+    monkeypatch.setattr(store_module, "ANSWER_LIMIT_S", 3)
+    with psycopg.connect(_admin(url)) as holder:
+        holder.execute(f"LOCK TABLE {schema.runs.name} IN ACCESS EXCLUSIVE MODE")
+        # the safety net: without a client limit the command goes on once the lock is let go (60 s)
+        release = threading.Timer(60, holder.rollback)
+        release.start()
+        try:
+            code = main(["history", "--store", url, "list"])  # the main thread, as a user runs it
+        finally:
+            release.cancel()
+    err = capsys.readouterr().err
+    assert code != 0 and "did not answer within 3 s" in err, err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("postgresql+psycopg://u:pa/ss-tail@localhost:abc/db", "its port is not a number"),
+        ("postgresql+psycopg://u:pa@ss-tail@localhost/db", "holds an unescaped '@'"),
+        ("postgresql+psycopg:u:pa/ss-tail@localhost/db", "without '//'"),
+    ],
+)
+def test_a_malformed_server_url_is_one_error_without_any_part_of_its_password(url, said):
+    with pytest.raises(HistoryError) as raised:
+        open_store(url, create=False)
+    message = f"{raised.value} {raised.value.source}"
+    assert said in message and "ss-tail" not in message and ":pa" not in message
+
+
+def test_a_password_holding_a_slash_is_hidden_whole():
+    from perfsuite.history.store import hide_password
+
+    assert hide_password("postgresql://u:pa/ss@h:5432/db and more") == (
+        "postgresql://u:***@h:5432/db and more"
+    )
+    assert hide_password("postgresql://h:5432/db") == "postgresql://h:5432/db"
+
+
+def test_parallel_imports_of_one_run_store_it_once_and_report_it_stored(new_postgresql_url):
+    """Eight writers (own connections, started together) record the same run into one PostgreSQL
+    store: one adds it, the others are told it is already there; no error."""
+    url = new_postgresql_url()
+    open_store(url).close()  # the schema exists: the writers race on the run only
+    run = make_run("same-run", "a" * 40, 1)
+    barrier = threading.Barrier(8)
+    outcomes: list = []
+
+    def write() -> None:
+        with open_store(url) as store:
+            barrier.wait()
+            try:
+                outcomes.append(store.record(run))
+            except Exception as exc:  # the test names any error
+                outcomes.append(exc)
+
+    writers = [threading.Thread(target=write) for _ in range(8)]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(60)
+    assert sorted(map(str, outcomes)) == ["False"] * 7 + ["True"], outcomes
+    with open_store(url) as store:
+        assert [r["uid"] for r in store.runs()] == ["same-run"]

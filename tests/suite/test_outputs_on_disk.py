@@ -95,3 +95,40 @@ def pytest_collection_finish(session):
     assert pytester.runpytest_subprocess(*ARGS).ret == 9
     left = json.loads(run_json.read_text())
     assert left["complete"] is False and left["superseded"].startswith("by run ")
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A real file system that is full: a 64 KiB tmpfs filled to the last block (needs root)."""
+    import subprocess
+
+    mount = tmp_path / "full"
+    mount.mkdir()
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True
+    )
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {made.stderr.decode().strip()}")
+    try:
+        try:
+            with open(mount / "filler", "wb") as filler:
+                while True:
+                    filler.write(b"\0" * 4096)
+                    filler.flush()
+        except OSError:  # full: the write, or the flush at close, says so
+            pass
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_a_full_results_disk_stops_the_run_with_one_line(pytester, full_disk):
+    """Before: every test errored with the same OSError traceback (about 20 of them)."""
+    pytester.makepyfile(test_attention=SUITE)
+    args = [a for a in ARGS if not a.startswith("--perfsuite-results")]
+    result = pytester.runpytest_subprocess(*args, f"--perfsuite-results={full_disk / 'out'}")
+    output = result.stdout.str() + result.stderr.str()
+    assert result.ret == pytest.ExitCode.INTERRUPTED, output
+    assert output.count("No space left on device") == 1, output
+    assert f"perfsuite: no space left to write into {full_disk / 'out'}" in output
+    assert "Traceback" not in output and "OSError" not in output

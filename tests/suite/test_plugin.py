@@ -241,8 +241,14 @@ def test_cuda_requested_without_cuda_skips_with_the_reason(project):
     result = project.runpytest_subprocess(
         TINY, "--perfsuite-devices=cuda", "--perfsuite-variants=naive", "-rs"
     )
-    assert result.ret == pytest.ExitCode.OK
-    result.stdout.fnmatch_lines(["*device cuda is not available on this machine*"])
+    # every test skipped: the run tested nothing, and says so (exit 5)
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    result.stdout.fnmatch_lines(
+        [
+            "*every test of the attention suite was skipped: nothing was checked or timed*",
+            "*device cuda is not available on this machine*",
+        ]
+    )
 
 
 def test_perfsuite_gate_judges_against_the_compared_baseline(project, monkeypatch):

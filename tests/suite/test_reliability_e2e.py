@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from perfsuite.measure import children
+
 SUITE = (
     Path(__file__).resolve().parents[2] / "perfsuite" / "suite" / "test_attention.py"
 ).read_text()
@@ -212,3 +214,55 @@ def test_a_setup_error_is_reported_in_full_once_per_variant_and_case_then_refere
     reports = output.split("short test summary info")[0]
     assert reports.count("detail line 299") == 1
     assert output.count("(reported in full once, by test_attention.py::") >= 6
+
+
+def test_a_run_in_which_every_suite_test_skips_tested_nothing_and_exits_5(project):
+    """sdpa_nested takes no causal mask: on a causal packed case every test skips at run time. Before,
+    such a run passed (exit 0) having checked and timed nothing."""
+    result = project.runpytest_subprocess(
+        "--perfsuite-variants=sdpa_nested",
+        "--perfsuite-cases=b2h2s16d8-fp32-causal-packed-uniform-cpu",
+        "--perfsuite-modes=forward",
+        "-p",
+        "no:randomly",
+    )
+    output = result.stdout.str()
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED, output
+    assert "every test of the attention suite was skipped: nothing was checked or timed" in output
+    assert " passed" not in output and " failed" not in output
+
+
+LEAVES_A_CHILD = textwrap.dedent("""
+    import subprocess
+    import torch.nn.functional as F
+
+    started = []
+
+
+    def leaves_a_child(query, key, value, *, mask, scale):
+        if not started:  # a child that holds pytest's output pipe for 300 s
+            started.append(subprocess.Popen(["sleep", "299.53"]))
+        return F.scaled_dot_product_attention(query, key, value, is_causal=mask.is_causal, scale=scale)
+""")
+
+
+def test_a_child_process_a_variant_leaves_is_named_ended_and_the_run_does_not_wait(project):
+    """Before: the run stalled without a word (the isolated probe's child, left holding the probe's
+    output pipe, made the suite wait for the probe's start-up limit) and left the child running.
+    Both the in-process call and the isolated probe end it: no such process is left."""
+    project.makepyfile(leaves_child=LEAVES_A_CHILD)
+    result = project.runpytest_subprocess(
+        TINY,
+        "--perfsuite-variant=leaves_child:leaves_a_child",
+        "--perfsuite-variants=leaves_a_child",
+        "--perfsuite-modes=forward",
+        "-p",
+        "no:randomly",
+        timeout=240,  # below the child's 300 s: a run that waits for it fails here
+    )
+    output = result.stdout.str()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED, output
+    assert "left 1 child process(es) running after the first call" in output
+    assert "(sleep 299.53): killed (SIGKILL)" in output
+    left = [p.pid for p in children.processes() if p.command == "sleep 299.53" and p.state != "Z"]
+    assert left == [], f"left running: {left}"

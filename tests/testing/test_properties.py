@@ -145,3 +145,17 @@ def test_property_checks_say_nan_and_name_a_mutated_input():
 
     with pytest.raises(ContractViolation, match="modified its `key` in place"):
         check_shift_invariance(Variant(name="mut", fn=mutates, description="test-only"), case, 0)
+
+
+def test_a_case_too_large_for_memory_is_a_skip_with_its_sizes_not_an_allocator_error():
+    """The property checks keep the suite's memory budget: the inputs of this case would need some
+    hundreds of PiB, so the check refuses before allocating (before: the allocator's traceback,
+    blamed on the variant)."""
+    from perfsuite.attention.cases import parse_case_id
+    from perfsuite.measure.evidence import VariantUnsupported
+    from perfsuite.testing.properties import check_matches_reference
+    from perfsuite.variants import get_variant
+
+    case = parse_case_id("b1024h1024s1048576d128-fp32-causal-cpu")
+    with pytest.raises(VariantUnsupported, match=r"sdpa on b1024h1024s1048576d128\S* needs about"):
+        check_matches_reference(get_variant("sdpa"), case, 0)

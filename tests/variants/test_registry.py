@@ -131,3 +131,22 @@ def test_a_flash_implementation_is_claimed_only_by_a_flash_pinned_variant():
     assert set(registry.FLASH_IMPLS) == set(
         kernel_families.FLASH_IMPLS
     )  # a rule per claimable name
+
+
+@pytest.mark.parametrize("name", ["../../../x/ESCAPED", "a/b", "..", ".hidden", "a\\b", "", "x\0y"])
+def test_a_name_that_could_leave_its_folder_or_split_a_key_is_refused(name):
+    def fn(query, key, value, *, mask, scale):
+        return query
+
+    with pytest.raises(ValueError, match="allowed: letters, digits"):
+        registry.register_variant(name, "t")(fn)
+    assert name not in registry.variant_names()
+
+
+def test_requires_a_form_whose_keywords_the_function_does_not_take_is_refused():
+    def dense_only(query, key, value, *, mask, scale):
+        return query
+
+    with pytest.raises(ValueError, match="requires='varlen'.*takes no keyword cu_seqlens_q"):
+        registry.register_variant("needs_varlen", "t", requires=["varlen"])(dense_only)
+    assert "needs_varlen" not in registry.variant_names()
