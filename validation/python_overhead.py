@@ -74,8 +74,12 @@ def main() -> None:
                 found = repo.perfsuite(
                     "ab", "--base-ref", "main", "--head-ref", head, "--no-fail-on-structure"
                 )
-                lines = [line for line in (found.stdout + found.stderr).splitlines() if line.strip()]
-                row = next((line for line in lines if "blocked_attention/" in line and "|" in line), "")
+                lines = [
+                    line for line in (found.stdout + found.stderr).splitlines() if line.strip()
+                ]
+                row = next(
+                    (line for line in lines if "blocked_attention/" in line and "|" in line), ""
+                )
                 print(f"{head}: exit {found.returncode}, {time.monotonic() - start:.0f} s: {row}")
                 print(f"    {lines[-1] if lines else ''}")
 

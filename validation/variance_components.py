@@ -79,8 +79,16 @@ def time_benchmark(variant: str, case: str, args, placement: bool, warm: bool) -
     workers, starts = [], []
     blocks = np.zeros((args.processes, args.blocks))
     block_costs = []
-    setup = {"variant": variant, "case": case, "seed": 0, "mode": "forward", "specs": [], "slowdown": 0.0, "fingerprint": False}
-    for p in range(args.processes if not warm else 0):  # cold: every process up first, then turns
+    setup = {
+        "variant": variant,
+        "case": case,
+        "seed": 0,
+        "mode": "forward",
+        "specs": [],
+        "slowdown": 0.0,
+        "fingerprint": False,
+    }
+    for _ in range(args.processes if not warm else 0):  # cold: every process up first, then turns
         start = time.perf_counter()
         worker = WorkerProcess(Side(ROOT))
         worker.ask({"setup": setup})
@@ -98,7 +106,9 @@ def time_benchmark(variant: str, case: str, args, placement: bool, warm: bool) -
                 for b in range(args.blocks):
                     seed += 1
                     t0 = time.perf_counter()
-                    reply = worker.ask({"time": args.calls, "warmup": 1, "placement": seed if placement else None})
+                    reply = worker.ask(
+                        {"time": args.calls, "warmup": 1, "placement": seed if placement else None}
+                    )
                     block_costs.append(time.perf_counter() - t0)
                     blocks[p, b] = float(np.median(reply["times"]))
                 worker.close()
@@ -134,18 +144,30 @@ def main() -> None:
     parser.add_argument("--case-set", default="smoke")
     parser.add_argument("--ways", default="warm,cold", help="warm, cold or both")
     parser.add_argument("--placement", default="on,off", help="on, off or both")
-    parser.add_argument("--z", type=float, default=3.09, help="critical value (default: one-sided 0.001)")
+    parser.add_argument(
+        "--z", type=float, default=3.09, help="critical value (default: one-sided 0.001)"
+    )
     parser.add_argument("--out", default="perfsuite-results/variance-components.json")
     args = parser.parse_args()
     rows, found = [], []
-    print("| benchmark | way | placement | median ms | S_w | S_b | intraclass | c1 s | c2 s | r* | worker pairs for 3% |")
+    print(
+        "| benchmark | way | placement | median ms | S_w | S_b | intraclass | c1 s | c2 s | r* | worker pairs for 3% |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for variant in split_list(args.variants):
         for case in smoke_cases(args.case_set):
             for way in split_list(args.ways):
                 for placement in split_list(args.placement):
                     got = time_benchmark(variant, case, args, placement == "on", way == "warm")
-                    found.append({"variant": variant, "case": case, "way": way, "placement": placement, **got})
+                    found.append(
+                        {
+                            "variant": variant,
+                            "case": case,
+                            "way": way,
+                            "placement": placement,
+                            **got,
+                        }
+                    )
                     row = (
                         f"| `{variant}` {case} | {way} | {placement} | {got['median_ms']:.3f} | {got['s_within']:.4f} | "
                         f"{got['s_between']:.4f} | {got['intraclass']:.2f} | {got['c1_s']:.2f} | {got['c2_s']:.4f} | "

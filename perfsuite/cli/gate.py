@@ -355,7 +355,11 @@ def _run_ab(args: argparse.Namespace) -> int:
     contended_pairs = ContendedPairs(args.contended_pairs)  # a choice argparse checked
     settings = gate_settings(args.alpha, args.min_effect, separate_runs=False)
     plan, note = sequential_plan(
-        args.workers_per_side, args.blocks, args.rounds, args.budget_s, args.max_budget_s,
+        args.workers_per_side,
+        args.blocks,
+        args.rounds,
+        args.budget_s,
+        args.max_budget_s,
         args.fail_on_structure,
     )
     if note:

@@ -79,7 +79,9 @@ class Side:
     tree: Path | None
     variant: str | None = None
     slowdown: float = 0.0
-    slow_variant: str | None = None  # the slowdown applies to these variants only (comma-separated; None: all)
+    slow_variant: str | None = (
+        None  # the slowdown applies to these variants only (comma-separated; None: all)
+    )
     python: str = sys.executable
 
     def slowdown_for(self, variant: str) -> float:
@@ -139,7 +141,9 @@ class WorkerProcess:
             start_new_session=True,  # its own group: ended whole (children too); Ctrl-C is the coordinator's
         )
 
-    def ask(self, request: dict[str, Any], limit_s: float | None = None, what: str = "") -> dict[str, Any]:
+    def ask(
+        self, request: dict[str, Any], limit_s: float | None = None, what: str = ""
+    ) -> dict[str, Any]:
         """Send ``request`` and wait for the worker's reply (``WorkerError`` when it exited or failed,
         ``GateTampered`` when it tampered with its timing or took longer than ``limit_s``)."""
         self.send(request)
@@ -251,7 +255,9 @@ class AbBenchmark:
     clock: str = "host"  # the workers' clock: host, cuda_graph or blocked_event (ab_worker)
     wait_shares: list = dataclasses.field(default_factory=list)
     cpu_seconds: list = dataclasses.field(default_factory=list)  # [base, head] block CPU s per pair
-    clusters: list = dataclasses.field(default_factory=list)  # per pair, its worker pair (None: pooled)
+    clusters: list = dataclasses.field(
+        default_factory=list
+    )  # per pair, its worker pair (None: pooled)
     rounds: int = 0  # calls per block
 
 
@@ -308,8 +314,15 @@ def block_pair(
     return sample, shared
 
 
-def setup_request(worker: WorkerProcess, variant: str, case_id: str, seed: int, mode: str,
-                  specs: tuple[str, ...], fingerprint: bool) -> dict:
+def setup_request(
+    worker: WorkerProcess,
+    variant: str,
+    case_id: str,
+    seed: int,
+    mode: str,
+    specs: tuple[str, ...],
+    fingerprint: bool,
+) -> dict:
     """The ``setup`` request of one worker for one benchmark (``ab_worker``)."""
     return {
         "setup": {
@@ -342,14 +355,25 @@ class Visits:
     calls' time at set-up, within ``BLOCK_LIMIT_FLOOR_S`` and the per-call limit). ``reasons``: each
     contended block's reasons; ``shared``: kept pairs with both blocks contended."""
 
-    def __init__(self, bases, heads, plan: SequentialPlan, step_s: float, request, seed: int,
-                 contended_pairs: ContendedPairs, call_limit_s: float):
+    def __init__(
+        self,
+        bases,
+        heads,
+        plan: SequentialPlan,
+        step_s: float,
+        request,
+        seed: int,
+        contended_pairs: ContendedPairs,
+        call_limit_s: float,
+    ):
         import numpy as np
 
         self.bases, self.heads, self.plan = bases, heads, plan
         self.rounds, self.blocks = plan.rounds_for(step_s), plan.blocks_for(step_s)
         calls = self.rounds + 1
-        self.block_limit_s = min(call_limit_s * calls, max(BLOCK_LIMIT_FLOOR_S, HANG_FACTOR * calls * step_s))
+        self.block_limit_s = min(
+            call_limit_s * calls, max(BLOCK_LIMIT_FLOOR_S, HANG_FACTOR * calls * step_s)
+        )
         self.call_limit_s = call_limit_s
         self.request = request  # (worker, fingerprint) -> its setup request
         self.ready = {0}
@@ -372,8 +396,16 @@ class Visits:
         for j in range(self.blocks):
             placements = tuple(int(x) for x in self.rng.integers(0, 2**31, size=2))
             sample, shared = block_pair(
-                base, head, (self.visits + j) % 2 == 0, self.rounds, placements,
-                self.contended_pairs, label, self.reasons, limits, self.checks,
+                base,
+                head,
+                (self.visits + j) % 2 == 0,
+                self.rounds,
+                placements,
+                self.contended_pairs,
+                label,
+                self.reasons,
+                limits,
+                self.checks,
             )
             self.shared += shared
             samples.append(sample)
@@ -409,11 +441,14 @@ def run_benchmark(
     plan that can decide nothing (``SequentialPlan.can_decide``) times nothing: structure only.
     ``call_limit_s``: seconds a set-up may take (default: the suite's per-call limit for the case's
     device, ``measure.call_limit``); blocks are bounded from it and the step's time (``Visits``)."""
+
     def request(worker: WorkerProcess, fingerprint: bool) -> dict:
         return setup_request(worker, variant, case_id, seed, mode, specs, fingerprint)
 
     limit_s = call_limit_s or default_limit_s(parse_case_id(case_id).device)
-    setups = setup_pair(bases[0], heads[0], (request(bases[0], True), request(heads[0], True)), limit_s)
+    setups = setup_pair(
+        bases[0], heads[0], (request(bases[0], True), request(heads[0], True)), limit_s
+    )
     key = str(BenchmarkKey(variant, case_id, mode))
     missing = {side: s["missing"] for side, s in zip(("base", "head"), setups) if "missing" in s}
     for side, worker in (("base", bases[0]), ("head", heads[0])):
@@ -437,7 +472,14 @@ def run_benchmark(
     clock_name = " / ".join(dict.fromkeys(s.get("clock", "host") for s in setups))
     if not plan.can_decide():
         comparison = BenchmarkComparison(
-            key, None, None, None, Verdict.INCONCLUSIVE, structure, "not timed: structure only", added
+            key,
+            None,
+            None,
+            None,
+            Verdict.INCONCLUSIVE,
+            structure,
+            "not timed: structure only",
+            added,
         )
         return AbBenchmark(key, [], [], comparison, fingerprints=fingerprints, clock=clock_name)
     step_s = setups[0].get("step_s") or 1e-3

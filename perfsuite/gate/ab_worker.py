@@ -55,7 +55,14 @@ _CPU = time.process_time
 # the module as it runs (``__main__`` when started with ``-m``).
 WORKER_GUARDED = tuple(
     f"{__name__}:{name}"
-    for name in ("Worker._clocked", "Worker._host_times", "Worker._device_block", "Worker.handle", "_WALL", "_CPU")
+    for name in (
+        "Worker._clocked",
+        "Worker._host_times",
+        "Worker._device_block",
+        "Worker.handle",
+        "_WALL",
+        "_CPU",
+    )
 ) + ("perfsuite.measure.contention:Probe.evidence",)
 
 
@@ -274,6 +281,7 @@ def main() -> None:
         reply["handled_s"] = _WALL() - received
         replies.write(json.dumps(reply) + "\n")
         replies.flush()
+
 
 if __name__ == "__main__":
     main()

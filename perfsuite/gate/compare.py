@@ -331,8 +331,10 @@ def markdown(
     """The table a reviewer reads in a pull request."""
     statistic = "paired head/base" if method != UNPAIRED_METHOD else "head/base"
     # each bound one-sided at alpha (A/B: at the last look's nominal level, which spends what is left)
-    level = f"bounds at one-sided {settings.alpha:g}" if method != UNPAIRED_METHOD else (
-        f"{round((1 - 2 * settings.alpha) * 100, 2):g}% CI"
+    level = (
+        f"bounds at one-sided {settings.alpha:g}"
+        if method != UNPAIRED_METHOD
+        else (f"{round((1 - 2 * settings.alpha) * 100, 2):g}% CI")
     )
     rows = [
         f"### {title}",

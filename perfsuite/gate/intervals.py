@@ -33,7 +33,6 @@ BOOTSTRAP_SAMPLES = 4000
 BOOTSTRAP_SEED = 20261130
 
 
-
 @dataclasses.dataclass(frozen=True)
 class RatioEstimate:
     """``ratio`` (HEAD / BASE typical time) with its ``low``/``high`` confidence bounds,
@@ -47,7 +46,6 @@ class RatioEstimate:
     units: int
     method: str
     clusters: int = 0
-
 
 
 def _interval(values: np.ndarray, alpha: float) -> tuple[float, float]:
@@ -258,7 +256,6 @@ def clustered_interval(values, clusters, alpha: float) -> tuple[float, float, fl
     return centre, centre - half, centre + half, q
 
 
-
 @dataclasses.dataclass(frozen=True)
 class PairSample:
     """One block pair as ``next_pair()`` gives it to ``sequential_paired``.
@@ -287,5 +284,3 @@ def as_pair_sample(found) -> PairSample:
         return found
     base, head, contended = found
     return PairSample(base, head, bool(contended))
-
-

@@ -28,7 +28,9 @@ def between_pairs_sd(benchmark: dict) -> float | None:
     base, head = benchmark.get("base_blocks_s") or [], benchmark.get("head_blocks_s") or []
     if not base or len(clusters) != len(base) or any(c is None for c in clusters):
         return None
-    kept = [i for i, c in enumerate(benchmark.get("contended_pairs") or [False] * len(base)) if not c]
+    kept = [
+        i for i, c in enumerate(benchmark.get("contended_pairs") or [False] * len(base)) if not c
+    ]
     logs = pair_log_ratios([base[i] for i in kept], [head[i] for i in kept])
     estimates = cluster_estimates(logs, [clusters[i] for i in kept])
     return float(estimates.std(ddof=1)) if len(estimates) >= 2 else None
@@ -59,7 +61,9 @@ def floors_from_files(paths: list[Path]) -> dict[str, float]:
         try:
             payload = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError) as exc:
-            raise UsageError(f"--noise-floor {path}: cannot read it ({exc})", "--noise-floor") from None
+            raise UsageError(
+                f"--noise-floor {path}: cannot read it ({exc})", "--noise-floor"
+            ) from None
         if not isinstance(payload, dict) or not isinstance(payload.get("benchmarks"), list):
             raise UsageError(
                 f"--noise-floor {path}: not a `perfsuite ab --json` document (no benchmarks list)",

@@ -113,7 +113,9 @@ class SequentialPlan:
                 f"{self.max_budget_s!r}"
             )
         if self.rounds < 0 or self.blocks < 0:
-            raise ValueError(f"rounds and blocks must be >= 0, got {self.rounds!r}, {self.blocks!r}")
+            raise ValueError(
+                f"rounds and blocks must be >= 0, got {self.rounds!r}, {self.blocks!r}"
+            )
 
     @property
     def clustered(self) -> bool:
@@ -198,7 +200,9 @@ def look_estimate(
     logs = pair_log_ratios([s.base_s for s in clean], [s.head_s for s in clean])
     if not clustered:
         centre, low, high = wilcoxon_interval(logs, 2 * level)
-        return RatioEstimate(math.exp(centre), math.exp(low), math.exp(high), len(logs), "pooled pairs"), False
+        return RatioEstimate(
+            math.exp(centre), math.exp(low), math.exp(high), len(logs), "pooled pairs"
+        ), False
     estimates = cluster_estimates(logs, [s.cluster for s in clean])
     q = len(estimates)
     centre = float(estimates.mean()) if q else float(np.median(logs))
@@ -207,7 +211,10 @@ def look_estimate(
     sd = float(estimates.std(ddof=1))
     floored = floor_sd > sd
     half = float(scipy_stats.t.isf(level, q - 1)) * max(sd, floor_sd) / math.sqrt(q)
-    low, high = _exp(centre - half), _exp(centre + half)  # an interval wider than a float: unbounded
+    low, high = (
+        _exp(centre - half),
+        _exp(centre + half),
+    )  # an interval wider than a float: unbounded
     return RatioEstimate(math.exp(centre), low, high, len(logs), "worker pairs", q), floored
 
 
@@ -237,7 +244,9 @@ def next_worker_pair(samples: list[PairSample], plan: SequentialPlan, visits: in
     for s in samples:
         if not s.contended and s.cluster is not None:
             kept[s.cluster] += 1
-    incomplete = [c for c, n in enumerate(kept) if n < MIN_CLUSTER_PAIRS] or list(range(plan.worker_pairs))
+    incomplete = [c for c, n in enumerate(kept) if n < MIN_CLUSTER_PAIRS] or list(
+        range(plan.worker_pairs)
+    )
     return incomplete[visits % len(incomplete)]
 
 
@@ -262,18 +271,25 @@ def sequential_visits(
         extended = contended and complete < last_planned
         out_of_time = visits > 0 and elapsed >= (plan.max_budget_s if extended else plan.budget_s)
         final = complete >= last_planned or out_of_time
-        fraction, previous = min(1.0, complete / last_planned), (fractions[-1] if fractions else 0.0)
+        fraction, previous = (
+            min(1.0, complete / last_planned),
+            (fractions[-1] if fractions else 0.0),
+        )
         if final or any(previous < n / last_planned <= fraction for n in plan.looks):
             fractions.append(1.0 if final else fraction)  # a last look spends what is left
             shared = final and 2 * sum(s.contended for s in samples) >= max(1, len(samples))
-            level = nominal_levels(tuple(fractions), settings.alpha, final)[-1] * (0.5 if shared else 1.0)
+            level = nominal_levels(tuple(fractions), settings.alpha, final)[-1] * (
+                0.5 if shared else 1.0
+            )
             estimate, floored = look_estimate(samples, level, plan.clustered, floor_sd)
             result = verdict(estimate, settings)
             if result in DECISIVE:
                 stopped = "decisive"
                 break
             if final:
-                stopped = "last look" if complete >= last_planned else ("cap" if extended else "budget")
+                stopped = (
+                    "last look" if complete >= last_planned else ("cap" if extended else "budget")
+                )
                 if shared:
                     result = CONTENDED_VERDICT
                     judged = contended_verdict(samples, settings, 2 * level)
@@ -282,10 +298,14 @@ def sequential_visits(
                 break
         samples.extend(visit(next_worker_pair(samples, plan, visits)))
         visits += 1
-    return _outcome(samples, estimate, result, len(fractions), stopped, clock() - start, note, floored)
+    return _outcome(
+        samples, estimate, result, len(fractions), stopped, clock() - start, note, floored
+    )
 
 
-def _outcome(samples, estimate, result, looks, stopped, seconds, note, floored) -> SequentialOutcome:
+def _outcome(
+    samples, estimate, result, looks, stopped, seconds, note, floored
+) -> SequentialOutcome:
     return SequentialOutcome(
         [s.base_s for s in samples],
         [s.head_s for s in samples],

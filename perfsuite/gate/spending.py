@@ -45,7 +45,9 @@ def obrien_fleming_spent(fraction: float, alpha: float) -> float:
     return float(2 * scipy_stats.norm.sf(z / math.sqrt(fraction)))
 
 
-def _crossing(density: np.ndarray, grid: np.ndarray, step: float, bound_w: float, var: float) -> float:
+def _crossing(
+    density: np.ndarray, grid: np.ndarray, step: float, bound_w: float, var: float
+) -> float:
     """P(continue to here, then W jumps above ``bound_w``): the density times the Gaussian tail."""
     tail = scipy_stats.norm.sf((bound_w - grid) / math.sqrt(var))
     return float(np.trapezoid(density * tail, dx=step))
@@ -78,13 +80,11 @@ def spending_bounds(
         else:
             var = t - previous_t
 
-            def excess(z: float) -> float:
-                return _crossing(density, grid, step, z * math.sqrt(t), var) - level
-
             low, high = -10.0, 40.0
             for _ in range(200):  # bisection: the crossing probability falls as the bound rises
                 middle = (low + high) / 2
-                low, high = (middle, high) if excess(middle) > 0 else (low, middle)
+                crossed = _crossing(density, grid, step, middle * math.sqrt(t), var)
+                low, high = (middle, high) if crossed > level else (low, middle)
                 if high - low < 1e-7:
                     break
             bound = high
@@ -92,13 +92,17 @@ def spending_bounds(
         # the density of W(t) on the continuation region W(t) < bound * sqrt(t)
         sd = math.sqrt(t)
         upper = bound * sd
-        new_grid = np.linspace(-LOWER_SD * sd, upper, max(2, int((upper + LOWER_SD * sd) / sd * GRID_PER_SD)))
+        new_grid = np.linspace(
+            -LOWER_SD * sd, upper, max(2, int((upper + LOWER_SD * sd) / sd * GRID_PER_SD))
+        )
         new_step = float(new_grid[1] - new_grid[0])
         if density is None:
             new_density = scipy_stats.norm.pdf(new_grid, scale=sd)
         else:
             var = t - previous_t
-            kernel = scipy_stats.norm.pdf((new_grid[:, None] - grid[None, :]) / math.sqrt(var)) / math.sqrt(var)
+            kernel = scipy_stats.norm.pdf(
+                (new_grid[:, None] - grid[None, :]) / math.sqrt(var)
+            ) / math.sqrt(var)
             new_density = np.trapezoid(kernel * density[None, :], dx=step, axis=1)
         density, grid, step = new_density, new_grid, new_step
         previous_t, previous_spent = t, total

@@ -148,7 +148,6 @@ def below_min_effect(estimate: RatioEstimate | None, verdict_: str, settings: Ga
     return f"a {estimate.ratio - 1:+.1%} change, below the {settings.min_effect:.0%} minimum effect"
 
 
-
 CONTENDED_VERDICT = Verdict.CONTENDED
 DECISIVE = (Verdict.SLOWER, Verdict.FASTER, Verdict.NO_CHANGE)
 
@@ -237,5 +236,3 @@ def wait_adjusted(log_ratios, base_waits, head_waits) -> np.ndarray:
         return np.array([min(max(w or 0.0, 0.0), CONTENDED_WAIT_CAP) for w in waits])
 
     return np.asarray(log_ratios) + np.log1p(-share(head_waits)) - np.log1p(-share(base_waits))
-
-

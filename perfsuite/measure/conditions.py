@@ -111,6 +111,7 @@ CONDITIONS: tuple[Condition, ...] = (
     ),
 )
 
+
 def required_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The environment a timed process needs: every condition, keeping an accepted value already
     set in ``environ`` (an explicit ``OMP_NUM_THREADS`` of the caller is kept)."""

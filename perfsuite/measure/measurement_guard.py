@@ -351,7 +351,9 @@ class RecordingTimer:
         self.readings.append(now)
         return now
 
-    def __str__(self) -> str:  # what pytest-benchmark saves as the timer: the clock's name, as before
+    def __str__(
+        self,
+    ) -> str:  # what pytest-benchmark saves as the timer: the clock's name, as before
         return str(self.clock)
 
     def __repr__(self) -> str:

@@ -34,10 +34,18 @@ def relocated(tensor: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
     """A copy of ``tensor`` (same shape, strides, dtype, device, values) in a fresh storage whose
     data starts a random multiple of ``ALIGNMENT_BYTES`` past the storage's start."""
     item = tensor.element_size()
-    offset_items = int(rng.integers(0, MAX_OFFSET_BYTES // ALIGNMENT_BYTES)) * ALIGNMENT_BYTES // item
-    span = tensor.storage_offset() + sum((s - 1) * st for s, st in zip(tensor.shape, tensor.stride())) + 1
+    offset_items = (
+        int(rng.integers(0, MAX_OFFSET_BYTES // ALIGNMENT_BYTES)) * ALIGNMENT_BYTES // item
+    )
+    span = (
+        tensor.storage_offset()
+        + sum((s - 1) * st for s, st in zip(tensor.shape, tensor.stride()))
+        + 1
+    )
     storage = torch.empty(offset_items + span, dtype=tensor.dtype, device=tensor.device)
-    moved = storage.as_strided(tensor.shape, tensor.stride(), offset_items + tensor.storage_offset())
+    moved = storage.as_strided(
+        tensor.shape, tensor.stride(), offset_items + tensor.storage_offset()
+    )
     moved.copy_(tensor)
     return moved
 

@@ -347,7 +347,9 @@ def resolve_ab(
     )
 
 
-def gate_settings(alpha: float | None, min_effect: float | None, *, separate_runs: bool) -> GateSettings:
+def gate_settings(
+    alpha: float | None, min_effect: float | None, *, separate_runs: bool
+) -> GateSettings:
     """The gate's level and minimum effect: each when given, else the default for A/B runs
     (``AB_ALPHA``, ``GateSettings.min_effect``) or for two separate runs (``SEPARATE_RUNS_ALPHA``,
     ``SEPARATE_RUNS_MIN_EFFECT``).
@@ -383,8 +385,11 @@ def sequential_plan(
     """
     try:
         plan = SequentialPlan(
-            worker_pairs, budget_s=budget_s, max_budget_s=max(budget_s, max_budget_s),
-            rounds=rounds, blocks=blocks,
+            worker_pairs,
+            budget_s=budget_s,
+            max_budget_s=max(budget_s, max_budget_s),
+            rounds=rounds,
+            blocks=blocks,
         )
     except ValueError as exc:
         raise UsageError(f"perfsuite ab: {exc}", "--workers-per-side") from None

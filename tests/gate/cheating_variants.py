@@ -3,11 +3,21 @@
 Loaded by the gate's workers as ``cheating_variants:NAME`` (the test puts this folder on PYTHONPATH).
 """
 
+import ctypes
+import sys
 import time
 import torch.nn.functional as F
 
+
 def _attn(query, key, value, *, mask, scale):
-    return F.scaled_dot_product_attention(query, key, value, attn_mask=None if mask.masked_out is None else ~mask.masked_out, scale=scale)
+    return F.scaled_dot_product_attention(
+        query,
+        key,
+        value,
+        attn_mask=None if mask.masked_out is None else ~mask.masked_out,
+        scale=scale,
+    )
+
 
 def honest(query, key, value, *, mask, scale):
     out = _attn(query, key, value, mask=mask, scale=scale)
@@ -16,7 +26,10 @@ def honest(query, key, value, *, mask, scale):
         pass
     return out
 
+
 _patched = []
+
+
 def cheat(query, key, value, *, mask, scale):
     if not _patched:
         real = time.perf_counter
@@ -28,9 +41,6 @@ def cheat(query, key, value, *, mask, scale):
     while real() < end:
         pass
     return out
-
-import ctypes
-import sys
 
 
 def frame_writer(query, key, value, *, mask, scale):

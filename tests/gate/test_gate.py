@@ -506,7 +506,13 @@ def block_pairs(base, head, n, rounds=3, policy=None):
     reasons, found, shared = [], [], 0
     for j in range(n):
         sample, both = block_pair(
-            base, head, j % 2 == 0, rounds, (j, j + 1), policy or DEFAULT_CONTENDED_PAIRS, None,
+            base,
+            head,
+            j % 2 == 0,
+            rounds,
+            (j, j + 1),
+            policy or DEFAULT_CONTENDED_PAIRS,
+            None,
             reasons,
         )
         found.append(sample)
@@ -541,7 +547,9 @@ def test_worker_pairs_are_visited_one_at_a_time_and_the_first_side_alternates():
     log = []
     bases = [FakeWorker(f"base{i}", 1.0, log) for i in range(3)]
     heads = [FakeWorker(f"head{i}", 1.1, log) for i in range(3)]
-    plan = SequentialPlan(worker_pairs=3, looks=(3,), budget_s=60, max_budget_s=60, rounds=2, blocks=3)
+    plan = SequentialPlan(
+        worker_pairs=3, looks=(3,), budget_s=60, max_budget_s=60, rounds=2, blocks=3
+    )
     found = run_benchmark(
         bases, heads, "naive", "b1h2s16d8-fp32-causal-cpu", 0, SETTINGS, plan, clock=lambda: 0.0
     )
@@ -554,10 +562,14 @@ def test_worker_pairs_are_visited_one_at_a_time_and_the_first_side_alternates():
     ]
     setups = [i for i, (_, kind) in enumerate(log) if kind == "setup"]
     starts = [log.index((f"base{c}", "time")) for c in range(3)]
-    for c in range(3):  # both workers of pair c set up after pair c - 1's last block, before its own
+    for c in range(
+        3
+    ):  # both workers of pair c set up after pair c - 1's last block, before its own
         own = [i for i in setups if log[i][0] in (f"base{c}", f"head{c}")]
         assert len(own) == 2 and max(own) < starts[c]
-        assert c == 0 or min(own) > max(i for i, e in enumerate(log) if e == (f"head{c - 1}", "time"))
+        assert c == 0 or min(own) > max(
+            i for i, e in enumerate(log) if e == (f"head{c - 1}", "time")
+        )
     assert found.clusters == [0] * 3 + [1] * 3 + [2] * 3 and found.rounds == 2
     assert found.comparison.verdict == "slower" and found.looks == 1
     placements = [r["placement"] for w in bases + heads for r in w.requests]
@@ -576,7 +588,9 @@ def test_one_worker_per_side_pools_its_visits():
     )  # fmt: skip
     visits = len(found.base_blocks) // 2
     assert visits in plan.looks and found.clusters == [None] * 2 * visits
-    firsts = [name for name, kind in log if kind == "time"][::2]  # who went first in each block pair
+    firsts = [name for name, kind in log if kind == "time"][
+        ::2
+    ]  # who went first in each block pair
     assert firsts == ["base", "head", "head", "base"] * (visits // 2)  # within and across visits
     assert found.comparison.verdict == "no change"  # identical times: decided at a look, pooled
 
@@ -602,7 +616,10 @@ def test_the_ab_json_and_method_carry_the_plan_and_each_pair_s_worker_pair():
     assert bench["verdict"] == "no change" and bench["looks"] == 1
     assert bench["stopped"] == "decisive" and "2 worker pairs" in bench["note"]
     method = ab_method(plan, SETTINGS, ContendedPairs.SHARED, None)
-    assert "warm worker pairs timed one at a time" in method and "t interval across 2 worker pairs" in method
+    assert (
+        "warm worker pairs timed one at a time" in method
+        and "t interval across 2 worker pairs" in method
+    )
     assert f"nominal one-sided levels {nominal_levels((1.0,), 0.01)[0]:.2g}" in method
 
 
@@ -728,7 +745,10 @@ def test_alpha_defaults_per_command_and_a_bad_level_is_a_usage_error(tmp_path, c
     assert gate_settings(None, None, separate_runs=True) == GateSettings(0.005, 0.15)
     assert gate_settings(0.01, 0.05, separate_runs=True) == GateSettings(0.01, 0.05)
     base = saved_run(tmp_path / "a.json", [1.0] * 10)
-    for command in (["compare", str(base), str(base)], ["ab", "--cases", "b1h2s16d8-fp32-causal-cpu"]):
+    for command in (
+        ["compare", str(base), str(base)],
+        ["ab", "--cases", "b1h2s16d8-fp32-causal-cpu"],
+    ):
         assert main([*command, "--alpha", "0.7"]) == 2
         err = capsys.readouterr().err
         assert "--alpha" in err and "0.7" in err and "Traceback" not in err
@@ -756,7 +776,9 @@ def test_a_plan_that_can_never_decide_by_timing_is_a_usage_error_unless_structur
     blocks = int(options[1]) if options[0] == "--blocks" else 0
     budget = float(options[1]) if options[0] == "--budget-s" else 10.0
     plan, note = sequential_plan(8, blocks, 0, budget, 30, True)
-    assert not plan.can_decide() and why in note and note.endswith("this gate judges structure only")
+    assert (
+        not plan.can_decide() and why in note and note.endswith("this gate judges structure only")
+    )
     # one worker per side pools its pairs: two block pairs per visit can decide
     assert sequential_plan(1, 2, 0, 10, 30, False)[0].can_decide()
 
@@ -820,7 +842,12 @@ def test_progress_is_said_only_for_a_benchmark_that_runs():
     said = []
     plan = SequentialPlan(budget_s=0.0, max_budget_s=0.0)  # structure only: nothing timed
     args = ("b1h2s16d8-fp32-causal-cpu", 0, SETTINGS, plan)
-    assert run_benchmark([UnsupportedWorker()], [UnsupportedWorker()], "naive", *args, progress=said.append) is None
+    assert (
+        run_benchmark(
+            [UnsupportedWorker()], [UnsupportedWorker()], "naive", *args, progress=said.append
+        )
+        is None
+    )
     assert said == []
     run_benchmark([SetupWorker()], [SetupWorker()], "naive", *args, progress=said.append)
     assert said == ["A/B naive on b1h2s16d8-fp32-causal-cpu (forward)"]

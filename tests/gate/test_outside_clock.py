@@ -21,7 +21,12 @@ CASE = "b2h8s256d64-fp32-causal-cpu"
 
 
 def reply(times, handled, untimed=0.001, contended=False):
-    return {"times": times, "handled_s": handled, "untimed_s": untimed, "contention": {"contended": contended}}
+    return {
+        "times": times,
+        "handled_s": handled,
+        "untimed_s": untimed,
+        "contention": {"contended": contended},
+    }
 
 
 def test_an_honest_block_agrees_with_both_clocks():
@@ -43,7 +48,9 @@ def test_a_slow_worker_clock_disagrees_outside():
 def test_a_worker_is_failed_only_when_most_of_its_blocks_disagree():
     check = ClockCheck("head")
     for _ in range(MIN_BLOCKS):
-        check.record(0.5, 0.001, reply([0.004] * 5, 0.0215))  # a stalled coordinator, once in a while
+        check.record(
+            0.5, 0.001, reply([0.004] * 5, 0.0215)
+        )  # a stalled coordinator, once in a while
         check.record(0.0235, 0.001, reply([0.004] * 5, 0.0215))
     assert check.failure() is None
     for _ in range(2 * MIN_BLOCKS):
@@ -62,12 +69,38 @@ def test_the_outside_check_skips_contended_blocks_but_the_inside_one_does_not():
 
 
 def gate(tmp_path, head: str, *extra: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
+    )
     return subprocess.run(
-        [sys.executable, "-m", "perfsuite.cli.main", "ab", "--variant", "cheating_variants:honest",
-         "--variant", f"cheating_variants:{head}", "--base-variant", "honest", "--head-variant", head,
-         "--cases", CASE, "--modes", "forward", "--workers-per-side", "2", "--budget-s", "2", *extra],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "perfsuite.cli.main",
+            "ab",
+            "--variant",
+            "cheating_variants:honest",
+            "--variant",
+            f"cheating_variants:{head}",
+            "--base-variant",
+            "honest",
+            "--head-variant",
+            head,
+            "--cases",
+            CASE,
+            "--modes",
+            "forward",
+            "--workers-per-side",
+            "2",
+            "--budget-s",
+            "2",
+            *extra,
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
@@ -79,19 +112,29 @@ def gate(tmp_path, head: str, *extra: str) -> subprocess.CompletedProcess:
         ("frame_writer", "times disagree with the gate's own clock"),
     ],
 )
-def test_a_head_that_fools_its_clock_fails_the_gate_named_and_nothing_is_stored(tmp_path, head, named):
+def test_a_head_that_fools_its_clock_fails_the_gate_named_and_nothing_is_stored(
+    tmp_path, head, named
+):
     found = gate(tmp_path, head)
     assert found.returncode == 1, found.stderr[-2000:]
     assert "perfsuite gate: FAIL" in found.stderr and named in found.stderr
     assert "the head worker" in found.stderr
-    assert not (tmp_path / ".perfsuite").exists()  # the history store (its default place) never opened
+    assert not (
+        tmp_path / ".perfsuite"
+    ).exists()  # the history store (its default place) never opened
 
 
 def test_a_head_that_hangs_is_named_within_the_limit_and_its_children_end(tmp_path):
     before = time.monotonic()
     found = gate(tmp_path, "hangs", "--call-limit-s", "20")
     assert found.returncode == 1, found.stderr[-2000:]
-    assert "the head worker" in found.stderr and "hung" in found.stderr and "within 20 s" in found.stderr
+    assert (
+        "the head worker" in found.stderr
+        and "hung" in found.stderr
+        and "within 20 s" in found.stderr
+    )
     assert time.monotonic() - before < 150
-    leftover = subprocess.run(["pgrep", "-f", "time.sleep\\(600\\)"], capture_output=True, text=True)
+    leftover = subprocess.run(
+        ["pgrep", "-f", "time.sleep\\(600\\)"], capture_output=True, text=True
+    )
     assert leftover.stdout.strip() == ""

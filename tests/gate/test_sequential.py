@@ -21,8 +21,16 @@ class SimulatedGate:
     """Worker pairs with a per-process bias (each process's log-time offset ~ N(0, bias_sd)), block
     noise ``noise_sd`` (log units), a true ratio; a clock that advances ``visit_s`` per visit."""
 
-    def __init__(self, rng, ratio=1.0, bias_sd=0.02, noise_sd=0.03, blocks=10, visit_s=0.5,
-                 contended=lambda cluster, visit: False):
+    def __init__(
+        self,
+        rng,
+        ratio=1.0,
+        bias_sd=0.02,
+        noise_sd=0.03,
+        blocks=10,
+        visit_s=0.5,
+        contended=lambda cluster, visit: False,
+    ):
         self.rng, self.log_ratio = rng, math.log(ratio)
         self.biases = {}
         self.bias_sd, self.noise_sd, self.blocks, self.visit_s = bias_sd, noise_sd, blocks, visit_s
@@ -39,7 +47,9 @@ class SimulatedGate:
         for _ in range(self.blocks):
             base = math.exp(bias[0] + self.rng.normal(0, self.noise_sd))
             head = math.exp(bias[1] + self.log_ratio + self.rng.normal(0, self.noise_sd))
-            out.append(PairSample([base], [head], self.contended(cluster, len(self.visits)), cluster))
+            out.append(
+                PairSample([base], [head], self.contended(cluster, len(self.visits)), cluster)
+            )
         return out
 
 
@@ -76,7 +86,9 @@ def test_pooling_the_pairs_would_not_keep_the_level_under_a_process_bias():
 
 
 def test_a_3_percent_change_is_decided_when_the_process_bias_is_small():
-    verdicts = [run(seed, ratio=1.03, bias_sd=0.004, noise_sd=0.02)[0].verdict for seed in range(200)]
+    verdicts = [
+        run(seed, ratio=1.03, bias_sd=0.004, noise_sd=0.02)[0].verdict for seed in range(200)
+    ]
     assert verdicts.count(Verdict.SLOWER) >= 190
 
 
@@ -121,8 +133,12 @@ def test_look_estimate_needs_two_complete_clusters():
 
 @pytest.mark.parametrize(
     "kwargs, match",
-    [({"worker_pairs": 0}, "worker_pairs"), ({"looks": (6, 4)}, "increasing"),
-     ({"looks": (4, 12)}, "at most worker_pairs"), ({"budget_s": 40.0}, "budget")],
+    [
+        ({"worker_pairs": 0}, "worker_pairs"),
+        ({"looks": (6, 4)}, "increasing"),
+        ({"looks": (4, 12)}, "at most worker_pairs"),
+        ({"budget_s": 40.0}, "budget"),
+    ],
 )
 def test_bad_plans_are_refused(kwargs, match):
     with pytest.raises(ValueError, match=match):

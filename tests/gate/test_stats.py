@@ -62,8 +62,15 @@ def run_gate(pair, settings, plan=SequentialPlan(), blocks=5, floor_sd=0.0):
     return sequential_visits(visits, settings, plan, visits.clock, floor_sd), visits
 
 
-def drift_pairs(rng, log_ratio: float, noise: float, rounds: int = 4, bias_sd: float = 0.0,
-                contended=lambda i: False, processes: int | None = None):
+def drift_pairs(
+    rng,
+    log_ratio: float,
+    noise: float,
+    rounds: int = 4,
+    bias_sd: float = 0.0,
+    contended=lambda i: False,
+    processes: int | None = None,
+):
     """``pair(c, i)``: log-normal rounds (sd ``noise``), a heavy-tailed drift shared by both blocks of a
     pair, and each process's bias (log sd ``bias_sd``, drawn once per gate and process) shared by
     every pair it times; pair ``i`` contended when ``contended(i)``. Worker pair ``c`` times the pair,
@@ -136,7 +143,9 @@ def test_wilcoxon_interval_covers_the_centre_at_its_level():
 NOISY = 0.25  # per-round noise large enough that identical code never reaches "no change" early
 
 
-@pytest.mark.parametrize("plan", [EVERY_PAIR, SequentialPlan(**NO_BUDGET)], ids=["6 looks", "planned"])
+@pytest.mark.parametrize(
+    "plan", [EVERY_PAIR, SequentialPlan(**NO_BUDGET)], ids=["6 looks", "planned"]
+)
 def test_false_alarm_rate_under_optional_stopping_is_at_most_alpha_each_way(plan):
     """Identical code, 8 worker pairs looked at after every pair from the third (6 looks), or at the
     planned 4, 6 and 8, at alpha 0.05 so the bound is measurable: 'slower' and 'faster' each in at most
@@ -188,7 +197,7 @@ def test_it_stops_at_the_first_decisive_look():
 def test_without_a_decision_it_stops_at_the_last_planned_look():
     """Identical, noisy code and no budget: every worker pair visited once, each planned look taken."""
     plan = SequentialPlan(**NO_BUDGET)
-    [outcome], = [run_many(1, 3, 0.0, 0.4, GateSettings(), plan)]
+    ([outcome],) = [run_many(1, 3, 0.0, 0.4, GateSettings(), plan)]
     assert outcome.stopped == "last look" and outcome.looks == len(plan.looks)
     assert outcome.verdict == "inconclusive" and outcome.estimate.clusters == plan.worker_pairs
     assert len(outcome.base_blocks) == 5 * plan.worker_pairs
@@ -282,7 +291,9 @@ def gates_with_worker_bias(clustered: bool, log_ratio: float, bias_sd: float, n:
     plan = SequentialPlan(worker_pairs=6 if clustered else 1, **NO_BUDGET)
     processes = None if clustered else 6
     return [
-        run_gate(drift_pairs(rng, log_ratio, 0.01, 1, bias_sd, processes=processes), settings, plan)[0]
+        run_gate(
+            drift_pairs(rng, log_ratio, 0.01, 1, bias_sd, processes=processes), settings, plan
+        )[0]
         for _ in range(n)
     ]
 
@@ -376,7 +387,9 @@ def test_identical_code_is_never_slower_from_contended_pairs_and_a_2x_change_is(
     def gates(slowdown, head_waits, base_waits, n):
         return [
             run_gate(
-                contended_pairs(rng, slowdown, head_waits, base_waits, 0.1), GateSettings(), CONTENDED_PLAN
+                contended_pairs(rng, slowdown, head_waits, base_waits, 0.1),
+                GateSettings(),
+                CONTENDED_PLAN,
             )[0]
             for _ in range(n)
         ]
@@ -406,7 +419,14 @@ def cpu_time_pairs(rng, work: float, wall_share: float, cache: float):
         base, base_cpu, base_wait = block(1.0)
         head, head_cpu, head_wait = block(work)
         return PairSample(
-            base, head, True, cluster, head_wait, base_wait, base_cpu_s=base_cpu, head_cpu_s=head_cpu
+            base,
+            head,
+            True,
+            cluster,
+            head_wait,
+            base_wait,
+            base_cpu_s=base_cpu,
+            head_cpu_s=head_cpu,
         )
 
     return pair
@@ -421,7 +441,8 @@ def test_contended_pairs_judged_on_cpu_time_catch_a_2x_change_the_wall_clock_shr
 
     def gates(work, n, source=cpu_time_pairs):
         return [
-            run_gate(source(rng, work, 0.25, 0.1), GateSettings(), CONTENDED_PLAN)[0] for _ in range(n)
+            run_gate(source(rng, work, 0.25, 0.1), GateSettings(), CONTENDED_PLAN)[0]
+            for _ in range(n)
         ]
 
     assert all(o.verdict == CONTENDED_VERDICT for o in gates(1.0, 150))
@@ -434,7 +455,9 @@ def test_contended_pairs_judged_on_cpu_time_catch_a_2x_change_the_wall_clock_shr
 
     def without_cpu(rng, work, wall_share, cache):
         pair = cpu_time_pairs(rng, work, wall_share, cache)
-        return lambda cluster, i: dataclasses.replace(pair(cluster, i), base_cpu_s=None, head_cpu_s=None)
+        return lambda cluster, i: dataclasses.replace(
+            pair(cluster, i), base_cpu_s=None, head_cpu_s=None
+        )
 
     assert all(o.verdict == CONTENDED_VERDICT for o in gates(2.0, 5, without_cpu))
 

@@ -109,7 +109,9 @@ def test_a_rewritten_start_is_caught_and_honest_rounds_are_not():
     end = timer()
     message = timer.unrecorded_rounds([*durations, (end - start) / 4], 4)
     assert message and "round 4 of 4" in message and "frame was rewritten" in message
-    assert str(timer) == str(time.perf_counter)  # pytest-benchmark saves the clock's name, as before
+    assert str(timer) == str(
+        time.perf_counter
+    )  # pytest-benchmark saves the clock's name, as before
 
 
 def _child_pids() -> set[int]:

@@ -62,9 +62,7 @@ def test_a_variant_changing_its_inputs_fails_the_reference_check_and_is_not_time
     pytester, monkeypatch
 ):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(pytester.path)] + sys.path))
-    result = _run(
-        pytester, "doubled_wrong", "doubled_right", extra=("--benchmark-disable", "-rs")
-    )
+    result = _run(pytester, "doubled_wrong", "doubled_right", extra=("--benchmark-disable", "-rs"))
     # the reference check fails naming it; the benchmark is not timed, a skip that names that check
     result.assert_outcomes(failed=2, skipped=2)
     out = result.stdout.str()
