@@ -42,7 +42,7 @@ from perfsuite.measure.children import ChildWatch, children_failure, end_childre
 from perfsuite.measure.threads import ThreadWatch, release_at_exit, threads_failure
 from perfsuite.attention.reference_layouts import reference_gradients_in_layout
 from perfsuite.measure.correctness import check_output, compare_result, contract_checked
-from perfsuite.measure.measurement_guard import MeasurementState
+from perfsuite.measure.measurement_guard import MeasurementState, MeasurementTampered
 from perfsuite.measure.precision_probes import (
     explaining_mask_value,
     large_score_failure,
@@ -328,50 +328,56 @@ def gather_evidence(
     )
     step = make_step(mode, fn, inputs, prepared.grad_output)  # timed: no check inside
     guard = MeasurementState.capture()
-    before, started = compile_stats.snapshot(), time.perf_counter()
-    seen: list[str] = []
-    in_mode = f"variant {variant.name} on case {case.id} in mode {mode}"
+    try:
+        before, started = compile_stats.snapshot(), time.perf_counter()
+        seen: list[str] = []
+        in_mode = f"variant {variant.name} on case {case.id} in mode {mode}"
 
-    def first_call():
-        result = checked_step()
-        return result, settle(result.output, case.device)
+        def first_call():
+            result = checked_step()
+            return result, settle(result.output, case.device)
 
-    with (
-        time_limit(call_limit_s, f"the first call of {in_mode}"),
-        ThreadWatch() as watch,
-        ChildWatch() as children,
-    ):
-        result, settled = run_once(variant, case, first_call, seen)
-    first_call_s = time.perf_counter() - started
-    compiled = compile_stats.since(before)
-    deceptions = _left_running(
-        variant, watch, f"the first call of case {case.id} in mode {mode}", children
-    )
-    modified = prepared.check_inputs() or modified
-    reference_inputs = prepared.pristine or inputs
-    comparison, not_compared = compare_result(
-        variant, case, reference_inputs, prepared.grad_output, mode, result, seed
-    )
-    if modified:
-        comparison, not_compared = _modified_failure(comparison, modified), None
-    escaped = changed_after_return(result.output, settled, variant.name, "its first call")
-    deceptions += [escaped] if escaped else []
-    output_finite = bool(torch.isfinite(result.output).all())
-    output_stride, output_layout = tuple(result.output.stride()), describe_layout(result.output)
-    checked_calls = CHECKED_CALLS + (determinism_runs if variant.deterministic else 0)
-    each = f" (at most {call_limit_s:g} s each)" if call_limit_s else ""
-    with (
-        announced_once(variant),  # the checked calls repeat the first call's warnings
-        time_limit(
-            call_limit_s and call_limit_s * checked_calls,
-            f"the {checked_calls} checked calls (fresh inputs, large-score probe"
-            f"{', determinism reruns' if variant.deterministic else ''}) of {in_mode}{each}",
-        ),
-    ):
-        deceptions += _checked_calls(prepared, mode, result, seed, determinism_runs)
-        reproducible = _reproducible(prepared, checked_step, result, determinism_runs)
-    if isinstance(reproducible, str):
-        deceptions.append(reproducible)
+        with (
+            time_limit(call_limit_s, f"the first call of {in_mode}"),
+            ThreadWatch() as watch,
+            ChildWatch() as children,
+        ):
+            result, settled = run_once(variant, case, first_call, seen)
+        first_call_s = time.perf_counter() - started
+        compiled = compile_stats.since(before)
+        deceptions = _left_running(
+            variant, watch, f"the first call of case {case.id} in mode {mode}", children
+        )
+        modified = prepared.check_inputs() or modified
+        reference_inputs = prepared.pristine or inputs
+        comparison, not_compared = compare_result(
+            variant, case, reference_inputs, prepared.grad_output, mode, result, seed
+        )
+        if modified:
+            comparison, not_compared = _modified_failure(comparison, modified), None
+        escaped = changed_after_return(result.output, settled, variant.name, "its first call")
+        deceptions += [escaped] if escaped else []
+        output_finite = bool(torch.isfinite(result.output).all())
+        output_stride, output_layout = tuple(result.output.stride()), describe_layout(result.output)
+        checked_calls = CHECKED_CALLS + (determinism_runs if variant.deterministic else 0)
+        each = f" (at most {call_limit_s:g} s each)" if call_limit_s else ""
+        with (
+            announced_once(variant),  # the checked calls repeat the first call's warnings
+            time_limit(
+                call_limit_s and call_limit_s * checked_calls,
+                f"the {checked_calls} checked calls (fresh inputs, large-score probe"
+                f"{', determinism reruns' if variant.deterministic else ''}) of {in_mode}{each}",
+            ),
+        ):
+            deceptions += _checked_calls(prepared, mode, result, seed, determinism_runs)
+            reproducible = _reproducible(prepared, checked_step, result, determinism_runs)
+        if isinstance(reproducible, str):
+            deceptions.append(reproducible)
+    except BaseException as exc:  # a failure caused by tampering names it; the state is restored
+        tampered = guard.check_and_restore(variant.name, f"its calls on case {case.id} in mode {mode}")
+        if tampered:
+            raise MeasurementTampered(tampered) from exc
+        raise
     tampered = guard.check_and_restore(variant.name, f"its calls on case {case.id} in mode {mode}")
     deceptions += [tampered] if tampered else []
     del result, settled  # not held while profiling

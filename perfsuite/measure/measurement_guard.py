@@ -68,6 +68,11 @@ GUARDED_NAMESPACES = (
 )
 
 
+class MeasurementTampered(AssertionError):
+    """A variant's calls failed after it changed the measurement's state (named in the message, and
+    restored): the failure is the tampering's, not the variant's arithmetic."""
+
+
 @dataclasses.dataclass(frozen=True)
 class _Setting:
     """A global torch setting: how to read it and how to put a value back."""
