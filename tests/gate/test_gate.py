@@ -321,7 +321,7 @@ def test_ab_run_reports_structure_between_two_variants():
         ["naive"],
         ["b1h2s16d8-fp32-causal-cpu"],
         # start-up time: the default's eight worker pairs add nothing here
-        plan=SequentialPlan(worker_pairs=2, budget_s=10, rounds=2, blocks=3),
+        plan=SequentialPlan(worker_pairs=2, budget_s=10, rounds=50, blocks=3),
     )
     [result] = results
     assert result.comparison.verdict in {
@@ -333,8 +333,8 @@ def test_ab_run_reports_structure_between_two_variants():
     }
     assert "+1 aten::clone" in result.comparison.structure
     assert len(result.base_blocks) == len(result.head_blocks) == len(result.contended) >= 6
-    assert set(result.clusters) == {0, 1} and result.rounds == 2
-    assert all(len(block) == 2 for block in result.base_blocks + result.head_blocks)
+    assert set(result.clusters) == {0, 1} and result.rounds == 50
+    assert all(len(block) == 50 for block in result.base_blocks + result.head_blocks)
     assert info["torch_version"]
 
 
