@@ -1091,8 +1091,11 @@ def test_the_calibration_bounds_the_false_verdict_rate_by_clopper_pearson():
     table = summary({"A/A": [gate]}, 0)
     assert "Clopper-Pearson upper bound" in table and "median s/benchmark" in table
     row = table.splitlines()[-1].split(" | ")
-    assert row[4:7] == ["0/300", "1/300", f"{false_verdict_bound(1, 300):.2%}"]
-    assert row[10:12] == ["4.0", "9.0"]  # seconds per benchmark: median, max
+    assert row[2] == "0/1"  # no gate failed by the clock checks
+    assert row[5:8] == ["0/300", "1/300", f"{false_verdict_bound(1, 300):.2%}"]
+    assert row[11:13] == ["4.0", "9.0"]  # seconds per benchmark: median, max
+    tampered = summary({"A/A": [gate | {"tampered": "the base worker's times disagree"}]}, 0)
+    assert tampered.splitlines()[-1].split(" | ")[2] == "1/1"
 
 
 def test_worker_spread_reads_each_pair_s_worker_pair_from_the_payload():
