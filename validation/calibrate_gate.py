@@ -286,10 +286,8 @@ def gate_once(scenario: str, args, variants: list[str], cases: list[str]) -> dic
                 head_tree = changed_tree(Path(head), REAL_CHANGES[scenario])
                 results = gate(Side(Path(__file__).resolve().parent.parent), Side(head_tree))[0]
         else:
-            slowdown = {"A/A": 0.0, "10% injected": 0.10, "5% injected": 0.05, "3% injected": 0.03}[
-                scenario
-            ]
-            head = Side(Path("."), slowdown=slowdown, slow_variant=args.slow_variant)
+            slowdowns = {"A/A": 0.0, "10% injected": 0.10, "5% injected": 0.05, "3% injected": 0.03}
+            head = Side(Path("."), slowdown=slowdowns[scenario], slow_variant=args.slow_variant)
             results = gate(Side(Path(".")), head)[0]
     except GateTampered as exc:
         results, tampered = [], str(exc)
