@@ -56,6 +56,7 @@ import numpy as np
 import torch
 from scipy import stats as scipy_stats
 
+from perfsuite.errors import GateTampered
 from perfsuite.gate.ab import Side, run_ab
 from perfsuite.gate.intervals import PairSample, pair_log_ratios, wilcoxon_interval
 from perfsuite.gate.noise_floor import floors_from_files
@@ -277,16 +278,19 @@ def gate_once(scenario: str, args, variants: list[str], cases: list[str]) -> dic
         contended_pairs=ContendedPairs(args.contended_pairs),
         noise_floors=floors_from_files([Path(f) for f in args.noise_floor]),
     )
-    if scenario in REAL_CHANGES:
-        with tempfile.TemporaryDirectory(prefix="perfsuite-head-") as head:
-            head_tree = changed_tree(Path(head), REAL_CHANGES[scenario])
-            results = gate(Side(Path(__file__).resolve().parent.parent), Side(head_tree))[0]
-    else:
-        slowdown = {"A/A": 0.0, "10% injected": 0.10, "5% injected": 0.05, "3% injected": 0.03}[
-            scenario
-        ]
-        head = Side(Path("."), slowdown=slowdown, slow_variant=args.slow_variant)
-        results = gate(Side(Path(".")), head)[0]
+    # the clock checks failed the gate (GateTampered): code here is honest, so a false failure
+    tampered = ""
+    try:
+        if scenario in REAL_CHANGES:
+            with tempfile.TemporaryDirectory(prefix="perfsuite-head-") as head:
+                head_tree = changed_tree(Path(head), REAL_CHANGES[scenario])
+                results = gate(Side(Path(__file__).resolve().parent.parent), Side(head_tree))[0]
+        else:
+            slowdowns = {"A/A": 0.0, "10% injected": 0.10, "5% injected": 0.05, "3% injected": 0.03}
+            head = Side(Path("."), slowdown=slowdowns[scenario], slow_variant=args.slow_variant)
+            results = gate(Side(Path(".")), head)[0]
+    except GateTampered as exc:
+        results, tampered = [], str(exc)
     after = snapshot()
     verdicts = {_variant_mode(r.key): r.comparison.verdict for r in results}
     changed = changed_keys(scenario, args.slow_variant, modes)
@@ -300,6 +304,7 @@ def gate_once(scenario: str, args, variants: list[str], cases: list[str]) -> dic
         # the hypervisor's share: CPU time stolen from this VM over the gate, of all its CPUs' time
         "steal": (after.steal_s - before.steal_s) / max(after.all_cpu_s - before.all_cpu_s, 1e-9),
         "verdicts": verdicts,
+        "tampered": tampered,
         "ratios": {_variant_mode(r.key): r.comparison.estimate.ratio for r in results},
         "pairs": {_variant_mode(r.key): len(r.contended) for r in results},
         # sampling seconds per benchmark (the sequential rule's clock, worker pairs' set-up included)
@@ -353,13 +358,14 @@ def benchmark_seconds(gates: list[dict]) -> str:
 
 def summary(runs: dict[str, list[dict]], busy: int) -> str:
     rows = [
-        f"| scenario (busy processes: {busy}) | gates with a 'slower' | changed variant caught by timing (by "
+        f"| scenario (busy processes: {busy}) | gates with a 'slower' | gates failed by the clock checks "
+        "(tampered: none of their benchmarks counted) | changed variant caught by timing (by "
         "the structural half) | changed: "
         "measured ratio (min, median, max) | false 'slower' on unchanged | false 'faster' on unchanged | "
         "false-verdict rate on unchanged: 95% Clopper-Pearson upper bound | "
         "unchanged confirmed 'no change' | decisive | contended | median s/benchmark | max s/benchmark | "
         "median s/gate | max s/gate | load before-after | CPU steal per gate |",
-        "| --- " * 16 + "|",
+        "| --- " * 17 + "|",
     ]
     for name, gates in runs.items():
         if not gates:
@@ -403,7 +409,8 @@ def summary(runs: dict[str, list[dict]], busy: int) -> str:
         false_faster = sum(g.get("false_faster", 0) for g in gates)
         bound = false_verdict_bound(false_slower + false_faster, unchanged)
         rows.append(
-            f"| {name} | {sum(g['flagged'] for g in gates)}/{len(gates)} | {caught} | {measured} | "
+            f"| {name} | {sum(g['flagged'] for g in gates)}/{len(gates)} | "
+            f"{sum(bool(g.get('tampered')) for g in gates)}/{len(gates)} | {caught} | {measured} | "
             f"{false_slower}/{unchanged} | {false_faster}/{unchanged} | "
             + (f"{bound:.2%} |" if unchanged else "- |")
             + f" {sum(g['unchanged_no_change'] for g in gates)}/{unchanged} | "
@@ -532,7 +539,12 @@ def main() -> None:
                 print(
                     f"rep {rep + 1}/{args.reps} {name}: {gate['seconds']:.0f} s, load {gate['load_after']}, "
                     f"steal {gate['steal']:.0%}: "
-                    f"{gate['verdicts']}",
+                    f"{gate['verdicts']}"
+                    + (
+                        f"; failed by the clock checks: {gate['tampered']}"
+                        if gate["tampered"]
+                        else ""
+                    ),
                     flush=True,
                 )
                 write_text_atomic(

@@ -258,7 +258,7 @@ def clustered_interval(values, clusters, alpha: float) -> tuple[float, float, fl
 
 @dataclasses.dataclass(frozen=True)
 class PairSample:
-    """One block pair as ``next_pair()`` gives it to ``sequential_paired``.
+    """One block pair as ``next_pair()`` gives it to ``sequential.sequential_visits``.
 
     ``base_s``/``head_s``: the blocks' round times (seconds); ``contended``: set aside from the kept
     pairs; ``cluster``: the worker pair that timed it (None: pairs taken as independent);

@@ -9,8 +9,9 @@ untimed (``untimed_s``: placement, warm-up) and each timed round. Two checks per
 * **outside**: the coordinator's time less the measured transport (``WorkerProcess.transport_s``: the
   slowest of a few empty round trips) must be accounted for by ``handled_s``: a worker whose clock runs
   slow (``time.perf_counter`` scaled, or this module's clock replaced) reports less;
-* **inside**: ``handled_s - untimed_s`` must be accounted for by the timed rounds: rounds whose start was
-  rewritten in the frame add up to less than the time they took.
+* **inside**: ``block_s`` (the worker's clock from the first timed round's start to the last one's end)
+  must be accounted for by the timed rounds: rounds whose start was rewritten in the frame add up to
+  less than the time they took.
 
 "Accounted for" means at least ``SHARE`` of it, after ``SLACK_S`` of bookkeeping. A stall of the
 coordinator between sending and reading (a busy machine) can break the outside check, so it is made on
@@ -31,12 +32,12 @@ MIN_BLOCKS = 3
 
 def inside_disagreement(reply: dict) -> str | None:
     """Why a ``time`` reply's rounds do not account for the time the worker's own clock saw them take
-    (``handled_s - untimed_s``), or None."""
-    handled, untimed = float(reply.get("handled_s", 0.0)), float(reply.get("untimed_s", 0.0))
+    (``block_s``: from the first timed round's start to the last one's end), or None."""
+    block = float(reply.get("block_s", 0.0))
     timed = float(sum(reply.get("times") or ()))
-    if SHARE * (handled - untimed) - SLACK_S > timed:
+    if SHARE * block - SLACK_S > timed:
         return (
-            f"its timed rounds add up to {1e3 * timed:.2f} ms of the {1e3 * (handled - untimed):.2f} ms "
+            f"its timed rounds add up to {1e3 * timed:.2f} ms of the {1e3 * block:.2f} ms "
             "they took on the worker's own clock"
         )
     return None

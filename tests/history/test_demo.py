@@ -134,6 +134,7 @@ def test_three_commits_show_three_points_and_the_regression_with_its_cause(
     )  # the run the broken store missed
 
     # perfsuite ab records both sides, each under its own commit; its --json file imports as nothing new
+    # (the timed blocks are what is recorded: one worker per side, a few short blocks, not structure only)
     ab = repo.perfsuite(
         "ab",
         "--base-ref",
@@ -142,9 +143,13 @@ def test_three_commits_show_three_points_and_the_regression_with_its_cause(
         shas[2],
         "--cases",
         CASE,
+        "--workers-per-side",
+        "1",
         "--blocks",
         "2",
         "--rounds",
+        "1",
+        "--budget-s",
         "1",
         "--fail-on-structure",
         "--json",
