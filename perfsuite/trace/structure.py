@@ -165,7 +165,10 @@ def added_work(base: dict[str, Any], head: dict[str, Any]) -> list[str]:
                 found.append(f"{more:+d} {label}" if more > 0 else f"+{format_bytes(grown)} copied")
             continue
         if field == "gathers" and _bytes_known(field, base, head):
-            continue  # judged on the net bytes gathered, below
+            more = _total(head, field) - _total(base, field)
+            if more > 0 and _gathered_growth(base, head) > 0:  # more gathers that gather more
+                found.append(f"{more:+d} {label}")
+            continue  # the net bytes gathered: below
         if field in base and field in head and _total(head, field) > _total(base, field):
             found.append(f"{_total(head, field) - _total(base, field):+d} {label}")
     for field, label in WORK_BYTES.items():
