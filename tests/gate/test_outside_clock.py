@@ -153,3 +153,21 @@ def test_a_head_that_hangs_is_named_within_the_limit_and_its_children_end(tmp_pa
         ["pgrep", "-f", "time.sleep\\(600\\)"], capture_output=True, text=True
     )
     assert leftover.stdout.strip() == ""
+
+
+def test_a_worker_that_crashes_is_named_by_its_signal_not_as_a_missing_install(tmp_path):
+    """A worker killed by SIGSEGV was reported as 'is perfsuite installed for that interpreter?'."""
+    from perfsuite.errors import WorkerError
+    from perfsuite.gate.ab import Side, WorkerProcess
+
+    crasher = tmp_path / "crash.py"
+    crasher.write_text("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n")
+    worker = WorkerProcess(Side(None))
+    worker.process.kill()
+    worker.process.wait()
+    worker.process = subprocess.Popen(
+        [sys.executable, str(crasher)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    with pytest.raises(WorkerError, match="crashed: killed by signal SIGSEGV") as found:
+        worker.ask({"ping": True})
+    assert "is perfsuite installed" not in str(found.value)
