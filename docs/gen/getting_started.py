@@ -28,21 +28,13 @@ COMMAND = ("ab", "--base-ref", "main", "--head-ref", "copy", "--cases", CASE)
 def default_ab_method() -> str:
     """The Method line ``perfsuite ab`` prints with its default options (``gate.ab.ab_method`` over the
     plan, settings and contended-pair policy its parser's defaults give)."""
+    from perfsuite.cli.gate import ab_settings_and_plan
     from perfsuite.cli.main import build_parser
     from perfsuite.gate.ab import ab_method
     from perfsuite.gate.stats import ContendedPairs
-    from perfsuite.suite.command_config import gate_settings, sequential_plan
 
     args = build_parser().parse_args(["ab", "--base-ref", "main", "--head-ref", "copy"])
-    settings = gate_settings(args.alpha, args.min_effect, separate_runs=False)
-    plan, _ = sequential_plan(
-        args.workers_per_side,
-        args.blocks,
-        args.rounds,
-        args.budget_s,
-        args.max_budget_s,
-        args.fail_on_structure,
-    )
+    settings, plan, _ = ab_settings_and_plan(args)
     return ab_method(plan, settings, ContendedPairs(args.contended_pairs), args.timing_threads)
 
 

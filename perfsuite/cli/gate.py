@@ -338,6 +338,21 @@ def run_ab_command(args: argparse.Namespace) -> int:
         return code
 
 
+def ab_settings_and_plan(args: argparse.Namespace):
+    """``perfsuite ab``'s level and minimum effect (``GateSettings``), its ``SequentialPlan`` and the
+    plan's note (structure only), from its parsed options (``UsageError`` as ``sequential_plan``)."""
+    settings = gate_settings(args.alpha, args.min_effect, separate_runs=False)
+    plan, note = sequential_plan(
+        args.workers_per_side,
+        args.blocks,
+        args.rounds,
+        args.budget_s,
+        args.max_budget_s,
+        args.fail_on_structure,
+    )
+    return settings, plan, note
+
+
 def _run_ab(args: argparse.Namespace) -> int:
     from perfsuite.gate.ab import (
         Side,
@@ -353,15 +368,7 @@ def _run_ab(args: argparse.Namespace) -> int:
     from perfsuite.history.recording import AbSide, record_ab
 
     contended_pairs = ContendedPairs(args.contended_pairs)  # a choice argparse checked
-    settings = gate_settings(args.alpha, args.min_effect, separate_runs=False)
-    plan, note = sequential_plan(
-        args.workers_per_side,
-        args.blocks,
-        args.rounds,
-        args.budget_s,
-        args.max_budget_s,
-        args.fail_on_structure,
-    )
+    settings, plan, note = ab_settings_and_plan(args)
     if note:
         print(f"perfsuite: note: {note}", file=sys.stderr)
     floors = floors_from_files([Path(f) for f in args.noise_floor])
