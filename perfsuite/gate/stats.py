@@ -53,8 +53,6 @@ from perfsuite.gate.verdicts import (
     wait_adjusted,
 )
 
-WORKERS_PER_SIDE = WORKER_PAIRS  # the former name: worker processes per side are the worker pairs
-
 
 __all__ = [
     "nominal_levels",
@@ -101,5 +99,4 @@ __all__ = [
     "contended_verdict",
     "verdict",
     "wait_adjusted",
-    "WORKERS_PER_SIDE",
 ]
