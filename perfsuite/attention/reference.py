@@ -83,6 +83,7 @@ def reference_attention(
     block_bytes: int = REFERENCE_BLOCK_BYTES,
     *,
     hidden_score: float = float("-inf"),
+    sink_in_numerator: SinkInNumerator | None = None,
 ) -> torch.Tensor:
     """Attention in float64 from the same inputs, ``[batch, num_heads, seq_len_q, head_dim]``.
 
@@ -99,11 +100,12 @@ def reference_attention(
     Computed in blocks of query rows of at most ``block_bytes`` of scores (``query_blocks``).
     ``hidden_score``: the score hidden keys get (``-inf``); a finite value computes what a mistaken
     variant computes (a mask constant such as ``-1e4``, or ``-softcap``: the softcap applied after
-    the mask), for the failure messages that name such a mistake.
+    the mask), for the failure messages that name such a mistake. ``sink_in_numerator``: with sinks, the
+    output of that mistake (``SINK_NUMERATOR_MISTAKES``); None, the sink's column dropped, as it should be.
     """
     q, k, v = (t.to(dtype) for t in (inputs.query, inputs.key, inputs.value))
     blocks = [
-        _attention(inputs, q[:, :, start:end], k, v, start, end, hidden_score)
+        _attention(inputs, q[:, :, start:end], k, v, start, end, hidden_score, sink_in_numerator)
         for start, end in query_blocks(inputs, dtype, block_bytes)
     ]
     return blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=2)
@@ -137,9 +139,10 @@ def _attention(
     start: int = 0,
     end: int | None = None,
     hidden_score: float = float("-inf"),
+    sink_in_numerator: SinkInNumerator | None = None,
 ) -> torch.Tensor:
     """Attention of query rows ``start:end`` (``q`` holds only those rows) over all keys, hidden keys'
-    scores set to ``hidden_score``."""
+    scores set to ``hidden_score``; ``sink_in_numerator``: see ``reference_attention``."""
     end = q.shape[2] + start if end is None else end
     groups = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
@@ -156,11 +159,58 @@ def _attention(
         scores = scores.masked_fill(_query_rows(mask.masked_out, start, end), hidden_score)
     if "sinks" in forms:
         sink = forms["sinks"].to(device=q.device, dtype=q.dtype)[None, :, None, None]
+        visible = (scores > float("-inf")).to(q.dtype)
         scores = torch.cat([scores, sink.expand(*scores.shape[:-1], 1)], dim=-1)
-        weights = torch.softmax(scores, dim=-1)[..., :-1]
+        weights = torch.softmax(scores, dim=-1)
+        weights, sink_weight = weights[..., :-1], weights[..., -1:]
+        if (
+            sink_in_numerator is not None
+        ):  # a mistake's output: the sink's share in each key's weight
+            weights = weights + sink_weight * sink_in_numerator.shares(visible)
+            if sink_in_numerator.in_sum:
+                weights = weights / (weights.sum(-1, keepdim=True) + sink_weight)
     else:
         weights = torch.softmax(scores, dim=-1).nan_to_num(nan=0.0)  # all -inf rows -> zeros
     return torch.matmul(weights, v)
+
+
+# The share of exp(sink) a sink put in the numerator adds to each key's weight (``reference_attention``'s
+# ``sink_in_numerator``): visible keys ``[B, H, rows, Skv]`` (1.0 where seen, else 0.0) -> shares
+# broadcastable to them.
+SinkShares = Callable[[torch.Tensor], torch.Tensor]
+
+
+@dataclasses.dataclass(frozen=True)
+class SinkInNumerator:
+    """A sink put in the numerator: each key's weight ``exp(s_j)`` gets ``shares(visible)[j] * exp(sink)``
+    added; ``in_sum``: the weights are then normalized by their own sum plus ``exp(sink)`` (the added
+    terms counted twice), else by the softmax's denominator. ``what``: how a message says it."""
+
+    shares: SinkShares
+    in_sum: bool
+    what: str
+
+
+def _sink_numerator_mistakes() -> tuple[SinkInNumerator, ...]:
+    shares = (
+        (lambda seen: 1.0 / seen.shape[-1], "exp(sink) / n added to each of the n keys' weights"),
+        (
+            lambda seen: seen / seen.sum(-1, keepdim=True).clamp(min=1.0),
+            "exp(sink) shared among the visible keys' weights",
+        ),
+        (lambda seen: torch.ones_like(seen), "exp(sink) added to every key's weight"),
+        (lambda seen: seen, "exp(sink) added to every visible key's weight"),
+    )
+    return tuple(
+        SinkInNumerator(
+            share, in_sum, what + (", the weights then divided by their sum" if in_sum else "")
+        )
+        for share, what in shares
+        for in_sum in (True, False)
+    )
+
+
+SINK_NUMERATOR_MISTAKES = _sink_numerator_mistakes()
 
 
 GRADIENT_NAMES = ("grad_query", "grad_key", "grad_value")
@@ -297,6 +347,8 @@ def explain_modifications(
                 f"score softcap * tanh(-inf) = {-cap:g}, not -inf (a query that sees no key averages the "
                 "values); apply the softcap before the mask"
             )
+    if "sinks" in inputs.forms:
+        matched += _sink_mistakes(inputs, actual64, atol, rtol)
     per_head = any(k in inputs.forms for k in ("alibi_slopes", "sinks"))  # a head-order mistake
     if matched or relevant or (per_head and not lines):
         # the modifications at the worst element, where they can be the mistake
@@ -305,6 +357,57 @@ def explain_modifications(
             "score modifications at that element: " + describe_at(inputs.forms, head, query, batch),
         )
     return "\n".join(matched + lines)
+
+
+def _sink_head_orders(heads: int, kv_heads: int) -> list[tuple[torch.Tensor, str]]:
+    """Wrong head orders a per-head sink may be read in: ``(index, what)``, head h given
+    ``sinks[index[h]]``: reversed, shifted by one head either way, and for grouped heads the group and
+    key/value head swapped (head ``kv * groups + g`` given ``sinks[g * num_kv_heads + kv]``)."""
+    order = torch.arange(heads)
+    found = [
+        (order.flip(0), f"in reversed head order (head h given sinks[{heads - 1} - h])"),
+        (order.roll(1), "shifted by one head (head h given sinks[h - 1])"),
+        (order.roll(-1), "shifted by one head (head h given sinks[h + 1])"),
+    ]
+    groups = heads // kv_heads if kv_heads and heads % kv_heads == 0 else 1
+    if 1 < groups < heads:
+        swapped = (order % groups) * kv_heads + order // groups
+        found.append(
+            (
+                swapped,
+                f"with group and key/value head swapped (head kv * {groups} + g given "
+                f"sinks[g * {kv_heads} + kv])",
+            )
+        )
+    return found
+
+
+def _sink_mistakes(
+    inputs: AttentionInputs, actual64: torch.Tensor, atol: float, rtol: float
+) -> list[str]:
+    """For a case with sinks: ``the output matches the reference with the sink in the numerator`` when a
+    rerun with the sink's exp added to the keys' weights (``SINK_NUMERATOR_MISTAKES``) gives the output, and ``... with the sinks in reversed head order`` (``_sink_head_orders``) when the
+    sinks read in a wrong head order do."""
+
+    def matches(other: torch.Tensor) -> bool:
+        return bool(torch.isclose(actual64, other, atol=atol, rtol=rtol, equal_nan=True).all())
+
+    found = [
+        f"{CONFIRMED} with the sink in the numerator ({mistake.what}): a sink belongs in the softmax's "
+        "denominator only"
+        for mistake in SINK_NUMERATOR_MISTAKES
+        if matches(reference_attention(inputs, sink_in_numerator=mistake))
+    ][:1]
+    sinks = inputs.forms["sinks"]
+    for index, what in _sink_head_orders(inputs.query.shape[1], inputs.key.shape[1]):
+        moved = sinks[index.to(sinks.device)]
+        if torch.equal(moved, sinks):
+            continue
+        if matches(reference_attention(inputs.replace(forms={**inputs.forms, "sinks": moved}))):
+            found.append(
+                f"{CONFIRMED} with the sinks {what}: is each head's sink logit indexed by its own head?"
+            )
+    return found
 
 
 def _head_mapping_mistakes(

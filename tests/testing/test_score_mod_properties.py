@@ -308,3 +308,130 @@ def test_a_wrong_grouped_query_head_mapping_is_named():
     failure = properties.check_matches_reference(user_variant(tiled_heads), case, 0)
     assert failure is not None
     assert "with query head h reading key/value head h % 2 (torch.repeat)" in failure, failure
+
+
+def gptoss(
+    query,
+    key,
+    value,
+    mask,
+    scale,
+    sinks,
+    *,
+    numerator=None,
+    order=None,
+    window_plus=0,
+    softcap=None,
+):
+    """gpt-oss attention as a serving repository writes it (max-subtracted exps, the sink in the
+    denominator), with one planted mistake: ``numerator`` "spread" adds exp(sink) / n to every key's
+    weight (normalized by their sum plus the sink), "each" adds exp(sink) to every key's weight;
+    ``order``: sinks read by that head index; ``window_plus``: the window one key wider; ``softcap``:
+    applied (None: dropped)."""
+    scores = scores_of(query, key, scale)
+    if softcap is not None:
+        scores = softcap * torch.tanh(scores / softcap)
+    hidden = mask.masked_out
+    if window_plus:
+        window = int(mask.kind.removeprefix("window")) + window_plus
+        q_idx = torch.arange(query.shape[2])[:, None] + key.shape[2] - query.shape[2]
+        distance = q_idx - torch.arange(key.shape[2])[None, :]
+        hidden = (distance < 0) | (distance >= window)
+    scores = scores.masked_fill(hidden, float("-inf"))
+    logits = sinks if order is None else sinks[order]
+    top = torch.maximum(scores.amax(-1, keepdim=True), logits[None, :, None, None])
+    weights, sink = torch.exp(scores - top), torch.exp(logits[None, :, None, None] - top)
+    if numerator == "spread":
+        weights = weights + sink / scores.shape[-1]
+    elif numerator == "each":
+        weights = weights + sink
+    return weights / (weights.sum(-1, keepdim=True) + sink) @ expand_kv_heads(value, query.shape[1])
+
+
+def sink_spread_in_numerator(query, key, value, *, mask, scale, sinks):
+    return gptoss(query, key, value, mask, scale, sinks, numerator="spread")
+
+
+def sink_added_to_each_weight(query, key, value, *, mask, scale, sinks):
+    return gptoss(query, key, value, mask, scale, sinks, numerator="each")
+
+
+def sinks_reversed(query, key, value, *, mask, scale, sinks):
+    return gptoss(query, key, value, mask, scale, sinks, order=torch.arange(len(sinks)).flip(0))
+
+
+def sinks_window_off_by_one(query, key, value, *, mask, scale, sinks):
+    return gptoss(query, key, value, mask, scale, sinks, window_plus=1)
+
+
+def sinks_dropped_softcap(query, key, value, *, mask, scale, sinks, softcap):
+    return gptoss(query, key, value, mask, scale, sinks)
+
+
+def sinks_tiled_heads(query, key, value, *, mask, scale, sinks):
+    groups = query.shape[1] // key.shape[1]
+    return gptoss(
+        query, key.repeat(1, groups, 1, 1), value.repeat(1, groups, 1, 1), mask, scale, sinks
+    )
+
+
+SINK_CASE = {
+    "batch": 1,
+    "num_heads": 8,
+    "seq_len_q": 16,
+    "seq_len_kv": 16,
+    "head_dim": 8,
+    "dtype": "fp32",
+    "device": "cpu",
+    "mask": "window4",
+    "num_kv_heads": 2,
+}
+SINK_HINTS = ("with the sink in the numerator", "with the sinks in", "sink logit indexed")
+
+
+@pytest.mark.parametrize(
+    "fn, named",
+    [
+        (
+            sink_spread_in_numerator,
+            "the output matches the reference with the sink in the numerator (exp(sink) / n added to "
+            "each of the n keys' weights, the weights then divided by their sum): a sink belongs in "
+            "the softmax's denominator only",
+        ),
+        (
+            sink_added_to_each_weight,
+            "the output matches the reference with the sink in the numerator (exp(sink) added to every "
+            "key's weight, the weights then divided by their sum)",
+        ),
+        (
+            sinks_reversed,
+            "the output matches the reference with the sinks in reversed head order (head h given "
+            "sinks[7 - h]): is each head's sink logit indexed by its own head?",
+        ),
+    ],
+    ids=["spread in the numerator", "added to each weight", "reversed heads"],
+)
+def test_a_sink_mistake_is_confirmed_by_its_rerun(fn, named):
+    """Before: only ``score modifications at that element: sink logit of head ...`` (the element,
+    not the mistake)."""
+    case = AttentionCase(**SINK_CASE, score_mods=ScoreMods(sinks=True))
+    failure = properties.check_matches_reference(user_variant(fn), case, 0)
+    assert failure is not None and named in failure, failure
+    assert sum(hint in failure for hint in SINK_HINTS[:2]) == 1, failure
+
+
+@pytest.mark.parametrize(
+    "fn, mods, named",
+    [
+        (sinks_window_off_by_one, ScoreMods(sinks=True), "with a window of 5 keys, not 4"),
+        (sinks_dropped_softcap, ScoreMods(softcap=5.0, sinks=True), "without the softcap"),
+        (sinks_tiled_heads, ScoreMods(sinks=True), "reading key/value head h % 2"),
+    ],
+    ids=["window off by one", "dropped softcap", "tiled heads"],
+)
+def test_another_mistake_on_a_sink_case_gets_no_sink_hint(fn, mods, named):
+    """The sink hints are said only where their own rerun reproduces the output."""
+    case = AttentionCase(**SINK_CASE, score_mods=mods)
+    failure = properties.check_matches_reference(user_variant(fn), case, 0)
+    assert failure is not None and named in failure, failure
+    assert not any(hint in failure for hint in SINK_HINTS), failure
