@@ -206,6 +206,26 @@ class ScoreAccounting:
         }
 
 
+def copy_count_words(counted: float, expected: float) -> str:
+    """How a failure's first line says a score copy count: ``1 extra copy of the score matrix per
+    forward`` (``counted`` above ``expected``), ``1 copy of the score matrix per forward fewer than
+    expected (1)`` below it; copies per forward, as counts or accounted fractions."""
+    difference = abs(counted - expected)
+    amount = _number(difference)
+    copies = "copy" if difference == 1 else "copies"
+    if counted > expected:
+        return f"{amount} extra {copies} of the score matrix per forward"
+    return f"{amount} {copies} of the score matrix per forward fewer than expected ({_number(expected)})"
+
+
+def copy_labels(accounting: ScoreAccounting | None) -> list[str]:
+    """The ``copy`` writes' labels of one step (``copy [1x2x16x16] in aten::masked_fill > aten::clone >
+    aten::copy_``), each once in time order: where a score copy came from."""
+    if accounting is None:
+        return []
+    return list(dict.fromkeys(w.label for w in accounting.writes if w.kind == "copy"))
+
+
 def _number(value: float) -> str:
     return f"{value:g}" if value == int(value) else f"{value:.2f}"
 

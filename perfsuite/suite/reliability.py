@@ -7,7 +7,9 @@ Used by the suite's session (``perfsuite.suite.plugin``):
   fails with one line that names the first test, not with the same output again.
 * ``OutputFailures``: the first check that found a (variant, case)'s output wrong explains it in full;
   a later check of the pair that fails with it (the large-score probe, a property, the timing)
-  says so in one line naming that check, not with the same story again.
+  says so in one line naming that check, not with the same story again. The same for a pair's extra
+  score copy (``OutputFailures(ALREADY_COPIED)``): copies per step, score accounting and the
+  ``score_copies`` property count one copy three ways.
 * ``CrashProbes``: for the variants ``SuiteSettings.isolate`` names, the first call of every
   (case, mode) runs once in a child process (``perfsuite.measure.isolation``) before it runs
   here; a pair that crashed the child fails its tests with variant, case, mode and signal, and
@@ -74,11 +76,17 @@ def headline(failure: str) -> str:
     return (lines[0] if lines else failure).split("; ", 1)[0]
 
 
+ALREADY_WRONG = "the output is already wrong on this case"
+ALREADY_COPIED = "this case's score copies are already reported"
+
+
 class OutputFailures:
     """The first check per ``(variant, case id)`` that found the output wrong (its node id and first
-    line), so later checks of the pair refer to it."""
+    line), so later checks of the pair refer to it; ``already``: what their one line says of it
+    (``ALREADY_WRONG``; ``ALREADY_COPIED`` for the score-copy checks)."""
 
-    def __init__(self):
+    def __init__(self, already: str = ALREADY_WRONG):
+        self.already = already
         self._first: dict[tuple[str, str], _Failure] = {}
 
     def note(self, key: tuple[str, str], nodeid: str, failure: str) -> None:
@@ -91,11 +99,11 @@ class OutputFailures:
         return f"{found.summary} (reported in full by {found.nodeid})" if found else None
 
     def refer(self, key: tuple[str, str], what: str) -> None:
-        """Fail with one line: ``what``, and that the output is already wrong on this case (the first
-        check's line). Returns when the pair has no wrong output noted."""
+        """Fail with one line: ``what``, and that the output is already wrong on this case (``already``;
+        the first check's line). Returns when the pair has no failure noted."""
         first = self.first(key)
         if first is not None:
-            pytest.fail(f"{what}; the output is already wrong on this case: {first}", pytrace=False)
+            pytest.fail(f"{what}; {self.already}: {first}", pytrace=False)
 
 
 class CrashProbes:

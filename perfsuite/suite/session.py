@@ -49,6 +49,7 @@ from perfsuite.suite import generation, options, settings
 from perfsuite.suite.reliability import (
     CrashProbes,
     FailureLedger,
+    ALREADY_COPIED,
     OutputFailures,
     Progress,
     crash_message,
@@ -73,6 +74,8 @@ class SuiteSession:
         self.output_failures = (
             OutputFailures()
         )  # the first check that found an output wrong, referenced after
+        # the first check that counted an unexpected score copy, referenced by the other two
+        self.copy_failures = OutputFailures(ALREADY_COPIED)
         self.probes = CrashProbes(
             resolved.isolate, resolved.seed, variant_specs, call_limit_s=resolved.call_limit_s
         )

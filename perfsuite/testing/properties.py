@@ -25,6 +25,7 @@ from perfsuite.measure.input_guard import check_and_restore, pristine_copy
 from perfsuite.attention.inputs import AttentionInputs, make_inputs
 from perfsuite.attention.masks import AttentionMask, fully_masked_rows, mask_kind
 from perfsuite.measure.profiling import profile_steps
+from perfsuite.measure.score_accounting import copy_count_words
 from perfsuite.attention.contract import Form
 from perfsuite.attention.reference import (
     TOLERANCES,
@@ -444,8 +445,17 @@ def check_score_copies(variant: Variant, case: AttentionCase, seed: int) -> str 
     counts = [f.copies_of_shape(case.score_shape, lane) for f in forwards]
     expected = variant.expected_score_copies(case.hides_keys)
     if counts != [expected] * len(forwards):
+        worst = max(counts, key=lambda n: abs(n - expected))
+        named = [
+            f"{c.name} [{'x'.join(map(str, c.shape or ()))}]"
+            for c in forwards[0].copies_with_shape(case.score_shape, lane)
+        ]
         return _fail(
-            variant, case, seed, f"score-sized copies per forward {counts}, expected {expected}"
+            variant,
+            case,
+            seed,
+            f"{copy_count_words(worst, expected)}: {', '.join(named) or 'none seen'} "
+            f"(score-sized copies per forward {counts}, expected {expected})",
         )
     return None
 

@@ -432,3 +432,41 @@ def test_a_serving_engineers_paged_decode_and_varlen_prefill_pass_the_check(user
         assert f"test_property[{variant}-{case}-sequence_independence] PASSED" in output, output
         assert f"test_score_accounting_per_step[{variant}-{case}] PASSED" in output, output
     assert "paged_decode does not declare varlen" in output
+
+
+def test_one_extra_score_copy_is_explained_once_and_referred_to_by_the_other_checks(user_repo):
+    """An out-of-place ``masked_fill`` in a function declared in place (no copy declared) is one
+    mistake: of the three checks that count it (copies per step, score accounting, the
+    ``score_copies`` property) the first to fail names the copy and where it is made, the other two
+    refer to it in one line. Before: three full failures, none naming ``masked_fill``."""
+    repo, *_ = user_repo
+    copying = repo.path / "src" / "myattn" / "copying.py"
+    copying.write_text(
+        ATTENTION.replace("def blocked_attention(", "def copying_attention(").replace(
+            'scores.masked_fill_(mask.masked_out, float("-inf"))',
+            'scores = scores.masked_fill(mask.masked_out, float("-inf"))',
+        )
+    )
+    try:
+        result = repo.perfsuite(
+            "run",
+            "--check",
+            "--perfsuite-variant=myattn.copying:copying_attention",
+            "--perfsuite-variants=copying_attention",
+            "--perfsuite-modes=forward",
+            "--perfsuite-isolate=none",
+        )
+    finally:
+        copying.unlink()
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    failed = [line for line in output.splitlines() if line.startswith("FAILED ")]
+    assert len(failed) == 3, output
+    named = (
+        f"copying_attention on {CASE}: 1 extra copy of the score matrix per forward: copy "
+        f"[1x2x16x16] in aten::masked_fill > aten::clone > aten::copy_"
+    )
+    referred = "fails too; this case's score copies are already reported: "
+    explained = [line for line in output.splitlines() if named in line and referred not in line]
+    assert len(explained) == 1 and "register_variant(" in explained[0], output  # in full, once
+    assert output.count(referred + "copying_attention on " + CASE + ": 1 extra copy") == 2, output

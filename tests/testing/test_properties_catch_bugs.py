@@ -132,4 +132,5 @@ def test_shift_invariance_catches_clamped_scores():
 def test_structure_catches_a_hidden_copy_of_the_scores():
     sneaky = Variant(name="sneaky_inplace", fn=copies_scores, description="broken on purpose")
     message = caught(properties.check_score_copies, sneaky, attention_cases(contiguous=True))
-    assert "score-sized copies per forward [1, 1], expected 0" in message
+    assert "1 extra copy of the score matrix per forward: aten::clone [" in message
+    assert "(score-sized copies per forward [1, 1], expected 0)" in message
