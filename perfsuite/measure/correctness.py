@@ -160,7 +160,9 @@ def check_output(
     if not case.layout.is_plain:
         found = compare_sequences(case, inputs, output, label)
         hint = found.failure and (
-            split_kv_hint(variant, case, inputs) or one_page_hint(variant, case, inputs)
+            split_kv_hint(variant, case, inputs)
+            or one_page_hint(variant, case, inputs)
+            or score_order_hint(variant, case, inputs)
         )
         return Comparison(found.max_abs_error, f"{found.failure}\n{hint}") if hint else found
     rows = fully_masked_rows(inputs.mask, case.score_shape)
@@ -274,6 +276,69 @@ def one_page_hint(variant: Variant, case: AttentionCase, inputs: AttentionInputs
             "running max m)"
         )
     return f"{what} the output is wrong too: the error is not (only) in the merge across pages"
+
+
+# How far the scores of the score-order reruns move along a sequence's keys (``ordered_score_inputs``):
+# e^4 ~ 55 between the first and the last key, so every key keeps a weight far above any tolerance.
+SCORE_RANGE = 4.0
+
+
+def ordered_score_inputs(inputs: AttentionInputs, falling: bool) -> AttentionInputs:
+    """Packed inputs (``[total, heads, dim]``, ``cu_seqlens_kv``) on which every query scores its
+    sequence's keys in key order, falling (the first key the highest) or rising (the last the highest):
+    query head h is a unit vector ``u`` of its key/value head (seeded), key j of a sequence of n keys
+    ``a_j / scale * u`` with ``a_j = -+SCORE_RANGE * j / (n - 1)``, so the scaled score of key j is
+    ``a_j`` for every query; the values are ``inputs``' own (copied). Rising or falling, the same set
+    of scores: a correct attention is right on both."""
+    key = inputs.key
+    heads, kv_heads, dim = inputs.query.shape[1], key.shape[1], key.shape[2]
+    generator = torch.Generator().manual_seed(0)
+    units = torch.nn.functional.normalize(
+        torch.randn(kv_heads, dim, generator=generator, dtype=torch.float64), dim=-1
+    )
+    bounds = [int(n) for n in inputs.forms["cu_seqlens_kv"].tolist()]
+    slope = torch.empty(key.shape[0], dtype=torch.float64)
+    for start, end in zip(bounds, bounds[1:]):
+        steps = torch.arange(end - start, dtype=torch.float64) / max(end - start - 1, 1)
+        slope[start:end] = SCORE_RANGE * (-steps if falling else steps)
+    query = units.repeat_interleave(heads // kv_heads, dim=0).expand(inputs.query.shape[0], -1, -1)
+    keys = (slope / inputs.scale)[:, None, None] * units[None]
+    like = {"dtype": inputs.query.dtype, "device": inputs.query.device}
+    return inputs.replace(
+        query=query.to(**like).contiguous(),
+        key=keys.to(dtype=key.dtype, device=key.device),
+        value=inputs.value.clone(),
+    )
+
+
+def score_order_hint(variant: Variant, case: AttentionCase, inputs: AttentionInputs) -> str | None:
+    """For a failed packed (varlen) case: the variant rerun on the same scores falling and rising along
+    each sequence's keys (``ordered_score_inputs``). An online softmax that leaves out the max /
+    log-sum-exp correction is exact when no chunk of keys raises the running max (falling) and wrong
+    when chunks do (rising); a correct attention is right on both. Said only when the falling rerun
+    matches the reference and the rising one does not; None otherwise (an ALiBi case, whose bias
+    reorders the scores; a rerun that raises)."""
+    if case.layout.storage != layouts.Storage.PACKED or "alibi_slopes" in inputs.forms:
+        return None
+    matched = {}
+    for falling in (True, False):
+        rerun = ordered_score_inputs(inputs, falling)
+        try:
+            with torch.no_grad():
+                output = variant.for_case(rerun)(
+                    rerun.query, rerun.key, rerun.value, **rerun.keywords()
+                )
+            matched[falling] = compare_sequences(case, rerun, output, "rerun").failure is None
+        except Exception:  # the hint is advice: a rerun that fails says nothing of the merge
+            return None
+    if not (matched[True] and not matched[False]):
+        return None
+    return (
+        "with scores that fall along each sequence's keys (the first key a row's max) the output matches "
+        "the reference, with the same scores rising along the keys it does not: the merge across chunks "
+        "of keys is wrong (is the max / log-sum-exp correction applied? an online softmax rescales its "
+        "running sum and output by exp(m_old - m_new) when a chunk raises the running max m)"
+    )
 
 
 def compare_result(

@@ -312,3 +312,73 @@ def test_causality_on_a_chunked_prefill_perturbs_inside_the_query_block(variant_
     off_by_one = variant_of("t_chunk_off", _chunked_prefill(1))
     for seed in range(3):
         assert "changed its query rows [" in check_causality(off_by_one, case, seed)
+
+
+PACKED_PREFILL = "b3h4kv2s24d8-fp32-causal_br-packed-uniform-cpu"
+
+
+def _online_over_chunks(correct_max: bool, shift: int = 0, chunk: int = 4):
+    """Packed (varlen) prefill with an online softmax over chunks of ``chunk`` keys of each sequence;
+    without ``correct_max`` the running sum and output are not rescaled by exp(m_old - m_new) when a
+    chunk raises the max; ``shift`` 1: the causal mask off by one (each query sees one key too many)."""
+
+    def attention(
+        query, key, value, *, mask, scale, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv
+    ):
+        heads, groups = query.shape[1], query.shape[1] // key.shape[1]
+        out = torch.empty(query.shape[:2] + value.shape[2:], dtype=query.dtype)
+        for b in range(len(cu_seqlens_q) - 1):
+            q0, q1 = int(cu_seqlens_q[b]), int(cu_seqlens_q[b + 1])
+            k0, k1 = int(cu_seqlens_kv[b]), int(cu_seqlens_kv[b + 1])
+            q = query[q0:q1].transpose(0, 1)
+            k, v = (t[k0:k1].transpose(0, 1).repeat_interleave(groups, 0) for t in (key, value))
+            rows = torch.arange(q1 - q0)[:, None] + (k1 - k0) - (q1 - q0) + shift
+            top = torch.full((heads, q1 - q0, 1), float("-inf"))
+            total = torch.zeros(heads, q1 - q0, 1)
+            acc = torch.zeros(heads, q1 - q0, value.shape[-1])
+            for start in range(0, k1 - k0, chunk):
+                cols = torch.arange(start, min(start + chunk, k1 - k0))
+                scores = torch.matmul(q, k[:, cols].transpose(-2, -1)) * scale
+                scores = scores.masked_fill(cols[None, :] > rows, float("-inf"))
+                new_top = torch.maximum(top, scores.amax(-1, keepdim=True))
+                safe = new_top.clamp(min=torch.finfo(scores.dtype).min)  # a chunk it sees no key of
+                rescale = torch.exp(top - safe) if correct_max else 1.0
+                weights = torch.exp(scores - safe)
+                total = total * rescale + weights.sum(-1, keepdim=True)
+                acc = acc * rescale + torch.matmul(weights, v[:, cols])
+                top = new_top
+            out[q0:q1] = (acc / total).transpose(0, 1)
+        return out
+
+    return attention
+
+
+MAX_HINT = "the merge across chunks of keys is wrong (is the max / log-sum-exp correction applied?"
+
+
+def test_a_packed_failure_says_the_merge_is_wrong_when_falling_scores_are_right(variant_of):
+    """Before: an online softmax over a packed batch without the max correction got only the element
+    (packed cases have no page size or split count to rerun with); now the same scores falling and
+    rising along each sequence's keys tell a merge without the correction apart."""
+    case = parse_case_id(PACKED_PREFILL)
+    right = variant_of("t_chunks", _online_over_chunks(True))
+    assert check_matches_reference(right, case, 0) is None
+    failure = check_matches_reference(variant_of("t_no_max", _online_over_chunks(False)), case, 0)
+    assert failure is not None and "sequence 0 of 3" in failure, failure
+    assert (
+        "with scores that fall along each sequence's keys (the first key a row's max) the output "
+        "matches the reference, with the same scores rising along the keys it does not: "
+        + MAX_HINT
+        in failure
+    ), failure
+
+
+def test_another_packed_mistake_gets_no_max_correction_hint(variant_of):
+    """A causal mask off by one in the same online softmax (its merge right) fails on falling scores
+    too: no word about the max correction."""
+    case = parse_case_id(PACKED_PREFILL)
+    failure = check_matches_reference(
+        variant_of("t_off_by_one", _online_over_chunks(True, shift=1)), case, 0
+    )
+    assert failure is not None and "sequence 0 of 3" in failure, failure
+    assert "max / log-sum-exp" not in failure, failure
