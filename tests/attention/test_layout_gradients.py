@@ -333,9 +333,9 @@ def _online_over_chunks(correct_max: bool, shift: int = 0, chunk: int = 4):
             q = query[q0:q1].transpose(0, 1)
             k, v = (t[k0:k1].transpose(0, 1).repeat_interleave(groups, 0) for t in (key, value))
             rows = torch.arange(q1 - q0)[:, None] + (k1 - k0) - (q1 - q0) + shift
-            top = torch.full((heads, q1 - q0, 1), float("-inf"))
-            total = torch.zeros(heads, q1 - q0, 1)
-            acc = torch.zeros(heads, q1 - q0, value.shape[-1])
+            top = query.new_full((heads, q1 - q0, 1), float("-inf"))
+            total = query.new_zeros(heads, q1 - q0, 1)
+            acc = query.new_zeros(heads, q1 - q0, value.shape[-1])
             for start in range(0, k1 - k0, chunk):
                 cols = torch.arange(start, min(start + chunk, k1 - k0))
                 scores = torch.matmul(q, k[:, cols].transpose(-2, -1)) * scale
