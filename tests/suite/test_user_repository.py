@@ -470,3 +470,61 @@ def test_one_extra_score_copy_is_explained_once_and_referred_to_by_the_other_che
     explained = [line for line in output.splitlines() if named in line and referred not in line]
     assert len(explained) == 1 and "register_variant(" in explained[0], output  # in full, once
     assert output.count(referred + "copying_attention on " + CASE + ": 1 extra copy") == 2, output
+
+
+ONLINE_VARLEN = '''"""Varlen prefill with an online softmax over chunks of 4 keys, its merge without the max correction."""
+import torch
+
+
+def online_prefill(
+    query, key, value, *, mask, scale, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv
+):
+    heads, groups = query.shape[1], query.shape[1] // key.shape[1]
+    out = query.new_empty(query.shape[0], heads, value.shape[-1])
+    for b in range(len(cu_seqlens_q) - 1):
+        q0, q1 = int(cu_seqlens_q[b]), int(cu_seqlens_q[b + 1])
+        k0, k1 = int(cu_seqlens_kv[b]), int(cu_seqlens_kv[b + 1])
+        q = query[q0:q1].transpose(0, 1)
+        k, v = (t[k0:k1].transpose(0, 1).repeat_interleave(groups, 0) for t in (key, value))
+        rows = torch.arange(q1 - q0)[:, None] + (k1 - k0) - (q1 - q0)
+        top = query.new_full((heads, q1 - q0, 1), float("-inf"))
+        total = query.new_zeros(heads, q1 - q0, 1)
+        acc = query.new_zeros(heads, q1 - q0, value.shape[-1])
+        for start in range(0, k1 - k0, 4):
+            cols = torch.arange(start, min(start + 4, k1 - k0))
+            scores = (q @ k[:, cols].transpose(-2, -1) * scale).masked_fill(cols > rows, float("-inf"))
+            top = torch.maximum(top, scores.amax(-1, keepdim=True))  # no rescale of total and acc
+            weights = torch.exp(scores - top.clamp(min=-1e30))
+            total = total + weights.sum(-1, keepdim=True)
+            acc = acc + weights @ v[:, cols]
+        out[q0:q1] = (acc / total).transpose(0, 1)
+    return out
+'''
+
+
+def test_a_packed_online_softmax_without_the_max_correction_gets_the_hint(user_repo):
+    """Before: a packed (varlen) case had no rerun to say the merge is wrong, only the element."""
+    repo, *_ = user_repo
+    module = repo.path / "src" / "myattn" / "online.py"
+    module.write_text(ONLINE_VARLEN)
+    try:
+        result = repo.perfsuite(
+            "run",
+            "--check",
+            "-k",
+            "test_matches_float64_reference",
+            "--perfsuite-variant=myattn.online:online_prefill",
+            "--perfsuite-variants=online_prefill",
+            "--perfsuite-cases=b3h4kv2s24d8-fp32-causal_br-packed-uniform-cpu",
+            "--perfsuite-modes=forward",
+            "--perfsuite-isolate=none",
+        )
+    finally:
+        module.unlink()
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    assert (
+        "with scores that fall along each sequence's keys (the first key a row's max) the output "
+        "matches the reference, with the same scores rising along the keys it does not: the merge "
+        "across chunks of keys is wrong (is the max / log-sum-exp correction applied?" in output
+    ), output
