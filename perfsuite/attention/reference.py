@@ -163,9 +163,8 @@ def _attention(
         scores = torch.cat([scores, sink.expand(*scores.shape[:-1], 1)], dim=-1)
         weights = torch.softmax(scores, dim=-1)
         weights, sink_weight = weights[..., :-1], weights[..., -1:]
-        if (
-            sink_in_numerator is not None
-        ):  # a mistake's output: the sink's share in each key's weight
+        # a mistake's output: the sink's share in each key's weight
+        if sink_in_numerator is not None:
             weights = weights + sink_weight * sink_in_numerator.shares(visible)
             if sink_in_numerator.in_sum:
                 weights = weights / (weights.sum(-1, keepdim=True) + sink_weight)
@@ -203,7 +202,9 @@ def _sink_numerator_mistakes() -> tuple[SinkInNumerator, ...]:
     )
     return tuple(
         SinkInNumerator(
-            share, in_sum, what + (", the weights then divided by their sum" if in_sum else "")
+            share,
+            in_sum,
+            what + (", the weights then divided by their sum plus exp(sink)" if in_sum else ""),
         )
         for share, what in shares
         for in_sum in (True, False)
@@ -375,8 +376,7 @@ def _sink_head_orders(heads: int, kv_heads: int) -> list[tuple[torch.Tensor, str
         found.append(
             (
                 swapped,
-                f"with group and key/value head swapped (head kv * {groups} + g given "
-                f"sinks[g * {kv_heads} + kv])",
+                f"in grouped order swapped (head kv * {groups} + g given sinks[g * {kv_heads} + kv])",
             )
         )
     return found
@@ -386,8 +386,9 @@ def _sink_mistakes(
     inputs: AttentionInputs, actual64: torch.Tensor, atol: float, rtol: float
 ) -> list[str]:
     """For a case with sinks: ``the output matches the reference with the sink in the numerator`` when a
-    rerun with the sink's exp added to the keys' weights (``SINK_NUMERATOR_MISTAKES``) gives the output, and ``... with the sinks in reversed head order`` (``_sink_head_orders``) when the
-    sinks read in a wrong head order do."""
+    rerun with the sink's exp added to the keys' weights (``SINK_NUMERATOR_MISTAKES``) gives the output
+    (the first that does), and ``... with the sinks in reversed head order`` (``_sink_head_orders``)
+    when the sinks read in a wrong head order do."""
 
     def matches(other: torch.Tensor) -> bool:
         return bool(torch.isclose(actual64, other, atol=atol, rtol=rtol, equal_nan=True).all())

@@ -395,13 +395,13 @@ SINK_HINTS = ("with the sink in the numerator", "with the sinks in", "sink logit
         (
             sink_spread_in_numerator,
             "the output matches the reference with the sink in the numerator (exp(sink) / n added to "
-            "each of the n keys' weights, the weights then divided by their sum): a sink belongs in "
-            "the softmax's denominator only",
+            "each of the n keys' weights, the weights then divided by their sum plus exp(sink)): a "
+            "sink belongs in the softmax's denominator only",
         ),
         (
             sink_added_to_each_weight,
             "the output matches the reference with the sink in the numerator (exp(sink) added to every "
-            "key's weight, the weights then divided by their sum)",
+            "key's weight, the weights then divided by their sum plus exp(sink))",
         ),
         (
             sinks_reversed,
