@@ -102,7 +102,8 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini(
         "perfsuite_user_variants",
         "your own attention functions as variants, MODULE:FUNCTION, one per "
-        "line or a TOML list (the ini form of --perfsuite-variant)",
+        "line or a TOML list (the ini form of --perfsuite-variant); "
+        "MODULE:FUNCTION case_sets=SET,SET binds it to its model's case sets",
         type="linelist",
         default=[],
     )
