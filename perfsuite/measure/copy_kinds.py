@@ -17,7 +17,9 @@ tensor they wrote (its dims, element types and bytes, as the profiler recorded t
 * ``"other"``: any other copy (a bool or integer tensor of score size: a mask; a small tensor).
 
 Only the case's own lane counts (``cpu`` for CPU cases, ``device`` for CUDA cases), so an ATen
-copy and the kernel it launched are one copy. Bytes are the trace's (0 where it recorded none).
+copy and the kernel it launched are one copy. A 0-dim copy is not counted: it is a Python number
+made a tensor of the op's type (``masked_fill_(mask, float("-inf"))`` casts the fill value from
+double), no data of the step. Bytes are the trace's (0 where it recorded none).
 """
 
 from __future__ import annotations
@@ -70,11 +72,11 @@ def copy_kind(record: CopyRecord, case: AttentionCase) -> str:
 
 def copies_by_kind(summary: WindowSummary, case: AttentionCase) -> dict[str, dict[str, int]]:
     """``{kind: {"count": copies, "bytes": bytes written}}`` for every ``COPY_KINDS`` kind (zeros
-    included), over the copies of ``summary`` (one profiled step) on ``case``'s lane."""
+    included), over the copies of ``summary`` (one profiled step) on ``case``'s lane, 0-dim ones left out."""
     lane = "device" if case.device == "cuda" else "cpu"
     found = {kind: {"count": 0, "bytes": 0} for kind in COPY_KINDS}
     for record in summary.copies:
-        if record.lane != lane:
+        if record.lane != lane or record.shape == ():
             continue
         kind = found[copy_kind(record, case)]
         kind["count"] += 1

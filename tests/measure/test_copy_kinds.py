@@ -60,3 +60,19 @@ def test_a_cast_of_a_block_table_is_a_cast_and_a_mask_copy_is_no_score_copy():
     )
     scores = CopyRecord("cpu", "aten::clone", "aten::clone", CASE.score_shape, 131072, False, ("float",))
     assert [copy_kind(r, CASE) for r in (table, mask, scores)] == ["cast", "other", "score"]
+
+
+def test_a_python_number_made_a_tensor_is_no_copy_of_the_step(tmp_path):
+    """``masked_fill_(mask, float("-inf"))`` casts its fill value from double to float: a 0-dim
+    copy in the trace, no data of the step, not counted; an in-place fill copies no scores."""
+
+    def in_place(q, k, v):
+        k, v = k.repeat_interleave(4, dim=1), v.repeat_interleave(4, dim=1)
+        scores = (q @ k.transpose(-2, -1)).masked_fill_(
+            torch.ones(64, 64, dtype=torch.bool).triu(1), float("-inf")
+        )
+        return torch.softmax(scores, -1) @ v
+
+    found = _step_copies(in_place, tmp_path)
+    assert found["cast"] == {"count": 0, "bytes": 0} and found["score"]["count"] == 0
+    assert found["K/V"]["count"] == 2 and found["other"]["count"] == 0

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from perfsuite.units import format_bytes
 from validation.user_repo import CHECKOUT, UserRepo
 
 pytestmark = pytest.mark.slow
@@ -199,6 +200,32 @@ def test_plain_pytest_runs_the_users_own_tests_and_exits_by_their_outcome(user_r
     output = everything.stdout + everything.stderr
     assert everything.returncode == 1, output  # the user's own failing test, not a usage error
     assert "1 failed, 1 passed" in output and "reasons are above" not in output, output
+
+
+def test_the_table_counts_the_users_kv_expansion_copies_by_kind(user_repo):
+    """The user's GQA by ``repeat_interleave`` copies the keys and the values once each per forward:
+    the table's copy column counts them as K/V copies with their bytes, not only score copies."""
+    repo, *_ = user_repo
+    gqa = "b1h4kv2s16d8-fp32-causal-cpu"
+    result = repo.perfsuite(
+        "run",
+        "--check",
+        "--perfsuite-cases",
+        gqa,
+        "--perfsuite-variants",
+        "blocked_attention",
+        "--perfsuite-modes",
+        "forward",
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    table = (repo.path / "perfsuite-results" / "table.md").read_text()
+    header, _, row = table.splitlines()[:3]
+    cell = row.split(" | ")[header.split(" | ").index("copies / step by kind (bytes)")]
+    expanded = 1 * 4 * 16 * 8 * 4  # [B, H, Skv, D] fp32, keys and values: 2.0 KiB each
+    assert cell == f"score 0 · K/V 2 ({format_bytes(2 * expanded)}) · cast 0", table
+    (rows,) = json.loads((repo.path / "perfsuite-results" / "run.json").read_text())["results"]
+    assert rows["copies_by_kind"]["K/V"] == {"count": 2, "bytes": 2 * expanded}
 
 
 def test_a_variant_entry_binds_the_users_function_to_its_models_case_sets(user_repo):
