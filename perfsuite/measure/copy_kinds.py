@@ -48,7 +48,9 @@ def kv_element_counts(case: AttentionCase) -> frozenset[int]:
         pages = pages_needed(kv_lengths, page)
         tokens |= {sum(pages) * page, (sum(pages) + 1) * page, case.batch * max(pages) * page}
     dims = {case.head_dim, case.layout.head_dim_v or case.head_dim}
-    return frozenset(t * h * d for t in tokens for h in (case.num_kv_heads, case.num_heads) for d in dims)
+    return frozenset(
+        t * h * d for t in tokens for h in (case.num_kv_heads, case.num_heads) for d in dims
+    )
 
 
 def _floating(record: CopyRecord) -> bool:
@@ -65,7 +67,11 @@ def copy_kind(record: CopyRecord, case: AttentionCase) -> str:
     if score_fraction(record.shape, case.score_shape, case.head_dim):
         return "score"
     dims = {case.head_dim, case.layout.head_dim_v or case.head_dim}
-    if record.shape and record.shape[-1] in dims and math.prod(record.shape) in kv_element_counts(case):
+    if (
+        record.shape
+        and record.shape[-1] in dims
+        and math.prod(record.shape) in kv_element_counts(case)
+    ):
         return "K/V"
     return "other"
 

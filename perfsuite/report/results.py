@@ -219,7 +219,9 @@ def _copies(r: BenchmarkResult) -> str:
         count = found.get("count", 0)
         if kind not in _COPY_KINDS_SHOWN and not count:
             continue
-        cells.append(f"{kind} {count}" + (f" ({format_bytes(found.get('bytes', 0))})" if count else ""))
+        cells.append(
+            f"{kind} {count}" + (f" ({format_bytes(found.get('bytes', 0))})" if count else "")
+        )
     return " · ".join(cells)
 
 

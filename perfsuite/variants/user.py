@@ -144,7 +144,9 @@ def parse_variant_entry(text: str) -> VariantEntry:
     """
     words = text.split()
     if not words:
-        raise ValueError(f"variant entry {text!r} is empty; allowed: module:function [{_allowed_keys()}]")
+        raise ValueError(
+            f"variant entry {text!r} is empty; allowed: module:function [{_allowed_keys()}]"
+        )
     spec, case_sets = words[0], ()
     for word in words[1:]:
         key, sep, value = word.partition("=")

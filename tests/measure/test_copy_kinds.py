@@ -30,7 +30,9 @@ def _step_copies(fn, tmp_path) -> dict[str, dict[str, int]]:
 
 
 def _attention(q, k, v):
-    scores = (q @ k.transpose(-2, -1)).masked_fill(torch.ones(64, 64, dtype=torch.bool).triu(1), float("-inf"))
+    scores = (q @ k.transpose(-2, -1)).masked_fill(
+        torch.ones(64, 64, dtype=torch.bool).triu(1), float("-inf")
+    )
     return torch.softmax(scores, -1) @ v
 
 
@@ -58,7 +60,9 @@ def test_a_cast_of_a_block_table_is_a_cast_and_a_mask_copy_is_no_score_copy():
     mask = CopyRecord(
         "cpu", "aten::clone", "aten::clone", CASE.score_shape, 32768, False, ("bool",)
     )
-    scores = CopyRecord("cpu", "aten::clone", "aten::clone", CASE.score_shape, 131072, False, ("float",))
+    scores = CopyRecord(
+        "cpu", "aten::clone", "aten::clone", CASE.score_shape, 131072, False, ("float",)
+    )
     assert [copy_kind(r, CASE) for r in (table, mask, scores)] == ["cast", "other", "score"]
 
 

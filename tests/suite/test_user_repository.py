@@ -255,11 +255,15 @@ def test_a_variant_entry_binds_the_users_function_to_its_models_case_sets(user_r
     collected = [line for line in output.splitlines() if "test_benchmark[" in line]
     ours = [line for line in collected if "blocked_attention" in line]
     assert ours and all(any(i in line for i in bound_ids) for line in ours), collected
-    assert not any(CASE in line for line in ours), collected  # the model's cases, not perfsuite_cases
+    assert not any(CASE in line for line in ours), (
+        collected
+    )  # the model's cases, not perfsuite_cases
     assert any("sdpa" in line and CASE in line for line in collected), collected
     output = refused.stdout + refused.stderr
     assert refused.returncode != 0, output
-    assert "case set 'gqaq' is unknown (did you mean 'gqa'?); known: smoke, default" in output, output
+    assert "case set 'gqaq' is unknown (did you mean 'gqa'?); known: smoke, default" in output, (
+        output
+    )
     assert f"ini key perfsuite_user_variants from {pyproject}: variant entry" in output, output
 
 

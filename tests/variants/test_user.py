@@ -185,8 +185,11 @@ def test_an_entry_binds_the_variant_to_its_models_case_sets(monkeypatch):
     assert "chunked_attention.variant:chunked_attention case_sets=model-gemma-2,gqa" in str(
         unknown.value
     )
-    with pytest.raises(ValueError, match="'casesets=gqa' is not a known key=value; allowed after "
-                       "module:function: case_sets=SET\\[,SET...\\]"):
+    with pytest.raises(
+        ValueError,
+        match="'casesets=gqa' is not a known key=value; allowed after "
+        "module:function: case_sets=SET\\[,SET...\\]",
+    ):
         load_variant_spec("chunked_attention.variant:chunked_attention casesets=gqa")
     with pytest.raises(ValueError, match="case_sets= has no value; allowed: case_sets=SET"):
         load_variant_spec("chunked_attention.variant:chunked_attention case_sets=")
