@@ -158,7 +158,7 @@ def benchmark_from_json(bench: Mapping[str, Any]) -> BenchmarkRecord:
     )
     extra = {
         k: info.get(k)
-        for k in ("correct", "max_abs_error", "sdpa_backend", "schema_version")
+        for k in ("correct", "max_abs_error", "sdpa_backend", "schema_version", "copies_by_kind")
         if k in info
     }
     extra["fullname"] = bench.get("fullname")

@@ -36,6 +36,8 @@ class BenchmarkResult:
     ``score_written``/``score_copies``/``score_casts``/``score_mask_expansions``: score matrices
     written per step, and of them copies, casts and mask expansions (``measure.score_accounting``;
     floats, chunks count their fraction), None for runs saved before they were recorded.
+    ``copies_by_kind``: every copy of a step by kind, ``{"score" | "K/V" | "cast" | "other": {"count": copies,
+    "bytes": bytes written}}`` (``perfsuite.measure.copy_kinds``), None for runs saved before it was recorded.
     ``output_layout``: the output's layout (``contiguous``, ``dense as [B, Sq, H, D]``), None when unknown.
     ``timer``: the setting behind ``median_s`` (``host``, ``cuda_event``, ``kernel``); ``clock``: what
     ``median_s`` measures (``cuda_graph``, ``blocked_event``, ``kernel``, ``host``; None in runs saved
@@ -81,6 +83,7 @@ class BenchmarkResult:
     score_copies: float | None = None
     score_casts: float | None = None
     score_mask_expansions: float | None = None
+    copies_by_kind: Mapping[str, Mapping[str, int]] | None = None
     output_layout: str | None = None
     timer: str = "host"
     wall_median_s: float | None = None
@@ -202,6 +205,26 @@ def _scores(r: BenchmarkResult) -> str:
     return f"{_count(r.score_written)} ({', '.join(parts)})"
 
 
+# the kinds of ``measure.copy_kinds.COPY_KINDS`` always shown; "other" only when there is one
+_COPY_KINDS_SHOWN = ("score", "K/V", "cast")
+
+
+def _copies(r: BenchmarkResult) -> str:
+    """``score 1 (2.0 MiB) · K/V 2 (32.5 MiB) · cast 0``: every copy per step by kind, with the bytes
+    the copies of a kind wrote; ``other`` added when any; ``?`` for runs saved before it was recorded."""
+    if r.copies_by_kind is None:
+        return "?"
+    cells = []
+    for kind, found in r.copies_by_kind.items():
+        count = found.get("count", 0)
+        if kind not in _COPY_KINDS_SHOWN and not count:
+            continue
+        cells.append(
+            f"{kind} {count}" + (f" ({format_bytes(found.get('bytes', 0))})" if count else "")
+        )
+    return " · ".join(cells)
+
+
 def _allocated(r: BenchmarkResult) -> str:
     """Bytes allocated per step, and memory kept across calls when any (``+8.0 MiB KEPT/call``)."""
     kept = f" +{format_bytes(r.kept_bytes_per_call)} KEPT/call" if r.kept_bytes_per_call else ""
@@ -228,6 +251,7 @@ COLUMNS = (
     ),
     Column("ops or kernels / step", "count", lambda r: f"{r.work_per_step} {r.work_unit}"),
     Column("score writes / step (of which)", "score matrices", _scores),
+    Column("copies / step by kind (bytes)", "copies, bytes", _copies),
     Column("allocated / step", "bytes", _allocated),
     Column("peak memory", "bytes", lambda r: format_bytes(r.peak_bytes)),
     Column("saved for bwd", "bytes", _saved),
@@ -289,6 +313,7 @@ def result_from_benchmark(
         score_copies=scores.get("copies"),
         score_casts=scores.get("casts"),
         score_mask_expansions=scores.get("mask_expansions"),
+        copies_by_kind=info.get("copies_by_kind"),
         output_layout=info.get("output_layout"),
         timer=info.get("timer", "host"),
         wall_median_s=info.get("wall_median_s"),

@@ -153,8 +153,12 @@ class AbConfig:
             ("cases", v["cases"]) if v["cases"].text.strip() else ("case set", v["case_set"])
         )
         shown += [("modes", v["modes"]), ("devices", v["devices"])]
+        from perfsuite.variants.user import split_variant_entries
+
         items = [
-            f"{name}={','.join(value.text.split()) or 'none'} ({value.via})"
+            f"{name}={'; '.join(split_variant_entries(value.text)) or 'none'} ({value.via})"
+            if name == "user variants"
+            else f"{name}={','.join(value.text.split()) or 'none'} ({value.via})"
             for name, value in shown
         ]
         items.append(f"history={'on' if self.history else 'off'} ({v['history'].via})")
@@ -276,7 +280,11 @@ def resolve_ab(
     from perfsuite.history.recording import disabled
     from perfsuite.suite import settings
     from perfsuite.variants import get_variant
-    from perfsuite.variants.user import load_entry_point_variants, load_variant_spec
+    from perfsuite.variants.user import (
+        load_entry_point_variants,
+        load_variant_spec,
+        split_variant_entries,
+    )
 
     cwd = cwd or Path.cwd()
     side = "base" if "base" in trees else "head" if "head" in trees else None
@@ -298,7 +306,7 @@ def resolve_ab(
     raw = {name: spec.default_value() for name, spec in settings.SETTINGS.items()} | {
         name: values[name].raw for name in (*SUITE_VALUES, *REFINING_VALUES)
     }
-    specs = tuple(values["user_variants"].text.split())
+    specs = tuple(split_variant_entries(values["user_variants"].text))
     try:
         load_entry_point_variants()
         for spec in specs:

@@ -16,7 +16,12 @@ from perfsuite.errors import ConfigError
 from perfsuite.measure.measurement_guard import import_changes
 from perfsuite.suite import generation, settings, shards
 from perfsuite.variants import get_variant
-from perfsuite.variants.user import load_entry_point_variants, load_variant_spec
+from perfsuite.variants.user import (
+    bound_by_entry,
+    load_entry_point_variants,
+    load_variant_spec,
+    split_variant_entries,
+)
 
 MARKERS = (
     "perfsuite_only(flag_or_predicate): parametrize only over variants whose "
@@ -97,7 +102,8 @@ def add_options(parser: pytest.Parser) -> None:
     parser.addini(
         "perfsuite_user_variants",
         "your own attention functions as variants, MODULE:FUNCTION, one per "
-        "line or a TOML list (the ini form of --perfsuite-variant)",
+        "line or a TOML list (the ini form of --perfsuite-variant); "
+        "MODULE:FUNCTION case_sets=SET,SET binds it to its model's case sets",
         type="linelist",
         default=[],
     )
@@ -153,7 +159,11 @@ def shard(config: pytest.Config) -> shards.Shard | None:
 
 def variant_specs(config: pytest.Config) -> list[tuple[str, str]]:
     """``(spec, where it came from)``: ``--perfsuite-variant`` specs, then the ``perfsuite_user_variants`` ini key's."""
-    from_ini = [line.strip() for line in config.getini("perfsuite_user_variants") if line.strip()]
+    from_ini = [
+        entry
+        for line in config.getini("perfsuite_user_variants")
+        for entry in split_variant_entries(line)
+    ]
     return [
         (spec, "option --perfsuite-variant") for spec in config.getoption("perfsuite_variant")
     ] + [
@@ -258,12 +268,18 @@ def timer_line(run: settings.SuiteSettings) -> str:
 
 
 def bound_header(run: settings.SuiteSettings) -> list[str]:
-    """One line per variant bound to its model's case sets (``Variant.case_sets``): the sets and its cases."""
+    """One line per variant bound to its model's case sets (``Variant.case_sets``): the sets, what
+    bound it (``register_variant case_sets``, or its variant entry) and its cases."""
     return [
         f"perfsuite: {name} runs its case sets {' '.join(get_variant(name).case_sets)} "
-        f"(register_variant case_sets): {' '.join(c.id for c in own)}"
+        f"({_bound_by(name)}): {' '.join(c.id for c in own)}"
         for name, own in run.variant_cases.items()
     ]
+
+
+def _bound_by(name: str) -> str:
+    entry = bound_by_entry(name)
+    return f"variant entry {entry!r}" if entry else "register_variant case_sets"
 
 
 def _source(run: settings.SuiteSettings, name: str) -> str:

@@ -16,6 +16,7 @@ from perfsuite.attention.cost_model import (
     padding_flop,
 )
 from perfsuite.trace.structure import fingerprint
+from perfsuite.measure.copy_kinds import copies_by_kind
 from perfsuite.measure.evidence import Evidence
 from perfsuite.storage import EXTRA_INFO_SCHEMA_VERSION
 
@@ -58,6 +59,7 @@ def benchmark_extra_info(evidence: Evidence) -> dict[str, object]:
         "cpu_ops_per_step": first.cpu_op_count,
         "kernels_per_step": first.kernel_count,
         "score_copies_per_step": evidence.score_copies(lane)[0],
+        "copies_by_kind": copies_by_kind(first, case),
         "memcpy_per_step": first.memcpy_counts,
         "allocated_bytes_per_step": first.allocated_bytes.get(case.device, 0),
         "peak_memory_bytes": first.peak_bytes.get(case.device, 0),

@@ -434,6 +434,19 @@ def add_variant(variant: Variant) -> None:
     _REGISTRY[variant.name] = variant
 
 
+def bind_case_sets(name: str, case_sets: Sequence[str]) -> Variant:
+    """Bind the registered variant ``name`` to the named case sets (``Variant.case_sets``),
+    replacing what it declared; returns the bound variant.
+
+    Raises:
+        ValueError: ``name`` is not registered, or a case set is unknown (the known ones listed).
+    """
+    variant = get_variant(name)
+    bound = dataclasses.replace(variant, case_sets=_known_case_sets(name, case_sets))
+    _REGISTRY[name] = bound
+    return bound
+
+
 def unregister_variant(name: str) -> Variant:
     """Remove the variant called ``name`` and return it; ``ValueError`` when it is not registered."""
     variant = get_variant(name)

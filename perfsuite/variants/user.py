@@ -2,7 +2,8 @@
 
 Two ways in, both checked like the built-ins (signature, equivalence, profiler, timing):
 
-* on the command line: ``--perfsuite-variant package.module:function`` (repeatable);
+* on the command line: ``--perfsuite-variant package.module:function`` (repeatable), or in the
+  ``perfsuite_user_variants`` configuration key, one entry per function;
 * from an installed package: an entry point in the group ``perfsuite.variants`` whose object
   is a variant function (registered under the entry point's name) or a module whose
   functions register themselves with ``@register_variant``.
@@ -10,6 +11,9 @@ Two ways in, both checked like the built-ins (signature, equivalence, profiler, 
 A function that is not registered yet is registered under its own name, with the defaults
 of ``register_variant`` (no expected score copies, fully masked rows must be zeros); a
 function decorated with ``@register_variant`` keeps what its decorator declared.
+
+An entry may bind the function to its model's case sets, as ``register_variant(case_sets=[...])``
+does (``parse_variant_entry``): ``mypkg.attn:gemma_attention case_sets=model-gemma-2-2b,masks``.
 """
 
 from __future__ import annotations
@@ -20,10 +24,12 @@ import importlib.metadata
 import importlib.util
 import inspect
 import pkgutil
+import dataclasses
 import sys
 from pathlib import Path
 from types import ModuleType
 
+from perfsuite.attention.case_sets import get_case_set
 from perfsuite.variants import registry
 
 ENTRY_POINT_GROUP = "perfsuite.variants"
@@ -106,17 +112,110 @@ def _install_hint(exc: ImportError) -> str:
     return ""
 
 
+# the keys an entry may carry after its ``module:function``, with the form of their value
+ENTRY_KEYS = {"case_sets": "SET[,SET...]"}
+
+
+@dataclasses.dataclass(frozen=True)
+class VariantEntry:
+    """One user-variant entry: ``spec`` (``module:function``) and the ``case_sets`` it binds the
+    variant to (``Variant.case_sets``; empty: no binding); ``text``: the entry as written."""
+
+    spec: str
+    case_sets: tuple[str, ...] = ()
+    text: str = ""
+
+
+def _allowed_keys() -> str:
+    return ", ".join(f"{key}={form}" for key, form in ENTRY_KEYS.items())
+
+
+def parse_variant_entry(text: str) -> VariantEntry:
+    """``module:function`` alone, or followed by ``key=value`` words (``ENTRY_KEYS``):
+    ``mypkg.attn:gemma_attention case_sets=model-gemma-2-2b,masks`` binds the variant to those
+    named case sets (``perfsuite.attention.case_sets``), comma-separated, as
+    ``register_variant(..., case_sets=[...])`` does.
+
+    Raises:
+        ValueError: a word that is not ``key=value``, an unknown key, an empty value or an
+            unknown case set; the message names the entry, the bad word and what is allowed
+            (the known case sets for an unknown one). ``module:function`` itself is checked
+            when it is loaded (``load_variant_spec``).
+    """
+    words = text.split()
+    if not words:
+        raise ValueError(
+            f"variant entry {text!r} is empty; allowed: module:function [{_allowed_keys()}]"
+        )
+    spec, case_sets = words[0], ()
+    for word in words[1:]:
+        key, sep, value = word.partition("=")
+        if not sep or key not in ENTRY_KEYS:
+            raise ValueError(
+                f"variant entry {text!r}: {word!r} is not a known key=value; allowed after "
+                f"module:function: {_allowed_keys()}"
+            )
+        names = [n for n in value.split(",") if n]
+        if not names:
+            raise ValueError(
+                f"variant entry {text!r}: {key}= has no value; allowed: {key}={ENTRY_KEYS[key]}"
+            )
+        for name in names:
+            try:
+                get_case_set(name)
+            except ValueError as exc:
+                raise ValueError(f"variant entry {text!r}: {exc}") from None
+        case_sets = tuple(dict.fromkeys(case_sets + tuple(names)))
+    return VariantEntry(spec, case_sets, " ".join(words))
+
+
+def split_variant_entries(text: str) -> list[str]:
+    """Entries from whitespace-separated text (a joined TOML list, a one-line value): each
+    ``module:function`` word starts an entry, the ``key=value`` words after it belong to it.
+    ``"a:f case_sets=x,y b:g"`` -> ``["a:f case_sets=x,y", "b:g"]``."""
+    entries: list[list[str]] = []
+    for word in text.split():
+        if entries and "=" in word and ":" not in word.partition("=")[0]:
+            entries[-1].append(word)
+        else:
+            entries.append([word])
+    return [" ".join(words) for words in entries]
+
+
+_BOUND_BY_ENTRY: dict[str, str] = {}  # variant name -> the entry that bound it to case sets
+
+
+def bound_by_entry(name: str) -> str | None:
+    """The entry (``module:function case_sets=...``) that bound variant ``name`` to its case sets,
+    or None (bound by ``register_variant(case_sets=...)``, or not bound)."""
+    return _BOUND_BY_ENTRY.get(name)
+
+
 def load_variant_spec(spec: str) -> str:
     """Import ``module:function`` and register that function only; returns the variant name.
+
+    ``spec`` is an entry (``parse_variant_entry``): with ``case_sets=SET,SET`` the variant is bound
+    to those case sets (``registry.bind_case_sets``), replacing what its decorator declared.
 
     Importing the module runs every ``@register_variant`` in it; the variants it registered
     besides the named function are unregistered again (and restored when a later spec names
     them), so ``--perfsuite-variant mod:fast`` runs ``fast`` and not the module's other variants.
 
     Raises:
-        ValueError: malformed spec, missing module or function, wrong signature, or a name
-            already taken by another variant; the message names the spec.
+        ValueError: malformed spec or entry (``parse_variant_entry``), missing module or
+            function, wrong signature, or a name already taken by another variant; the message
+            names the spec.
     """
+    entry = parse_variant_entry(spec)
+    name = _load_function(entry.spec)
+    if entry.case_sets:
+        registry.bind_case_sets(name, entry.case_sets)
+        _BOUND_BY_ENTRY[name] = entry.text
+    return name
+
+
+def _load_function(spec: str) -> str:
+    """``load_variant_spec`` of a bare ``module:function``."""
     module_name, sep, function_name = spec.partition(":")
     if not sep or not module_name or not function_name:
         hint = (

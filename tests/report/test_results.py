@@ -15,7 +15,7 @@ def test_markdown_table_rows_and_skips(make_result):
     # a row read from a run saved before score accounting: its old copy count, the writes unknown
     assert (
         lines[2]
-        == "| naive | forward | b1h1s8d8-fp32-causal-cpu | 2.000 | - | - | - | 0.001 | 45 ops | ? (1 copy) | 4.0 MiB | 3.0 KiB | - | 1.5e-07 | - | - |"
+        == "| naive | forward | b1h1s8d8-fp32-causal-cpu | 2.000 | - | - | - | 0.001 | 45 ops | ? (1 copy) | ? | 4.0 MiB | 3.0 KiB | - | 1.5e-07 | - | - |"
     )
     assert lines[3].split(" | ")[3] == "not timed" and lines[3].endswith("FAIL | - | - |")
     assert lines[-1] == "- `sdpa_cudnn` on `c` (forward): no kernel"
@@ -37,6 +37,27 @@ def test_score_writes_and_output_layout_cells_name_what_they_count(make_result):
         cells[9] == "6 (0 copies, 1.50 casts, 1 mask expansion)"
         and cells[-1] == "dense as [B, Sq, H, D] |"
     )
+
+
+def test_the_copy_cell_counts_every_copy_by_kind_with_its_bytes(make_result):
+    """Not only score copies: a K/V expansion copy (GQA by ``repeat_interleave``) and casts are
+    counted by kind with the bytes they wrote; ``other`` appears only when there is one."""
+    import dataclasses
+
+    mib = 1024 * 1024
+    kinds = {
+        "score": {"count": 1, "bytes": 2 * mib},
+        "K/V": {"count": 2, "bytes": int(32.5 * mib)},
+        "cast": {"count": 0, "bytes": 0},
+        "other": {"count": 0, "bytes": 0},
+    }
+    row = dataclasses.replace(make_result(0.002), copies_by_kind=kinds)
+    cells = markdown_table([row], []).splitlines()[2].split(" | ")
+    assert cells[10] == "score 1 (2.0 MiB) · K/V 2 (32.5 MiB) · cast 0"
+    kinds["other"] = {"count": 3, "bytes": 96}
+    row = dataclasses.replace(make_result(0.002), copies_by_kind=kinds)
+    cells = markdown_table([row], []).splitlines()[2].split(" | ")
+    assert cells[10] == "score 1 (2.0 MiB) · K/V 2 (32.5 MiB) · cast 0 · other 3 (96 B)"
 
 
 def test_a_partial_run_heads_its_table_and_lists_crashes(make_result):

@@ -301,3 +301,19 @@ def test_the_configured_dtypes_and_masks_refine_abs_case_set_as_they_refine_run(
     plain.mkdir()
     (plain / "pyproject.toml").write_text('[tool.pytest.ini_options]\nperfsuite_case_set = "gqa"\n')
     assert any("-fp32-" not in case for case in resolve(plain).case_ids)  # the set has other dtypes
+
+
+def test_ab_binds_a_variant_entrys_function_to_its_case_sets(tmp_path, monkeypatch):
+    """A ``perfsuite_user_variants`` entry with ``case_sets=``: ab gates the function on those sets'
+    cases, the other variants on the configured ones, and its header shows the entry whole."""
+    from perfsuite.variants import user
+
+    monkeypatch.setattr(user, "_BOUND_BY_ENTRY", {})
+    entry = "chunked_attention.variant:chunked_attention case_sets=gqa"
+    (tmp_path / "pyproject.toml").write_text(PYPROJECT + f'perfsuite_user_variants = ["{entry}"]\n')
+    config = resolve(tmp_path, variants="naive chunked_attention", modes="forward")
+    assert config.variant_specs == (entry,)
+    gqa = resolve(tmp_path, case_set="gqa", variants="naive").case_ids
+    assert config.variant_case_ids["chunked_attention"] == gqa
+    assert config.case_ids == (CASE,)
+    assert f"user variants={entry} (perfsuite_user_variants)" in config.header_lines()[1]

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from perfsuite.units import format_bytes
 from validation.user_repo import CHECKOUT, UserRepo
 
 pytestmark = pytest.mark.slow
@@ -199,6 +200,71 @@ def test_plain_pytest_runs_the_users_own_tests_and_exits_by_their_outcome(user_r
     output = everything.stdout + everything.stderr
     assert everything.returncode == 1, output  # the user's own failing test, not a usage error
     assert "1 failed, 1 passed" in output and "reasons are above" not in output, output
+
+
+def test_the_table_counts_the_users_kv_expansion_copies_by_kind(user_repo):
+    """The user's GQA by ``repeat_interleave`` copies the keys and the values once each per forward:
+    the table's copy column counts them as K/V copies with their bytes, not only score copies."""
+    repo, *_ = user_repo
+    gqa = "b1h4kv2s16d8-fp32-causal-cpu"
+    result = repo.perfsuite(
+        "run",
+        "--check",
+        "--perfsuite-cases",
+        gqa,
+        "--perfsuite-variants",
+        "blocked_attention",
+        "--perfsuite-modes",
+        "forward",
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    table = (repo.path / "perfsuite-results" / "table.md").read_text()
+    header, _, row = table.splitlines()[:3]
+    cell = row.split(" | ")[header.split(" | ").index("copies / step by kind (bytes)")]
+    expanded = 1 * 4 * 16 * 8 * 4  # [B, H, Skv, D] fp32, keys and values: 2.0 KiB each
+    assert cell == f"score 0 · K/V 2 ({format_bytes(2 * expanded)}) · cast 0", table
+    (rows,) = json.loads((repo.path / "perfsuite-results" / "run.json").read_text())["results"]
+    assert rows["copies_by_kind"]["K/V"] == {"count": 2, "bytes": 2 * expanded}
+
+
+def test_a_variant_entry_binds_the_users_function_to_its_models_case_sets(user_repo):
+    """``perfsuite_user_variants = ["myattn.attention:blocked_attention case_sets=..."]``: the
+    function runs those sets' cases, the header says which entry bound it to which sets, and a bad
+    set is refused naming it and the known ones."""
+    repo, *_ = user_repo
+    pyproject = repo.path / "pyproject.toml"
+    written = pyproject.read_text()
+    plain = 'perfsuite_user_variants = ["myattn.attention:blocked_attention"]'
+    entry = "myattn.attention:blocked_attention case_sets=model-llama-3-8b,gqa"
+    try:
+        pyproject.write_text(written.replace(plain, f'perfsuite_user_variants = ["{entry}"]'))
+        listed = repo.perfsuite("run", "--check", "--collect-only")
+        pyproject.write_text(written.replace(plain, f'perfsuite_user_variants = ["{entry}q"]'))
+        refused = repo.perfsuite("run", "--check", "--collect-only")
+    finally:
+        pyproject.write_text(written)
+    output = listed.stdout + listed.stderr
+    assert listed.returncode == 0, output
+    own = [line for line in output.splitlines() if "blocked_attention runs its case sets" in line]
+    assert own and own[0].startswith(
+        f"perfsuite: blocked_attention runs its case sets model-llama-3-8b gqa (variant entry {entry!r}): "
+        "b1h32kv8s256d128-fp32-causal_br-cpu"
+    ), output
+    bound_ids = own[0].rpartition("): ")[2].split()
+    collected = [line for line in output.splitlines() if "test_benchmark[" in line]
+    ours = [line for line in collected if "blocked_attention" in line]
+    assert ours and all(any(i in line for i in bound_ids) for line in ours), collected
+    assert not any(CASE in line for line in ours), (
+        collected
+    )  # the model's cases, not perfsuite_cases
+    assert any("sdpa" in line and CASE in line for line in collected), collected
+    output = refused.stdout + refused.stderr
+    assert refused.returncode != 0, output
+    assert "case set 'gqaq' is unknown (did you mean 'gqa'?); known: smoke, default" in output, (
+        output
+    )
+    assert f"ini key perfsuite_user_variants from {pyproject}: variant entry" in output, output
 
 
 def test_the_ab_gate_on_git_refs_names_the_extra_copy_and_fails(user_repo):

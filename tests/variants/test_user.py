@@ -161,3 +161,35 @@ def test_a_typo_in_the_module_of_an_installed_package_is_named_as_one(tmp_path, 
         in str(typo.value)
     )
     assert "not installed" not in str(typo.value)
+
+
+def test_an_entry_binds_the_variant_to_its_models_case_sets(monkeypatch):
+    """``perfsuite_user_variants`` entries bind a function to case sets as
+    ``register_variant(case_sets=[...])`` does; a bad word or set is named with what is allowed."""
+    from perfsuite.variants import user
+
+    monkeypatch.setattr(user, "_BOUND_BY_ENTRY", {})
+    entry = "chunked_attention.variant:chunked_attention case_sets=model-gemma-2-2b,masks"
+    assert load_variant_spec(entry) == "chunked_attention"
+    assert get_variant("chunked_attention").case_sets == ("model-gemma-2-2b", "masks")
+    assert user.bound_by_entry("chunked_attention") == entry
+    assert user.variant_spec("chunked_attention") == "chunked_attention.variant:chunked_attention"
+    assert user.split_variant_entries(f"{entry} perfsuite.variants.naive:naive_attention") == [
+        entry,
+        "perfsuite.variants.naive:naive_attention",
+    ]
+    with pytest.raises(ValueError) as unknown:
+        load_variant_spec("chunked_attention.variant:chunked_attention case_sets=model-gemma-2,gqa")
+    assert "case set 'model-gemma-2' is unknown" in str(unknown.value)
+    assert "known: smoke, default" in str(unknown.value)
+    assert "chunked_attention.variant:chunked_attention case_sets=model-gemma-2,gqa" in str(
+        unknown.value
+    )
+    with pytest.raises(
+        ValueError,
+        match="'casesets=gqa' is not a known key=value; allowed after "
+        "module:function: case_sets=SET\\[,SET...\\]",
+    ):
+        load_variant_spec("chunked_attention.variant:chunked_attention casesets=gqa")
+    with pytest.raises(ValueError, match="case_sets= has no value; allowed: case_sets=SET"):
+        load_variant_spec("chunked_attention.variant:chunked_attention case_sets=")
