@@ -3,7 +3,12 @@
 # virtualenv (.venv-oldest-torch): the tests of the parts that call torch's API directly (cases, masks,
 # modes, the float64 reference, evidence and profiling, trace reading, and tests/measure's
 # test_torch_api_conformance.py: every torch name the CUDA paths call, against this torch; not the gate's statistics, numpy only) and the
-# attention suite itself on the test run's small cases, with the eager, SDPA and compiled flex variants (a few minutes on 2 cores, plus the download).
+# attention suite itself on the test run's small cases, with one variant per way of calling torch's attention
+# (a few minutes on 2 cores, plus the download): naive_inplace (matmul, softmax and the in-place mul_/add_/masked_fill_;
+# naive's out-of-place ops run in the float64 reference for every variant and case), sdpa (unpinned
+# scaled_dot_product_attention), sdpa_flash (pinned through sdpa_kernel, its fused CPU kernel read from the trace;
+# sdpa_math pins the same way) and flex_compiled (flex_attention under torch.compile). naive and sdpa_math run in
+# the main lane: on 2 cores they cost a quarter of this lane's suite time, which it takes from the main lane.
 # On Linux x86-64, PyPI's torch is the CUDA build (about 2.6 GB with its nvidia-* wheels); it runs on the CPU.
 # --torch-only installs torch and stops. PERFSUITE_OLDEST_TORCH overrides the requirement (pip arguments, e.g. "torch==2.11.0 --index-url URL").
 set -euo pipefail
@@ -31,4 +36,4 @@ exec "$venv/bin/python" -m pytest -n "${PERFSUITE_TEST_WORKERS:-auto}" --dist lo
     -p no:cacheprovider --perfsuite-results=perfsuite-results/oldest-torch \
     tests/attention tests/trace tests/measure tests/variants/test_numerics_findings.py \
     perfsuite/suite/test_attention.py \
-    --perfsuite-variants naive,naive_inplace,sdpa,sdpa_math,sdpa_flash,flex_compiled "$@"
+    --perfsuite-variants naive_inplace,sdpa,sdpa_flash,flex_compiled "$@"
