@@ -6,9 +6,10 @@ Each side runs in worker processes (``perfsuite.gate.ab_worker``) with its own s
 same code with an injected slowdown (calibration). Base worker ``i`` and head worker ``i`` form worker
 pair ``i``, one cluster of the interval. For each benchmark the worker pairs are visited one after
 another (``perfsuite.gate.sequential``): only the pair being timed is busy, it sets the benchmark up,
-warms up, then times a run of alternating blocks (which side goes first alternates block pair by block
-pair), each block's inputs re-placed at random aligned offsets (``perfsuite.measure.placement``) after
-an untimed step. Contention (``perfsuite.measure.contention``) is judged per block pair by
+warms up, then times a run of alternating blocks of about ``sequential.BLOCK_S`` (one call for a step of a
+millisecond or more: base and head take turns call by call; which side goes first alternates block pair by
+block pair), the inputs re-placed at random aligned offsets (``perfsuite.measure.placement``) every
+``sequential.PLACEMENT_PAIRS`` block pairs. Contention (``perfsuite.measure.contention``) is judged per block pair by
 ``ContendedPairs``; a pair is also set aside when other processes' threads alone filled every CPU
 through it (``contention.others_fill_every_cpu``).
 """

@@ -165,7 +165,8 @@ class SequentialPlan:
         )
         unit = "worker pairs" if self.clustered else "visits"
         return (
-            f"warm worker pairs timed one at a time, inputs re-placed every block; {interval}; "
+            f"warm worker pairs timed one at a time in blocks of about {BLOCK_S * 1e3:g} ms (one "
+            f"call for a longer step), inputs re-placed every {PLACEMENT_PAIRS} block pairs; {interval}; "
             f"looks at {', '.join(map(str, self.looks))} {unit}, O'Brien-Fleming alpha spending "
             f"(Lan & DeMets 1983), nominal one-sided levels "
             f"{', '.join(f'{p:.2g}' for p in levels)}: slower and faster each at {settings.alpha:g}; "
