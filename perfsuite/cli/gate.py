@@ -218,14 +218,14 @@ def add_commands(commands) -> None:
         "--blocks",
         type=at_least(1),
         default=0,
-        help="block pairs per worker-pair visit (default: sized from the step's time, about 0.5 s "
+        help="block pairs per worker-pair visit (default: sized from the step's time, about 0.6 s "
         "a visit; below 3 with several worker pairs: structure only)",
     )
     ab.add_argument(
         "--rounds",
         type=at_least(1),
         default=0,
-        help="calls per block (default: sized from the step's time, about 20 ms a block)",
+        help="calls per block (default: sized from the step's time, about 2 ms a block: one call for a step of a millisecond or more)",
     )
     ab.add_argument(
         "--call-limit-s",

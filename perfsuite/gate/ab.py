@@ -6,9 +6,10 @@ Each side runs in worker processes (``perfsuite.gate.ab_worker``) with its own s
 same code with an injected slowdown (calibration). Base worker ``i`` and head worker ``i`` form worker
 pair ``i``, one cluster of the interval. For each benchmark the worker pairs are visited one after
 another (``perfsuite.gate.sequential``): only the pair being timed is busy, it sets the benchmark up,
-warms up, then times a run of alternating blocks (which side goes first alternates block pair by block
-pair), each block's inputs re-placed at random aligned offsets (``perfsuite.measure.placement``) after
-an untimed step. Contention (``perfsuite.measure.contention``) is judged per block pair by
+warms up, then times a run of alternating blocks of about ``sequential.BLOCK_S`` (one call for a step of a
+millisecond or more: base and head take turns call by call; which side goes first alternates block pair by
+block pair), the inputs re-placed at random aligned offsets (``perfsuite.measure.placement``) every
+``sequential.PLACEMENT_PAIRS`` block pairs. Contention (``perfsuite.measure.contention``) is judged per block pair by
 ``ContendedPairs``; a pair is also set aside when other processes' threads alone filled every CPU
 through it (``contention.others_fill_every_cpu``).
 """
@@ -45,7 +46,13 @@ from perfsuite.gate.worktrees import describe_tree
 from perfsuite.gate.intervals import PairSample
 from perfsuite.gate.outside_clock import ClockCheck
 from perfsuite.measure.call_limit import default_limit_s
-from perfsuite.gate.sequential import SequentialPlan, sequential_visits
+from perfsuite.gate.sequential import (
+    BLOCK_WARMUP_STEPS,
+    PLACEMENT_PAIRS,
+    WARMUP_STEPS,
+    SequentialPlan,
+    sequential_visits,
+)
 from perfsuite.gate.verdicts import (
     DEFAULT_CONTENDED_PAIRS,
     ContendedPairs,
@@ -272,9 +279,10 @@ def block_pair(
     reasons: list[str],
     limits: dict[int, float] | None = None,
     checks: dict[int, ClockCheck] | None = None,
+    warmup: int = BLOCK_WARMUP_STEPS,
 ) -> tuple[PairSample, bool]:
-    """Time one block per side (``base_first`` says which goes first), each after one untimed step on
-    inputs re-placed from its seed in ``placements``; returns the ``PairSample`` and whether both blocks
+    """Time one block per side (``base_first`` says which goes first), each after ``warmup`` untimed
+    steps on inputs re-placed from its seed in ``placements``; returns the ``PairSample`` and whether both blocks
     were contended and the pair kept (``ContendedPairs.SHARED``). Each contended block's reasons are
     appended to ``reasons`` in one short line. Each block is bounded by its worker's entry in ``limits``
     (seconds, by ``id``; none: unbounded) and checked against the coordinator's clock (its ``ClockCheck``
@@ -284,7 +292,7 @@ def block_pair(
     seeds = {id(base): placements[0], id(head): placements[1]}
     replies = {}
     for worker in order:
-        request = {"time": rounds, "warmup": 1, "placement": seeds[id(worker)]}
+        request = {"time": rounds, "warmup": warmup, "placement": seeds[id(worker)]}
         start = time.perf_counter()
         reply = worker.ask(request, (limits or {}).get(id(worker)), f"a block of {rounds} calls")
         if checks is not None:
@@ -370,7 +378,7 @@ class Visits:
 
         self.bases, self.heads, self.plan = bases, heads, plan
         self.rounds, self.blocks = plan.rounds_for(step_s), plan.blocks_for(step_s)
-        calls = self.rounds + 1
+        calls = self.rounds + WARMUP_STEPS
         self.block_limit_s = min(
             call_limit_s * calls, max(BLOCK_LIMIT_FLOOR_S, HANG_FACTOR * calls * step_s)
         )
@@ -394,7 +402,8 @@ class Visits:
         limits = {id(base): self.block_limit_s, id(head): self.block_limit_s}
         samples = []
         for j in range(self.blocks):
-            placements = tuple(int(x) for x in self.rng.integers(0, 2**31, size=2))
+            if j % PLACEMENT_PAIRS == 0:
+                placements = tuple(int(x) for x in self.rng.integers(0, 2**31, size=2))
             sample, shared = block_pair(
                 base,
                 head,
@@ -406,6 +415,7 @@ class Visits:
                 self.reasons,
                 limits,
                 self.checks,
+                WARMUP_STEPS if j == 0 else BLOCK_WARMUP_STEPS,
             )
             self.shared += shared
             samples.append(sample)

@@ -85,6 +85,7 @@ class Worker:
         self.clock = "host"
         self.prepared = self.mode = self.case = None  # the benchmark set up last (host clock)
         self.extra_s = 0.0  # injected busy seconds after each step (calibration)
+        self.placed: tuple[int, object, object] | None = None  # (seed, step, spacer) last drawn
 
     def setup(self, request: dict) -> dict:
         from perfsuite.attention.cases import parse_case_id
@@ -102,6 +103,7 @@ class Worker:
         from perfsuite.variants.registry import certain_skip
 
         self.load_variants(request.get("specs", []))
+        self.placed = None
         case, mode = parse_case_id(request["case"]), request.get("mode", Mode.FORWARD)
         if request["variant"] not in variant_names():  # renamed or removed on this side
             return {"missing": f"no variant {request['variant']!r} in this tree"}
@@ -155,7 +157,16 @@ class Worker:
 
     def _placed(self, seed: int):
         """The step rebuilt on inputs re-created at offsets drawn from ``seed``, and the spacer to hold
-        through the block (``perfsuite.measure.placement``)."""
+        through the block (``perfsuite.measure.placement``); the same ``seed`` as the block before
+        keeps that block's placement (the coordinator re-draws every few blocks, ``PLACEMENT_PAIRS``)."""
+        if self.placed is not None and self.placed[0] == seed:
+            return self.placed[1], self.placed[2]
+        self.placed = None  # the old placement's buffers are freed before the new ones are drawn
+        step, held = self._draw_placement(seed)
+        self.placed = (seed, step, held)
+        return step, held
+
+    def _draw_placement(self, seed: int):
         import numpy as np
 
         from perfsuite.attention.modes import make_step

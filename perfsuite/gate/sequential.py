@@ -57,12 +57,24 @@ from perfsuite.gate.verdicts import (
 # Worker pairs per gate (processes per side). Each is one cluster of the interval, so the t interval has
 # WORKER_PAIRS - 1 degrees of freedom at the last look (docs/validation.md, "Variance components").
 WORKER_PAIRS = 8
-# A block's target length: its calls (rounds) are sized from the step's time measured at set-up.
-BLOCK_S = 0.02
+# A block's target length: its calls (rounds) are sized from the step's time measured at set-up. One
+# call for steps of a few milliseconds: a block pair far shorter than the host's speed states (block
+# times in two states about 1.35x apart that switch within a second; docs/validation.md), so both
+# blocks of a pair see the same state and the pair's log ratio cancels it.
+BLOCK_S = 0.002
 # Timed seconds of one visit (both sides' blocks): its block pairs are sized from the step's time.
-VISIT_S = 0.5
-# Untimed steps before a worker pair's first block of a benchmark (after set-up's own warm-up).
+VISIT_S = 0.6
+# Most block pairs in one visit (a very short step: the visit's length is then its pairs' overhead).
+MAX_BLOCK_PAIRS = 128
+# Block pairs that share one placement (inputs and spacer re-drawn every PLACEMENT_PAIRS block pairs):
+# re-drawing costs about a step, so per one-call block it would take a third of a visit; eight blocks
+# (about 50 ms of a millisecond step) still give each visit several placements to average.
+PLACEMENT_PAIRS = 8
+# Untimed steps before a worker pair's first block of a visit (the pair waited while others ran).
 WARMUP_STEPS = 3
+# Untimed steps before every other block: none. Both sides alternate call by call, so each timed call
+# follows the other side's call alike; a warm-up step per block would halve the timed share.
+BLOCK_WARMUP_STEPS = 0
 
 
 def planned_looks(worker_pairs: int) -> tuple[int, ...]:
@@ -130,8 +142,8 @@ class SequentialPlan:
         ``MIN_CLUSTER_PAIRS`` so one visit completes a cluster)."""
         if self.blocks:
             return self.blocks
-        pair_s = 2 * (self.rounds_for(step_s) + 1) * max(step_s, 1e-6)  # +1: the untimed step
-        return max(MIN_CLUSTER_PAIRS, min(32, round(VISIT_S / pair_s)))
+        pair_s = 2 * (self.rounds_for(step_s) + BLOCK_WARMUP_STEPS) * max(step_s, 1e-6)
+        return max(MIN_CLUSTER_PAIRS, min(MAX_BLOCK_PAIRS, round(VISIT_S / pair_s)))
 
     def can_decide(self) -> bool:
         """Whether any look can give a finite interval (a structure-only gate otherwise)."""
@@ -153,7 +165,8 @@ class SequentialPlan:
         )
         unit = "worker pairs" if self.clustered else "visits"
         return (
-            f"warm worker pairs timed one at a time, inputs re-placed every block; {interval}; "
+            f"warm worker pairs timed one at a time in blocks of about {BLOCK_S * 1e3:g} ms (one "
+            f"call for a longer step), inputs re-placed every {PLACEMENT_PAIRS} block pairs; {interval}; "
             f"looks at {', '.join(map(str, self.looks))} {unit}, O'Brien-Fleming alpha spending "
             f"(Lan & DeMets 1983), nominal one-sided levels "
             f"{', '.join(f'{p:.2g}' for p in levels)}: slower and faster each at {settings.alpha:g}; "

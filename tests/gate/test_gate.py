@@ -530,10 +530,10 @@ def test_pairs_alternate_their_order_and_carry_either_side_s_contention():
     assert (pairs[0].base_s, pairs[0].head_s) == ([1.0] * 3, [1.1] * 3)
     assert pairs[0].cluster is None  # one worker per side: no clusters
     assert reasons == ["CPU steal 9% of CPU time (limit 5%) in block 2"]  # why, for the report
-    # each block first re-places its inputs (its own seed) after one untimed step
+    # each block is placed from the seed it is given, and times its calls with no untimed step
     assert [r["placement"] for r in base.requests] == [0, 1, 2]
     assert [r["placement"] for r in head.requests] == [1, 2, 3]
-    assert all(r["warmup"] == 1 and r["time"] == 3 for r in base.requests + head.requests)
+    assert all(r["warmup"] == 0 and r["time"] == 3 for r in base.requests + head.requests)
 
 
 def test_worker_pairs_are_visited_one_at_a_time_and_the_first_side_alternates():
@@ -572,9 +572,19 @@ def test_worker_pairs_are_visited_one_at_a_time_and_the_first_side_alternates():
         )
     assert found.clusters == [0] * 3 + [1] * 3 + [2] * 3 and found.rounds == 2
     assert found.comparison.verdict == "slower" and found.looks == 1
-    placements = [r["placement"] for w in bases + heads for r in w.requests]
-    assert len(set(placements)) == len(placements) == 18
-    assert all(r["time"] == 2 and r["warmup"] == 1 for w in bases + heads for r in w.requests)
+    # a visit's blocks share one placement per side (fewer than PLACEMENT_PAIRS blocks), drawn anew
+    # for every visit and side; only a visit's first block has untimed warm-up steps
+    from perfsuite.gate.sequential import PLACEMENT_PAIRS, WARMUP_STEPS
+
+    assert 3 <= PLACEMENT_PAIRS
+    per_visit = [[r["placement"] for r in w.requests] for w in bases + heads]
+    assert all(len(set(seeds)) == 1 for seeds in per_visit)
+    assert len({seeds[0] for seeds in per_visit}) == 6
+    assert all(
+        [r["warmup"] for r in w.requests] == [WARMUP_STEPS, 0, 0] and r["time"] == 2
+        for w in bases + heads
+        for r in w.requests
+    )
 
 
 def test_one_worker_per_side_pools_its_visits():

@@ -66,3 +66,30 @@ def test_the_ab_worker_times_a_placed_block_on_inputs_of_its_own():
     plain = worker.handle({"time": 3, "warmup": 1})
     assert seen == [7] and len(placed["times"]) == len(plain["times"]) == 3
     assert placed["block_s"] >= sum(placed["times"]) * 0.5 and "contention" in placed
+
+
+def test_a_worker_keeps_a_placement_for_its_seed_and_draws_anew_for_another():
+    from perfsuite.gate.ab_worker import Worker
+
+    worker = Worker()
+    worker.setup(
+        {"variant": "naive", "case": "b1h2s16d8-fp32-causal-cpu", "seed": 0, "specs": [],
+         "mode": "forward"}
+    )  # fmt: skip
+    drawn = []
+    original = worker._draw_placement
+
+    def spy(seed):
+        drawn.append(seed)
+        return original(seed)
+
+    worker._draw_placement = spy
+    for seed in (7, 7, 7, 8, 7):
+        worker.handle({"time": 1, "placement": seed})
+    assert drawn == [7, 8, 7]  # the coordinator's seed says when to re-draw
+    worker.setup(
+        {"variant": "naive", "case": "b1h2s16d8-fp32-causal-cpu", "seed": 0, "specs": [],
+         "mode": "forward"}
+    )  # fmt: skip
+    worker.handle({"time": 1, "placement": 7})
+    assert drawn == [7, 8, 7, 7]  # a new benchmark never reuses the last one's placement
