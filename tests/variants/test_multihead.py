@@ -52,6 +52,19 @@ def test_grouped_query_cases_are_skips_with_the_reason():
         prepare_case(get_variant("mha"), case, seed=0)
 
 
+def test_a_low_precision_scale_that_would_round_the_query_again_is_a_skip():
+    """Before: ``b2h2s4d256-bf16-noncausal-scale2.5`` (query factor 2.5 * 16 = 40) exceeded the bf16
+    tolerance for some seeds; a factor that is a power of two (scale 2: 32) is exact and still runs."""
+    inexact = AttentionCase(2, 2, 4, 4, 256, "bf16", "cpu", "noncausal", scale=2.5)
+    with pytest.raises(VariantUnsupported, match=r"scale \* sqrt\(head_dim\) = 40.*bfloat16"):
+        prepare_case(get_variant("mha"), inexact, seed=0)
+    for exact in (
+        AttentionCase(2, 2, 4, 4, 256, "bf16", "cpu", "noncausal", scale=2.0),
+        AttentionCase(2, 2, 4, 4, 256, "fp32", "cpu", "noncausal", scale=2.5),
+    ):
+        prepare_case(get_variant("mha"), exact, seed=0)
+
+
 def test_need_weights_gives_nan_where_sdpa_gives_zeros():
     """A query that sees no key: need_weights=True runs softmax over all -inf (NaN); False runs SDPA (zeros)."""
     case = AttentionCase(1, 2, 6, 3, 8, "fp32", "cpu", "causal_br")  # queries 0..2 see no key
