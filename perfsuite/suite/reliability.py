@@ -82,7 +82,7 @@ ALREADY_COPIED = "this case's score copies are already reported"
 
 class OutputFailures:
     """The first check per ``(variant, case id)`` that found the output wrong (its node id and first
-    line), so later checks of the pair refer to it; ``already``: what their one line says of it
+    line), so later checks of the pair skip, referring to it; ``already``: what their one line says of it
     (``ALREADY_WRONG``; ``ALREADY_COPIED`` for the score-copy checks)."""
 
     def __init__(self, already: str = ALREADY_WRONG):
@@ -99,11 +99,13 @@ class OutputFailures:
         return f"{found.summary} (reported in full by {found.nodeid})" if found else None
 
     def refer(self, key: tuple[str, str], what: str) -> None:
-        """Fail with one line: ``what``, and that the output is already wrong on this case (``already``;
-        the first check's line). Returns when the pair has no failure noted."""
+        """Skip with one line: ``what``, and that the output is already wrong on this case (``already``;
+        the first check's line), as pytest-dependency skips a test whose dependency failed: one FAILED
+        per mistake per case, the run still failing by the first. Returns when the pair has no failure
+        noted."""
         first = self.first(key)
         if first is not None:
-            pytest.fail(f"{what}; {self.already}: {first}", pytrace=False)
+            pytest.skip(f"{what}; {self.already}: {first}")
 
 
 class CrashProbes:
