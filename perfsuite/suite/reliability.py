@@ -98,6 +98,12 @@ class OutputFailures:
         found = self._first.get(key)
         return f"{found.summary} (reported in full by {found.nodeid})" if found else None
 
+    def refer_to(self, key: tuple[str, str], nodeid: str, failure: str, what: str) -> None:
+        """Skip as ``refer`` does, naming the test ``nodeid`` that reports ``failure`` in full (in this
+        process or another: an xdist worker), kept as the pair's first unless one is kept already."""
+        self.note(key, nodeid, failure)
+        self.refer(key, what)
+
     def refer(self, key: tuple[str, str], what: str) -> None:
         """Skip with one line: ``what``, and that the output is already wrong on this case (``already``;
         the first check's line), as pytest-dependency skips a test whose dependency failed: one FAILED
@@ -106,6 +112,25 @@ class OutputFailures:
         first = self.first(key)
         if first is not None:
             pytest.skip(f"{what}; {self.already}: {first}")
+
+
+FLOAT64_CHECK = "test_matches_float64_reference"  # the check that reports a wrong output in full
+
+
+def float64_check_of(items: Iterable[pytest.Item], variant: str, case_id: str) -> str | None:
+    """The node id of ``(variant, case_id)``'s forward ``FLOAT64_CHECK`` among the session's ``items``,
+    or None when it is not collected. Every worker of an xdist run collects every item, so each can name
+    it, whichever worker runs it."""
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if (
+            getattr(item, "originalname", None) == FLOAT64_CHECK
+            and getattr(params.get("variant"), "name", None) == variant
+            and getattr(params.get("case"), "id", None) == case_id
+            and params.get("mode") == "forward"
+        ):
+            return item.nodeid
+    return None
 
 
 class CrashProbes:

@@ -19,7 +19,7 @@ from perfsuite.trace.kernel_families import (
     pinned_backend_failure,
 )
 from perfsuite.suite.record import benchmark_extra_info
-from perfsuite.suite.reliability import headline
+from perfsuite.suite.reliability import float64_check_of, headline
 from perfsuite.measure.children import ChildWatch, children_failure, end_children
 from perfsuite.measure.threads import ThreadWatch, release_at_exit, threads_failure
 from perfsuite.measure.call_limit import time_limit
@@ -49,14 +49,13 @@ UNFUSED_OPS = (
 
 def test_matches_float64_reference(mode_evidence, perfsuite_run, request):
     """Outputs, and in backward modes dq/dk/dv, against float64 (perfsuite.attention.reference).
-    A wrong forward output is noted, so the pair's later checks refer to this test."""
+    A wrong forward output fails here in full, whatever ran first; the pair's other checks that find
+    the same mistake skip, referring to this test (``refer_wrong_output``)."""
     if mode_evidence.not_compared:
         pytest.skip(mode_evidence.not_compared)
     failure = mode_evidence.comparison.failure
     if failure is not None and mode_evidence.mode == Mode.FORWARD:
         key = (mode_evidence.variant.name, mode_evidence.case.id)
-        # another check of the pair found the output wrong first (another order, xdist): it explains
-        perfsuite_run.output_failures.refer(key, f"the float64 check fails too: {headline(failure)}")
         perfsuite_run.output_failures.note(key, request.node.nodeid, failure)
     assert failure is None, failure
 
@@ -68,16 +67,28 @@ def test_calls_cannot_fool_the_measurement(mode_evidence, perfsuite_run, request
     (``perfsuite.measure.call_integrity``, ``measurement_guard``, ``precision_probes``). A probe
     failure of an output already wrong on the case's own inputs is that mistake again: the first of
     the pair's checks to fail explains it, the others skip with one line referring to it."""
-    key = (mode_evidence.variant.name, mode_evidence.case.id)
     deceptions = mode_evidence.deceptions
-    # wrong on the case's own inputs (the float64 check may run later: another order, xdist)
-    comparison = mode_evidence.comparison
-    wrong = comparison is not None and comparison.failure is not None
-    restated = wrong and bool(deceptions) and all(map(restates_wrong_output, deceptions))
-    if restated:  # the same mistake: the first check of the pair to fail explains it, the others skip
-        perfsuite_run.output_failures.refer(key, "the large-score probe fails too")
-        perfsuite_run.output_failures.note(key, request.node.nodeid, "\n".join(deceptions))
+    if deceptions and all(map(restates_wrong_output, deceptions)):
+        refer_wrong_output(
+            perfsuite_run, request, mode_evidence, "the large-score probe fails too", deceptions
+        )
     assert not deceptions, "\n".join(deceptions)
+
+
+def refer_wrong_output(perfsuite_run, request, evidence, what: str, failures: list[str]) -> None:
+    """Skip with one line (``what``, and the check that reports the mistake in full) when ``evidence``'s
+    output is wrong on the case's own inputs (``failures`` restate it): the pair's forward float64 check
+    reports it whenever it is collected (whatever ran first, on whichever xdist worker), else the first
+    check of the pair that failed in this process. Returns when this check is that first one (noted)."""
+    comparison = evidence.comparison
+    key = (evidence.variant.name, evidence.case.id)
+    if comparison is None or comparison.failure is None:
+        return
+    twin = float64_check_of(request.session.items, *key)
+    if twin is not None and twin != request.node.nodeid:
+        perfsuite_run.output_failures.refer_to(key, twin, comparison.failure, what)
+    perfsuite_run.output_failures.refer(key, what)
+    perfsuite_run.output_failures.note(key, request.node.nodeid, "\n".join(failures))
 
 
 def output_is_score_sized(variant, case, mode=None) -> str | None:
@@ -378,8 +389,8 @@ def _not_timed(evidence, perfsuite_run, request) -> None:
         else ("test_calls_cannot_fool_the_measurement", evidence.deceptions[0])
     )
     if not evidence.modified_inputs and all(map(restates_wrong_output, evidence.deceptions)):
-        key = (evidence.variant.name, evidence.case.id)
-        perfsuite_run.output_failures.refer(key, f"not timed: {headline(why)}")
+        what = f"not timed: {headline(why)}"
+        refer_wrong_output(perfsuite_run, request, evidence, what, evidence.deceptions)
     twin = request.node.nodeid.replace("::test_benchmark[", f"::{test}[", 1)
     reason = f"not timed: {headline(why)}"
     if any(item.nodeid == twin for item in request.session.items):

@@ -7,18 +7,20 @@ A hypothesis failure prints the command that reruns its case here:
 import pytest
 
 from perfsuite.measure.refusals import VariantUnsupported
-from perfsuite.suite.reliability import headline
+from perfsuite.suite.reliability import float64_check_of, headline
 from perfsuite.testing.properties import ALL_CHECKS, applicable
 
 
 # a check that does not apply to a variant and case (``applicable``) is not generated
 @pytest.mark.perfsuite_each("check", list(ALL_CHECKS), applicable)
 def test_property(check, variant, case, perfsuite_run, request):
-    """One property; a property that fails where the output is already wrong on the case (an earlier
-    check said so in full) fails with one line naming that check, and ``score_copies`` so where
-    another score-copy check of the pair reported the copy first."""
+    """One property; a property that fails where the output is already wrong on the case skips with one
+    line naming the check that reports it in full (the pair's float64 check when collected, on whichever
+    xdist worker; else the first that failed), and ``score_copies`` so where another score-copy check of
+    the pair reported the copy first: one FAILED per mistake per case."""
+    seed = perfsuite_run.settings.seed
     try:
-        failure = ALL_CHECKS[check](variant, case, perfsuite_run.settings.seed)
+        failure = ALL_CHECKS[check](variant, case, seed)
     except VariantUnsupported as exc:
         pytest.skip(f"variant {variant.name} cannot run case {case.id}: {exc}")
     if failure is not None:
@@ -26,7 +28,21 @@ def test_property(check, variant, case, perfsuite_run, request):
         if check == "score_copies":  # one copy, counted by two more checks: one failure explains it
             perfsuite_run.copy_failures.refer(key, f"{check} fails too")
             perfsuite_run.copy_failures.note(key, request.node.nodeid, failure)
-        perfsuite_run.output_failures.refer(key, f"{check} fails: {headline(failure)}")
+        what = f"{check} fails: {headline(failure)}"
+        perfsuite_run.output_failures.refer(key, what)
+        twin = float64_check_of(request.session.items, variant.name, case.id)
+        if twin is not None and check != "score_copies":  # it reports a wrong output in full, whatever ran first, on any worker
+            wrong = failure if check == "matches_reference" else _wrong_output(variant, case, seed)
+            if wrong is not None:
+                perfsuite_run.output_failures.refer_to(key, twin, wrong, what)
         if check == "matches_reference":
             perfsuite_run.output_failures.note(key, request.node.nodeid, failure)
     assert failure is None, failure
+
+
+def _wrong_output(variant, case, seed: int) -> str | None:
+    """The float64 check's failure on the case's own inputs, or None (right, or it cannot run)."""
+    try:
+        return ALL_CHECKS["matches_reference"](variant, case, seed)
+    except Exception:  # the property's own failure stands
+        return None
