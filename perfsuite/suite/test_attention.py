@@ -57,7 +57,27 @@ def test_matches_float64_reference(mode_evidence, perfsuite_run, request):
     if failure is not None and mode_evidence.mode == Mode.FORWARD:
         key = (mode_evidence.variant.name, mode_evidence.case.id)
         perfsuite_run.output_failures.note(key, request.node.nodeid, failure)
+    elif failure is not None:
+        _refer_to_forward_output(perfsuite_run, request, mode_evidence, failure)
     assert failure is None, failure
+
+
+def _refer_to_forward_output(perfsuite_run, request, evidence, failure: str) -> None:
+    """In a gradient mode: when the output is wrong in forward mode too, the forward check reports that
+    mistake in full: skip, referring to it. Returns when it is not collected or its output is right
+    (a gradient's own failure)."""
+    key = (evidence.variant.name, evidence.case.id)
+    twin = float64_check_of(request.session.items, *key)
+    if twin is None:
+        return
+    try:
+        forward = perfsuite_run.evidence(evidence.variant, evidence.case, Mode.FORWARD)
+    except (pytest.skip.Exception, pytest.fail.Exception):
+        return  # forward mode's own skip or error is reported by its own tests
+    wrong = forward.comparison.failure if forward.comparison is not None else None
+    if wrong is not None:
+        what = f"the float64 check in mode {evidence.mode} fails too: {headline(failure)}"
+        perfsuite_run.output_failures.refer_to(key, twin, wrong, what)
 
 
 def test_calls_cannot_fool_the_measurement(mode_evidence, perfsuite_run, request):
@@ -75,11 +95,14 @@ def test_calls_cannot_fool_the_measurement(mode_evidence, perfsuite_run, request
     assert not deceptions, "\n".join(deceptions)
 
 
-def refer_wrong_output(perfsuite_run, request, evidence, what: str, failures: list[str]) -> None:
+def refer_wrong_output(
+    perfsuite_run, request, evidence, what: str, failures: list[str], note: bool = True
+) -> None:
     """Skip with one line (``what``, and the check that reports the mistake in full) when ``evidence``'s
     output is wrong on the case's own inputs (``failures`` restate it): the pair's forward float64 check
     reports it whenever it is collected (whatever ran first, on whichever xdist worker), else the first
-    check of the pair that failed in this process. Returns when this check is that first one (noted)."""
+    check of the pair that failed in this process. Returns when this check is that first one (noted,
+    when ``note``)."""
     comparison = evidence.comparison
     key = (evidence.variant.name, evidence.case.id)
     if comparison is None or comparison.failure is None:
@@ -88,7 +111,8 @@ def refer_wrong_output(perfsuite_run, request, evidence, what: str, failures: li
     if twin is not None and twin != request.node.nodeid:
         perfsuite_run.output_failures.refer_to(key, twin, comparison.failure, what)
     perfsuite_run.output_failures.refer(key, what)
-    perfsuite_run.output_failures.note(key, request.node.nodeid, "\n".join(failures))
+    if note:
+        perfsuite_run.output_failures.note(key, request.node.nodeid, "\n".join(failures))
 
 
 def output_is_score_sized(variant, case, mode=None) -> str | None:
@@ -390,7 +414,7 @@ def _not_timed(evidence, perfsuite_run, request) -> None:
     )
     if not evidence.modified_inputs and all(map(restates_wrong_output, evidence.deceptions)):
         what = f"not timed: {headline(why)}"
-        refer_wrong_output(perfsuite_run, request, evidence, what, evidence.deceptions)
+        refer_wrong_output(perfsuite_run, request, evidence, what, evidence.deceptions, note=False)
     twin = request.node.nodeid.replace("::test_benchmark[", f"::{test}[", 1)
     reason = f"not timed: {headline(why)}"
     if any(item.nodeid == twin for item in request.session.items):

@@ -111,7 +111,6 @@ def test_one_mistake_fails_once_per_case_and_later_checks_of_the_case_skip_refer
         "-p",
         "no:randomly",
         "-rs",
-        "-v",
         *workers,
     )
     out = result.stdout.str()
