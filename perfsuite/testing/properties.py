@@ -436,9 +436,10 @@ def softcap_order_cause(inputs: AttentionInputs, output: torch.Tensor) -> str | 
     that sees a key hides the mistake until its scores are shifted near ``-softcap``."""
     if "softcap" not in inputs.forms or inputs.mask.masked_out is None:
         return None
-    expected = reference_attention(inputs).cpu()
+    correct = reference_attention(inputs)
+    expected = correct.cpu()
     after = reference_attention(inputs, softcap_after_mask=True).cpu()
-    atol, rtol = tolerances(inputs, reference_attention(inputs))
+    atol, rtol = tolerances(inputs, correct)
 
     def matches(other: torch.Tensor) -> bool:
         return bool(torch.isclose(output, other, atol=atol, rtol=rtol, equal_nan=True).all())
