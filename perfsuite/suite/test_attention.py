@@ -19,7 +19,12 @@ from perfsuite.trace.kernel_families import (
     pinned_backend_failure,
 )
 from perfsuite.suite.record import benchmark_extra_info
-from perfsuite.suite.reliability import float64_check_of, headline
+from perfsuite.suite.reliability import (
+    float64_check_of,
+    headline,
+    refer_copy,
+    score_copies_failure,
+)
 from perfsuite.measure.children import ChildWatch, children_failure, end_children
 from perfsuite.measure.threads import ThreadWatch, release_at_exit, threads_failure
 from perfsuite.measure.call_limit import time_limit
@@ -136,52 +141,12 @@ def test_score_copies_per_step(attention_evidence, perfsuite_run, request):
     assert failure is None, failure
 
 
-def score_copies_failure(evidence) -> str | None:
-    """Why ``evidence``'s score-sized copies per forward (on the CPU lane, and the device lane of a CUDA
-    case) are not the variant's expected ones, first line first: ``1 extra copy of the score matrix per
-    forward: copy [1x2x16x16] in aten::masked_fill > aten::clone > aten::copy_ (...)``; None when they are."""
-    lanes = ["cpu", "device"] if evidence.case.device == Device.CUDA else ["cpu"]
-    for lane in lanes:
-        copies = evidence.score_copies(lane)
-        expected = [evidence.expected_score_copies] * ACTIVE_STEPS
-        if copies == expected:
-            continue
-        worst = max(copies, key=lambda n: abs(n - evidence.expected_score_copies))
-        accounting = evidence.score_accounting[0] if evidence.score_accounting else None
-        where = copy_labels(accounting) or [_score_copies_named(evidence, lane)]
-        return (
-            f"{evidence.variant.name} on {evidence.case.id}: "
-            f"{copy_count_words(worst, evidence.expected_score_copies)}: {', '.join(where)} "
-            f"(score-sized copies per forward on the {lane} lane {copies}, expected {expected}); "
-            f"score-sized copies in the first step: {_score_copies_named(evidence, lane)}; "
-            f"trace: {evidence.trace_path}"
-            + (_COPY_HINT if max(copies) > evidence.expected_score_copies else "")
-        )
-    return None
-
-
-_COPY_HINT = (
-    ". Out-of-place masked_fill clones the scores (aten::clone), as do .clone() and .contiguous() on a "
-    "non-contiguous view; masked_fill_ in place does not (safe under torch.no_grad; docs: "
-    "correctness and masks). If the copy is intended, declare it: register_variant(..., copies_scores_when_masked=True)"
-)
-
-
 def _one_copy_failure(perfsuite_run, request, evidence, what: str, failure: str) -> None:
-    """A pair's score copy is one mistake: fail in one line referring to the check that reported it
-    first (``SuiteSession.copy_failures``), else note this check as that one."""
+    """A pair's score copy is one mistake: skip in one line referring to the check that reports it in
+    full (``refer_copy``), else note this check as that one (``SuiteSession.copy_failures``)."""
+    refer_copy(perfsuite_run, request, evidence, f"{what} too")
     key = (evidence.variant.name, evidence.case.id)
-    perfsuite_run.copy_failures.refer(key, f"{what} too")
     perfsuite_run.copy_failures.note(key, request.node.nodeid, failure)
-
-
-def _score_copies_named(evidence, lane: str) -> str:
-    """The first step's score-sized copies on ``lane``, as ``op [shape]``, for a failure message."""
-    names = [
-        f"{c.name} [{'x'.join(map(str, c.shape))}]"
-        for c in evidence.steps[0].copies_with_shape(evidence.case.score_shape, lane)
-    ]
-    return ", ".join(names) or "none seen"
 
 
 def accounting_applies(variant, case, mode=None) -> str | None:

@@ -7,7 +7,13 @@ A hypothesis failure prints the command that reruns its case here:
 import pytest
 
 from perfsuite.measure.refusals import VariantUnsupported
-from perfsuite.suite.reliability import float64_check_of, headline
+from perfsuite.suite.reliability import (
+    COPIES_CHECK,
+    check_of,
+    float64_check_of,
+    headline,
+    refer_copy,
+)
 from perfsuite.testing.properties import ALL_CHECKS, applicable
 
 
@@ -26,7 +32,7 @@ def test_property(check, variant, case, perfsuite_run, request):
     if failure is not None:
         key = (variant.name, case.id)
         if check == "score_copies":  # one copy, counted by two more checks: one failure explains it
-            perfsuite_run.copy_failures.refer(key, f"{check} fails too")
+            _refer_copy(perfsuite_run, request, variant, case, f"{check} fails too")
             perfsuite_run.copy_failures.note(key, request.node.nodeid, failure)
         what = f"{check} fails: {headline(failure)}"
         perfsuite_run.output_failures.refer(key, what)
@@ -38,6 +44,19 @@ def test_property(check, variant, case, perfsuite_run, request):
         if check == "matches_reference":
             perfsuite_run.output_failures.note(key, request.node.nodeid, failure)
     assert failure is None, failure
+
+
+def _refer_copy(perfsuite_run, request, variant, case, what: str) -> None:
+    """Skip, referring to the score-copy check that reports the copy in full (``refer_copy``; the pair's
+    forward evidence is gathered for it when this process has none); returns when there is none."""
+    perfsuite_run.copy_failures.refer((variant.name, case.id), what)
+    if check_of(request.session.items, COPIES_CHECK, variant.name, case.id) is None:
+        return
+    try:
+        evidence = perfsuite_run.evidence(variant, case)
+    except (pytest.skip.Exception, pytest.fail.Exception):
+        return  # its own skip or error is reported by the tests that need the evidence
+    refer_copy(perfsuite_run, request, evidence, what)
 
 
 def _wrong_output(variant, case, seed: int) -> str | None:
