@@ -522,7 +522,6 @@ def test_one_extra_score_copy_is_explained_once_and_referred_to_by_the_other_che
             "--perfsuite-variants=copying_attention",
             "--perfsuite-modes=forward",
             "--perfsuite-isolate=none",
-            "-rs",
         )
     finally:
         copying.unlink()
@@ -617,7 +616,7 @@ def gemma_attention(query, key, value, *, mask, scale, softcap):
     rows = torch.arange(query.shape[2])[:, None] + key.shape[2] - query.shape[2]
     distance = rows - torch.arange(key.shape[2])[None, :]
     hidden = (distance < 0) | (distance > window)  # the mistake: each query sees window + 1 keys
-    return torch.matmul(torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1), value)
+    return torch.matmul(torch.softmax(scores.masked_fill_(hidden, float("-inf")), dim=-1), value)
 '''
 WINDOW_CASE = "b1h4kv2s16d8-fp32-window4-softcap50-cpu"
 
@@ -639,7 +638,6 @@ def test_a_window_off_by_one_fails_once_per_case_its_first_line_naming_the_windo
             f"--perfsuite-cases={WINDOW_CASE}",
             "--perfsuite-modes=forward",
             "--perfsuite-isolate=none",
-            "-rs",
         )
     finally:
         gemma.unlink()
