@@ -84,6 +84,7 @@ def reference_attention(
     *,
     hidden_score: float = float("-inf"),
     sink_in_numerator: SinkInNumerator | None = None,
+    softcap_after_mask: bool = False,
 ) -> torch.Tensor:
     """Attention in float64 from the same inputs, ``[batch, num_heads, seq_len_q, head_dim]``.
 
@@ -102,10 +103,23 @@ def reference_attention(
     variant computes (a mask constant such as ``-1e4``, or ``-softcap``: the softcap applied after
     the mask), for the failure messages that name such a mistake. ``sink_in_numerator``: with sinks, the
     output of that mistake (``SINK_NUMERATOR_MISTAKES``); None, the sink's column dropped, as it should be.
+    ``softcap_after_mask``: the output of a softcap applied last, after the bias and the mask (hidden keys
+    score ``softcap * tanh(-inf) = -softcap``, a bias is capped with the scores), for the message that
+    names that mistake; False, the order above.
     """
     q, k, v = (t.to(dtype) for t in (inputs.query, inputs.key, inputs.value))
     blocks = [
-        _attention(inputs, q[:, :, start:end], k, v, start, end, hidden_score, sink_in_numerator)
+        _attention(
+            inputs,
+            q[:, :, start:end],
+            k,
+            v,
+            start,
+            end,
+            hidden_score,
+            sink_in_numerator,
+            softcap_after_mask,
+        )
         for start, end in query_blocks(inputs, dtype, block_bytes)
     ]
     return blocks[0] if len(blocks) == 1 else torch.cat(blocks, dim=2)
@@ -140,15 +154,18 @@ def _attention(
     end: int | None = None,
     hidden_score: float = float("-inf"),
     sink_in_numerator: SinkInNumerator | None = None,
+    softcap_after_mask: bool = False,
 ) -> torch.Tensor:
     """Attention of query rows ``start:end`` (``q`` holds only those rows) over all keys, hidden keys'
-    scores set to ``hidden_score``; ``sink_in_numerator``: see ``reference_attention``."""
+    scores set to ``hidden_score``; ``sink_in_numerator``, ``softcap_after_mask``: see
+    ``reference_attention``."""
     end = q.shape[2] + start if end is None else end
     groups = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
     scores = torch.matmul(q, k.transpose(-2, -1)) * inputs.scale
     forms, mask = inputs.forms, inputs.mask
-    if "softcap" in forms:
+    cap_last = softcap_after_mask and "softcap" in forms
+    if "softcap" in forms and not cap_last:
         scores = torch.tanh(scores / forms["softcap"]) * forms["softcap"]
     if "alibi_slopes" in forms:
         positions = forms["query_positions"][:, start:end].to(q.device)
@@ -157,6 +174,8 @@ def _attention(
         scores = scores + _query_rows(mask.additive, start, end).to(q.dtype)
     if mask.masked_out is not None:
         scores = scores.masked_fill(_query_rows(mask.masked_out, start, end), hidden_score)
+    if cap_last:  # tanh(-inf) = -1: a hidden key scores -softcap
+        scores = torch.tanh(scores / forms["softcap"]) * forms["softcap"]
     if "sinks" in forms:
         sink = forms["sinks"].to(device=q.device, dtype=q.dtype)[None, :, None, None]
         visible = (scores > float("-inf")).to(q.dtype)

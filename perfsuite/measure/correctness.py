@@ -164,7 +164,9 @@ def check_output(
             or one_page_hint(variant, case, inputs)
             or score_order_hint(variant, case, inputs)
         )
-        return Comparison(found.max_abs_error, f"{found.failure}\n{hint}") if hint else found
+        if not hint:
+            return found
+        return Comparison(found.max_abs_error, cause_first(label, f"{found.failure}\n{hint}"))
     rows = fully_masked_rows(inputs.mask, case.score_shape)
     if "sinks" in inputs.forms:
         rows = torch.zeros_like(rows)  # the sink is always seen: such a row's output is zero
@@ -190,7 +192,22 @@ def check_output(
     kind = (
         found.failure and not confirmed and precision_kind(inputs, expected, output, tolerance[0])
     )
-    return Comparison(found.max_abs_error, f"{found.failure}\n{kind}") if kind else found
+    failure = f"{found.failure}\n{kind}" if kind else found.failure
+    return Comparison(found.max_abs_error, failure and cause_first(label, failure))
+
+
+def cause_first(label: str, failure: str) -> str:
+    """``failure`` (its first line ``"<label>: not within ..."``) with its first confirmed cause (a line
+    holding ``CONFIRMED``, ``the output matches the reference ...``: a rerun of the reference with that
+    mistake gives the output) moved to the first line as ``"<label>: <cause>"``; the comparison's line
+    (without the label) and the rest follow. Unchanged when no line holds a confirmed cause."""
+    lines = failure.splitlines()
+    found = next((i for i, line in enumerate(lines) if i and CONFIRMED in line), None)
+    if found is None:
+        return failure
+    cause = lines.pop(found)
+    detail = lines[0].removeprefix(f"{label}: ")
+    return "\n".join([f"{label}: {cause}", detail, *lines[1:]])
 
 
 def split_kv_hint(variant: Variant, case: AttentionCase, inputs: AttentionInputs) -> str | None:

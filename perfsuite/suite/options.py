@@ -246,8 +246,7 @@ def header_lines(run: settings.SuiteSettings) -> list[str]:
         f"perfsuite: variants={','.join(run.variants)} ({_source(run, 'variants')}) "
         f"modes={','.join(run.modes)} ({_source(run, 'modes')})",
         timer_line(run),
-        f"perfsuite: cases from {run.cases_from}",
-        f"perfsuite: cases={' '.join(c.id for c in run.cases)}",
+        *cases_header(run),
         *bound_header(run),
         *compiled_header(run),
         f"perfsuite: traces -> {run.traces_dir}, table -> {run.results_dir / 'table.md'}",
@@ -265,6 +264,17 @@ def timer_line(run: settings.SuiteSettings) -> str:
         f"perfsuite: timer={run.timer} l2_flush={'on' if run.l2_flush else 'off'} "
         f"cuda_graphs={'on' if run.cuda_graphs else 'off'} (device clocks apply to CUDA cases only)"
     )
+
+
+def cases_header(run: settings.SuiteSettings) -> list[str]:
+    """Where the run's cases come from and their ids; when every selected variant is bound to its own
+    case sets (``SuiteSettings.variant_cases``), none runs them: one line saying so instead."""
+    if run.variants and all(name in run.variant_cases for name in run.variants):
+        return ["perfsuite: cases: every selected variant runs its bound case sets (below)"]
+    return [
+        f"perfsuite: cases from {run.cases_from}",
+        f"perfsuite: cases={' '.join(c.id for c in run.cases)}",
+    ]
 
 
 def bound_header(run: settings.SuiteSettings) -> list[str]:

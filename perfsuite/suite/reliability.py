@@ -25,9 +25,12 @@ from collections.abc import Callable, Iterable
 
 import pytest
 
+from perfsuite.attention.cases import Device
 from perfsuite.gate.baseline import Incomplete
 from perfsuite.measure.call_limit import default_limit_s
 from perfsuite.measure.isolation import ProbeOutcome, probe
+from perfsuite.measure.profiling import ACTIVE_STEPS
+from perfsuite.measure.score_accounting import copy_count_words, copy_labels
 
 
 @dataclasses.dataclass
@@ -82,7 +85,7 @@ ALREADY_COPIED = "this case's score copies are already reported"
 
 class OutputFailures:
     """The first check per ``(variant, case id)`` that found the output wrong (its node id and first
-    line), so later checks of the pair refer to it; ``already``: what their one line says of it
+    line), so later checks of the pair skip, referring to it; ``already``: what their one line says of it
     (``ALREADY_WRONG``; ``ALREADY_COPIED`` for the score-copy checks)."""
 
     def __init__(self, already: str = ALREADY_WRONG):
@@ -98,12 +101,104 @@ class OutputFailures:
         found = self._first.get(key)
         return f"{found.summary} (reported in full by {found.nodeid})" if found else None
 
+    def refer_to(self, key: tuple[str, str], nodeid: str, failure: str, what: str) -> None:
+        """Skip as ``refer`` does, naming the test ``nodeid`` that reports ``failure`` in full (in this
+        process or another: an xdist worker), kept as the pair's first unless one is kept already."""
+        self.note(key, nodeid, failure)
+        self.refer(key, what)
+
     def refer(self, key: tuple[str, str], what: str) -> None:
-        """Fail with one line: ``what``, and that the output is already wrong on this case (``already``;
-        the first check's line). Returns when the pair has no failure noted."""
+        """Skip with one line: ``what``, and that the output is already wrong on this case (``already``;
+        the first check's line), as pytest-dependency skips a test whose dependency failed: one FAILED
+        per mistake per case, the run still failing by the first. Returns when the pair has no failure
+        noted."""
         first = self.first(key)
         if first is not None:
-            pytest.fail(f"{what}; {self.already}: {first}", pytrace=False)
+            pytest.skip(f"{what}; {self.already}: {first}")
+
+
+FLOAT64_CHECK = "test_matches_float64_reference"  # the check that reports a wrong output in full
+
+
+COPIES_CHECK = "test_score_copies_per_step"  # the check that reports an unexpected score copy in full
+
+
+def float64_check_of(items: Iterable[pytest.Item], variant: str, case_id: str) -> str | None:
+    """The node id of ``(variant, case_id)``'s forward ``FLOAT64_CHECK`` among the session's ``items``,
+    or None when it is not collected. Every worker of an xdist run collects every item, so each can name
+    it, whichever worker runs it."""
+    return check_of(items, FLOAT64_CHECK, variant, case_id, "forward")
+
+
+def check_of(
+    items: Iterable[pytest.Item], test: str, variant: str, case_id: str, mode: str | None = None
+) -> str | None:
+    """The node id of suite test ``test`` (a function name) of ``(variant, case_id)`` (in ``mode``, for
+    a test parametrized by mode) among ``items``, or None when it is not collected."""
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if (
+            getattr(item, "originalname", None) == test
+            and getattr(params.get("variant"), "name", None) == variant
+            and getattr(params.get("case"), "id", None) == case_id
+            and params.get("mode") == mode
+        ):
+            return item.nodeid
+    return None
+
+
+def refer_copy(perfsuite_run, request, evidence, what: str) -> None:
+    """Skip with one line (``what``, and the check that reports the copy in full) when a score-copy
+    check of the pair failed first in this process, or when ``COPIES_CHECK`` is collected (on whichever
+    xdist worker) and fails on ``evidence`` (forward); returns otherwise."""
+    key = (evidence.variant.name, evidence.case.id)
+    perfsuite_run.copy_failures.refer(key, what)
+    twin = check_of(request.session.items, COPIES_CHECK, *key)
+    if twin is None or twin == request.node.nodeid:
+        return
+    failure = score_copies_failure(evidence)
+    if failure is not None:
+        perfsuite_run.copy_failures.refer_to(key, twin, failure, what)
+
+
+def score_copies_failure(evidence) -> str | None:
+    """Why ``evidence``'s score-sized copies per forward (on the CPU lane, and the device lane of a CUDA
+    case) are not the variant's expected ones, first line first: ``1 extra copy of the score matrix per
+    forward: copy [1x2x16x16] in aten::masked_fill > aten::clone > aten::copy_ (...)``; None when they are."""
+    lanes = ["cpu", "device"] if evidence.case.device == Device.CUDA else ["cpu"]
+    for lane in lanes:
+        copies = evidence.score_copies(lane)
+        expected = [evidence.expected_score_copies] * ACTIVE_STEPS
+        if copies == expected:
+            continue
+        worst = max(copies, key=lambda n: abs(n - evidence.expected_score_copies))
+        accounting = evidence.score_accounting[0] if evidence.score_accounting else None
+        where = copy_labels(accounting) or [score_copies_named(evidence, lane)]
+        return (
+            f"{evidence.variant.name} on {evidence.case.id}: "
+            f"{copy_count_words(worst, evidence.expected_score_copies)}: {', '.join(where)} "
+            f"(score-sized copies per forward on the {lane} lane {copies}, expected {expected}); "
+            f"score-sized copies in the first step: {score_copies_named(evidence, lane)}; "
+            f"trace: {evidence.trace_path}"
+            + (_COPY_HINT if max(copies) > evidence.expected_score_copies else "")
+        )
+    return None
+
+
+_COPY_HINT = (
+    ". Out-of-place masked_fill clones the scores (aten::clone), as do .clone() and .contiguous() on a "
+    "non-contiguous view; masked_fill_ in place does not (safe under torch.no_grad; docs: "
+    "correctness and masks). If the copy is intended, declare it: register_variant(..., copies_scores_when_masked=True)"
+)
+
+
+def score_copies_named(evidence, lane: str) -> str:
+    """The first step's score-sized copies on ``lane``, as ``op [shape]``, for a failure message."""
+    names = [
+        f"{c.name} [{'x'.join(map(str, c.shape))}]"
+        for c in evidence.steps[0].copies_with_shape(evidence.case.score_shape, lane)
+    ]
+    return ", ".join(names) or "none seen"
 
 
 class CrashProbes:

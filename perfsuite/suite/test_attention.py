@@ -19,7 +19,12 @@ from perfsuite.trace.kernel_families import (
     pinned_backend_failure,
 )
 from perfsuite.suite.record import benchmark_extra_info
-from perfsuite.suite.reliability import headline
+from perfsuite.suite.reliability import (
+    float64_check_of,
+    headline,
+    refer_copy,
+    score_copies_failure,
+)
 from perfsuite.measure.children import ChildWatch, children_failure, end_children
 from perfsuite.measure.threads import ThreadWatch, release_at_exit, threads_failure
 from perfsuite.measure.call_limit import time_limit
@@ -49,29 +54,70 @@ UNFUSED_OPS = (
 
 def test_matches_float64_reference(mode_evidence, perfsuite_run, request):
     """Outputs, and in backward modes dq/dk/dv, against float64 (perfsuite.attention.reference).
-    A wrong forward output is noted, so the pair's later checks refer to this test."""
+    A wrong forward output fails here in full, whatever ran first; the pair's other checks that find
+    the same mistake skip, referring to this test (``refer_wrong_output``)."""
     if mode_evidence.not_compared:
         pytest.skip(mode_evidence.not_compared)
     failure = mode_evidence.comparison.failure
     if failure is not None and mode_evidence.mode == Mode.FORWARD:
         key = (mode_evidence.variant.name, mode_evidence.case.id)
         perfsuite_run.output_failures.note(key, request.node.nodeid, failure)
+    elif failure is not None:
+        _refer_to_forward_output(perfsuite_run, request, mode_evidence, failure)
     assert failure is None, failure
 
 
-def test_calls_cannot_fool_the_measurement(mode_evidence, perfsuite_run):
+def _refer_to_forward_output(perfsuite_run, request, evidence, failure: str) -> None:
+    """In a gradient mode: when the output is wrong in forward mode too, the forward check reports that
+    mistake in full: skip, referring to it. Returns when it is not collected or its output is right
+    (a gradient's own failure)."""
+    key = (evidence.variant.name, evidence.case.id)
+    twin = float64_check_of(request.session.items, *key)
+    if twin is None:
+        return
+    try:
+        forward = perfsuite_run.evidence(evidence.variant, evidence.case, Mode.FORWARD)
+    except (pytest.skip.Exception, pytest.fail.Exception):
+        return  # forward mode's own skip or error is reported by its own tests
+    wrong = forward.comparison.failure if forward.comparison is not None else None
+    if wrong is not None:
+        what = f"the float64 check in mode {evidence.mode} fails too: {headline(failure)}"
+        perfsuite_run.output_failures.refer_to(key, twin, wrong, what)
+
+
+def test_calls_cannot_fool_the_measurement(mode_evidence, perfsuite_run, request):
     """The calls depend on this call's inputs (fresh inputs), finish inside the call (no thread left
     running, no output changing afterwards), leave the timers and torch's settings alone, hold on the
     large-score probe, and rerun bitwise when the variant declares determinism
     (``perfsuite.measure.call_integrity``, ``measurement_guard``, ``precision_probes``). A probe
-    failure of an output already wrong on the case's own inputs is that mistake again: one line."""
-    key = (mode_evidence.variant.name, mode_evidence.case.id)
+    failure of an output already wrong on the case's own inputs is that mistake again: the first of
+    the pair's checks to fail explains it, the others skip with one line referring to it."""
     deceptions = mode_evidence.deceptions
-    wrong_already = perfsuite_run.output_failures.first(key) is not None
-    own = [d for d in deceptions if not (wrong_already and restates_wrong_output(d))]
-    if not own and deceptions:
-        perfsuite_run.output_failures.refer(key, "the large-score probe fails too")
-    assert not own, "\n".join(own)
+    if deceptions and all(map(restates_wrong_output, deceptions)):
+        refer_wrong_output(
+            perfsuite_run, request, mode_evidence, "the large-score probe fails too", deceptions
+        )
+    assert not deceptions, "\n".join(deceptions)
+
+
+def refer_wrong_output(
+    perfsuite_run, request, evidence, what: str, failures: list[str], note: bool = True
+) -> None:
+    """Skip with one line (``what``, and the check that reports the mistake in full) when ``evidence``'s
+    output is wrong on the case's own inputs (``failures`` restate it): the pair's forward float64 check
+    reports it whenever it is collected (whatever ran first, on whichever xdist worker), else the first
+    check of the pair that failed in this process. Returns when this check is that first one (noted,
+    when ``note``)."""
+    comparison = evidence.comparison
+    key = (evidence.variant.name, evidence.case.id)
+    if comparison is None or comparison.failure is None:
+        return
+    twin = float64_check_of(request.session.items, *key)
+    if twin is not None and twin != request.node.nodeid:
+        perfsuite_run.output_failures.refer_to(key, twin, comparison.failure, what)
+    perfsuite_run.output_failures.refer(key, what)
+    if note:
+        perfsuite_run.output_failures.note(key, request.node.nodeid, "\n".join(failures))
 
 
 def output_is_score_sized(variant, case, mode=None) -> str | None:
@@ -95,52 +141,12 @@ def test_score_copies_per_step(attention_evidence, perfsuite_run, request):
     assert failure is None, failure
 
 
-def score_copies_failure(evidence) -> str | None:
-    """Why ``evidence``'s score-sized copies per forward (on the CPU lane, and the device lane of a CUDA
-    case) are not the variant's expected ones, first line first: ``1 extra copy of the score matrix per
-    forward: copy [1x2x16x16] in aten::masked_fill > aten::clone > aten::copy_ (...)``; None when they are."""
-    lanes = ["cpu", "device"] if evidence.case.device == Device.CUDA else ["cpu"]
-    for lane in lanes:
-        copies = evidence.score_copies(lane)
-        expected = [evidence.expected_score_copies] * ACTIVE_STEPS
-        if copies == expected:
-            continue
-        worst = max(copies, key=lambda n: abs(n - evidence.expected_score_copies))
-        accounting = evidence.score_accounting[0] if evidence.score_accounting else None
-        where = copy_labels(accounting) or [_score_copies_named(evidence, lane)]
-        return (
-            f"{evidence.variant.name} on {evidence.case.id}: "
-            f"{copy_count_words(worst, evidence.expected_score_copies)}: {', '.join(where)} "
-            f"(score-sized copies per forward on the {lane} lane {copies}, expected {expected}); "
-            f"score-sized copies in the first step: {_score_copies_named(evidence, lane)}; "
-            f"trace: {evidence.trace_path}"
-            + (_COPY_HINT if max(copies) > evidence.expected_score_copies else "")
-        )
-    return None
-
-
-_COPY_HINT = (
-    ". Out-of-place masked_fill clones the scores (aten::clone), as do .clone() and .contiguous() on a "
-    "non-contiguous view; masked_fill_ in place does not (safe under torch.no_grad; docs: "
-    "correctness and masks). If the copy is intended, declare it: register_variant(..., copies_scores_when_masked=True)"
-)
-
-
 def _one_copy_failure(perfsuite_run, request, evidence, what: str, failure: str) -> None:
-    """A pair's score copy is one mistake: fail in one line referring to the check that reported it
-    first (``SuiteSession.copy_failures``), else note this check as that one."""
+    """A pair's score copy is one mistake: skip in one line referring to the check that reports it in
+    full (``refer_copy``), else note this check as that one (``SuiteSession.copy_failures``)."""
+    refer_copy(perfsuite_run, request, evidence, f"{what} too")
     key = (evidence.variant.name, evidence.case.id)
-    perfsuite_run.copy_failures.refer(key, f"{what} too")
     perfsuite_run.copy_failures.note(key, request.node.nodeid, failure)
-
-
-def _score_copies_named(evidence, lane: str) -> str:
-    """The first step's score-sized copies on ``lane``, as ``op [shape]``, for a failure message."""
-    names = [
-        f"{c.name} [{'x'.join(map(str, c.shape))}]"
-        for c in evidence.steps[0].copies_with_shape(evidence.case.score_shape, lane)
-    ]
-    return ", ".join(names) or "none seen"
 
 
 def accounting_applies(variant, case, mode=None) -> str | None:
@@ -309,7 +315,7 @@ def test_benchmark(mode_evidence, benchmark, perfsuite_run, request):
     run = perfsuite_run.settings
     benchmark.group = case.id
     if evidence.modified_inputs or evidence.deceptions:
-        _not_timed(evidence, request)
+        _not_timed(evidence, perfsuite_run, request)
     benchmark.extra_info.update(benchmark_extra_info(evidence))
     before = compile_stats.snapshot()
     # the machine's speed beside the rounds, on the CPU, when they are timed (not in a check run)
@@ -361,15 +367,19 @@ def test_benchmark(mode_evidence, benchmark, perfsuite_run, request):
     _check_after_timing(evidence, timed=stats is not None)
 
 
-def _not_timed(evidence, request) -> None:
+def _not_timed(evidence, perfsuite_run, request) -> None:
     """A step that changed its inputs or misled the measurement is not timed: a skip that names the
-    test failing for it in this run (one failure per mistake, and no unused-fixture warning), else
-    a failure saying why."""
+    test failing for it in this run (one failure per mistake, and no unused-fixture warning), or the
+    check that found the output wrong when the probe's failure only restates that, else a failure
+    saying why."""
     test, why = (
         ("test_matches_float64_reference", evidence.modified_inputs)
         if evidence.modified_inputs
         else ("test_calls_cannot_fool_the_measurement", evidence.deceptions[0])
     )
+    if not evidence.modified_inputs and all(map(restates_wrong_output, evidence.deceptions)):
+        what = f"not timed: {headline(why)}"
+        refer_wrong_output(perfsuite_run, request, evidence, what, evidence.deceptions, note=False)
     twin = request.node.nodeid.replace("::test_benchmark[", f"::{test}[", 1)
     reason = f"not timed: {headline(why)}"
     if any(item.nodeid == twin for item in request.session.items):

@@ -28,6 +28,7 @@ from perfsuite.measure.profiling import profile_steps
 from perfsuite.measure.score_accounting import copy_count_words
 from perfsuite.attention.contract import Form
 from perfsuite.attention.reference import (
+    CONFIRMED,
     TOLERANCES,
     UNDEFINED_ROW_RESULTS,
     compare_with_reference,
@@ -418,15 +419,39 @@ def check_shift_invariance(variant: Variant, case: AttentionCase, seed: int) -> 
     shift = (torch.rand(1, case.num_heads, case.seq_len_q, 1, generator=gen) * 200 - 100).round()
     shifted = start + shift.to(device=case.device, dtype=case.torch_dtype)
     base = _run(variant, case, inputs.replace(mask=inputs.mask.with_additive(start)))
-    output = _run(variant, case, inputs.replace(mask=inputs.mask.with_additive(shifted)))
+    moved = inputs.replace(mask=inputs.mask.with_additive(shifted))
+    output = _run(variant, case, moved)
     if diff := _difference(output, base, case.torch_dtype):
-        return _fail(
-            variant,
-            case,
-            seed,
-            f"adding a constant to every score of a row changed the output ({diff})",
-        )
+        what = f"adding a constant to every score of a row changed the output ({diff})"
+        cause = softcap_order_cause(moved, output)
+        return _fail(variant, case, seed, f"{cause}\n{what}" if cause else what)
     return None
+
+
+def softcap_order_cause(inputs: AttentionInputs, output: torch.Tensor) -> str | None:
+    """For a softcap case whose mask hides keys: the line naming a softcap applied after the mask when
+    the float64 reference computed that way on ``inputs`` (``softcap_after_mask``: hidden keys at
+    ``-softcap``, the bias capped with the scores) gives ``output`` (``[B, H, Sq, D]``, float64 on the
+    CPU) within the derived tolerance (``tolerances``), and the right order does not; else None. A row
+    that sees a key hides the mistake until its scores are shifted near ``-softcap``."""
+    if "softcap" not in inputs.forms or inputs.mask.masked_out is None:
+        return None
+    correct = reference_attention(inputs)
+    expected = correct.cpu()
+    after = reference_attention(inputs, softcap_after_mask=True).cpu()
+    atol, rtol = tolerances(inputs, correct)
+
+    def matches(other: torch.Tensor) -> bool:
+        return bool(torch.isclose(output, other, atol=atol, rtol=rtol, equal_nan=True).all())
+
+    if not matches(after) or matches(expected):
+        return None
+    cap = float(inputs.forms["softcap"])
+    return (
+        f"{CONFIRMED} with the softcap applied after the mask (rerun on the shifted scores): apply the "
+        f"softcap before the mask: hidden keys score softcap * tanh(-inf) = {-cap:g}, not -inf, and weigh "
+        "once a row's scores are shifted near it"
+    )
 
 
 def check_score_copies(variant: Variant, case: AttentionCase, seed: int) -> str | None:

@@ -91,9 +91,15 @@ PROPERTIES = (
 ).read_text()
 
 
-def test_one_mistake_fails_in_full_once_and_later_checks_of_the_case_refer_to_it(project):
+@pytest.mark.parametrize("workers", [(), ("-n", "2", "--dist", "loadgroup")], ids=["serial", "xdist"])
+def test_one_mistake_fails_once_per_case_and_later_checks_of_the_case_skip_referring_to_it(
+    project, workers
+):
     """Before: a causal mask off by one failed the reference, the large-score probe, the benchmark and
-    properties with the same story, plus a ``Benchmark fixture was not used`` warning per case."""
+    properties with the same story, plus a ``Benchmark fixture was not used`` warning per case; then
+    the later checks failed with one line each (2-6 FAILED per case). Now one FAILED explains it in
+    full and the others skip with one line naming it, as pytest-dependency skips a test whose
+    dependency failed; the run still fails, by that one. Under xdist's ``--dist loadgroup`` too."""
     project.makepyfile(offbyone=SEES_THE_NEXT_KEY, test_properties=PROPERTIES)
     result = project.runpytest_subprocess(
         TINY,
@@ -105,17 +111,24 @@ def test_one_mistake_fails_in_full_once_and_later_checks_of_the_case_refer_to_it
         "-p",
         "no:randomly",
         "-rs",
+        *workers,
     )
     out = result.stdout.str()
     assert result.ret == pytest.ExitCode.TESTS_FAILED, out
+    assert result.parseoutcomes()["failed"] == 1, out  # one mistake, one case: one FAILED
     assert out.count("Mismatched elements") == 1, out  # the story in full, once
-    referring = out.count("the output is already wrong on this case: ")
-    assert referring >= 2, out  # the probe and the properties, each in one line
-    assert "test_matches_float64_reference[" in out.split("the output is already wrong")[1]
+    referring = [
+        line
+        for line in out.splitlines()
+        if line.startswith("SKIPPED") and "the output is already wrong on this case: " in line
+    ]
+    assert len(referring) >= 3, out  # the probe, the benchmark and the properties, each in one line
+    assert all(
+        "(reported in full by test_attention.py::test_matches_float64_reference[" in line
+        for line in referring
+    ), out
     assert "Benchmark fixture was not used" not in out, out
-    result.stdout.fnmatch_lines(
-        ["SKIPPED *not timed: * (test_calls_cannot_fool_the_measurement fails for it)"]
-    )
+    result.stdout.fnmatch_lines(["SKIPPED *not timed: *; the output is already wrong on this case: *"])
 
 
 def test_timed_run_saves_a_baseline_with_extra_info_and_a_table(project):

@@ -268,3 +268,26 @@ def test_a_variant_bound_to_its_models_case_sets_runs_their_cases_unless_the_com
             )
     finally:
         unregister_variant("bound_to_gqa")
+
+
+def test_the_header_does_not_name_cases_no_variant_runs_when_every_variant_is_bound():
+    """Before: ``cases from case set 'default'`` and its ids, though every selected variant ran its own
+    bound sets and none of those cases; a run with an unbound variant still names them."""
+    from perfsuite.suite.options import header_lines
+    from perfsuite.variants.registry import register_variant, unregister_variant
+
+    register_variant("bound_to_gqa_only", "test", case_sets=["gqa"])(
+        lambda query, key, value, *, mask, scale: query
+    )
+    try:
+        bound = header_lines(settings.resolve(raw(ini={"variants": "bound_to_gqa_only"}), False))
+        mixed = header_lines(
+            settings.resolve(raw(ini={"variants": "bound_to_gqa_only naive"}), False)
+        )
+    finally:
+        unregister_variant("bound_to_gqa_only")
+    assert not any(line.startswith("perfsuite: cases from") for line in bound), bound
+    assert not any(line.startswith("perfsuite: cases=") for line in bound), bound
+    assert "perfsuite: cases: every selected variant runs its bound case sets (below)" in bound, bound
+    assert any(line.startswith("perfsuite: bound_to_gqa_only runs its case sets gqa") for line in bound)
+    assert any(line.startswith("perfsuite: cases from ") for line in mixed), mixed

@@ -435,3 +435,84 @@ def test_another_mistake_on_a_sink_case_gets_no_sink_hint(fn, mods, named):
     failure = properties.check_matches_reference(user_variant(fn), case, 0)
     assert failure is not None and named in failure, failure
     assert not any(hint in failure for hint in SINK_HINTS), failure
+
+
+def gemma_cap_after_mask(query, key, value, *, mask, scale, softcap):
+    """Gemma-style, its softcap applied last: the bias and the mask first, hidden keys at -inf, then
+    ``softcap * tanh``, so a hidden key scores ``-softcap``."""
+    scores = scores_of(query, key, scale)
+    if mask.additive is not None:
+        scores = scores + mask.additive
+    if mask.masked_out is not None:
+        scores = scores.masked_fill(mask.masked_out, float("-inf"))
+    weights = torch.softmax(softcap * torch.tanh(scores / softcap), dim=-1)
+    return torch.matmul(weights, expand_kv_heads(value, query.shape[1]))
+
+
+def test_a_cap_after_the_mask_where_every_row_sees_a_key_is_named_by_shift_invariance():
+    """On a ``model-gemma-2-2b`` decode case (every query sees 96 keys of its window) the float64
+    check passes a softcap after the mask (a hidden key's ``exp(-50)`` is below every tolerance); the
+    shift-invariance property fails and its first line now names the order. Before: only ``adding a
+    constant to every score of a row changed the output``."""
+    gemma = get_case_set("model-gemma-2-2b").cpu
+    shape = gemma.shapes.split()[1].replace("x", "").split(":")  # 2x8:4x1:4160x256
+    case_id = f"b{shape[0][0]}h{shape[0][1:]}kv{shape[1][0]}q1k4160d256-fp32-window4096-cpu"
+    case = dataclasses.replace(parse_case_id(case_id), score_mods=ScoreMods(softcap=50.0))
+    variant = user_variant(gemma_cap_after_mask)
+    assert properties.applicable("shift_invariance", variant, case) is None
+    assert properties.check_matches_reference(variant, case, 0) is None  # the float64 check is blind here
+    failure = properties.check_shift_invariance(variant, case, 0)
+    assert failure is not None
+    first, second = failure.splitlines()[:2]
+    assert first.startswith(
+        f"variant gemma_cap_after_mask on case {case.id} (seed 0): the output matches the reference "
+        "with the softcap applied after the mask"
+    ), failure
+    assert "apply the softcap before the mask: hidden keys score softcap * tanh(-inf) = -50, not -inf" in first
+    assert second.startswith("adding a constant to every score of a row changed the output"), failure
+
+
+def test_a_shift_failure_of_another_mistake_does_not_blame_the_softcap_order():
+    """A softcap case whose shift failure is a clamp of the scores: no softcap-order line."""
+
+    def clamped(query, key, value, *, mask, scale, softcap):
+        scores = softcap * torch.tanh(scores_of(query, key, scale) / softcap)
+        if mask.additive is not None:
+            scores = scores + mask.additive
+        return finish(scores.clamp(min=-20.0, max=20.0), mask, value, query)
+
+    case = AttentionCase(
+        1, 4, 8, 16, 8, "fp32", "cpu", "window4", num_kv_heads=2, score_mods=ScoreMods(softcap=50.0)
+    )
+    failure = properties.check_shift_invariance(user_variant(clamped), case, 0)
+    assert failure is not None and failure.splitlines()[0].endswith(
+        "adding a constant to every score of a row changed the output"
+    ) or "changed the output (" in failure.splitlines()[0], failure
+    assert "softcap applied after the mask" not in failure, failure
+
+
+def test_the_first_line_of_a_failure_names_its_confirmed_cause():
+    """Before: every failure began ``not within atol=..., rtol=... of the float64 reference; worst
+    element ...`` and the confirmed cause came lines later; now the cause is the first line, the
+    comparison's detail the second. A failure with no confirmed cause keeps its first line."""
+    case = AttentionCase(
+        1, 4, 16, 16, 8, "fp32", "cpu", "window4", num_kv_heads=2, score_mods=ScoreMods(softcap=50.0)
+    )
+    label = f"variant window_one_too_wide on case {case.id} (seed 0)"
+    failure = properties.check_matches_reference(user_variant(window_one_too_wide), case, 0)
+    first, second = failure.splitlines()[:2]
+    assert first == (
+        f"{label}: the output matches the reference with a window of 5 keys, not 4: a query i sees keys "
+        "i-3 .. i (bottom-right); is the window's edge off by one?"
+    ), failure
+    assert second.startswith("not within atol="), failure
+    assert "of the float64 reference; worst element" in second, failure
+    assert failure.count("the output matches the reference with a window") == 1, failure
+
+    def hidden_keys_halved(query, key, value, *, mask, scale, softcap):
+        return window_one_too_wide(query, key, value, mask=mask, scale=scale, softcap=softcap) * 0.5
+
+    failure = properties.check_matches_reference(user_variant(hidden_keys_halved), case, 0)
+    assert failure.splitlines()[0].startswith(
+        "variant hidden_keys_halved on case " + case.id + " (seed 0): not within atol="
+    ), failure
