@@ -120,7 +120,9 @@ class OutputFailures:
 FLOAT64_CHECK = "test_matches_float64_reference"  # the check that reports a wrong output in full
 
 
-COPIES_CHECK = "test_score_copies_per_step"  # the check that reports an unexpected score copy in full
+COPIES_CHECK = (
+    "test_score_copies_per_step"  # the check that reports an unexpected score copy in full
+)
 
 
 def float64_check_of(items: Iterable[pytest.Item], variant: str, case_id: str) -> str | None:

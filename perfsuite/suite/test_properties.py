@@ -37,7 +37,9 @@ def test_property(check, variant, case, perfsuite_run, request):
         what = f"{check} fails: {headline(failure)}"
         perfsuite_run.output_failures.refer(key, what)
         twin = float64_check_of(request.session.items, variant.name, case.id)
-        if twin is not None and check != "score_copies":  # it reports a wrong output in full, whatever ran first, on any worker
+        if (
+            twin is not None and check != "score_copies"
+        ):  # it reports a wrong output in full, whatever ran first, on any worker
             wrong = failure if check == "matches_reference" else _wrong_output(variant, case, seed)
             if wrong is not None:
                 perfsuite_run.output_failures.refer_to(key, twin, wrong, what)

@@ -91,7 +91,9 @@ PROPERTIES = (
 ).read_text()
 
 
-@pytest.mark.parametrize("workers", [(), ("-n", "2", "--dist", "loadgroup")], ids=["serial", "xdist"])
+@pytest.mark.parametrize(
+    "workers", [(), ("-n", "2", "--dist", "loadgroup")], ids=["serial", "xdist"]
+)
 def test_one_mistake_fails_once_per_case_and_later_checks_of_the_case_skip_referring_to_it(
     project, workers
 ):
@@ -128,7 +130,9 @@ def test_one_mistake_fails_once_per_case_and_later_checks_of_the_case_skip_refer
         for line in referring
     ), out
     assert "Benchmark fixture was not used" not in out, out
-    result.stdout.fnmatch_lines(["SKIPPED *not timed: *; the output is already wrong on this case: *"])
+    result.stdout.fnmatch_lines(
+        ["SKIPPED *not timed: *; the output is already wrong on this case: *"]
+    )
 
 
 def test_timed_run_saves_a_baseline_with_extra_info_and_a_table(project):

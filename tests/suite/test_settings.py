@@ -288,6 +288,10 @@ def test_the_header_does_not_name_cases_no_variant_runs_when_every_variant_is_bo
         unregister_variant("bound_to_gqa_only")
     assert not any(line.startswith("perfsuite: cases from") for line in bound), bound
     assert not any(line.startswith("perfsuite: cases=") for line in bound), bound
-    assert "perfsuite: cases: every selected variant runs its bound case sets (below)" in bound, bound
-    assert any(line.startswith("perfsuite: bound_to_gqa_only runs its case sets gqa") for line in bound)
+    assert "perfsuite: cases: every selected variant runs its bound case sets (below)" in bound, (
+        bound
+    )
+    assert any(
+        line.startswith("perfsuite: bound_to_gqa_only runs its case sets gqa") for line in bound
+    )
     assert any(line.startswith("perfsuite: cases from ") for line in mixed), mixed

@@ -460,7 +460,9 @@ def test_a_cap_after_the_mask_where_every_row_sees_a_key_is_named_by_shift_invar
     case = dataclasses.replace(parse_case_id(case_id), score_mods=ScoreMods(softcap=50.0))
     variant = user_variant(gemma_cap_after_mask)
     assert properties.applicable("shift_invariance", variant, case) is None
-    assert properties.check_matches_reference(variant, case, 0) is None  # the float64 check is blind here
+    assert (
+        properties.check_matches_reference(variant, case, 0) is None
+    )  # the float64 check is blind here
     failure = properties.check_shift_invariance(variant, case, 0)
     assert failure is not None
     first, second = failure.splitlines()[:2]
@@ -468,8 +470,13 @@ def test_a_cap_after_the_mask_where_every_row_sees_a_key_is_named_by_shift_invar
         f"variant gemma_cap_after_mask on case {case.id} (seed 0): the output matches the reference "
         "with the softcap applied after the mask"
     ), failure
-    assert "apply the softcap before the mask: hidden keys score softcap * tanh(-inf) = -50, not -inf" in first
-    assert second.startswith("adding a constant to every score of a row changed the output"), failure
+    assert (
+        "apply the softcap before the mask: hidden keys score softcap * tanh(-inf) = -50, not -inf"
+        in first
+    )
+    assert second.startswith("adding a constant to every score of a row changed the output"), (
+        failure
+    )
 
 
 def test_a_shift_failure_of_another_mistake_does_not_blame_the_softcap_order():
@@ -485,9 +492,13 @@ def test_a_shift_failure_of_another_mistake_does_not_blame_the_softcap_order():
         1, 4, 8, 16, 8, "fp32", "cpu", "window4", num_kv_heads=2, score_mods=ScoreMods(softcap=50.0)
     )
     failure = properties.check_shift_invariance(user_variant(clamped), case, 0)
-    assert failure is not None and failure.splitlines()[0].endswith(
-        "adding a constant to every score of a row changed the output"
-    ) or "changed the output (" in failure.splitlines()[0], failure
+    assert (
+        failure is not None
+        and failure.splitlines()[0].endswith(
+            "adding a constant to every score of a row changed the output"
+        )
+        or "changed the output (" in failure.splitlines()[0]
+    ), failure
     assert "softcap applied after the mask" not in failure, failure
 
 
@@ -496,7 +507,16 @@ def test_the_first_line_of_a_failure_names_its_confirmed_cause():
     element ...`` and the confirmed cause came lines later; now the cause is the first line, the
     comparison's detail the second. A failure with no confirmed cause keeps its first line."""
     case = AttentionCase(
-        1, 4, 16, 16, 8, "fp32", "cpu", "window4", num_kv_heads=2, score_mods=ScoreMods(softcap=50.0)
+        1,
+        4,
+        16,
+        16,
+        8,
+        "fp32",
+        "cpu",
+        "window4",
+        num_kv_heads=2,
+        score_mods=ScoreMods(softcap=50.0),
     )
     label = f"variant window_one_too_wide on case {case.id} (seed 0)"
     failure = properties.check_matches_reference(user_variant(window_one_too_wide), case, 0)
