@@ -250,21 +250,16 @@ def window_one_too_wide(query, key, value, *, mask, scale, softcap):
     return torch.matmul(weights, expand_kv_heads(value, query.shape[1]))
 
 
+# a grouped-query softcap case with a window: a window off by one shows on it
+GQA_WINDOW4_SOFTCAP_CASE = AttentionCase(
+    1, 4, 16, 16, 8, "fp32", "cpu", "window4", num_kv_heads=2, score_mods=ScoreMods(softcap=50.0)
+)
+
+
 def test_a_window_off_by_one_is_named_and_the_softcap_is_not_blamed():
     """Before: a window off by one on a softcap case got ``score modifications at that element:
     softcap 50`` and no word about the window."""
-    case = AttentionCase(
-        1,
-        4,
-        16,
-        16,
-        8,
-        "fp32",
-        "cpu",
-        "window4",
-        num_kv_heads=2,
-        score_mods=ScoreMods(softcap=50.0),
-    )
+    case = GQA_WINDOW4_SOFTCAP_CASE
     failure = properties.check_matches_reference(user_variant(window_one_too_wide), case, 0)
     assert failure is not None
     assert "the output matches the reference with a window of 5 keys, not 4" in failure, failure
@@ -506,18 +501,7 @@ def test_the_first_line_of_a_failure_names_its_confirmed_cause():
     """Before: every failure began ``not within atol=..., rtol=... of the float64 reference; worst
     element ...`` and the confirmed cause came lines later; now the cause is the first line, the
     comparison's detail the second. A failure with no confirmed cause keeps its first line."""
-    case = AttentionCase(
-        1,
-        4,
-        16,
-        16,
-        8,
-        "fp32",
-        "cpu",
-        "window4",
-        num_kv_heads=2,
-        score_mods=ScoreMods(softcap=50.0),
-    )
+    case = GQA_WINDOW4_SOFTCAP_CASE
     label = f"variant window_one_too_wide on case {case.id} (seed 0)"
     failure = properties.check_matches_reference(user_variant(window_one_too_wide), case, 0)
     first, second = failure.splitlines()[:2]
