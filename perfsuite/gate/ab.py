@@ -22,6 +22,7 @@ import os
 import select
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -391,6 +392,7 @@ class Visits:
         self.reasons: list[str] = []
         self.shared = 0
         self.visits = 0
+        self.timed: list[float] = []  # every timed call's seconds, for ``_resize``
 
     def __call__(self, cluster: int) -> list[PairSample]:
         base, head = self.bases[cluster], self.heads[cluster]
@@ -420,7 +422,15 @@ class Visits:
             self.shared += shared
             samples.append(sample)
         self.visits += 1
+        self._resize(samples)
         return samples
+
+    def _resize(self, samples: list[PairSample]) -> None:
+        """Block pairs per visit from the calls timed so far (the set-up's few steps may have met a
+        slow moment): the median call's seconds, when the plan sizes visits (``plan.blocks`` 0)."""
+        self.timed.extend(t for s in samples for t in (*s.base_s, *s.head_s))
+        if not self.plan.blocks and self.timed:
+            self.blocks = self.plan.blocks_for(statistics.median(self.timed), self.rounds)
 
 
 def median_of_rounds(blocks: list[list[float]]) -> float | None:

@@ -55,15 +55,19 @@ from perfsuite.gate.verdicts import (
 )
 
 # Worker pairs per gate (processes per side). Each is one cluster of the interval, so the t interval has
-# WORKER_PAIRS - 1 degrees of freedom at the last look (docs/validation.md, "Variance components").
-WORKER_PAIRS = 8
+# WORKER_PAIRS - 1 degrees of freedom at the last look (docs/validation.md, "Variance components"). Twelve,
+# not eight: at the gate's one-sided 0.001 the t quantile falls from 4.8 (7 degrees of freedom) to 4.0
+# (11), so the same timed seconds in shorter visits give an interval about a quarter narrower; each pair
+# costs about 2 s of CPU to start (importing torch), once per gate.
+WORKER_PAIRS = 12
 # A block's target length: its calls (rounds) are sized from the step's time measured at set-up. One
 # call for steps of a few milliseconds: a block pair far shorter than the host's speed states (block
 # times in two states about 1.35x apart that switch within a second; docs/validation.md), so both
 # blocks of a pair see the same state and the pair's log ratio cancels it.
 BLOCK_S = 0.002
-# Timed seconds of one visit (both sides' blocks): its block pairs are sized from the step's time.
-VISIT_S = 0.6
+# Timed seconds of one visit (both sides' blocks): its block pairs are sized from the step's time
+# (at set-up, then from the blocks timed so far).
+VISIT_S = 0.4
 # Most block pairs in one visit (a very short step: the visit's length is then its pairs' overhead).
 MAX_BLOCK_PAIRS = 128
 # Block pairs that share one placement (inputs and spacer re-drawn every PLACEMENT_PAIRS block pairs):
@@ -137,12 +141,13 @@ class SequentialPlan:
         """Calls per block for a step of ``step_s`` seconds (``rounds``, else ``BLOCK_S`` of calls)."""
         return self.rounds or max(1, min(50, round(BLOCK_S / max(step_s, 1e-6))))
 
-    def blocks_for(self, step_s: float) -> int:
-        """Block pairs per visit (``blocks``, else ``VISIT_S`` of both sides' blocks, at least
-        ``MIN_CLUSTER_PAIRS`` so one visit completes a cluster)."""
+    def blocks_for(self, step_s: float, rounds: int = 0) -> int:
+        """Block pairs per visit (``blocks``, else ``VISIT_S`` of both sides' blocks of ``rounds``
+        calls, default ``rounds_for``; at least ``MIN_CLUSTER_PAIRS`` so one visit completes a cluster)."""
         if self.blocks:
             return self.blocks
-        pair_s = 2 * (self.rounds_for(step_s) + BLOCK_WARMUP_STEPS) * max(step_s, 1e-6)
+        calls = (rounds or self.rounds_for(step_s)) + BLOCK_WARMUP_STEPS
+        pair_s = 2 * calls * max(step_s, 1e-6)
         return max(MIN_CLUSTER_PAIRS, min(MAX_BLOCK_PAIRS, round(VISIT_S / pair_s)))
 
     def can_decide(self) -> bool:

@@ -29,6 +29,7 @@ the reasons then say the check was off).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 from pathlib import Path
@@ -53,9 +54,10 @@ def check_enabled(environ=None) -> bool:
     return value == "on"
 
 
+@functools.cache
 def kernel_tick_s() -> float:
     """The scheduler tick in seconds: ``1 / CONFIG_HZ`` from ``/boot/config-<release>`` or
-    ``/proc/config.gz``, else ``1 / DEFAULT_HZ``."""
+    ``/proc/config.gz``, else ``1 / DEFAULT_HZ`` (read once: the running kernel's)."""
     import gzip
 
     sources = [

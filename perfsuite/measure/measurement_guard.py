@@ -220,6 +220,24 @@ def _read_quietly(setting: _Setting) -> object:
             return f"<unreadable: {type(exc).__name__}>"
 
 
+def _same(original: object, now: object) -> bool:
+    """``now`` is ``original``, or torch's own ``_disable_dynamo`` wrapper of it (importing
+    ``torch._dynamo``, as ``torch.compile`` does, wraps ``torch.manual_seed`` so; a variant that merely
+    compiles is no tamperer). Recognised by its code's file, torch's ``_compile.py``, not by name."""
+    if now is original:
+        return True
+    code = getattr(now, "__code__", None)
+    return (
+        getattr(now, "__wrapped__", None) is original
+        and original is not None
+        and code is not None
+        and code.co_filename == _TORCH_COMPILE_FILE
+    )
+
+
+_TORCH_COMPILE_FILE = importlib.import_module("torch._compile").__file__
+
+
 @dataclasses.dataclass(frozen=True)
 class MeasurementState:
     """The guarded functions (by identity) and torch settings (by value) at one moment."""
@@ -233,10 +251,9 @@ class MeasurementState:
     @classmethod
     def capture(cls, extra: tuple[str, ...] = ()) -> MeasurementState:
         """The state now (``GUARDED_FUNCTIONS`` and the ``extra`` paths, ``SETTINGS``,
-        ``GUARDED_NAMESPACES``); missing modules are left out. ``torch._dynamo`` is imported first: its
-        import wraps ``torch.manual_seed``, and a variant or module that merely imports it
-        (``torch.compile``) must not look like a tamperer."""
-        importlib.import_module("torch._dynamo")
+        ``GUARDED_NAMESPACES``); missing modules are left out. ``torch._dynamo`` is not imported (1.5-2 s
+        of every gate worker's start): the wrapper its import puts around ``torch.manual_seed`` is
+        recognised instead (``_same``)."""
         functions = {}
         for path in GUARDED_FUNCTIONS + tuple(extra):
             found = _resolve(path)
@@ -257,7 +274,7 @@ class MeasurementState:
             current = vars(owner)
             for attribute, original in functions.items():
                 now = current.get(attribute)
-                if now is not original:
+                if not _same(original, now):
                     found.append((name, owner, attribute, original, now))
         return found
 
@@ -266,7 +283,7 @@ class MeasurementState:
         found = []
         for path, (owner, attribute, original) in self.functions.items():
             now = owner.__dict__.get(attribute)
-            if now is not original:
+            if not _same(original, now):
                 found.append(f"replaced {path.replace(':', '.')} with {_name(now)}")
         for name, _, attribute, _, now in self._replaced_in_namespaces():
             found.append(f"replaced {name}.{attribute} with {_name(now)}")
@@ -279,7 +296,7 @@ class MeasurementState:
     def restore(self) -> None:
         """Put every replaced function and changed setting back."""
         for owner, attribute, original in self.functions.values():
-            if owner.__dict__.get(attribute) is not original:
+            if not _same(original, owner.__dict__.get(attribute)):
                 if original is None:
                     delattr(owner, attribute)
                 else:

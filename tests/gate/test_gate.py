@@ -7,6 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from perfsuite.gate.sequential import WORKER_PAIRS
+
 from perfsuite.gate.ab import Side, run_ab
 from perfsuite.attention.cases import AttentionCase
 from perfsuite.cli.main import main
@@ -740,7 +742,11 @@ def test_sequential_options_make_the_plan():
     assert note is None
     assert plan == SequentialPlan(worker_pairs=4, budget_s=3, max_budget_s=9, rounds=2, blocks=5)
     defaults = build_parser().parse_args(["ab"])
-    assert (defaults.workers_per_side, defaults.budget_s, defaults.max_budget_s) == (8, 10.0, 30.0)
+    assert (defaults.workers_per_side, defaults.budget_s, defaults.max_budget_s) == (
+        WORKER_PAIRS,
+        10.0,
+        30.0,
+    )
     assert (defaults.blocks, defaults.rounds, defaults.alpha) == (0, 0, None)
     # a cap below the budget is raised to it, not refused
     assert sequential_plan(2, 0, 0, 5, 1, True)[0].max_budget_s == 5

@@ -187,7 +187,7 @@ def test_a_ten_percent_regression_is_caught_and_identical_code_confirmed():
 
 
 def test_it_stops_at_the_first_decisive_look():
-    """A 50% regression, 1% noise: decided at the first planned look (4 of 8 worker pairs) even at the
+    """A 50% regression, 1% noise: decided at the first planned look (half the worker pairs) even at the
     default alpha, whose first look spends almost nothing (O'Brien-Fleming)."""
     [outcome] = run_many(1, 3, math.log(1.5), 0.01, GateSettings())
     assert outcome.verdict == "slower" and outcome.stopped == "decisive" and outcome.looks == 1
@@ -213,7 +213,7 @@ def test_the_budget_ends_sampling_with_one_last_look_that_spends_what_is_left(mo
         return nominal_levels(fractions, alpha, final)
 
     monkeypatch.setattr(sequential, "nominal_levels", spy)
-    plan = SequentialPlan(budget_s=5, max_budget_s=5)
+    plan = SequentialPlan(worker_pairs=8, budget_s=5, max_budget_s=5)
     [outcome] = run_many(1, 4, 0.0, 0.4, GateSettings(), plan)
     assert outcome.stopped == "budget" and len(outcome.base_blocks) == 5 * 5
     assert outcome.looks == 2 <= len(plan.looks)
@@ -241,7 +241,7 @@ def test_a_bad_plan_names_its_looks(looks):
 
 def test_the_stated_method_names_its_source_and_levels():
     settings = GateSettings(alpha=0.01)
-    text = SequentialPlan(budget_s=5).describe(settings)
+    text = SequentialPlan(worker_pairs=8, budget_s=5).describe(settings)
     levels = nominal_levels((0.5, 0.75, 1.0), 0.01)
     assert "O'Brien-Fleming alpha spending (Lan & DeMets 1983)" in text
     assert "looks at 4, 6, 8 worker pairs" in text and "at most 5 s per benchmark" in text

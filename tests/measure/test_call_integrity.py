@@ -126,6 +126,31 @@ def test_a_changed_setting_or_timer_is_named_and_restored():
     assert state.changes() == []
 
 
+def test_torch_compiles_own_seed_wrapper_is_no_change_but_a_lookalike_of_a_timer_is():
+    import subprocess
+    import sys
+
+    # a fresh interpreter: torch._dynamo not imported before the capture (as in a gate worker)
+    script = (
+        "import functools, time, torch\n"
+        "from perfsuite.measure.measurement_guard import MeasurementState\n"
+        "state = MeasurementState.capture()\n"
+        "import torch._dynamo\n"
+        "print('after dynamo', state.changes())\n"
+        "real = time.perf_counter\n"
+        "time.perf_counter = functools.wraps(real)(lambda: real() * 0.9)\n"
+        "torch.manual_seed = torch._disable_dynamo(lambda seed: None)\n"
+        "print('after tampering', state.changes())\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    ).stdout
+    assert "after dynamo []" in out
+    tampered = out.split("after tampering")[1]
+    assert "replaced time.perf_counter" in tampered
+    assert "replaced torch.manual_seed" in tampered
+
+
 def _plain(query, key, value, mask, scale, mask_value, subtract_max=True):
     scores = torch.matmul(query, key.transpose(-2, -1)) * scale
     scores = scores + mask.masked_out.to(scores.dtype) * mask_value
