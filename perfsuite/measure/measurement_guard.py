@@ -278,14 +278,16 @@ class MeasurementState:
                     found.append((name, owner, attribute, original, now))
         return found
 
-    def changes(self) -> list[str]:
-        """One line per guarded function replaced and setting changed since the capture."""
+    def changes(self, namespaces: bool = True) -> list[str]:
+        """One line per guarded function replaced and setting changed since the capture
+        (``namespaces`` False: not the ``GUARDED_NAMESPACES``' thousands of functions, the timers and
+        settings only)."""
         found = []
         for path, (owner, attribute, original) in self.functions.items():
             now = owner.__dict__.get(attribute)
             if not _same(original, now):
                 found.append(f"replaced {path.replace(':', '.')} with {_name(now)}")
-        for name, _, attribute, _, now in self._replaced_in_namespaces():
+        for name, _, attribute, _, now in self._replaced_in_namespaces() if namespaces else ():
             found.append(f"replaced {name}.{attribute} with {_name(now)}")
         for setting in SETTINGS:
             before, now = self.settings[setting.name], _read_quietly(setting)
