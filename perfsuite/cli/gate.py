@@ -218,8 +218,8 @@ def add_commands(commands) -> None:
         "--blocks",
         type=at_least(1),
         default=0,
-        help="block pairs per worker-pair visit (default: sized from the step's time, about 0.6 s "
-        "a visit; below 3 with several worker pairs: structure only)",
+        help="block pairs per worker-pair visit (default: sized from the step's time, about 0.4 s "
+        "of calls a visit; below 3 with several worker pairs: structure only)",
     )
     ab.add_argument(
         "--rounds",

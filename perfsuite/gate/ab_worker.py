@@ -10,7 +10,7 @@ per line on stdin and answers one JSON line on stdout:
   gate's other workers of a side only time), ``{"missing": reason}`` or ``{"unsupported": reason}``. ``mode``: forward (default), backward or forward_backward.
   ``specs``: users' ``module:function`` variants to register first (entry points of the
   ``perfsuite.variants`` group always are). ``slowdown`` (0.1 = 10%) adds busy CPU work after
-  each step, lasting that fraction of the step's median measured at setup (calibration of
+  each step, lasting that fraction of the same call's time (calibration of
   the gate: a real slowdown, not a sleep);
 * ``{"time": rounds, "warmup": n, "placement": seed}`` -> ``{"times": [seconds, ...], "cpu_times": [...],
   "contention": {...}, "clock": ..., "block_s": seconds}``; with ``placement`` (an integer, host clock only) the
@@ -84,7 +84,7 @@ class Worker:
         self.device_sampler = None  # a DeviceSampler on CUDA: rounds on the device clock
         self.clock = "host"
         self.prepared = self.mode = self.case = None  # the benchmark set up last (host clock)
-        self.extra_s = 0.0  # injected busy seconds after each step (calibration)
+        self.slowdown = 0.0  # injected busy work after each step, a fraction of its time (calibration)
         self.placed: tuple[int, object, object] | None = None  # (seed, step, spacer) last drawn
 
     def setup(self, request: dict) -> dict:
@@ -145,15 +145,26 @@ class Worker:
             self.device_sampler.warm_up()  # by device time: clocks up before the first block
             return {**found, "clock": self.clock, "cuda_graph": self.device_sampler.cuda_graph}
         step_s = statistics.median(self._times(step, 7))
-        self.extra_s = request.get("slowdown", 0.0) * step_s
+        self.slowdown = request.get("slowdown", 0.0)
         self.prepared, self.mode, self.case = prepared, mode, case
         self.forward = self._with_slowdown(step)
         self._times(self.forward, 5)  # warm-up
         return {**found, "clock": self.clock, "step_s": step_s}
 
     def _with_slowdown(self, step):
-        extra_s = self.extra_s
-        return step if not extra_s else (lambda: (step(), _spin(extra_s)))
+        """``step``, followed by busy work lasting ``slowdown`` times that call's own seconds: a
+        regression proportional to the work in whatever speed state the call ran (a fraction of the
+        set-up's first steps, which run slower than warm ones, injected 5% for a requested 3%)."""
+        slowdown = self.slowdown
+        if not slowdown:
+            return step
+
+        def slowed():
+            start = _WALL()
+            step()
+            _spin(slowdown * (_WALL() - start))
+
+        return slowed
 
     def _placed(self, seed: int):
         """The step rebuilt on inputs re-created at offsets drawn from ``seed``, and the spacer to hold

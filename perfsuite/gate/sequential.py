@@ -56,8 +56,8 @@ from perfsuite.gate.verdicts import (
 
 # Worker pairs per gate (processes per side). Each is one cluster of the interval, so the t interval has
 # WORKER_PAIRS - 1 degrees of freedom at the last look (docs/validation.md, "Variance components"). Twelve,
-# not eight: at the gate's one-sided 0.001 the t quantile falls from 4.8 (7 degrees of freedom) to 4.0
-# (11), so the same timed seconds in shorter visits give an interval about a quarter narrower; each pair
+# not eight: at the last look's one-sided 0.00095 the t quantile falls from 4.8 (7 degrees of freedom) to
+# 4.1 (11), so the same timed seconds in shorter visits give an interval about a quarter narrower; each pair
 # costs about 2 s of CPU to start (importing torch), once per gate.
 WORKER_PAIRS = 12
 # A block's target length: its calls (rounds) are sized from the step's time measured at set-up. One
