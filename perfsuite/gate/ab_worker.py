@@ -84,7 +84,8 @@ class Worker:
         self.device_sampler = None  # a DeviceSampler on CUDA: rounds on the device clock
         self.clock = "host"
         self.prepared = self.mode = self.case = None  # the benchmark set up last (host clock)
-        self.slowdown = 0.0  # injected busy work after each step, a fraction of its time (calibration)
+        # injected busy work after each step, a fraction of its time (calibration)
+        self.slowdown = 0.0
         self.placed: tuple[int, object, object] | None = None  # (seed, step, spacer) last drawn
 
     def setup(self, request: dict) -> dict:

@@ -55,7 +55,7 @@ from perfsuite.gate.verdicts import (
 )
 
 # Worker pairs per gate (processes per side). Each is one cluster of the interval, so the t interval has
-# WORKER_PAIRS - 1 degrees of freedom at the last look (docs/validation.md, "Variance components"). Twelve,
+# WORKER_PAIRS - 1 degrees of freedom at the last look (docs/validation.md, "Gate timing, warm worker pairs"). Twelve,
 # not eight: at the last look's one-sided 0.00095 the t quantile falls from 4.8 (7 degrees of freedom) to
 # 4.1 (11), so the same timed seconds in shorter visits give an interval about a quarter narrower; each pair
 # costs about 2 s of CPU to start (importing torch), once per gate.
