@@ -500,6 +500,31 @@ def test_a_serving_engineers_paged_decode_and_varlen_prefill_pass_the_check(user
     assert "paged_decode does not declare varlen" in output
 
 
+def check_failing_module(
+    repo, module: str, source: str, function: str, *options: str
+) -> tuple[str, list[str]]:
+    """``perfsuite run --check`` (forward, not isolated) on ``function`` of a module ``myattn.<module>``
+    written from ``source`` for this run only; asserts it failed (exit 1) and returns its output and
+    its ``FAILED`` lines."""
+    path = repo.path / "src" / "myattn" / f"{module}.py"
+    path.write_text(source)
+    try:
+        result = repo.perfsuite(
+            "run",
+            "--check",
+            f"--perfsuite-variant=myattn.{module}:{function}",
+            f"--perfsuite-variants={function}",
+            *options,
+            "--perfsuite-modes=forward",
+            "--perfsuite-isolate=none",
+        )
+    finally:
+        path.unlink()
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output
+    return output, [line for line in output.splitlines() if line.startswith("FAILED ")]
+
+
 def test_one_extra_score_copy_is_explained_once_and_referred_to_by_the_other_checks(user_repo):
     """An out-of-place ``masked_fill`` in a function declared in place (no copy declared) is one
     mistake: of the three checks that count it (copies per step, score accounting, the
@@ -507,27 +532,11 @@ def test_one_extra_score_copy_is_explained_once_and_referred_to_by_the_other_che
     skip, referring to it in one line: one FAILED. Before: three full failures, none naming
     ``masked_fill``; then three FAILED, two of them one-line references."""
     repo, *_ = user_repo
-    copying = repo.path / "src" / "myattn" / "copying.py"
-    copying.write_text(
-        ATTENTION.replace("def blocked_attention(", "def copying_attention(").replace(
-            'scores.masked_fill_(mask.masked_out, float("-inf"))',
-            'scores = scores.masked_fill(mask.masked_out, float("-inf"))',
-        )
+    source = ATTENTION.replace("def blocked_attention(", "def copying_attention(").replace(
+        'scores.masked_fill_(mask.masked_out, float("-inf"))',
+        'scores = scores.masked_fill(mask.masked_out, float("-inf"))',
     )
-    try:
-        result = repo.perfsuite(
-            "run",
-            "--check",
-            "--perfsuite-variant=myattn.copying:copying_attention",
-            "--perfsuite-variants=copying_attention",
-            "--perfsuite-modes=forward",
-            "--perfsuite-isolate=none",
-        )
-    finally:
-        copying.unlink()
-    output = result.stdout + result.stderr
-    assert result.returncode == 1, output
-    failed = [line for line in output.splitlines() if line.startswith("FAILED ")]
+    output, failed = check_failing_module(repo, "copying", source, "copying_attention")
     assert len(failed) == 1, output
     named = (
         f"copying_attention on {CASE}: 1 extra copy of the score matrix per forward: copy "
@@ -634,23 +643,9 @@ def test_a_window_off_by_one_fails_once_per_case_its_first_line_naming_the_windo
     properties and the benchmark skip, referring to it. Before: 3-4 FAILED on the case, each first
     line ``not within atol=..., rtol=... of the float64 reference; worst element ...``."""
     repo, *_ = user_repo
-    gemma = repo.path / "src" / "myattn" / "gemma.py"
-    gemma.write_text(GEMMA_WINDOW)
-    try:
-        result = repo.perfsuite(
-            "run",
-            "--check",
-            "--perfsuite-variant=myattn.gemma:gemma_attention",
-            "--perfsuite-variants=gemma_attention",
-            f"--perfsuite-cases={WINDOW_CASE}",
-            "--perfsuite-modes=forward",
-            "--perfsuite-isolate=none",
-        )
-    finally:
-        gemma.unlink()
-    output = result.stdout + result.stderr
-    assert result.returncode == 1, output
-    failed = [line for line in output.splitlines() if line.startswith("FAILED ")]
+    output, failed = check_failing_module(
+        repo, "gemma", GEMMA_WINDOW, "gemma_attention", f"--perfsuite-cases={WINDOW_CASE}"
+    )
     assert len(failed) == 1 and "test_matches_float64_reference[gemma_attention-" in failed[0], (
         output
     )
