@@ -33,7 +33,7 @@ from typing import Any
 from perfsuite.attention.cases import parse_case_id
 from perfsuite.attention.modes import Mode
 from perfsuite.errors import GateTampered, IncomparableRuns, UsageError, WorkerError
-from perfsuite.gate.compare import BenchmarkComparison, BenchmarkKey
+from perfsuite.gate.compare import NOT_TIMED_NOTE, BenchmarkComparison, BenchmarkKey
 from perfsuite.measure.conditions import required_env
 from perfsuite.measure.contention import (
     brief_reason,
@@ -519,7 +519,7 @@ def run_benchmark(
             None,
             Verdict.INCONCLUSIVE,
             structure,
-            "not timed: structure only",
+            NOT_TIMED_NOTE,
             added,
         )
         return AbBenchmark(key, [], [], comparison, fingerprints=fingerprints, clock=clock_name)

@@ -285,6 +285,8 @@ def _ms(value: float | None) -> str:
 
 # the table shows this many structural lines of a benchmark
 STRUCTURE_CELL_LINES = 8
+# The note of a benchmark a plan that can decide nothing did not time (``perfsuite ab --budget-s 0``).
+NOT_TIMED_NOTE = "not timed: structure only"
 
 
 INTERVAL_DIGITS = (

@@ -10,6 +10,7 @@ import dataclasses
 from typing import Any
 
 from perfsuite.gate.compare import (
+    NOT_TIMED_NOTE,
     UNPAIRED_METHOD,
     BenchmarkComparison,
     check_compatible,
@@ -153,10 +154,13 @@ class GateOutcome:
     def _timing_notes(self, counts: dict[str, int]) -> list[str]:
         """What the timings did not decide, on PASS and FAIL lines alike."""
         notes = []
-        if counts[Verdict.INCONCLUSIVE]:
+        untimed = sum(c.note == NOT_TIMED_NOTE for c in self.comparisons)
+        if counts[Verdict.INCONCLUSIVE] > untimed:
             notes.append(
                 "inconclusive timings decide nothing: a larger --budget-s or a quieter machine"
             )
+        if untimed:
+            notes.append(f"{untimed} not timed: this gate judged structure only")
         if counts[CONTENDED_VERDICT]:
             notes.append(
                 f"WARNING: {counts[CONTENDED_VERDICT]} {self._why_contended()}, not judged"
@@ -197,16 +201,16 @@ def failure_reason(comparison: BenchmarkComparison, fail_on_structure: bool) -> 
             line for line in comparison.structure if not line.startswith(NO_WORK_PREFIX)
         ]
         others = len(comparison.structure) - len(work)
-        reasons.append(
-            "structure adds work: "
-            + "; ".join(work)
-            + (
-                f" ({others} other structural lines, removals among them, in the table)"
-                if others > 0
-                else ""
-            )
-        )
+        reasons.append("structure adds work: " + "; ".join(work) + _other_lines(others))
     return ", ".join(reasons) or None
+
+
+def _other_lines(count: int) -> str:
+    """The structural lines a failure reason leaves out (they add nothing), and where they are."""
+    if count <= 0:
+        return ""
+    lines = plural(count, "other structural line")
+    return f" ({lines}, adding nothing: the table's structure cell, all of them in `perfsuite ab --json`)"
 
 
 def judge(
@@ -248,10 +252,13 @@ def judge(
 
 
 def untimed_first_line(outcome: GateOutcome) -> str:
-    """The report's first line when timing judged none of the benchmarks (every one inconclusive or
-    contended): said before the table, not only in the verdict at its end; "" otherwise."""
+    """The report's first line when timing judged none of the benchmarks it timed (every one inconclusive
+    or contended): said before the table, not only in the verdict at its end; "" otherwise, and for a
+    structure-only gate (``NOT_TIMED_NOTE``: nothing was asked of timing)."""
     if outcome.judged_nothing or not outcome.comparisons or outcome._timed():
         return ""
+    if all(c.note == NOT_TIMED_NOTE for c in outcome.comparisons):
+        return ""  # structure only, as asked: the verdict line says so
     shown = ", ".join(f"{n} {v}" for v, n in outcome._counts().items() if n)
     return (
         f"**perfsuite gate: timing judged none of the {plural(len(outcome.comparisons), 'benchmark')} "

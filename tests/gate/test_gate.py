@@ -931,6 +931,33 @@ def test_a_pass_that_judged_no_timing_says_so(tmp_path, capsys):
     assert "; decided by timing and structure" in capsys.readouterr().out
 
 
+def test_a_structure_only_gate_asks_for_no_budget_and_has_one_verdict_line():
+    """``perfsuite ab --budget-s 0`` times nothing, as asked: no bold "timing judged none" line before the
+    table, no advice to raise the budget; the verdict line says the benchmarks were not timed. A gate whose
+    timings were taken and judged nothing still leads with that line."""
+    from perfsuite.gate.compare import NOT_TIMED_NOTE, BenchmarkComparison
+    from perfsuite.gate.flow import judge
+
+    copy = "+1 copy cpu aten::clone [2x2] (+16 B per step)"
+    untimed = [
+        BenchmarkComparison(
+            "a/k", None, None, None, Verdict.INCONCLUSIVE, [copy], NOT_TIMED_NOTE, True
+        ),
+        BenchmarkComparison(
+            "b/k", None, None, None, Verdict.INCONCLUSIVE, [], NOT_TIMED_NOTE, False
+        ),
+    ]
+    outcome = judge(untimed, GateSettings(), "t", "m", fail_on_structure=True)
+    assert outcome.report_md.count("**perfsuite gate:") == 1
+    assert outcome.verdict_line.startswith("perfsuite gate: FAIL: 1 of 2 benchmarks regressed")
+    assert "--budget-s" not in outcome.verdict_line
+    assert outcome.verdict_line.endswith("; 2 not timed: this gate judged structure only")
+    timed = [dataclasses.replace(c, note="") for c in untimed]
+    outcome = judge(timed, GateSettings(), "t", "m", fail_on_structure=True)
+    assert outcome.report_md.startswith("**perfsuite gate: timing judged none of the 2 benchmarks")
+    assert "a larger --budget-s" in outcome.verdict_line
+
+
 def test_the_ab_worker_fingerprint_holds_score_writes_and_saved_bytes_as_a_saved_run_does():
     """``ab --fail-on-structure`` judges the same facts as ``compare``: score writes, work, saved bytes."""
     from perfsuite.gate.ab_worker import Worker
@@ -1196,4 +1223,7 @@ def test_a_long_structural_diff_is_cut_in_the_table_and_the_fail_line_counts_the
     comparison = BenchmarkComparison("k", 1.0, 1.0, None, Verdict.NO_CHANGE, lines, "", True)
     reason = failure_reason(comparison, True)
     assert reason.startswith("structure adds work: +1 copy cpu aten::clone")
-    assert reason.endswith("(20 other structural lines, removals among them, in the table)")
+    assert reason.endswith(
+        "(20 other structural lines, adding nothing: the table's structure cell, all of them in "
+        "`perfsuite ab --json`)"
+    )

@@ -101,5 +101,6 @@ def test_the_adds_work_reason_lists_only_what_the_head_added():
     reason = failure_reason(BenchmarkComparison("k", 1.0, 1.0, None, "same", lines, "", True), True)
     assert reason == (
         "structure adds work: +1 copy cpu aten::clone [2x8x512x512] "
-        f"({len(lines) - 1} other structural lines, removals among them, in the table)"
+        f"({len(lines) - 1} other structural lines, adding nothing: the table's structure cell, all of "
+        "them in `perfsuite ab --json`)"
     )
