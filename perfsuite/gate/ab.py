@@ -581,7 +581,7 @@ def benchmark_note(outcome, visits: Visits, settings: GateSettings) -> str:
     note += f" ({visits.shared} under a load on both sides)" if visits.shared else ""
     note += f", {set_aside} contended set aside" if set_aside else ""
     if outcome.estimate is not None and outcome.estimate.clusters:
-        note += f", {outcome.estimate.clusters} worker pairs"
+        note += f", {outcome.estimate.clusters} worker pair{'s' if outcome.estimate.clusters > 1 else ''}"
     if outcome.floor_used:
         note += "; interval widened to the A/A noise floor"
     if outcome.contended_note:

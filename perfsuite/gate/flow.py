@@ -253,16 +253,18 @@ def judge(
 
 def untimed_first_line(outcome: GateOutcome) -> str:
     """The report's first line when timing judged none of the benchmarks it timed (every one inconclusive
-    or contended): said before the table, not only in the verdict at its end; "" otherwise, and for a
+    or contended), with the gate's verdict word: said before the table, not only in the verdict at its end
+    (a reader of the first line alone must not miss a FAIL); "" otherwise, and for a
     structure-only gate (``NOT_TIMED_NOTE``: nothing was asked of timing)."""
     if outcome.judged_nothing or not outcome.comparisons or outcome._timed():
         return ""
     if all(c.note == NOT_TIMED_NOTE for c in outcome.comparisons):
         return ""  # structure only, as asked: the verdict line says so
     shown = ", ".join(f"{n} {v}" for v, n in outcome._counts().items() if n)
+    word = outcome.verdict_line.split(": ")[1]  # PASS, FAIL or NOT JUDGED, as the last line says
     return (
-        f"**perfsuite gate: timing judged none of the {plural(len(outcome.comparisons), 'benchmark')} "
-        f"({shown}); {outcome.decided_by()}**\n\n"
+        f"**perfsuite gate: {word}: timing judged none of the "
+        f"{plural(len(outcome.comparisons), 'benchmark')} ({shown}); {outcome.decided_by()}**\n\n"
     )
 
 

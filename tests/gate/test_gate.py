@@ -934,7 +934,7 @@ def test_a_pass_that_judged_no_timing_says_so(tmp_path, capsys):
 def test_a_structure_only_gate_asks_for_no_budget_and_has_one_verdict_line():
     """``perfsuite ab --budget-s 0`` times nothing, as asked: no bold "timing judged none" line before the
     table, no advice to raise the budget; the verdict line says the benchmarks were not timed. A gate whose
-    timings were taken and judged nothing still leads with that line."""
+    timings were taken and judged nothing still leads with that line, and it says PASS or FAIL."""
     from perfsuite.gate.compare import NOT_TIMED_NOTE, BenchmarkComparison
     from perfsuite.gate.flow import judge
 
@@ -954,7 +954,10 @@ def test_a_structure_only_gate_asks_for_no_budget_and_has_one_verdict_line():
     assert outcome.verdict_line.endswith("; 2 not timed: this gate judged structure only")
     timed = [dataclasses.replace(c, note="") for c in untimed]
     outcome = judge(timed, GateSettings(), "t", "m", fail_on_structure=True)
-    assert outcome.report_md.startswith("**perfsuite gate: timing judged none of the 2 benchmarks")
+    # its first line carries the verdict the last line gives: a reader of the first line alone sees the FAIL
+    assert outcome.report_md.startswith(
+        "**perfsuite gate: FAIL: timing judged none of the 2 benchmarks"
+    )
     assert "a larger --budget-s" in outcome.verdict_line
 
 
