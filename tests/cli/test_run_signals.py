@@ -28,11 +28,15 @@ def _timed():
 
 
 def slow_sdpa(query, key, value, *, mask, scale):
-    """sdpa that sleeps in the second case; marks when that case's timing is under way."""
+    """sdpa that sleeps in the second case; marks when that case's timing is under way and holds that
+    call until the test's signal ends it (perfsuite run times a case for about 0.5 s: a signal sent after
+    the marker must not depend on the machine's speed to land inside it)."""
     if query.shape[2] == 32:
         time.sleep(0.02)
-        if _timed():
-            pathlib.Path("timing-started").write_text("")
+        marker = pathlib.Path("timing-started")
+        if _timed() and not marker.exists():
+            marker.write_text("")
+            time.sleep(120)
     return torch.nn.functional.scaled_dot_product_attention(query, key, value, is_causal=mask.is_causal, scale=scale)
 '''
 CONFIG = """[tool.pytest.ini_options]
@@ -40,7 +44,7 @@ perfsuite_user_variants = ["slowattn:slow_sdpa"]
 perfsuite_variants = "slow_sdpa"
 perfsuite_cases = "b1h2s16d8-fp32-causal-cpu b1h2s32d8-fp32-causal-cpu"
 perfsuite_modes = "forward"
-addopts = "-p no:randomly --benchmark-min-rounds=200 --benchmark-max-time=30"
+addopts = "-p no:randomly"
 """
 
 
