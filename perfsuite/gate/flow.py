@@ -151,10 +151,14 @@ class GateOutcome:
             )
         }
 
+    def _not_timed(self) -> int:
+        """Benchmarks a structure-only plan did not time (``NOT_TIMED_NOTE``)."""
+        return sum(c.note == NOT_TIMED_NOTE for c in self.comparisons)
+
     def _timing_notes(self, counts: dict[str, int]) -> list[str]:
         """What the timings did not decide, on PASS and FAIL lines alike."""
         notes = []
-        untimed = sum(c.note == NOT_TIMED_NOTE for c in self.comparisons)
+        untimed = self._not_timed()
         if counts[Verdict.INCONCLUSIVE] > untimed:
             notes.append(
                 "inconclusive timings decide nothing: a larger --budget-s or a quieter machine"
@@ -258,7 +262,7 @@ def untimed_first_line(outcome: GateOutcome) -> str:
     structure-only gate (``NOT_TIMED_NOTE``: nothing was asked of timing)."""
     if outcome.judged_nothing or not outcome.comparisons or outcome._timed():
         return ""
-    if all(c.note == NOT_TIMED_NOTE for c in outcome.comparisons):
+    if outcome._not_timed() == len(outcome.comparisons):
         return ""  # structure only, as asked: the verdict line says so
     shown = ", ".join(f"{n} {v}" for v, n in outcome._counts().items() if n)
     word = outcome.verdict_line.split(": ")[1]  # PASS, FAIL or NOT JUDGED, as the last line says
