@@ -242,7 +242,9 @@ def add_commands(commands) -> None:
         metavar="AA_JSON",
         help="an A/A run's `perfsuite ab --json` document (repeatable): each benchmark's spread "
         "between worker pairs there is the least the gate assumes (the nightly A/A job of "
-        "`perfsuite init-ci` records them)",
+        "`perfsuite init-ci` records them). With the history on, the A/A gates recorded in its "
+        "store on this machine (the newest 7 per benchmark) set the floor without this option; a "
+        "document given here overrides them for its benchmarks",
     )
     ab.add_argument("--json", help="write raw blocks and verdicts here")
     add_gate_options(ab)
@@ -362,10 +364,14 @@ def _run_ab(args: argparse.Namespace) -> int:
         run_ab,
         write_json,
     )
-    from perfsuite.gate.noise_floor import floors_from_files
+    from perfsuite.gate.noise_floor import (
+        HISTORY_AA_GATES,
+        floors_from_files,
+        floors_from_history,
+    )
     from perfsuite.gate.flow import judge
     from perfsuite.gate.worktrees import git_worktrees, ref_commits
-    from perfsuite.history.recording import AbSide, record_ab
+    from perfsuite.history.recording import AbSide, aa_spreads_here, record_ab
 
     contended_pairs = ContendedPairs(args.contended_pairs)  # a choice argparse checked
     settings, plan, note = ab_settings_and_plan(args)
@@ -380,6 +386,18 @@ def _run_ab(args: argparse.Namespace) -> int:
         config = resolve_ab(AbOptions.from_args(args), trees, commits)
         for line in config.header_lines():
             print(line, file=sys.stderr)
+
+        def noise_floors(info: dict) -> dict[str, float]:
+            """The history's A/A floors on this machine (history on), a --noise-floor document's over them."""
+            spreads, line = (
+                aa_spreads_here(info, HISTORY_AA_GATES, config.history_url)
+                if config.history
+                else ({}, "")
+            )
+            if line:
+                print(line, file=sys.stderr)
+            return floors_from_history(spreads) | floors
+
         base = Side(config.base_tree, args.base_variant, python=args.base_python)
         head = Side(config.head_tree, args.head_variant, python=args.head_python)
         results, info = run_ab(
@@ -395,7 +413,7 @@ def _run_ab(args: argparse.Namespace) -> int:
             specs=config.variant_specs,
             timing_threads=args.timing_threads,
             contended_pairs=contended_pairs,
-            noise_floors=floors,
+            noise_floors=noise_floors,
             call_limit_s=args.call_limit_s,
             variant_case_ids=config.variant_case_ids,
         )

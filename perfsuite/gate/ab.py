@@ -33,7 +33,12 @@ from typing import Any
 from perfsuite.attention.cases import parse_case_id
 from perfsuite.attention.modes import Mode
 from perfsuite.errors import GateTampered, IncomparableRuns, UsageError, WorkerError
-from perfsuite.gate.compare import NOT_TIMED_NOTE, BenchmarkComparison, BenchmarkKey
+from perfsuite.gate.compare import (
+    NOT_TIMED_NOTE,
+    BenchmarkComparison,
+    BenchmarkKey,
+    format_ratio_interval,
+)
 from perfsuite.measure.conditions import required_env
 from perfsuite.measure.contention import (
     brief_reason,
@@ -45,21 +50,25 @@ from perfsuite.measure.machine import MUST_MATCH, machine_differences
 from perfsuite.trace.structure import adds_work, diff_fingerprints
 from perfsuite.gate.worktrees import describe_tree
 from perfsuite.gate.intervals import PairSample
+from perfsuite.gate.noise_floor import between_pairs_sd
 from perfsuite.gate.outside_clock import ClockCheck
 from perfsuite.measure.call_limit import default_limit_s
 from perfsuite.gate.sequential import (
     BLOCK_WARMUP_STEPS,
     PLACEMENT_PAIRS,
     WARMUP_STEPS,
+    Progress,
     SequentialPlan,
     sequential_visits,
 )
 from perfsuite.gate.verdicts import (
+    DECISIVE,
     DEFAULT_CONTENDED_PAIRS,
     ContendedPairs,
     GateSettings,
     Verdict,
     below_min_effect,
+    why_inconclusive,
 )
 
 # The same, fixed process conditions for both sides, and for every timed run: the list and the
@@ -527,7 +536,13 @@ def run_benchmark(
     visits = Visits(
         bases, heads, plan, step_s, request, placement_seed(seed, key), contended_pairs, limit_s
     )
-    outcome = sequential_visits(visits, settings, plan, clock, floor_sd)
+
+    def on_progress(moment: Progress) -> None:
+        progress(progress_line(moment, plan))
+
+    outcome = sequential_visits(
+        visits, settings, plan, clock, floor_sd, on_progress if progress else None
+    )
     return AbBenchmark(
         key,
         outcome.base_blocks,
@@ -552,6 +567,22 @@ def run_benchmark(
         outcome.cpu_seconds,
         outcome.clusters,
         visits.rounds,
+    )
+
+
+def progress_line(moment: Progress, plan: SequentialPlan) -> str:
+    """A look or the contended extension as one indented progress line (the gate's stderr)."""
+    unit = "worker pairs" if plan.clustered else "visits"
+    if moment.estimate is None:
+        return (
+            f"  {moment.contended} of {moment.pairs} block pairs contended (other processes took the "
+            f"CPU): sampling on past the {plan.budget_s:g} s budget, up to {plan.max_budget_s:g} s"
+        )
+    e = moment.estimate
+    decided = f": {moment.verdict}" if moment.verdict in DECISIVE else ""
+    return (
+        f"  look at {moment.complete} of {moment.planned} {unit}, {moment.seconds:.0f} s: head/base "
+        f"{format_ratio_interval(e.ratio, e.low, e.high, e.clusters or e.units)}{decided}"
     )
 
 
@@ -588,6 +619,8 @@ def benchmark_note(outcome, visits: Visits, settings: GateSettings) -> str:
         note += f"; {outcome.contended_note}"
     if small := below_min_effect(outcome.estimate, outcome.verdict, settings):
         note += f"; {small}"
+    if why := why_inconclusive(outcome.estimate, outcome.verdict, settings):
+        note += f"; {why}"
     if visits.reasons:
         note += f"; last contended block: {visits.reasons[-1]}"
     return note
@@ -630,7 +663,7 @@ def run_ab(
     specs: tuple[str, ...] = (),
     timing_threads: int | None = None,
     contended_pairs: ContendedPairs = DEFAULT_CONTENDED_PAIRS,
-    noise_floors: dict[str, float] | None = None,
+    noise_floors: dict[str, float] | Callable[[dict], dict[str, float]] | None = None,
     call_limit_s: float | None = None,
     variant_case_ids: Mapping[str, tuple[str, ...]] | None = None,
 ) -> tuple[list[AbBenchmark], dict]:
@@ -641,7 +674,8 @@ def run_ab(
     them from its own tree). A variant without backward is gated in forward only. ``timing_threads``:
     the torch thread count of both workers (``TIMING_THREADS_ENV``; None: the machine's default).
     ``contended_pairs``: which contended block pairs are kept (``ContendedPairs``). ``noise_floors``:
-    per benchmark key, the A/A noise floor (``noise_floor.floors_from_payloads``). ``call_limit_s``: the
+    per benchmark key, the A/A noise floor (``noise_floor.floors_from_payloads``), or a function of the
+    head worker's machine info that returns them (the history's floors are this machine's). ``call_limit_s``: the
     seconds a worker's set-up may take (``run_benchmark``). ``variant_case_ids``: a variant bound to its
     model's case sets -> its own cases (the others run ``case_ids``). ``progress`` hears of each benchmark
     that runs, once both sides set it up (a variant that cannot run a case prints nothing). All worker processes
@@ -657,6 +691,7 @@ def run_ab(
             heads.append(WorkerProcess(head_side, timing_threads, "head"))
         devices = sorted({parse_case_id(c).device for c in case_ids})
         info = check_same_machine(bases[0], heads[0], devices, force)
+        floors = noise_floors(info) if callable(noise_floors) else (noise_floors or {})
         results = []
         for variant in variants:
             for case_id in (variant_case_ids or {}).get(variant, case_ids):
@@ -673,7 +708,7 @@ def run_ab(
                         mode,
                         specs,
                         contended_pairs,
-                        floor_sd=(noise_floors or {}).get(key, 0.0),
+                        floor_sd=floors.get(key, 0.0),
                         call_limit_s=call_limit_s,
                         progress=progress,
                     )
@@ -694,8 +729,9 @@ def ab_payload(
     """The raw blocks, fingerprints and verdicts of an A/B run (``--json``; the history store reads it).
     Per benchmark, ``contended_pairs`` lists which pairs were set aside, ``wait_shares`` the base
     and head blocks' wait shares per pair, and ``clusters`` the worker pair that timed each pair
-    (None: pooled, one worker per side)."""
-    return {
+    (None: pooled, one worker per side); ``between_pairs_sd`` the spread between worker pairs
+    (``noise_floor.between_pairs_sd``, log units; None without two worker pairs)."""
+    payload = {
         "schema_version": 3,
         "contended_pair_policy": str(contended_pairs),
         "workers_per_side": plan.worker_pairs,
@@ -731,6 +767,9 @@ def ab_payload(
             for r in results
         ],
     }
+    for benchmark in payload["benchmarks"]:  # an A/A gate's is the noise floor of later ones
+        benchmark["between_pairs_sd"] = between_pairs_sd(benchmark)
+    return payload
 
 
 def write_json(path: Path, payload: dict) -> None:

@@ -63,6 +63,13 @@ class GateOutcome:
         return sum(c.verdict in (Verdict.INCONCLUSIVE, CONTENDED_VERDICT) for c in self.comparisons)
 
     @property
+    def word(self) -> str:
+        """``PASS``, ``FAIL`` or ``NOT JUDGED``: the verdict word of ``verdict_line`` and the exit code."""
+        if self.exit_code == EXIT_REGRESSION:
+            return "FAIL"
+        return "NOT JUDGED" if self.exit_code == EXIT_UNUSABLE else "PASS"
+
+    @property
     def verdict_line(self) -> str:
         """The last line a reviewer reads: PASS/FAIL, the count behind it, and which half decided
         (``decided by timing``, ``by structure``, ``by timing and structure``)."""
@@ -265,9 +272,8 @@ def untimed_first_line(outcome: GateOutcome) -> str:
     if outcome._not_timed() == len(outcome.comparisons):
         return ""  # structure only, as asked: the verdict line says so
     shown = ", ".join(f"{n} {v}" for v, n in outcome._counts().items() if n)
-    word = outcome.verdict_line.split(": ")[1]  # PASS, FAIL or NOT JUDGED, as the last line says
     return (
-        f"**perfsuite gate: {word}: timing judged none of the "
+        f"**perfsuite gate: {outcome.word}: timing judged none of the "
         f"{plural(len(outcome.comparisons), 'benchmark')} ({shown}); {outcome.decided_by()}**\n\n"
     )
 

@@ -6,19 +6,27 @@ main --json aa.json``, the nightly job ``perfsuite init-ci`` writes) measures, p
 standard deviation between its worker pairs' estimates when nothing changed; ``perfsuite ab
 --noise-floor aa.json`` makes that the least the gate assumes (``sequential.look_estimate``). Several
 A/A documents pool their variances (the root of the mean variance), so one lucky night does not set a
-low floor.
+low floor. A recorded A/A gate keeps its spread in the history store too (the head's
+``ab_between_pairs_sd``); ``perfsuite ab`` with the history on reads the newest ``HISTORY_AA_GATES`` of
+this testbed (``floors_from_history``), and a ``--noise-floor`` document overrides them per benchmark.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
+from perfsuite.attention.modes import Mode
 from perfsuite.errors import UsageError
+from perfsuite.gate.compare import BenchmarkKey
 from perfsuite.gate.intervals import cluster_estimates, pair_log_ratios
+
+# A/A gates per benchmark the history's floor pools: the newest seven (the nightly workflow's week).
+HISTORY_AA_GATES = 7
 
 
 def between_pairs_sd(benchmark: dict) -> float | None:
@@ -36,16 +44,31 @@ def between_pairs_sd(benchmark: dict) -> float | None:
     return float(estimates.std(ddof=1)) if len(estimates) >= 2 else None
 
 
+def pooled_sd(sds: Sequence[float]) -> float:
+    """Several A/A runs' standard deviations pooled: the root of their mean variance."""
+    return math.sqrt(float(np.mean(np.square(sds))))
+
+
 def floors_from_payloads(payloads: list[dict]) -> dict[str, float]:
     """Per benchmark key, the pooled between-worker-pair standard deviation of A/A ``payloads``
-    (``ab --json`` documents): ``sqrt(mean of the variances)`` over the documents that measured it."""
-    variances: dict[str, list[float]] = {}
+    (``ab --json`` documents, ``pooled_sd``) over the documents that measured it."""
+    spreads: dict[str, list[float]] = {}
     for payload in payloads:
         for benchmark in payload.get("benchmarks", []):
             sd = between_pairs_sd(benchmark)
             if sd is not None:
-                variances.setdefault(benchmark["key"], []).append(sd**2)
-    return {key: math.sqrt(float(np.mean(v))) for key, v in variances.items()}
+                spreads.setdefault(benchmark["key"], []).append(sd)
+    return {key: pooled_sd(sds) for key, sds in spreads.items()}
+
+
+def floors_from_history(spreads: Mapping[str, Sequence[float]]) -> dict[str, float]:
+    """Per benchmark key (``variant/case`` for the forward, as the gate names it), the pooled floor of
+    the A/A gates a history store holds (``Store.aa_spreads``: by stored name, ``variant/case/mode``)."""
+    floors = {}
+    for name, sds in spreads.items():
+        variant, case_id, mode = (name.split("/") + ["", ""])[:3]
+        floors[str(BenchmarkKey(variant, case_id, mode or Mode.FORWARD))] = pooled_sd(sds)
+    return floors
 
 
 def floors_from_files(paths: list[Path]) -> dict[str, float]:

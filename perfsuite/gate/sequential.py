@@ -268,26 +268,54 @@ def next_worker_pair(samples: list[PairSample], plan: SequentialPlan, visits: in
     return incomplete[visits % len(incomplete)]
 
 
+@dataclasses.dataclass(frozen=True)
+class Progress:
+    """One moment of a benchmark's sampling, for a progress line: a look (``estimate`` and ``verdict``
+    set) or the start of the contended extension (``estimate`` None). ``complete``: complete clusters
+    (one worker pair: visits) of ``planned``; ``seconds`` since sampling began; ``contended`` of
+    ``pairs`` block pairs set aside so far."""
+
+    complete: int
+    planned: int
+    seconds: float
+    pairs: int
+    contended: int
+    estimate: RatioEstimate | None = None
+    verdict: str = ""
+
+
 def sequential_visits(
     visit: Callable[[int], list[PairSample]],
     settings: GateSettings,
     plan: SequentialPlan = SequentialPlan(),
     clock: Callable[[], float] = time.monotonic,
     floor_sd: float = 0.0,
+    on_progress: Callable[[Progress], None] | None = None,
 ) -> SequentialOutcome:
     """Sample visits with ``visit(worker_pair)`` (the block pairs one visit timed, each labelled with its
     cluster) until decisive (rules in the module docstring); ``floor_sd``: the A/A noise floor of this
-    benchmark (log units, 0: none)."""
+    benchmark (log units, 0: none); ``on_progress`` hears of each look and of the start of the
+    contended extension (it decides nothing)."""
     samples: list[PairSample] = []
     fractions: list[float] = []  # information fraction of each look taken
     start, visits, last_planned = clock(), 0, plan.looks[-1]
     estimate, result, stopped, floored, note = None, Verdict.INCONCLUSIVE, "last look", False, ""
+    told_extended = False
+
+    def tell(complete: int, elapsed: float, **look) -> None:
+        if on_progress:
+            set_aside = sum(s.contended for s in samples)
+            on_progress(Progress(complete, last_planned, elapsed, len(samples), set_aside, **look))
+
     while True:
         elapsed = clock() - start
         complete = complete_clusters(samples, plan.clustered, visits)
         contended = any(s.contended for s in samples)
         extended = contended and complete < last_planned
         out_of_time = visits > 0 and elapsed >= (plan.max_budget_s if extended else plan.budget_s)
+        if extended and not out_of_time and elapsed >= plan.budget_s and not told_extended:
+            told_extended = True
+            tell(complete, elapsed)
         final = complete >= last_planned or out_of_time
         fraction, previous = (
             min(1.0, complete / last_planned),
@@ -301,6 +329,7 @@ def sequential_visits(
             )
             estimate, floored = look_estimate(samples, level, plan.clustered, floor_sd)
             result = verdict(estimate, settings)
+            tell(complete, elapsed, estimate=estimate, verdict=result)
             if result in DECISIVE:
                 stopped = "decisive"
                 break

@@ -51,6 +51,7 @@ from perfsuite.gate.verdicts import (
     contended_verdict,
     verdict,
     wait_adjusted,
+    why_inconclusive,
 )
 
 
@@ -98,5 +99,6 @@ __all__ = [
     "contended_cpu_ratios",
     "contended_verdict",
     "verdict",
+    "why_inconclusive",
     "wait_adjusted",
 ]

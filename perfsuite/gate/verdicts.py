@@ -148,6 +148,24 @@ def below_min_effect(estimate: RatioEstimate | None, verdict_: str, settings: Ga
     return f"a {estimate.ratio - 1:+.1%} change, below the {settings.min_effect:.0%} minimum effect"
 
 
+def why_inconclusive(estimate: RatioEstimate | None, verdict_: str, settings: GateSettings) -> str:
+    """Why a plain ``inconclusive`` decided nothing, for its note: too few units for an interval, or
+    an interval (its half-width from the spread of the worker pairs or block pairs) too wide both for
+    ``no change`` (inside the minimum effect) and for ``slower``/``faster`` (clear of 1). ``""`` for
+    any other verdict, and where ``below_min_effect`` already says why."""
+    if verdict_ != Verdict.INCONCLUSIVE or estimate is None:
+        return ""
+    if estimate.units < MIN_UNITS or not (0 < estimate.low and math.isfinite(estimate.high)):
+        return f"too few {'worker pairs' if estimate.method == 'worker pairs' else 'samples'} for an interval"
+    if below_min_effect(estimate, verdict_, settings):
+        return ""
+    half = math.sqrt(estimate.high / estimate.low) - 1
+    return (
+        f"the spread leaves an interval of about ±{half:.1%}: not inside the ±{settings.min_effect:.0%} "
+        "a `no change` needs, not clear of 1 (a larger --budget-s or a quieter machine narrows it)"
+    )
+
+
 CONTENDED_VERDICT = Verdict.CONTENDED
 DECISIVE = (Verdict.SLOWER, Verdict.FASTER, Verdict.NO_CHANGE)
 

@@ -295,8 +295,18 @@ def _ab_benchmarks(payload: Mapping[str, Any], side: str) -> Iterable[BenchmarkR
                 {"ab_ratio": _finite_only(bench["ratio"])}
                 if side == "head" and bench.get("ratio")
                 else {}
-            ),
+            )
+            | (_spread(bench) if side == "head" else {}),
         )
+
+
+def _spread(bench: Mapping[str, Any]) -> dict[str, float]:
+    """``{"ab_between_pairs_sd": sd}``: the payload's standard deviation between the gate's worker pairs
+    (log units; an A/A gate's is the noise floor later gates read, ``query.aa_spreads``), when it has
+    one and both sides had the same structure."""
+    sd = None if bench.get("structure") else bench.get("between_pairs_sd")
+    finite = isinstance(sd, (int, float)) and math.isfinite(sd)
+    return {"ab_between_pairs_sd": float(sd)} if finite else {}
 
 
 def _finite_only(found: Mapping[str, Any]) -> dict[str, Any]:

@@ -675,3 +675,39 @@ def acceptances(connection: Connection) -> dict[str, Acceptance]:
             row.accepted_by,
         )
     return found
+
+
+def aa_spreads(connection: Connection, testbed: str, newest: int) -> dict[str, list[float]]:
+    """Per stored benchmark name, the standard deviations between worker pairs (log units,
+    ``ab_between_pairs_sd``) of its newest ``newest`` A/A gates on the testbed whose fingerprint is
+    ``testbed``, newest first: ``perfsuite ab`` runs whose two sides are one clean commit."""
+    r, run, bed = schema.results, schema.runs, schema.testbeds
+    heads = connection.execute(
+        select(r.c.benchmark, r.c.extra, run.c.commit_sha, run.c.run_group)
+        .join(run, r.c.run_id == run.c.id)
+        .join(bed, run.c.testbed_id == bed.c.id)
+        .where(
+            run.c.source == "ab-head",
+            run.c.dirty.is_(False),
+            run.c.commit_sha.is_not(None),
+            bed.c.fingerprint == testbed,
+        )
+        .order_by(run.c.recorded_at.desc(), run.c.id.desc())
+    ).all()
+    groups = sorted({row.run_group for row in heads if row.run_group})
+    bases = {
+        row.run_group: row.commit_sha
+        for row in connection.execute(
+            select(run.c.run_group, run.c.commit_sha).where(
+                run.c.source == "ab-base", run.c.dirty.is_(False), run.c.run_group.in_(groups)
+            )
+        )
+    }
+    found: dict[str, list[float]] = {}
+    for row in heads:
+        sd = (row.extra or {}).get("ab_between_pairs_sd")
+        spreads = found.setdefault(row.benchmark, [])
+        if bases.get(row.run_group) == row.commit_sha and _finite({"sd": sd}, "sd"):
+            if len(spreads) < newest:
+                spreads.append(float(sd))
+    return {name: spreads for name, spreads in found.items() if spreads}

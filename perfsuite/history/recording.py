@@ -17,9 +17,10 @@ DISABLE_VALUES = ("off", "false", "0", "no")
 
 @dataclasses.dataclass(frozen=True)
 class Recorded:
-    """How recording went: ``added`` runs (0 when already stored), ``benchmarks`` written, the store
-    (as it may be printed), ``seconds`` spent, ``error`` (None on success), ``dirty``: a run from a
-    tree with uncommitted changes (stored, never used as a point)."""
+    """How recording went: ``added`` runs (0 when already stored), ``benchmarks`` written (all added
+    runs together: an A/B run adds a base and a head run), the store (as it may be printed),
+    ``seconds`` spent, ``error`` (None on success), ``dirty``: a run from a tree with uncommitted
+    changes (stored, never used as a point)."""
 
     added: int
     benchmarks: int
@@ -43,9 +44,18 @@ class Recorded:
             else ""
         )
         return (
-            f"perfsuite: history: recorded {self.benchmarks} benchmark(s) in {self.store} "
+            f"perfsuite: history: recorded {self._what()} in {self.store} "
             f"({self.seconds:.2f} s){dirty}"
         )
+
+    def _what(self) -> str:
+        """``N benchmark(s)`` for one run; ``R runs of N benchmark(s) each`` (or ``in all``) for several."""
+        if self.added == 1:
+            return f"{self.benchmarks} benchmark(s)"
+        each, uneven = divmod(self.benchmarks, self.added)
+        if uneven:
+            return f"{self.added} runs, {self.benchmarks} benchmark(s) in all"
+        return f"{self.added} runs of {each} benchmark(s) each"
 
 
 def record_runs(
@@ -68,14 +78,13 @@ def record_runs(
     try:
         with open_store(url, ini_value, root) as store:
             name = shown(store.url).removeprefix("sqlite:///")
-            added = sum(store.record(run) for run in runs)
+            written = [len(run.benchmarks) for run in runs if store.record(run)]
     except HistoryError as exc:
         return Recorded(0, 0, name, time.perf_counter() - started, str(exc))
     except Exception as exc:  # the store never fails a run: any failure becomes a warning
         return Recorded(0, 0, name, time.perf_counter() - started, f"{type(exc).__name__}: {exc}")
-    count = sum(len(run.benchmarks) for run in runs) if added else 0
     dirty = any(run.commit.dirty for run in runs)
-    return Recorded(added, count, name, time.perf_counter() - started, dirty=dirty)
+    return Recorded(len(written), sum(written), name, time.perf_counter() - started, dirty=dirty)
 
 
 def disabled(value: str | None) -> bool:
@@ -133,3 +142,37 @@ def record_ab(
         if not sides[run.source.removeprefix("ab-")].overridden and run.benchmarks
     ]
     return record_runs(runs, ini_value=ini_value).line() if runs else None
+
+
+def aa_spreads_here(
+    machine_info: dict, newest: int, ini_value: str | None = None, root: Path | None = None
+) -> tuple[dict[str, list[float]], str]:
+    """The spreads between worker pairs of the A/A gates the history store holds for this machine
+    (``Store.aa_spreads`` on ``capture.testbed_now(machine_info)``, the ``newest`` per benchmark) and a
+    line to print: what was read, or why nothing was ("" for a store that does not exist yet). Never
+    raises: the history never fails a gate."""
+    from perfsuite.history import capture
+
+    try:
+        from perfsuite.history.store import open_store, shown
+
+        with open_store(None, ini_value, root, create=False) as store:
+            testbed = capture.testbed_now(machine_info).fingerprint
+            spreads = store.aa_spreads(testbed, newest)
+            name = shown(store.url).removeprefix("sqlite:///")
+    except HistoryError as exc:
+        if "no history store yet" in str(exc):
+            return {}, ""
+        return {}, f"perfsuite: warning: no A/A noise floor read from the history store ({exc})"
+    except Exception as exc:  # as recording: the store never fails a gate
+        return (
+            {},
+            f"perfsuite: warning: no A/A noise floor read from the history store ({type(exc).__name__}: {exc})",
+        )
+    if not spreads:
+        return {}, ""
+    gates = max(len(s) for s in spreads.values())
+    return spreads, (
+        f"perfsuite: note: noise floor: the A/A gates recorded in {name} on this machine set it for "
+        f"{len(spreads)} benchmark(s) (up to {gates} gate(s) each; a --noise-floor document overrides)"
+    )

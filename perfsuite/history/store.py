@@ -299,6 +299,13 @@ class Store:
         key = getattr(series, "key", series)
         return self.read(lambda c: query.gate_structures(c, key))
 
+    def aa_spreads(self, testbed: str, newest: int):
+        """``query.aa_spreads`` on this store: per benchmark, the spread between worker pairs of its
+        newest ``newest`` A/A gates on the testbed fingerprinted ``testbed``."""
+        import perfsuite.history.query as query
+
+        return self.read(lambda c: query.aa_spreads(c, testbed, newest))
+
     def acceptances(self):
         """``query.acceptances`` on this store: accepted findings by id."""
         import perfsuite.history.query as query

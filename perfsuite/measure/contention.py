@@ -144,7 +144,8 @@ class ContentionEvidence:
 
     ``wait_fraction``/``steal_fraction``/``cpu_per_wall`` are None where ``/proc`` did not say;
     ``reasons``: one sentence per finding, flagged or supporting; ``contended``: any flagged one;
-    ``brief``: the findings in one short line (``threads waited 0.60 s/s (limit 0.05 s/s), load 3.2 on 2 CPUs``).
+    ``brief``: the findings in one short line (``threads waited for a CPU 0.60 s each second (limit 0.05 s),
+    load 3.2 on 2 CPUs``: the wait is summed over threads, so it may pass 1 s).
     """
 
     wall_s: float
@@ -259,7 +260,7 @@ def assess(
             f"{threads} threads of this process (torch's operator threads and the rest)"
         )
     brief = [
-        f"threads waited {wait_text(wait)} (limit {wait_text(wait_limit)})"
+        f"threads waited for a CPU {wait:.2f} s each second (limit {wait_limit:.2f} s)"
         if wait is not None and wait > wait_limit
         else "",
         f"CPU steal {steal:.0%} (limit {steal_limit:.0%})"

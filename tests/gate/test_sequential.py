@@ -120,6 +120,22 @@ def test_under_contention_incomplete_worker_pairs_are_revisited_up_to_the_cap():
     assert outcome.stopped in ("last look", "decisive")
 
 
+def test_progress_hears_each_look_and_the_start_of_the_contended_extension():
+    """A new user's gate was silent for 20-90 s per benchmark: each look and the extension past the
+    budget are now told (and change nothing the rule decides)."""
+    plan = SequentialPlan(worker_pairs=8, budget_s=4.0, max_budget_s=8.0)
+    gate = SimulatedGate(np.random.default_rng(2), contended=lambda cluster, visit: visit == 3)
+    heard = []
+    outcome = sequential_visits(gate, GateSettings(alpha=0.01), plan, gate.clock, 0.0, heard.append)
+    silent, _ = run(2, plan=plan, contended=lambda cluster, visit: visit == 3)
+    assert outcome == silent
+    looks = [m for m in heard if m.estimate is not None]
+    assert len(looks) == outcome.looks and looks[-1].verdict == outcome.verdict
+    assert [m.complete for m in looks][-1] == 8 and all(m.planned == 8 for m in heard)
+    (extension,) = [m for m in heard if m.estimate is None]
+    assert extension.seconds >= plan.budget_s and extension.contended == gate.blocks
+
+
 def test_next_worker_pair_cycles_through_incomplete_pairs():
     plan = SequentialPlan(worker_pairs=3)
     samples = [PairSample([1.0], [1.0], c == 1, c) for c in (0, 1, 2) for _ in range(3)]

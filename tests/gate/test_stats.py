@@ -272,6 +272,23 @@ def test_an_inconclusive_change_below_the_minimum_effect_says_its_size():
     assert stats.below_min_effect(straddling, "inconclusive", GateSettings()) == ""
 
 
+def test_a_plain_inconclusive_says_why():
+    """A new user's ``inconclusive`` row did not say whether load or spread left it undecided."""
+    settings = GateSettings()
+    wide = stats.RatioEstimate(1.01, 0.975, 1.042, 300, "worker pairs", 12)
+    assert stats.verdict(wide, settings) == "inconclusive"
+    assert stats.why_inconclusive(wide, "inconclusive", settings).startswith(
+        "the spread leaves an interval of about ±3.4%: not inside the ±2%"
+    )
+    few = stats.RatioEstimate(1.01, 0.0, math.inf, 40, "worker pairs", 1)
+    assert stats.why_inconclusive(few, "inconclusive", settings) == (
+        "too few worker pairs for an interval"
+    )
+    below = stats.RatioEstimate(1.019, 1.008, 1.031, 547, "worker pairs", 8)
+    assert stats.why_inconclusive(below, "inconclusive", settings) == ""  # below_min_effect says it
+    assert stats.why_inconclusive(wide, "slower", settings) == ""
+
+
 @pytest.mark.parametrize(
     "df, alpha, published",
     # Student's t, two-sided critical values (Abramowitz & Stegun 1964, table 26.10)

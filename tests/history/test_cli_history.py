@@ -192,6 +192,23 @@ def test_a_run_of_uncommitted_changes_is_said_so_when_recorded_and_not_counted_b
     assert "8 point(s)" in out and "(1 from uncommitted trees, not counted)" in out, out
 
 
+def test_the_recorded_line_counts_runs_apart_from_benchmarks(store_url, tmp_path):
+    """A new user's 2-benchmark gate said "recorded 4 benchmark(s)": its base and head runs, summed."""
+    from perfsuite.history.recording import record_runs
+
+    names = ("naive/b2h4s64d32-fp32-causal-cpu/forward", "sdpa/b2h4s64d32-fp32-causal-cpu/forward")
+    base, head = (
+        make_run(uid, c * 40, i, benchmarks=names) for i, (uid, c) in enumerate(("ab", "cd"))
+    )
+    assert (
+        "recorded 2 runs of 2 benchmark(s) each in"
+        in record_runs([base, head], url=store_url).line()
+    )
+    single = make_run("ef", "e" * 40, 3, benchmarks=names[:1])
+    assert "recorded 1 benchmark(s) in" in record_runs([single], url=store_url).line()
+    assert "already in" in record_runs([single], url=store_url).line()
+
+
 @pytest.mark.parametrize(
     ("benchmarks", "said"),
     [

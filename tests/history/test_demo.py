@@ -155,7 +155,7 @@ def test_three_commits_show_three_points_and_the_regression_with_its_cause(
         "--json",
         "ab.json",
     )
-    assert ab.returncode == 1 and "perfsuite: history: recorded 2 benchmark(s)" in ab.stderr, (
+    assert ab.returncode == 1 and "history: recorded 2 runs of 1 benchmark(s) each" in ab.stderr, (
         ab.stdout + ab.stderr
     )
     sources = repo.perfsuite("history", "show", BENCH, "--json", check=True)

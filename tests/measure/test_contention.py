@@ -107,7 +107,10 @@ def test_a_wait_summed_over_threads_above_the_wall_time_is_not_called_a_share():
     evidence = assess(
         snap(0.0, 0.0, {1: 0.0, 2: 0.0}), snap(1.0, 1.0, {1: 0.6, 2: 0.56}), tick_s=TICK
     )
-    assert "threads waited 1.16 s/s" in evidence.brief and "%" not in evidence.reasons[0]
+    assert (
+        "threads waited for a CPU 1.16 s each second" in evidence.brief
+        and "%" not in evidence.reasons[0]
+    )
 
 
 def test_the_reasons_come_in_one_short_line_too():
@@ -117,7 +120,8 @@ def test_the_reasons_come_in_one_short_line_too():
     evidence = assess(before, after, tick_s=TICK)
     assert (
         evidence.brief
-        == f"threads waited 0.60 s/s (limit 0.05 s/s), CPU steal 25% (limit 5%), load 3.2 on {os.cpu_count()} CPUs"
+        == "threads waited for a CPU 0.60 s each second (limit 0.05 s), CPU steal 25% (limit 5%), "
+        f"load 3.2 on {os.cpu_count()} CPUs"
     )
     assert "\n" not in evidence.brief and len(evidence.brief) < len("; ".join(evidence.reasons)) / 2
     assert contention.brief_reason(evidence.as_dict()) == evidence.brief

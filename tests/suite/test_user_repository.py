@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from perfsuite.gate.noise_floor import between_pairs_sd
 from perfsuite.units import format_bytes
 from validation.user_repo import CHECKOUT, UserRepo
 
@@ -295,6 +296,30 @@ def test_the_ab_gate_on_git_refs_names_the_extra_copy_and_fails(user_repo):
     )
     assert same.returncode == 0, same.stdout + same.stderr
     assert "perfsuite gate: PASS" in same.stdout
+
+
+def test_an_a_a_gate_recorded_in_the_history_sets_the_next_gates_noise_floor(user_repo):
+    """The nightly A/A gate's spread between worker pairs is kept in the history store, and the next gate
+    on this machine reads it without a --noise-floor file (two worker pairs a side: a spread to keep)."""
+    repo, base_sha, _, _ = user_repo
+    timed = ("ab", "--cases", CASE, "--variants", "blocked_attention", "--modes", "forward")
+    timed += ("--workers-per-side", "2", "--blocks", "4", "--rounds", "1", "--budget-s", "2")
+    night_json = repo.path.parent / "aa-night.json"
+    night = repo.perfsuite(
+        *timed, "--base-ref", base_sha, "--head-ref", base_sha, "--json", night_json
+    )
+    assert night.returncode == 0, night.stdout + night.stderr
+    assert "history: recorded 2 runs of 1 benchmark(s) each" in night.stderr, night.stderr
+    assert " of 2 worker pairs, " in night.stderr, night.stderr  # a look's progress line
+    day = repo.perfsuite(*timed, "--base-ref", base_sha, "--head-ref", base_sha)
+    assert day.returncode == 0, day.stdout + day.stderr
+    (benchmark,) = json.loads(night_json.read_text())["benchmarks"]
+    # a loaded machine may have set every block of a worker pair aside: then no spread, no floor
+    if between_pairs_sd(benchmark) is None:
+        assert "noise floor:" not in day.stderr, day.stderr
+    else:
+        assert "noise floor: the A/A gates recorded in" in day.stderr, day.stderr
+        assert "set it for 1 benchmark(s)" in day.stderr, day.stderr
 
 
 def test_the_workflow_template_is_written_once_and_lints(user_repo, tmp_path):
