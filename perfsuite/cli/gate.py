@@ -355,6 +355,23 @@ def ab_settings_and_plan(args: argparse.Namespace):
     return settings, plan, note
 
 
+def aa_floor_kept(payload: dict, commits: dict[str, str]) -> str:
+    """For a recorded A/A gate (base and head one commit), the line saying its spread between worker
+    pairs is now the noise floor of later gates on this machine; "" otherwise."""
+    if len(commits) != 2 or len(set(commits.values())) != 1:
+        return ""
+    from perfsuite.gate.noise_floor import HISTORY_AA_GATES
+
+    kept = [b["key"] for b in payload["benchmarks"] if b.get("between_pairs_sd") is not None]
+    if not kept:
+        return ""
+    return (
+        f"perfsuite: note: this A/A gate's spread between worker pairs is kept in the history for "
+        f"{len(kept)} benchmark(s): later gates on this machine take it as their noise floor (the "
+        f"newest {HISTORY_AA_GATES} A/A gates, pooled)"
+    )
+
+
 def _run_ab(args: argparse.Namespace) -> int:
     from perfsuite.gate.ab import (
         Side,
@@ -432,6 +449,8 @@ def _run_ab(args: argparse.Namespace) -> int:
         write_json(Path(args.json), payload)
     if recorded:
         print(recorded, file=sys.stderr)
+        if floor_line := aa_floor_kept(payload, commits):
+            print(floor_line, file=sys.stderr)
     notes = [*notes, f"configuration: {config.describe()}"]  # below the heading
     title = ab_title(base, head, refs, commits, info, notes)
     method = ab_method(plan, settings, contended_pairs, args.timing_threads)

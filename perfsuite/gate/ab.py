@@ -579,7 +579,10 @@ def progress_line(moment: Progress, plan: SequentialPlan) -> str:
             f"CPU): sampling on past the {plan.budget_s:g} s budget, up to {plan.max_budget_s:g} s"
         )
     e = moment.estimate
-    decided = f": {moment.verdict}" if moment.verdict in DECISIVE else ""
+    # a decisive or last look says its verdict (the contended pairs' rule may still change a last one)
+    decided = (
+        f": {moment.verdict}" if moment.verdict in DECISIVE or moment.final else ", sampling on"
+    )
     return (
         f"  look at {moment.complete} of {moment.planned} {unit}, {moment.seconds:.0f} s: head/base "
         f"{format_ratio_interval(e.ratio, e.low, e.high, e.clusters or e.units)}{decided}"
@@ -620,10 +623,29 @@ def benchmark_note(outcome, visits: Visits, settings: GateSettings) -> str:
     if small := below_min_effect(outcome.estimate, outcome.verdict, settings):
         note += f"; {small}"
     if why := why_inconclusive(outcome.estimate, outcome.verdict, settings):
-        note += f"; {why}"
+        note += f"; {why}{undecided_advice(outcome, visits.plan)}"
     if visits.reasons:
         note += f"; last contended block: {visits.reasons[-1]}"
     return note
+
+
+def undecided_advice(outcome, plan: SequentialPlan) -> str:
+    """What would decide an undecided benchmark: more time when sampling stopped at the budget before
+    the last planned look; else nothing a rerun changes (the spread between worker processes sets the width)."""
+    if outcome.stopped in ("budget", "cap"):
+        clusters = outcome.estimate.clusters if outcome.estimate else 0
+        limit = plan.max_budget_s if outcome.stopped == "cap" else plan.budget_s
+        option = "--max-budget-s" if outcome.stopped == "cap" else "--budget-s"
+        done = (
+            f"with {clusters} of {plan.looks[-1]} worker pairs"
+            if plan.clustered
+            else "before its last planned look"
+        )
+        return f" (sampling stopped at {limit:g} s {done}: a larger {option} times the rest)"
+    return (
+        " (every worker pair was timed: the spread between worker processes on this machine sets the "
+        "width, and a smaller change is left to the structural half)"
+    )
 
 
 # Between two interpreters, other software is what is being compared; the hardware must still match.

@@ -127,7 +127,7 @@ class GateOutcome:
             return (
                 "decided by "
                 + " and ".join(halves)
-                + ("" if self._timed() else " (no timing was judged)")
+                + ("" if self._timed() else " (no timing verdict was reached)")
             )
         if self._timed():
             return (
@@ -136,8 +136,8 @@ class GateOutcome:
                 else "decided by timing only (structure not judged)"
             )
         if self.fail_on_structure:
-            return "decided by structure only: no timing was judged"
-        return "nothing decided it: no timing was judged, and structure was not"
+            return "decided by structure only: no timing verdict was reached"
+        return "nothing decided it: no timing verdict was reached, and structure was not judged"
 
     def _timed(self) -> int:
         """Benchmarks whose timing was judged (slower, faster or no change)."""
@@ -167,9 +167,7 @@ class GateOutcome:
         notes = []
         untimed = self._not_timed()
         if counts[Verdict.INCONCLUSIVE] > untimed:
-            notes.append(
-                "inconclusive timings decide nothing: a larger --budget-s or a quieter machine"
-            )
+            notes.append("inconclusive timings decide nothing (each row's note says why)")
         if untimed:
             notes.append(f"{untimed} not timed: this gate judged structure only")
         if counts[CONTENDED_VERDICT]:
@@ -263,7 +261,7 @@ def judge(
 
 
 def untimed_first_line(outcome: GateOutcome) -> str:
-    """The report's first line when timing judged none of the benchmarks it timed (every one inconclusive
+    """The report's first line when timing decided none of the benchmarks it timed (every one inconclusive
     or contended), with the gate's verdict word: said before the table, not only in the verdict at its end
     (a reader of the first line alone must not miss a FAIL); "" otherwise, and for a
     structure-only gate (``NOT_TIMED_NOTE``: nothing was asked of timing)."""
@@ -273,7 +271,7 @@ def untimed_first_line(outcome: GateOutcome) -> str:
         return ""  # structure only, as asked: the verdict line says so
     shown = ", ".join(f"{n} {v}" for v, n in outcome._counts().items() if n)
     return (
-        f"**perfsuite gate: {outcome.word}: timing judged none of the "
+        f"**perfsuite gate: {outcome.word}: timing decided none of the "
         f"{plural(len(outcome.comparisons), 'benchmark')} ({shown}); {outcome.decided_by()}**\n\n"
     )
 

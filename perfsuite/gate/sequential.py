@@ -271,7 +271,7 @@ def next_worker_pair(samples: list[PairSample], plan: SequentialPlan, visits: in
 @dataclasses.dataclass(frozen=True)
 class Progress:
     """One moment of a benchmark's sampling, for a progress line: a look (``estimate`` and ``verdict``
-    set) or the start of the contended extension (``estimate`` None). ``complete``: complete clusters
+    set; ``final`` for the last) or the start of the contended extension (``estimate`` None). ``complete``: complete clusters
     (one worker pair: visits) of ``planned``; ``seconds`` since sampling began; ``contended`` of
     ``pairs`` block pairs set aside so far."""
 
@@ -282,6 +282,7 @@ class Progress:
     contended: int
     estimate: RatioEstimate | None = None
     verdict: str = ""
+    final: bool = False  # the benchmark's last look
 
 
 def sequential_visits(
@@ -329,7 +330,7 @@ def sequential_visits(
             )
             estimate, floored = look_estimate(samples, level, plan.clustered, floor_sd)
             result = verdict(estimate, settings)
-            tell(complete, elapsed, estimate=estimate, verdict=result)
+            tell(complete, elapsed, estimate=estimate, verdict=result, final=final)
             if result in DECISIVE:
                 stopped = "decisive"
                 break

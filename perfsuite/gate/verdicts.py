@@ -149,20 +149,21 @@ def below_min_effect(estimate: RatioEstimate | None, verdict_: str, settings: Ga
 
 
 def why_inconclusive(estimate: RatioEstimate | None, verdict_: str, settings: GateSettings) -> str:
-    """Why a plain ``inconclusive`` decided nothing, for its note: too few units for an interval, or
-    an interval (its half-width from the spread of the worker pairs or block pairs) too wide both for
-    ``no change`` (inside the minimum effect) and for ``slower``/``faster`` (clear of 1). ``""`` for
-    any other verdict, and where ``below_min_effect`` already says why."""
+    """Why a plain ``inconclusive`` decided nothing, for its note: too few units for an interval, or an
+    interval that is neither inside the minimum effect's band (``no change``) nor clear of 1 (``slower``,
+    ``faster``), its bounds and the band named. ``""`` for any other verdict, and where
+    ``below_min_effect`` already says why."""
     if verdict_ != Verdict.INCONCLUSIVE or estimate is None:
         return ""
     if estimate.units < MIN_UNITS or not (0 < estimate.low and math.isfinite(estimate.high)):
         return f"too few {'worker pairs' if estimate.method == 'worker pairs' else 'samples'} for an interval"
     if below_min_effect(estimate, verdict_, settings):
         return ""
-    half = math.sqrt(estimate.high / estimate.low) - 1
+    band = f"{1 - settings.min_effect:.3f}-{1 + settings.min_effect:.3f}"
+    low, high = math.floor(estimate.low * 1000) / 1000, math.ceil(estimate.high * 1000) / 1000
     return (
-        f"the spread leaves an interval of about ±{half:.1%}: not inside the ±{settings.min_effect:.0%} "
-        "a `no change` needs, not clear of 1 (a larger --budget-s or a quieter machine narrows it)"
+        f"its interval [{low:.3f}, {high:.3f}] holds 1 and reaches past {band}, the "
+        f"{settings.min_effect:.0%} band a `no change` must lie within"
     )
 
 

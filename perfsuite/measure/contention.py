@@ -145,7 +145,8 @@ class ContentionEvidence:
     ``wait_fraction``/``steal_fraction``/``cpu_per_wall`` are None where ``/proc`` did not say;
     ``reasons``: one sentence per finding, flagged or supporting; ``contended``: any flagged one;
     ``brief``: the findings in one short line (``threads waited for a CPU 0.60 s each second (limit 0.05 s),
-    load 3.2 on 2 CPUs``: the wait is summed over threads, so it may pass 1 s).
+    3 threads runnable on 2 CPUs``: the wait is summed over threads, so it may pass 1 s; the run queue
+    at the window's end, this thread included).
     """
 
     wall_s: float
@@ -267,8 +268,9 @@ def assess(
         if steal is not None and steal > steal_limit
         else "",
         "rounds on scheduler ticks" if tick else "",
-        f"load {after.load1:.1f} on {os.cpu_count()} CPUs"
-        if reasons and after.load1 is not None
+        # the run queue now, not the 1-minute load average (which still holds, say, a gate's own start-up)
+        f"{after.procs_running} threads runnable on {os.cpu_count()} CPUs"
+        if reasons and after.procs_running is not None
         else "",
         "not flagged (check off)" if reasons and not flagged and not check_enabled() else "",
     ]

@@ -892,7 +892,7 @@ def test_a_benchmark_with_no_uncontended_pair_shows_no_ratio():
 
 
 def test_a_fail_that_judged_no_timing_says_so(tmp_path, capsys):
-    """Structure fails the gate while every timing was contended: the FAIL line says no timing was judged."""
+    """Structure fails the gate while every timing was contended: the FAIL line says no timing verdict was reached."""
     rng = np.random.default_rng(8)
     loaded = {
         "contended": True,
@@ -906,12 +906,12 @@ def test_a_fail_that_judged_no_timing_says_so(tmp_path, capsys):
     out = capsys.readouterr().out
     assert (
         "FAIL: 1 of 1 benchmark regressed (0 slower, 1 with structure that adds work); decided by "
-        "structure (no timing was judged); WARNING: 1 timed under contention, not judged"
+        "structure (no timing verdict was reached); WARNING: 1 timed under contention, not judged"
     ) in out
     timed = saved_run(tmp_path / "timed.json", np.exp(rng.normal(0, 0.01, 50)), clones=1)
     assert main(["compare", str(base), str(timed), "--fail-on-structure"]) == 1
     out = capsys.readouterr().out  # timing said no change
-    assert "decided by structure" in out and "no timing was judged" not in out
+    assert "decided by structure" in out and "no timing verdict was reached" not in out
 
 
 def test_a_pass_that_judged_no_timing_says_so(tmp_path, capsys):
@@ -925,14 +925,14 @@ def test_a_pass_that_judged_no_timing_says_so(tmp_path, capsys):
     head = saved_run(tmp_path / "head.json", np.exp(rng.normal(0, 0.01, 50)), contention=loaded)
     assert main(["compare", str(base), str(head), "--fail-on-structure"]) == 0
     assert "PASS: no regression found in 1 benchmark" in (out := capsys.readouterr().out)
-    assert "; decided by structure only: no timing was judged" in out
+    assert "; decided by structure only: no timing verdict was reached" in out
     timed = saved_run(tmp_path / "timed.json", np.exp(rng.normal(0, 0.01, 50)))
     assert main(["compare", str(base), str(timed), "--fail-on-structure"]) == 0
     assert "; decided by timing and structure" in capsys.readouterr().out
 
 
 def test_a_structure_only_gate_asks_for_no_budget_and_has_one_verdict_line():
-    """``perfsuite ab --budget-s 0`` times nothing, as asked: no bold "timing judged none" line before the
+    """``perfsuite ab --budget-s 0`` times nothing, as asked: no bold "timing decided none" line before the
     table, no advice to raise the budget; the verdict line says the benchmarks were not timed. A gate whose
     timings were taken and judged nothing still leads with that line, and it says PASS or FAIL."""
     from perfsuite.gate.compare import NOT_TIMED_NOTE, BenchmarkComparison
@@ -956,9 +956,9 @@ def test_a_structure_only_gate_asks_for_no_budget_and_has_one_verdict_line():
     outcome = judge(timed, GateSettings(), "t", "m", fail_on_structure=True)
     # its first line carries the verdict the last line gives: a reader of the first line alone sees the FAIL
     assert outcome.report_md.startswith(
-        "**perfsuite gate: FAIL: timing judged none of the 2 benchmarks"
+        "**perfsuite gate: FAIL: timing decided none of the 2 benchmarks"
     )
-    assert "a larger --budget-s" in outcome.verdict_line
+    assert "inconclusive timings decide nothing (each row's note says why)" in outcome.verdict_line
 
 
 def test_the_ab_worker_fingerprint_holds_score_writes_and_saved_bytes_as_a_saved_run_does():

@@ -131,6 +131,8 @@ def test_progress_hears_each_look_and_the_start_of_the_contended_extension():
     assert outcome == silent
     looks = [m for m in heard if m.estimate is not None]
     assert len(looks) == outcome.looks and looks[-1].verdict == outcome.verdict
+    assert not any(m.final for m in looks[:-1])
+    assert looks[-1].final == (outcome.stopped != "decisive")
     assert [m.complete for m in looks][-1] == 8 and all(m.planned == 8 for m in heard)
     (extension,) = [m for m in heard if m.estimate is None]
     assert extension.seconds >= plan.budget_s and extension.contended == gate.blocks
@@ -160,3 +162,48 @@ def test_look_estimate_needs_two_complete_clusters():
 def test_bad_plans_are_refused(kwargs, match):
     with pytest.raises(ValueError, match=match):
         SequentialPlan(**kwargs)
+
+
+def test_a_progress_line_says_whether_the_look_decided_sampled_on_or_was_the_last():
+    """A new user could not tell a last, undecided look from an interim one."""
+    from perfsuite.gate.ab import progress_line
+    from perfsuite.gate.intervals import RatioEstimate
+    from perfsuite.gate.sequential import Progress
+
+    plan = SequentialPlan()
+    wide = RatioEstimate(1.003, 0.979, 1.029, 300, "worker pairs", 12)
+    interim = Progress(6, 12, 4.2, 150, 9, wide, Verdict.INCONCLUSIVE)
+    assert progress_line(interim, plan) == (
+        "  look at 6 of 12 worker pairs, 4 s: head/base 1.003 [0.979, 1.029], sampling on"
+    )
+    last = Progress(12, 12, 9.6, 300, 20, wide, Verdict.INCONCLUSIVE, final=True)
+    assert progress_line(last, plan).endswith("[0.979, 1.029]: inconclusive")
+    slower = Progress(
+        6, 12, 4.0, 150, 0, RatioEstimate(1.08, 1.03, 1.12, 150, "worker pairs", 6), "slower"
+    )
+    assert progress_line(slower, plan).endswith(": slower")
+    extension = progress_line(Progress(9, 12, 10.1, 220, 70), plan)
+    assert extension == (
+        "  70 of 220 block pairs contended (other processes took the CPU): sampling on past the 10 s "
+        "budget, up to 30 s"
+    )
+
+
+def test_an_undecided_benchmark_is_told_more_time_only_when_the_budget_stopped_it():
+    """A new user's --budget-s 25 changed nothing: the last planned look had been reached at 10 s."""
+    from types import SimpleNamespace
+
+    from perfsuite.gate.ab import undecided_advice
+    from perfsuite.gate.intervals import RatioEstimate
+
+    estimate = RatioEstimate(1.003, 0.979, 1.029, 300, "worker pairs", 7)
+    plan = SequentialPlan()
+    budget = undecided_advice(SimpleNamespace(stopped="budget", estimate=estimate), plan)
+    assert (
+        budget
+        == " (sampling stopped at 10 s with 7 of 12 worker pairs: a larger --budget-s times the rest)"
+    )
+    capped = undecided_advice(SimpleNamespace(stopped="cap", estimate=estimate), plan)
+    assert "stopped at 30 s" in capped and "--max-budget-s" in capped
+    last = undecided_advice(SimpleNamespace(stopped="last look", estimate=estimate), plan)
+    assert "--budget-s" not in last and "every worker pair was timed" in last

@@ -277,8 +277,14 @@ def test_a_plain_inconclusive_says_why():
     settings = GateSettings()
     wide = stats.RatioEstimate(1.01, 0.975, 1.042, 300, "worker pairs", 12)
     assert stats.verdict(wide, settings) == "inconclusive"
-    assert stats.why_inconclusive(wide, "inconclusive", settings).startswith(
-        "the spread leaves an interval of about ±3.4%: not inside the ±2%"
+    assert stats.why_inconclusive(wide, "inconclusive", settings) == (
+        "its interval [0.975, 1.042] holds 1 and reaches past 0.980-1.020, the 2% band a `no change` "
+        "must lie within"
+    )
+    # a new user's [0.979, 1.018] was said to be "about +-1.9%: not inside the +-2%": off centre
+    low_side = stats.RatioEstimate(0.998, 0.979, 1.018, 300, "worker pairs", 12)
+    assert "[0.979, 1.018] holds 1 and reaches past 0.980-1.020" in stats.why_inconclusive(
+        low_side, "inconclusive", settings
     )
     few = stats.RatioEstimate(1.01, 0.0, math.inf, 40, "worker pairs", 1)
     assert stats.why_inconclusive(few, "inconclusive", settings) == (

@@ -121,7 +121,7 @@ def test_the_reasons_come_in_one_short_line_too():
     assert (
         evidence.brief
         == "threads waited for a CPU 0.60 s each second (limit 0.05 s), CPU steal 25% (limit 5%), "
-        f"load 3.2 on {os.cpu_count()} CPUs"
+        f"2 threads runnable on {os.cpu_count()} CPUs"
     )
     assert "\n" not in evidence.brief and len(evidence.brief) < len("; ".join(evidence.reasons)) / 2
     assert contention.brief_reason(evidence.as_dict()) == evidence.brief
