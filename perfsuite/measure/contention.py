@@ -269,7 +269,8 @@ def assess(
         else "",
         "rounds on scheduler ticks" if tick else "",
         # the run queue now, not the 1-minute load average (which still holds, say, a gate's own start-up)
-        f"{after.procs_running} threads runnable on {os.cpu_count()} CPUs"
+        f"{after.procs_running} thread{'' if after.procs_running == 1 else 's'} runnable on "
+        f"{os.cpu_count()} CPUs"
         if reasons and after.procs_running is not None
         else "",
         "not flagged (check off)" if reasons and not flagged and not check_enabled() else "",
