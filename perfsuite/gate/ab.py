@@ -575,10 +575,16 @@ def progress_line(moment: Progress, plan: SequentialPlan) -> str:
     unit = "worker pairs" if plan.clustered else "visits"
     if moment.estimate is None:
         return (
-            f"  {moment.contended} of {moment.pairs} block pairs contended (other processes took the "
-            f"CPU): sampling on past the {plan.budget_s:g} s budget, up to {plan.max_budget_s:g} s"
+            f"  {moment.contended} of {moment.pairs} block pairs set aside as contended (other processes "
+            f"took the CPU): sampling on past the {plan.budget_s:g} s budget, up to "
+            f"{plan.max_budget_s:g} s"
         )
     e = moment.estimate
+    if not e.units:
+        return (
+            f"  look at {moment.complete} of {moment.planned} {unit}, {moment.seconds:.0f} s: no block "
+            f"pair kept ({moment.contended} set aside as contended){': ' + moment.verdict if moment.final else ''}"
+        )
     # a decisive or last look says its verdict (the contended pairs' rule may still change a last one)
     decided = (
         f": {moment.verdict}" if moment.verdict in DECISIVE or moment.final else ", sampling on"
@@ -623,15 +629,24 @@ def benchmark_note(outcome, visits: Visits, settings: GateSettings) -> str:
     if small := below_min_effect(outcome.estimate, outcome.verdict, settings):
         note += f"; {small}"
     if why := why_inconclusive(outcome.estimate, outcome.verdict, settings):
-        note += f"; {why}{undecided_advice(outcome, visits.plan)}"
+        note += f"; {why}{undecided_advice(outcome, visits.plan, visits.shared)}"
     if visits.reasons:
         note += f"; last contended block: {visits.reasons[-1]}"
     return note
 
 
-def undecided_advice(outcome, plan: SequentialPlan) -> str:
+# Share of a benchmark's block pairs touched by other work (set aside, or kept with both blocks under a
+# load) from which an undecided benchmark's note blames the load, not the spread between worker processes.
+LOADED_SHARE = 0.25
+
+
+def undecided_advice(outcome, plan: SequentialPlan, shared: int = 0) -> str:
     """What would decide an undecided benchmark: more time when sampling stopped at the budget before
-    the last planned look; else nothing a rerun changes (the spread between worker processes sets the width)."""
+    the last planned look; a quieter machine when other work touched ``LOADED_SHARE`` of its block pairs
+    or more (``shared``: pairs kept with both blocks under a load); else nothing a rerun changes (the
+    spread between worker processes sets the width)."""
+    pairs = len(outcome.contended)
+    loaded = sum(outcome.contended) + shared
     if outcome.stopped in ("budget", "cap"):
         clusters = outcome.estimate.clusters if outcome.estimate else 0
         limit = plan.max_budget_s if outcome.stopped == "cap" else plan.budget_s
@@ -642,6 +657,11 @@ def undecided_advice(outcome, plan: SequentialPlan) -> str:
             else "before its last planned look"
         )
         return f" (sampling stopped at {limit:g} s {done}: a larger {option} times the rest)"
+    if pairs and loaded >= LOADED_SHARE * pairs:
+        return (
+            f" (other processes took the CPU during {loaded} of {pairs} block pairs: their load widens "
+            "the interval; a quieter machine narrows it)"
+        )
     return (
         " (every worker pair was timed: the spread between worker processes on this machine sets the "
         "width, and a smaller change is left to the structural half)"

@@ -98,10 +98,11 @@ class GateOutcome:
         shown = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
         notes = [self.decided_by()] + self._structure_notes() + self._timing_notes(counts)
         if untimed := self._untimed_required():
+            # not "decided by ...": nothing decided it (a third new user read the two as contradicting)
             return (
                 f"perfsuite gate: NOT JUDGED: the timing of {untimed} of {plural(total, 'benchmark')} "
                 f"was not judged ({shown}) and --require-timing asks for every one"
-                + "".join(f"; {note}" for note in notes)
+                + "".join(f"; {note}" for note in notes[1:])
             )
         return (
             f"perfsuite gate: PASS: no regression found in {plural(total, 'benchmark')} ({shown})"

@@ -184,8 +184,13 @@ def test_a_progress_line_says_whether_the_look_decided_sampled_on_or_was_the_las
     assert progress_line(slower, plan).endswith(": slower")
     extension = progress_line(Progress(9, 12, 10.1, 220, 70), plan)
     assert extension == (
-        "  70 of 220 block pairs contended (other processes took the CPU): sampling on past the 10 s "
-        "budget, up to 30 s"
+        "  70 of 220 block pairs set aside as contended (other processes took the CPU): sampling on past "
+        "the 10 s budget, up to 30 s"
+    )
+    nothing = RatioEstimate(1.0, 0.0, math.inf, 0, "worker pairs", 0)
+    empty = Progress(0, 12, 30.2, 856, 856, nothing, "inconclusive", final=True)
+    assert progress_line(empty, plan) == (
+        "  look at 0 of 12 worker pairs, 30 s: no block pair kept (856 set aside as contended): inconclusive"
     )
 
 
@@ -198,12 +203,29 @@ def test_an_undecided_benchmark_is_told_more_time_only_when_the_budget_stopped_i
 
     estimate = RatioEstimate(1.003, 0.979, 1.029, 300, "worker pairs", 7)
     plan = SequentialPlan()
-    budget = undecided_advice(SimpleNamespace(stopped="budget", estimate=estimate), plan)
+    quiet = [False] * 300
+    budget = undecided_advice(
+        SimpleNamespace(stopped="budget", estimate=estimate, contended=quiet), plan
+    )
     assert (
         budget
         == " (sampling stopped at 10 s with 7 of 12 worker pairs: a larger --budget-s times the rest)"
     )
-    capped = undecided_advice(SimpleNamespace(stopped="cap", estimate=estimate), plan)
+    capped = undecided_advice(
+        SimpleNamespace(stopped="cap", estimate=estimate, contended=quiet), plan
+    )
     assert "stopped at 30 s" in capped and "--max-budget-s" in capped
-    last = undecided_advice(SimpleNamespace(stopped="last look", estimate=estimate), plan)
+    last = undecided_advice(
+        SimpleNamespace(stopped="last look", estimate=estimate, contended=quiet), plan
+    )
     assert "--budget-s" not in last and "every worker pair was timed" in last
+    # a loaded machine: a third helper's pairs were all kept "under a load on both sides", and the note
+    # blamed the spread between processes
+    loaded = SimpleNamespace(
+        stopped="last look", estimate=estimate, contended=[False] * 250 + [True] * 50
+    )
+    assert undecided_advice(loaded, plan, shared=40) == (
+        " (other processes took the CPU during 90 of 300 block pairs: their load widens the interval; "
+        "a quieter machine narrows it)"
+    )
+    assert "spread between worker processes" in undecided_advice(loaded, plan, shared=10)
