@@ -50,7 +50,7 @@ from perfsuite.measure.machine import MUST_MATCH, machine_differences
 from perfsuite.trace.structure import adds_work, diff_fingerprints
 from perfsuite.gate.worktrees import describe_tree
 from perfsuite.gate.intervals import PairSample
-from perfsuite.gate.noise_floor import between_pairs_sd
+from perfsuite.gate.noise_floor import FLOOR_MIN_WORKER_PAIRS, between_pairs_sd
 from perfsuite.gate.outside_clock import ClockCheck
 from perfsuite.measure.call_limit import default_limit_s
 from perfsuite.gate.sequential import (
@@ -772,7 +772,8 @@ def ab_payload(
     Per benchmark, ``contended_pairs`` lists which pairs were set aside, ``wait_shares`` the base
     and head blocks' wait shares per pair, and ``clusters`` the worker pair that timed each pair
     (None: pooled, one worker per side); ``between_pairs_sd`` the spread between worker pairs
-    (``noise_floor.between_pairs_sd``, log units; None without two worker pairs)."""
+    (``noise_floor.between_pairs_sd``, log units; None with fewer than ``FLOOR_MIN_WORKER_PAIRS``: too few
+    for a noise floor)."""
     payload = {
         "schema_version": 3,
         "contended_pair_policy": str(contended_pairs),
@@ -810,7 +811,7 @@ def ab_payload(
         ],
     }
     for benchmark in payload["benchmarks"]:  # an A/A gate's is the noise floor of later ones
-        benchmark["between_pairs_sd"] = between_pairs_sd(benchmark)
+        benchmark["between_pairs_sd"] = between_pairs_sd(benchmark, FLOOR_MIN_WORKER_PAIRS)
     return payload
 
 

@@ -27,11 +27,16 @@ from perfsuite.gate.intervals import cluster_estimates, pair_log_ratios
 
 # A/A gates per benchmark the history's floor pools: the newest seven (the nightly workflow's week).
 HISTORY_AA_GATES = 7
+# Worker pairs with kept block pairs a gate needs for its spread to be kept as a floor: half the default
+# twelve (the first look). With two, the spread has one degree of freedom: a gate beside a load kept
+# 4e31-wide intervals' worth of it, which would have blinded every later gate until seven nights pooled.
+FLOOR_MIN_WORKER_PAIRS = 6
 
 
-def between_pairs_sd(benchmark: dict) -> float | None:
+def between_pairs_sd(benchmark: dict, min_worker_pairs: int = 2) -> float | None:
     """The standard deviation (log units) between the worker pairs' estimates of one benchmark of an
-    ``ab --json`` document (its kept pairs and ``clusters``); None with fewer than 2 worker pairs."""
+    ``ab --json`` document (its kept pairs and ``clusters``); None with fewer than ``min_worker_pairs``
+    worker pairs holding kept pairs (at least 2)."""
     clusters = benchmark.get("clusters") or []
     base, head = benchmark.get("base_blocks_s") or [], benchmark.get("head_blocks_s") or []
     if not base or len(clusters) != len(base) or any(c is None for c in clusters):
@@ -41,7 +46,7 @@ def between_pairs_sd(benchmark: dict) -> float | None:
     ]
     logs = pair_log_ratios([base[i] for i in kept], [head[i] for i in kept])
     estimates = cluster_estimates(logs, [clusters[i] for i in kept])
-    return float(estimates.std(ddof=1)) if len(estimates) >= 2 else None
+    return float(estimates.std(ddof=1)) if len(estimates) >= max(2, min_worker_pairs) else None
 
 
 def pooled_sd(sds: Sequence[float]) -> float:

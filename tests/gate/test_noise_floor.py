@@ -40,6 +40,11 @@ def test_the_floor_is_the_spread_between_worker_pairs_of_the_kept_pairs():
     assert between_pairs_sd(pooled) is None
     assert between_pairs_sd(aa_benchmark([[0.01] * 3])) is None
     assert between_pairs_sd({"key": KEY, "base_blocks_s": [], "clusters": []}) is None
+    # the gate keeps a spread as a floor only from FLOOR_MIN_WORKER_PAIRS worker pairs with kept pairs
+    assert between_pairs_sd(benchmark, min_worker_pairs=4) is None
+    assert between_pairs_sd(benchmark, min_worker_pairs=3) == pytest.approx(
+        np.std([-0.01, 0.0, 0.02], ddof=1)
+    )
 
 
 def test_several_a_a_runs_pool_their_variances():

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from perfsuite.gate.noise_floor import between_pairs_sd
+from perfsuite.gate.noise_floor import FLOOR_MIN_WORKER_PAIRS, between_pairs_sd
 from perfsuite.units import format_bytes
 from validation.user_repo import CHECKOUT, UserRepo
 
@@ -300,23 +300,26 @@ def test_the_ab_gate_on_git_refs_names_the_extra_copy_and_fails(user_repo):
 
 def test_an_a_a_gate_recorded_in_the_history_sets_the_next_gates_noise_floor(user_repo):
     """The nightly A/A gate's spread between worker pairs is kept in the history store, and the next gate
-    on this machine reads it without a --noise-floor file (two worker pairs a side: a spread to keep)."""
+    on this machine reads it without a --noise-floor file (six worker pairs a side: the fewest whose
+    spread is kept)."""
     repo, base_sha, _, _ = user_repo
     timed = ("ab", "--cases", CASE, "--variants", "blocked_attention", "--modes", "forward")
-    timed += ("--workers-per-side", "2", "--blocks", "4", "--rounds", "1", "--budget-s", "2")
+    timed += ("--workers-per-side", "6", "--blocks", "4", "--rounds", "1", "--budget-s", "2")
     night_json = repo.path.parent / "aa-night.json"
     night = repo.perfsuite(
         *timed, "--base-ref", base_sha, "--head-ref", base_sha, "--json", night_json
     )
     assert night.returncode == 0, night.stdout + night.stderr
     assert "history: recorded 2 runs of 1 benchmark(s) each" in night.stderr, night.stderr
-    assert " of 2 worker pairs, " in night.stderr, night.stderr  # a look's progress line
+    assert " of 6 worker pairs, " in night.stderr, night.stderr  # a look's progress line
     day = repo.perfsuite(*timed, "--base-ref", base_sha, "--head-ref", base_sha)
     assert day.returncode == 0, day.stdout + day.stderr
     (benchmark,) = json.loads(night_json.read_text())["benchmarks"]
-    # a loaded machine may have set every block of a worker pair aside: then no spread, no floor
-    if between_pairs_sd(benchmark) is None:
-        assert "noise floor" not in night.stderr + day.stderr, night.stderr + day.stderr
+    # a loaded machine may have set every block of worker pairs aside: then no spread kept, no floor read
+    if benchmark["between_pairs_sd"] is None:
+        assert between_pairs_sd(benchmark, FLOOR_MIN_WORKER_PAIRS) is None
+        assert "kept in the history" not in night.stderr, night.stderr
+        assert "noise floor: the A/A gates recorded in" not in day.stderr, day.stderr
     else:
         assert "this A/A gate's spread between worker pairs is kept in the history for 1" in (
             night.stderr
