@@ -706,8 +706,7 @@ def aa_spreads(connection: Connection, testbed: str, newest: int) -> dict[str, l
     found: dict[str, list[float]] = {}
     for row in heads:
         sd = (row.extra or {}).get("ab_between_pairs_sd")
-        spreads = found.setdefault(row.benchmark, [])
-        if bases.get(row.run_group) == row.commit_sha and _finite({"sd": sd}, "sd"):
-            if len(spreads) < newest:
-                spreads.append(float(sd))
-    return {name: spreads for name, spreads in found.items() if spreads}
+        aa = bases.get(row.run_group) == row.commit_sha
+        if aa and _finite({"sd": sd}, "sd") and len(found.get(row.benchmark, ())) < newest:
+            found.setdefault(row.benchmark, []).append(float(sd))
+    return found
