@@ -75,8 +75,13 @@ def _remove_if_empty(folder: Path) -> None:
 
 
 def _interrupt_when_parent_dies() -> None:
-    """In the child, before exec: on Linux, get SIGINT if the wrapper dies (even of SIGKILL), so
-    pytest stops and saves as on Ctrl-C instead of running on as an orphan. Elsewhere nothing."""
+    """In the child, before exec: SIGINT back to its default, so that pytest hears the interrupt the
+    wrapper passes on even where the wrapper was started with SIGINT ignored (a shell's background
+    job without job control, ``nohup``); and, on Linux, SIGINT if the wrapper dies (even of SIGKILL),
+    so pytest stops and saves as on Ctrl-C instead of running on as an orphan."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # its own process group: only the wrapper sends it
+    if sys.platform != "linux":
+        return
     try:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGINT)
     except (OSError, AttributeError):
@@ -98,7 +103,7 @@ def run_forwarding_signals(
         env=env,
         cwd=cwd,
         process_group=0,
-        preexec_fn=_interrupt_when_parent_dies if sys.platform == "linux" else None,
+        preexec_fn=None if sys.platform == "win32" else _interrupt_when_parent_dies,
     )
     received: list[int] = []
 

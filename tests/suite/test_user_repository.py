@@ -442,6 +442,8 @@ def test_ctrl_c_and_sigterm_end_ab_with_one_line_and_remove_the_worktrees(user_r
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        # as from a terminal, even where this test runs in a background job (SIGINT ignored there)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     seen = []
     for line in process.stderr:  # progress: a benchmark set up in both trees, its timing under way
