@@ -15,6 +15,7 @@ Errors that report a bad value also derive from ``ValueError``, as Python's own 
     +-- WorkerError          an A/B worker process failed or answered with an error
     +-- UsageError           a command-line request that cannot be carried out
     +-- HistoryError         a performance-history store that cannot be opened or written (names it)
+        +-- NoHistoryStoreYet   a store file that does not exist yet, opened only to read
 """
 
 from __future__ import annotations
@@ -84,9 +85,16 @@ __all__ = [
     "ReportError",
     "WorkerError",
     "UsageError",
+    "HistoryError",
+    "NoHistoryStoreYet",
 ]
 
 
 class HistoryError(PerfsuiteError):
     """A history store (``perfsuite.history``) that cannot be opened, read or written: not a
     store, a newer schema, an unreachable server; ``source`` is the file or URL (password hidden)."""
+
+
+class NoHistoryStoreYet(HistoryError):
+    """A history store file that does not exist yet, opened to read only (nothing recorded there yet);
+    readers that may find none (the gate's noise floor) say nothing instead of warning."""

@@ -9,7 +9,7 @@ import time
 import uuid
 from pathlib import Path
 
-from perfsuite.errors import HistoryError
+from perfsuite.errors import HistoryError, NoHistoryStoreYet
 from perfsuite.history.records import RunRecord
 
 DISABLE_VALUES = ("off", "false", "0", "no")
@@ -160,9 +160,9 @@ def aa_spreads_here(
             testbed = capture.testbed_now(machine_info).fingerprint
             spreads = store.aa_spreads(testbed, newest)
             name = shown(store.url).removeprefix("sqlite:///")
+    except NoHistoryStoreYet:
+        return {}, ""
     except HistoryError as exc:
-        if "no history store yet" in str(exc):
-            return {}, ""
         return {}, f"perfsuite: warning: no A/A noise floor read from the history store ({exc})"
     except Exception as exc:  # as recording: the store never fails a gate
         return (

@@ -27,7 +27,7 @@ from sqlalchemy import Connection, Engine, create_engine, event, inspect, select
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
 
-from perfsuite.errors import HistoryError
+from perfsuite.errors import HistoryError, NoHistoryStoreYet
 from perfsuite.measure.call_limit import CallTimeLimitExceeded, time_limit
 from perfsuite.storage import write_text_atomic
 import perfsuite.history.schema as schema
@@ -426,7 +426,7 @@ def open_store(
         _check_sqlite_file(path)
         if not path.exists():
             if not create:
-                raise HistoryError(
+                raise NoHistoryStoreYet(
                     f"{path}: no history store yet (record a timed run first)", str(path)
                 )
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import select, text
 
 from history_records import make_run
-from perfsuite.errors import HistoryError
+from perfsuite.errors import HistoryError, NoHistoryStoreYet
 from perfsuite.history import open_store, resolve_url, schema
 from perfsuite.history.store import prepare_schema
 
@@ -226,7 +226,7 @@ def test_url_resolution(tmp_path, monkeypatch):
 
 
 def test_a_missing_store_is_refused_when_not_creating(tmp_path):
-    with pytest.raises(HistoryError, match="no history store yet"):
+    with pytest.raises(NoHistoryStoreYet, match="none.sqlite: no history store yet"):
         open_store(str(tmp_path / "none.sqlite"), create=False)
     assert not (tmp_path / "none.sqlite").exists()
 
