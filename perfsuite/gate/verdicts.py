@@ -209,10 +209,11 @@ def contended_verdict(
     estimate = RatioEstimate(
         math.exp(centre), math.exp(raw_low), math.exp(raw_high), len(judged), "contended pairs"
     )
-    _, low, _ = wilcoxon_interval(adjusted, half)
+    adjusted_centre, low, adjusted_high = wilcoxon_interval(adjusted, half)
     if low > math.log1p(settings.contended_min_effect):
         return estimate, (
-            f"decided on {len(judged)} contended pairs: wait-adjusted interval above the "
+            f"decided on {len(judged)} contended pairs: wait-adjusted x{math.exp(adjusted_centre):.3f} "
+            f"[{math.exp(low):.3f}, {math.exp(adjusted_high):.3f}], above the "
             f"x{1 + settings.contended_min_effect:.2f} floor (head threads waited "
             f"{np.median(waits):.0%} of their runnable time, median; the interval shown is the raw "
             "contended ratio's)"
