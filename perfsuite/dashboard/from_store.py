@@ -65,51 +65,68 @@ def _change_points(judgements: list[Any]) -> list[ChangePoint]:
     """A series' change points from its judgements (``history.judging.judge``: the time series' own and
     the same benchmark's score-copy one): every finding (open, recovered, accepted) and every
     unconfirmed step between separate runs; findings at the same two commits are one change point
-    (a count's size first in the cause)."""
+    (a count's size first in the cause). An unconfirmed time step at a count's or the structure's
+    finding gives it its ratio only when it moved the same way (``_timed``): a new user saw a copy added
+    at a commit listed as "faster", by the noise of a separate run at the same commit."""
     found: dict[tuple[str, str], ChangePoint] = {}
-    for judgement in judgements:
-        for f in judgement.findings:
-            state = f.status + (f" at {f.closed_at[:10]}" if f.closed_at else "")
-            note = state + (f": {f.reason}" if f.reason else "")
-            size = "" if f.kind == "timing" else f.size
-            ratio = f.ratio if f.ratio is not None else 1.0
-            low, high = f.interval if f.interval else (ratio, ratio)
-            cause = "; ".join(f.cause)
-            change = ChangePoint(
-                f.last_good,
-                f.first_bad,
-                ratio,
-                low,
-                high,
-                "; ".join(x for x in (f"confirmed by {f.evidence}", cause) if x),
-                open=f.open,
-                size=size,
-                worse=f.worse,
-                status=f.status,
-                note=note,
-                finding=f.id,
-            )
-            old = found.get((f.last_good, f.first_bad))
-            if old is not None:
-                change = _merged(old, change)
-            found[(f.last_good, f.first_bad)] = change
-        for u in judgement.suspects:
-            found.setdefault(
-                (u.last_good, u.first_bad),
-                ChangePoint(
-                    u.last_good,
-                    u.first_bad,
-                    u.ratio,
-                    u.interval[0],
-                    u.interval[1],
-                    "",
-                    open=False,
-                    worse=u.worse,
-                    status=UNCONFIRMED,
-                    note=f"separate runs: {u.why}; to confirm it: {u.command}",
-                ),
-            )
+    for f in (f for judgement in judgements for f in judgement.findings):
+        state = f.status + (f" at {f.closed_at[:10]}" if f.closed_at else "")
+        note = state + (f": {f.reason}" if f.reason else "")
+        size = "" if f.kind == "timing" else f.size
+        ratio = f.ratio if f.ratio is not None else 1.0
+        low, high = f.interval if f.interval else (ratio, ratio)
+        cause = "; ".join(f.cause)
+        change = ChangePoint(
+            f.last_good,
+            f.first_bad,
+            ratio,
+            low,
+            high,
+            "; ".join(x for x in (f"confirmed by {f.evidence}", cause) if x),
+            open=f.open,
+            size=size,
+            worse=f.worse,
+            status=f.status,
+            note=note,
+            finding=f.id,
+        )
+        old = found.get((f.last_good, f.first_bad))
+        if old is not None:
+            change = _merged(old, change)
+        found[(f.last_good, f.first_bad)] = change
+    for u in (u for judgement in judgements for u in judgement.suspects):
+        step = ChangePoint(
+            u.last_good,
+            u.first_bad,
+            u.ratio,
+            u.interval[0],
+            u.interval[1],
+            "",
+            open=False,
+            worse=u.worse,
+            status=UNCONFIRMED,
+            note=f"separate runs: {u.why}; to confirm it: {u.command}",
+        )
+        old = found.setdefault((u.last_good, u.first_bad), step)
+        if old is not step and old.size and old.ratio == 1.0 and u.worse == old.regression:
+            found[(u.last_good, u.first_bad)] = _timed(old, step)
     return list(found.values())
+
+
+def _timed(finding: ChangePoint, step: ChangePoint) -> ChangePoint:
+    """A count's or the structure's ``finding`` drawn with the ratio of an unconfirmed time ``step`` at
+    the same commits that moved the same way (what the change cost, as measured): the finding's size
+    first in the cause; its state, id and note kept."""
+    cause = "; ".join(dict.fromkeys(c for c in (finding.size, *finding.cause.split("; ")) if c))
+    return dataclasses.replace(
+        finding,
+        ratio=step.ratio,
+        ratio_low=step.ratio_low,
+        ratio_high=step.ratio_high,
+        size="",
+        cause=cause,
+        worse=finding.regression,
+    )
 
 
 def _merged(one: ChangePoint, other: ChangePoint) -> ChangePoint:

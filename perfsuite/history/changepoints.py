@@ -35,6 +35,10 @@ newest usable points are each beyond the limit against the ``window`` usable poi
 ``max(min_effect, k * noise)`` on the log scale; noise is the robust spread of the baseline's points
 (when it has ``MIN_POINTS`` or more) and never below the robust spread of the newest point's own
 rounds divided by sqrt(rounds).
+
+A count (``query.COUNTED``: score copies) is exact: offline, every point whose count differs from the
+one before it is a change point; online, the newest count is judged against the baseline's lower median
+count, with no noise.
 """
 
 from __future__ import annotations
@@ -232,12 +236,33 @@ def _segment_splits(x: np.ndarray, start: int, end: int, accept) -> list[int]:
     return sorted(found)
 
 
-def _detect_one_epoch(
-    points: Sequence[Point], p_value: float, min_effect: float
+def _count_steps(
+    x: np.ndarray, min_effect: float
 ) -> list[tuple[int, float, float, tuple[float, float]]]:
-    """(index, p, ratio, interval) of each change point of one epoch's usable points."""
+    """(index, p, ratio, interval) of each step of an exact count (``query.COUNTED``; ``x`` its log
+    values): every point whose count differs from the one before by ``min_effect`` or more, or from or
+    to zero, with p 0. A count has no noise to test, and a series that adds a copy and later removes
+    it holds two steps, which a t-test across them would blur (and its log of zero overflow)."""
+    if len(x) < 3:  # as a step test: one value each side is not enough
+        return []
+    zero = math.log(1e-300)  # point_value's floor: a count of 0
+    steps = []
+    for i in range(1, len(x)):
+        diff = float(x[i] - x[i - 1])
+        if diff and (zero in (x[i], x[i - 1]) or abs(diff) >= math.log1p(min_effect)):
+            steps.append((i, 0.0, math.exp(diff), (math.exp(diff), math.exp(diff))))
+    return steps
+
+
+def _detect_one_epoch(
+    points: Sequence[Point], p_value: float, min_effect: float, counted: bool = False
+) -> list[tuple[int, float, float, tuple[float, float]]]:
+    """(index, p, ratio, interval) of each change point of one epoch's usable points (``counted``:
+    an exact count, ``_count_steps``)."""
     x = np.array([point_value(p) for p in points])
     n = len(x)
+    if counted:
+        return _count_steps(x, min_effect)
     if n < 2:
         return []
 
@@ -294,7 +319,8 @@ def detect(
     for epoch in epochs(points):
         indices = [i for i in range(epoch.start, epoch.end + 1) if usable(points[i])]
         chosen = [points[i] for i in indices]
-        for local, p, ratio, interval in _detect_one_epoch(chosen, p_value, min_effect):
+        steps = _detect_one_epoch(chosen, p_value, min_effect, counted=measure in COUNTED)
+        for local, p, ratio, interval in steps:
             found.append(
                 _change_point(
                     points,
@@ -521,12 +547,19 @@ def check_newest(
                 judged=False,
             )
     base = np.array([point_value(p) for p in baseline])
-    center = float(np.median(base))
-    noise = _robust_sd(base) if len(base) >= MIN_POINTS else 0.0
+    # a count is exact: no noise, and the baseline's level is one of its counts (the lower median), not
+    # a median or a spread of logs, which across a copy added and later removed mix in the log of zero
+    before = (
+        statistics.median_low(statistics.median(p.values) for p in baseline) if counted else None
+    )
+    center = math.log(max(before, 1e-300)) if counted else float(np.median(base))
+    noise = _robust_sd(base) if len(base) >= MIN_POINTS and not counted else 0.0
     ratios, limits = [], []
     for point in newest:
         rounds = _log_rounds(point)
-        own = _robust_sd(rounds) / math.sqrt(len(rounds)) if len(rounds) > 1 else 0.0
+        own = (
+            _robust_sd(rounds) / math.sqrt(len(rounds)) if len(rounds) > 1 and not counted else 0.0
+        )
         limits.append(max(math.log1p(min_effect), k * max(noise, own)))
         ratios.append(math.exp(point_value(point) - center))
     sign = 1.0 if larger_is_worse else -1.0
@@ -534,9 +567,7 @@ def check_newest(
     limit = math.exp(max(limits))
     text = ", ".join(f"x{r:.3f}" for r in ratios)
     if counted:  # a count reads as counts: a ratio of counts means nothing when the baseline is 0
-        before = statistics.median(statistics.median(p.values) for p in baseline)
-        after = statistics.median(newest[-1].values)
-        text = count_step(before, after, measure)
+        text = count_step(before, statistics.median(newest[-1].values), measure)
     if all(broke):
         # the step: walk back from the confirming points while a point is beyond the baseline's limit
         # (the newest points of the baseline may already be after the step)

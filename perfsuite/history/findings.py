@@ -17,7 +17,9 @@ never a finding, with the one ``perfsuite ab`` command that would confirm it.
 A finding stays ``open`` across later commits until a later measurement of the same series shows it
 ``recovered`` (a later confirmed step back by at least half of it, a gate from its last good commit to a
 later one that finds no change, or the structure of its last good commit again), or someone marks it
-``accepted`` (``perfsuite history accept``, the reason kept in the store). ``history detect``,
+``accepted`` (``perfsuite history accept``, the reason kept in the store). A step that is not a regression
+and recovers an earlier finding is that finding's ``recovery`` (closed; it names the finding it closes),
+not an open finding of its own. ``history detect``,
 ``history show`` and the dashboard read this one state (``history.judging``).
 """
 
@@ -60,7 +62,7 @@ EXACT_COUNT = "exact count"
 STRUCTURE = "structure"
 PR_GATE = "pull request gate"
 
-OPEN, RECOVERED, ACCEPTED = "open", "recovered", "accepted"
+OPEN, RECOVERED, ACCEPTED, RECOVERY = "open", "recovered", "accepted", "recovery"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,8 +73,9 @@ class Finding:
     more work); ``size`` in words (``x1.068 [1.041, 1.097]``, ``0 -> 1 score copies``, ``+2 gather
     ops``); ``ratio``/``interval`` after / before (None for structure); ``evidence`` what confirmed it
     (``changepoints.GATE``, ``CHANGE_POINT_RULE``, ``EXACT_COUNT``, ``STRUCTURE``, ``PR_GATE``);
-    ``cause`` the structural diff lines; ``status`` ``open``, ``recovered`` or ``accepted``,
-    ``closed_at`` the commit that recovered it, ``reason`` why it is closed; ``pr_gate`` the head of
+    ``cause`` the structural diff lines; ``status`` ``open``, ``recovered``, ``accepted`` or ``recovery``
+    (the step that recovered an earlier finding: ``reason`` names it), ``closed_at`` the commit that
+    recovered it, ``reason`` why it is closed; ``pr_gate`` the head of
     the pull request gate that failed on this structure."""
 
     id: str
@@ -313,18 +316,19 @@ def _recovery(
     points: Sequence[Point],
     later: Sequence[tuple[int, Finding]],
     pairs: Sequence[Pair],
-) -> tuple[str, str] | None:
-    """(commit, reason) of the first later measurement of the series that shows ``finding`` (whose
-    first bad commit is ``points[at]``) recovered, or None."""
+) -> tuple[str, str, str | None] | None:
+    """(commit, reason, the id of the later finding that is the recovery, if one is) of the first later
+    measurement of the series that shows ``finding`` (whose first bad commit is ``points[at]``)
+    recovered, or None."""
     where = {p.sha: i for i, p in enumerate(points)}
-    found: list[tuple[int, str]] = []
+    found: list[tuple[int, str, str | None]] = []
     if finding.kind == "structure":
         before = (
             points[where[finding.last_good]].structure_hash if finding.last_good in where else None
         )
         for i in range(at + 1, len(points)):
             if before and points[i].structure_hash == before and not points[i].dirty:
-                found.append((i, f"the structure of {finding.last_good[:10]} again"))
+                found.append((i, f"the structure of {finding.last_good[:10]} again", None))
                 break
     else:
         size = abs(math.log(finding.ratio)) if finding.ratio else None
@@ -344,7 +348,7 @@ def _recovery(
                     and abs(math.log(other.ratio)) >= RECOVERED_SHARE * size
                 )
             if back:
-                found.append((index, f"back by {other.size} ({other.evidence})"))
+                found.append((index, f"back by {other.size} ({other.evidence})", other.id))
         for pair in pairs:
             ends = {pair.base_sha, pair.head_sha}
             if finding.last_good not in ends or finding.kind != "timing":
@@ -359,12 +363,13 @@ def _recovery(
                     (
                         where[other],
                         f"an interleaved gate against {finding.last_good[:10]} says {pair.verdict}",
+                        None,
                     )
                 )
     if not found:
         return None
-    index, why = min(found)
-    return points[index].sha, why
+    index, why, by = min(found, key=lambda item: item[0])
+    return points[index].sha, why, by
 
 
 def series_findings(
@@ -428,7 +433,7 @@ def series_findings(
         placed = _link_pull_requests(key, points, placed, gates, merged_at or {})
     placed.sort(key=lambda item: item[0])
     where = {p.sha: i for i, p in enumerate(points)}
-    found = []
+    found, closes = [], {}  # closes: a recovery's id -> the id of the finding it recovered
     for index, finding in placed:
         at = where.get(finding.first_bad, index)
         recovered = _recovery(finding, at, points, placed, pairs)
@@ -437,10 +442,20 @@ def series_findings(
             finding = dataclasses.replace(
                 finding, status=RECOVERED, closed_at=recovered[0], reason=recovered[1]
             )
+            if recovered[2]:
+                closes.setdefault(recovered[2], finding.id)
         elif acceptance is not None:
             finding = dataclasses.replace(finding, status=ACCEPTED, reason=acceptance.reason)
         found.append(finding)
-    return found, suspects
+    return [_as_recovery(f, closes) for f in found], suspects
+
+
+def _as_recovery(finding: Finding, closes: Mapping[str, str]) -> Finding:
+    """``finding`` as the ``recovery`` of the finding it closes, when it is an open step that is not a
+    regression and recovered an earlier finding (``closes``: its id -> the closed one's); else as is."""
+    if finding.id not in closes or finding.worse or not finding.open:
+        return finding
+    return dataclasses.replace(finding, status=RECOVERY, reason=f"closes {closes[finding.id][:10]}")
 
 
 def _link_pull_requests(

@@ -147,7 +147,7 @@ def test_findings_list_the_change_point_with_commits_and_cause(tmp_path, page):
     card = page.locator("article.series[data-series='naive-fwd']")
     card.scroll_into_view_if_needed()
     page.wait_for_function("window.perfsuiteCharts['naive-fwd'] !== undefined")
-    assert card.locator("li.regression").inner_text().startswith("change +40.0%")
+    assert card.locator("li.regression").inner_text().startswith("regression +40.0%")
     box = card.locator(".u-over").bounding_box()
     page.mouse.move(box["x"] + box["width"] * 0.75, box["y"] + box["height"] / 2)
     assert "2 score copies" in card.locator(".hover").inner_text()  # a point after the change

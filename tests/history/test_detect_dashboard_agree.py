@@ -103,3 +103,45 @@ def test_an_inconclusive_gate_at_the_newest_commit_is_not_judged(tmp_path, capsy
     assert main(["history", "--store", url, "detect", "--measure", "time_s"]) == 2
     out = capsys.readouterr().out
     assert out.startswith("not judged") and "0 of 1 series judged" in out
+
+
+def test_a_copy_added_then_removed_is_a_recovered_regression_and_its_fix_the_recovery(
+    tmp_path, capsys
+):
+    """A new user's five commits (base, comment, out-of-place ``masked_fill``, comment, the fix), timed
+    on a shared machine where the copy's commit happened to run faster: ``detect`` and the dashboard
+    overflowed on the log of zero copies, the dashboard listed the copy as "faster" (the time step's
+    noise at the same commits), and the fix was filed as a new open finding."""
+    from perfsuite.cli.main import main
+
+    url = f"sqlite:///{tmp_path / 'h.sqlite'}"
+    copies = (0, 0, 1, 1, 0)
+    level_s = (
+        1.0e-3,
+        1.0e-3,
+        0.85e-3,
+        0.85e-3,
+        0.85e-3,
+    )  # separate runs' levels: the machine's, not the copy's
+    with open_store(url) as store:
+        for p, (n, level) in enumerate(zip(copies, level_s)):
+            times = tuple(level * (1 + 0.002 * ((i * 7) % 11 - 5)) for i in range(30))
+            store.record(make_run(f"r{p}", sha(p), p, times, copies=n))
+        model = dashboard_from_store(store)
+    found = detected(url, capsys)
+    assert not found["score_copies"]["regression"] and found["score_copies"]["judged"]
+    assert found["score_copies"]["reason"].startswith("0 -> 0 score copies: the newest point")
+    assert main(["history", "--store", url, "detect"]) == 0
+    text = capsys.readouterr().out
+    assert "0 confirmed regression(s) open" in text and "[open]" not in text
+    assert main(["history", "--store", url, "show", BENCH]) == 0
+    [series] = model.series
+    changes = {(c.last_good, c.first_bad): c for c in series.change_points}
+    added, fixed = (
+        changes[(sha(1), sha(2))],
+        changes[(sha(3), sha(4))],
+    )  # a time step sits at the first too
+    assert added.regression and added.size == "0 -> 1 score copies" and added.ratio == 1.0
+    assert added.status == "recovered" and not added.open
+    assert fixed.status == "recovery" and not fixed.open and not fixed.regression
+    assert fixed.note.startswith("recovery: closes ") and fixed.size == "1 -> 0 score copies"

@@ -82,7 +82,7 @@
     if (rows.length) sec.append(table(head, rows.map(line), {id: "changes"}));
     if (closed.length) {
       closed.sort((a, b) => b[1].bad - a[1].bad);
-      sec.append(el("details", {id: "closed"}, el("summary", {}, closed.length + " closed finding(s): recovered or accepted"),
+      sec.append(el("details", {id: "closed"}, el("summary", {}, closed.length + " closed finding(s): recovered, accepted, or the step that recovered one"),
         table(head.concat(["state"]), closed.map((r) => { const tr = line(r); tr.append(el("td", {}, stateWords(r[1]))); return tr; }))));
     }
     return sec;
@@ -203,7 +203,7 @@
       s.changes.map((c) => unconfirmed(c)
         ? el("li", {class: "unconfirmed"}, "unconfirmed step ", pct(c.ratio), " between ", commitLink(c.good), " and ",
           commitLink(c.bad), ": " + c.note)
-        : el("li", {class: worse(c) ? "regression" : "improvement"}, "change ", size(c),
+        : el("li", {class: worse(c) ? "regression" : "improvement"}, worse(c) ? "regression " : "change ", size(c),
           " between ", commitLink(c.good), " and ", commitLink(c.bad),
           c.cause ? ": " + c.cause : "", " [" + stateWords(c) + "]")),
       s.epochs.map((e) => el("li", {class: "epoch"}, "epoch from ", commitLink(e.c), ": " + e.label)),
