@@ -94,6 +94,13 @@ def add_command(commands) -> None:
     export = actions.add_parser("export", help="every point with its raw values, as CSV or JSON")
     export.add_argument("--format", choices=("csv", "json"), default="csv")
     export.add_argument("--output", type=Path, help="write here instead of standard output")
+    for sub in (record, imported, listed, shown, detect, accept, export):
+        # before or after the action, as the dashboard takes it (a new user wrote it after `show`)
+        sub.add_argument(
+            "--store",
+            default=argparse.SUPPRESS,
+            help="the store's URL or SQLite path (as `history --store`)",
+        )
     for sub in (listed, shown, detect, export, accept):
         sub.add_argument(
             "--measure",

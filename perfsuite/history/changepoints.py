@@ -513,7 +513,8 @@ def check_newest(
             (),
             None,
             len(baseline),
-            f"needs {confirm} newest point(s) and a baseline in this epoch; has {len(chosen)} point(s)",
+            f"needs {confirm} newest point(s) and at least one before them in this epoch; it has "
+            f"{len(chosen)} usable point(s)",
             judged=False,
         )
     references = [p.speed_reference_ms for p in baseline if p.speed_reference_ms]
@@ -542,7 +543,8 @@ def check_newest(
                 (),
                 None,
                 len(baseline),
-                f"not judged: at {point.short_sha} {moved.split(':')[0]} than over the baseline "
+                f"not judged: at {point.short_sha} (of the {confirm} newest point(s)) "
+                f"{moved.split(':')[0]} than over the baseline "
                 f"(reference x{point.speed_reference_ms / statistics.median(references):.2f})",
                 judged=False,
             )

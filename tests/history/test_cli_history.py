@@ -62,6 +62,19 @@ def test_list_and_export(store_url, capsys):
     assert len(rows) == 8 and len(rows[0]["values"].split()) == 5
 
 
+def test_the_store_may_follow_the_action_as_the_dashboard_takes_it(store_url, tmp_path, capsys):
+    """A new user wrote `history show --store URL SERIES` (argparse refused it: 'unrecognized
+    arguments'); after the action it also overrides one given before it."""
+    _series(store_url, (1.0e-3,) * 5)
+    elsewhere = str(tmp_path / "not-made.sqlite")
+    assert main(["history", "show", "--store", store_url, BENCH]) == 0
+    assert BENCH in capsys.readouterr().out
+    assert main(["history", "--store", elsewhere, "list", "--store", store_url]) == 0
+    assert BENCH in capsys.readouterr().out
+    assert main(["history", "--store", elsewhere, "list"]) == 2
+    assert "no history store yet" in capsys.readouterr().err
+
+
 def test_show_names_the_known_benchmarks_for_an_unknown_one(store_url, capsys):
     _series(store_url, (1.0e-3,) * 5)
     assert main(["history", "--store", store_url, "show", "nothing-like-it"]) == 2
