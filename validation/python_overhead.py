@@ -7,8 +7,11 @@ that adds ``--extra-ms`` of pure-Python work per call (a loop over Python intege
 time): the profiler sees the same ops and shapes, so only timing can fail it. Then ``perfsuite ab
 --base-ref main --head-ref slow --no-fail-on-structure`` runs ``--gates`` times, and once more with a
 comment-only branch (``same``), and prints each verdict line. Run it with nothing else on the machine.
+``--heads`` picks the branches gated; each ``--ab-option`` is added to every gate's command.
 
     .venv/bin/python -m validation.python_overhead --gates 3
+    .venv/bin/python -m validation.python_overhead --gates 6 --heads same \
+        --ab-option=--require-timing --ab-option=--min-effect=0.03
 """
 
 from __future__ import annotations
@@ -55,7 +58,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gates", type=int, default=3)
     parser.add_argument("--extra-ms", type=float, default=0.3)
+    parser.add_argument(
+        "--heads", default="slow,same", help="branches gated, comma-separated (slow, same)"
+    )
+    parser.add_argument(
+        "--ab-option", action="append", default=[], help="added to each perfsuite ab command"
+    )
     args = parser.parse_args()
+    heads = [h for h in args.heads.split(",") if h]
+    if not heads or set(heads) - {"slow", "same"}:
+        parser.error(f"--heads {args.heads!r}: expected slow, same or both, comma-separated")
     with tempfile.TemporaryDirectory(prefix="perfsuite-overhead-") as scratch:
         repo = myattn_repo(Path(scratch) / "repo", CASE)
         repo.commit("attention", {ATTENTION_PY: BLOCKED_ATTENTION})
@@ -68,11 +80,17 @@ def main() -> None:
         repo.commit("comment", {ATTENTION_PY: BLOCKED_ATTENTION + "# a comment\n"})
         repo.git("checkout", "-q", "main")
         print(f"slow: {iterations} Python iterations per call (about {args.extra_ms} ms here)")
-        for head, gates in (("slow", args.gates), ("same", args.gates)):
-            for _ in range(gates):
+        for head in heads:
+            for _ in range(args.gates):
                 start = time.monotonic()
                 found = repo.perfsuite(
-                    "ab", "--base-ref", "main", "--head-ref", head, "--no-fail-on-structure"
+                    "ab",
+                    "--base-ref",
+                    "main",
+                    "--head-ref",
+                    head,
+                    "--no-fail-on-structure",
+                    *args.ab_option,
                 )
                 lines = [
                     line for line in (found.stdout + found.stderr).splitlines() if line.strip()
