@@ -216,8 +216,13 @@ def weigh_separate_runs(
     before = [p for p in points[start : good + 1] if usable(p)]
     after = [p for p in points[bad:end] if usable(p)]
     if len(before) < MIN_HISTORY:
+        since = (
+            f"since the step at {points[start].short_sha}"
+            if start > epoch.start
+            else "in its epoch"
+        )
         return (
-            f"{len(before)} clean point(s) before it; {MIN_HISTORY} are needed to learn this "
+            f"{len(before)} clean point(s) before it {since}; {MIN_HISTORY} are needed to learn this "
             "series' noise between separate runs"
         )
     if len(after) < confirm:

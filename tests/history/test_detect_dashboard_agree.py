@@ -145,3 +145,23 @@ def test_a_copy_added_then_removed_is_a_recovered_regression_and_its_fix_the_rec
     assert added.status == "recovered" and not added.open
     assert fixed.status == "recovery" and not fixed.open and not fixed.regression
     assert fixed.note.startswith("recovery: closes ") and fixed.size == "1 -> 0 score copies"
+
+
+def test_an_unconfirmed_step_says_since_which_step_its_clean_points_are_counted(tmp_path):
+    """A new user read "1 clean point(s) before it; 4 are needed" as a wait of a few commits: the count
+    starts at the step before it (an unconfirmed one too), which the reason now names."""
+    from perfsuite.history.findings import series_findings
+
+    url = f"sqlite:///{tmp_path / 'h.sqlite'}"
+    level_s = (1.0, 1.01, 0.99, 1.0, 1.2, 1.19, 1.21, 0.8, 0.81, 0.79)
+    with open_store(url) as store:
+        for p, level in enumerate(level_s):
+            times = tuple(level * 1e-3 * (1 + 0.002 * ((i * 7) % 11 - 5)) for i in range(30))
+            store.record(make_run(f"r{p}", sha(p), p, times))
+        (series,) = store.list_series(measure="time_s")
+        points = store.points(series.key)
+    found, suspects = series_findings(series.key, points)
+    assert [(f.last_good, f.first_bad) for f in found] == [(sha(3), sha(4))]
+    [suspect] = suspects
+    assert (suspect.last_good, suspect.first_bad) == (sha(6), sha(7))
+    assert suspect.why.startswith(f"3 clean point(s) before it since the step at {sha(4)[:10]}; 4 ")
