@@ -385,8 +385,24 @@ def run_accept(args: argparse.Namespace) -> int:
         states = judge(store, every, order, args.branch, merged_at=merged_at(store, order, every))
         findings = [(j, f) for j in states for f in j.findings if f.open]
         chosen = [(j, f) for j, f in findings if f.id == args.target]
-        if not chosen:
-            named = {s.key.id for s in _series(args, store, args.target)}
+        closed = [f for j in states for f in j.findings if f.id == args.target and not f.open]
+        if closed:  # a finding's id, not a series': say why it cannot be accepted
+            f = closed[0]
+            raise UsageError(
+                f"{args.target!r}: this finding is {f.status}"
+                + (f" at {f.closed_at[:10]}" if f.closed_at else "")
+                + (f" ({f.reason})" if f.reason else "")
+                + "; only an open finding can be accepted (--rev names an older commit to judge at)"
+            )
+        if not chosen:  # a series, or a benchmark: all its measures' findings unless --measure
+            from perfsuite.history import query
+
+            every_measure = store.read(lambda c: query.find_series(c, args.target))
+            named = {
+                s.key.id
+                for s in every_measure or _series(args, store, args.target)
+                if args.measure in (None, s.key.measure)
+            }
             chosen = [(j, f) for j, f in findings if j.series.key.id in named]
         if not chosen:
             raise UsageError(

@@ -105,7 +105,8 @@ class Finding:
         """``REGRESSION a1b2c3d4e5 -> f6e7d8c9b0: x1.068 [1.041, 1.097] slower (interleaved gate);
         structure unchanged [open]``."""
         word = {"timing": ("slower", "faster"), "count": ("worse", "better")}.get(
-            self.kind, ("adds work", "changed")
+            self.kind,
+            ("adds work", ""),  # a structure change without added work says so in its size
         )[0 if self.worse else 1]
         if self.kind == "timing" and MEASURES[self.measure][2] is False:
             word = "worse" if self.worse else "better"
@@ -113,7 +114,7 @@ class Finding:
         state += f": {self.reason}" if self.reason else ""
         return (
             f"{'REGRESSION' if self.worse else 'change':<10} {self.last_good[:10]} -> {self.first_bad[:10]}: "
-            f"{self.size} {word} ({self.evidence}); "
+            f"{self.size}{' ' + word if word else ''} ({self.evidence}); "
             + ("; ".join(self.cause) or "structure unchanged")
             + f" [{state}]"
         )
@@ -333,7 +334,16 @@ def _recovery(
         )
         for i in range(at + 1, len(points)):
             if before and points[i].structure_hash == before and not points[i].dirty:
-                found.append((i, f"the structure of {finding.last_good[:10]} again", None))
+                back = [
+                    o.id for _, o in later if o.kind == "structure" and o.first_bad == points[i].sha
+                ]
+                found.append(
+                    (
+                        i,
+                        f"the structure of {finding.last_good[:10]} again",
+                        back[0] if back else None,
+                    )
+                )
                 break
     else:
         size = abs(math.log(finding.ratio)) if finding.ratio else None
@@ -438,7 +448,10 @@ def series_findings(
         placed = _link_pull_requests(key, points, placed, gates, merged_at or {})
     placed.sort(key=lambda item: item[0])
     where = {p.sha: i for i, p in enumerate(points)}
-    found, closes = [], {}  # closes: a recovery's id -> the id of the finding it recovered
+    found, closes = (
+        [],
+        {},
+    )  # a recovery's id -> (id, last good, first bad) of the finding it recovered
     for index, finding in placed:
         at = where.get(finding.first_bad, index)
         recovered = _recovery(finding, at, points, placed, pairs)
@@ -448,19 +461,25 @@ def series_findings(
                 finding, status=RECOVERED, closed_at=recovered[0], reason=recovered[1]
             )
             if recovered[2]:
-                closes.setdefault(recovered[2], finding.id)
+                closes.setdefault(recovered[2], (finding.id, finding.last_good, finding.first_bad))
         elif acceptance is not None:
             finding = dataclasses.replace(finding, status=ACCEPTED, reason=acceptance.reason)
         found.append(finding)
     return [_as_recovery(f, closes) for f in found], suspects
 
 
-def _as_recovery(finding: Finding, closes: Mapping[str, str]) -> Finding:
+def _as_recovery(finding: Finding, closes: Mapping[str, tuple[str, str, str]]) -> Finding:
     """``finding`` as the ``recovery`` of the finding it closes, when it is an open step that is not a
-    regression and recovered an earlier finding (``closes``: its id -> the closed one's); else as is."""
+    regression and recovered an earlier finding (``closes``: its id -> the closed one's id and
+    commits, which its reason names); else as is."""
     if finding.id not in closes or finding.worse or not finding.open:
         return finding
-    return dataclasses.replace(finding, status=RECOVERY, reason=f"closes {closes[finding.id][:10]}")
+    closed = closes[finding.id]
+    return dataclasses.replace(
+        finding,
+        status=RECOVERY,
+        reason=f"closes {closed[0][:10]}, {closed[1][:10]} -> {closed[2][:10]}",
+    )
 
 
 def _link_pull_requests(

@@ -107,10 +107,19 @@ def judge(
             pairs=pairs,
         )
         states.append((series, points, found, suspects, verdict))
+    counts = [(s, found) for s, _, found, _, _ in states if s.key.measure in COUNTED]
+    # a time series shown without its benchmark's count (``history show``) still leaves to the count
+    # the structure it names, as ``detect`` does: its count series are judged here too
+    wanted = {(s.key.benchmark, s.key.testbed) for s in chosen if s.key.measure == "time_s"}
+    wanted -= {(s.key.benchmark, s.key.testbed) for s, _ in counts}
+    for measure in sorted(COUNTED) if wanted else ():
+        for series in store.list_series(measure=measure):
+            if (series.key.benchmark, series.key.testbed) in wanted:
+                points = store.points(series.key, branch=branch, commit_order=commit_order)
+                counts.append((series, series_findings(series.key, points, accepted=accepted)[0]))
     counted = {
         (s.key.benchmark, s.key.testbed, f.last_good, f.first_bad)
-        for s, _, found, _, _ in states
-        if s.key.measure in COUNTED
+        for s, found in counts
         for f in found
     }
     judged = []
@@ -147,6 +156,9 @@ def _judgement(
             f"{len(bad)} open regression(s); newest {newest.last_good[:10]} -> {newest.first_bad[:10]}: "
             f"{newest.size} ({newest.evidence})"
         )
+    elif verdict.regression and (closed := _closed_at(found, verdict)) is not None:
+        # the newest points step where a finding was accepted (or recovered): its state, not "unconfirmed"
+        reason = f"{closed.status}: {closed.reason}; {verdict.reason}"
     elif verdict.regression:
         # the newest points stepped, but nothing confirmed the step: a suspect, never a regression
         reason = f"unconfirmed: {verdict.reason}" + (
@@ -176,4 +188,14 @@ def _judgement(
         newest.counts if newest else None,
         tuple(found),
         tuple(suspects),
+    )
+
+
+def _closed_at(found: list, verdict: Any) -> Any:
+    """The closed regression (accepted or recovered) whose first bad commit is the step the newest
+    points show (``verdict.first_bad``), or None."""
+    if verdict.first_bad is None:
+        return None
+    return next(
+        (f for f in found if f.worse and not f.open and f.first_bad == verdict.first_bad.sha), None
     )

@@ -165,3 +165,40 @@ def test_an_unconfirmed_step_says_since_which_step_its_clean_points_are_counted(
     [suspect] = suspects
     assert (suspect.last_good, suspect.first_bad) == (sha(6), sha(7))
     assert suspect.why.startswith(f"3 clean point(s) before it since the step at {sha(4)[:10]}; 4 ")
+
+
+def test_show_accept_and_detect_agree_on_a_fixed_and_an_accepted_copy(tmp_path, capsys):
+    """The new user's second trial: `show` of the time series listed the structural half of the copy
+    (which `detect` leaves to the count) and the fix as `change ... no added work changed [open]`;
+    `accept` of a finding that was already recovered said 'series ...: none in the store'; after an
+    accept, `detect` called the accepted copy 'unconfirmed'."""
+    import json
+
+    from perfsuite.cli.main import main
+
+    url = f"sqlite:///{tmp_path / 'h.sqlite'}"
+    with open_store(url) as store:
+        for p, n in enumerate((0, 0, 1, 1, 0)):
+            store.record(make_run(f"r{p}", sha(p), p, TIMES_S, copies=n))
+    assert main(["history", "--store", url, "show", BENCH]) == 0
+    shown = capsys.readouterr().out
+    assert "[open]" not in shown and "no added work changed" not in shown
+    assert main(["history", "--store", url, "show", BENCH, "--measure", "score_copies"]) == 0
+    [copy] = [line for line in capsys.readouterr().out.splitlines() if "REGRESSION" in line]
+    copy_id = copy.split()[0]
+    assert main(["history", "--store", url, "accept", copy_id, "--reason", "r"]) == 2
+    assert f"{copy_id!r}: this finding is recovered at {sha(4)[:10]}" in capsys.readouterr().err
+
+    url = f"sqlite:///{tmp_path / 'accepted.sqlite'}"
+    with open_store(url) as store:
+        for p, n in enumerate((0, 0, 0, 1)):
+            store.record(make_run(f"r{p}", sha(p), p, TIMES_S, copies=n))
+    assert main(["history", "--store", url, "detect"]) == 1
+    capsys.readouterr()
+    assert (
+        main(["history", "--store", url, "accept", BENCH, "--reason", "known, fix under way"]) == 0
+    )
+    capsys.readouterr()
+    assert main(["history", "--store", url, "detect", "--json"]) == 0
+    [count] = [r for r in json.loads(capsys.readouterr().out) if r["measure"] == "score_copies"]
+    assert count["reason"].startswith("accepted: known, fix under way; 0 -> 1 score copies")
