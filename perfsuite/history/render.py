@@ -10,7 +10,7 @@ from typing import Any
 from collections.abc import Sequence
 
 from perfsuite.history.changepoints import ChangePoint, usable
-from perfsuite.history.query import MEASURES, Epoch, Point, Series
+from perfsuite.history.query import COUNTED, MEASURES, Epoch, Point, Series
 
 BARS = "▁▂▃▄▅▆▇█"
 
@@ -109,7 +109,8 @@ def show_lines(
         lines.append("")
         lines.append("change points (last good -> first bad):")
         for change in change_points:
-            evidence = "" if math.isnan(change.p_value) else f"  (p={change.p_value:.2g})"
+            exact = math.isnan(change.p_value) or change.measure in COUNTED  # a count has no p
+            evidence = "" if exact else f"  (p={change.p_value:.2g})"
             lines.append(f"  {change.describe()}{evidence}")
     else:
         lines.append("")

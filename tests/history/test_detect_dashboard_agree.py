@@ -184,7 +184,9 @@ def test_show_accept_and_detect_agree_on_a_fixed_and_an_accepted_copy(tmp_path, 
     shown = capsys.readouterr().out
     assert "[open]" not in shown and "no added work changed" not in shown
     assert main(["history", "--store", url, "show", BENCH, "--measure", "score_copies"]) == 0
-    [copy] = [line for line in capsys.readouterr().out.splitlines() if "REGRESSION" in line]
+    counted = capsys.readouterr().out
+    assert "score copies worse" in counted and "(p=" not in counted  # a count has no p-value
+    [copy] = [line for line in counted.splitlines() if "REGRESSION" in line]
     copy_id = copy.split()[0]
     assert main(["history", "--store", url, "accept", copy_id, "--reason", "r"]) == 2
     assert f"{copy_id!r}: this finding is recovered at {sha(4)[:10]}" in capsys.readouterr().err
