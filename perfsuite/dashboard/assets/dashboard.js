@@ -138,7 +138,11 @@
         const px = u.valToPos(x, "x", true);
         ctx.strokeStyle = color; ctx.setLineDash(dash); ctx.lineWidth = 1.5 * dpr;
         ctx.beginPath(); ctx.moveTo(px, top); ctx.lineTo(px, top + h); ctx.stroke();
-        if (text) { ctx.fillStyle = color; ctx.font = 11 * dpr + "px system-ui"; ctx.fillText(text, px + 3 * dpr, top + 12 * dpr); }
+        if (text) {  // right of the line, or left of it where the plot would clip it
+          ctx.fillStyle = color; ctx.font = 11 * dpr + "px system-ui";
+          const width = ctx.measureText(text).width, right = u.bbox.left + u.bbox.width;
+          ctx.fillText(text, px + 3 * dpr + width > right ? px - 3 * dpr - width : px + 3 * dpr, top + 12 * dpr);
+        }
       };
       for (const e of s.epochs) vline(e.c - 0.5, "#888", [2 * dpr, 3 * dpr], e.label);
       for (const c of s.changes) {  // at the first bad commit; an unconfirmed step grey and dotted
