@@ -323,9 +323,13 @@ def merged_at(store, order: list[str] | None, chosen: list) -> dict[str, str]:
     return merges(Path.cwd(), sorted(heads), order) if heads else {}
 
 
-def finding_lines(judgement) -> list[str]:
-    """The findings and unconfirmed steps of one judged series, one line each (``show``, ``detect``)."""
-    lines = [f"  {f.id}  {f.describe()}" for f in judgement.findings]
+def finding_lines(judgement, cause_shown: tuple[str, ...] = ()) -> list[str]:
+    """The findings and unconfirmed steps of one judged series, one line each (``show``, ``detect``);
+    a finding whose cause is ``cause_shown`` (printed just above) refers to it."""
+    lines = [
+        f"  {f.id}  {f.describe(bool(cause_shown) and tuple(f.cause) == tuple(cause_shown))}"
+        for f in judgement.findings
+    ]
     lines += [f"  {s.describe()}" for s in judgement.suspects]
     return lines
 
@@ -481,7 +485,8 @@ def run_detect(args: argparse.Namespace) -> int:
                 )
             shown = [f for f in judgement.findings if f.open]
             extra = dataclasses.replace(judgement, findings=tuple(shown))
-            print("\n".join([line, *finding_lines(extra)]))
+            above = tuple(found["structure"]) if found["regression"] else ()
+            print("\n".join([line, *finding_lines(extra, above)]))
     judged = sum(found["judged"] for found in results)
     print(
         f"perfsuite history detect: {regressions} confirmed regression(s) open; "

@@ -101,9 +101,9 @@ class Finding:
     def open(self) -> bool:
         return self.status == OPEN
 
-    def describe(self) -> str:
+    def describe(self, cause_shown: bool = False) -> str:
         """``REGRESSION a1b2c3d4e5 -> f6e7d8c9b0: x1.068 [1.041, 1.097] slower (interleaved gate);
-        structure unchanged [open]``."""
+        structure unchanged [open]`` (``cause_shown``: the cause was just printed, ``structure as above``)."""
         word = {"timing": ("slower", "faster"), "count": ("worse", "better")}.get(
             self.kind,
             ("adds work", ""),  # a structure change without added work says so in its size
@@ -115,7 +115,11 @@ class Finding:
         return (
             f"{'REGRESSION' if self.worse else 'change':<10} {self.last_good[:10]} -> {self.first_bad[:10]}: "
             f"{self.size}{' ' + word if word else ''} ({self.evidence}); "
-            + ("; ".join(self.cause) or "structure unchanged")
+            + (
+                "structure as above"
+                if cause_shown and self.cause
+                else "; ".join(self.cause) or "structure unchanged"
+            )
             + f" [{state}]"
         )
 

@@ -196,7 +196,9 @@ def test_show_accept_and_detect_agree_on_a_fixed_and_an_accepted_copy(tmp_path, 
         for p, n in enumerate((0, 0, 0, 1)):
             store.record(make_run(f"r{p}", sha(p), p, TIMES_S, copies=n))
     assert main(["history", "--store", url, "detect"]) == 1
-    capsys.readouterr()
+    detected_text = capsys.readouterr().out  # the cause once, under the series' REGRESSION line
+    assert detected_text.count("+1 copy cpu aten::clone") == 1, detected_text
+    assert "(exact count); structure as above [open]" in detected_text
     assert (
         main(["history", "--store", url, "accept", BENCH, "--reason", "known, fix under way"]) == 0
     )
