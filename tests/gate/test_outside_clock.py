@@ -83,6 +83,22 @@ def test_the_outside_check_skips_contended_blocks_but_the_inside_one_does_not():
     assert check.failure()
 
 
+def test_the_outside_check_skips_blocks_whose_run_queue_held_more_threads_than_cpus(monkeypatch):
+    """An honest worker beside a loaded test run: 10 ms queued before each 2 ms block, not contended
+    inside its window; three such blocks of four failed the gate as tampered."""
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    check = ClockCheck("head")
+    for queue in (5, 3, 4):
+        stalled = reply([0.0018], 0.00195, 0.0001)
+        stalled["contention"] |= {"procs_running_before": queue, "procs_running_after": 2}
+        check.record(0.01971, 0.00798, stalled)
+    assert check.disagreements == 0 and check.failure() is None
+    quiet = reply([0.0018], 0.00195, 0.0001)
+    quiet["contention"] |= {"procs_running_before": 2, "procs_running_after": 1}
+    check.record(0.01971, 0.00798, quiet)  # the same times on a machine that was not busy
+    assert check.disagreements == 1
+
+
 def gate(tmp_path, head: str, *extra: str) -> subprocess.CompletedProcess:
     env = dict(
         os.environ, PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
