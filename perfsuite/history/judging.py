@@ -108,15 +108,7 @@ def judge(
         )
         states.append((series, points, found, suspects, verdict))
     counts = [(s, found) for s, _, found, _, _ in states if s.key.measure in COUNTED]
-    # a time series shown without its benchmark's count (``history show``) still leaves to the count
-    # the structure it names, as ``detect`` does: its count series are judged here too
-    wanted = {(s.key.benchmark, s.key.testbed) for s in chosen if s.key.measure == "time_s"}
-    wanted -= {(s.key.benchmark, s.key.testbed) for s, _ in counts}
-    for measure in sorted(COUNTED) if wanted else ():
-        for series in store.list_series(measure=measure):
-            if (series.key.benchmark, series.key.testbed) in wanted:
-                points = store.points(series.key, branch=branch, commit_order=commit_order)
-                counts.append((series, series_findings(series.key, points, accepted=accepted)[0]))
+    counts += _unchosen_counts(store, chosen, counts, branch, commit_order, accepted)
     counted = {
         (s.key.benchmark, s.key.testbed, f.last_good, f.first_bad)
         for s, found in counts
@@ -134,6 +126,31 @@ def judge(
             ]
         judged.append(_judgement(series, points, found, suspects, verdict))
     return judged
+
+
+def _unchosen_counts(
+    store: Any,
+    chosen: Sequence[Any],
+    counts: list[tuple[Any, list]],
+    branch: str | None,
+    commit_order: Sequence[str] | None,
+    accepted: Mapping[str, Any],
+) -> list[tuple[Any, list]]:
+    """(series, findings) of the count series (``query.COUNTED``) of each chosen ``time_s`` series'
+    benchmark that ``counts`` lacks: a time series shown alone (``history show``) leaves to its count the
+    structure the count names, as ``detect`` does."""
+    from perfsuite.history.findings import series_findings
+    from perfsuite.history.query import COUNTED
+
+    wanted = {(s.key.benchmark, s.key.testbed) for s in chosen if s.key.measure == "time_s"}
+    wanted -= {(s.key.benchmark, s.key.testbed) for s, _ in counts}
+    found = []
+    for measure in sorted(COUNTED) if wanted else ():
+        for series in store.list_series(measure=measure):
+            if (series.key.benchmark, series.key.testbed) in wanted:
+                points = store.points(series.key, branch=branch, commit_order=commit_order)
+                found.append((series, series_findings(series.key, points, accepted=accepted)[0]))
+    return found
 
 
 def _judgement(
