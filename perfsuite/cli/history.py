@@ -88,7 +88,9 @@ def add_command(commands) -> None:
         help="mark a series' open findings, or one finding (its id), accepted, with the reason",
     )
     accept.add_argument(
-        "target", help="a finding id (from detect or show), a series id (prefix) or a benchmark"
+        "target",
+        help="a finding id (from detect or show), a series id (prefix) or a benchmark (its time and "
+        "score-copy findings, unless --measure)",
     )
     accept.add_argument("--reason", required=True, help="why it is accepted (kept in the store)")
     export = actions.add_parser("export", help="every point with its raw values, as CSV or JSON")
