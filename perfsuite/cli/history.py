@@ -237,12 +237,15 @@ def _record_files(args: argparse.Namespace, files: list[Path]) -> int:
     return 2 if refused else 0
 
 
-def _series(args: argparse.Namespace, store, name: str):
+def _series(args: argparse.Namespace, store, name: str, default_measure: str | None = "time_s"):
+    """The series ``name`` (an id prefix, else a benchmark's series of ``--measure``, else of
+    ``default_measure``; None: of every measure); ``UsageError`` naming known benchmarks when none."""
     from perfsuite.history import query
 
     found = store.read(lambda c: query.find_series(c, name))
-    if not any(s.key.id.startswith(name) for s in found):
-        found = [s for s in found if s.key.measure == (args.measure or "time_s")]
+    measure = args.measure or default_measure
+    if measure and not any(s.key.id.startswith(name) for s in found):
+        found = [s for s in found if s.key.measure == measure]
     if not found:
         known = [s.key.benchmark for s in store.list_series(measure="time_s")]
         raise UsageError(
@@ -401,14 +404,7 @@ def run_accept(args: argparse.Namespace) -> int:
                 + "; only an open finding can be accepted (--rev names an older commit to judge at)"
             )
         if not chosen:  # a series, or a benchmark: all its measures' findings unless --measure
-            from perfsuite.history import query
-
-            every_measure = store.read(lambda c: query.find_series(c, args.target))
-            named = {
-                s.key.id
-                for s in every_measure or _series(args, store, args.target)
-                if args.measure in (None, s.key.measure)
-            }
+            named = {s.key.id for s in _series(args, store, args.target, default_measure=None)}
             chosen = [(j, f) for j, f in findings if j.series.key.id in named]
         if not chosen:
             raise UsageError(

@@ -108,7 +108,7 @@ def _change_points(judgements: list[Any]) -> list[ChangePoint]:
             note=f"separate runs: {u.why}; to confirm it: {u.command}",
         )
         old = found.setdefault((u.last_good, u.first_bad), step)
-        if old is not step and old.size and old.ratio == 1.0 and u.worse == old.regression:
+        if old is not step and old.size and u.worse == old.regression:  # a count's or structure's
             found[(u.last_good, u.first_bad)] = _timed(old, step)
     return list(found.values())
 

@@ -43,8 +43,8 @@ class Point:
     state: str = ""
 
 
-# a change point's state (``history.findings``): a finding open, recovered, accepted or the recovery of another; or a step
-# between separate runs that nothing confirmed (drawn, never listed under Findings)
+# a change point's state (``history.findings``): a finding open, recovered, accepted or the recovery of
+# another; or a step between separate runs that nothing confirmed (drawn, never listed under Findings)
 OPEN, RECOVERED, ACCEPTED, UNCONFIRMED = "open", "recovered", "accepted", "unconfirmed"
 
 

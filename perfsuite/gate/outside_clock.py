@@ -18,10 +18,11 @@ coordinator between sending and reading, or of the worker before it reads the re
 can break the outside check, so it is made only on blocks that were not contended and whose run queue, at
 the block's start and end, held no more runnable threads than the machine has CPUs (a gate's test beside
 a loaded test run saw 10 ms queued before a 2 ms block: "the worker's clock counted 1.95 ms of a block the
-coordinator timed at 19.71 ms", 3 of 4 blocks, an honest worker failed); the inside check compares two readings of the worker's own clock around its
-rounds and holds on a busy machine too. Only a worker that disagrees in ``MIN_BLOCKS`` blocks or more
-and in more than half of its checked blocks of a benchmark is reported, naming the side and both clocks. ``tests/gate/test_outside_clock.py`` has a head
-that scales its clock and one that rewrites the timing frame.
+coordinator timed at 19.71 ms", 3 of 4 blocks, an honest worker failed); the inside check compares two
+readings of the worker's own clock around its rounds and holds on a busy machine too. Only a worker that
+disagrees in ``MIN_BLOCKS`` blocks or more and in more than half of its checked blocks of a benchmark is
+reported, naming the side and both clocks. ``tests/gate/test_outside_clock.py`` has a head that scales
+its clock and one that rewrites the timing frame.
 """
 
 from __future__ import annotations

@@ -62,6 +62,8 @@ MIN_POINTS = 3
 # (docs/contention.md's speed reference; measure/speed_reference.SPEED_LIMIT).
 RAW_MIN_EFFECT = 0.10
 WINDOW = 400
+# the smallest value taken a log of: a count of 0 (score copies) is this, log -690.8
+VALUE_FLOOR = 1e-300
 MAD_TO_SD = 1.4826
 SEPARATE_RUNS = "separate runs"  # a step between the levels of separately timed points (t-test)
 GATE = "interleaved gate"  # a perfsuite ab gate that timed the two commits in alternating blocks
@@ -151,11 +153,11 @@ def usable(point: Point) -> bool:
 
 def point_value(point: Point) -> float:
     """log of the median of the point's uncontended raw values."""
-    return math.log(max(float(statistics.median(point.values)), 1e-300))
+    return math.log(max(float(statistics.median(point.values)), VALUE_FLOOR))
 
 
 def _log_rounds(point: Point) -> np.ndarray:
-    return np.log(np.maximum(np.asarray(point.values, dtype=float), 1e-300))
+    return np.log(np.maximum(np.asarray(point.values, dtype=float), VALUE_FLOOR))
 
 
 def energy_split(x: np.ndarray, min_size: int = 1) -> tuple[int, float]:
@@ -245,7 +247,7 @@ def _count_steps(
     it holds two steps, which a t-test across them would blur (and its log of zero overflow)."""
     if len(x) < 3:  # as a step test: one value each side is not enough
         return []
-    zero = math.log(1e-300)  # point_value's floor: a count of 0
+    zero = math.log(VALUE_FLOOR)  # a count of 0
     steps = []
     for i in range(1, len(x)):
         diff = float(x[i] - x[i - 1])
@@ -554,7 +556,7 @@ def check_newest(
     before = (
         statistics.median_low(statistics.median(p.values) for p in baseline) if counted else None
     )
-    center = math.log(max(before, 1e-300)) if counted else float(np.median(base))
+    center = math.log(max(before, VALUE_FLOOR)) if counted else float(np.median(base))
     noise = _robust_sd(base) if len(base) >= MIN_POINTS and not counted else 0.0
     ratios, limits = [], []
     for point in newest:
