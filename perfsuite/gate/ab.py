@@ -484,13 +484,17 @@ def run_benchmark(
     floor_sd: float = 0.0,
     call_limit_s: float | None = None,
     progress: Callable[[str], None] | None = None,
+    first_calls: dict[str, float] | None = None,
 ) -> AbBenchmark | None:
     """A/B one variant on one case in one mode: worker pair 0 records both structural fingerprints,
     then the worker pairs are visited (``Visits``, ``sequential.sequential_visits``, its budget read on
     ``clock``; ``floor_sd``: the benchmark's A/A noise floor); None when either side cannot run it. A
     plan that can decide nothing (``SequentialPlan.can_decide``) times nothing: structure only.
     ``call_limit_s``: seconds a set-up may take (default: the suite's per-call limit for the case's
-    device, ``measure.call_limit``); blocks are bounded from it and the step's time (``Visits``)."""
+    device, ``measure.call_limit``); blocks are bounded from it and the step's time (``Visits``).
+    ``first_calls``: per variant, the seconds of its first call in a fresh worker, recorded at its first
+    benchmark (pair 0's set-up) and read by its later ones: a costly first call narrows the plan
+    (``SequentialPlan.for_first_call``)."""
 
     def request(worker: WorkerProcess, fingerprint: bool) -> dict:
         return setup_request(worker, variant, case_id, seed, mode, specs, fingerprint)
@@ -533,6 +537,16 @@ def run_benchmark(
         )
         return AbBenchmark(key, [], [], comparison, fingerprints=fingerprints, clock=clock_name)
     step_s = setups[0].get("step_s") or 1e-3
+    first_calls = {} if first_calls is None else first_calls
+    first_call_s = first_calls.setdefault(variant, max(s.get("first_call_s", 0.0) for s in setups))
+    narrowed = plan.for_first_call(first_call_s)
+    note = (
+        f"its first call in a fresh worker took {first_call_s:.1f} s: {narrowed.worker_pairs} worker "
+        f"pairs, not {plan.worker_pairs}"
+        if narrowed is not plan
+        else ""
+    )
+    plan = narrowed
     visits = Visits(
         bases, heads, plan, step_s, request, placement_seed(seed, key), contended_pairs, limit_s
     )
@@ -553,7 +567,7 @@ def run_benchmark(
             outcome.estimate,
             outcome.verdict,
             structure,
-            benchmark_note(outcome, visits, settings),
+            benchmark_note(outcome, visits, settings, note),
             added,
         ),
         outcome.contended,
@@ -612,9 +626,10 @@ def kept_medians(outcome) -> tuple[float | None, float | None]:
     )
 
 
-def benchmark_note(outcome, visits: Visits, settings: GateSettings) -> str:
-    """The benchmark's note: pairs kept and set aside, worker pairs, how contended pairs decided, a change
-    below the minimum effect, the A/A floor when it widened the interval, the last contended block."""
+def benchmark_note(outcome, visits: Visits, settings: GateSettings, narrowed: str = "") -> str:
+    """The benchmark's note: pairs kept and set aside, worker pairs (``narrowed``: why fewer than the
+    gate's), how contended pairs decided, a change below the minimum effect, the A/A floor when it
+    widened the interval, the last contended block."""
     kept = outcome.contended.count(False)
     set_aside = len(outcome.contended) - kept
     note = f"{kept} pairs{' kept' if set_aside else ''}"
@@ -622,6 +637,8 @@ def benchmark_note(outcome, visits: Visits, settings: GateSettings) -> str:
     note += f", {set_aside} contended set aside" if set_aside else ""
     if outcome.estimate is not None and outcome.estimate.clusters:
         note += f", {outcome.estimate.clusters} worker pair{'s' if outcome.estimate.clusters > 1 else ''}"
+    if narrowed:
+        note += f" ({narrowed})"
     if outcome.floor_used:
         note += "; interval widened to the A/A noise floor"
     if outcome.contended_note:
@@ -734,7 +751,7 @@ def run_ab(
         devices = sorted({parse_case_id(c).device for c in case_ids})
         info = check_same_machine(bases[0], heads[0], devices, force)
         floors = noise_floors(info) if callable(noise_floors) else (noise_floors or {})
-        results = []
+        results, first_calls = [], {}
         for variant in variants:
             for case_id in (variant_case_ids or {}).get(variant, case_ids):
                 for mode in modes:
@@ -753,6 +770,7 @@ def run_ab(
                         floor_sd=floors.get(key, 0.0),
                         call_limit_s=call_limit_s,
                         progress=progress,
+                        first_calls=first_calls,
                     )
                     if found:
                         results.append(found)

@@ -5,9 +5,12 @@ source tree, so it imports that tree's perfsuite and variants. It reads one JSON
 per line on stdin and answers one JSON line on stdout:
 
 * ``{"setup": {"variant", "case", "seed", "slowdown", "mode", "specs", "fingerprint"}}`` ->
-  ``{"fingerprint": ...}`` (with the score-sized writes, and in forward_backward the bytes saved for
-  backward, as a saved run's; ``{"ready": true}`` instead when ``fingerprint`` is false: the
-  gate's other workers of a side only time), ``{"missing": reason}`` or ``{"unsupported": reason}``. ``mode``: forward (default), backward or forward_backward.
+  ``{"fingerprint": ..., "step_s": ..., "first_call_s": ...}`` (the fingerprint with the score-sized
+  writes, and in forward_backward the bytes saved for backward, as a saved run's; ``step_s`` the median of
+  7 steps; ``first_call_s`` the first call's seconds, compiling included); ``{"ready": true,
+  "first_call_s": ...}`` instead when ``fingerprint`` is false (the gate's other workers of a side only
+  time: no step timed or warmed up beyond the first call, their visits warm up), ``{"missing": reason}``
+  or ``{"unsupported": reason}``. ``mode``: forward (default), backward or forward_backward.
   ``specs``: users' ``module:function`` variants to register first (entry points of the
   ``perfsuite.variants`` group always are). ``slowdown`` (0.1 = 10%) adds busy CPU work after
   each step, lasting that fraction of the same call's time (calibration of
@@ -116,10 +119,12 @@ class Worker:
             prepared = prepare_case(variant, case, request["seed"])
             raw_step = make_step(mode, prepared.fn, prepared.inputs, prepared.grad_output)
             step = synchronized(raw_step, case.device)
+            first = _WALL()
             run_once(variant, case, step)
+            first_call_s = _WALL() - first
         except VariantUnsupported as exc:
             return {"unsupported": str(exc)}
-        found = {"ready": True}
+        found = {"ready": True, "first_call_s": first_call_s}
         if request.get("fingerprint", True):
             with tempfile.TemporaryDirectory() as scratch:
                 trace = record_trace(step, case.device, Path(scratch) / "t.json.gz")
@@ -132,7 +137,10 @@ class Worker:
                 if mode == "forward_backward"
                 else None
             )
-            found = {"fingerprint": fingerprint(summary, case.device, scores, saved)}
+            found = {
+                "fingerprint": fingerprint(summary, case.device, scores, saved),
+                "first_call_s": first_call_s,
+            }
         if case.device == "cuda":
             from perfsuite.measure.device_timing import DeviceSampler
 
@@ -145,10 +153,12 @@ class Worker:
             self.forward = self.device_sampler.timer.run
             self.device_sampler.warm_up()  # by device time: clocks up before the first block
             return {**found, "clock": self.clock, "cuda_graph": self.device_sampler.cuda_graph}
-        step_s = statistics.median(self._times(step, 7))
         self.slowdown = request.get("slowdown", 0.0)
         self.prepared, self.mode, self.case = prepared, mode, case
         self.forward = self._with_slowdown(step)
+        if not request.get("fingerprint", True):  # only times: its first visit warms it up
+            return {**found, "clock": self.clock}
+        step_s = statistics.median(self._times(step, 7))
         self._times(self.forward, 5)  # warm-up
         return {**found, "clock": self.clock, "step_s": step_s}
 

@@ -74,6 +74,11 @@ MAX_BLOCK_PAIRS = 128
 # re-drawing costs about a step, so per one-call block it would take a third of a visit; eight blocks
 # (about 50 ms of a millisecond step) still give each visit several placements to average.
 PLACEMENT_PAIRS = 8
+# A variant whose first call is costly (``SequentialPlan.for_first_call``) runs on half the worker pairs
+# (at least 2): each pair's set-up pays that call in both processes, with only that pair busy. Eager
+# ``flex_attention`` compiles (torch runs it through ``torch.compile``: 2-5 s in a fresh process here),
+# which on 12 pairs spent 17-33 s of a gate per benchmark; on 6 its interval has 5 degrees of freedom.
+COSTLY_FIRST_CALL_SHARE = 0.5
 # Untimed steps before a worker pair's first block of a visit (the pair waited while others ran).
 WARMUP_STEPS = 3
 # Untimed steps before every other block: none. Both sides alternate call by call, so each timed call
@@ -150,6 +155,21 @@ class SequentialPlan:
         pair_s = 2 * calls * max(step_s, 1e-6)
         return max(MIN_CLUSTER_PAIRS, min(MAX_BLOCK_PAIRS, round(VISIT_S / pair_s)))
 
+    def for_first_call(self, first_call_s: float) -> SequentialPlan:
+        """The plan for a variant whose first call in a fresh worker took ``first_call_s`` seconds:
+        ``COSTLY_FIRST_CALL_SHARE`` of the worker pairs (at least 2; looks from ``planned_looks``) when
+        every pair's first call together would take longer than ``budget_s``, else this plan. A gate
+        keeps a costly variant on the same pairs for all its benchmarks: the cost is paid once per
+        process."""
+        pairs = max(2, int(self.worker_pairs * COSTLY_FIRST_CALL_SHARE))
+        if (
+            not self.clustered
+            or first_call_s * self.worker_pairs <= self.budget_s
+            or pairs == self.worker_pairs
+        ):
+            return self
+        return dataclasses.replace(self, worker_pairs=pairs, looks=planned_looks(pairs))
+
     def can_decide(self) -> bool:
         """Whether any look can give a finite interval (a structure-only gate otherwise)."""
         if self.budget_s <= 0:
@@ -169,6 +189,14 @@ class SequentialPlan:
             "process's bias not covered)"
         )
         unit = "worker pairs" if self.clustered else "visits"
+        costly = self.for_first_call(math.inf)
+        narrowing = (
+            f"; {costly.worker_pairs} worker pairs (looks at {', '.join(map(str, costly.looks))}) for a "
+            f"variant whose first call in a fresh worker takes over "
+            f"{self.budget_s / self.worker_pairs:.2g} s"
+            if costly is not self
+            else ""
+        )
         return (
             f"warm worker pairs timed one at a time in blocks of about {BLOCK_S * 1e3:g} ms (one "
             f"call for a longer step), inputs re-placed every {PLACEMENT_PAIRS} block pairs; {interval}; "
@@ -176,6 +204,7 @@ class SequentialPlan:
             f"(Lan & DeMets 1983), nominal one-sided levels "
             f"{', '.join(f'{p:.2g}' for p in levels)}: slower and faster each at {settings.alpha:g}; "
             f"at most {self.budget_s:g} s per benchmark ({self.max_budget_s:g} s under contention)"
+            f"{narrowing}"
         )
 
 

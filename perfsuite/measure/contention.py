@@ -89,25 +89,67 @@ class Snapshot:
     load1: float | None
 
 
+class _ProcFiles:
+    """``/proc`` files kept open and read with ``pread`` from their start: a snapshot costs about 40 us
+    instead of 260 us of opening each file by path (it is taken twice around every block of the A/B gate).
+    A thread's file is opened when its thread first appears and closed when it is gone."""
+
+    def __init__(self):
+        self.fds: dict[str, int] = {}
+        self.pid = os.getpid()
+
+    def read(self, path: str, size: int = 4096) -> str | None:
+        """The file's whole text (read ``size`` bytes at a time), or None when it cannot be read."""
+        if os.getpid() != self.pid:  # a forked child: its /proc/self is another process's
+            self.fds.clear()
+            self.pid = os.getpid()
+        fd = self.fds.get(path)
+        try:
+            if fd is None:
+                fd = self.fds[path] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            chunks = [os.pread(fd, size, 0)]
+            while len(chunks[-1]) == size:  # a large /proc/stat (many CPUs and interrupts)
+                chunks.append(os.pread(fd, size, size * len(chunks)))
+            return b"".join(chunks).decode()
+        except OSError:
+            self.close(path)
+            return None
+
+    def close(self, path: str) -> None:
+        fd = self.fds.pop(path, None)
+        if fd is not None:
+            os.close(fd)
+
+    def forget_except(self, prefix: str, kept: set[str]) -> None:
+        """Close the files under ``prefix`` whose path is not in ``kept`` (threads that ended)."""
+        for path in [p for p in self.fds if p.startswith(prefix) and p not in kept]:
+            self.close(path)
+
+
+_FILES = _ProcFiles()
+_TASKS = "/proc/self/task/"
+
+
 def _thread_waits() -> dict[int, float]:
     waits = {}
     try:
-        tids = os.listdir("/proc/self/task")
+        tids = os.listdir(_TASKS)
     except OSError:
         return {}
-    for tid in tids:
+    paths = {f"{_TASKS}{tid}/schedstat": tid for tid in tids}
+    _FILES.forget_except(_TASKS, set(paths))
+    for path, tid in paths.items():
+        text = _FILES.read(path, 256)
         try:
-            fields = Path(f"/proc/self/task/{tid}/schedstat").read_text().split()
-            waits[int(tid)] = int(fields[1]) / 1e9
-        except (OSError, ValueError, IndexError):
+            waits[int(tid)] = int(text.split()[1]) / 1e9
+        except (AttributeError, ValueError, IndexError):
             continue
     return waits
 
 
 def _proc_stat() -> tuple[float | None, float | None, int | None]:
-    try:
-        text = Path("/proc/stat").read_text()
-    except OSError:
+    text = _FILES.read("/proc/stat", 1 << 14)
+    if text is None:
         return None, None, None
     hz = os.sysconf("SC_CLK_TCK")
     steal = total = running = None
@@ -124,14 +166,15 @@ def _proc_stat() -> tuple[float | None, float | None, int | None]:
 
 
 def _load1() -> float | None:
+    text = _FILES.read("/proc/loadavg", 256)
     try:
-        return float(Path("/proc/loadavg").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
+        return float(text.split()[0])
+    except (AttributeError, ValueError, IndexError):
         return None
 
 
 def snapshot() -> Snapshot:
-    """Read ``/proc`` now (about 0.1 ms; call it outside timed windows)."""
+    """Read ``/proc`` now (about 40 us; call it outside timed windows)."""
     steal, total, running = _proc_stat()
     return Snapshot(
         time.perf_counter(), time.process_time(), _thread_waits(), steal, total, running, _load1()
