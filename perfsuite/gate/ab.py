@@ -484,7 +484,7 @@ def run_benchmark(
     floor_sd: float = 0.0,
     call_limit_s: float | None = None,
     progress: Callable[[str], None] | None = None,
-    first_calls: dict[str, float] | None = None,
+    setups_s: dict[str, float] | None = None,
 ) -> AbBenchmark | None:
     """A/B one variant on one case in one mode: worker pair 0 records both structural fingerprints,
     then the worker pairs are visited (``Visits``, ``sequential.sequential_visits``, its budget read on
@@ -492,9 +492,9 @@ def run_benchmark(
     plan that can decide nothing (``SequentialPlan.can_decide``) times nothing: structure only.
     ``call_limit_s``: seconds a set-up may take (default: the suite's per-call limit for the case's
     device, ``measure.call_limit``); blocks are bounded from it and the step's time (``Visits``).
-    ``first_calls``: per variant, the seconds of its first call in a fresh worker, recorded at its first
-    benchmark (pair 0's set-up) and read by its later ones: a costly first call narrows the plan
-    (``SequentialPlan.for_first_call``)."""
+    ``setups_s``: per variant, the seconds of its set-up in a fresh worker (inputs, ``prepare``, first
+    call), recorded at its first benchmark (pair 0's) and read by its later ones: a costly set-up narrows
+    the plan (``SequentialPlan.for_setup``)."""
 
     def request(worker: WorkerProcess, fingerprint: bool) -> dict:
         return setup_request(worker, variant, case_id, seed, mode, specs, fingerprint)
@@ -537,11 +537,11 @@ def run_benchmark(
         )
         return AbBenchmark(key, [], [], comparison, fingerprints=fingerprints, clock=clock_name)
     step_s = setups[0].get("step_s") or 1e-3
-    first_calls = {} if first_calls is None else first_calls
-    first_call_s = first_calls.setdefault(variant, max(s.get("first_call_s", 0.0) for s in setups))
-    narrowed = plan.for_first_call(first_call_s)
+    setups_s = {} if setups_s is None else setups_s
+    setup_s = setups_s.setdefault(variant, max(s.get("setup_s", 0.0) for s in setups))
+    narrowed = plan.for_setup(setup_s)
     note = (
-        f"its first call in a fresh worker took {first_call_s:.1f} s: {narrowed.worker_pairs} worker "
+        f"its set-up in a fresh worker took {setup_s:.1f} s: {narrowed.worker_pairs} worker "
         f"pairs, not {plan.worker_pairs}"
         if narrowed is not plan
         else ""
@@ -751,7 +751,7 @@ def run_ab(
         devices = sorted({parse_case_id(c).device for c in case_ids})
         info = check_same_machine(bases[0], heads[0], devices, force)
         floors = noise_floors(info) if callable(noise_floors) else (noise_floors or {})
-        results, first_calls = [], {}
+        results, setups_s = [], {}
         for variant in variants:
             for case_id in (variant_case_ids or {}).get(variant, case_ids):
                 for mode in modes:
@@ -770,7 +770,7 @@ def run_ab(
                         floor_sd=floors.get(key, 0.0),
                         call_limit_s=call_limit_s,
                         progress=progress,
-                        first_calls=first_calls,
+                        setups_s=setups_s,
                     )
                     if found:
                         results.append(found)

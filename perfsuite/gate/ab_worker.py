@@ -5,12 +5,12 @@ source tree, so it imports that tree's perfsuite and variants. It reads one JSON
 per line on stdin and answers one JSON line on stdout:
 
 * ``{"setup": {"variant", "case", "seed", "slowdown", "mode", "specs", "fingerprint"}}`` ->
-  ``{"fingerprint": ..., "step_s": ..., "first_call_s": ...}`` (the fingerprint with the score-sized
+  ``{"fingerprint": ..., "step_s": ..., "setup_s": ...}`` (the fingerprint with the score-sized
   writes, and in forward_backward the bytes saved for backward, as a saved run's; ``step_s`` the median of
-  7 steps; ``first_call_s`` the first call's seconds, compiling included); ``{"ready": true,
-  "first_call_s": ...}`` instead when ``fingerprint`` is false (the gate's other workers of a side only
-  time: no step timed or warmed up beyond the first call, their visits warm up), ``{"missing": reason}``
-  or ``{"unsupported": reason}``. ``mode``: forward (default), backward or forward_backward.
+  7 steps; ``setup_s`` the seconds of building the inputs, the variant's per-case ``prepare`` and its first
+  call, imports and compiling included); ``{"ready": true, "setup_s": ...}`` instead when
+  ``fingerprint`` is false (the gate's other workers of a side only time: no step timed or warmed up
+  beyond the first call, their visits warm up), ``{"missing": reason}`` or ``{"unsupported": reason}``. ``mode``: forward (default), backward or forward_backward.
   ``specs``: users' ``module:function`` variants to register first (entry points of the
   ``perfsuite.variants`` group always are). ``slowdown`` (0.1 = 10%) adds busy CPU work after
   each step, lasting that fraction of the same call's time (calibration of
@@ -115,16 +115,16 @@ class Worker:
         skip = certain_skip(variant, case, mode)  # what the suite would not generate
         if skip is not None:
             return {"unsupported": skip}
+        started = _WALL()
         try:
             prepared = prepare_case(variant, case, request["seed"])
             raw_step = make_step(mode, prepared.fn, prepared.inputs, prepared.grad_output)
             step = synchronized(raw_step, case.device)
-            first = _WALL()
             run_once(variant, case, step)
-            first_call_s = _WALL() - first
+            setup_s = _WALL() - started
         except VariantUnsupported as exc:
             return {"unsupported": str(exc)}
-        found = {"ready": True, "first_call_s": first_call_s}
+        found = {"ready": True, "setup_s": setup_s}
         if request.get("fingerprint", True):
             with tempfile.TemporaryDirectory() as scratch:
                 trace = record_trace(step, case.device, Path(scratch) / "t.json.gz")
@@ -139,7 +139,7 @@ class Worker:
             )
             found = {
                 "fingerprint": fingerprint(summary, case.device, scores, saved),
-                "first_call_s": first_call_s,
+                "setup_s": setup_s,
             }
         if case.device == "cuda":
             from perfsuite.measure.device_timing import DeviceSampler

@@ -74,11 +74,11 @@ MAX_BLOCK_PAIRS = 128
 # re-drawing costs about a step, so per one-call block it would take a third of a visit; eight blocks
 # (about 50 ms of a millisecond step) still give each visit several placements to average.
 PLACEMENT_PAIRS = 8
-# A variant whose first call is costly (``SequentialPlan.for_first_call``) runs on half the worker pairs
-# (at least 2): each pair's set-up pays that call in both processes, with only that pair busy. Eager
-# ``flex_attention`` compiles (torch runs it through ``torch.compile``: 2-5 s in a fresh process here),
+# A variant whose set-up is costly (``SequentialPlan.for_setup``) runs on half the worker pairs (at least
+# 2): each pair's set-up pays it in both processes, with only that pair busy. Eager ``flex_attention``
+# compiles (torch runs it through ``torch.compile``: 2-5 s in a fresh process here, imports included),
 # which on 12 pairs spent 17-33 s of a gate per benchmark; on 6 its interval has 5 degrees of freedom.
-COSTLY_FIRST_CALL_SHARE = 0.5
+COSTLY_SETUP_SHARE = 0.5
 # Untimed steps before a worker pair's first block of a visit (the pair waited while others ran).
 WARMUP_STEPS = 3
 # Untimed steps before every other block: none. Both sides alternate call by call, so each timed call
@@ -155,16 +155,16 @@ class SequentialPlan:
         pair_s = 2 * calls * max(step_s, 1e-6)
         return max(MIN_CLUSTER_PAIRS, min(MAX_BLOCK_PAIRS, round(VISIT_S / pair_s)))
 
-    def for_first_call(self, first_call_s: float) -> SequentialPlan:
-        """The plan for a variant whose first call in a fresh worker took ``first_call_s`` seconds:
-        ``COSTLY_FIRST_CALL_SHARE`` of the worker pairs (at least 2; looks from ``planned_looks``) when
-        every pair's first call together would take longer than ``budget_s``, else this plan. A gate
-        keeps a costly variant on the same pairs for all its benchmarks: the cost is paid once per
-        process."""
-        pairs = max(2, int(self.worker_pairs * COSTLY_FIRST_CALL_SHARE))
+    def for_setup(self, setup_s: float) -> SequentialPlan:
+        """The plan for a variant whose set-up in a fresh worker (inputs, ``prepare``, first call)
+        took ``setup_s`` seconds: ``COSTLY_SETUP_SHARE`` of the worker pairs (at least 2; looks from
+        ``planned_looks``) when every pair's set-up together would take longer than ``budget_s``, else
+        this plan. A gate keeps a costly variant on the same pairs for all its benchmarks: most of the
+        cost (imports, compiling) is paid once per process."""
+        pairs = max(2, int(self.worker_pairs * COSTLY_SETUP_SHARE))
         if (
             not self.clustered
-            or first_call_s * self.worker_pairs <= self.budget_s
+            or setup_s * self.worker_pairs <= self.budget_s
             or pairs == self.worker_pairs
         ):
             return self
@@ -189,10 +189,10 @@ class SequentialPlan:
             "process's bias not covered)"
         )
         unit = "worker pairs" if self.clustered else "visits"
-        costly = self.for_first_call(math.inf)
+        costly = self.for_setup(math.inf)
         narrowing = (
             f"; {costly.worker_pairs} worker pairs (looks at {', '.join(map(str, costly.looks))}) for a "
-            f"variant whose first call in a fresh worker takes over "
+            f"variant whose set-up in a fresh worker takes over "
             f"{self.budget_s / self.worker_pairs:.2g} s"
             if costly is not self
             else ""

@@ -1238,18 +1238,19 @@ def test_a_long_structural_diff_is_cut_in_the_table_and_the_fail_line_counts_the
 
 
 def test_a_timing_only_worker_sets_up_with_its_first_call_alone():
-    """The gate's other workers of a side (no fingerprint) answer after the first call, its seconds
-    said; the fingerprinting worker also times the step (the one ``step_s`` the gate sizes blocks from)."""
+    """The gate's other workers of a side (no fingerprint) answer after the first call, the set-up's
+    seconds said; the fingerprinting worker also times the step (the one ``step_s`` the gate sizes blocks
+    from)."""
     from perfsuite.gate.ab_worker import Worker
 
     request = {"variant": "naive", "case": "b1h2s16d8-fp32-causal-cpu", "seed": 0}
     worker = Worker()
     timing_only = worker.setup({**request, "fingerprint": False})
-    assert set(timing_only) == {"ready", "first_call_s", "clock"}
-    assert 0 < timing_only["first_call_s"] < 60
+    assert set(timing_only) == {"ready", "setup_s", "clock"}
+    assert 0 < timing_only["setup_s"] < 60
     assert len(worker.handle({"time": 3, "warmup": 1, "placement": 5})["times"]) == 3
     full = Worker().setup({**request, "fingerprint": True})
-    assert {"fingerprint", "first_call_s", "step_s"} <= set(full) and full["step_s"] > 0
+    assert {"fingerprint", "setup_s", "step_s"} <= set(full) and full["step_s"] > 0
 
 
 SLOW_FIRST_CALL = '''import time
@@ -1269,12 +1270,12 @@ def attention(query, key, value, *, mask, scale):
 
 
 @pytest.mark.slow
-def test_a_variant_whose_first_call_is_costly_is_timed_on_half_the_worker_pairs_in_every_benchmark(
+def test_a_variant_whose_set_up_is_costly_is_timed_on_half_the_worker_pairs_in_every_benchmark(
     tmp_path,
 ):
-    """Four worker pairs and a 1 s budget: four first calls of 0.5 s would spend it, so both of the
-    variant's benchmarks run on two pairs (its first call is paid once per process), and the note says
-    why; a cheap variant keeps the four."""
+    """Four worker pairs and a 1 s budget: four set-ups with a first call of 0.5 s would spend it, so
+    both of the variant's benchmarks run on two pairs (its first call is paid once per process), and the
+    note says why; a cheap variant keeps the four."""
     (tmp_path / "slowfirst.py").write_text(SLOW_FIRST_CALL)
     cases = ["b1h2s16d8-fp32-causal-cpu", "b1h2s32d8-fp32-causal-cpu"]
     plan = SequentialPlan(worker_pairs=4, budget_s=1, max_budget_s=2, rounds=2, blocks=3)
@@ -1294,5 +1295,5 @@ def test_a_variant_whose_first_call_is_costly_is_timed_on_half_the_worker_pairs_
         ("sdpa", cases[1]): {0, 1, 2, 3},
     }
     note = results[0].comparison.note
-    assert re.search(r"its first call in a fresh worker took 0\.\d s: 2 worker pairs, not 4", note)
+    assert re.search(r"its set-up in a fresh worker took 0\.\d s: 2 worker pairs, not 4", note)
     assert "not 4" not in results[2].comparison.note

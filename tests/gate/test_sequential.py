@@ -66,17 +66,17 @@ def test_planned_looks():
         planned_looks(0)
 
 
-def test_a_variant_whose_first_calls_would_spend_the_budget_runs_on_half_the_worker_pairs():
+def test_a_variant_whose_set_ups_would_spend_the_budget_runs_on_half_the_worker_pairs():
     plan = SequentialPlan()  # 12 worker pairs, 10 s
-    costly = plan.for_first_call(0.9)  # 12 pairs x 0.9 s of first calls: over the budget
+    costly = plan.for_setup(0.9)  # 12 pairs x 0.9 s of set-up: over the budget
     assert (costly.worker_pairs, costly.looks) == (6, (3, 5, 6))
     assert costly.budget_s == plan.budget_s and costly.max_budget_s == plan.max_budget_s
-    assert plan.for_first_call(0.8) is plan  # 9.6 s: within it
-    assert SequentialPlan(worker_pairs=3, budget_s=1).for_first_call(1).worker_pairs == 2
+    assert plan.for_setup(0.8) is plan  # 9.6 s: within it
+    assert SequentialPlan(worker_pairs=3, budget_s=1).for_setup(1).worker_pairs == 2
     for unchanged in (SequentialPlan(worker_pairs=2, budget_s=1), SequentialPlan(worker_pairs=1)):
-        assert unchanged.for_first_call(100.0) is unchanged  # no fewer than 2; pooled pairs stay
+        assert unchanged.for_setup(100.0) is unchanged  # no fewer than 2; pooled pairs stay
     assert (
-        "6 worker pairs (looks at 3, 5, 6) for a variant whose first call in a fresh worker takes over 0.83 s"
+        "6 worker pairs (looks at 3, 5, 6) for a variant whose set-up in a fresh worker takes over 0.83 s"
         in (plan.describe(GateSettings()))
     )
 
@@ -84,7 +84,7 @@ def test_a_variant_whose_first_calls_would_spend_the_budget_runs_on_half_the_wor
 def test_identical_code_keeps_the_level_on_the_half_plan_of_a_costly_variant():
     """Six worker pairs (5 degrees of freedom at the last look) under a per-process bias as large as
     the block noise: slower and faster each within twice the level over 1,000 seeded gates."""
-    plan = SequentialPlan().for_first_call(5.0)
+    plan = SequentialPlan().for_setup(5.0)
     verdicts = [run(seed, plan, bias_sd=0.03, noise_sd=0.03)[0].verdict for seed in range(1000)]
     assert verdicts.count(Verdict.SLOWER) / 1000 <= 0.02
     assert verdicts.count(Verdict.FASTER) / 1000 <= 0.02

@@ -91,6 +91,30 @@ def test_a_real_probe_reads_this_process():
     assert 0 < contention.kernel_tick_s() <= 0.01
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="needs Linux /proc")
+def test_snapshots_follow_threads_that_start_and_end_and_a_forked_child_reads_its_own():
+    """The files stay open between snapshots: a new thread's is opened, an ended thread's closed, and a
+    forked child reads its own threads, not its parent's."""
+    import threading
+
+    done = threading.Event()
+    thread = threading.Thread(target=done.wait)
+    thread.start()
+    assert thread.native_id in contention.snapshot().thread_wait_s
+    done.set()
+    thread.join()
+    waits = contention.snapshot().thread_wait_s
+    assert thread.native_id not in waits and threading.get_native_id() in waits
+    assert not any(str(thread.native_id) in path for path in contention._FILES.fds)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its one thread only
+        os.write(write, repr(sorted(contention.snapshot().thread_wait_s)).encode())
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(read, 1000).decode() == repr([pid])
+
+
 def test_the_check_can_be_switched_off_but_not_misspelled(monkeypatch):
     loaded = (snap(0.0, 0.0, {1: 0.0}), snap(1.0, 1.0, {1: 0.9}))
     monkeypatch.setenv(contention.CHECK_ENV, "off")
