@@ -211,13 +211,19 @@ def _functions_of(owner: object) -> dict[str, object]:
     return found
 
 
-def _read_quietly(setting: _Setting) -> object:
-    with warnings.catch_warnings():  # torch deprecates some flags' getters (allow_tf32)
+def _read(setting: _Setting) -> object:
+    try:
+        return setting.read()
+    except Exception as exc:  # a setting this torch cannot read is compared as its error
+        return f"<unreadable: {type(exc).__name__}>"
+
+
+def _read_quietly(settings: tuple[_Setting, ...]) -> dict[str, object]:
+    """Each setting's value by name, warnings silenced (torch deprecates some flags' getters,
+    ``allow_tf32``): one ``catch_warnings`` for all (the gate's workers read them after every block)."""
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        try:
-            return setting.read()
-        except Exception as exc:  # a setting this torch cannot read is compared as its error
-            return f"<unreadable: {type(exc).__name__}>"
+        return {setting.name: _read(setting) for setting in settings}
 
 
 def _same(original: object, now: object) -> bool:
@@ -265,7 +271,7 @@ class MeasurementState:
             owner = _namespace(name)
             if owner is not None:
                 namespaces[name] = (owner, _functions_of(owner))
-        return cls(functions, {s.name: _read_quietly(s) for s in SETTINGS}, namespaces)
+        return cls(functions, _read_quietly(SETTINGS), namespaces)
 
     def _replaced_in_namespaces(self) -> list[tuple[str, object, str, object, object]]:
         """``(namespace, owner, attribute, original, now)`` per guarded namespace function replaced or deleted."""
@@ -289,10 +295,9 @@ class MeasurementState:
                 found.append(f"replaced {path.replace(':', '.')} with {_name(now)}")
         for name, _, attribute, _, now in self._replaced_in_namespaces() if namespaces else ():
             found.append(f"replaced {name}.{attribute} with {_name(now)}")
-        for setting in SETTINGS:
-            before, now = self.settings[setting.name], _read_quietly(setting)
-            if now != before:
-                found.append(f"changed {setting.name} from {before!r} to {now!r}")
+        for name, now in _read_quietly(SETTINGS).items():
+            if now != (before := self.settings[name]):
+                found.append(f"changed {name} from {before!r} to {now!r}")
         return found
 
     def restore(self) -> None:
@@ -305,9 +310,10 @@ class MeasurementState:
                     setattr(owner, attribute, original)
         for _, owner, attribute, original, _ in self._replaced_in_namespaces():
             setattr(owner, attribute, original)
+        now = _read_quietly(SETTINGS)
         for setting in SETTINGS:
             before = self.settings[setting.name]
-            if _read_quietly(setting) != before and not str(before).startswith("<unreadable"):
+            if now[setting.name] != before and not str(before).startswith("<unreadable"):
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     setting.write(before)
