@@ -1297,3 +1297,12 @@ def test_a_variant_whose_set_up_is_costly_is_timed_on_half_the_worker_pairs_in_e
     note = results[0].comparison.note
     assert re.search(r"its set-up in a fresh worker took 0\.\d s: 2 worker pairs, not 4", note)
     assert "not 4" not in results[2].comparison.note
+
+
+def test_block_overhead_measures_a_real_worker_pair_between_its_blocks():
+    """``validation.block_overhead`` times a fresh worker pair's block pairs as the gate runs them: the
+    wall time beyond the timed calls is positive (requests, replies, readings) and finite."""
+    from validation.block_overhead import overhead_ms
+
+    found = overhead_ms(Path(__file__).resolve().parents[2], "sdpa", 4)
+    assert 0.0 < found < 1e4
