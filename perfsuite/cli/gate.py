@@ -453,7 +453,9 @@ def _run_ab(args: argparse.Namespace) -> int:
             print(floor_line, file=sys.stderr)
     notes = [*notes, f"configuration: {config.describe()}"]  # below the heading
     title = ab_title(base, head, refs, commits, info, notes)
-    method = ab_method(plan, settings, contended_pairs, args.timing_threads)
+    method = ab_method(
+        plan, settings, contended_pairs, args.timing_threads, info.get("worker_start")
+    )
     comparisons = [r.comparison for r in results]
     return _finish(
         judge(

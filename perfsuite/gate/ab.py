@@ -49,6 +49,7 @@ from perfsuite.measure.contention import (
 from perfsuite.measure.machine import MUST_MATCH, machine_differences
 from perfsuite.trace.structure import adds_work, diff_fingerprints
 from perfsuite.gate.worktrees import describe_tree
+from perfsuite.gate.forkserver import ForkServer, can_fork, requested_start, shadowed
 from perfsuite.gate.intervals import PairSample
 from perfsuite.gate.noise_floor import FLOOR_MIN_WORKER_PAIRS, between_pairs_sd
 from perfsuite.gate.outside_clock import ClockCheck
@@ -78,6 +79,11 @@ WORKER_ENV = required_env()
 # process beside the gate shares a core with fewer of them (calibrated: docs/validation.md).
 TIMING_THREADS_ENV = "PERFSUITE_AB_TIMING_THREADS"
 
+# How the workers started, as the method line says it (``fork_server``).
+WORKER_START_WORDS = {
+    "fork": "both sides' workers forked from one process that imported torch",
+    "exec": "each worker its own interpreter",
+}
 PAIRED_METHOD = "per-block-pair log ratios, base and head blocks alternating (ABBA) in one run"
 
 
@@ -128,17 +134,67 @@ BLOCK_LIMIT_FLOOR_S = 30.0
 TRANSPORT_PINGS = 5
 
 
+def extra_python_path() -> list[str]:
+    """This process's ``PYTHONPATH`` folders: every worker has them after its side's."""
+    return [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+
+
+def worker_env(timing_threads: int | None) -> dict[str, str]:
+    """A worker's environment, but for its side's ``PYTHONPATH``: this one's with ``WORKER_ENV`` and,
+    when set, the timing threads (``TIMING_THREADS_ENV``)."""
+    env = dict(os.environ, **WORKER_ENV)
+    if timing_threads is not None:
+        env |= {TIMING_THREADS_ENV: str(timing_threads), "OMP_NUM_THREADS": str(timing_threads)}
+    return env
+
+
+def fork_server(
+    base: Side, head: Side, timing_threads: int | None, devices: list[str]
+) -> ForkServer | None:
+    """A fork server both sides' workers start from (``perfsuite.gate.forkserver``), or None where
+    each worker must be its own interpreter: a device other than the CPU in ``devices`` (a process
+    forked after the CUDA driver was touched cannot use it), the sides' interpreters differ, a side's
+    tree holds a module the server imported, a relative ``PYTHONPATH`` folder (each worker reads it from
+    its own tree), no fork on this platform, ``WORKER_START_ENV`` set to ``exec``, or the server did not
+    start (the workers' own start then says why). ``UsageError`` for a bad ``WORKER_START_ENV``."""
+    try:
+        wanted = requested_start()
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    extra = extra_python_path()
+    if (
+        wanted != "fork"
+        or any(device != "cpu" for device in devices)
+        or not can_fork()
+        or base.python != head.python
+        or not all(os.path.isabs(p) for p in extra)
+    ):
+        return None
+    env = worker_env(timing_threads)
+    env["PYTHONPATH"] = os.pathsep.join(extra)
+    try:
+        server = ForkServer(base.python, env)
+    except (OSError, RuntimeError):
+        return None
+    if shadowed(base.python_path() + head.python_path(), server.modules):
+        server.close()
+        return None
+    return server
+
+
 class WorkerProcess:
     """A running ``perfsuite.gate.ab_worker`` for one side (``role``: base or head), in its own process
     group so that a hung worker and any child it started are ended together."""
 
-    def __init__(self, side: Side, timing_threads: int | None = None, role: str = "head"):
-        paths = side.python_path() + [
-            p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p
-        ]
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths), **WORKER_ENV)
-        if timing_threads is not None:
-            env |= {TIMING_THREADS_ENV: str(timing_threads), "OMP_NUM_THREADS": str(timing_threads)}
+    def __init__(
+        self,
+        side: Side,
+        timing_threads: int | None = None,
+        role: str = "head",
+        server: ForkServer | None = None,
+    ):
+        env = worker_env(timing_threads)
+        pythonpath = os.pathsep.join(side.python_path() + extra_python_path())
         self.side, self.role = side, role
         self._broken = False  # the pipe to the worker broke on send: receive reports it exited
         self._transport_s: float | None = None
@@ -147,10 +203,14 @@ class WorkerProcess:
                 f"interpreter {side.python!r} (--base-python / --head-python) does not exist or is not "
                 "executable; give a virtualenv's bin/python"
             )
+        if server is not None:  # forked from a process that imported torch (``forkserver``)
+            cwd = str(Path(side.tree or ".").resolve())
+            self.process = server.start(cwd, [cwd, *side.python_path()], pythonpath)
+            return
         self.process = subprocess.Popen(
             [side.python, "-m", "perfsuite.gate.ab_worker"],
             cwd=side.tree or ".",
-            env=env,
+            env=env | {"PYTHONPATH": pythonpath},
             text=True,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -738,18 +798,24 @@ def run_ab(
     seconds a worker's set-up may take (``run_benchmark``). ``variant_case_ids``: a variant bound to its
     model's case sets -> its own cases (the others run ``case_ids``). ``progress`` hears of each benchmark
     that runs, once both sides set it up (a variant that cannot run a case prints nothing). All worker processes
-    start (and import torch) together before any timing; one worker per side when the plan cannot
+    start together before any timing, forked from one process that imported torch where ``fork_server``
+    allows (``info["worker_start"]``: ``fork`` or ``exec``); one worker per side when the plan cannot
     decide (structure only).
     """
     workers_per_side = plan.worker_pairs if plan.can_decide() else 1
     bases: list[WorkerProcess] = []
     heads: list[WorkerProcess] = []
+    devices = sorted({parse_case_id(c).device for c in case_ids})
+    every_case = [*case_ids, *(c for ids in (variant_case_ids or {}).values() for c in ids)]
+    server = fork_server(
+        base_side, head_side, timing_threads, sorted({parse_case_id(c).device for c in every_case})
+    )
     try:
         for _ in range(workers_per_side):
-            bases.append(WorkerProcess(base_side, timing_threads, "base"))
-            heads.append(WorkerProcess(head_side, timing_threads, "head"))
-        devices = sorted({parse_case_id(c).device for c in case_ids})
+            bases.append(WorkerProcess(base_side, timing_threads, "base", server))
+            heads.append(WorkerProcess(head_side, timing_threads, "head", server))
         info = check_same_machine(bases[0], heads[0], devices, force)
+        info["worker_start"] = "fork" if server else "exec"
         floors = noise_floors(info) if callable(noise_floors) else (noise_floors or {})
         results, setups_s = [], {}
         for variant in variants:
@@ -777,6 +843,8 @@ def run_ab(
         return results, info
     finally:
         close_workers(bases + heads)
+        if server:
+            server.close()
 
 
 def ab_payload(
@@ -873,10 +941,14 @@ def ab_method(
     settings: GateSettings,
     contended_pairs: ContendedPairs,
     timing_threads: int | None,
+    worker_start: str | None = None,
 ) -> str:
-    """The report's method line: the paired statistic, the sequential plan and its workers, the
-    contended-pair policy and, when set, the torch threads each side timed with."""
+    """The report's method line: the paired statistic, the sequential plan and its workers, how the
+    workers started (``worker_start``, ``run_ab``'s ``info``), the contended-pair policy and, when set,
+    the torch threads each side timed with."""
     method = f"{PAIRED_METHOD}; {plan.describe(settings)}"
+    if worker_start in WORKER_START_WORDS:
+        method += f"; {WORKER_START_WORDS[worker_start]}"
     method += (
         "; pairs with both blocks contended kept, pairs with one contended block set aside"
         if contended_pairs == ContendedPairs.SHARED
