@@ -7,8 +7,10 @@ perfsuite and code, from its own tree and folder, as ``python -m perfsuite.gate.
 
 Both sides fork from the same server, so a base and a head worker share the library layout that one
 import drew (identical code at identical addresses: it cancels in their ratio, where separately started
-workers drew a layout each); what differs between processes after the fork (the heap each builds, the
-placement of its inputs, ``perfsuite.measure.placement``) is drawn per worker as before. Workers are
+workers drew a layout each). Forked children are copies, so each first draws where its own allocations
+will land (``forkserver_main.draw_layout``: a random-size mapping, malloc buffer and set of small
+objects, held for its life), as a started interpreter draws its own; its inputs are re-placed every few
+block pairs as before (``perfsuite.measure.placement``). They share the server's string-hash seed. Workers are
 started the old way (``subprocess``) when the sides' interpreters differ (a torch upgrade: each side's
 own import), when a side's tree holds a module the server imported (it would shadow it), off Linux, or
 with ``PERFSUITE_AB_WORKER_START=exec``.

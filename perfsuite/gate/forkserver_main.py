@@ -16,7 +16,9 @@ it must not import perfsuite, whose gate worker each child imports from its own 
 
 import atexit
 import json
+import mmap
 import os
+import random
 import runpy
 import select
 import signal
@@ -69,10 +71,26 @@ def reap(channel: socket.socket) -> None:
         channel.send(json.dumps({"exited": pid, "code": code}).encode())
 
 
+def draw_layout() -> tuple:
+    """Where the child's own allocations will land, drawn at random and held for its life: forked
+    children are copies, so each would put what it builds at the same addresses as its siblings, where
+    a started interpreter draws its own (ASLR, its own heap). A random-size anonymous mapping (never
+    touched: it shifts later mappings, a tensor of 32 MiB or more, a library a variant loads), a
+    random-size buffer on the malloc heap and a random number of small objects in Python's pools."""
+    rng = random.Random(os.urandom(16))
+    mapping = mmap.mmap(-1, rng.randrange(1, 1024) * mmap.PAGESIZE)
+    return (
+        mapping,
+        bytearray(rng.randrange(1, 1 << 20)),
+        [object() for _ in range(rng.randrange(4096))],
+    )
+
+
 def run_worker(request: dict, fds: list, server_fds: tuple) -> None:
     """In the child: become the worker the coordinator would have started (never returns)."""
     code = 1
     try:
+        layout = draw_layout()  # noqa: F841  held until the child ends
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         os.setsid()  # its own process group: the coordinator ends it and what it starts together
