@@ -27,7 +27,8 @@ COMMAND = ("ab", "--base-ref", "main", "--head-ref", "copy", "--cases", CASE)
 
 def default_ab_method() -> str:
     """The Method line ``perfsuite ab`` prints with its default options (``gate.ab.ab_method`` over the
-    plan, settings and contended-pair policy its parser's defaults give)."""
+    plan, settings and contended-pair policy its parser's defaults give, its workers forked: a CPU gate of
+    one interpreter on Linux, as the tutorial's)."""
     from perfsuite.cli.gate import ab_settings_and_plan
     from perfsuite.cli.main import build_parser
     from perfsuite.gate.ab import ab_method
@@ -35,7 +36,9 @@ def default_ab_method() -> str:
 
     args = build_parser().parse_args(["ab", "--base-ref", "main", "--head-ref", "copy"])
     settings, plan, _ = ab_settings_and_plan(args)
-    return ab_method(plan, settings, ContendedPairs(args.contended_pairs), args.timing_threads)
+    return ab_method(
+        plan, settings, ContendedPairs(args.contended_pairs), args.timing_threads, "fork"
+    )
 
 
 def page_section(page: str, heading: str) -> str:

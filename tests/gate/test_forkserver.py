@@ -90,7 +90,7 @@ def attention(query, key, value, *, mask, scale):
 def test_forked_siblings_put_what_they_build_at_addresses_of_their_own(tmp_path, server):
     """Children forked alike would put a 1 MiB tensor (on the heap) and a 64 MiB one (a mapping of its
     own) at the same addresses as each other (seen before each drew its start layout); a started
-    interpreter draws its own, so each child does too, in whole pages as ASLR does."""
+    interpreter draws its own, so each child does too."""
     found = tmp_path / "addresses.txt"
     (tmp_path / "addresses.py").write_text(ADDRESS_MODULE.format(path=str(found)))
     for _ in range(3):
@@ -104,7 +104,6 @@ def test_forked_siblings_put_what_they_build_at_addresses_of_their_own(tmp_path,
     for column in (0, 1):
         addresses = [int(row[column]) for row in rows]
         assert len(set(addresses)) == 3
-        assert len({a % 4096 for a in addresses}) == 1  # within a page, where a started one puts it
 
 
 def test_a_forked_worker_that_crashes_is_named_by_its_signal(server):
