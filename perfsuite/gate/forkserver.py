@@ -28,6 +28,8 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from perfsuite.errors import WorkerError
+
 # ``fork`` (default where it can) or ``exec`` (each worker its own interpreter).
 WORKER_START_ENV = "PERFSUITE_AB_WORKER_START"
 WORKER_STARTS = ("fork", "exec")
@@ -88,7 +90,8 @@ class ForkServer:
 
     def start(self, cwd: str, sys_path: list[str], pythonpath: str) -> ForkedProcess:
         """Fork a worker that runs from ``cwd`` with ``sys_path`` first and ``PYTHONPATH`` set to
-        ``pythonpath``; its stdin and stdout are pipes to this process."""
+        ``pythonpath``; its stdin and stdout are pipes to this process. ``WorkerError`` when the server
+        has ended."""
         to_child, from_child = os.pipe(), os.pipe()
         request = {"cwd": cwd, "sys_path": sys_path, "pythonpath": pythonpath}
         socket.send_fds(self.channel, [json.dumps(request).encode()], [to_child[0], from_child[1]])
@@ -99,7 +102,10 @@ class ForkServer:
             if message is None:
                 os.close(to_child[1])
                 os.close(from_child[0])
-                raise RuntimeError("the fork server ended before starting a worker")
+                raise WorkerError(
+                    "the fork server ended before starting a worker (it imports torch once for every "
+                    f"worker; {WORKER_START_ENV}=exec starts each worker on its own)"
+                )
             if "started" in message:
                 return ForkedProcess(self, message["started"], to_child[1], from_child[0])
 
