@@ -94,11 +94,16 @@ class ForkServer:
         has ended."""
         to_child, from_child = os.pipe(), os.pipe()
         request = {"cwd": cwd, "sys_path": sys_path, "pythonpath": pythonpath}
-        socket.send_fds(self.channel, [json.dumps(request).encode()], [to_child[0], from_child[1]])
+        try:
+            socket.send_fds(
+                self.channel, [json.dumps(request).encode()], [to_child[0], from_child[1]]
+            )
+        except OSError:
+            self._gone = True
         os.close(to_child[0])
         os.close(from_child[1])
         while True:
-            message = self._read(None)
+            message = None if self._gone else self._read(None)
             if message is None:
                 os.close(to_child[1])
                 os.close(from_child[0])

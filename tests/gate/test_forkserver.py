@@ -134,6 +134,13 @@ def test_the_server_takes_no_cpu_while_its_workers_answer(server):
     assert all(w.process.poll() == 0 for w in workers)
 
 
+def test_a_server_that_ended_is_a_worker_error_that_names_the_way_out(server):
+    server.process.kill()
+    server.process.wait()
+    with pytest.raises(WorkerError, match=f"{WORKER_START_ENV}=exec starts each worker on its own"):
+        WorkerProcess(Side(None), None, "base", server)
+
+
 def test_the_server_ends_when_the_coordinator_closes_its_channel(server):
     server.channel.close()
     assert server.process.wait(timeout=30) == 0
