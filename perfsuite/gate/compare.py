@@ -305,8 +305,18 @@ def format_ratio_interval(ratio: float, low: float, high: float, units: int) -> 
     return f"{ratio:.{INTERVAL_DIGITS}f} [{low_text}, {high_text}]"
 
 
+# Bounds from this many times the ratio up are printed in scientific notation (a t interval over 2 or 3
+# worker pairs can reach 1e41: 42 digits).
+SCIENTIFIC_FROM = 1000.0
+
+
 def _bound(value: float, outward) -> str:
-    """``value`` rounded by ``outward`` (floor or ceil) at 3 decimals, or more when that lands on 1."""
+    """``value`` rounded by ``outward`` (floor or ceil) at 3 decimals, or more when that lands on 1;
+    from ``SCIENTIFIC_FROM`` up, 3 significant digits (``2.62e+41``), also rounded outward."""
+    if value >= SCIENTIFIC_FROM:
+        exponent = math.floor(math.log10(value))
+        mantissa = outward(value / 10**exponent * 100) / 100
+        return f"{mantissa:.2f}e+{exponent}"
     for digits in range(INTERVAL_DIGITS, 7):
         scale = 10**digits
         rounded = outward(value * scale) / scale
@@ -369,7 +379,7 @@ def markdown(
     rows += [
         "",
         ", ".join(f"{n} {v}" for v, n in counts.items() if n)
-        + f" of {len(comparisons)} benchmarks.",
+        + f" of {len(comparisons)} benchmark{'' if len(comparisons) == 1 else 's'}.",
         f"Method: {method}. Verdicts need a change of at least {settings.min_effect:.0%} and an interval that "
         f"excludes 1.",
         f"The verdict comes from the {statistic} column; head ms / base ms is the ratio of the two medians "
@@ -401,8 +411,12 @@ def markdown(
         )
     elif timed:
         rows.append(
-            f"False-alarm bound for identical code: {settings.false_alarm_rate():.2%} per benchmark, "
-            f"{settings.false_alarm_rate(timed):.2%} for these {timed} (union bound)."
+            f"False-alarm bound for identical code: {settings.false_alarm_rate():.2%} per benchmark"
+            + (
+                f", {settings.false_alarm_rate(timed):.2%} for these {timed} (union bound)."
+                if timed > 1
+                else "."
+            )
         )
     return "\n".join(rows) + "\n"
 

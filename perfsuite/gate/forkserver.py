@@ -34,6 +34,10 @@ from perfsuite.errors import WorkerError
 WORKER_START_ENV = "PERFSUITE_AB_WORKER_START"
 WORKER_STARTS = ("fork", "exec")
 SERVER_PROGRAM = Path(__file__).with_name("forkserver_main.py")
+# Runs the server's file without importing perfsuite; the worker module is named on the command line so
+# that ``pgrep -f ab_worker`` finds the server and every worker forked from it (they share its command line).
+LAUNCHER = "import runpy, sys; runpy.run_path(sys.argv[1], run_name='__main__')"
+WORKER_MODULE = "perfsuite.gate.ab_worker"
 # Seconds a fork server may take to import torch and say so (a first import from a cold disk).
 SERVER_START_LIMIT_S = 300.0
 
@@ -55,11 +59,13 @@ def can_fork() -> bool:
 
 
 def shadowed(paths: list[str], modules: list[str]) -> str | None:
-    """The first of ``modules`` (top-level names) that a folder in ``paths`` holds as a package or
-    module, which a worker started on its own would import from there; None when none does."""
+    """The first of ``modules`` (top-level names) that a folder in ``paths`` holds as a package (with
+    its ``__init__.py``) or a module file, which a worker started on its own would import from there;
+    None when none does. A folder without ``__init__.py`` (a ``site/`` of built docs) shadows nothing:
+    Python imports the regular module found further along the path."""
     for folder in map(Path, paths):
         for name in modules:
-            if (folder / name).is_dir() or (folder / f"{name}.py").is_file():
+            if (folder / name / "__init__.py").is_file() or (folder / f"{name}.py").is_file():
                 return str(folder / name)
     return None
 
@@ -71,7 +77,7 @@ class ForkServer:
     def __init__(self, python: str, env: Mapping[str, str]):
         self.channel, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.process = subprocess.Popen(
-            [python, "-c", SERVER_PROGRAM.read_text(), str(theirs.fileno())],
+            [python, "-c", LAUNCHER, str(SERVER_PROGRAM), WORKER_MODULE, str(theirs.fileno())],
             env=dict(env),
             pass_fds=(theirs.fileno(),),
             stdin=subprocess.DEVNULL,

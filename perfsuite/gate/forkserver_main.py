@@ -1,7 +1,8 @@
 """The fork server's program: imports torch (and its compiler stack) once, then forks a gate's workers.
 
-Run by ``perfsuite.gate.forkserver.ForkServer`` as ``python -c <this file's text> FD`` (never imported:
-it must not import perfsuite, whose gate worker each child imports from its own side's tree). ``FD`` is a
+Run by ``perfsuite.gate.forkserver.ForkServer`` as ``python -c <runpy launcher> <this file>
+perfsuite.gate.ab_worker FD`` (never imported: it must not import perfsuite, whose gate worker each child
+imports from its own side's tree; the module named is the one each child runs). ``FD`` is a
 ``SOCK_SEQPACKET`` Unix socket to the coordinator. Messages, one JSON object per packet:
 
 * server -> coordinator, once torch is imported: ``{"modules": [top-level names imported]}`` (a side's
@@ -27,7 +28,7 @@ import sys
 
 
 def main() -> None:
-    channel = socket.socket(fileno=int(sys.argv[1]))
+    channel = socket.socket(fileno=int(sys.argv[-1]))
     del sys.path[0]  # ``-c``'s current folder: nothing there may shadow what the workers import
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
     # what every worker would import on its own: torch (about 2.5 s of CPU), and its compiler stack
@@ -105,7 +106,7 @@ def run_worker(request: dict, fds: list, server_fds: tuple) -> None:
         os.chdir(request["cwd"])
         os.environ["PYTHONPATH"] = request["pythonpath"]
         sys.path[:] = [*request["sys_path"], *sys.path]
-        runpy.run_module("perfsuite.gate.ab_worker", run_name="__main__", alter_sys=True)
+        runpy.run_module(sys.argv[-2], run_name="__main__", alter_sys=True)
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)

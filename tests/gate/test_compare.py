@@ -58,3 +58,6 @@ def test_an_interval_is_printed_outward_and_never_touches_1_when_it_excludes_it(
     assert format_ratio_interval(0.95, 0.9012, 0.99996, 6) == "0.950 [0.901, 0.99996]"
     assert format_ratio_interval(1.01, 0.9876, 1.0301, 6) == "1.010 [0.987, 1.031]"  # outward
     assert format_ratio_interval(1.0, 0.0, float("inf"), 1) == "1.000 (no interval from 1 sample)"
+    # a t interval over two worker pairs (a new user's gate printed a 42-digit bound)
+    assert format_ratio_interval(0.917, 1e-40, 2.6171e41, 2) == "0.917 [0.000, 2.62e+41]"
+    assert format_ratio_interval(1.01, 0.5, 1000.0, 3) == "1.010 [0.500, 1.00e+3]"

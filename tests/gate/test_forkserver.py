@@ -106,6 +106,17 @@ def test_forked_siblings_put_what_they_build_at_addresses_of_their_own(tmp_path,
         assert len(set(addresses)) == 3
 
 
+def test_a_forked_worker_s_command_line_names_the_worker_module(server):
+    """``pgrep -f ab_worker`` finds forked workers as it finds started ones (a new user's check for
+    leftovers matched nothing while the command line was the server's whole program text)."""
+    worker = WorkerProcess(Side(None), None, "base", server)
+    try:
+        words = Path(f"/proc/{worker.process.pid}/cmdline").read_bytes().split(b"\0")
+        assert b"perfsuite.gate.ab_worker" in words and len(b" ".join(words)) < 1000
+    finally:
+        worker.close()
+
+
 def test_a_forked_worker_that_crashes_is_named_by_its_signal(server):
     """Its exit status reaches the coordinator through the server (its parent), as a started
     worker's does through ``subprocess``."""
@@ -147,9 +158,14 @@ def test_the_server_ends_when_the_coordinator_closes_its_channel(server):
 
 
 def test_a_tree_that_holds_a_module_the_server_imported_starts_its_workers_itself(tmp_path):
-    """A side's ``numpy/`` would shadow the server's numpy: no server (each worker imports its own)."""
+    """A side's ``numpy/`` package would shadow the server's numpy: no server (each worker imports its
+    own). A ``site/`` folder of built docs (no ``__init__.py``) shadows nothing: it kept this repository's
+    own gate from forking."""
     (tmp_path / "numpy").mkdir()
-    assert shadowed([str(tmp_path)], ["torch", "numpy"]) == str(tmp_path / "numpy")
+    (tmp_path / "site").mkdir()
+    assert shadowed([str(tmp_path)], ["site", "numpy"]) is None
+    (tmp_path / "numpy" / "__init__.py").write_text("")
+    assert shadowed([str(tmp_path)], ["site", "torch", "numpy"]) == str(tmp_path / "numpy")
     assert shadowed([str(tmp_path)], ["torch"]) is None
     assert fork_server(Side(tmp_path), Side(None), None, ["cpu"]) is None
 
