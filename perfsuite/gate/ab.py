@@ -193,7 +193,6 @@ class WorkerProcess:
         role: str = "head",
         server: ForkServer | None = None,
     ):
-        env = worker_env(timing_threads)
         pythonpath = os.pathsep.join(side.python_path() + extra_python_path())
         self.side, self.role = side, role
         self._broken = False  # the pipe to the worker broke on send: receive reports it exited
@@ -210,7 +209,7 @@ class WorkerProcess:
         self.process = subprocess.Popen(
             [side.python, "-m", "perfsuite.gate.ab_worker"],
             cwd=side.tree or ".",
-            env=env | {"PYTHONPATH": pythonpath},
+            env=worker_env(timing_threads) | {"PYTHONPATH": pythonpath},
             text=True,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
