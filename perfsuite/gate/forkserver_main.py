@@ -79,8 +79,8 @@ def draw_layout() -> tuple:
     does this: a never-touched anonymous mapping of 1-1023 pages (shifts later mappings: a tensor of 32 MiB
     or more, a library a variant loads) and a buffer of 1-255 pages on the malloc heap (shifts what the
     heap holds: the score matrices of these cases). Whole pages, as ASLR's, so a forked worker's layout varies
-    as a started one's does, the set-up the gate's rows were measured with; a draw within a page too (tried
-    first) would also move buffers' offsets within a page, which started workers keep."""
+    as a started one's does; a draw within a page too (tried first) would also move buffers' offsets within a
+    page, which started workers keep."""
     rng = random.Random(os.urandom(16))
     mapping = mmap.mmap(-1, rng.randrange(1, 1024) * mmap.PAGESIZE)
     return mapping, bytearray(rng.randrange(1, 256) * mmap.PAGESIZE)
