@@ -1,6 +1,7 @@
 """Contention evidence from synthetic /proc snapshots (no timing), and one real probe's shape."""
 
 import os
+import time
 
 import pytest
 
@@ -103,6 +104,10 @@ def test_snapshots_follow_threads_that_start_and_end_and_a_forked_child_reads_it
     assert thread.native_id in contention.snapshot().thread_wait_s
     done.set()
     thread.join()
+    # join() returns when Python is done with the thread; the kernel may list its task a moment longer
+    gone_by = time.monotonic() + 10
+    while os.path.exists(f"/proc/self/task/{thread.native_id}") and time.monotonic() < gone_by:
+        time.sleep(0.001)
     waits = contention.snapshot().thread_wait_s
     assert thread.native_id not in waits and threading.get_native_id() in waits
     assert not any(str(thread.native_id) in path for path in contention._FILES.fds)
